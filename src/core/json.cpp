@@ -1,0 +1,98 @@
+#include "core/json.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ctune {
+
+Json parse_json(const std::string& text, const std::string& where) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    // nlohmann's message is "[json.exception.parse_error.101] parse error at line 1, column 3: ..."
+    std::string msg = e.what();
+    auto pos = msg.find("] ");
+    if (pos != std::string::npos) msg = msg.substr(pos + 2);
+    throw FormatError(where + ": invalid JSON (" + msg + ")");
+  }
+}
+
+Json read_json_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path.string() + ": cannot open for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw IoError(path.string() + ": read failed");
+  return parse_json(ss.str(), path.string());
+}
+
+std::string json_type_name(const Json& value) {
+  switch (value.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::object: return "an object";
+    case Json::value_t::array: return "an array";
+    case Json::value_t::string: return "a string";
+    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned: return "an integer";
+    case Json::value_t::number_float: return "a number";
+    default: return "an unknown value";
+  }
+}
+
+namespace {
+const Json* field(const Json& obj, const std::string& key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+[[noreturn]] void wrong_type(const std::string& where, const std::string& key, const char* expected,
+                             const Json& found) {
+  throw FormatError(where + ": key \"" + key + "\" expected " + expected + ", found " +
+                    json_type_name(found) + " (" + found.dump().substr(0, 60) + ")");
+}
+}  // namespace
+
+std::optional<std::int64_t> json_int(const Json& obj, const std::string& key, const std::string& where) {
+  const Json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  if (v->is_number_unsigned()) {
+    auto u = v->get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(INT64_MAX)) wrong_type(where, key, "an integer below 2^63", *v);
+    return static_cast<std::int64_t>(u);
+  }
+  if (v->is_number_integer()) return v->get<std::int64_t>();
+  // Some writers emit 4096.0 for integers; accept exact integral floats.
+  if (v->is_number_float()) {
+    double d = v->get<double>();
+    if (d == static_cast<double>(static_cast<std::int64_t>(d))) return static_cast<std::int64_t>(d);
+  }
+  wrong_type(where, key, "an integer", *v);
+}
+
+std::optional<double> json_number(const Json& obj, const std::string& key, const std::string& where) {
+  const Json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) wrong_type(where, key, "a number", *v);
+  return v->get<double>();
+}
+
+std::optional<bool> json_bool(const Json& obj, const std::string& key, const std::string& where) {
+  const Json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) wrong_type(where, key, "true or false", *v);
+  return v->get<bool>();
+}
+
+std::optional<std::string> json_string(const Json& obj, const std::string& key, const std::string& where) {
+  const Json* v = field(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) wrong_type(where, key, "a string", *v);
+  return v->get<std::string>();
+}
+
+}  // namespace ctune
