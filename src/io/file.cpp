@@ -1,0 +1,171 @@
+#include "io/file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ctune::io {
+namespace fs = std::filesystem;
+
+namespace {
+std::string errno_text(int err) {
+  if (err == ENOSPC) return "no space left on device";
+  return std::strerror(err);
+}
+}  // namespace
+
+std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError(path.string() + ": cannot open (" + errno_text(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw IoError(path.string() + ": cannot stat (" + errno_text(err) + ")");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw IoError(path.string() + ": not a regular file");
+  }
+  std::shared_ptr<MappedFile> file(new MappedFile());
+  file->path_ = path;
+  file->size_ = static_cast<std::uint64_t>(st.st_size);
+  if (file->size_ > 0) {
+    void* p = ::mmap(nullptr, file->size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int err = errno;
+      ::close(fd);
+      throw IoError(path.string() + ": mmap failed (" + errno_text(err) + ")");
+    }
+    file->data_ = static_cast<std::uint8_t*>(p);
+  }
+  ::close(fd);  // the mapping stays valid after close
+  return file;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
+}
+
+std::string read_text_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path.string() + ": cannot open for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
+  temp_ = target_;
+  temp_ += ".tmp-" + std::to_string(::getpid());
+  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw IoError(temp_.string() + ": cannot create (" + errno_text(errno) + ")");
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(temp_.c_str());
+  }
+}
+
+void AtomicFile::write(const void* data, std::size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd_, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw IoError(target_.string() + ": write failed (" + errno_text(errno) + ")");
+    }
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+void AtomicFile::commit() {
+  if (::fsync(fd_) != 0) throw IoError(target_.string() + ": fsync failed (" + errno_text(errno) + ")");
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    ::unlink(temp_.c_str());
+    throw IoError(target_.string() + ": close failed (" + errno_text(errno) + ")");
+  }
+  fd_ = -1;
+  if (::rename(temp_.c_str(), target_.c_str()) != 0) {
+    int err = errno;
+    ::unlink(temp_.c_str());
+    throw IoError(target_.string() + ": rename failed (" + errno_text(err) + ")");
+  }
+  fsync_directory(target_.parent_path().empty() ? fs::path(".") : target_.parent_path());
+}
+
+void write_file_atomic(const fs::path& path, std::string_view contents) {
+  AtomicFile f(path);
+  f.write(contents);
+  f.commit();
+}
+
+void fsync_directory(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // best effort: some filesystems refuse to open directories
+  ::fsync(fd);
+  ::close(fd);
+}
+
+StagingDir::StagingDir(fs::path target, bool overwrite) : target_(std::move(target)), overwrite_(overwrite) {
+  std::error_code ec;
+  if (fs::exists(target_, ec)) {
+    if (!fs::is_directory(target_, ec)) throw ConfigError(target_.string() + ": exists and is not a directory");
+    if (!overwrite_ && !fs::is_empty(target_, ec)) {
+      throw ConfigError(target_.string() + ": directory exists and is not empty (pass --overwrite to replace it)");
+    }
+  }
+  staging_ = target_;
+  staging_ += ".partial-" + std::to_string(::getpid());
+  fs::remove_all(staging_, ec);
+  fs::create_directories(staging_, ec);
+  if (ec) throw IoError(staging_.string() + ": cannot create directory (" + ec.message() + ")");
+}
+
+StagingDir::~StagingDir() {
+  if (!committed_) {
+    std::error_code ec;
+    fs::remove_all(staging_, ec);
+  }
+}
+
+void StagingDir::commit() {
+  for (const auto& entry : fs::directory_iterator(staging_)) {
+    if (entry.is_regular_file()) {
+      int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        ::fsync(fd);
+        ::close(fd);
+      }
+    }
+  }
+  fsync_directory(staging_);
+  std::error_code ec;
+  fs::path old;
+  if (fs::exists(target_, ec)) {
+    // Move the old directory aside first so the target is never a mix of both.
+    old = target_;
+    old += ".old-" + std::to_string(::getpid());
+    fs::rename(target_, old, ec);
+    if (ec) throw IoError(target_.string() + ": cannot move existing directory aside (" + ec.message() + ")");
+  }
+  fs::rename(staging_, target_, ec);
+  if (ec) throw IoError(target_.string() + ": cannot rename staging directory into place (" + ec.message() + ")");
+  committed_ = true;
+  fsync_directory(target_.parent_path().empty() ? fs::path(".") : target_.parent_path());
+  if (!old.empty()) fs::remove_all(old, ec);
+}
+
+}  // namespace ctune::io

@@ -1,0 +1,79 @@
+// Files as ctune needs them: read-only memory maps that tensors can borrow (zero-copy loads),
+// and crash-safe writes (temporary name, fsync, rename) so no reader ever sees half a file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace ctune::io {
+
+// A whole file mapped copy-on-write: readers see the file's bytes, writes through the mapping
+// (e.g. an optimizer updating a borrowed weight) stay private to the process.
+class MappedFile {
+ public:
+  static std::shared_ptr<MappedFile> open(const std::filesystem::path& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const std::uint8_t* data() const { return data_; }
+  std::uint8_t* mutable_data() { return data_; }
+  std::uint64_t size() const { return size_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  std::filesystem::path path_;
+  std::uint8_t* data_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
+std::string read_text_file(const std::filesystem::path& path);
+
+// Writes a file under a temporary name in the same directory; commit() fsyncs and renames it
+// into place. Destroyed without commit(), it removes the temporary file.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::filesystem::path target);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, std::size_t n);
+  void write(std::string_view s) { write(s.data(), s.size()); }
+  void commit();
+
+ private:
+  std::filesystem::path target_, temp_;
+  int fd_ = -1;
+};
+
+void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
+
+// Flushes a directory entry (after renames into it) so the rename survives a crash.
+void fsync_directory(const std::filesystem::path& dir);
+
+// A directory built under "<target>.partial-<pid>" and renamed to <target> by commit(), so a
+// checkpoint directory either exists complete or not at all. Without commit() it is removed.
+class StagingDir {
+ public:
+  // Throws ConfigError when target exists and is not empty (unless overwrite is set).
+  StagingDir(std::filesystem::path target, bool overwrite);
+  ~StagingDir();
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+
+  const std::filesystem::path& path() const { return staging_; }
+  void commit();
+
+ private:
+  std::filesystem::path target_, staging_;
+  bool overwrite_ = false;
+  bool committed_ = false;
+};
+
+}  // namespace ctune::io

@@ -1,0 +1,63 @@
+// Hugging Face checkpoint directories (torch-free): a single model.safetensors or shards listed
+// by model.safetensors.index.json, read through one name -> tensor lookup; and the shard plan
+// and index for writing, with HF's shard names (model-00001-of-00003.safetensors).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+
+namespace ctune::io {
+
+inline constexpr const char* kSingleFileName = "model.safetensors";
+inline constexpr const char* kIndexFileName = "model.safetensors.index.json";
+
+// Where one tensor of a checkpoint lives.
+struct TensorRef {
+  const SafetensorsFile* file = nullptr;
+  const TensorInfo* info = nullptr;
+};
+
+class CheckpointReader {
+ public:
+  // Opens dir/model.safetensors or every shard named by dir/model.safetensors.index.json.
+  // Index entries must name files inside `dir`; every listed tensor must exist in its shard.
+  explicit CheckpointReader(const std::filesystem::path& dir);
+
+  const std::filesystem::path& dir() const { return dir_; }
+  bool sharded() const { return sharded_; }
+  const std::vector<std::shared_ptr<SafetensorsFile>>& files() const { return files_; }
+  // Sorted by name.
+  const std::map<std::string, TensorRef>& tensors() const { return tensors_; }
+  const TensorRef* find(const std::string& name) const;
+
+ private:
+  std::filesystem::path dir_;
+  bool sharded_ = false;
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::map<std::string, TensorRef> tensors_;
+};
+
+// "5GB" (10^9), "500MiB" (2^20), "123" bytes. Throws ConfigError naming `where`.
+std::uint64_t parse_byte_size(const std::string& text, const std::string& where);
+
+// Greedy shard plan over tensors in the given order: a shard is closed when the next tensor
+// would take it past max_bytes; a tensor larger than max_bytes gets a shard of its own.
+// Returns, per tensor, its shard index (0-based) and the shard count.
+std::vector<std::size_t> plan_shards(const std::vector<std::uint64_t>& sizes, std::uint64_t max_bytes,
+                                     std::size_t* shard_count);
+
+// "model-00002-of-00005.safetensors" (index 1 of 5); "model.safetensors" when count == 1.
+std::string shard_file_name(std::size_t index, std::size_t count);
+
+// Writes tensors (in state-dict order) as HF does: one file, or shards plus the index.
+// Files go into `dir`, which must exist (callers use a StagingDir for atomicity).
+void write_checkpoint_tensors(const std::filesystem::path& dir, const std::vector<TensorBytes>& tensors,
+                              std::uint64_t max_shard_bytes);
+
+}  // namespace ctune::io

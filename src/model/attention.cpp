@@ -1,0 +1,73 @@
+#include "model/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include <ATen/ATen.h>
+
+#include "model/rope.h"
+
+namespace ctune::model {
+
+AttentionImpl::AttentionImpl(const ModelConfig& c, at::ScalarType dtype)
+    : num_heads(c.num_attention_heads), num_kv_heads(c.num_key_value_heads), head_dim(c.head_dim) {
+  const auto H = c.hidden_size;
+  q_proj = register_module("q_proj", Linear(H, num_heads * head_dim, c.qkv_bias, dtype));
+  k_proj = register_module("k_proj", Linear(H, num_kv_heads * head_dim, c.qkv_bias, dtype));
+  v_proj = register_module("v_proj", Linear(H, num_kv_heads * head_dim, c.qkv_bias, dtype));
+  o_proj = register_module("o_proj", Linear(num_heads * head_dim, H, c.o_bias, dtype));
+}
+
+namespace {
+// [B, nkv, T, d] -> [B, nkv * groups, T, d]: KV head j serves query heads j*groups .. j*groups+groups-1.
+at::Tensor repeat_kv(const at::Tensor& x, std::int64_t groups) {
+  if (groups == 1) return x;
+  const auto B = x.size(0), nkv = x.size(1), T = x.size(2), d = x.size(3);
+  return x.unsqueeze(2).expand({B, nkv, groups, T, d}).reshape({B, nkv * groups, T, d});
+}
+
+// The most negative finite value of a floating dtype (finfo.min), used for masked scores.
+double lowest_finite(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kHalf: return -65504.0;
+    case at::kBFloat16: return -3.3895313892515355e38;
+    case at::kDouble: return std::numeric_limits<double>::lowest();
+    default: return std::numeric_limits<float>::lowest();
+  }
+}
+}  // namespace
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                  const at::Tensor& mask) {
+  const auto B = x.size(0), T = x.size(1);
+  auto q = q_proj->forward(x).view({B, T, num_heads, head_dim}).transpose(1, 2);
+  auto k = k_proj->forward(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
+  auto v = v_proj->forward(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
+  q = apply_rope(q, cos, sin);
+  k = apply_rope(k, cos, sin);
+  const auto groups = num_heads / num_kv_heads;
+  k = repeat_kv(k, groups);
+  v = repeat_kv(v, groups);
+
+  // scores: [B, nh, T, T]. Masked scores get the dtype's lowest value rather than -inf, so a
+  // fully masked row (a padding query) gives finite uniform weights instead of NaN.
+  auto scores = at::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
+  scores = scores.masked_fill(mask.logical_not(), at::Scalar(lowest_finite(scores.scalar_type())));
+  auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  auto out = at::matmul(probs, v);  // [B, nh, T, d]
+  out = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});
+  return o_proj->forward(out);
+}
+
+at::Tensor build_attention_mask(std::int64_t batch, std::int64_t length, const at::Tensor& attention_mask,
+                                const at::Device& device) {
+  auto causal = at::ones({length, length}, at::TensorOptions().dtype(at::kBool).device(device)).tril();
+  auto mask = causal.view({1, 1, length, length}).expand({batch, 1, length, length});
+  if (attention_mask.defined()) {
+    auto keys = attention_mask.to(device).to(at::kBool).view({batch, 1, 1, length});
+    mask = mask & keys;
+  }
+  return mask;
+}
+
+}  // namespace ctune::model

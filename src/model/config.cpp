@@ -1,0 +1,190 @@
+#include "model/config.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace ctune::model {
+
+namespace {
+
+std::int64_t require_positive(const Json& j, const char* key, const std::string& where,
+                              std::optional<std::int64_t> fallback = std::nullopt) {
+  auto v = json_int(j, key, where);
+  if (!v) v = fallback;
+  if (!v) throw ConfigError(where + ": missing required key \"" + key + "\"");
+  if (*v <= 0) throw ConfigError(where + ": \"" + key + "\" must be positive, found " + std::to_string(*v));
+  return *v;
+}
+
+// Reads the rope section from either spelling. v5 puts everything in rope_parameters; v4 has
+// top-level rope_theta and an optional rope_scaling object.
+RopeConfig parse_rope(const Json& j, const std::string& where) {
+  RopeConfig rope;
+  const Json* scaling = nullptr;
+  std::string section = "rope_scaling";
+  if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
+    scaling = &j["rope_parameters"];
+    section = "rope_parameters";
+  } else if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    scaling = &j["rope_scaling"];
+  }
+  if (auto theta = json_number(j, "rope_theta", where)) rope.theta = *theta;
+  if (scaling) {
+    const std::string at = where + ": " + section;
+    if (!scaling->is_object()) throw ConfigError(at + " must be an object, found " + json_type_name(*scaling));
+    if (auto theta = json_number(*scaling, "rope_theta", at)) rope.theta = *theta;
+    auto type = json_string(*scaling, "rope_type", at);
+    if (!type) type = json_string(*scaling, "type", at);  // legacy spelling
+    rope.type = type.value_or("default");
+    if (rope.type == "linear" || rope.type == "llama3") {
+      auto factor = json_number(*scaling, "factor", at);
+      if (!factor) throw ConfigError(at + ": rope type \"" + rope.type + "\" requires \"factor\"");
+      if (!(*factor > 0)) throw ConfigError(at + ": \"factor\" must be positive, found " + std::to_string(*factor));
+      rope.factor = *factor;
+    }
+    if (rope.type == "llama3") {
+      auto lf = json_number(*scaling, "low_freq_factor", at);
+      auto hf = json_number(*scaling, "high_freq_factor", at);
+      auto l0 = json_int(*scaling, "original_max_position_embeddings", at);
+      if (!lf || !hf || !l0) {
+        throw ConfigError(at + ": rope type \"llama3\" requires low_freq_factor, high_freq_factor and "
+                               "original_max_position_embeddings");
+      }
+      if (!(*hf > *lf) || !(*lf > 0) || *l0 <= 0) {
+        throw ConfigError(at + ": llama3 rope needs 0 < low_freq_factor < high_freq_factor and a positive "
+                               "original_max_position_embeddings, found " + std::to_string(*lf) + ", " +
+                          std::to_string(*hf) + ", " + std::to_string(*l0));
+      }
+      rope.low_freq_factor = *lf;
+      rope.high_freq_factor = *hf;
+      rope.original_max_position = *l0;
+    } else if (rope.type != "default" && rope.type != "linear") {
+      throw UnsupportedError(at + ": rope type \"" + rope.type +
+                             "\" is not supported (supported: default, linear, llama3)");
+    }
+  }
+  if (!(rope.theta > 0) || !std::isfinite(rope.theta)) {
+    throw ConfigError(where + ": rope_theta must be a positive number, found " + std::to_string(rope.theta));
+  }
+  return rope;
+}
+
+std::vector<std::int64_t> parse_eos(const Json& j, const std::string& where) {
+  auto it = j.find("eos_token_id");
+  if (it == j.end() || it->is_null()) return {};
+  if (it->is_number_integer()) return {it->get<std::int64_t>()};
+  if (it->is_array()) {
+    std::vector<std::int64_t> ids;
+    for (const auto& v : *it) {
+      if (!v.is_number_integer()) throw ConfigError(where + ": eos_token_id entries must be integers, found " + v.dump());
+      ids.push_back(v.get<std::int64_t>());
+    }
+    return ids;
+  }
+  throw ConfigError(where + ": eos_token_id expected an integer or a list, found " + json_type_name(*it));
+}
+
+}  // namespace
+
+std::int64_t ModelConfig::parameter_count() const {
+  const std::int64_t H = hidden_size, d = head_dim, q = num_attention_heads * d, kv = num_key_value_heads * d;
+  std::int64_t attn = H * q + 2 * H * kv + q * H;
+  if (qkv_bias) attn += q + 2 * kv;
+  if (o_bias) attn += H;
+  std::int64_t mlp = 3 * H * intermediate_size + (mlp_bias ? 2 * intermediate_size + H : 0);
+  std::int64_t layer = attn + mlp + 2 * H;
+  return vocab_size * H * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + H;
+}
+
+ModelConfig parse_model_config(const Json& j, const std::string& where) {
+  if (!j.is_object()) throw ConfigError(where + ": expected a JSON object, found " + json_type_name(j));
+  ModelConfig c;
+  c.raw = j;
+  auto type = json_string(j, "model_type", where);
+  if (!type) throw ConfigError(where + ": missing \"model_type\" (expected llama, mistral or qwen2)");
+  c.model_type = *type;
+  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2") {
+    throw UnsupportedError(where + ": model_type \"" + c.model_type + "\" is not supported (supported: llama, mistral, qwen2)");
+  }
+  const bool qwen2 = c.model_type == "qwen2";
+
+  c.vocab_size = require_positive(j, "vocab_size", where);
+  c.hidden_size = require_positive(j, "hidden_size", where);
+  c.intermediate_size = require_positive(j, "intermediate_size", where);
+  c.num_hidden_layers = require_positive(j, "num_hidden_layers", where);
+  c.num_attention_heads = require_positive(j, "num_attention_heads", where);
+  c.num_key_value_heads = require_positive(j, "num_key_value_heads", where, c.num_attention_heads);
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    throw ConfigError(where + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                      ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) + ")");
+  }
+  if (auto hd = json_int(j, "head_dim", where)) {
+    if (*hd <= 0) throw ConfigError(where + ": \"head_dim\" must be positive, found " + std::to_string(*hd));
+    c.head_dim = *hd;
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0) {
+      throw ConfigError(where + ": hidden_size (" + std::to_string(c.hidden_size) +
+                        ") is not divisible by num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                        ") and no head_dim is given");
+    }
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (c.head_dim % 2 != 0) {
+    throw ConfigError(where + ": head_dim must be even for rotary embeddings, found " + std::to_string(c.head_dim));
+  }
+  c.max_position_embeddings = json_int(j, "max_position_embeddings", where).value_or(qwen2 ? 32768 : 2048);
+  c.rms_norm_eps = json_number(j, "rms_norm_eps", where).value_or(1e-6);
+  if (!(c.rms_norm_eps > 0)) throw ConfigError(where + ": rms_norm_eps must be positive, found " + std::to_string(c.rms_norm_eps));
+  c.rope = parse_rope(j, where);
+  if (auto prf = json_number(j, "partial_rotary_factor", where); prf && *prf != 1.0) {
+    throw UnsupportedError(where + ": partial_rotary_factor " + std::to_string(*prf) + " is not supported (expected 1.0)");
+  }
+  const std::string act = json_string(j, "hidden_act", where).value_or("silu");
+  if (act != "silu") throw UnsupportedError(where + ": hidden_act \"" + act + "\" is not supported (expected silu)");
+
+  c.tie_word_embeddings = json_bool(j, "tie_word_embeddings", where).value_or(false);
+  const bool attention_bias = json_bool(j, "attention_bias", where).value_or(false);
+  c.qkv_bias = qwen2 || attention_bias;
+  c.o_bias = !qwen2 && attention_bias;
+  c.mlp_bias = json_bool(j, "mlp_bias", where).value_or(false);
+
+  // Qwen2 ignores sliding_window unless use_sliding_window; Mistral applies it when set.
+  auto window = json_int(j, "sliding_window", where);
+  bool window_on = qwen2 ? json_bool(j, "use_sliding_window", where).value_or(false) : window.has_value();
+  if (window_on && window) {
+    if (*window <= 0) throw ConfigError(where + ": sliding_window must be positive, found " + std::to_string(*window));
+    c.sliding_window = window;
+  }
+
+  auto dtype = json_string(j, "dtype", where);
+  if (!dtype) dtype = json_string(j, "torch_dtype", where);
+  c.dtype = dtype.value_or("float32");
+  c.initializer_range = json_number(j, "initializer_range", where).value_or(0.02);
+  c.bos_token_id = json_int(j, "bos_token_id", where);
+  c.pad_token_id = json_int(j, "pad_token_id", where);
+  c.eos_token_ids = parse_eos(j, where);
+  return c;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& model_dir) {
+  const auto path = model_dir / "config.json";
+  return parse_model_config(read_json_file(path), path.string());
+}
+
+void check_sequence_length(const ModelConfig& config, std::int64_t length, const std::string& where) {
+  if (config.sliding_window && length > *config.sliding_window) {
+    throw UnsupportedError(where + ": sequence of " + std::to_string(length) + " tokens exceeds the model's sliding_window of " +
+                           std::to_string(*config.sliding_window) +
+                           " (ctune implements full causal attention; use sequences of at most the window)");
+  }
+}
+
+Json config_to_json(const ModelConfig& config, const std::string& dtype) {
+  Json j = config.raw;
+  j["torch_dtype"] = dtype;  // transformers < 4.56 reads this key
+  j["dtype"] = dtype;        // newer versions read this one
+  return j;
+}
+
+}  // namespace ctune::model

@@ -1,0 +1,67 @@
+// Model configuration read from a Hugging Face config.json (torch-free). Covers model_type
+// llama, mistral and qwen2, both the v4 (rope_theta/rope_scaling, torch_dtype) and v5
+// (rope_parameters, dtype) spellings. Anything the model cannot honour is refused here, with
+// the key and the value, before a tensor is allocated.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+
+namespace ctune::model {
+
+struct RopeConfig {
+  std::string type = "default";  // default | linear | llama3
+  double theta = 10000.0;
+  double factor = 1.0;                        // linear, llama3
+  double low_freq_factor = 1.0;               // llama3
+  double high_freq_factor = 4.0;              // llama3
+  std::int64_t original_max_position = 8192;  // llama3
+};
+
+struct ModelConfig {
+  std::string model_type;  // llama | mistral | qwen2
+  std::int64_t vocab_size = 0;
+  std::int64_t hidden_size = 0;
+  std::int64_t intermediate_size = 0;
+  std::int64_t num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0;
+  std::int64_t num_key_value_heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  RopeConfig rope;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;  // Qwen2 always; Llama when attention_bias
+  bool o_bias = false;    // Llama attention_bias only
+  bool mlp_bias = false;
+  std::optional<std::int64_t> sliding_window;  // attention window, when one is in force
+  std::string dtype = "float32";                // torch_dtype / dtype as written
+  double initializer_range = 0.02;
+  std::optional<std::int64_t> bos_token_id;
+  std::vector<std::int64_t> eos_token_ids;
+  std::optional<std::int64_t> pad_token_id;
+
+  Json raw;  // the file as read, so a written config keeps keys ctune does not use
+
+  std::int64_t kv_groups() const { return num_attention_heads / num_key_value_heads; }
+  // Parameter count (tied embeddings counted once).
+  std::int64_t parameter_count() const;
+};
+
+// `where` names the source in messages (usually the config.json path).
+ModelConfig parse_model_config(const Json& json, const std::string& where);
+ModelConfig load_model_config(const std::filesystem::path& model_dir);
+
+// Refuses a sequence the model cannot attend over as configured (sliding window shorter
+// than the sequence: ctune implements full causal attention only).
+void check_sequence_length(const ModelConfig& config, std::int64_t length, const std::string& where);
+
+// The config as config.json, with dtype keys set to `dtype` ("float32", "bfloat16", "float16").
+Json config_to_json(const ModelConfig& config, const std::string& dtype);
+
+}  // namespace ctune::model

@@ -1,0 +1,32 @@
+#include "model/layers.h"
+
+#include <ATen/ATen.h>
+
+namespace ctune::model {
+
+LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias, at::ScalarType dtype)
+    : in_features(in), out_features(out) {
+  weight = register_parameter("weight", at::empty({out, in}, at::TensorOptions().dtype(dtype)));
+  if (with_bias) bias = register_parameter("bias", at::empty({out}, at::TensorOptions().dtype(dtype)));
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor& x) { return at::linear(x, weight, bias); }
+
+EmbeddingImpl::EmbeddingImpl(std::int64_t n, std::int64_t dim, at::ScalarType dtype) {
+  weight = register_parameter("weight", at::empty({n, dim}, at::TensorOptions().dtype(dtype)));
+}
+
+at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) { return at::embedding(weight, ids); }
+
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, at::ScalarType dtype) : eps(eps_) {
+  weight = register_parameter("weight", at::empty({dim}, at::TensorOptions().dtype(dtype)));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  auto x32 = x.to(at::kFloat);
+  auto variance = x32.pow(2).mean(-1, /*keepdim=*/true);
+  x32 = x32 * at::rsqrt(variance + eps);
+  return weight * x32.to(x.scalar_type());
+}
+
+}  // namespace ctune::model

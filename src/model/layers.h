@@ -1,0 +1,44 @@
+// Leaf modules with Hugging Face parameter names. Parameters are allocated uninitialised
+// (torch::empty: no pages touched) because they are almost always replaced by checkpoint
+// tensors; init_weights() in weights.h fills them for models trained from scratch.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+namespace ctune::model {
+
+// y = x W^T (+ b). weight: [out, in], as nn.Linear stores it.
+class LinearImpl : public torch::nn::Module {
+ public:
+  LinearImpl(std::int64_t in_features, std::int64_t out_features, bool bias, at::ScalarType dtype);
+  at::Tensor forward(const at::Tensor& x);
+
+  std::int64_t in_features, out_features;
+  at::Tensor weight, bias;
+};
+TORCH_MODULE(Linear);
+
+// weight: [num_embeddings, dim].
+class EmbeddingImpl : public torch::nn::Module {
+ public:
+  EmbeddingImpl(std::int64_t num_embeddings, std::int64_t dim, at::ScalarType dtype);
+  at::Tensor forward(const at::Tensor& ids);  // ids: [B, T] int64 -> [B, T, dim]
+
+  at::Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
+// RMSNorm as Hugging Face computes it: statistics in fp32, normalised value cast back to the
+// input dtype, then scaled by the weight.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(std::int64_t dim, double eps, at::ScalarType dtype);
+  at::Tensor forward(const at::Tensor& x);
+
+  double eps;
+  at::Tensor weight;
+};
+TORCH_MODULE(RMSNorm);
+
+}  // namespace ctune::model

@@ -1,0 +1,93 @@
+#include "model/llama.h"
+
+#include <ATen/ATen.h>
+
+#include "core/error.h"
+#include "model/rope.h"
+
+namespace ctune::model {
+
+MLPImpl::MLPImpl(const ModelConfig& c, at::ScalarType dtype) {
+  gate_proj = register_module("gate_proj", Linear(c.hidden_size, c.intermediate_size, c.mlp_bias, dtype));
+  up_proj = register_module("up_proj", Linear(c.hidden_size, c.intermediate_size, c.mlp_bias, dtype));
+  down_proj = register_module("down_proj", Linear(c.intermediate_size, c.hidden_size, c.mlp_bias, dtype));
+}
+
+at::Tensor MLPImpl::forward(const at::Tensor& x) {
+  return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, at::ScalarType dtype) {
+  self_attn = register_module("self_attn", Attention(c, dtype));
+  mlp = register_module("mlp", MLP(c, dtype));
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, dtype));
+  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, dtype));
+}
+
+at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                     const at::Tensor& mask) {
+  auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
+DecoderImpl::DecoderImpl(const ModelConfig& c, at::ScalarType dtype) {
+  embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size, dtype));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, dtype));
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, dtype));
+  inv_freq = rope_inv_freq(c);
+}
+
+at::Tensor DecoderImpl::forward(const at::Tensor& ids, const at::Tensor& attention_mask, const at::Tensor& position_ids) {
+  const auto B = ids.size(0), T = ids.size(1);
+  auto x = embed_tokens->forward(ids);
+  auto [cos, sin] = rope_cos_sin(inv_freq, position_ids, x.scalar_type());
+  auto mask = build_attention_mask(B, T, attention_mask, ids.device());
+  for (const auto& layer : *layers) x = layer->as<DecoderLayer>()->forward(x, cos, sin, mask);
+  return norm->forward(x);
+}
+
+CausalLMImpl::CausalLMImpl(ModelConfig config, at::ScalarType dtype) : config_(std::move(config)) {
+  model = register_module("model", Decoder(config_, dtype));
+  if (!config_.tie_word_embeddings) {
+    lm_head = register_module("lm_head", Linear(config_.hidden_size, config_.vocab_size, false, dtype));
+  }
+}
+
+const at::Tensor& CausalLMImpl::head_weight() const {
+  return lm_head ? lm_head->weight : model->embed_tokens->weight;
+}
+
+at::Tensor CausalLMImpl::forward(const at::Tensor& ids, const at::Tensor& attention_mask, const at::Tensor& position_ids) {
+  TORCH_CHECK(ids.dim() == 2, "input ids must be [batch, length], got ", ids.sizes());
+  at::Tensor positions = position_ids;
+  if (!positions.defined()) {
+    if (attention_mask.defined()) {
+      // Left padding: real tokens count from 0; padding positions are clamped to 0.
+      positions = (attention_mask.to(at::kLong).cumsum(-1) - 1).clamp_min(0);
+    } else {
+      positions = at::arange(ids.size(1), at::TensorOptions().dtype(at::kLong).device(ids.device()))
+                      .unsqueeze(0)
+                      .expand({ids.size(0), ids.size(1)});
+    }
+  }
+  auto hidden = model->forward(ids, attention_mask, positions);
+  return at::linear(hidden, head_weight());
+}
+
+at::ScalarType parse_dtype(const std::string& name, const std::string& where) {
+  if (name == "fp32" || name == "float32" || name == "float") return at::kFloat;
+  if (name == "bf16" || name == "bfloat16") return at::kBFloat16;
+  if (name == "fp16" || name == "float16" || name == "half") return at::kHalf;
+  throw ConfigError(where + ": expected a dtype (fp32, bf16, fp16), found \"" + name + "\"");
+}
+
+std::string dtype_to_hf(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    default: return "float32";
+  }
+}
+
+}  // namespace ctune::model

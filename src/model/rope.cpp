@@ -1,0 +1,45 @@
+#include "model/rope.h"
+
+#include <cmath>
+
+namespace ctune::model {
+
+at::Tensor rope_inv_freq(const ModelConfig& config) {
+  const auto d = config.head_dim;
+  const auto& r = config.rope;
+  // 1 / theta^(2i/d), computed as HF does (int64 arange -> float, pow in fp32).
+  auto exponent = at::arange(0, d, 2, at::TensorOptions().dtype(at::kLong)).to(at::kFloat) / static_cast<double>(d);
+  auto inv_freq = 1.0 / at::pow(r.theta, exponent);
+  if (r.type == "linear") return inv_freq / r.factor;
+  if (r.type == "llama3") {
+    const double low_wavelen = r.original_max_position / r.low_freq_factor;
+    const double high_wavelen = r.original_max_position / r.high_freq_factor;
+    auto wavelen = 2 * M_PI / inv_freq;
+    // Long wavelengths are divided by the factor, short ones kept; the band between is blended.
+    auto scaled = at::where(wavelen > low_wavelen, inv_freq / r.factor, inv_freq);
+    auto smooth = (r.original_max_position / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+    auto blended = (1 - smooth) * scaled / r.factor + smooth * scaled;
+    auto medium = at::logical_not(wavelen < high_wavelen) & at::logical_not(wavelen > low_wavelen);
+    return at::where(medium, blended, scaled);
+  }
+  return inv_freq;
+}
+
+std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq, const at::Tensor& position_ids,
+                                               at::ScalarType dtype) {
+  // freqs[b, t, i] = pos[b, t] * inv_freq[i]
+  auto freqs = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq.to(position_ids.device()).view({1, 1, -1});
+  auto emb = at::cat({freqs, freqs}, -1);
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const auto half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half);
+  auto x2 = x.narrow(-1, half, half);
+  auto rotated = at::cat({-x2, x1}, -1);
+  auto c = cos.unsqueeze(1), s = sin.unsqueeze(1);  // broadcast over heads
+  return x * c + rotated * s;
+}
+
+}  // namespace ctune::model

@@ -1,0 +1,22 @@
+// Rotary position embeddings in Hugging Face's rotate-half convention: element j of a head
+// pairs with element j + d/2. Frequencies follow rope_theta, head_dim and rope_scaling
+// (linear, llama3); see shared/FORMATS.md §2.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "model/config.h"
+
+namespace ctune::model {
+
+// inv_freq: [head_dim / 2] fp32, after rope scaling.
+at::Tensor rope_inv_freq(const ModelConfig& config);
+
+// cos, sin: [B, T, head_dim] in `dtype`, for position_ids [B, T]. Computed in fp32.
+std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq, const at::Tensor& position_ids,
+                                               at::ScalarType dtype);
+
+// x: [B, heads, T, head_dim]; cos/sin: [B, T, head_dim].
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+}  // namespace ctune::model

@@ -1,0 +1,122 @@
+#include "model/weights.h"
+
+#include <set>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/version.h>
+
+#include "core/error.h"
+#include "io/file.h"
+#include "io/tensor_io.h"
+
+namespace ctune::model {
+namespace fs = std::filesystem;
+
+namespace {
+std::string shape_text(at::IntArrayRef s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// Non-persistent buffers some writers still include (old HF Llama checkpoints).
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool ignorable(const std::string& name) { return ends_with(name, "rotary_emb.inv_freq"); }
+
+std::string summarise(const std::vector<std::string>& items, std::size_t limit = 4) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size() && i < limit; ++i) s += (i ? ", " : "") + items[i];
+  if (items.size() > limit) s += ", ... (" + std::to_string(items.size() - limit) + " more)";
+  return s;
+}
+}  // namespace
+
+void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
+  std::vector<std::string> missing, unexpected, misshapen;
+  std::set<std::string> used;
+  at::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters(/*recurse=*/true)) {
+    const std::string& name = item.key();
+    at::Tensor& param = item.value();
+    const io::TensorRef* ref = checkpoint.find(name);
+    if (!ref) {
+      missing.push_back(name);
+      continue;
+    }
+    used.insert(name);
+    if (ref->info->shape != param.sizes().vec()) {
+      misshapen.push_back(name + " in " + ref->file->path().filename().string() + " (expected " +
+                          shape_text(param.sizes()) + ", found " + shape_text(ref->info->shape) + ")");
+      continue;
+    }
+    param.set_data(io::load_tensor(*ref->file, *ref->info, param.scalar_type()));
+  }
+  for (const auto& [name, ref] : checkpoint.tensors()) {
+    if (used.count(name) || ignorable(name)) continue;
+    // A tied model may still carry the duplicate head in its file: HF ignores it too.
+    if (name == "lm_head.weight" && model->config().tie_word_embeddings) continue;
+    unexpected.push_back(name + " in " + ref.file->path().filename().string());
+  }
+  if (missing.empty() && unexpected.empty() && misshapen.empty()) return;
+  std::string msg = checkpoint.dir().string() + ": checkpoint does not match config.json:";
+  if (!missing.empty()) msg += " " + std::to_string(missing.size()) + " missing (" + summarise(missing) + ")";
+  if (!misshapen.empty()) msg += " " + std::to_string(misshapen.size()) + " wrongly shaped (" + summarise(misshapen) + ")";
+  if (!unexpected.empty()) msg += " " + std::to_string(unexpected.size()) + " unexpected (" + summarise(unexpected) + ")";
+  throw ShapeError(msg);
+}
+
+CausalLM load_causal_lm(const fs::path& dir, at::ScalarType dtype) {
+  ModelConfig config = load_model_config(dir);
+  io::CheckpointReader checkpoint(dir);  // validates every file before anything is allocated
+  CausalLM model(std::move(config), dtype);
+  load_weights(model, checkpoint);
+  model->eval();
+  return model;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> hf_state_dict(CausalLM& model) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (auto& item : model->named_parameters(true)) out.emplace_back(item.key(), item.value());
+  return out;
+}
+
+void save_causal_lm(CausalLM& model, const fs::path& dir, const SaveOptions& options,
+                    const std::function<void(const fs::path&)>& write_extra) {
+  io::StagingDir staging(dir, options.overwrite);
+  auto state = hf_state_dict(model);
+  std::vector<at::Tensor> keep_alive;
+  auto tensors = io::describe_tensors(state, &keep_alive);
+  io::write_checkpoint_tensors(staging.path(), tensors, options.max_shard_bytes);
+  const auto dtype = state.empty() ? at::kFloat : state.front().second.scalar_type();
+  io::write_file_atomic(staging.path() / "config.json", config_to_json(model->config(), dtype_to_hf(dtype)).dump(2) + "\n");
+  if (write_extra) write_extra(staging.path());
+  staging.commit();
+}
+
+void init_weights(CausalLM& model, std::uint64_t seed) {
+  at::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const double std = model->config().initializer_range;
+  for (auto& item : model->named_parameters(true)) {
+    const std::string& name = item.key();
+    at::Tensor& p = item.value();
+    const bool norm = ends_with(name, "norm.weight");
+    const bool bias = ends_with(name, ".bias");
+    if (norm) {
+      p.fill_(1.0);
+    } else if (bias) {
+      p.zero_();
+    } else {
+      // Sample in fp32 so the values do not depend on the storage dtype, then cast.
+      auto values = at::empty(p.sizes(), at::TensorOptions().dtype(at::kFloat));
+      values.normal_(0.0, std, gen);
+      p.copy_(values);
+    }
+  }
+}
+
+}  // namespace ctune::model

@@ -1,0 +1,40 @@
+// Moving weights between a CausalLM and Hugging Face checkpoint directories: load (every
+// missing, unexpected or wrongly shaped tensor reported by name and file), save (sharded as HF
+// does, tied head dropped, written into a staging directory and renamed), random init.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "io/hf_checkpoint.h"
+#include "model/llama.h"
+
+namespace ctune::model {
+
+// Builds the model for `dir` (config.json + safetensors) with parameters in `dtype`.
+// Parameters borrow the mapped files when the stored dtype equals `dtype`.
+CausalLM load_causal_lm(const std::filesystem::path& dir, at::ScalarType dtype);
+
+// Copies checkpoint tensors into an already built model. Throws ShapeError listing problems.
+void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint);
+
+// The tensors HF would save, in state-dict order (lm_head.weight omitted when tied).
+std::vector<std::pair<std::string, at::Tensor>> hf_state_dict(CausalLM& model);
+
+struct SaveOptions {
+  std::uint64_t max_shard_bytes = 5'000'000'000;  // HF's default "5GB"
+  bool overwrite = false;
+};
+// Writes config.json and the weights into `dir` (atomically: all or nothing). `write_extra`,
+// when given, adds files (e.g. the tokenizer) to the staging directory before it is renamed.
+void save_causal_lm(CausalLM& model, const std::filesystem::path& dir, const SaveOptions& options,
+                    const std::function<void(const std::filesystem::path&)>& write_extra = {});
+
+// HF's _init_weights: Linear and Embedding weights ~ N(0, initializer_range), biases 0,
+// RMSNorm weights 1. Deterministic for a seed.
+void init_weights(CausalLM& model, std::uint64_t seed);
+
+}  // namespace ctune::model

@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Independent reference for ctune's model: tiny random Llama-family checkpoints and the
+per-token NLL / argmax a Hugging Face-equivalent forward gives for them.
+
+Written directly against PyTorch (python3-torch from Debian), following the computation in
+transformers' modeling_llama.py / modeling_qwen2.py (see shared/FORMATS.md §2), with its own
+safetensors writer. It shares no code with ctune. The forward runs in float64 on the stored
+(possibly bf16-rounded) weights; RoPE frequencies are computed in fp32 as HF does.
+
+Usage: make_reference.py OUT_DIR
+Writes OUT_DIR/<name>/ (config.json + safetensors) and OUT_DIR/<name>.reference.json with
+{"ids": [...], "nll": [...], "argmax": [...], "min_margin": float}.
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+
+SEQ_LEN = 160
+MARGIN = 1e-4  # top-1 vs top-2 logit gap required at every position (keeps argmax well defined)
+
+BASE = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, rms_norm_eps=1e-5, max_position_embeddings=512,
+            hidden_act="silu", initializer_range=0.02)
+
+CASES = {
+    # MHA, separate lm_head, fp32 storage, default RoPE.
+    "llama_mha_fp32": dict(model_type="llama", num_key_value_heads=4, tie_word_embeddings=False,
+                           torch_dtype="float32", rope_theta=10000.0),
+    # GQA (8 query heads share 2 KV heads), tied embeddings, bf16 storage.
+    "llama_gqa_tied_bf16": dict(model_type="llama", num_attention_heads=8, num_key_value_heads=2,
+                                tie_word_embeddings=True, torch_dtype="bfloat16", rope_theta=10000.0),
+    # head_dim (24) != hidden/heads (16), attention and MLP biases (o_proj bias too).
+    "llama_headdim_bias": dict(model_type="llama", num_key_value_heads=2, head_dim=24,
+                               attention_bias=True, mlp_bias=True, tie_word_embeddings=False,
+                               torch_dtype="float32", rope_theta=10000.0),
+    # Llama-3 rope scaling, with a short original context so all three frequency bands occur.
+    "llama3_rope": dict(model_type="llama", num_attention_heads=4, num_key_value_heads=1,
+                        hidden_size=128, tie_word_embeddings=True, torch_dtype="bfloat16",
+                        rope_theta=500000.0,
+                        rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                      "original_max_position_embeddings": 64, "rope_type": "llama3"}),
+    # Qwen2: q/k/v biases, GQA, tied, sliding window present but off.
+    "qwen2_bias": dict(model_type="qwen2", num_attention_heads=4, num_key_value_heads=2,
+                       tie_word_embeddings=True, torch_dtype="float32", rope_theta=1000000.0,
+                       use_sliding_window=False, sliding_window=32, max_window_layers=2),
+    # Sharded checkpoint (index + 4 shards), linear rope scaling, transformers v5 spelling
+    # (dtype, rope_parameters).
+    "llama_sharded_linear": dict(model_type="llama", num_key_value_heads=2, num_hidden_layers=3,
+                                 tie_word_embeddings=False, dtype="float32",
+                                 rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 20000.0},
+                                 _shards=4),
+    # Mistral with a sliding window longer than the sequence, fp16 storage.
+    "mistral_fp16": dict(model_type="mistral", num_key_value_heads=2, sliding_window=4096,
+                         tie_word_embeddings=False, torch_dtype="float16", rope_theta=1000000.0),
+}
+
+ST_DTYPE = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+TORCH_DTYPE = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def config_for(case):
+    cfg = dict(BASE)
+    cfg.update({k: v for k, v in case.items() if not k.startswith("_")})
+    return cfg
+
+
+def tensor_shapes(cfg):
+    """State-dict order and shapes, as HF's LlamaForCausalLM / Qwen2ForCausalLM save them."""
+    H, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    nh = cfg["num_attention_heads"]
+    nkv = cfg.get("num_key_value_heads", nh)
+    d = cfg.get("head_dim", H // nh)
+    qwen2 = cfg["model_type"] == "qwen2"
+    attn_bias = cfg.get("attention_bias", False)
+    out = [("model.embed_tokens.weight", (V, H))]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out += [(p + "self_attn.q_proj.weight", (nh * d, H))]
+        if qwen2 or attn_bias:
+            out += [(p + "self_attn.q_proj.bias", (nh * d,))]
+        out += [(p + "self_attn.k_proj.weight", (nkv * d, H))]
+        if qwen2 or attn_bias:
+            out += [(p + "self_attn.k_proj.bias", (nkv * d,))]
+        out += [(p + "self_attn.v_proj.weight", (nkv * d, H))]
+        if qwen2 or attn_bias:
+            out += [(p + "self_attn.v_proj.bias", (nkv * d,))]
+        out += [(p + "self_attn.o_proj.weight", (H, nh * d))]
+        if attn_bias and not qwen2:
+            out += [(p + "self_attn.o_proj.bias", (H,))]
+        for proj, shape in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+            out += [(p + f"mlp.{proj}.weight", shape)]
+            if cfg.get("mlp_bias", False):
+                out += [(p + f"mlp.{proj}.bias", (shape[0],))]
+        out += [(p + "input_layernorm.weight", (H,)), (p + "post_attention_layernorm.weight", (H,))]
+    out += [("model.norm.weight", (H,))]
+    if not cfg.get("tie_word_embeddings", False):
+        out += [("lm_head.weight", (V, H))]
+    return out
+
+
+def random_weights(cfg, gen, dtype):
+    """Weights large enough that logits spread well (std ~1), rounded to the storage dtype."""
+    weights = {}
+    for name, shape in tensor_shapes(cfg):
+        if name.endswith("norm.weight"):
+            t = 1.0 + 0.1 * torch.randn(shape, generator=gen)
+        elif name.endswith(".bias"):
+            t = 0.1 * torch.randn(shape, generator=gen)
+        else:
+            t = 0.125 * torch.randn(shape, generator=gen)
+        weights[name] = t.to(dtype)
+    return weights
+
+
+def write_safetensors(path, tensors):
+    """Minimal safetensors writer: header JSON padded to 8 bytes, tensors back to back."""
+    header, blobs, offset = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, t in tensors:
+        t = t.contiguous()
+        raw = t.view(torch.int16).numpy().tobytes() if t.dtype in (torch.bfloat16, torch.float16) else t.numpy().tobytes()
+        header[name] = {"dtype": ST_DTYPE[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def write_checkpoint(out_dir, cfg, weights, shards):
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    items = list(weights.items())
+    if shards <= 1:
+        write_safetensors(os.path.join(out_dir, "model.safetensors"), items)
+        return
+    per = math.ceil(len(items) / shards)
+    weight_map, total = {}, 0
+    for s in range(shards):
+        name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        chunk = items[s * per:(s + 1) * per]
+        write_safetensors(os.path.join(out_dir, name), chunk)
+        for k, t in chunk:
+            weight_map[k] = name
+            total += t.numel() * t.element_size()
+    with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+
+
+def inv_freq_hf(cfg):
+    """RoPE inverse frequencies exactly as transformers' rope init functions (fp32)."""
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    d = cfg.get("head_dim", H // nh)
+    params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    if rope_type == "linear":
+        return inv / params["factor"]
+    if rope_type == "llama3":
+        factor, lf, hf = params["factor"], params["low_freq_factor"], params["high_freq_factor"]
+        old = params["original_max_position_embeddings"]
+        low_wl, high_wl = old / lf, old / hf
+        wavelen = 2 * math.pi / inv
+        out = torch.where(wavelen > low_wl, inv / factor, inv)
+        smooth = (old / wavelen - lf) / (hf - lf)
+        smoothed = (1 - smooth) * out / factor + smooth * out
+        medium = ~(wavelen < high_wl) * ~(wavelen > low_wl)
+        return torch.where(medium, smoothed, out)
+    return inv
+
+
+def forward(cfg, w, ids):
+    """Logits [T, V] in float64 for one sequence."""
+    W = {k: v.to(torch.float64) for k, v in w.items()}
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    nkv = cfg.get("num_key_value_heads", nh)
+    d = cfg.get("head_dim", H // nh)
+    eps = cfg["rms_norm_eps"]
+    T = len(ids)
+
+    def rms(x, weight):
+        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    def lin(x, name):
+        y = x @ W[name + ".weight"].T
+        return y + W[name + ".bias"] if name + ".bias" in W else y
+
+    def rotate_half(x):
+        return torch.cat((-x[..., d // 2:], x[..., : d // 2]), dim=-1)
+
+    pos = torch.arange(T, dtype=torch.float32)
+    freqs = torch.outer(pos, inv_freq_hf(cfg))            # fp32, as HF (autocast off)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().to(torch.float64), emb.sin().to(torch.float64)   # [T, d]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+
+    x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms(x, W[p + "input_layernorm.weight"])
+        q = lin(h, p + "self_attn.q_proj").view(T, nh, d).transpose(0, 1)
+        k = lin(h, p + "self_attn.k_proj").view(T, nkv, d).transpose(0, 1)
+        v = lin(h, p + "self_attn.v_proj").view(T, nkv, d).transpose(0, 1)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(nh // nkv, dim=0)          # query head j uses KV head j // groups
+        v = v.repeat_interleave(nh // nkv, dim=0)
+        s = (q @ k.transpose(1, 2)) / math.sqrt(d)
+        s = s.masked_fill(~causal, float("-inf"))
+        a = torch.softmax(s, dim=-1) @ v                   # [nh, T, d]
+        x = x + lin(a.transpose(0, 1).reshape(T, nh * d), p + "self_attn.o_proj")
+        h = rms(x, W[p + "post_attention_layernorm.weight"])
+        g = lin(h, p + "mlp.gate_proj")
+        x = x + lin(torch.nn.functional.silu(g) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+    x = rms(x, W["model.norm.weight"])
+    head = W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]
+    return x @ head.T
+
+
+def main():
+    out_root = sys.argv[1]
+    os.makedirs(out_root, exist_ok=True)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    for seed, (name, case) in enumerate(CASES.items()):
+        cfg = config_for(case)
+        dtype = TORCH_DTYPE[cfg.get("torch_dtype", cfg.get("dtype"))]
+        gen = torch.Generator().manual_seed(1000 + seed)
+        weights = random_weights(cfg, gen, dtype)
+        # Draw token sequences until every position has a decisive argmax.
+        for attempt in range(50):
+            ids = torch.randint(0, cfg["vocab_size"], (SEQ_LEN,), generator=gen).tolist()
+            logits = forward(cfg, weights, ids)
+            top2 = logits.topk(2, dim=-1).values
+            margin = (top2[:, 0] - top2[:, 1]).min().item()
+            if margin > MARGIN:
+                break
+        else:
+            raise SystemExit(f"{name}: no sequence with a decisive argmax")
+        logp = torch.log_softmax(logits, dim=-1)
+        nll = [-logp[t, ids[t + 1]].item() for t in range(SEQ_LEN - 1)]
+        write_checkpoint(os.path.join(out_root, name), cfg, weights, case.get("_shards", 1))
+        with open(os.path.join(out_root, name + ".reference.json"), "w") as f:
+            json.dump({"ids": ids, "nll": nll, "argmax": logits.argmax(-1).tolist(), "min_margin": margin}, f)
+        print(f"{name}: {len(weights)} tensors, {dtype}, mean nll {sum(nll) / len(nll):.4f}, min margin {margin:.2e}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,188 @@
+// The model against an independent PyTorch reference (make_reference.py): per-token NLL within
+// 1e-4 and identical argmax at 160 tokens, for 7 tiny checkpoints (MHA/GQA, tied, head_dim !=
+// H/heads, llama3 and linear RoPE, Qwen2 biases, Llama biases, bf16/fp16/fp32 storage, a sharded
+// checkpoint). Also: padding masks, save/load round trips, zero-copy loading, bf16 compute.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "infer/score.h"
+#include "io/hf_checkpoint.h"
+#include "model/weights.h"
+
+namespace fs = std::filesystem;
+using namespace ctune;
+
+namespace {
+
+const fs::path kModels = fs::path(CTUNE_TEST_DATA_DIR) / "models";
+constexpr double kNllTolerance = 1e-4;
+
+struct Reference {
+  std::vector<std::int64_t> ids;
+  std::vector<double> nll;
+  std::vector<std::int64_t> argmax;
+};
+
+Reference read_reference(const std::string& name) {
+  Json j = read_json_file(kModels / (name + ".reference.json"));
+  return {j["ids"].get<std::vector<std::int64_t>>(), j["nll"].get<std::vector<double>>(),
+          j["argmax"].get<std::vector<std::int64_t>>()};
+}
+
+const std::vector<std::string> kCases = {"llama_mha_fp32",   "llama_gqa_tied_bf16",  "llama_headdim_bias", "llama3_rope",
+                                         "qwen2_bias",       "llama_sharded_linear", "mistral_fp16"};
+
+class ReferenceCase : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ReferenceCase, Fp32ForwardMatchesReference) {
+  const auto ref = read_reference(GetParam());
+  ASSERT_GE(ref.ids.size(), 128u);
+  auto lm = model::load_causal_lm(kModels / GetParam(), at::kFloat);
+  auto got = infer::score_tokens(lm, ref.ids, GetParam());
+  ASSERT_EQ(got.nll.size(), ref.nll.size());
+  double worst = 0;
+  for (std::size_t t = 0; t < ref.nll.size(); ++t) {
+    worst = std::max(worst, std::abs(got.nll[t] - ref.nll[t]));
+    ASSERT_NEAR(got.nll[t], ref.nll[t], kNllTolerance) << "position " << t;
+  }
+  EXPECT_EQ(got.argmax, ref.argmax);
+  RecordProperty("max_abs_nll_error", std::to_string(worst));
+  std::printf("%s: max |nll - reference| = %.2e over %zu positions\n", GetParam().c_str(), worst, ref.nll.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Checkpoints, ReferenceCase, ::testing::ValuesIn(kCases));
+
+// Left padding plus an attention mask must leave the real tokens' outputs unchanged.
+TEST(Model, LeftPaddedBatchMatchesReference) {
+  for (const std::string name : {"llama_gqa_tied_bf16", "qwen2_bias"}) {
+    const auto ref = read_reference(name);
+    auto lm = model::load_causal_lm(kModels / name, at::kFloat);
+    const std::int64_t T = static_cast<std::int64_t>(ref.ids.size()), pad = 37, short_len = T - pad;
+    auto ids = at::zeros({2, T}, at::kLong);
+    auto mask = at::ones({2, T}, at::kLong);
+    ids[0] = at::tensor(ref.ids, at::kLong);
+    // Row 1: `pad` padding tokens (id 5, masked), then the first short_len reference tokens.
+    ids[1].fill_(5);
+    ids[1].narrow(0, pad, short_len).copy_(at::tensor(ref.ids, at::kLong).narrow(0, 0, short_len));
+    mask[1].narrow(0, 0, pad).zero_();
+    at::NoGradGuard no_grad;
+    auto logp = at::log_softmax(lm->forward(ids, mask).to(at::kDouble), -1);
+    for (std::int64_t t = 0; t + 1 < T; ++t) {
+      ASSERT_NEAR(-logp[0][t][ref.ids[t + 1]].item<double>(), ref.nll[t], kNllTolerance) << name << " row 0 pos " << t;
+    }
+    for (std::int64_t t = 0; t + 1 < short_len; ++t) {
+      ASSERT_NEAR(-logp[1][pad + t][ref.ids[t + 1]].item<double>(), ref.nll[t], kNllTolerance)
+          << name << " padded row pos " << t;
+    }
+  }
+}
+
+// The file mapping (from /proc/self/maps) that holds `address`, or "" when it is heap memory.
+std::string mapping_of(const void* address) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  const auto a = reinterpret_cast<std::uintptr_t>(address);
+  while (std::getline(maps, line)) {
+    std::uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) != 2 || a < lo || a >= hi) continue;
+    auto slash = line.find('/');
+    return slash == std::string::npos ? "" : line.substr(slash);
+  }
+  return "";
+}
+
+TEST(Model, LoadBorrowsMappedBytesWhenDtypeMatches) {
+  auto lm = model::load_causal_lm(kModels / "llama_mha_fp32", at::kFloat);
+  auto& w = lm->model->layers[0]->as<model::DecoderLayer>()->mlp->up_proj->weight;
+  EXPECT_EQ(mapping_of(w.data_ptr()), (kModels / "llama_mha_fp32" / "model.safetensors").string())
+      << "an fp32 checkpoint loaded as fp32 should be used in place, not copied";
+  // A converted load (fp32 -> bf16) owns fresh memory holding the rounded values.
+  auto bf = model::load_causal_lm(kModels / "llama_mha_fp32", at::kBFloat16);
+  auto& wb = bf->model->layers[0]->as<model::DecoderLayer>()->mlp->up_proj->weight;
+  EXPECT_EQ(mapping_of(wb.data_ptr()), "");
+  EXPECT_EQ(wb.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(wb, w.to(at::kBFloat16)));
+}
+
+TEST(Model, SaveShardedRoundTripIsExact) {
+  const fs::path out = fs::path(CTUNE_TEST_DATA_DIR) / "roundtrip_gqa_tied";
+  fs::remove_all(out);
+  auto lm = model::load_causal_lm(kModels / "llama_gqa_tied_bf16", at::kBFloat16);
+  model::SaveOptions opts;
+  opts.max_shard_bytes = 20'000;  // forces several shards
+  model::save_causal_lm(lm, out, opts);
+
+  Json index = read_json_file(out / "model.safetensors.index.json");
+  const auto& wm = index["weight_map"];
+  EXPECT_FALSE(wm.contains("lm_head.weight")) << "tied head must not be saved";
+  std::set<std::string> shards;
+  for (auto it = wm.begin(); it != wm.end(); ++it) shards.insert(it->get<std::string>());
+  ASSERT_GT(shards.size(), 1u);
+  const std::string last = *shards.rbegin();
+  char expect[64];
+  std::snprintf(expect, sizeof(expect), "model-%05zu-of-%05zu.safetensors", shards.size(), shards.size());
+  EXPECT_EQ(last, expect);
+  std::uint64_t total = 0;
+  io::CheckpointReader reread(out);
+  for (const auto& [name, ref] : reread.tensors()) total += ref.info->nbytes();
+  EXPECT_EQ(index["metadata"]["total_size"].get<std::uint64_t>(), total);
+
+  auto back = model::load_causal_lm(out, at::kBFloat16);
+  auto a = model::hf_state_dict(lm), b = model::hf_state_dict(back);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_TRUE(at::equal(a[i].second, b[i].second)) << a[i].first;
+  }
+  EXPECT_EQ(model::load_model_config(out).dtype, "bfloat16");
+}
+
+TEST(Model, Bf16ComputeStaysClose) {
+  const auto ref = read_reference("llama_gqa_tied_bf16");
+  auto lm = model::load_causal_lm(kModels / "llama_gqa_tied_bf16", at::kBFloat16);
+  auto got = infer::score_tokens(lm, ref.ids, "bf16");
+  double mean_err = 0;
+  for (std::size_t t = 0; t < ref.nll.size(); ++t) mean_err += std::abs(got.nll[t] - ref.nll[t]);
+  mean_err /= static_cast<double>(ref.nll.size());
+  EXPECT_LT(mean_err, 0.05) << "bf16 compute drifted from the fp64 reference";
+}
+
+TEST(Model, RefusesWhatItCannotHonour) {
+  auto config = model::load_model_config(kModels / "mistral_fp16");
+  config.sliding_window = 32;
+  EXPECT_THROW(model::check_sequence_length(config, 160, "test"), UnsupportedError);
+  EXPECT_NO_THROW(model::check_sequence_length(config, 32, "test"));
+
+  auto lm = model::load_causal_lm(kModels / "llama_mha_fp32", at::kFloat);
+  EXPECT_THROW(infer::score_tokens(lm, {1, 2, 300}, "ids"), ConfigError);  // vocab is 300
+  EXPECT_THROW(infer::score_tokens(lm, {}, "ids"), ConfigError);
+}
+
+TEST(Model, ShapeMismatchNamesTensorAndFile) {
+  // Load a checkpoint into a model whose config disagrees: every problem is named.
+  auto config = model::load_model_config(kModels / "llama_mha_fp32");
+  config.intermediate_size = 96;
+  model::CausalLM lm(config, at::kFloat);
+  io::CheckpointReader checkpoint(kModels / "llama_mha_fp32");
+  try {
+    model::load_weights(lm, checkpoint);
+    FAIL() << "expected ShapeError";
+  } catch (const ShapeError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("wrongly shaped"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("model.layers.0.mlp.down_proj.weight in model.safetensors (expected [64,96], found [64,128])"),
+              std::string::npos)
+        << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos);
+  }
+}
+
+}  // namespace
