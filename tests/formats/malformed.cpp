@@ -1,0 +1,129 @@
+#include "malformed.h"
+
+#include <cstdint>
+#include <fstream>
+
+namespace ctune::testing {
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string u64_le(std::uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return s;
+}
+
+// A safetensors image from a header text and `data_bytes` bytes of payload.
+std::string image(const std::string& header, std::size_t data_bytes) {
+  return u64_le(header.size()) + header + std::string(data_bytes, '\x01');
+}
+
+void write(const fs::path& path, const std::string& bytes) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+}  // namespace
+
+std::string tiny_config_json() {
+  return R"({"model_type": "llama", "vocab_size": 16, "hidden_size": 8, "intermediate_size": 16,
+             "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1})";
+}
+
+std::string valid_safetensors_bytes() {
+  // 24 bytes for a (F32 [2,3]) then 16 for b (F32 [4]).
+  std::string h = R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},"b":{"dtype":"F32","shape":[4],"data_offsets":[24,40]}})";
+  h.append((8 - h.size() % 8) % 8, ' ');
+  return image(h, 40);
+}
+
+std::vector<MalformedCase> write_malformed_cases(const fs::path& root) {
+  fs::remove_all(root);
+  std::vector<MalformedCase> cases;
+  const std::string st = "model.safetensors";
+  auto add = [&](const std::string& name, Expect kind, const std::string& part, const std::string& file,
+                 const std::vector<std::pair<std::string, std::string>>& files, bool with_config = true) {
+    fs::path dir = root / name;
+    fs::create_directories(dir);
+    if (with_config) write(dir / "config.json", tiny_config_json());
+    for (const auto& [f, bytes] : files) write(dir / f, bytes);
+    cases.push_back({name, dir, kind, part, file});
+  };
+  const std::string good = valid_safetensors_bytes();
+  const std::string a24 = R"("a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]})";
+
+  // safetensors files
+  add("empty_file", Expect::Format, "too short", st, {{st, ""}});
+  add("truncated_in_length", Expect::Format, "too short", st, {{st, good.substr(0, 5)}});
+  add("header_past_end", Expect::Format, "runs past the end", st, {{st, u64_le(4096) + "{}"}});
+  add("header_len_2_pow_63", Expect::Format, "exceeds the limit", st, {{st, u64_le(1ull << 63) + "{}      "}});
+  add("invalid_json_header", Expect::Format, "not valid JSON", st, {{st, image("{\"a\":{\"dtype\":", 0)}});
+  add("header_not_object", Expect::Format, "must be a JSON object", st, {{st, image("[1,2,3]", 0)}});
+  add("truncated_data", Expect::Format, "truncated", st, {{st, good.substr(0, good.size() - 7)}});
+  add("trailing_bytes", Expect::Format, "trailing bytes", st, {{st, good + "xyz"}});
+  add("overlapping_offsets", Expect::Format, "overlaps", st,
+      {{st, image("{" + a24 + R"(,"b":{"dtype":"F32","shape":[4],"data_offsets":[20,36]}})", 36)}});
+  add("gapped_offsets", Expect::Format, "leaves a gap", st,
+      {{st, image("{" + a24 + R"(,"b":{"dtype":"F32","shape":[4],"data_offsets":[32,48]}})", 48)}});
+  add("first_offset_not_zero", Expect::Format, "leaves a gap", st,
+      {{st, image(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[8,32]}})", 32)}});
+  add("wrong_byte_count", Expect::Format, "byte count mismatch", st,
+      {{st, image(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20)}});
+  add("unknown_dtype", Expect::Format, "unknown dtype \"F12\"", st,
+      {{st, image(R"({"a":{"dtype":"F12","shape":[2,3],"data_offsets":[0,24]}})", 24)}});
+  add("duplicate_tensor", Expect::Format, "appears twice", st,
+      {{st, image("{" + a24 + "," + a24 + "}", 24)}});
+  add("shape_overflow", Expect::Format, "overflows", st,
+      {{st, image(R"({"a":{"dtype":"F64","shape":[4294967296,4294967296,16],"data_offsets":[0,8]}})", 8)}});
+  add("negative_shape", Expect::Format, "non-negative integers", st,
+      {{st, image(R"({"a":{"dtype":"F32","shape":[-2,3],"data_offsets":[0,24]}})", 24)}});
+  add("offsets_reversed", Expect::Format, "is before begin", st,
+      {{st, image(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[24,0]}})", 24)}});
+  add("metadata_not_string", Expect::Format, "__metadata__ value", st,
+      {{st, image(R"({"__metadata__":{"format":1},)" + a24 + "}", 24)}});
+
+  // sharded index
+  const std::string idx = "model.safetensors.index.json";
+  const std::string shard = "model-00001-of-00001.safetensors";
+  add("index_dotdot_path", Expect::Format, "points outside the checkpoint directory", idx,
+      {{idx, R"({"metadata":{},"weight_map":{"a":"../outside.safetensors"}})"}});
+  add("index_absolute_path", Expect::Format, "points outside the checkpoint directory", idx,
+      {{idx, R"({"metadata":{},"weight_map":{"a":"/etc/passwd"}})"}});
+  add("index_missing_shard", Expect::Io, "is missing", idx,
+      {{idx, R"({"metadata":{},"weight_map":{"a":")" + shard + R"("}})"}});
+  add("index_invalid_json", Expect::Format, "invalid JSON", idx, {{idx, R"({"weight_map": {"a": )"}});
+  add("index_no_weight_map", Expect::Format, "weight_map", idx, {{idx, R"({"metadata":{}})"}});
+  add("index_tensor_not_in_shard", Expect::Format, "does not contain it", idx,
+      {{idx, R"({"weight_map":{"a":")" + shard + R"(","zzz":")" + shard + R"("}})"}, {shard, good}});
+  add("index_bad_shard_inside", Expect::Format, "byte count mismatch", shard,
+      {{idx, R"({"weight_map":{"a":")" + shard + R"("}})"},
+       {shard, image(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20)}});
+  add("no_weights", Expect::Io, "no model.safetensors", "no_weights", {});
+
+  // config.json
+  auto config_case = [&](const std::string& name, Expect kind, const std::string& part, const std::string& json) {
+    add(name, kind, part, "config.json", {{"config.json", json}, {st, good}}, false);
+  };
+  config_case("config_zero_heads", Expect::Config, "\"num_attention_heads\" must be positive, found 0",
+              R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":0})");
+  config_case("config_heads_not_dividing_hidden", Expect::Config, "not divisible by num_attention_heads",
+              R"({"model_type":"llama","vocab_size":16,"hidden_size":10,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":4})");
+  config_case("config_kv_heads_not_dividing", Expect::Config, "must be a multiple of num_key_value_heads",
+              R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":4,"num_key_value_heads":3})");
+  config_case("config_unknown_model_type", Expect::Unsupported, "model_type \"gpt2\" is not supported",
+              R"({"model_type":"gpt2","vocab_size":16})");
+  config_case("config_unsupported_rope", Expect::Unsupported, "rope type \"yarn\" is not supported",
+              R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"rope_scaling":{"rope_type":"yarn","factor":4.0}})");
+  config_case("config_wrong_type", Expect::Format, "key \"hidden_size\" expected an integer, found a string",
+              R"({"model_type":"llama","vocab_size":16,"hidden_size":"8","intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2})");
+  config_case("config_invalid_json", Expect::Format, "invalid JSON", R"({"model_type": "llama",)");
+  config_case("config_missing_key", Expect::Config, "missing required key \"intermediate_size\"",
+              R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":2})");
+  config_case("config_llama3_rope_incomplete", Expect::Config, "requires low_freq_factor",
+              R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"rope_scaling":{"rope_type":"llama3","factor":8.0}})");
+  add("config_missing", Expect::Io, "cannot open", "config.json", {{st, good}}, false);
+  return cases;
+}
+
+}  // namespace ctune::testing

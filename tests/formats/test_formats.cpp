@@ -1,0 +1,172 @@
+// Format readers refuse malformed input with one clear typed error and never crash: every
+// malformed case, a corruption fuzz over a valid file, and writer/reader agreement. Torch-free,
+// so it also runs in the AddressSanitizer build.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "core/error.h"
+#include "io/hf_checkpoint.h"
+#include "io/safetensors.h"
+#include "malformed.h"
+#include "model/config.h"
+
+namespace fs = std::filesystem;
+using namespace ctune;
+using ctune::testing::Expect;
+
+namespace {
+
+const fs::path kRoot = fs::path(CTUNE_TEST_DATA_DIR) / "malformed-inprocess";
+
+// What the CLI does before allocating a model: config, then every checkpoint file.
+void open_model_dir(const fs::path& dir) {
+  model::load_model_config(dir);
+  io::CheckpointReader reader(dir);
+}
+
+bool kind_matches(const Error& e, Expect kind) {
+  switch (kind) {
+    case Expect::Format: return dynamic_cast<const FormatError*>(&e) != nullptr;
+    case Expect::Io: return dynamic_cast<const IoError*>(&e) != nullptr;
+    case Expect::Config: return dynamic_cast<const ConfigError*>(&e) != nullptr;
+    case Expect::Unsupported: return dynamic_cast<const UnsupportedError*>(&e) != nullptr;
+  }
+  return false;
+}
+
+TEST(Malformed, EveryCaseIsRefusedWithOneClearLine) {
+  auto cases = ctune::testing::write_malformed_cases(kRoot);
+  ASSERT_GE(cases.size(), 12u);
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    try {
+      open_model_dir(c.dir);
+      ADD_FAILURE() << c.name << ": accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      std::printf("%-34s %s: %s\n", c.name.c_str(), e.kind(), msg.c_str());
+      EXPECT_TRUE(kind_matches(e, c.kind)) << c.name << ": wrong error kind " << e.kind() << ": " << msg;
+      EXPECT_NE(msg.find(c.message_part), std::string::npos) << c.name << ": " << msg;
+      EXPECT_NE(msg.find(c.file_part), std::string::npos) << c.name << ": message does not name the file: " << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << c.name << ": " << msg;
+    }
+  }
+}
+
+// Random truncations and byte flips of a valid file: either a valid parse or a FormatError.
+TEST(Malformed, CorruptionFuzzNeverCrashes) {
+  const std::string good = ctune::testing::valid_safetensors_bytes();
+  std::mt19937 rng(1234);
+  int refused = 0, accepted = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string bytes = good;
+    if (i % 3 == 0) {
+      bytes.resize(rng() % (good.size() + 1));
+    } else {
+      int flips = 1 + static_cast<int>(rng() % 4);
+      for (int f = 0; f < flips; ++f) bytes[rng() % bytes.size()] = static_cast<char>(rng() & 0xff);
+    }
+    try {
+      auto h = io::parse_safetensors_header(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size(),
+                                            bytes.size(), "fuzz");
+      for (const auto& t : h.tensors) ASSERT_LE(h.data_start() + t.end, bytes.size());
+      ++accepted;
+    } catch (const FormatError&) {
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 1000);
+  std::printf("fuzz: %d refused, %d accepted (payload-only flips)\n", refused, accepted);
+}
+
+TEST(Safetensors, WriterFollowsReferenceLayout) {
+  const fs::path path = fs::path(CTUNE_TEST_DATA_DIR) / "writer_layout.safetensors";
+  std::vector<float> f32(3, 1.5f);
+  std::vector<std::uint16_t> bf16(5, 0x3f80);
+  std::vector<std::int64_t> i64(2, 7);
+  io::write_safetensors(path, {{"z_bf16", io::DType::BF16, {5}, bf16.data(), 10},
+                               {"a_f32", io::DType::F32, {3}, f32.data(), 12},
+                               {"m_i64", io::DType::I64, {1, 2}, i64.data(), 16}});
+  auto file = io::SafetensorsFile::open(path);
+  const auto& h = file->header();
+  EXPECT_EQ(h.header_size % 8, 0u);
+  EXPECT_EQ(h.metadata.at("format"), "pt");
+  ASSERT_EQ(h.tensors.size(), 3u);
+  // Largest alignment first, then by name.
+  EXPECT_EQ(h.tensors[0].name, "m_i64");
+  EXPECT_EQ(h.tensors[1].name, "a_f32");
+  EXPECT_EQ(h.tensors[2].name, "z_bf16");
+  for (const auto& t : h.tensors) EXPECT_EQ((h.data_start() + t.begin) % io::dtype_size(t.dtype), 0u) << t.name;
+  EXPECT_EQ(std::memcmp(file->data(h.tensors[1]), f32.data(), 12), 0);
+  EXPECT_THROW(io::write_safetensors(path, {{"x", io::DType::F32, {3}, f32.data(), 8}}), FormatError);
+  // A failed write leaves the previous file intact and no temporary behind.
+  EXPECT_EQ(io::SafetensorsFile::open(path)->header().tensors.size(), 3u);
+  for (const auto& e : fs::directory_iterator(path.parent_path()))
+    EXPECT_EQ(e.path().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+TEST(Safetensors, EmptyAndScalarTensorsAreValid) {
+  std::string h = R"({"e":{"dtype":"F32","shape":[0,4],"data_offsets":[0,0]},"s":{"dtype":"I64","shape":[],"data_offsets":[0,8]}})";
+  h.append((8 - h.size() % 8) % 8, ' ');
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((h.size() >> (8 * i)) & 0xff);
+  bytes += h + std::string(8, '\0');
+  auto parsed = io::parse_safetensors_header(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size(),
+                                             bytes.size(), "t");
+  EXPECT_EQ(parsed.tensors.size(), 2u);
+  EXPECT_EQ(parsed.find("s")->numel(), 1u);
+  EXPECT_EQ(parsed.find("e")->numel(), 0u);
+}
+
+TEST(Checkpoint, ShardPlanAndNames) {
+  std::size_t n = 0;
+  auto plan = io::plan_shards({40, 40, 40, 200, 10}, 100, &n);
+  EXPECT_EQ(n, 4u);
+  EXPECT_EQ(plan, (std::vector<std::size_t>{0, 0, 1, 2, 3}));  // 200 > limit gets its own shard
+  EXPECT_EQ(io::shard_file_name(1, 4), "model-00002-of-00004.safetensors");
+  EXPECT_EQ(io::shard_file_name(0, 1), "model.safetensors");
+  EXPECT_EQ(io::parse_byte_size("5GB", "x"), 5'000'000'000ull);
+  EXPECT_EQ(io::parse_byte_size("2GiB", "x"), 2ull << 30);
+  EXPECT_EQ(io::parse_byte_size("300", "x"), 300ull);
+  EXPECT_THROW(io::parse_byte_size("5XB", "x"), ConfigError);
+  EXPECT_THROW(io::parse_byte_size("0", "x"), ConfigError);
+  EXPECT_THROW(io::parse_byte_size("", "x"), ConfigError);
+}
+
+TEST(Config, ReadsBothSpellingsOfDtypeAndRope) {
+  auto v4 = model::parse_model_config(
+      Json::parse(R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"intermediate_size":16,
+        "num_hidden_layers":1,"num_attention_heads":2,"torch_dtype":"bfloat16","rope_theta":500000.0,
+        "rope_scaling":{"type":"llama3","factor":32.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
+        "original_max_position_embeddings":8192}})"),
+      "v4");
+  EXPECT_EQ(v4.dtype, "bfloat16");
+  EXPECT_EQ(v4.rope.type, "llama3");
+  EXPECT_EQ(v4.rope.theta, 500000.0);
+  EXPECT_EQ(v4.num_key_value_heads, 2);
+  EXPECT_EQ(v4.head_dim, 4);
+  auto v5 = model::parse_model_config(
+      Json::parse(R"({"model_type":"qwen2","vocab_size":16,"hidden_size":8,"intermediate_size":16,
+        "num_hidden_layers":1,"num_attention_heads":2,"num_key_value_heads":1,"dtype":"float16",
+        "rope_parameters":{"rope_type":"default","rope_theta":1000000.0},"sliding_window":4,
+        "use_sliding_window":false})"),
+      "v5");
+  EXPECT_EQ(v5.dtype, "float16");
+  EXPECT_EQ(v5.rope.theta, 1000000.0);
+  EXPECT_TRUE(v5.qkv_bias);
+  EXPECT_FALSE(v5.o_bias);
+  EXPECT_FALSE(v5.sliding_window.has_value()) << "Qwen2 ignores sliding_window unless use_sliding_window";
+  // Llama-3.2-1B's published shape: 1,235,814,400 parameters.
+  auto l32 = model::parse_model_config(
+      Json::parse(R"({"model_type":"llama","vocab_size":128256,"hidden_size":2048,"intermediate_size":8192,
+        "num_hidden_layers":16,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":64,
+        "tie_word_embeddings":true})"),
+      "l32");
+  EXPECT_EQ(l32.parameter_count(), 1235814400);
+}
+
+}  // namespace
