@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -29,8 +30,8 @@ const Tokenizer& tokenizer(const std::string& name) {
 }
 
 // Compares ids for every corpus string; prints the first few mismatches in full.
-void expect_same_ids(const std::string& name, const Json& reference, bool add_special, std::size_t stride) {
-  const auto corpus = load_corpus();
+void expect_same_ids(const std::string& name, const Json& reference, bool add_special, std::size_t stride,
+                     const std::vector<std::string>& corpus = load_corpus()) {
   ASSERT_EQ(reference.size(), corpus.size()) << "reference is stale: rerun the fixture";
   std::size_t compared = 0, mismatches = 0;
   for (std::size_t i = 0; i < corpus.size(); i += stride) {
@@ -61,6 +62,17 @@ TEST_P(GoldenHf, EncodeWithSpecialTokensMatchesReference) {
   Json ref = load_reference(data_dir() / "hf-reference" / (GetParam() + ".json"));
   if (ref.is_null()) return;
   expect_same_ids(GetParam(), ref["special"], true, 3);  // every third string
+}
+
+// 5000 random strings over all of Unicode 14 (make_fuzz_corpus.py, written by the fixture).
+TEST_P(GoldenHf, RandomStringsMatchReference) {
+  Json ref = load_reference(data_dir() / "hf-fuzz" / (GetParam() + ".json"));
+  if (ref.is_null()) return;
+  std::vector<std::string> strings;
+  std::ifstream in(data_dir() / "fuzz.jsonl");
+  for (std::string line; std::getline(in, line);)
+    strings.push_back(parse_json(line, "fuzz.jsonl").get<std::string>());
+  expect_same_ids(GetParam(), ref["plain"], false, 1, strings);
 }
 
 TEST_P(GoldenHf, DecodeMatchesReference) {
