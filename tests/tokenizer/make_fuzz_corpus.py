@@ -11,6 +11,7 @@ classified differently by the JavaScript reference (see test_pre_tokenizers.cpp)
 and /usr/bin/python3's unicodedata make the output identical on every run.
 """
 import json
+import os
 import random
 import sys
 import unicodedata
@@ -26,6 +27,7 @@ def main():
     pool = [c for c in range(0x20, 0x30000)
             if unicodedata.category(chr(c)) not in ("Cn", "Cs", "Co")]
     rng = random.Random(7)
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w", encoding="utf-8") as f:
         for _ in range(count):
             parts = []

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Configures and builds ctune (Release) into ./build, or the directory given as $1.
+# Extra CMake arguments follow the directory, e.g. scripts/build.sh build-asan -DCTUNE_SANITIZE=ON
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${1:-build}
+shift || true
+GENERATOR=()
+command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  cmake -S . -B "$BUILD_DIR" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
+else
+  cmake -S . -B "$BUILD_DIR" "$@" >/dev/null
+fi
+JOBS=${CTUNE_JOBS:-$(nproc)}
+cmake --build "$BUILD_DIR" -j "$JOBS" ${CTUNE_TARGETS:+--target $CTUNE_TARGETS}

@@ -1,0 +1,106 @@
+// `ctune info DIR`: architecture, parameter count, dtypes and bytes of a checkpoint, read from
+// config.json and the safetensors headers only (no tensor is loaded).
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <map>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/json.h"
+#include "io/hf_checkpoint.h"
+#include "model/config.h"
+
+namespace ctune::cli {
+
+namespace {
+
+struct InfoOptions {
+  std::string dir;
+  bool json = false;
+};
+
+std::string human_bytes(std::uint64_t b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), u ? "%.2f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
+int run_info(const InfoOptions& o) {
+  auto config = model::load_model_config(o.dir);
+  io::CheckpointReader checkpoint(o.dir);
+  std::uint64_t params = 0, bytes = 0;
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_dtype;  // dtype -> (params, bytes)
+  for (const auto& [name, ref] : checkpoint.tensors()) {
+    auto& slot = by_dtype[io::dtype_name(ref.info->dtype)];
+    slot.first += ref.info->numel();
+    slot.second += ref.info->nbytes();
+    params += ref.info->numel();
+    bytes += ref.info->nbytes();
+  }
+  const auto& c = config;
+  char rope[128];
+  std::snprintf(rope, sizeof(rope), "%s, theta %g", c.rope.type.c_str(), c.rope.theta);
+  if (c.rope.type != "default") std::snprintf(rope + std::strlen(rope), sizeof(rope) - std::strlen(rope), ", factor %g", c.rope.factor);
+
+  if (o.json) {
+    Json dtypes = Json::object();
+    for (const auto& [name, v] : by_dtype) dtypes[name] = {{"parameters", v.first}, {"bytes", v.second}};
+    Json out = {{"model_type", c.model_type},
+                {"layers", c.num_hidden_layers},
+                {"hidden_size", c.hidden_size},
+                {"intermediate_size", c.intermediate_size},
+                {"num_attention_heads", c.num_attention_heads},
+                {"num_key_value_heads", c.num_key_value_heads},
+                {"head_dim", c.head_dim},
+                {"vocab_size", c.vocab_size},
+                {"tie_word_embeddings", c.tie_word_embeddings},
+                {"rope", {{"type", c.rope.type}, {"theta", c.rope.theta}, {"factor", c.rope.factor}}},
+                {"parameters", params},
+                {"bytes", bytes},
+                {"tensors", checkpoint.tensors().size()},
+                {"files", checkpoint.files().size()},
+                {"dtypes", dtypes}};
+    std::cout << out.dump(2) << std::endl;
+    return 0;
+  }
+  std::printf("%-22s %s\n", "model_type", c.model_type.c_str());
+  std::printf("%-22s %lld layers, hidden %lld, intermediate %lld\n", "architecture", (long long)c.num_hidden_layers,
+              (long long)c.hidden_size, (long long)c.intermediate_size);
+  std::printf("%-22s %lld query / %lld key-value heads, head_dim %lld%s\n", "attention", (long long)c.num_attention_heads,
+              (long long)c.num_key_value_heads, (long long)c.head_dim,
+              c.qkv_bias ? ", q/k/v bias" : "");
+  std::printf("%-22s %lld%s\n", "vocab", (long long)c.vocab_size, c.tie_word_embeddings ? " (tied embeddings)" : "");
+  std::printf("%-22s %s\n", "rope", rope);
+  std::printf("%-22s %llu (%.3f B)\n", "parameters", (unsigned long long)params, params / 1e9);
+  std::printf("%-22s %s in %zu tensors, %zu file%s\n", "weights", human_bytes(bytes).c_str(), checkpoint.tensors().size(),
+              checkpoint.files().size(), checkpoint.files().size() == 1 ? "" : "s");
+  for (const auto& [name, v] : by_dtype) {
+    std::printf("%-22s %llu parameters, %s\n", ("  " + name).c_str(), (unsigned long long)v.first, human_bytes(v.second).c_str());
+  }
+  if (static_cast<std::int64_t>(params) != c.parameter_count()) {
+    std::printf("note: config.json implies %lld parameters; the files hold %llu\n", (long long)c.parameter_count(),
+                (unsigned long long)params);
+  }
+  return 0;
+}
+
+}  // namespace
+
+CLI::App* add_info_command(CLI::App& app, Action& run) {
+  auto opts = std::make_shared<InfoOptions>();
+  auto* cmd = app.add_subcommand("info", "Architecture, parameter count, dtypes and weight bytes of a checkpoint");
+  cmd->add_option("dir", opts->dir, "Hugging Face model directory")->required();
+  cmd->add_flag("--json", opts->json, "Print the same facts as JSON");
+  cmd->callback([opts, &run] { run = [opts] { return run_info(*opts); }; });
+  return cmd;
+}
+
+}  // namespace ctune::cli

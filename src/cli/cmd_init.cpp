@@ -1,0 +1,89 @@
+// `ctune init`: a random-initialised checkpoint in Hugging Face layout from a config.json,
+// optionally with a tokenizer, for training from scratch and for tests.
+#include <filesystem>
+#include <fstream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/json.h"
+#include "core/log.h"
+#include "io/file.h"
+#include "io/hf_checkpoint.h"
+#include "model/weights.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ctune::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+struct InitOptions {
+  std::string config_path;
+  std::string out;
+  std::uint64_t seed = 0;
+  std::string dtype;  // empty: the config's own dtype
+  std::string tokenizer;
+  std::string shard_size = "5GB";
+  bool overwrite = false;
+};
+
+// Copies the tokenizer files a model directory carries, from `source` into `dest`.
+void copy_tokenizer_files(const fs::path& source, const fs::path& dest) {
+  static const char* kFiles[] = {"tokenizer.json", "tokenizer.model", "tokenizer_config.json",
+                                 "special_tokens_map.json", "generation_config.json"};
+  bool any = false;
+  for (const char* name : kFiles) {
+    std::error_code ec;
+    if (!fs::exists(source / name, ec)) continue;
+    fs::copy_file(source / name, dest / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) throw IoError((source / name).string() + ": cannot copy (" + ec.message() + ")");
+    any = any || std::string(name) == "tokenizer.json" || std::string(name) == "tokenizer.model";
+  }
+  if (!any) throw IoError(source.string() + ": --tokenizer: no tokenizer.json or tokenizer.model found");
+}
+
+int run_init(const InitOptions& o) {
+  const fs::path config_path(o.config_path);
+  auto config = model::parse_model_config(read_json_file(config_path), config_path.string());
+  const auto dtype = model::parse_dtype(o.dtype.empty() ? config.dtype : o.dtype, o.dtype.empty() ? config_path.string() + ": dtype" : "--dtype");
+  model::SaveOptions save;
+  save.max_shard_bytes = io::parse_byte_size(o.shard_size, "--shard-size");
+  save.overwrite = o.overwrite;
+
+  model::CausalLM lm(config, dtype);
+  model::init_weights(lm, o.seed);
+  model::save_causal_lm(lm, o.out, save, [&](const fs::path& staging) {
+    if (o.tokenizer.empty()) return;
+    if (o.tokenizer == "byte") {
+      tok::write_byte_tokenizer(staging);
+    } else {
+      copy_tokenizer_files(o.tokenizer, staging);
+    }
+    auto tokenizer = tok::load_tokenizer(staging);
+    if (static_cast<std::int64_t>(tokenizer->vocab_size()) > config.vocab_size) {
+      throw ConfigError("--tokenizer: tokenizer has " + std::to_string(tokenizer->vocab_size()) +
+                        " tokens but config vocab_size is " + std::to_string(config.vocab_size) +
+                        " (expected vocab_size >= tokenizer size)");
+    }
+  });
+  spdlog::info("wrote {} ({} parameters, {}, seed {})", o.out, config.parameter_count(), model::dtype_to_hf(dtype), o.seed);
+  return 0;
+}
+
+}  // namespace
+
+CLI::App* add_init_command(CLI::App& app, Action& run) {
+  auto opts = std::make_shared<InitOptions>();
+  auto* cmd = app.add_subcommand("init", "Write a random-initialised checkpoint (Hugging Face layout) from a config.json");
+  cmd->add_option("--config", opts->config_path, "config.json describing the architecture")->required();
+  cmd->add_option("--out", opts->out, "Output directory (created atomically)")->required();
+  cmd->add_option("--seed", opts->seed, "Random seed for the weights");
+  cmd->add_option("--dtype", opts->dtype, "Storage dtype: bf16, fp16 or fp32 (default: the config's dtype)");
+  cmd->add_option("--tokenizer", opts->tokenizer, "\"byte\" (a byte-level tokenizer) or a directory to copy tokenizer files from");
+  cmd->add_option("--shard-size", opts->shard_size, "Largest shard, e.g. 5GB, 200MB, 2GiB (HF naming and index beyond one shard)");
+  cmd->add_flag("--overwrite", opts->overwrite, "Replace an existing non-empty output directory");
+  cmd->callback([opts, &run] { run = [opts] { return run_init(*opts); }; });
+  return cmd;
+}
+
+}  // namespace ctune::cli

@@ -1,0 +1,18 @@
+// Subcommands of the `ctune` binary. Each add_* registers its options on `app` and returns
+// the subcommand; when the subcommand is chosen, main() calls the function stored in `run`.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace ctune::cli {
+
+using Action = std::function<int()>;
+
+CLI::App* add_init_command(CLI::App& app, Action& run);
+CLI::App* add_score_command(CLI::App& app, Action& run);
+CLI::App* add_tokenize_command(CLI::App& app, Action& run);
+CLI::App* add_info_command(CLI::App& app, Action& run);
+
+}  // namespace ctune::cli

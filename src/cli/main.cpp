@@ -1,0 +1,67 @@
+// ctune: one binary, one subcommand per user journey. Errors from every layer are caught
+// here and printed as one line on stderr with a non-zero exit.
+#include <ATen/Parallel.h>
+#include <c10/util/Exception.h>
+
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/threads.h"
+
+namespace {
+
+// Library messages are one line by construction; c10 messages may carry a backtrace.
+std::string first_line(const std::string& text) {
+  auto end = text.find('\n');
+  return end == std::string::npos ? text : text.substr(0, end);
+}
+
+int fail(const std::string& kind, const std::string& message) {
+  std::cerr << "ctune: " << kind << ": " << first_line(message) << std::endl;
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ctune: fine-tune, score and export Llama-family models (Hugging Face checkpoints)"};
+  app.require_subcommand(1);
+  app.fallthrough();  // global options may also follow the subcommand
+  std::string threads = "auto";
+  std::string log_level = "info";
+  // Global options may be repeated (scripts append overrides): the last one wins.
+  app.add_option("--threads", threads, "Intra-op threads: a count or \"auto\" (the cores available)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off (logs go to stderr)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+
+  ctune::cli::Action run;
+  ctune::cli::add_init_command(app, run);
+  ctune::cli::add_score_command(app, run);
+  ctune::cli::add_tokenize_command(app, run);
+  ctune::cli::add_info_command(app, run);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "ctune: usage error: " << first_line(e.what()) << " (see ctune --help)" << std::endl;
+    return 2;
+  }
+  try {
+    ctune::init_logging(log_level);
+    at::set_num_threads(ctune::parse_thread_count(threads, "--threads"));
+    return run();
+  } catch (const ctune::Error& e) {
+    return fail(e.kind(), e.what());
+  } catch (const c10::Error& e) {
+    return fail("error", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return fail("error", e.what());
+  }
+}

@@ -1,0 +1,187 @@
+// The real `ctune` binary, as a user runs it: help on every subcommand, init -> info -> score
+// on a fresh random model, score --json against the PyTorch reference, and one clear error
+// line with a non-zero exit for every malformed checkpoint and bad argument.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/json.h"
+#include "malformed.h"
+
+namespace fs = std::filesystem;
+using ctune::Json;
+
+namespace {
+
+const fs::path kData = CTUNE_TEST_DATA_DIR;
+const std::string kCtune = CTUNE_BINARY;
+
+struct Run {
+  int status = -1;     // exit code, or 128 + signal
+  std::string out;     // stdout
+  std::string err;     // stderr
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+Run ctune(const std::vector<std::string>& args) {
+  // Per-process names: CTest runs these tests in parallel processes.
+  const std::string tag = std::to_string(::getpid());
+  const fs::path out = kData / ("cli-stdout-" + tag + ".txt"), err = kData / ("cli-stderr-" + tag + ".txt");
+  std::string cmd = quote(kCtune) + " --threads 2";
+  for (const auto& a : args) cmd += " " + quote(a);
+  cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
+  int raw = std::system(cmd.c_str());
+  Run r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  fs::remove(out);
+  fs::remove(err);
+  return r;
+}
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+void expect_one_line_failure(const Run& r, const std::string& must_contain, const std::string& context) {
+  EXPECT_EQ(r.status, 1) << context << ": " << r.err;
+  EXPECT_EQ(lines(r.err), 1) << context << ": expected exactly one error line, got:\n" << r.err;
+  EXPECT_EQ(r.err.rfind("ctune: ", 0), 0u) << context << ": " << r.err;
+  EXPECT_NE(r.err.find(must_contain), std::string::npos) << context << ": " << r.err;
+  EXPECT_TRUE(r.out.empty()) << context << ": unexpected stdout " << r.out;
+}
+
+TEST(Cli, HelpOnEverySubcommand) {
+  for (const std::string sub : {"", "init", "score", "tokenize", "info"}) {
+    auto r = sub.empty() ? ctune({"--help"}) : ctune({sub, "--help"});
+    EXPECT_EQ(r.status, 0) << sub << r.err;
+    EXPECT_NE(r.out.find("Usage"), std::string::npos) << sub;
+  }
+}
+
+TEST(Cli, InitInfoScoreOnARandomModel) {
+  const fs::path dir = kData / "cli-tiny";
+  const fs::path config = kData / "cli-tiny-config.json";
+  std::ofstream(config) << R"({"model_type": "llama", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": true,
+    "torch_dtype": "float32"})";
+  fs::remove_all(dir);
+  auto init = ctune({"init", "--config", config.string(), "--out", dir.string(), "--seed", "7", "--tokenizer", "byte",
+                     "--dtype", "bf16"});
+  ASSERT_EQ(init.status, 0) << init.err;
+  EXPECT_TRUE(fs::exists(dir / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "tokenizer.json"));
+  EXPECT_EQ(ctune::read_json_file(dir / "config.json")["torch_dtype"], "bfloat16");
+
+  auto info = ctune({"info", dir.string(), "--json"});
+  ASSERT_EQ(info.status, 0) << info.err;
+  Json j = Json::parse(info.out);
+  // 320*64 embeddings (tied) + 2 layers * (attn 64*64*2 + 64*32*2, mlp 3*64*128, norms 2*64) + final norm
+  EXPECT_EQ(j["parameters"], 320 * 64 + 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64) + 64);
+  EXPECT_EQ(j["dtypes"]["BF16"]["bytes"], 2 * j["parameters"].get<std::int64_t>());
+
+  // --json prints exactly {"nll": [T-1], "argmax": [T]} and nothing else on stdout.
+  auto score = ctune({"score", "--model", dir.string(), "--text", "Hello, ctune!", "--json"});
+  ASSERT_EQ(score.status, 0) << score.err;
+  EXPECT_EQ(lines(score.out), 1);
+  EXPECT_EQ(score.out.rfind("{\"nll\":[", 0), 0u) << score.out;
+  Json s = Json::parse(score.out);
+  ASSERT_EQ(s.size(), 2u);
+  const auto T = s["argmax"].size();
+  EXPECT_EQ(T, 14u);  // <s> + 13 bytes
+  EXPECT_EQ(s["nll"].size(), T - 1);
+  for (const auto& v : s["nll"]) EXPECT_TRUE(v.is_number() && v.get<double>() > 0);
+  // Same seed, same weights: init is deterministic.
+  const fs::path again = kData / "cli-tiny-again";
+  fs::remove_all(again);
+  ASSERT_EQ(ctune({"init", "--config", config.string(), "--out", again.string(), "--seed", "7", "--dtype", "bf16"}).status, 0);
+  EXPECT_EQ(slurp(dir / "model.safetensors"), slurp(again / "model.safetensors"));
+
+  // Refuses to write over a non-empty directory, and leaves it untouched.
+  auto clobber = ctune({"init", "--config", config.string(), "--out", dir.string()});
+  expect_one_line_failure(clobber, "not empty", "init over existing dir");
+  EXPECT_TRUE(fs::exists(dir / "tokenizer.json"));
+  // A failure after the weights were written leaves no directory behind.
+  const fs::path partial = kData / "cli-partial";
+  fs::remove_all(partial);
+  const fs::path no_tokenizer = kData / "cli-no-tokenizer";
+  fs::create_directories(no_tokenizer);
+  auto bad_tok = ctune({"init", "--config", config.string(), "--out", partial.string(), "--tokenizer", no_tokenizer.string()});
+  expect_one_line_failure(bad_tok, "no tokenizer.json or tokenizer.model", "init with bad tokenizer");
+  EXPECT_FALSE(fs::exists(partial));
+  for (const auto& e : fs::directory_iterator(kData))
+    EXPECT_EQ(e.path().filename().string().find("cli-partial.partial"), std::string::npos) << e.path();
+}
+
+TEST(Cli, ScoreJsonMatchesPyTorchReference) {
+  for (const std::string name : {"llama_gqa_tied_bf16", "llama_sharded_linear"}) {
+    Json ref = ctune::read_json_file(kData / "models" / (name + ".reference.json"));
+    std::string ids;
+    for (const auto& id : ref["ids"]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<std::int64_t>());
+    auto r = ctune({"score", "--model", (kData / "models" / name).string(), "--ids", ids, "--json"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    Json got = Json::parse(r.out);
+    ASSERT_EQ(got["nll"].size(), ref["nll"].size());
+    for (std::size_t t = 0; t < ref["nll"].size(); ++t) {
+      ASSERT_NEAR(got["nll"][t].get<double>(), ref["nll"][t].get<double>(), 1e-4) << name << " position " << t;
+    }
+    EXPECT_EQ(got["argmax"], ref["argmax"]) << name;
+  }
+}
+
+TEST(Cli, MalformedCheckpointsGiveOneLineAndExitOne) {
+  auto cases = ctune::testing::write_malformed_cases(kData / "malformed-cli");
+  ASSERT_GE(cases.size(), 12u);
+  // Each run costs ~0.5 s of LibTorch start-up: every case through `info`, a sample through `score`.
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& c = cases[i];
+    auto info = ctune({"info", c.dir.string()});
+    expect_one_line_failure(info, c.message_part, "info " + c.name);
+    EXPECT_NE(info.err.find(c.file_part), std::string::npos) << c.name << ": " << info.err;
+    if (i % 5 != 0) continue;
+    auto score = ctune({"score", "--model", c.dir.string(), "--ids", "1,2,3", "--json"});
+    expect_one_line_failure(score, c.message_part, "score " + c.name);
+  }
+}
+
+TEST(Cli, BadArgumentsAreRefused) {
+  const std::string model = (kData / "models" / "llama_mha_fp32").string();
+  expect_one_line_failure(ctune({"score", "--model", model, "--ids", "1,x,3"}), "\"x\" at item 2", "bad ids");
+  expect_one_line_failure(ctune({"score", "--model", model, "--ids", "1,2,300"}), "outside the vocabulary",
+                          "id out of range");
+  expect_one_line_failure(ctune({"score", "--model", model, "--ids", "1,2", "--dtype", "fp8"}), "--dtype",
+                          "bad dtype");
+  expect_one_line_failure(ctune({"score", "--model", (kData / "nope").string(), "--ids", "1"}), "nope",
+                          "missing model");
+  expect_one_line_failure(ctune({"--threads", "lots", "info", model}), "--threads", "bad threads");
+  // Usage errors: one line, exit 2.
+  for (const auto& args : std::vector<std::vector<std::string>>{{"score", "--model", model},
+                                                                 {"score", "--model", model, "--text", "a", "--ids", "1"},
+                                                                 {"frobnicate"},
+                                                                 {"info"}}) {
+    auto r = ctune(args);
+    EXPECT_EQ(r.status, 2) << args[0] << ": " << r.err;
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("ctune: usage error: ", 0), 0u) << r.err;
+  }
+}
+
+}  // namespace
