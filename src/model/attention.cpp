@@ -38,18 +38,26 @@ double lowest_finite(at::ScalarType dtype) {
 }  // namespace
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                  const at::Tensor& mask) {
+                                  const at::Tensor& mask, LayerCache* cache) {
   const auto B = x.size(0), T = x.size(1);
   auto q = q_proj->forward(x).view({B, T, num_heads, head_dim}).transpose(1, 2);
   auto k = k_proj->forward(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
   auto v = v_proj->forward(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
   q = apply_rope(q, cos, sin);
   k = apply_rope(k, cos, sin);
+  if (cache) {
+    if (cache->k.defined()) {
+      k = at::cat({cache->k, k}, 2);
+      v = at::cat({cache->v, v}, 2);
+    }
+    cache->k = k;
+    cache->v = v;
+  }
   const auto groups = num_heads / num_kv_heads;
   k = repeat_kv(k, groups);
   v = repeat_kv(v, groups);
 
-  // scores: [B, nh, T, T]. Masked scores get the dtype's lowest value rather than -inf, so a
+  // scores: [B, nh, T, T_past + T]. Masked scores get the dtype's lowest value rather than -inf, so a
   // fully masked row (a padding query) gives finite uniform weights instead of NaN.
   auto scores = at::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
   scores = scores.masked_fill(mask.logical_not(), at::Scalar(lowest_finite(scores.scalar_type())));
@@ -59,13 +67,17 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   return o_proj->forward(out);
 }
 
-at::Tensor build_attention_mask(std::int64_t batch, std::int64_t length, const at::Tensor& attention_mask,
-                                const at::Device& device) {
-  auto causal = at::ones({length, length}, at::TensorOptions().dtype(at::kBool).device(device)).tril();
-  auto mask = causal.view({1, 1, length, length}).expand({batch, 1, length, length});
-  if (attention_mask.defined()) {
-    auto keys = attention_mask.to(device).to(at::kBool).view({batch, 1, 1, length});
-    mask = mask & keys;
+at::Tensor build_attention_mask(std::int64_t batch, std::int64_t query_length, std::int64_t key_length,
+                                const at::Tensor& key_mask, const at::Tensor& segment_ids, const at::Device& device) {
+  const auto options = at::TensorOptions().dtype(at::kLong).device(device);
+  auto q_pos = at::arange(key_length - query_length, key_length, options).view({query_length, 1});
+  auto k_pos = at::arange(key_length, options).view({1, key_length});
+  auto mask = (k_pos <= q_pos).view({1, 1, query_length, key_length}).expand({batch, 1, query_length, key_length});
+  if (key_mask.defined()) mask = mask & key_mask.to(device).to(at::kBool).view({batch, 1, 1, key_length});
+  if (segment_ids.defined()) {
+    auto seg = segment_ids.to(device);
+    auto same = seg.view({batch, 1, query_length, 1}) == seg.view({batch, 1, 1, key_length});
+    mask = mask & same & (seg != 0).view({batch, 1, 1, key_length});
   }
   return mask;
 }

@@ -11,20 +11,29 @@
 
 namespace ctune::model {
 
+// Keys and values of the positions seen so far, for incremental decoding.
+struct LayerCache {
+  at::Tensor k, v;  // [B, nkv, T_past, d] after rope; undefined before the first step
+};
+
 class AttentionImpl : public torch::nn::Module {
  public:
   AttentionImpl(const ModelConfig& config, at::ScalarType dtype);
 
-  // x: [B, T, H]; cos/sin: [B, T, d]; mask: [B, 1, T, T] bool, true = may attend.
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
+  // x: [B, T, H]; cos/sin: [B, T, d]; mask: [B, 1, T, T_past + T] bool, true = may attend.
+  // With a cache, the new keys/values are appended to it and attention covers all of them.
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
+                     LayerCache* cache = nullptr);
 
   std::int64_t num_heads, num_kv_heads, head_dim;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 };
 TORCH_MODULE(Attention);
 
-// Bool mask [B, 1, T, T]: causal, and keys at padding positions (attention_mask == 0) hidden.
-at::Tensor build_attention_mask(std::int64_t batch, std::int64_t length, const at::Tensor& attention_mask,
-                                const at::Device& device);
+// Bool mask [B, 1, Tq, Tk] for queries at positions Tk-Tq .. Tk-1 over keys 0 .. Tk-1: causal;
+// keys where key_mask [B, Tk] is 0 (padding) hidden; with segment_ids [B, T] (Tq == Tk; packed
+// documents, 0 = padding) a query sees only keys of its own segment.
+at::Tensor build_attention_mask(std::int64_t batch, std::int64_t query_length, std::int64_t key_length,
+                                const at::Tensor& key_mask, const at::Tensor& segment_ids, const at::Device& device);
 
 }  // namespace ctune::model

@@ -10,7 +10,10 @@ LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias, at::Sc
   if (with_bias) bias = register_parameter("bias", at::empty({out}, at::TensorOptions().dtype(dtype)));
 }
 
-at::Tensor LinearImpl::forward(const at::Tensor& x) { return at::linear(x, weight, bias); }
+at::Tensor LinearImpl::forward(const at::Tensor& x) {
+  auto y = at::linear(x, weight, bias);
+  return adapter ? adapter->apply(x, y) : y;
+}
 
 EmbeddingImpl::EmbeddingImpl(std::int64_t n, std::int64_t dim, at::ScalarType dtype) {
   weight = register_parameter("weight", at::empty({n, dim}, at::TensorOptions().dtype(dtype)));

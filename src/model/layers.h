@@ -8,6 +8,16 @@
 
 namespace ctune::model {
 
+// Something attached to a Linear that changes its output: LoRA (peft/) adds B·A·x. Its
+// parameters are registered as children of the Linear ("lora_A", "lora_B"), so they carry
+// PEFT's names (model.layers.0.self_attn.q_proj.lora_A.weight).
+class LinearAdapter {
+ public:
+  virtual ~LinearAdapter() = default;
+  // x: the layer input [.., in]; base: x W^T + b [.., out]. Returns the layer output.
+  virtual at::Tensor apply(const at::Tensor& x, const at::Tensor& base) = 0;
+};
+
 // y = x W^T (+ b). weight: [out, in], as nn.Linear stores it.
 class LinearImpl : public torch::nn::Module {
  public:
@@ -16,6 +26,7 @@ class LinearImpl : public torch::nn::Module {
 
   std::int64_t in_features, out_features;
   at::Tensor weight, bias;
+  std::shared_ptr<LinearAdapter> adapter;  // null: a plain linear layer
 };
 TORCH_MODULE(Linear);
 

@@ -25,8 +25,8 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, at::ScalarType dtype) {
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                     const at::Tensor& mask) {
-  auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask);
+                                     const at::Tensor& mask, LayerCache* cache) {
+  auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
@@ -38,12 +38,15 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, at::ScalarType dtype) {
   inv_freq = rope_inv_freq(c);
 }
 
-at::Tensor DecoderImpl::forward(const at::Tensor& ids, const at::Tensor& attention_mask, const at::Tensor& position_ids) {
-  const auto B = ids.size(0), T = ids.size(1);
-  auto x = embed_tokens->forward(ids);
-  auto [cos, sin] = rope_cos_sin(inv_freq, position_ids, x.scalar_type());
-  auto mask = build_attention_mask(B, T, attention_mask, ids.device());
-  for (const auto& layer : *layers) x = layer->as<DecoderLayer>()->forward(x, cos, sin, mask);
+at::Tensor DecoderImpl::forward(const ForwardInputs& in) {
+  const auto B = in.input_ids.size(0), T = in.input_ids.size(1);
+  const auto past = in.cache ? in.cache->length() : 0;
+  auto x = embed_tokens->forward(in.input_ids);
+  auto [cos, sin] = rope_cos_sin(inv_freq, in.position_ids, x.scalar_type());
+  auto mask = build_attention_mask(B, T, past + T, in.attention_mask, in.segment_ids, in.input_ids.device());
+  for (std::size_t i = 0; i < layers->size(); ++i) {
+    x = layers[i]->as<DecoderLayer>()->forward(x, cos, sin, mask, in.cache ? &in.cache->layers[i] : nullptr);
+  }
   return norm->forward(x);
 }
 
@@ -54,25 +57,45 @@ CausalLMImpl::CausalLMImpl(ModelConfig config, at::ScalarType dtype) : config_(s
   }
 }
 
-const at::Tensor& CausalLMImpl::head_weight() const {
-  return lm_head ? lm_head->weight : model->embed_tokens->weight;
+at::Tensor CausalLMImpl::head(const at::Tensor& hidden) {
+  return lm_head ? lm_head->forward(hidden) : at::linear(hidden, model->embed_tokens->weight);
+}
+
+at::Tensor CausalLMImpl::hidden(ForwardInputs in) {
+  TORCH_CHECK(in.input_ids.dim() == 2, "input ids must be [batch, length], got ", in.input_ids.sizes());
+  TORCH_CHECK(!(in.cache && in.segment_ids.defined()), "packed segments cannot be decoded with a KV cache");
+  if (!in.position_ids.defined()) {
+    const auto B = in.input_ids.size(0), T = in.input_ids.size(1);
+    const auto past = in.cache ? in.cache->length() : 0;
+    if (in.attention_mask.defined()) {
+      // Left padding: real tokens count from 0; padding positions are clamped to 0.
+      auto counted = (in.attention_mask.to(at::kLong).cumsum(-1) - 1).clamp_min(0);
+      in.position_ids = counted.narrow(1, counted.size(1) - T, T);
+    } else {
+      in.position_ids = at::arange(past, past + T, at::TensorOptions().dtype(at::kLong).device(in.input_ids.device()))
+                            .unsqueeze(0)
+                            .expand({B, T});
+    }
+  }
+  return model->forward(in);
+}
+
+at::Tensor CausalLMImpl::logits(ForwardInputs in) {
+  return head(hidden(std::move(in)));
 }
 
 at::Tensor CausalLMImpl::forward(const at::Tensor& ids, const at::Tensor& attention_mask, const at::Tensor& position_ids) {
-  TORCH_CHECK(ids.dim() == 2, "input ids must be [batch, length], got ", ids.sizes());
-  at::Tensor positions = position_ids;
-  if (!positions.defined()) {
-    if (attention_mask.defined()) {
-      // Left padding: real tokens count from 0; padding positions are clamped to 0.
-      positions = (attention_mask.to(at::kLong).cumsum(-1) - 1).clamp_min(0);
-    } else {
-      positions = at::arange(ids.size(1), at::TensorOptions().dtype(at::kLong).device(ids.device()))
-                      .unsqueeze(0)
-                      .expand({ids.size(0), ids.size(1)});
-    }
-  }
-  auto hidden = model->forward(ids, attention_mask, positions);
-  return at::linear(hidden, head_weight());
+  ForwardInputs in;
+  in.input_ids = ids;
+  in.attention_mask = attention_mask;
+  in.position_ids = position_ids;
+  return logits(std::move(in));
+}
+
+KVCache CausalLMImpl::new_cache() const {
+  KVCache cache;
+  cache.layers.resize(static_cast<std::size_t>(config_.num_hidden_layers));
+  return cache;
 }
 
 at::ScalarType parse_dtype(const std::string& name, const std::string& where) {

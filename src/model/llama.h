@@ -23,11 +23,27 @@ class MLPImpl : public torch::nn::Module {
 };
 TORCH_MODULE(MLP);
 
+// Keys and values of every layer for incremental decoding.
+struct KVCache {
+  std::vector<LayerCache> layers;
+  std::int64_t length() const { return layers.empty() || !layers[0].k.defined() ? 0 : layers[0].k.size(2); }
+};
+
+// What one forward pass sees.
+struct ForwardInputs {
+  at::Tensor input_ids;       // [B, T] int64
+  at::Tensor attention_mask;  // [B, T_past + T]: 1 token, 0 padding (optional)
+  at::Tensor position_ids;    // [B, T] (optional: derived from the mask or the cache length)
+  at::Tensor segment_ids;     // [B, T] packed documents, 0 = padding (optional; not with a cache)
+  KVCache* cache = nullptr;   // appended to when given
+};
+
 // Pre-norm block: h = x + attn(norm(x)); out = h + mlp(norm(h)).
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, at::ScalarType dtype);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
+                     LayerCache* cache = nullptr);
 
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
@@ -39,8 +55,8 @@ TORCH_MODULE(DecoderLayer);
 class DecoderImpl : public torch::nn::Module {
  public:
   DecoderImpl(const ModelConfig& config, at::ScalarType dtype);
-  // ids: [B, T]; attention_mask: [B, T] (1 token, 0 padding) or undefined; -> [B, T, H]
-  at::Tensor forward(const at::Tensor& ids, const at::Tensor& attention_mask, const at::Tensor& position_ids);
+  // -> final hidden states [B, T, H] (after the last norm). position_ids must be set.
+  at::Tensor forward(const ForwardInputs& in);
 
   Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -55,13 +71,18 @@ class CausalLMImpl : public torch::nn::Module {
  public:
   CausalLMImpl(ModelConfig config, at::ScalarType dtype);
 
-  // -> logits [B, T, V]. position_ids default to 0..T-1, or to the running count of real
-  // tokens when an attention mask marks left padding (as HF generate does).
+  // -> logits [B, T, V]. position_ids default to T_past .. T_past+T-1, or to the running count
+  // of real tokens when an attention mask marks left padding (as HF generate does).
   at::Tensor forward(const at::Tensor& ids, const at::Tensor& attention_mask = {},
                      const at::Tensor& position_ids = {});
+  at::Tensor logits(ForwardInputs in);
+  // Final hidden states [B, T, H]; the loss applies the head itself, in chunks.
+  at::Tensor hidden(ForwardInputs in);
+  KVCache new_cache() const;
   const ModelConfig& config() const { return config_; }
-  // The head's weight: lm_head.weight, or the embedding when tied.
-  const at::Tensor& head_weight() const;
+  // The output head on hidden states [.., H] -> logits [.., V]: lm_head (with its adapter, if
+  // any), or the embedding matrix when tied.
+  at::Tensor head(const at::Tensor& hidden);
 
   Decoder model{nullptr};
   Linear lm_head{nullptr};  // null when tied

@@ -27,6 +27,10 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 bool ignorable(const std::string& name) { return ends_with(name, "rotary_emb.inv_freq"); }
 
+// Adapter parameters (LoRA's lora_A/lora_B) live beside the base weights in the module tree
+// but belong to adapter files, not to the model's checkpoint.
+bool is_adapter_parameter(const std::string& name) { return name.find(".lora_") != std::string::npos; }
+
 std::string summarise(const std::vector<std::string>& items, std::size_t limit = 4) {
   std::string s;
   for (std::size_t i = 0; i < items.size() && i < limit; ++i) s += (i ? ", " : "") + items[i];
@@ -42,6 +46,7 @@ void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
   for (auto& item : model->named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
     at::Tensor& param = item.value();
+    if (is_adapter_parameter(name)) continue;
     const io::TensorRef* ref = checkpoint.find(name);
     if (!ref) {
       missing.push_back(name);
@@ -80,7 +85,9 @@ CausalLM load_causal_lm(const fs::path& dir, at::ScalarType dtype) {
 
 std::vector<std::pair<std::string, at::Tensor>> hf_state_dict(CausalLM& model) {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (auto& item : model->named_parameters(true)) out.emplace_back(item.key(), item.value());
+  for (auto& item : model->named_parameters(true)) {
+    if (!is_adapter_parameter(item.key())) out.emplace_back(item.key(), item.value());
+  }
   return out;
 }
 
@@ -104,6 +111,7 @@ void init_weights(CausalLM& model, std::uint64_t seed) {
   for (auto& item : model->named_parameters(true)) {
     const std::string& name = item.key();
     at::Tensor& p = item.value();
+    if (is_adapter_parameter(name)) continue;
     const bool norm = ends_with(name, "norm.weight");
     const bool bias = ends_with(name, ".bias");
     if (norm) {

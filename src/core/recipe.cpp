@@ -1,0 +1,301 @@
+#include "core/recipe.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "core/error.h"
+#include "core/recipe_schema.h"
+
+namespace ctune {
+
+namespace {
+
+std::string unknown_key_message(const std::string& key) {
+  std::string msg = "unknown key `" + key + "`";
+  std::string suggestion = suggest_key(key);
+  if (!suggestion.empty()) msg += "; did you mean `" + suggestion + "`?";
+  return msg;
+}
+
+std::string found_text(const YAML::Node& node) {
+  if (node.IsNull()) return "null";
+  if (node.IsScalar()) return "\"" + node.Scalar() + "\"";
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a mapping";
+  return "nothing";
+}
+
+bool is_yaml_null(const YAML::Node& node) {
+  return !node.IsDefined() || node.IsNull() || (node.IsScalar() && (node.Scalar() == "~" || node.Scalar() == "null") &&
+                                                node.Tag() != "!");
+}
+
+bool parse_int(const std::string& s, std::int64_t* out) {
+  if (s.empty()) return false;
+  std::size_t used = 0;
+  try {
+    long long v = std::stoll(s, &used, 10);
+    *out = v;
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used == s.size();
+}
+
+bool parse_float(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  std::size_t used = 0;
+  try {
+    *out = std::stod(s, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used == s.size() && std::isfinite(*out);
+}
+
+bool parse_bool(const std::string& s, bool* out) {
+  if (s == "true" || s == "True" || s == "TRUE") return *out = true, true;
+  if (s == "false" || s == "False" || s == "FALSE") return *out = false, true;
+  return false;
+}
+
+bool in_range(const KeySpec& spec, double v) {
+  return (!spec.min || v >= *spec.min) && (!spec.max || v <= *spec.max);
+}
+
+// Checks `node` against `spec`; returns canonical YAML text or throws with `origin`.
+std::string validate(const KeySpec& spec, const YAML::Node& node, const std::string& origin) {
+  auto bad = [&](const std::string& extra = "") -> std::string {
+    throw ConfigError(origin + ": `" + spec.key + "` expected " + describe_expected(spec) + ", found " + found_text(node) +
+                      extra);
+  };
+  if (is_yaml_null(node)) {
+    if (spec.nullable || (spec.required && origin == "default")) return "null";
+    if (spec.required) throw ConfigError(origin + ": `" + spec.key + "` is required (" + spec.help + ")");
+    bad();
+  }
+  switch (spec.type) {
+    case KeyType::Int: {
+      std::int64_t v = 0;
+      if (!node.IsScalar() || !parse_int(node.Scalar(), &v) || !in_range(spec, static_cast<double>(v))) bad();
+      return std::to_string(v);
+    }
+    case KeyType::Float: {
+      double v = 0;
+      if (!node.IsScalar() || !parse_float(node.Scalar(), &v) || !in_range(spec, v)) bad();
+      std::ostringstream ss;
+      ss.precision(17);
+      ss << v;
+      return ss.str();
+    }
+    case KeyType::Bool: {
+      bool v = false;
+      if (!node.IsScalar() || !parse_bool(node.Scalar(), &v)) bad();
+      return v ? "true" : "false";
+    }
+    case KeyType::String:
+    case KeyType::Path: {
+      if (!node.IsScalar() || node.Scalar().empty()) bad();
+      const std::string& v = node.Scalar();
+      if (!spec.allowed.empty() && std::find(spec.allowed.begin(), spec.allowed.end(), v) == spec.allowed.end()) bad();
+      if (spec.check) {
+        std::string problem = spec.check(v);
+        if (!problem.empty()) throw ConfigError(origin + ": `" + spec.key + "` " + problem + ", found \"" + v + "\"");
+      }
+      YAML::Emitter e;
+      e << YAML::DoubleQuoted << v;
+      return e.c_str();
+    }
+    case KeyType::StringList: {
+      if (!node.IsSequence()) bad();
+      YAML::Emitter e;
+      e << YAML::Flow << YAML::BeginSeq;
+      for (const auto& item : node) {
+        if (!item.IsScalar() || item.Scalar().empty()) bad();
+        if (!spec.allowed.empty() &&
+            std::find(spec.allowed.begin(), spec.allowed.end(), item.Scalar()) == spec.allowed.end()) {
+          bad(" (\"" + item.Scalar() + "\" is not one of them)");
+        }
+        e << item.Scalar();
+      }
+      e << YAML::EndSeq;
+      if (node.size() == 0) bad(" (an empty list)");
+      return e.c_str();
+    }
+    case KeyType::FloatList: {
+      if (!node.IsSequence() || (spec.length && node.size() != spec.length)) bad();
+      YAML::Emitter e;
+      e << YAML::Flow << YAML::BeginSeq;
+      for (const auto& item : node) {
+        double v = 0;
+        if (!item.IsScalar() || !parse_float(item.Scalar(), &v) || !in_range(spec, v)) bad();
+        e << v;
+      }
+      e << YAML::EndSeq;
+      return e.c_str();
+    }
+  }
+  bad();
+  return "";
+}
+
+// Walks the YAML mapping and calls `leaf(key, node, line)` for every schema key it holds.
+template <typename F>
+void walk(const YAML::Node& node, const std::string& prefix, const std::string& source, F&& on_leaf) {
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    const std::string name = it->first.as<std::string>();
+    const std::string key = prefix.empty() ? name : prefix + "." + name;
+    const std::string where = source + ":" + std::to_string(it->first.Mark().line + 1);
+    if (find_key_spec(key)) {
+      on_leaf(key, it->second, where);
+      continue;
+    }
+    bool is_section = false;
+    for (const auto& spec : recipe_schema()) is_section = is_section || spec.key.rfind(key + ".", 0) == 0;
+    if (is_section) {
+      if (!it->second.IsMap()) {
+        throw ConfigError(where + ": `" + key + "` is a section and expects a mapping, found " + found_text(it->second));
+      }
+      walk(it->second, key, source, on_leaf);
+      continue;
+    }
+    throw ConfigError(where + ": " + unknown_key_message(key));
+  }
+}
+
+YAML::Node load_yaml(const std::string& text, const std::string& where) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(where + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+                      ": invalid YAML (" + e.msg + ")");
+  }
+}
+
+}  // namespace
+
+Recipe Recipe::load(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path.string() + ": cannot open recipe for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse(ss.str(), path.string(), overrides);
+}
+
+Recipe Recipe::parse(const std::string& yaml, const std::string& source, const std::vector<std::string>& overrides) {
+  Recipe r;
+  r.source_ = source;
+  for (const auto& spec : recipe_schema()) r.values_[spec.key] = {spec.default_yaml, "default"};
+
+  YAML::Node root = load_yaml(yaml, source);
+  if (!root.IsNull()) {
+    if (!root.IsMap()) throw ConfigError(source + ": a recipe is a YAML mapping of sections, found " + found_text(root));
+    walk(root, "", source, [&](const std::string& key, const YAML::Node& node, const std::string& where) {
+      r.values_[key] = {validate(*find_key_spec(key), node, where), where};
+    });
+  }
+  for (const auto& item : overrides) {
+    const std::string where = "override `" + item + "`";
+    auto eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) throw ConfigError(where + ": expected key.sub=value");
+    const std::string key = item.substr(0, eq);
+    const KeySpec* spec = find_key_spec(key);
+    if (!spec) throw ConfigError(where + ": " + unknown_key_message(key));
+    const std::string text = item.substr(eq + 1);
+    YAML::Node node = text.empty() ? YAML::Node(YAML::NodeType::Null) : load_yaml(text, where);
+    r.values_[key] = {validate(*spec, node, where), where};
+  }
+  // Required keys must have been given by the file or an override.
+  for (const auto& spec : recipe_schema()) {
+    if (spec.required && r.values_[spec.key].yaml == "null") {
+      throw ConfigError(source + ": `" + spec.key + "` is required (" + spec.help + ")");
+    }
+  }
+  // Defaults are validated too, so a broken schema entry fails every test at once.
+  for (const auto& spec : recipe_schema()) {
+    if (r.values_[spec.key].origin == "default" && r.values_[spec.key].yaml != "null") {
+      validate(spec, YAML::Load(spec.default_yaml), "default");
+    }
+  }
+  return r;
+}
+
+const Recipe::Value& Recipe::value(const std::string& key) const {
+  auto it = values_.find(key);
+  if (it == values_.end()) throw std::logic_error("recipe key not in schema: " + key);
+  return it->second;
+}
+
+bool Recipe::is_null(const std::string& key) const { return value(key).yaml == "null"; }
+
+std::string Recipe::get_string(const std::string& key) const {
+  if (is_null(key)) throw std::logic_error("recipe key is null: " + key);
+  return YAML::Load(value(key).yaml).as<std::string>();
+}
+std::int64_t Recipe::get_int(const std::string& key) const { return std::stoll(value(key).yaml); }
+double Recipe::get_float(const std::string& key) const { return std::stod(value(key).yaml); }
+bool Recipe::get_bool(const std::string& key) const { return value(key).yaml == "true"; }
+
+std::vector<std::string> Recipe::get_strings(const std::string& key) const {
+  return YAML::Load(value(key).yaml).as<std::vector<std::string>>();
+}
+std::vector<double> Recipe::get_floats(const std::string& key) const {
+  return YAML::Load(value(key).yaml).as<std::vector<double>>();
+}
+std::optional<std::int64_t> Recipe::get_optional_int(const std::string& key) const {
+  if (is_null(key)) return std::nullopt;
+  return get_int(key);
+}
+std::optional<double> Recipe::get_optional_float(const std::string& key) const {
+  if (is_null(key)) return std::nullopt;
+  return get_float(key);
+}
+std::optional<std::string> Recipe::get_optional_string(const std::string& key) const {
+  if (is_null(key)) return std::nullopt;
+  return get_string(key);
+}
+
+std::string Recipe::origin(const std::string& key) const { return value(key).origin; }
+
+void Recipe::fail(const std::string& key, const std::string& what) const {
+  const std::string& where = value(key).origin;
+  throw ConfigError((where == "default" ? source_ + " (default)" : where) + ": `" + key + "`: " + what);
+}
+
+std::string Recipe::to_yaml() const {
+  // Group keys by their first section, in schema order.
+  YAML::Emitter e;
+  e << YAML::BeginMap;
+  std::string open_section;
+  std::vector<std::string> open_path;
+  auto close_to = [&](std::size_t depth) {
+    while (open_path.size() > depth) {
+      e << YAML::EndMap;
+      open_path.pop_back();
+    }
+  };
+  for (const auto& spec : recipe_schema()) {
+    std::vector<std::string> parts;
+    std::stringstream ss(spec.key);
+    for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+    std::size_t common = 0;
+    while (common < open_path.size() && common + 1 < parts.size() && open_path[common] == parts[common]) ++common;
+    close_to(common);
+    for (std::size_t i = common; i + 1 < parts.size(); ++i) {
+      e << YAML::Key << parts[i] << YAML::Value << YAML::BeginMap;
+      open_path.push_back(parts[i]);
+    }
+    e << YAML::Key << parts.back() << YAML::Value;
+    YAML::Node v = YAML::Load(values_.at(spec.key).yaml);
+    if (v.IsSequence()) e << YAML::Flow;
+    e << v;
+  }
+  close_to(0);
+  e << YAML::EndMap;
+  return std::string(e.c_str()) + "\n";
+}
+
+}  // namespace ctune

@@ -1,0 +1,213 @@
+#include "core/recipe_schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+namespace ctune {
+
+namespace {
+
+std::string check_threads(const std::string& v) {
+  if (v == "auto") return "";
+  if (!v.empty() && std::all_of(v.begin(), v.end(), ::isdigit) && v.size() < 5 && std::stoi(v) >= 1) return "";
+  return "expected \"auto\" or a thread count >= 1";
+}
+
+// none | full | selective | every_n:K (K >= 1)
+std::string check_checkpointing(const std::string& v) {
+  if (v == "none" || v == "full" || v == "selective") return "";
+  const std::string prefix = "every_n:";
+  if (v.rfind(prefix, 0) == 0) {
+    std::string k = v.substr(prefix.size());
+    if (!k.empty() && k.size() < 6 && std::all_of(k.begin(), k.end(), ::isdigit) && std::stoi(k) >= 1) return "";
+  }
+  return "expected none, full, selective or every_n:K with K >= 1";
+}
+
+const std::vector<std::string> kLinearModules = {"q_proj",    "k_proj",  "v_proj",    "o_proj",
+                                                 "gate_proj", "up_proj", "down_proj", "lm_head"};
+
+std::vector<KeySpec> build_schema() {
+  using T = KeyType;
+  std::vector<KeySpec> s = {
+      {"output_dir", T::Path, "null", "Run directory: resolved recipe, metrics.jsonl, train.log, checkpoints", {}, {}, {}, false, true},
+      {"seed", T::Int, "42", "Seed for initialisation, data order and dropout", {}, 0, 9.2e18},
+      {"threads", T::String, "auto", "Intra-op threads: \"auto\" (cores available) or a count", {}, {}, {}, false, false, 0, check_threads},
+
+      {"model.path", T::Path, "null", "Hugging Face model directory (config.json + safetensors)", {}, {}, {}, false, true},
+      {"model.dtype", T::String, "fp32", "Dtype the base weights are loaded in", {"fp32", "bf16", "fp16"}},
+      {"tokenizer.path", T::Path, "null", "Directory with tokenizer.json or tokenizer.model (default: model.path)", {}, {}, {}, true},
+
+      {"data.train", T::Path, "null", "Training data: JSONL or a JSON array", {}, {}, {}, false, true},
+      {"data.eval", T::Path, "null", "Evaluation data (or use data.eval_fraction)", {}, {}, {}, true},
+      {"data.eval_fraction", T::Float, "0.0", "Share of the training data held out for evaluation", {}, 0.0, 0.9},
+      {"data.format", T::String, "instruct", "Example format", {"instruct", "chat", "text"}},
+      {"data.columns.instruction", T::String, "instruction", "instruct: column holding the instruction"},
+      {"data.columns.input", T::String, "input", "instruct: column holding the optional input"},
+      {"data.columns.output", T::String, "output", "instruct: column holding the response"},
+      {"data.columns.messages", T::String, "messages", "chat: column holding the list of {role, content}"},
+      {"data.columns.text", T::String, "text", "text: column holding the document"},
+      {"data.chat_format", T::String, "auto", "Chat rendering (auto: from the tokenizer's chat_template)",
+       {"auto", "llama3", "chatml", "qwen3", "llama2", "plain"}},
+      {"data.instruct_template", T::String, "auto", "instruct rendering (auto: chat when the tokenizer has a chat template)",
+       {"auto", "alpaca", "chat"}},
+      {"data.train_on_input", T::Bool, "false", "Also train on prompt/user/system tokens"},
+      {"data.max_seq_len", T::Int, "1024", "Longest sequence; longer examples are truncated", {}, 8, 1048576},
+      {"data.packing", T::Bool, "false", "Pack short examples into full rows (attention stays within each)"},
+      {"data.shuffle", T::Bool, "true", "Shuffle training examples each epoch (deterministic from seed)"},
+      {"data.on_error", T::String, "error", "A malformed example stops the run, or is skipped and counted", {"error", "skip"}},
+      {"data.add_eos", T::Bool, "true", "text format: append the eos token to each document"},
+
+      {"peft.method", T::String, "none", "none = full fine-tuning; lora = LoRA adapters on a frozen base", {"none", "lora"}},
+      {"peft.rank", T::Int, "8", "LoRA rank r", {}, 1, 4096},
+      {"peft.alpha", T::Float, "16.0", "LoRA alpha (scale alpha/r, or alpha/sqrt(r) with rslora)", {}, 1e-9, 1e9},
+      {"peft.dropout", T::Float, "0.0", "Dropout on the LoRA input", {}, 0.0, 0.99},
+      {"peft.target_modules", T::StringList, "[q_proj, v_proj]", "Linear layers that get adapters", kLinearModules},
+      {"peft.rslora", T::Bool, "false", "Rank-stabilised scale alpha/sqrt(r)"},
+      {"peft.init_from", T::Path, "null", "Start from an existing PEFT LoRA adapter directory", {}, {}, {}, true},
+
+      {"optimizer.name", T::String, "adamw", "Optimizer", {"adamw", "sgd"}},
+      {"optimizer.lr", T::Float, "2.0e-4", "Peak learning rate", {}, 1e-12, 10.0},
+      {"optimizer.weight_decay", T::Float, "0.0", "Decoupled weight decay (AdamW) or L2 (SGD)", {}, 0.0, 10.0},
+      {"optimizer.betas", T::FloatList, "[0.9, 0.999]", "AdamW beta1, beta2", {}, 0.0, 0.999999, false, false, 2},
+      {"optimizer.eps", T::Float, "1.0e-8", "AdamW epsilon", {}, 1e-30, 1.0},
+      {"optimizer.momentum", T::Float, "0.9", "SGD momentum", {}, 0.0, 0.999999},
+      {"optimizer.decay_norms_and_biases", T::Bool, "false", "Apply weight decay to norm weights and biases too"},
+
+      {"scheduler.name", T::String, "cosine", "Learning-rate schedule after warmup", {"constant", "linear", "cosine"}},
+      {"scheduler.warmup_steps", T::Int, "0", "Linear warmup from 0 over this many steps", {}, 0, 1e9},
+      {"scheduler.min_lr_ratio", T::Float, "0.0", "linear/cosine: final lr as a share of the peak", {}, 0.0, 1.0},
+
+      {"training.batch_size", T::Int, "4", "Sequences per micro-batch", {}, 1, 65536},
+      {"training.grad_accum", T::Int, "1", "Micro-batches per optimizer step", {}, 1, 65536},
+      {"training.max_steps", T::Int, "null", "Optimizer steps (or training.epochs)", {}, 1, 1e12, true},
+      {"training.epochs", T::Int, "null", "Passes over the training data (or training.max_steps)", {}, 1, 1e6, true},
+      {"training.clip_grad_norm", T::Float, "1.0", "Clip the global gradient norm (null: no clipping)", {}, 1e-9, 1e9, true},
+      {"training.eval_every", T::Int, "0", "Evaluate every N steps (0: only at the end)", {}, 0, 1e12},
+      {"training.eval_batches", T::Int, "null", "Limit evaluation to N batches (null: whole split)", {}, 1, 1e12, true},
+
+      {"precision", T::String, "fp32", "Compute precision", {"fp32", "bf16", "fp16"}},
+      {"memory.activation_checkpointing", T::String, "none", "Recompute activations in backward: none | full | selective | every_n:K",
+       {}, {}, {}, false, false, 0, check_checkpointing},
+      {"memory.quantize_base", T::String, "none", "Frozen base weights in int8 or nf4 (LoRA only)", {"none", "int8", "nf4"}},
+
+      {"checkpoint.every_n_steps", T::Int, "0", "Write a checkpoint every N steps (0: only at the end)", {}, 0, 1e12},
+      {"checkpoint.keep_last", T::Int, "3", "Checkpoints kept", {}, 1, 1e6},
+
+      {"distributed.strategy", T::String, "no_shard", "Sharding of parameters, gradients, optimizer state",
+       {"no_shard", "shard_grad_op", "full_shard", "hybrid_shard"}},
+      {"distributed.cpu_offload", T::Bool, "false", "Keep parameters and optimizer state on the CPU"},
+
+      {"logging.every_n_steps", T::Int, "1", "Log a progress line every N steps", {}, 1, 1e12},
+  };
+  return s;
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string leaf(const std::string& key) {
+  auto dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+std::string number_text(double v) {
+  std::ostringstream ss;
+  ss << v;
+  return ss.str();
+}
+
+}  // namespace
+
+const std::vector<KeySpec>& recipe_schema() {
+  static const std::vector<KeySpec> schema = build_schema();
+  return schema;
+}
+
+const KeySpec* find_key_spec(const std::string& key) {
+  for (const auto& spec : recipe_schema())
+    if (spec.key == key) return &spec;
+  return nullptr;
+}
+
+std::string suggest_key(const std::string& unknown) {
+  // Names users bring from Hugging Face Trainer, PEFT and torchtune configs.
+  static const std::vector<std::pair<std::string, std::string>> aliases = {
+      {"learning_rate", "lr"}, {"lr_scheduler", "name"}, {"warmup", "warmup_steps"},
+      {"num_warmup_steps", "warmup_steps"}, {"num_epochs", "epochs"}, {"num_train_epochs", "epochs"},
+      {"gradient_accumulation_steps", "grad_accum"}, {"lora_alpha", "alpha"}, {"lora_dropout", "dropout"},
+      {"r", "rank"}, {"lora_rank", "rank"}, {"max_length", "max_seq_len"}, {"seq_len", "max_seq_len"},
+      {"micro_batch_size", "batch_size"}, {"per_device_train_batch_size", "batch_size"},
+      {"max_grad_norm", "clip_grad_norm"}, {"eval_steps", "eval_every"}, {"save_steps", "every_n_steps"},
+      {"save_total_limit", "keep_last"}, {"use_rslora", "rslora"}, {"lora_target_modules", "target_modules"},
+      {"torch_dtype", "dtype"}, {"mixed_precision", "precision"}, {"gradient_checkpointing", "activation_checkpointing"}};
+  const auto dot = unknown.rfind('.');
+  const std::string section = dot == std::string::npos ? "" : unknown.substr(0, dot);
+  std::string want = leaf(unknown);
+  for (const auto& [from, to] : aliases)
+    if (want == from) want = to;
+
+  // 1. The same (or aliased) leaf: in the same section first ("training.lr" -> "optimizer.lr").
+  std::string same_leaf;
+  for (const auto& spec : recipe_schema()) {
+    if (leaf(spec.key) != want) continue;
+    const auto d = spec.key.rfind('.');
+    if (same_leaf.empty() || (d != std::string::npos && spec.key.substr(0, d) == section)) same_leaf = spec.key;
+  }
+  if (!same_leaf.empty() && same_leaf != unknown) return same_leaf;
+
+  // 2. A typo: smallest edit distance, leaves within the same section weighed first.
+  std::string best;
+  std::size_t best_distance = std::string::npos;
+  for (const auto& spec : recipe_schema()) {
+    const auto d = spec.key.rfind('.');
+    const bool same_section = d != std::string::npos && spec.key.substr(0, d) == section;
+    std::size_t dist = same_section ? edit_distance(want, leaf(spec.key)) : edit_distance(unknown, spec.key) + 1;
+    if (dist < best_distance) {
+      best_distance = dist;
+      best = spec.key;
+    }
+  }
+  const std::size_t limit = std::max<std::size_t>(2, want.size() / 3);
+  return best_distance <= limit ? best : std::string();
+}
+
+std::string describe_expected(const KeySpec& spec) {
+  std::string range;
+  if (spec.min && spec.max) {
+    range = " in [" + number_text(*spec.min) + ", " + number_text(*spec.max) + "]";
+  } else if (spec.min) {
+    range = " >= " + number_text(*spec.min);
+  }
+  auto one_of = [&] {
+    std::string s;
+    for (std::size_t i = 0; i < spec.allowed.size(); ++i) s += (i ? ", " : "") + spec.allowed[i];
+    return s;
+  };
+  std::string text;
+  switch (spec.type) {
+    case KeyType::Int: text = "an integer" + range; break;
+    case KeyType::Float: text = "a number" + range; break;
+    case KeyType::Bool: text = "true or false"; break;
+    case KeyType::Path: text = "a path"; break;
+    case KeyType::StringList: text = spec.allowed.empty() ? "a list of strings" : "a list of (" + one_of() + ")"; break;
+    case KeyType::FloatList:
+      text = (spec.length ? "a list of " + std::to_string(spec.length) + " numbers" : std::string("a list of numbers")) + range;
+      break;
+    case KeyType::String: text = spec.allowed.empty() ? "a string" : "one of " + one_of(); break;
+  }
+  return spec.nullable ? text + " or null" : text;
+}
+
+}  // namespace ctune

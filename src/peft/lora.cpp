@@ -1,0 +1,89 @@
+#include "peft/lora.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace ctune::peft {
+
+double lora_scale(const LoraOptions& o) {
+  return o.rslora ? o.alpha / std::sqrt(static_cast<double>(o.rank)) : o.alpha / static_cast<double>(o.rank);
+}
+
+LoraAdapter::LoraAdapter(model::LinearImpl& owner, const LoraOptions& o, at::Generator& gen)
+    : scale(lora_scale(o)), dropout(o.dropout), owner_(&owner) {
+  lora_A = owner.register_module("lora_A", model::Linear(owner.in_features, o.rank, false, o.dtype));
+  lora_B = owner.register_module("lora_B", model::Linear(o.rank, owner.out_features, false, o.dtype));
+  at::NoGradGuard no_grad;
+  // kaiming_uniform_(a=sqrt(5)) on [r, in]: bound = gain * sqrt(3 / fan_in) with
+  // gain = sqrt(2 / (1 + a^2)) = sqrt(1/3), i.e. 1 / sqrt(in).
+  const double bound = 1.0 / std::sqrt(static_cast<double>(owner.in_features));
+  auto a = at::empty(lora_A->weight.sizes(), at::TensorOptions().dtype(at::kFloat));
+  a.uniform_(-bound, bound, gen);
+  lora_A->weight.copy_(a);
+  lora_B->weight.zero_();
+}
+
+at::Tensor LoraAdapter::apply(const at::Tensor& x, const at::Tensor& base) {
+  auto h = x.to(lora_A->weight.scalar_type());
+  if (dropout > 0 && owner_->is_training()) h = at::dropout(h, dropout, /*train=*/true);
+  auto delta = lora_B->forward(lora_A->forward(h)) * scale;
+  return base + delta.to(base.scalar_type());
+}
+
+namespace {
+std::string leaf(const std::string& name) {
+  auto dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(dot + 1);
+}
+
+void count(model::CausalLM& lm, LoraSummary* s) {
+  for (const auto& p : lm->parameters(true)) {
+    s->total += p.numel();
+    if (p.requires_grad()) s->trainable += p.numel();
+  }
+}
+}  // namespace
+
+LoraSummary apply_lora(model::CausalLM& lm, const LoraOptions& o) {
+  for (auto& p : lm->parameters(true)) p.set_requires_grad(false);
+  if (o.targets.empty()) throw ConfigError("peft.target_modules: expected at least one target");
+  for (const auto& t : o.targets) {
+    if (std::find(lora_target_names().begin(), lora_target_names().end(), t) == lora_target_names().end()) {
+      throw ConfigError("peft.target_modules: \"" + t + "\" is not a LoRA target (expected q_proj, k_proj, v_proj, o_proj, "
+                        "gate_proj, up_proj, down_proj or lm_head)");
+    }
+    if (t == "lm_head" && lm->config().tie_word_embeddings) {
+      throw ConfigError("peft.target_modules: lm_head is tied to the input embeddings in this model "
+                        "(tie_word_embeddings: true); LoRA on lm_head needs an untied head");
+    }
+  }
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
+  LoraSummary s;
+  // named_modules() lists modules in registration order, so initialisation is deterministic.
+  for (const auto& item : lm->named_modules("", /*include_self=*/false)) {
+    auto* linear = dynamic_cast<model::LinearImpl*>(item.value().get());
+    if (!linear || std::find(o.targets.begin(), o.targets.end(), leaf(item.key())) == o.targets.end()) continue;
+    if (linear->adapter) throw ConfigError(item.key() + ": already has an adapter");
+    linear->adapter = std::make_shared<LoraAdapter>(*linear, o, gen);
+    s.wrapped.push_back(item.key());
+  }
+  for (const auto& t : o.targets) {
+    bool found = false;
+    for (const auto& w : s.wrapped) found = found || leaf(w) == t;
+    if (!found) throw ConfigError("peft.target_modules: no layer named \"" + t + "\" in the model");
+  }
+  count(lm, &s);
+  return s;
+}
+
+LoraSummary enable_full_finetune(model::CausalLM& lm) {
+  for (auto& p : lm->parameters(true)) p.set_requires_grad(true);
+  LoraSummary s;
+  count(lm, &s);
+  return s;
+}
+
+}  // namespace ctune::peft

@@ -1,0 +1,60 @@
+// LoRA (Hu et al. 2021) as PEFT implements it: y = W x + s * B A dropout(x), s = alpha / r
+// (alpha / sqrt(r) with rsLoRA), A Kaiming-uniform (a = sqrt(5)), B zero, so training starts
+// from the base model exactly. Adapters attach to the model's Linear layers by name
+// (q_proj ... down_proj, lm_head); everything else is frozen. Facts: shared/FORMATS.md §3.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/llama.h"
+
+namespace ctune::peft {
+
+inline const std::vector<std::string>& lora_target_names() {
+  static const std::vector<std::string> names = {"q_proj",    "k_proj",  "v_proj",    "o_proj",
+                                                 "gate_proj", "up_proj", "down_proj", "lm_head"};
+  return names;
+}
+
+struct LoraOptions {
+  std::int64_t rank = 8;
+  double alpha = 16.0;
+  double dropout = 0.0;
+  bool rslora = false;
+  std::vector<std::string> targets = {"q_proj", "v_proj"};
+  std::uint64_t seed = 0;  // initialisation of A
+  at::ScalarType dtype = at::kFloat;  // adapters train in fp32 whatever the base dtype
+};
+
+double lora_scale(const LoraOptions& options);
+
+// The adapter on one Linear. A: [r, in], B: [out, r], registered as the Linear's children.
+class LoraAdapter : public model::LinearAdapter {
+ public:
+  LoraAdapter(model::LinearImpl& owner, const LoraOptions& options, at::Generator& gen);
+  at::Tensor apply(const at::Tensor& x, const at::Tensor& base) override;
+
+  model::Linear lora_A{nullptr}, lora_B{nullptr};
+  double scale;
+  double dropout;
+
+ private:
+  model::LinearImpl* owner_;  // owns this adapter; used for its training flag
+};
+
+struct LoraSummary {
+  std::vector<std::string> wrapped;  // module names, e.g. model.layers.0.self_attn.q_proj
+  std::int64_t trainable = 0;        // parameters
+  std::int64_t total = 0;            // parameters, base included
+};
+
+// Freezes every base parameter and attaches adapters to the target layers. Throws ConfigError
+// when a target matches no layer (e.g. lm_head on a model with tied embeddings).
+LoraSummary apply_lora(model::CausalLM& model, const LoraOptions& options);
+
+// Marks every parameter trainable (full fine-tuning) and returns the counts.
+LoraSummary enable_full_finetune(model::CausalLM& model);
+
+}  // namespace ctune::peft

@@ -1,0 +1,22 @@
+#include "train/loss.h"
+
+namespace ctune::train {
+
+at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b) {
+  model::ForwardInputs in;
+  in.input_ids = b.input_ids;
+  in.position_ids = b.position_ids;
+  in.segment_ids = b.segment_ids;
+  auto hidden = lm->hidden(in);  // [B, T, H]
+  const auto B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
+  if (T < 2) return hidden.sum() * 0.0;  // keeps the graph connected for backward
+  auto h = hidden.narrow(1, 0, T - 1).reshape({B * (T - 1), H});
+  auto targets = b.labels.narrow(1, 1, T - 1).reshape({B * (T - 1)});
+  auto keep = (targets != kIgnoreIndex).nonzero().squeeze(1);
+  h = h.index_select(0, keep);
+  targets = targets.index_select(0, keep);
+  auto logits = lm->head(h).to(at::kFloat);  // [N, V]
+  return at::nll_loss(at::log_softmax(logits, -1), targets, {}, at::Reduction::Sum);
+}
+
+}  // namespace ctune::train

@@ -1,0 +1,26 @@
+// Next-token cross-entropy for causal LM training: position t predicts labels[t+1]; positions
+// whose target is -100 (prompt, padding, document starts) cost nothing and are not even
+// projected to the vocabulary. Returned as a sum, so gradient accumulation can normalise by the
+// whole step's target count (token-correct accumulation).
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/ATen.h>
+
+#include "model/llama.h"
+
+namespace ctune::train {
+
+// A training batch as tensors (see data::Batch): all [B, T] int64 except segment_ids (int32).
+struct TensorBatch {
+  at::Tensor input_ids, labels, position_ids, segment_ids;
+  std::int64_t target_tokens = 0;
+};
+
+constexpr std::int64_t kIgnoreIndex = -100;
+
+// Sum of -log p(label[t+1] | ..t) over targeted positions, in fp32.
+at::Tensor next_token_loss_sum(model::CausalLM& model, const TensorBatch& batch);
+
+}  // namespace ctune::train

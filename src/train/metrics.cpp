@@ -1,0 +1,99 @@
+#include "train/metrics.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace ctune::train {
+
+MetricsLog::MetricsLog(const std::filesystem::path& dir) : path_(dir / "metrics.jsonl") {
+  file_ = std::fopen(path_.c_str(), "a");
+  if (!file_) throw IoError(path_.string() + ": cannot open for appending");
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write_line(const std::string& json) {
+  if (std::fputs((json + "\n").c_str(), file_) < 0 || std::fflush(file_) != 0) {
+    throw IoError(path_.string() + ": write failed (disk full?)");
+  }
+}
+
+namespace {
+// JSON has no NaN/Inf: non-finite values are written as null.
+nlohmann::ordered_json num(double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); }
+}  // namespace
+
+void MetricsLog::write(const StepMetrics& m) {
+  nlohmann::ordered_json j = {{"step", m.step},           {"loss", num(m.loss)},
+                              {"lr", m.lr},               {"grad_norm", num(m.grad_norm)},
+                              {"tokens", m.tokens},       {"tokens_per_s", num(m.tokens_per_s)},
+                              {"peak_mem_bytes", m.peak_mem_bytes}, {"elapsed_s", m.elapsed_s}};
+  write_line(j.dump());
+}
+
+void MetricsLog::write(const EvalMetrics& m) {
+  nlohmann::ordered_json j = {{"step", m.step}, {"eval_loss", num(m.eval_loss)}, {"eval_tokens", m.eval_tokens}};
+  write_line(j.dump());
+}
+
+Progress::Progress(std::int64_t total_steps) : total_(total_steps), tty_(::isatty(STDERR_FILENO) != 0) {}
+
+namespace {
+std::string duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  char buf[32];
+  const long t = static_cast<long>(s + 0.5);
+  if (t >= 3600) {
+    std::snprintf(buf, sizeof(buf), "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%ldm%02lds", t / 60, t % 60);
+  }
+  return buf;
+}
+}  // namespace
+
+void Progress::step(const StepMetrics& m) {
+  const double eta = m.step > 0 ? m.elapsed_s / static_cast<double>(m.step) * static_cast<double>(total_ - m.step) : 0;
+  char line[256];
+  std::snprintf(line, sizeof(line), "step %lld/%lld  loss %.4f  lr %.3g  grad %.3g  %.0f tok/s  eta %s",
+                static_cast<long long>(m.step), static_cast<long long>(total_), m.loss, m.lr, m.grad_norm, m.tokens_per_s,
+                duration(eta).c_str());
+  if (tty_) {
+    std::fprintf(stderr, "\r\033[K%s", line);
+    open_line_ = true;
+  } else {
+    std::fprintf(stderr, "%s\n", line);
+  }
+  std::fflush(stderr);
+  spdlog::get("train") ? spdlog::get("train")->info(line) : void();
+}
+
+void Progress::eval(const EvalMetrics& m) {
+  if (open_line_) std::fprintf(stderr, "\n");
+  open_line_ = false;
+  std::fprintf(stderr, "eval at step %lld: loss %.4f over %lld tokens\n", static_cast<long long>(m.step), m.eval_loss,
+               static_cast<long long>(m.eval_tokens));
+  if (auto log = spdlog::get("train")) log->info("eval step {} loss {:.6f} tokens {}", m.step, m.eval_loss, m.eval_tokens);
+}
+
+void Progress::finish() {
+  if (open_line_) std::fprintf(stderr, "\n");
+  open_line_ = false;
+}
+
+std::int64_t peak_resident_bytes() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+}  // namespace ctune::train

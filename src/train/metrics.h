@@ -1,0 +1,63 @@
+// What a run reports: metrics.jsonl (one JSON object per optimizer step and per evaluation,
+// flushed as written so a killed run keeps everything up to its last step) and the progress
+// line on stderr (rewritten in place on a terminal, plain lines otherwise).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace ctune::train {
+
+struct StepMetrics {
+  std::int64_t step = 0;  // 1-based: optimizer steps done
+  double loss = 0;        // mean token loss of the step
+  double lr = 0;
+  double grad_norm = 0;
+  std::int64_t tokens = 0;  // target tokens in the step
+  double tokens_per_s = 0;  // input tokens (targets or not) per second of the step
+  std::int64_t peak_mem_bytes = 0;
+  double elapsed_s = 0;
+};
+
+struct EvalMetrics {
+  std::int64_t step = 0;
+  double eval_loss = 0;
+  std::int64_t eval_tokens = 0;
+};
+
+class MetricsLog {
+ public:
+  // Appends to dir/metrics.jsonl (created when missing).
+  explicit MetricsLog(const std::filesystem::path& dir);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  void write(const StepMetrics& m);
+  void write(const EvalMetrics& m);
+  void write_line(const std::string& json);
+
+ private:
+  std::filesystem::path path_;
+  std::FILE* file_ = nullptr;
+};
+
+class Progress {
+ public:
+  explicit Progress(std::int64_t total_steps);
+  void step(const StepMetrics& m);
+  void eval(const EvalMetrics& m);
+  void finish();
+
+ private:
+  std::int64_t total_;
+  bool tty_;
+  bool open_line_ = false;
+};
+
+// Peak resident memory of this process so far (bytes).
+std::int64_t peak_resident_bytes();
+
+}  // namespace ctune::train

@@ -1,0 +1,108 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace ctune::train {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+Trainer::Trainer(model::CausalLM model, Optimizer& optimizer, BatchSource& train, std::vector<TensorBatch> eval,
+                 TrainerOptions options, MetricsLog* metrics)
+    : model_(std::move(model)),
+      optimizer_(optimizer),
+      train_(train),
+      eval_(std::move(eval)),
+      options_(std::move(options)),
+      metrics_(metrics) {}
+
+TrainResult Trainer::run() {
+  TrainResult result;
+  Progress progress(options_.max_steps);
+  const auto start = std::chrono::steady_clock::now();
+  model_->train();
+
+  for (std::int64_t step = optimizer_.steps(); step < options_.max_steps; ++step) {
+    const auto step_start = std::chrono::steady_clock::now();
+
+    // 1. This step's micro-batches, fetched first so the loss can be normalised by the
+    //    step's total target count before any backward pass.
+    std::vector<TensorBatch> micro;
+    std::int64_t targets = 0, input_tokens = 0;
+    for (std::int64_t i = 0; i < options_.grad_accum; ++i) {
+      micro.push_back(train_.next());
+      targets += micro.back().target_tokens;
+      input_tokens += micro.back().input_ids.numel();
+    }
+
+    // 2. Forward and backward per micro-batch: sum of token losses / step targets.
+    double loss_sum = 0;
+    for (const auto& batch : micro) {
+      auto loss = next_token_loss_sum(model_, batch);
+      loss_sum += loss.item<double>();
+      if (targets > 0) (loss / static_cast<double>(targets)).backward();
+    }
+    const double loss = targets > 0 ? loss_sum / static_cast<double>(targets) : 0.0;
+    if (!std::isfinite(loss)) {
+      throw Error("step " + std::to_string(step + 1) + ": loss is " + std::to_string(loss) +
+                  " (non-finite); lower optimizer.lr or check the data");
+    }
+
+    // 3. Clip, update at the scheduled learning rate, clear gradients.
+    const double grad_norm = clip_grad_norm(optimizer_.groups(), options_.clip_grad_norm);
+    const double lr = learning_rate(options_.schedule, step);
+    optimizer_.step(lr);
+    optimizer_.zero_grad();
+
+    // 4. Report.
+    StepMetrics m;
+    m.step = step + 1;
+    m.loss = loss;
+    m.lr = lr;
+    m.grad_norm = grad_norm;
+    m.tokens = targets;
+    m.tokens_per_s = static_cast<double>(input_tokens) / std::max(1e-9, seconds_since(step_start));
+    m.peak_mem_bytes = peak_resident_bytes();
+    m.elapsed_s = seconds_since(start);
+    if (metrics_) metrics_->write(m);
+    if (m.step % options_.log_every == 0 || m.step == options_.max_steps) progress.step(m);
+    result.last_loss = loss;
+    result.steps = m.step;
+
+    // 5. Evaluate on cadence and at the end.
+    const bool last = m.step == options_.max_steps;
+    if (!eval_.empty() && (last || (options_.eval_every > 0 && m.step % options_.eval_every == 0))) {
+      auto [eval_loss, eval_tokens] = evaluate();
+      EvalMetrics e{m.step, eval_loss, eval_tokens};
+      if (metrics_) metrics_->write(e);
+      progress.eval(e);
+      if (last) result.final_eval_loss = eval_loss;
+    }
+    if (on_step_end) on_step_end(m.step);
+  }
+  progress.finish();
+  result.seconds = seconds_since(start);
+  return result;
+}
+
+std::pair<double, std::int64_t> Trainer::evaluate() {
+  at::NoGradGuard no_grad;
+  model_->eval();
+  double sum = 0;
+  std::int64_t tokens = 0;
+  for (const auto& batch : eval_) {
+    sum += next_token_loss_sum(model_, batch).item<double>();
+    tokens += batch.target_tokens;
+  }
+  model_->train();
+  return {tokens > 0 ? sum / static_cast<double>(tokens) : 0.0, tokens};
+}
+
+}  // namespace ctune::train

@@ -1,0 +1,66 @@
+// The training loop. It reads top to bottom like the step it runs:
+//   micro-batches -> forward -> summed token loss -> backward (normalised by the step's target
+//   count) -> clip -> optimizer step at the scheduled lr -> log -> maybe evaluate.
+// Techniques (LoRA, precision, checkpointing, sharding) plug in around it: through the model,
+// the optimizer's parameter groups and the hooks below, never by copying the loop.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "model/llama.h"
+#include "train/loss.h"
+#include "train/metrics.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+
+namespace ctune::train {
+
+// Where training batches come from (the data layer's sampler, wrapped).
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual TensorBatch next() = 0;
+};
+
+struct TrainerOptions {
+  std::int64_t max_steps = 1;
+  std::int64_t grad_accum = 1;
+  double clip_grad_norm = 0;  // 0: no clipping
+  std::int64_t eval_every = 0;  // 0: only at the end
+  std::int64_t log_every = 1;
+  ScheduleOptions schedule;
+};
+
+struct TrainResult {
+  std::int64_t steps = 0;
+  double last_loss = 0;
+  std::optional<double> final_eval_loss;
+  double seconds = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(model::CausalLM model, Optimizer& optimizer, BatchSource& train, std::vector<TensorBatch> eval,
+          TrainerOptions options, MetricsLog* metrics);
+
+  TrainResult run();
+  // Mean token loss over the eval batches (no gradients, eval mode), and its token count.
+  std::pair<double, std::int64_t> evaluate();
+
+  // Called after every optimizer step with the step number (1-based): checkpoints hook here.
+  std::function<void(std::int64_t step)> on_step_end;
+
+ private:
+  model::CausalLM model_;
+  Optimizer& optimizer_;
+  BatchSource& train_;
+  std::vector<TensorBatch> eval_;
+  TrainerOptions options_;
+  MetricsLog* metrics_;
+};
+
+}  // namespace ctune::train

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Independent reference for ctune's training step, written directly against PyTorch
+(python3-torch from Debian) and sharing no code with ctune.
+
+For a tiny Llama-shaped model (GQA, untied head) and fixed batches (padding, masked prompt
+tokens, and a packed row holding two documents with restarted positions), it writes:
+  model/                       config.json + model.safetensors (the base weights)
+  lora.safetensors             LoRA A/B for all 8 target layers (B non-zero so every gradient is)
+  batches.json                 the micro-batches (ids, labels, positions, segments)
+  grads_full.safetensors       d(loss)/d(param) for full fine-tuning, loss = sum CE / targets
+  grads_lora.safetensors       d(loss)/d(A, B) for LoRA (r=4, alpha=8) on a frozen base
+  grads_rslora.safetensors     the same with rsLoRA's scale alpha/sqrt(r)
+  trajectory.json              10 AdamW steps (cosine, warmup, weight decay with no-decay
+                               groups, clipping, grad accumulation 2): loss per step
+Gradients and the trajectory are computed in float64 (the weights are exact in fp32).
+
+Usage: make_train_reference.py OUT_DIR
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+import torch
+
+torch.set_default_dtype(torch.float64)
+CFG = dict(model_type="llama", vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+           num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0,
+           max_position_embeddings=256, tie_word_embeddings=False, torch_dtype="float32", hidden_act="silu")
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
+RANK, ALPHA = 4, 8.0
+IGNORE = -100
+
+
+def shapes():
+    H, I, V, nh, nkv = CFG["hidden_size"], CFG["intermediate_size"], CFG["vocab_size"], CFG["num_attention_heads"], CFG["num_key_value_heads"]
+    d = H // nh
+    out = [("model.embed_tokens.weight", (V, H))]
+    for i in range(CFG["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        out += [(p + "self_attn.q_proj.weight", (nh * d, H)), (p + "self_attn.k_proj.weight", (nkv * d, H)),
+                (p + "self_attn.v_proj.weight", (nkv * d, H)), (p + "self_attn.o_proj.weight", (H, nh * d)),
+                (p + "mlp.gate_proj.weight", (I, H)), (p + "mlp.up_proj.weight", (I, H)),
+                (p + "mlp.down_proj.weight", (H, I)),
+                (p + "input_layernorm.weight", (H,)), (p + "post_attention_layernorm.weight", (H,))]
+    out += [("model.norm.weight", (H,)), ("lm_head.weight", (V, H))]
+    return out
+
+
+def write_safetensors(path, tensors):
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, t in tensors.items():
+        raw = t.detach().to(torch.float32).contiguous().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def make_batches(gen):
+    """Four micro-batches of 2 rows x 24 tokens."""
+    V, T = CFG["vocab_size"], 24
+    batches = []
+    for b in range(4):
+        ids = torch.randint(0, V, (2, T), generator=gen)
+        labels = ids.clone()
+        pos = torch.arange(T).repeat(2, 1)
+        seg = torch.ones(2, T, dtype=torch.long)
+        # Row 0: a prompt of 5 + b tokens that is not trained, and right padding of 3 + b.
+        labels[0, : 5 + b] = IGNORE
+        pad = 3 + b
+        ids[0, T - pad:] = 0
+        labels[0, T - pad:] = IGNORE
+        seg[0, T - pad:] = 0
+        # Row 1: two packed documents (positions restart, attention stays inside each).
+        cut = 10 + b
+        pos[1, cut:] = torch.arange(T - cut)
+        seg[1, cut:] = 2
+        labels[1, 0] = IGNORE
+        labels[1, cut] = IGNORE  # a document's first token is never a target
+        batches.append(dict(ids=ids, labels=labels, pos=pos, seg=seg))
+    return batches
+
+
+def inv_freq():
+    d = CFG["hidden_size"] // CFG["num_attention_heads"]
+    return 1.0 / (CFG["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+
+
+def forward_loss(W, lora, scale, batch):
+    """Summed next-token CE over targeted positions, and the target count."""
+    H, nh, nkv = CFG["hidden_size"], CFG["num_attention_heads"], CFG["num_key_value_heads"]
+    d, eps = H // nh, CFG["rms_norm_eps"]
+    ids, labels, pos, seg = batch["ids"], batch["labels"], batch["pos"], batch["seg"]
+    B, T = ids.shape
+
+    def lin(x, name):
+        y = x @ W[name + ".weight"].T
+        key = name + ".lora_A.weight"
+        if lora is not None and key in lora:
+            y = y + scale * ((x @ lora[key].T) @ lora[name + ".lora_B.weight"].T)
+        return y
+
+    def rms(x, w):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    def rot(x):
+        return torch.cat((-x[..., d // 2:], x[..., : d // 2]), -1)
+
+    freqs = pos.to(torch.float32)[..., None] * inv_freq()          # fp32 like HF
+    emb = torch.cat((freqs, freqs), -1)
+    cos, sin = emb.cos().double()[:, None], emb.sin().double()[:, None]   # [B,1,T,d]
+    i_idx, j_idx = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    allowed = (j_idx <= i_idx)[None] & (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] != 0)
+    x = W["model.embed_tokens.weight"][ids]
+    for i in range(CFG["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms(x, W[p + "input_layernorm.weight"])
+        q = lin(h, p + "self_attn.q_proj").view(B, T, nh, d).transpose(1, 2)
+        k = lin(h, p + "self_attn.k_proj").view(B, T, nkv, d).transpose(1, 2)
+        v = lin(h, p + "self_attn.v_proj").view(B, T, nkv, d).transpose(1, 2)
+        q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
+        k, v = k.repeat_interleave(nh // nkv, 1), v.repeat_interleave(nh // nkv, 1)
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(d)
+        s = s.masked_fill(~allowed[:, None], torch.finfo(s.dtype).min)
+        a = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, nh * d)
+        x = x + lin(a, p + "self_attn.o_proj")
+        h = rms(x, W[p + "post_attention_layernorm.weight"])
+        x = x + lin(torch.nn.functional.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+    x = rms(x, W["model.norm.weight"])
+    logits = lin(x, "lm_head")[:, :-1].reshape(-1, CFG["vocab_size"])
+    targets = labels[:, 1:].reshape(-1)
+    loss = torch.nn.functional.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="sum")
+    return loss, int((targets != IGNORE).sum())
+
+
+def step_loss(W, lora, scale, micro):
+    """Token-correct accumulation: sum of token losses over micro-batches / total targets."""
+    total = sum(int((m["labels"][:, 1:] != IGNORE).sum()) for m in micro)
+    out = 0
+    for m in micro:
+        out = out + forward_loss(W, lora, scale, m)[0]
+    return out / total
+
+
+def grads(loss, tensors):
+    g = torch.autograd.grad(loss, list(tensors.values()))
+    return {k: v for k, v in zip(tensors.keys(), g)}
+
+
+def lr_lambda(step, warmup, total):
+    if step < warmup:
+        return step / max(1, warmup)
+    progress = (step - warmup) / max(1, total - warmup)
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def main():
+    out = sys.argv[1]
+    os.makedirs(os.path.join(out, "model"), exist_ok=True)
+    gen = torch.Generator().manual_seed(7)
+    W = {}
+    for name, shape in shapes():
+        t = 1.0 + 0.1 * torch.randn(shape, generator=gen) if name.endswith("norm.weight") else 0.2 * torch.randn(shape, generator=gen)
+        W[name] = t.to(torch.float32).double()  # exact in fp32
+    write_safetensors(os.path.join(out, "model", "model.safetensors"), W)
+    with open(os.path.join(out, "model", "config.json"), "w") as f:
+        json.dump(CFG, f, indent=2)
+
+    lora = {}
+    for name, shape in shapes():
+        layer = name[: -len(".weight")]
+        if layer.split(".")[-1] in TARGETS:
+            out_f, in_f = shape
+            lora[layer + ".lora_A.weight"] = (0.2 * torch.randn(RANK, in_f, generator=gen)).to(torch.float32).double()
+            lora[layer + ".lora_B.weight"] = (0.2 * torch.randn(out_f, RANK, generator=gen)).to(torch.float32).double()
+    write_safetensors(os.path.join(out, "lora.safetensors"), lora)
+
+    batches = make_batches(gen)
+    with open(os.path.join(out, "batches.json"), "w") as f:
+        json.dump([{k: v.tolist() for k, v in b.items()} for b in batches], f)
+
+    # Gradients for one step over micro-batches 0 and 1 (accumulation 2).
+    micro = batches[:2]
+    Wg = {k: v.clone().requires_grad_(True) for k, v in W.items()}
+    loss = step_loss(Wg, None, 0.0, micro)
+    write_safetensors(os.path.join(out, "grads_full.safetensors"), grads(loss, Wg))
+    info = {"full_loss": loss.item()}
+    for variant, scale in (("lora", ALPHA / RANK), ("rslora", ALPHA / math.sqrt(RANK))):
+        Lg = {k: v.clone().requires_grad_(True) for k, v in lora.items()}
+        loss = step_loss(W, Lg, scale, micro)
+        write_safetensors(os.path.join(out, f"grads_{variant}.safetensors"), grads(loss, Lg))
+        info[f"{variant}_loss"] = loss.item()
+
+    # 10 AdamW steps of full fine-tuning: lr 1e-2, warmup 2, cosine over 10, weight decay 0.1
+    # except on 1-D tensors, clip 1.0, accumulation 2 cycling over the four micro-batches.
+    params = {k: torch.nn.Parameter(v.clone()) for k, v in W.items()}
+    decay = [p for p in params.values() if p.dim() >= 2]
+    no_decay = [p for p in params.values() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-2, betas=(0.9, 0.999), eps=1e-8)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(s, 2, 10))
+    losses, norms, lrs = [], [], []
+    for step in range(10):
+        micro = [batches[(2 * step) % 4], batches[(2 * step + 1) % 4]]
+        opt.zero_grad()
+        loss = step_loss(params, None, 0.0, micro)
+        loss.backward()
+        norms.append(torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0).item())
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    info.update(trajectory=losses, grad_norms=norms, lrs=lrs)
+    with open(os.path.join(out, "trajectory.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    print("losses", " ".join(f"{x:.5f}" for x in losses))
+
+
+if __name__ == "__main__":
+    main()
