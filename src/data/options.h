@@ -1,0 +1,78 @@
+// DataOptions: everything the data layer needs from the recipe's `data:` section (plus the
+// run's seed and batch size), as one plain struct with documented defaults. The recipe loader
+// fills it; the parse_* helpers turn the recipe's strings into the enums with a ConfigError
+// that lists the allowed values, and validate() checks the cross-field rules (both an eval file
+// and an eval fraction, ranges) before any file is read.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace ctune::data {
+
+// How one record (JSON object) of the dataset becomes text.
+enum class DataFormat {
+  instruct,  // Alpaca columns: instruction, optional input, output
+  chat,      // a list of {"role", "content"} messages
+  text,      // one text column, every token trained
+};
+
+// How a conversation is rendered. `automatic` detects it from the tokenizer's chat_template.
+enum class ChatFormat { automatic, llama3, chatml, qwen3, llama2, plain };
+
+// How an instruct record is rendered. `automatic`: chat when the tokenizer has a chat
+// template, else alpaca.
+enum class InstructTemplate { automatic, alpaca, chat };
+
+// What to do with a malformed record: stop with a FormatError, or skip it and count it.
+enum class OnError { error, skip };
+
+// Names of the JSON keys (`data.columns`), for datasets whose keys differ from the defaults.
+struct Columns {
+  std::string instruction = "instruction";
+  std::string input = "input";  // optional in every record; empty or missing means no input
+  std::string output = "output";
+  std::string messages = "messages";
+  std::string text = "text";
+};
+
+struct DataOptions {
+  std::filesystem::path train;  // data.train: JSONL (one object per line) or a JSON array file
+  std::filesystem::path eval;   // data.eval: same formats; empty = no eval file
+  double eval_fraction = 0.0;   // data.eval_fraction: in (0, 1); 0 = none. Exclusive with eval.
+  DataFormat format = DataFormat::instruct;
+  Columns columns;
+  ChatFormat chat_format = ChatFormat::automatic;
+  InstructTemplate instruct_template = InstructTemplate::automatic;
+  // false: only the response (instruct) or assistant turns (chat) are trained;
+  // true: every token except padding (and the first token of each document).
+  bool train_on_input = false;
+  std::int64_t max_seq_len = 1024;  // longer examples are truncated (the start is kept)
+  bool packing = false;             // concatenate examples into rows of exactly max_seq_len
+  bool shuffle = true;              // shuffle the training examples each epoch (eval never is)
+  OnError on_error = OnError::error;
+  bool add_eos = true;  // text format: append the eos token to every document
+  std::uint64_t seed = 0;          // shuffle order and eval_fraction split derive from it
+  std::int64_t batch_size = 1;     // rows per batch
+  // Directory of the tokenizer: its tokenizer_config.json (or chat_template.jinja) gives the
+  // chat_template used by chat_format/instruct_template auto detection. Empty: no template.
+  std::filesystem::path tokenizer_dir;
+};
+
+DataFormat parse_data_format(std::string_view value, std::string_view key = "data.format");
+ChatFormat parse_chat_format(std::string_view value, std::string_view key = "data.chat_format");
+InstructTemplate parse_instruct_template(std::string_view value, std::string_view key = "data.instruct_template");
+OnError parse_on_error(std::string_view value, std::string_view key = "data.on_error");
+
+// Recipe spelling of each value ("instruct", "auto", "llama3", "skip", ...).
+std::string to_string(DataFormat value);
+std::string to_string(ChatFormat value);
+std::string to_string(InstructTemplate value);
+std::string to_string(OnError value);
+
+// Cross-field and range checks; ConfigError naming the recipe key.
+void validate(const DataOptions& options);
+
+}  // namespace ctune::data

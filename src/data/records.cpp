@@ -1,0 +1,92 @@
+// JSONL / JSON-array record reading; see records.h.
+#include "data/records.h"
+
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ctune::data {
+namespace {
+
+bool is_blank(const std::string& s) {
+  for (char c : s)
+    if (c != ' ' && c != '\t' && c != '\r' && c != '\n') return false;
+  return true;
+}
+
+// Peeks at the first non-blank byte (after a UTF-8 byte order mark) without consuming input.
+char first_byte(std::ifstream& in) {
+  static const char kBom[] = "\xEF\xBB\xBF";
+  const std::streampos start = in.tellg();
+  char c = 0, result = 0;
+  for (int n = 0; in.get(c); ++n) {
+    if (n < 3 && c == kBom[n]) continue;
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') continue;
+    result = c;
+    break;
+  }
+  in.clear();
+  in.seekg(start);
+  return result;
+}
+
+void require_object(const Json& value, const std::string& where) {
+  if (!value.is_object())
+    throw FormatError(where + ": expected a JSON object, found " + json_type_name(value));
+}
+
+}  // namespace
+
+RecordReader::RecordReader(const std::filesystem::path& path) : name_(path.string()) {
+  in_.open(path, std::ios::binary);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw IoError(name_ + ": is a directory, expected a dataset file");
+  if (!in_) throw IoError(name_ + ": cannot open for reading");
+  if (first_byte(in_) == '[') {
+    array_mode_ = true;
+    std::ostringstream ss;
+    ss << in_.rdbuf();
+    std::string text = ss.str();
+    if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
+    array_ = parse_json(text, name_);
+    in_.close();
+  }
+}
+
+bool RecordReader::next(Record& out) {
+  if (array_mode_) {
+    if (index_ >= array_.size()) return false;
+    out.where = name_ + "[" + std::to_string(index_) + "]";
+    // Moved out: each element is read once, and the array is not kept twice in memory.
+    out.value = std::move(array_[index_++]);
+    require_object(out.value, out.where);
+    return true;
+  }
+  std::string line;
+  while (std::getline(in_, line)) {
+    ++line_;
+    if (line_ == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
+    if (is_blank(line)) continue;
+    out.where = name_ + ":" + std::to_string(line_);
+    out.value = parse_json(line, out.where);
+    require_object(out.value, out.where);
+    return true;
+  }
+  if (in_.bad()) throw IoError(name_ + ": read failed after line " + std::to_string(line_));
+  return false;
+}
+
+std::optional<std::string> string_column(const Json& record, const std::string& key, std::string_view option,
+                                         const std::string& where, bool required) {
+  auto it = record.find(key);
+  if (it == record.end() || (it->is_null() && !required)) {
+    if (!required) return std::nullopt;
+    throw FormatError(where + ": missing key \"" + key + "\" (" + std::string(option) + ")");
+  }
+  if (!it->is_string())
+    throw FormatError(where + ": key \"" + key + "\" expected a string, found " + json_type_name(*it) + " (" +
+                      it->dump().substr(0, 40) + ") (" + std::string(option) + ")");
+  return it->get<std::string>();
+}
+
+}  // namespace ctune::data

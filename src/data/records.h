@@ -1,0 +1,53 @@
+// Reading a dataset file record by record: JSONL (one JSON object per line, blank lines
+// ignored) or a JSON array of objects (recognised by its first non-blank byte, '['). Every
+// record carries where it came from ("data/train.jsonl:17", "data/train.json[3]") so each later
+// error can name it. A record that cannot be parsed throws a FormatError from next(); the reader
+// stays usable, so a caller that skips bad records just catches and calls next() again.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/json.h"
+
+namespace ctune::data {
+
+struct Record {
+  Json value;         // always a JSON object
+  std::string where;  // file:line (JSONL, 1-based) or file[index] (JSON array, 0-based)
+};
+
+class RecordReader {
+ public:
+  // Opens `path` (IoError when it cannot). A JSON array file is parsed here as a whole, so a
+  // syntax error in it is a FormatError from the constructor (no record can be skipped).
+  explicit RecordReader(const std::filesystem::path& path);
+
+  // Reads the next record into `out`; false at the end of the file. Throws FormatError naming
+  // the record for invalid JSON or a value that is not an object.
+  bool next(Record& out);
+
+  bool is_json_array() const { return array_mode_; }
+
+ private:
+  std::string name_;  // the path as given, for messages
+  std::ifstream in_;
+  std::int64_t line_ = 0;
+  bool array_mode_ = false;
+  Json array_;
+  std::size_t index_ = 0;
+};
+
+// record[key] as a string, for the dataset columns. `option` is the recipe key that names the
+// column ("data.columns.output"), quoted in messages so the user sees which setting to change.
+// A missing or null key gives nullopt when !required, else FormatError
+// "<where>: missing key \"output\" (data.columns.output)"; a value of another type is a
+// FormatError naming the type found.
+std::optional<std::string> string_column(const Json& record, const std::string& key, std::string_view option,
+                                         const std::string& where, bool required);
+
+}  // namespace ctune::data
