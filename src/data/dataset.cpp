@@ -1,0 +1,134 @@
+// Dataset loading and the eval split; see dataset.h.
+#include "data/dataset.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "data/example_builder.h"
+#include "data/formatter.h"
+#include "data/records.h"
+#include "data/shuffle.h"
+
+namespace ctune::data {
+namespace {
+
+// The examples built from one file, and the valid-record indices of those that were dropped or
+// truncated, so that the counts can be split along with the examples.
+struct Built {
+  std::vector<Example> examples;
+  std::vector<std::int64_t> dropped_records;
+  std::vector<std::int64_t> truncated_records;
+  std::int64_t straddles = 0;
+};
+
+// Reads and builds every record of `path`; fills the file-level counts of `stats`.
+Built build_file(const std::filesystem::path& path, const DataOptions& options, const RecordFormatter& formatter,
+                 const ExampleBuilder& builder, LoadStats& stats) {
+  Built out;
+  stats.file = path.string();
+  RecordReader reader(path);
+  Record rec;
+  for (;;) {
+    try {
+      if (!reader.next(rec)) break;
+      BuildResult b = builder.build(formatter.render(rec.value, rec.where));
+      const std::int64_t index = stats.records++;
+      out.straddles += b.straddles;
+      if (b.truncated) out.truncated_records.push_back(index);
+      if (!b.has_target()) {
+        out.dropped_records.push_back(index);
+        continue;
+      }
+      b.example.record = index;
+      out.examples.push_back(std::move(b.example));
+    } catch (const FormatError& e) {
+      if (options.on_error == OnError::error) throw;
+      ++stats.skipped;
+      if (stats.first_errors.size() < 10) stats.first_errors.emplace_back(e.what());
+    }
+  }
+  return out;
+}
+
+// Moves the examples of one split out of `built` and counts them into `stats`: all of them when
+// `in_eval` is null, else those whose record's in_eval flag equals `want_eval`.
+std::vector<Example> take(Built& built, LoadStats& stats, const std::vector<char>* in_eval, bool want_eval) {
+  auto selected = [&](std::int64_t record) {
+    return !in_eval || (*in_eval)[static_cast<std::size_t>(record)] == static_cast<char>(want_eval);
+  };
+  std::vector<Example> out;
+  for (Example& e : built.examples) {
+    if (!selected(e.record)) continue;
+    stats.tokens += static_cast<std::int64_t>(e.ids.size());
+    stats.target_tokens += std::count_if(e.labels.begin(), e.labels.end(), [](std::int32_t l) { return l != kIgnoreIndex; });
+    out.push_back(std::move(e));
+  }
+  stats.examples = static_cast<std::int64_t>(out.size());
+  stats.dropped = std::count_if(built.dropped_records.begin(), built.dropped_records.end(), selected);
+  stats.truncated = std::count_if(built.truncated_records.begin(), built.truncated_records.end(), selected);
+  return out;
+}
+
+std::string summary(const LoadStats& s, const DataOptions& o) {
+  std::string msg = std::to_string(s.records + s.skipped) + " records";
+  if (s.skipped) msg += ", " + std::to_string(s.skipped) + " skipped as malformed";
+  if (s.dropped)
+    msg += ", " + std::to_string(s.dropped) + " without a trained token after truncation to " +
+           std::to_string(o.max_seq_len) + " tokens";
+  return msg;
+}
+
+}  // namespace
+
+Datasets load_datasets(const DataOptions& options, const tok::Tokenizer& tokenizer) {
+  validate(options);
+  const std::optional<std::string> chat_template = read_chat_template(options.tokenizer_dir);
+  const RecordFormatter formatter(options, tokenizer, chat_template);
+  const ExampleBuilder builder(tokenizer, options.train_on_input, options.max_seq_len);
+
+  Datasets ds;
+  ds.chat = formatter.chat_spec();
+  ds.instruct_template = formatter.instruct_template();
+
+  Built train = build_file(options.train, options, formatter, builder, ds.train_stats);
+  if (options.eval_fraction > 0.0) {
+    const std::int64_t n = ds.train_stats.records;
+    const auto n_eval = static_cast<std::int64_t>(std::llround(options.eval_fraction * static_cast<double>(n)));
+    if (n_eval == 0)
+      throw ConfigError("data.eval_fraction " + std::to_string(options.eval_fraction) + " of " + std::to_string(n) +
+                        " records in " + options.train.string() + " gives an empty eval split");
+    if (n_eval >= n)
+      throw ConfigError("data.eval_fraction " + std::to_string(options.eval_fraction) + " of " + std::to_string(n) +
+                        " records in " + options.train.string() + " leaves no training records");
+    // Membership from a seeded permutation; both splits keep file order.
+    std::vector<char> in_eval(static_cast<std::size_t>(n), 0);
+    const std::vector<std::int64_t> perm = permutation(n, options.seed, Stream::eval_split, 0);
+    for (std::int64_t k = 0; k < n_eval; ++k) in_eval[static_cast<std::size_t>(perm[static_cast<std::size_t>(k)])] = 1;
+    ds.eval_stats.file = ds.train_stats.file;
+    ds.eval_stats.records = n_eval;
+    ds.train_stats.records = n - n_eval;
+    ds.eval = std::make_shared<const std::vector<Example>>(take(train, ds.eval_stats, &in_eval, true));
+    ds.train = std::make_shared<const std::vector<Example>>(take(train, ds.train_stats, &in_eval, false));
+    if (ds.eval->empty())
+      throw ConfigError("data.eval_fraction: the eval split of " + options.train.string() +
+                        " is empty: " + summary(ds.eval_stats, options));
+  } else {
+    ds.train = std::make_shared<const std::vector<Example>>(take(train, ds.train_stats, nullptr, false));
+    if (!options.eval.empty()) {
+      Built eval = build_file(options.eval, options, formatter, builder, ds.eval_stats);
+      ds.eval = std::make_shared<const std::vector<Example>>(take(eval, ds.eval_stats, nullptr, false));
+      ds.eval_stats.straddles = eval.straddles;
+      if (ds.eval->empty())
+        throw ConfigError(options.eval.string() + ": no eval examples (" + summary(ds.eval_stats, options) + ")");
+    } else {
+      ds.eval = std::make_shared<const std::vector<Example>>();
+    }
+  }
+  ds.train_stats.straddles = train.straddles;
+  if (ds.train->empty())
+    throw ConfigError(options.train.string() + ": no training examples (" + summary(ds.train_stats, options) + ")");
+  return ds;
+}
+
+}  // namespace ctune::data

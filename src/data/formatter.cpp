@@ -1,0 +1,55 @@
+// Record rendering per data.format and the resolution of the auto settings; see formatter.h.
+#include "data/formatter.h"
+
+#include "core/error.h"
+#include "data/conversation.h"
+#include "data/instruct.h"
+#include "data/records.h"
+
+namespace ctune::data {
+
+ChatTokens chat_tokens(const tok::Tokenizer& tokenizer) {
+  ChatTokens t;
+  const tok::SpecialTokens& s = tokenizer.special();
+  if (s.bos) t.bos = tokenizer.id_to_token(*s.bos);
+  if (s.eos) t.eos = tokenizer.id_to_token(*s.eos);
+  t.add_bos = s.add_bos && s.bos;
+  return t;
+}
+
+RecordFormatter::RecordFormatter(const DataOptions& options, const tok::Tokenizer& tokenizer,
+                                 const std::optional<std::string>& chat_template)
+    : format_(options.format), columns_(options.columns), add_eos_(options.add_eos), tokens_(chat_tokens(tokenizer)) {
+  instruct_ = options.instruct_template;
+  if (instruct_ == InstructTemplate::automatic)
+    instruct_ = chat_template && !chat_template->empty() ? InstructTemplate::chat : InstructTemplate::alpaca;
+  const bool uses_chat = format_ == DataFormat::chat || (format_ == DataFormat::instruct && instruct_ == InstructTemplate::chat);
+  if (uses_chat) chat_ = resolve_chat_format(options.chat_format, chat_template);
+
+  // Formats that end a response with eos cannot teach the model to stop without one.
+  const bool needs_eos = (format_ == DataFormat::instruct && instruct_ == InstructTemplate::alpaca) ||
+                         (uses_chat && (chat_.format == ChatFormat::plain || chat_.format == ChatFormat::llama2)) ||
+                         (format_ == DataFormat::text && add_eos_);
+  if (needs_eos && !tokens_.eos)
+    throw ConfigError("the tokenizer has no eos token, which data.format " + to_string(format_) +
+                      (uses_chat ? " with chat format " + to_string(chat_.format) : std::string()) +
+                      " needs (set eos_token in tokenizer_config.json" +
+                      (format_ == DataFormat::text ? ", or data.add_eos: false)" : ")"));
+}
+
+Rendered RecordFormatter::render(const Json& record, const std::string& where) const {
+  switch (format_) {
+    case DataFormat::text:
+      return render_text(*string_column(record, columns_.text, "data.columns.text", where, true), tokens_, add_eos_);
+    case DataFormat::instruct: {
+      const InstructRecord rec = parse_instruct(record, columns_, where);
+      if (instruct_ == InstructTemplate::alpaca) return render_alpaca(rec, tokens_);
+      return render_chat(instruct_to_conversation(rec), chat_, tokens_, where);
+    }
+    case DataFormat::chat:
+      return render_chat(parse_conversation(record, columns_.messages, where), chat_, tokens_, where);
+  }
+  throw ConfigError("data.format: unknown value");
+}
+
+}  // namespace ctune::data
