@@ -14,5 +14,9 @@ CLI::App* add_init_command(CLI::App& app, Action& run);
 CLI::App* add_score_command(CLI::App& app, Action& run);
 CLI::App* add_tokenize_command(CLI::App& app, Action& run);
 CLI::App* add_info_command(CLI::App& app, Action& run);
+CLI::App* add_train_command(CLI::App& app, Action& run);
+CLI::App* add_validate_command(CLI::App& app, Action& run);
+CLI::App* add_eval_command(CLI::App& app, Action& run);
+CLI::App* add_generate_command(CLI::App& app, Action& run);
 
 }  // namespace ctune::cli

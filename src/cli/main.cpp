@@ -38,6 +38,10 @@ int main(int argc, char** argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 
   ctune::cli::Action run;
+  ctune::cli::add_train_command(app, run);
+  ctune::cli::add_validate_command(app, run);
+  ctune::cli::add_eval_command(app, run);
+  ctune::cli::add_generate_command(app, run);
   ctune::cli::add_init_command(app, run);
   ctune::cli::add_score_command(app, run);
   ctune::cli::add_tokenize_command(app, run);

@@ -39,13 +39,11 @@ std::string summarise(const std::vector<std::string>& items, std::size_t limit =
 }
 }  // namespace
 
-void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
+void check_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
   std::vector<std::string> missing, unexpected, misshapen;
   std::set<std::string> used;
-  at::NoGradGuard no_grad;
   for (auto& item : model->named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
-    at::Tensor& param = item.value();
     if (is_adapter_parameter(name)) continue;
     const io::TensorRef* ref = checkpoint.find(name);
     if (!ref) {
@@ -53,12 +51,10 @@ void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
       continue;
     }
     used.insert(name);
-    if (ref->info->shape != param.sizes().vec()) {
+    if (ref->info->shape != item.value().sizes().vec()) {
       misshapen.push_back(name + " in " + ref->file->path().filename().string() + " (expected " +
-                          shape_text(param.sizes()) + ", found " + shape_text(ref->info->shape) + ")");
-      continue;
+                          shape_text(item.value().sizes()) + ", found " + shape_text(ref->info->shape) + ")");
     }
-    param.set_data(io::load_tensor(*ref->file, *ref->info, param.scalar_type()));
   }
   for (const auto& [name, ref] : checkpoint.tensors()) {
     if (used.count(name) || ignorable(name)) continue;
@@ -72,6 +68,16 @@ void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
   if (!misshapen.empty()) msg += " " + std::to_string(misshapen.size()) + " wrongly shaped (" + summarise(misshapen) + ")";
   if (!unexpected.empty()) msg += " " + std::to_string(unexpected.size()) + " unexpected (" + summarise(unexpected) + ")";
   throw ShapeError(msg);
+}
+
+void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
+  check_weights(model, checkpoint);
+  at::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters(/*recurse=*/true)) {
+    if (is_adapter_parameter(item.key())) continue;
+    const io::TensorRef* ref = checkpoint.find(item.key());
+    item.value().set_data(io::load_tensor(*ref->file, *ref->info, item.value().scalar_type()));
+  }
 }
 
 CausalLM load_causal_lm(const fs::path& dir, at::ScalarType dtype) {

@@ -18,7 +18,12 @@ namespace ctune::model {
 // Parameters borrow the mapped files when the stored dtype equals `dtype`.
 CausalLM load_causal_lm(const std::filesystem::path& dir, at::ScalarType dtype);
 
-// Copies checkpoint tensors into an already built model. Throws ShapeError listing problems.
+// Checks that the checkpoint holds exactly the model's tensors with the model's shapes;
+// throws ShapeError listing every missing, unexpected and wrongly shaped tensor.
+void check_weights(CausalLM& model, const io::CheckpointReader& checkpoint);
+
+// check_weights, then points every parameter at its checkpoint tensor (converted to the
+// parameter's dtype; borrowed from the mapped file when the dtype matches).
 void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint);
 
 // The tensors HF would save, in state-dict order (lm_head.weight omitted when tied).

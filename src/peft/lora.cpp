@@ -79,6 +79,20 @@ LoraSummary apply_lora(model::CausalLM& lm, const LoraOptions& o) {
   return s;
 }
 
+LoraSummary enable_lora_training(model::CausalLM& lm) {
+  LoraSummary s;
+  for (auto& item : lm->named_parameters(true)) {
+    const bool adapter = item.key().find(".lora_") != std::string::npos;
+    item.value().set_requires_grad(adapter);
+    if (adapter) {
+      const auto dot = item.key().rfind(".lora_");
+      if (s.wrapped.empty() || s.wrapped.back() != item.key().substr(0, dot)) s.wrapped.push_back(item.key().substr(0, dot));
+    }
+  }
+  count(lm, &s);
+  return s;
+}
+
 LoraSummary enable_full_finetune(model::CausalLM& lm) {
   for (auto& p : lm->parameters(true)) p.set_requires_grad(true);
   LoraSummary s;

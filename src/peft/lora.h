@@ -54,6 +54,9 @@ struct LoraSummary {
 // when a target matches no layer (e.g. lm_head on a model with tied embeddings).
 LoraSummary apply_lora(model::CausalLM& model, const LoraOptions& options);
 
+// After load_adapter: only the adapters train (the base stays frozen); returns the counts.
+LoraSummary enable_lora_training(model::CausalLM& model);
+
 // Marks every parameter trainable (full fine-tuning) and returns the counts.
 LoraSummary enable_full_finetune(model::CausalLM& model);
 

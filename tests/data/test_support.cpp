@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <fstream>
 #include <map>
 #include <memory>
@@ -15,7 +17,16 @@ std::filesystem::path source_dir() { return CTUNE_DATA_SOURCE_DIR; }
 std::filesystem::path data_dir() { return CTUNE_DATA_TEST_DATA; }
 
 std::filesystem::path scratch_dir(const std::string& name) {
-  auto dir = data_dir() / "scratch" / name;
+  // Per process: CTest runs the cases of this binary in parallel processes.
+  static const std::filesystem::path root = data_dir() / ("scratch-" + std::to_string(::getpid()));
+  struct RemoveAtExit {
+    ~RemoveAtExit() {
+      std::error_code ec;
+      std::filesystem::remove_all(root, ec);
+    }
+  };
+  static RemoveAtExit cleanup;
+  auto dir = root / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

@@ -1,0 +1,140 @@
+// `ctune eval RECIPE [key=value ...] [--adapter DIR] [--accuracy]`: the held-out metrics of a
+// model as a recipe describes it (its model.path, or model.path + a LoRA adapter): eval loss
+// over the eval split and, with --accuracy, exact-match accuracy of greedy generations of the
+// first response of each eval example against the reference.
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/json.h"
+#include "core/recipe.h"
+#include "infer/generate.h"
+#include "model/weights.h"
+#include "peft/adapter_io.h"
+#include "train/batches.h"
+#include "train/loss.h"
+#include "train/run_plan.h"
+
+namespace ctune::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+struct EvalOptions {
+  std::string recipe;
+  std::vector<std::string> overrides;
+  std::string adapter;
+  std::string model;  // replaces model.path (e.g. a fully fine-tuned output)
+  bool accuracy = false;
+  std::int64_t limit = -1;
+  std::int64_t show = 0;
+  bool json = false;
+};
+
+struct Accuracy {
+  std::int64_t correct = 0, total = 0;
+};
+
+// Greedy generation of each example's first trained span from the tokens before it.
+Accuracy exact_match(model::CausalLM& lm, const std::vector<data::Example>& examples, const tok::Tokenizer& tokenizer,
+                     std::int64_t limit, std::int64_t show) {
+  Accuracy a;
+  for (const auto& ex : examples) {
+    if (limit >= 0 && a.total >= limit) break;
+    std::size_t first = 0;
+    while (first < ex.labels.size() && ex.labels[first] == data::kIgnoreIndex) ++first;
+    if (first == 0 || first >= ex.ids.size()) continue;
+    std::size_t end = first;
+    while (end < ex.labels.size() && ex.labels[end] != data::kIgnoreIndex) ++end;
+    std::vector<std::int64_t> prompt(ex.ids.begin(), ex.ids.begin() + static_cast<std::ptrdiff_t>(first));
+    std::vector<std::int64_t> expected(ex.ids.begin() + static_cast<std::ptrdiff_t>(first),
+                                       ex.ids.begin() + static_cast<std::ptrdiff_t>(end));
+    // The span ends with the end-of-turn token; generation stops there (or at eos).
+    infer::GenerateOptions g;
+    g.stop_ids = {expected.back()};
+    if (tokenizer.special().eos) g.stop_ids.push_back(*tokenizer.special().eos);
+    expected.pop_back();
+    g.max_new_tokens = static_cast<std::int64_t>(expected.size()) + 4;
+    auto got = infer::generate(lm, prompt, g);
+    const bool ok = got == expected;
+    a.correct += ok;
+    ++a.total;
+    if (a.total <= show) {
+      auto text = [&](const std::vector<std::int64_t>& ids) {
+        return Json(tokenizer.decode(std::vector<std::int32_t>(ids.begin(), ids.end()), true)).dump();
+      };
+      std::string p = text(prompt);
+      if (p.size() > 70) p = "..." + p.substr(p.size() - 67);
+      std::printf("  %s  prompt %s\n      expected %s\n      got      %s\n", ok ? "ok  " : "MISS", p.c_str(),
+                  text(expected).c_str(), text(got).c_str());
+    }
+  }
+  return a;
+}
+
+int run_eval(const EvalOptions& o) {
+  auto overrides = o.overrides;
+  if (!o.model.empty()) overrides.push_back("model.path=" + o.model);
+  if (!o.adapter.empty()) overrides.push_back("peft.method=none");  // the adapter brings its own config
+  auto plan = train::plan_run(Recipe::load(o.recipe, overrides));
+  at::set_num_threads(plan.threads);
+  if (plan.datasets.eval->empty()) {
+    throw ConfigError(o.recipe + ": no eval data to evaluate on (set data.eval or data.eval_fraction)");
+  }
+  auto lm = model::load_causal_lm(plan.model_dir, plan.model_dtype);
+  if (!o.adapter.empty()) peft::load_adapter(lm, o.adapter);
+  lm->eval();
+
+  at::NoGradGuard no_grad;
+  auto batches = train::all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
+                                    plan.eval_batches);
+  double sum = 0;
+  std::int64_t tokens = 0;
+  for (const auto& b : batches) {
+    sum += train::next_token_loss_sum(lm, b).item<double>();
+    tokens += b.target_tokens;
+  }
+  const double loss = tokens ? sum / static_cast<double>(tokens) : 0.0;
+  Accuracy acc;
+  if (o.accuracy) acc = exact_match(lm, *plan.datasets.eval, *plan.tokenizer, o.limit, o.show);
+
+  nlohmann::ordered_json out = {{"eval_loss", loss}, {"eval_tokens", tokens}};
+  if (o.accuracy) {
+    out["accuracy"] = acc.total ? static_cast<double>(acc.correct) / static_cast<double>(acc.total) : 0.0;
+    out["correct"] = acc.correct;
+    out["examples"] = acc.total;
+  }
+  if (o.json) {
+    std::cout << out.dump() << std::endl;
+  } else {
+    std::printf("eval loss %.4f over %lld tokens", loss, static_cast<long long>(tokens));
+    if (o.accuracy) {
+      std::printf("; exact-match accuracy %.1f%% (%lld/%lld)", 100.0 * out["accuracy"].get<double>(),
+                  static_cast<long long>(acc.correct), static_cast<long long>(acc.total));
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+CLI::App* add_eval_command(CLI::App& app, Action& run) {
+  auto opts = std::make_shared<EvalOptions>();
+  auto* cmd = app.add_subcommand("eval", "Eval loss (and exact-match accuracy) of a model on a recipe's eval split");
+  cmd->add_option("recipe", opts->recipe, "Recipe file (YAML)")->required();
+  cmd->add_option("overrides", opts->overrides, "key.sub=value overrides");
+  cmd->add_option("--adapter", opts->adapter, "PEFT LoRA adapter directory to apply to model.path");
+  cmd->add_option("--model", opts->model, "Model directory to evaluate instead of model.path");
+  cmd->add_flag("--accuracy", opts->accuracy, "Also generate each example's response greedily and count exact matches");
+  cmd->add_option("--limit", opts->limit, "Evaluate accuracy on the first N examples only");
+  cmd->add_option("--show", opts->show, "Print the first N generations");
+  cmd->add_flag("--json", opts->json, "Print the metrics as one JSON object");
+  cmd->callback([opts, &run] { run = [opts] { return run_eval(*opts); }; });
+  return cmd;
+}
+
+}  // namespace ctune::cli

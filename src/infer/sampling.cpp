@@ -1,0 +1,71 @@
+#include "infer/sampling.h"
+
+#include <limits>
+#include <map>
+
+#include "core/error.h"
+
+namespace ctune::infer {
+
+namespace {
+const double kNegInf = -std::numeric_limits<double>::infinity();
+
+// CTRL's penalty, once per distinct token seen: divide positive scores, multiply negative ones.
+void repetition_penalty(at::Tensor& scores, const std::vector<std::int64_t>& history, double theta) {
+  auto* s = scores.data_ptr<float>();
+  std::vector<bool> seen(static_cast<std::size_t>(scores.size(0)), false);
+  for (auto id : history) {
+    if (id < 0 || id >= scores.size(0) || seen[id]) continue;
+    seen[id] = true;
+    s[id] = s[id] < 0 ? static_cast<float>(s[id] * theta) : static_cast<float>(s[id] / theta);
+  }
+}
+
+// Bans every token that followed the current last n-1 tokens earlier in the sequence.
+void no_repeat_ngram(at::Tensor& scores, const std::vector<std::int64_t>& history, std::int64_t n) {
+  const auto len = static_cast<std::int64_t>(history.size());
+  if (n <= 0 || len + 1 < n) return;
+  auto* s = scores.data_ptr<float>();
+  for (std::int64_t start = 0; start + n <= len; ++start) {
+    bool match = true;
+    for (std::int64_t k = 0; k < n - 1 && match; ++k) match = history[start + k] == history[len - (n - 1) + k];
+    if (match) {
+      const auto banned = history[start + n - 1];
+      if (banned >= 0 && banned < scores.size(0)) s[banned] = -std::numeric_limits<float>::infinity();
+    }
+  }
+}
+}  // namespace
+
+at::Tensor process_logits(at::Tensor logits, const std::vector<std::int64_t>& history, const SamplingOptions& o) {
+  auto scores = logits.to(at::kFloat).contiguous().clone();
+  if (o.repetition_penalty != 1.0) repetition_penalty(scores, history, o.repetition_penalty);
+  if (o.no_repeat_ngram_size > 0) no_repeat_ngram(scores, history, o.no_repeat_ngram_size);
+  if (!o.do_sample) return scores;
+  if (!(o.temperature > 0)) throw ConfigError("temperature must be > 0 when sampling (use greedy decoding instead)");
+  scores = scores / o.temperature;
+  const auto V = scores.size(0);
+  if (o.top_k > 0 && o.top_k < V) {
+    // Keep everything at or above the k-th largest score (ties at the threshold survive).
+    auto kth = std::get<0>(scores.topk(o.top_k)).min();
+    scores = scores.masked_fill(scores < kth, kNegInf);
+  }
+  if (o.top_p < 1.0) {
+    // Ascending sort; drop tokens whose cumulative mass is <= 1 - top_p; keep the best one always.
+    auto [sorted, order] = scores.sort(/*dim=*/0, /*descending=*/false);
+    auto cumulative = at::softmax(sorted, 0).cumsum(0);
+    auto drop = cumulative <= (1.0 - o.top_p);
+    drop[V - 1] = false;
+    auto remove = at::zeros_like(drop).scatter(0, order, drop);
+    scores = scores.masked_fill(remove, kNegInf);
+  }
+  return scores;
+}
+
+std::int64_t choose_token(const at::Tensor& scores, const SamplingOptions& o, at::Generator& gen) {
+  if (!o.do_sample) return scores.argmax().item<std::int64_t>();
+  auto probs = at::softmax(scores, 0);
+  return at::multinomial(probs, 1, false, gen).item<std::int64_t>();
+}
+
+}  // namespace ctune::infer

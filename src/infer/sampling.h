@@ -1,0 +1,29 @@
+// Next-token selection as Hugging Face generate does it (shared/FORMATS.md §9): penalties
+// first (repetition, no-repeat n-gram), then, when sampling, temperature, top-k and top-p;
+// greedy decoding takes the argmax of the penalised scores.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+namespace ctune::infer {
+
+struct SamplingOptions {
+  bool do_sample = false;
+  double temperature = 1.0;        // > 0
+  std::int64_t top_k = 50;         // 0: off
+  double top_p = 1.0;              // in (0, 1]
+  double repetition_penalty = 1.0;  // > 0; 1: off
+  std::int64_t no_repeat_ngram_size = 0;
+};
+
+// Applies the processors to `logits` [V] (fp32) for a sequence `history` (prompt + generated)
+// and returns the processed scores; filtered entries are -inf.
+at::Tensor process_logits(at::Tensor logits, const std::vector<std::int64_t>& history, const SamplingOptions& options);
+
+// Chooses the next token from processed scores: argmax, or a draw from softmax(scores).
+std::int64_t choose_token(const at::Tensor& scores, const SamplingOptions& options, at::Generator& gen);
+
+}  // namespace ctune::infer

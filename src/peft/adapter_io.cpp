@@ -1,0 +1,124 @@
+#include "peft/adapter_io.h"
+
+#include <set>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "io/file.h"
+#include "io/safetensors.h"
+#include "io/tensor_io.h"
+
+namespace ctune::peft {
+namespace fs = std::filesystem;
+
+namespace {
+const std::string kPrefix = "base_model.model.";
+}
+
+void save_adapter(model::CausalLM& lm, const LoraOptions& o, const fs::path& dir, const std::string& base, bool overwrite) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& item : lm->named_parameters(true)) {
+    if (item.key().find(".lora_") != std::string::npos) tensors.emplace_back(kPrefix + item.key(), item.value());
+  }
+  if (tensors.empty()) throw ConfigError("save_adapter: the model has no LoRA adapters");
+  io::StagingDir staging(dir, overwrite);
+  std::vector<at::Tensor> keep;
+  io::write_safetensors(staging.path() / kAdapterWeights, io::describe_tensors(tensors, &keep));
+  nlohmann::ordered_json config = {{"peft_type", "LORA"},
+                                   {"task_type", "CAUSAL_LM"},
+                                   {"base_model_name_or_path", base},
+                                   {"revision", nullptr},
+                                   {"inference_mode", true},
+                                   {"r", o.rank},
+                                   {"lora_alpha", o.alpha},
+                                   {"lora_dropout", o.dropout},
+                                   {"target_modules", o.targets},
+                                   {"fan_in_fan_out", false},
+                                   {"bias", "none"},
+                                   {"use_rslora", o.rslora},
+                                   {"use_dora", false},
+                                   {"modules_to_save", nullptr},
+                                   {"init_lora_weights", true},
+                                   {"layers_to_transform", nullptr},
+                                   {"layers_pattern", nullptr},
+                                   {"rank_pattern", Json::object()},
+                                   {"alpha_pattern", Json::object()}};
+  io::write_file_atomic(staging.path() / kAdapterConfig, config.dump(2) + "\n");
+  staging.commit();
+}
+
+LoraOptions read_adapter_config(const fs::path& dir) {
+  const fs::path path = dir / kAdapterConfig;
+  const Json j = read_json_file(path);
+  const std::string where = path.string();
+  if (!j.is_object()) throw FormatError(where + ": expected a JSON object");
+  const auto type = json_string(j, "peft_type", where).value_or("LORA");
+  if (type != "LORA") throw UnsupportedError(where + ": peft_type \"" + type + "\" is not supported (expected LORA)");
+  auto refuse_if = [&](bool bad, const std::string& what) {
+    if (bad) throw UnsupportedError(where + ": " + what + " is not supported");
+  };
+  refuse_if(json_bool(j, "use_dora", where).value_or(false), "use_dora: true (DoRA)");
+  refuse_if(json_bool(j, "fan_in_fan_out", where).value_or(false), "fan_in_fan_out: true");
+  refuse_if(json_string(j, "bias", where).value_or("none") != "none", "bias other than \"none\"");
+  refuse_if(j.contains("modules_to_save") && !j["modules_to_save"].is_null() && !j["modules_to_save"].empty(), "modules_to_save");
+  refuse_if(j.contains("layers_to_transform") && !j["layers_to_transform"].is_null(), "layers_to_transform");
+  refuse_if(j.contains("rank_pattern") && j["rank_pattern"].is_object() && !j["rank_pattern"].empty(), "rank_pattern");
+  refuse_if(j.contains("alpha_pattern") && j["alpha_pattern"].is_object() && !j["alpha_pattern"].empty(), "alpha_pattern");
+
+  LoraOptions o;
+  o.rank = json_int(j, "r", where).value_or(8);
+  o.alpha = json_number(j, "lora_alpha", where).value_or(8.0);
+  o.dropout = json_number(j, "lora_dropout", where).value_or(0.0);
+  o.rslora = json_bool(j, "use_rslora", where).value_or(false);
+  if (o.rank <= 0) throw ConfigError(where + ": r must be positive, found " + std::to_string(o.rank));
+  auto targets = j.find("target_modules");
+  if (targets == j.end() || targets->is_null()) {
+    o.targets = {"q_proj", "v_proj"};  // PEFT's default for llama and qwen2
+  } else if (targets->is_string() && targets->get<std::string>() == "all-linear") {
+    o.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  } else if (targets->is_array()) {
+    o.targets.clear();
+    for (const auto& t : *targets) {
+      if (!t.is_string()) throw FormatError(where + ": target_modules entries must be strings");
+      o.targets.push_back(t.get<std::string>());
+    }
+  } else {
+    throw UnsupportedError(where + ": target_modules as a regular expression is not supported (use a list of names)");
+  }
+  return o;
+}
+
+LoraOptions load_adapter(model::CausalLM& lm, const fs::path& dir) {
+  LoraOptions o = read_adapter_config(dir);
+  apply_lora(lm, o);
+  auto file = io::SafetensorsFile::open(dir / kAdapterWeights);
+  std::map<std::string, at::Tensor*> params;
+  std::vector<at::Tensor> all;
+  for (auto& item : lm->named_parameters(true)) {
+    if (item.key().find(".lora_") != std::string::npos) params[item.key()] = &item.value();
+  }
+  std::set<std::string> loaded;
+  at::NoGradGuard no_grad;
+  for (const auto& info : file->header().tensors) {
+    std::string name = info.name;
+    if (name.rfind(kPrefix, 0) == 0) name = name.substr(kPrefix.size());
+    // PEFT may keep the adapter name in memory-style keys: "...lora_A.default.weight".
+    auto pos = name.find(".default.weight");
+    if (pos != std::string::npos) name = name.substr(0, pos) + ".weight";
+    auto it = params.find(name);
+    if (it == params.end()) {
+      throw ShapeError(file->path().string() + ": tensor \"" + info.name + "\" matches no LoRA layer of the model");
+    }
+    if (info.shape != it->second->sizes().vec()) {
+      throw ShapeError(file->path().string() + ": tensor \"" + info.name + "\" has the wrong shape for this model");
+    }
+    it->second->copy_(io::load_tensor(*file, info, it->second->scalar_type()));
+    loaded.insert(name);
+  }
+  for (const auto& [name, p] : params) {
+    if (!loaded.count(name)) throw ShapeError(file->path().string() + ": missing \"" + kPrefix + name + "\"");
+  }
+  return o;
+}
+
+}  // namespace ctune::peft

@@ -1,0 +1,29 @@
+// LoRA adapters on disk in PEFT's layout (shared/FORMATS.md §3): adapter_config.json and
+// adapter_model.safetensors with keys base_model.model.<module>.lora_A.weight ([r, in]) and
+// .lora_B.weight ([out, r]). Written atomically; read back with every unsupported setting
+// refused by name, so an adapter either loads exactly or not at all.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "model/llama.h"
+#include "peft/lora.h"
+
+namespace ctune::peft {
+
+inline constexpr const char* kAdapterConfig = "adapter_config.json";
+inline constexpr const char* kAdapterWeights = "adapter_model.safetensors";
+
+// Writes the model's LoRA weights (as fp32 unless they are stored otherwise) into `dir`.
+void save_adapter(model::CausalLM& model, const LoraOptions& options, const std::filesystem::path& dir,
+                  const std::string& base_model_name_or_path, bool overwrite);
+
+// Reads dir/adapter_config.json into LoraOptions. Throws ConfigError / UnsupportedError.
+LoraOptions read_adapter_config(const std::filesystem::path& dir);
+
+// Attaches LoRA to `model` as the adapter's config says and loads its weights. Every target
+// layer must receive both matrices with matching shapes.
+LoraOptions load_adapter(model::CausalLM& model, const std::filesystem::path& dir);
+
+}  // namespace ctune::peft

@@ -1,0 +1,206 @@
+#include "train/run_plan.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/threads.h"
+#include "data/batch.h"
+#include "data/sampler.h"
+#include "io/hf_checkpoint.h"
+#include "model/llama.h"
+#include "model/weights.h"
+#include "peft/adapter_io.h"
+
+namespace ctune::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Runs `f`; a ctune error from a lower layer is re-raised with the recipe key that led there.
+template <typename F>
+auto for_key(const Recipe& r, const std::string& key, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    r.fail(key, e.what());
+  }
+}
+
+// Features whose recipe keys exist but whose implementation lands with a later issue.
+void refuse_unimplemented(const Recipe& r) {
+  if (r.get_string("precision") != "fp32") r.fail("precision", "only fp32 training is implemented in this build (bf16/fp16 training is not yet available)");
+  if (r.get_string("memory.activation_checkpointing") != "none")
+    r.fail("memory.activation_checkpointing", "activation checkpointing is not yet implemented in this build (use none)");
+  if (r.get_string("memory.quantize_base") != "none")
+    r.fail("memory.quantize_base", "quantised bases are not yet implemented in this build (use none)");
+  if (r.get_string("distributed.strategy") != "no_shard")
+    r.fail("distributed.strategy", "sharded training is not yet implemented in this build (use no_shard)");
+  if (r.get_bool("distributed.cpu_offload")) r.fail("distributed.cpu_offload", "CPU offload is not yet implemented in this build");
+}
+
+data::DataOptions data_options(const Recipe& r, const fs::path& tokenizer_dir) {
+  data::DataOptions d;
+  d.train = r.get_string("data.train");
+  if (auto eval = r.get_optional_string("data.eval")) d.eval = *eval;
+  d.eval_fraction = r.get_float("data.eval_fraction");
+  d.format = data::parse_data_format(r.get_string("data.format"));
+  d.columns.instruction = r.get_string("data.columns.instruction");
+  d.columns.input = r.get_string("data.columns.input");
+  d.columns.output = r.get_string("data.columns.output");
+  d.columns.messages = r.get_string("data.columns.messages");
+  d.columns.text = r.get_string("data.columns.text");
+  d.chat_format = data::parse_chat_format(r.get_string("data.chat_format"));
+  d.instruct_template = data::parse_instruct_template(r.get_string("data.instruct_template"));
+  d.train_on_input = r.get_bool("data.train_on_input");
+  d.max_seq_len = r.get_int("data.max_seq_len");
+  d.packing = r.get_bool("data.packing");
+  d.shuffle = r.get_bool("data.shuffle");
+  d.on_error = data::parse_on_error(r.get_string("data.on_error"));
+  d.add_eos = r.get_bool("data.add_eos");
+  d.seed = static_cast<std::uint64_t>(r.get_int("seed"));
+  d.batch_size = r.get_int("training.batch_size");
+  d.tokenizer_dir = tokenizer_dir;
+  return d;
+}
+
+}  // namespace
+
+RunPlan plan_run(Recipe recipe) {
+  RunPlan p;
+  p.recipe = std::move(recipe);
+  const Recipe& r = p.recipe;
+  refuse_unimplemented(r);
+  p.threads = parse_thread_count(r.get_string("threads"), "threads");
+  p.output_dir = r.get_string("output_dir");
+
+  // Model: config, checkpoint headers, and their agreement (no weight is read).
+  p.model_dir = r.get_string("model.path");
+  p.model_dtype = model::parse_dtype(r.get_string("model.dtype"), "model.dtype");
+  p.model_config = for_key(r, "model.path", [&] { return model::load_model_config(p.model_dir); });
+  for_key(r, "model.path", [&] {
+    io::CheckpointReader checkpoint(p.model_dir);
+    model::CausalLM shape_only(p.model_config, p.model_dtype);  // uninitialised: no memory touched
+    model::check_weights(shape_only, checkpoint);
+  });
+  for_key(r, "data.max_seq_len", [&] { model::check_sequence_length(p.model_config, r.get_int("data.max_seq_len"), "data.max_seq_len"); });
+
+  // Tokenizer, and whether its ids fit the embedding.
+  p.tokenizer_dir = r.is_null("tokenizer.path") ? p.model_dir : fs::path(r.get_string("tokenizer.path"));
+  p.tokenizer = for_key(r, r.is_null("tokenizer.path") ? "model.path" : "tokenizer.path",
+                        [&] { return tok::load_tokenizer(p.tokenizer_dir); });
+  if (static_cast<std::int64_t>(p.tokenizer->vocab_size()) > p.model_config.vocab_size) {
+    r.fail(r.is_null("tokenizer.path") ? "model.path" : "tokenizer.path",
+           "tokenizer has " + std::to_string(p.tokenizer->vocab_size()) + " tokens but the model's embedding has " +
+               std::to_string(p.model_config.vocab_size) + " rows (expected tokenizer size <= vocab_size)");
+  }
+
+  // PEFT.
+  p.lora = r.get_string("peft.method") == "lora";
+  if (p.lora) {
+    p.lora_options.rank = r.get_int("peft.rank");
+    p.lora_options.alpha = r.get_float("peft.alpha");
+    p.lora_options.dropout = r.get_float("peft.dropout");
+    p.lora_options.rslora = r.get_bool("peft.rslora");
+    p.lora_options.targets = r.get_strings("peft.target_modules");
+    p.lora_options.seed = static_cast<std::uint64_t>(r.get_int("seed"));
+    if (auto init = r.get_optional_string("peft.init_from")) {
+      p.init_adapter = *init;
+      p.lora_options = for_key(r, "peft.init_from", [&] { return peft::read_adapter_config(p.init_adapter); });
+    }
+    for_key(r, "peft.target_modules", [&] {
+      model::CausalLM shape_only(p.model_config, p.model_dtype);
+      peft::apply_lora(shape_only, p.lora_options);
+    });
+  } else if (!r.is_null("peft.init_from")) {
+    r.fail("peft.init_from", "an adapter to start from needs peft.method: lora");
+  }
+
+  // Data: parsed, rendered, tokenized now, so a broken line stops the run before training.
+  p.data = data_options(r, p.tokenizer_dir);
+  p.datasets = for_key(r, "data.train", [&] { return data::load_datasets(p.data, *p.tokenizer); });
+
+  // Optimizer, schedule, step counts.
+  p.optimizer.name = r.get_string("optimizer.name");
+  p.optimizer.weight_decay = r.get_float("optimizer.weight_decay");
+  const auto betas = r.get_floats("optimizer.betas");
+  p.optimizer.beta1 = betas[0];
+  p.optimizer.beta2 = betas[1];
+  p.optimizer.eps = r.get_float("optimizer.eps");
+  p.optimizer.momentum = r.get_float("optimizer.momentum");
+  p.optimizer.decay_norms_and_biases = r.get_bool("optimizer.decay_norms_and_biases");
+
+  auto& t = p.trainer;
+  t.grad_accum = r.get_int("training.grad_accum");
+  const auto batches = data::Sampler(p.datasets.train, data::sampler_options(p.data, *p.tokenizer)).batches_per_epoch();
+  p.steps_per_epoch = std::max<std::int64_t>(1, (batches + t.grad_accum - 1) / t.grad_accum);
+  const auto max_steps = r.get_optional_int("training.max_steps");
+  const auto epochs = r.get_optional_int("training.epochs");
+  if (max_steps && epochs) r.fail("training.epochs", "set training.max_steps or training.epochs, not both");
+  if (!max_steps && !epochs) r.fail("training.max_steps", "set training.max_steps or training.epochs");
+  t.max_steps = max_steps ? *max_steps : *epochs * p.steps_per_epoch;
+  t.clip_grad_norm = r.get_optional_float("training.clip_grad_norm").value_or(0.0);
+  t.eval_every = r.get_int("training.eval_every");
+  t.log_every = r.get_int("logging.every_n_steps");
+  if (auto n = r.get_optional_int("training.eval_batches")) p.eval_batches = *n;
+  if (t.eval_every > 0 && p.datasets.eval->empty()) {
+    r.fail("training.eval_every", "evaluation is requested but there is no eval data (set data.eval or data.eval_fraction)");
+  }
+  t.schedule.name = r.get_string("scheduler.name");
+  t.schedule.peak_lr = r.get_float("optimizer.lr");
+  t.schedule.warmup_steps = r.get_int("scheduler.warmup_steps");
+  t.schedule.total_steps = t.max_steps;
+  t.schedule.min_lr_ratio = r.get_float("scheduler.min_lr_ratio");
+  if (t.schedule.warmup_steps >= t.max_steps) {
+    r.fail("scheduler.warmup_steps", "warmup of " + std::to_string(t.schedule.warmup_steps) +
+                                         " steps does not end before the run's " + std::to_string(t.max_steps) + " steps");
+  }
+  return p;
+}
+
+model::CausalLM build_model(const RunPlan& p, peft::LoraSummary* summary) {
+  auto lm = model::load_causal_lm(p.model_dir, p.model_dtype);
+  if (p.lora) {
+    if (!p.init_adapter.empty()) {
+      peft::load_adapter(lm, p.init_adapter);
+      *summary = peft::enable_lora_training(lm);
+    } else {
+      *summary = peft::apply_lora(lm, p.lora_options);
+    }
+  } else {
+    *summary = peft::enable_full_finetune(lm);
+  }
+  return lm;
+}
+
+std::string RunPlan::summary() const {
+  std::ostringstream s;
+  const auto& c = model_config;
+  s << "model        " << model_dir.string() << " (" << c.model_type << ", " << c.num_hidden_layers << " layers, hidden "
+    << c.hidden_size << ", " << c.parameter_count() << " parameters, " << model::dtype_to_hf(model_dtype) << ")\n";
+  s << "tokenizer    " << tokenizer_dir.string() << " (" << tokenizer->kind() << ", " << tokenizer->vocab_size()
+    << " tokens)\n";
+  s << "method       "
+    << (lora ? "LoRA r=" + std::to_string(lora_options.rank) + " alpha=" + std::to_string(lora_options.alpha) +
+                   (lora_options.rslora ? " (rsLoRA)" : "") + " on " + std::to_string(lora_options.targets.size()) +
+                   " target kinds"
+             : std::string("full fine-tuning"))
+    << "\n";
+  const auto& ts = datasets.train_stats;
+  s << "train data   " << ts.file << ": " << datasets.train->size() << " examples, " << ts.tokens << " tokens ("
+    << ts.target_tokens << " trained)";
+  if (ts.skipped) s << ", " << ts.skipped << " malformed records skipped";
+  if (ts.truncated) s << ", " << ts.truncated << " truncated";
+  if (ts.dropped) s << ", " << ts.dropped << " dropped (nothing left to train)";
+  s << "\n";
+  s << "eval data    " << (datasets.eval->empty() ? std::string("none") : std::to_string(datasets.eval->size()) + " examples")
+    << "\n";
+  s << "steps        " << trainer.max_steps << " (" << steps_per_epoch << " per epoch, batch "
+    << data.batch_size << " x accumulation " << trainer.grad_accum << (data.packing ? ", packed" : "") << ")\n";
+  s << "optimizer    " << optimizer.name << " lr " << trainer.schedule.peak_lr << ", " << trainer.schedule.name
+    << " schedule, warmup " << trainer.schedule.warmup_steps << "\n";
+  s << "output       " << output_dir.string() << "\n";
+  return s.str();
+}
+
+}  // namespace ctune::train

@@ -1,0 +1,50 @@
+// From a resolved recipe to everything a run needs, with every cross-layer rule checked before
+// any weight is loaded: the model directory and its config, checkpoint tensor names and shapes,
+// the tokenizer and whether it fits the embedding, LoRA targets, the datasets (parsed and
+// tokenized, errors naming file:line), step counts, and the techniques this build implements.
+// `ctune validate` stops here; `ctune train` and `ctune eval` go on to build the model.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "core/recipe.h"
+#include "data/dataset.h"
+#include "data/options.h"
+#include "model/config.h"
+#include "peft/lora.h"
+#include "tokenizer/tokenizer.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
+
+namespace ctune::train {
+
+struct RunPlan {
+  Recipe recipe;
+  std::filesystem::path output_dir, model_dir, tokenizer_dir;
+  model::ModelConfig model_config;
+  at::ScalarType model_dtype = at::kFloat;
+  int threads = 1;
+  std::unique_ptr<tok::Tokenizer> tokenizer;
+  data::DataOptions data;
+  data::Datasets datasets;
+  bool lora = false;
+  peft::LoraOptions lora_options;
+  std::filesystem::path init_adapter;  // peft.init_from, empty when none
+  OptimizerOptions optimizer;
+  TrainerOptions trainer;
+  std::int64_t steps_per_epoch = 0;
+  std::int64_t eval_batches = -1;  // -1: the whole eval split
+
+  // One line per fact, for logs and `ctune validate`.
+  std::string summary() const;
+};
+
+// Throws ConfigError (naming the recipe file/override and key), IoError, FormatError.
+RunPlan plan_run(Recipe recipe);
+
+// The model the plan describes, weights loaded, LoRA applied (or everything trainable).
+model::CausalLM build_model(const RunPlan& plan, peft::LoraSummary* summary);
+
+}  // namespace ctune::train
