@@ -27,20 +27,6 @@ struct InitOptions {
   bool overwrite = false;
 };
 
-// Copies the tokenizer files a model directory carries, from `source` into `dest`.
-void copy_tokenizer_files(const fs::path& source, const fs::path& dest) {
-  static const char* kFiles[] = {"tokenizer.json", "tokenizer.model", "tokenizer_config.json",
-                                 "special_tokens_map.json", "generation_config.json"};
-  bool any = false;
-  for (const char* name : kFiles) {
-    std::error_code ec;
-    if (!fs::exists(source / name, ec)) continue;
-    fs::copy_file(source / name, dest / name, fs::copy_options::overwrite_existing, ec);
-    if (ec) throw IoError((source / name).string() + ": cannot copy (" + ec.message() + ")");
-    any = any || std::string(name) == "tokenizer.json" || std::string(name) == "tokenizer.model";
-  }
-  if (!any) throw IoError(source.string() + ": --tokenizer: no tokenizer.json or tokenizer.model found");
-}
 
 int run_init(const InitOptions& o) {
   const fs::path config_path(o.config_path);
@@ -57,7 +43,7 @@ int run_init(const InitOptions& o) {
     if (o.tokenizer == "byte") {
       tok::write_byte_tokenizer(staging);
     } else {
-      copy_tokenizer_files(o.tokenizer, staging);
+      io::copy_tokenizer_files(o.tokenizer, staging);
     }
     auto tokenizer = tok::load_tokenizer(staging);
     if (static_cast<std::int64_t>(tokenizer->vocab_size()) > config.vocab_size) {

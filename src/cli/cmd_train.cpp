@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/recipe.h"
 #include "io/file.h"
+#include "io/hf_checkpoint.h"
 #include "model/weights.h"
 #include "peft/adapter_io.h"
 #include "train/batches.h"
@@ -54,13 +55,6 @@ void log_to_run_dir(const fs::path& dir) {
   spdlog::default_logger()->flush_on(spdlog::level::info);
 }
 
-void copy_tokenizer_files(const fs::path& from, const fs::path& to) {
-  for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
-                           "generation_config.json"}) {
-    std::error_code ec;
-    if (fs::exists(from / name, ec)) fs::copy_file(from / name, to / name, fs::copy_options::overwrite_existing, ec);
-  }
-}
 
 int run_train(const TrainOptions& o) {
   // 1. Recipe -> plan: all checks, nothing allocated.
@@ -105,7 +99,7 @@ int run_train(const TrainOptions& o) {
     const fs::path out = plan.output_dir / "model";
     model::SaveOptions save;
     save.overwrite = true;
-    model::save_causal_lm(lm, out, save, [&](const fs::path& staging) { copy_tokenizer_files(plan.tokenizer_dir, staging); });
+    model::save_causal_lm(lm, out, save, [&](const fs::path& staging) { io::copy_tokenizer_files(plan.tokenizer_dir, staging); });
     spdlog::info("model written to {}", out.string());
   }
   spdlog::info("done: {} steps in {:.1f} s, last loss {:.4f}{}", result.steps, result.seconds, result.last_loss,

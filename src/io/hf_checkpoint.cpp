@@ -146,3 +146,21 @@ void write_checkpoint_tensors(const fs::path& dir, const std::vector<TensorBytes
 }
 
 }  // namespace ctune::io
+
+namespace ctune::io {
+
+void copy_tokenizer_files(const fs::path& source, const fs::path& dest) {
+  static const char* kFiles[] = {"tokenizer.json",          "tokenizer.model",        "tokenizer_config.json",
+                                 "special_tokens_map.json", "generation_config.json", "chat_template.jinja"};
+  bool any = false;
+  for (const char* name : kFiles) {
+    std::error_code ec;
+    if (!fs::exists(source / name, ec)) continue;
+    fs::copy_file(source / name, dest / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) throw IoError((source / name).string() + ": cannot copy (" + ec.message() + ")");
+    any = any || std::string(name) == "tokenizer.json" || std::string(name) == "tokenizer.model";
+  }
+  if (!any) throw IoError(source.string() + ": no tokenizer.json or tokenizer.model found");
+}
+
+}  // namespace ctune::io
