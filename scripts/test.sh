@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds ctune and runs every test (CTest + GoogleTest), from a fresh clone.
 # Then, unless CTUNE_SKIP_ASAN=1, rebuilds the torch-free readers (safetensors, checkpoint
-# index, config.json, tokenizers) with AddressSanitizer + UBSan and runs their tests again.
+# index, config.json, tokenizers, datasets) with AddressSanitizer + UBSan and runs their tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -9,9 +9,9 @@ bash scripts/build.sh build
 (cd build && ctest --output-on-failure -j "${CTUNE_TEST_JOBS:-2}")
 
 if [ "${CTUNE_SKIP_ASAN:-0}" != "1" ]; then
-  echo "== AddressSanitizer + UBSan: format and tokenizer readers"
-  CTUNE_TARGETS="test_formats test_tokenizer" bash scripts/build.sh build-asan -DCTUNE_SANITIZE=ON \
+  echo "== AddressSanitizer + UBSan: format, tokenizer and data readers"
+  CTUNE_TARGETS="test_formats test_tokenizer test_data" bash scripts/build.sh build-asan -DCTUNE_SANITIZE=ON \
     -DCTUNE_TOKENIZER_NPM_CACHE="$PWD/build/test-data/tokenizer/npm"
   ./build-asan/tests/formats/test_formats --gtest_brief=1
-  (cd build-asan && ctest --output-on-failure -j "${CTUNE_TEST_JOBS:-2}" -L tokenizer)
+  (cd build-asan && ctest --output-on-failure -j "${CTUNE_TEST_JOBS:-2}" -L "tokenizer|data")
 fi

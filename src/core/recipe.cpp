@@ -62,6 +62,17 @@ bool parse_bool(const std::string& s, bool* out) {
   return false;
 }
 
+// The shortest decimal that reads back as exactly `v` ("0.9", not "0.90000000000000002").
+std::string shortest_text(double v) {
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::ostringstream ss;
+    ss.precision(precision);
+    ss << v;
+    if (std::stod(ss.str()) == v) return ss.str();
+  }
+  return std::to_string(v);
+}
+
 bool in_range(const KeySpec& spec, double v) {
   return (!spec.min || v >= *spec.min) && (!spec.max || v <= *spec.max);
 }
@@ -86,10 +97,7 @@ std::string validate(const KeySpec& spec, const YAML::Node& node, const std::str
     case KeyType::Float: {
       double v = 0;
       if (!node.IsScalar() || !parse_float(node.Scalar(), &v) || !in_range(spec, v)) bad();
-      std::ostringstream ss;
-      ss.precision(17);
-      ss << v;
-      return ss.str();
+      return shortest_text(v);
     }
     case KeyType::Bool: {
       bool v = false;
@@ -132,7 +140,7 @@ std::string validate(const KeySpec& spec, const YAML::Node& node, const std::str
       for (const auto& item : node) {
         double v = 0;
         if (!item.IsScalar() || !parse_float(item.Scalar(), &v) || !in_range(spec, v)) bad();
-        e << v;
+        e << shortest_text(v);
       }
       e << YAML::EndSeq;
       return e.c_str();
@@ -188,7 +196,9 @@ Recipe Recipe::load(const std::filesystem::path& path, const std::vector<std::st
 Recipe Recipe::parse(const std::string& yaml, const std::string& source, const std::vector<std::string>& overrides) {
   Recipe r;
   r.source_ = source;
-  for (const auto& spec : recipe_schema()) r.values_[spec.key] = {spec.default_yaml, "default"};
+  // Defaults go through the same validation, so they are canonical (and a broken schema entry
+  // fails every test at once).
+  for (const auto& spec : recipe_schema()) r.values_[spec.key] = {validate(spec, YAML::Load(spec.default_yaml), "default"), "default"};
 
   YAML::Node root = load_yaml(yaml, source);
   if (!root.IsNull()) {
@@ -212,12 +222,6 @@ Recipe Recipe::parse(const std::string& yaml, const std::string& source, const s
   for (const auto& spec : recipe_schema()) {
     if (spec.required && r.values_[spec.key].yaml == "null") {
       throw ConfigError(source + ": `" + spec.key + "` is required (" + spec.help + ")");
-    }
-  }
-  // Defaults are validated too, so a broken schema entry fails every test at once.
-  for (const auto& spec : recipe_schema()) {
-    if (r.values_[spec.key].origin == "default" && r.values_[spec.key].yaml != "null") {
-      validate(spec, YAML::Load(spec.default_yaml), "default");
     }
   }
   return r;

@@ -83,7 +83,9 @@ RunPlan plan_run(Recipe recipe) {
     model::CausalLM shape_only(p.model_config, p.model_dtype);  // uninitialised: no memory touched
     model::check_weights(shape_only, checkpoint);
   });
-  for_key(r, "data.max_seq_len", [&] { model::check_sequence_length(p.model_config, r.get_int("data.max_seq_len"), "data.max_seq_len"); });
+  for_key(r, "data.max_seq_len", [&] {
+    model::check_sequence_length(p.model_config, r.get_int("data.max_seq_len"), (p.model_dir / "config.json").string());
+  });
 
   // Tokenizer, and whether its ids fit the embedding.
   p.tokenizer_dir = r.is_null("tokenizer.path") ? p.model_dir : fs::path(r.get_string("tokenizer.path"));
@@ -114,11 +116,20 @@ RunPlan plan_run(Recipe recipe) {
     });
   } else if (!r.is_null("peft.init_from")) {
     r.fail("peft.init_from", "an adapter to start from needs peft.method: lora");
+  } else if (p.model_dtype != at::kFloat) {
+    // Full fine-tuning would update bf16/fp16 weights directly, losing small updates.
+    r.fail("model.dtype", "full fine-tuning trains the weights themselves and needs fp32 here "
+                          "(fp32 master copies for low-precision weights are not yet implemented)");
   }
 
   // Data: parsed, rendered, tokenized now, so a broken line stops the run before training.
   p.data = data_options(r, p.tokenizer_dir);
-  p.datasets = for_key(r, "data.train", [&] { return data::load_datasets(p.data, *p.tokenizer); });
+  // Data errors name their own key or file:line; they only need the recipe in front.
+  try {
+    p.datasets = data::load_datasets(p.data, *p.tokenizer);
+  } catch (const Error& e) {
+    throw ConfigError(r.source() + ": " + e.what());
+  }
 
   // Optimizer, schedule, step counts.
   p.optimizer.name = r.get_string("optimizer.name");

@@ -2,8 +2,6 @@
 // on a fresh random model, score --json against the PyTorch reference, and one clear error
 // line with a non-zero exit for every malformed checkpoint and bad argument.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -12,6 +10,7 @@
 
 #include "core/json.h"
 #include "malformed.h"
+#include "run_ctune.h"
 
 namespace fs = std::filesystem;
 using ctune::Json;
@@ -19,55 +18,10 @@ using ctune::Json;
 namespace {
 
 const fs::path kData = CTUNE_TEST_DATA_DIR;
-const std::string kCtune = CTUNE_BINARY;
-
-struct Run {
-  int status = -1;     // exit code, or 128 + signal
-  std::string out;     // stdout
-  std::string err;     // stderr
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-Run ctune(const std::vector<std::string>& args) {
-  // Per-process names: CTest runs these tests in parallel processes.
-  const std::string tag = std::to_string(::getpid());
-  const fs::path out = kData / ("cli-stdout-" + tag + ".txt"), err = kData / ("cli-stderr-" + tag + ".txt");
-  std::string cmd = quote(kCtune) + " --threads 2";
-  for (const auto& a : args) cmd += " " + quote(a);
-  cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
-  int raw = std::system(cmd.c_str());
-  Run r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
-  r.out = slurp(out);
-  r.err = slurp(err);
-  fs::remove(out);
-  fs::remove(err);
-  return r;
-}
-
-int lines(const std::string& s) {
-  int n = 0;
-  for (char c : s) n += c == '\n';
-  return n;
-}
-
-void expect_one_line_failure(const Run& r, const std::string& must_contain, const std::string& context) {
-  EXPECT_EQ(r.status, 1) << context << ": " << r.err;
-  EXPECT_EQ(lines(r.err), 1) << context << ": expected exactly one error line, got:\n" << r.err;
-  EXPECT_EQ(r.err.rfind("ctune: ", 0), 0u) << context << ": " << r.err;
-  EXPECT_NE(r.err.find(must_contain), std::string::npos) << context << ": " << r.err;
-  EXPECT_TRUE(r.out.empty()) << context << ": unexpected stdout " << r.out;
-}
+using ctune::testing::ctune;
+using ctune::testing::expect_one_line_failure;
+using ctune::testing::slurp;
+int lines(const std::string& s) { return ctune::testing::count_lines(s); }
 
 TEST(Cli, HelpOnEverySubcommand) {
   for (const std::string sub : {"", "init", "score", "tokenize", "info"}) {

@@ -216,6 +216,30 @@ def main():
         sched.step()
         losses.append(loss.item())
     info.update(trajectory=losses, grad_norms=norms, lrs=lrs)
+
+    # 6 SGD steps (momentum 0.9, coupled weight decay 0.01 on >= 2-D tensors, constant lr 0.05
+    # after 1 warmup step, no clipping, one micro-batch per step).
+    params = {k: torch.nn.Parameter(v.clone()) for k, v in W.items()}
+    decay = [p for p in params.values() if p.dim() >= 2]
+    no_decay = [p for p in params.values() if p.dim() < 2]
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                          lr=0.05, momentum=0.9)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: s / 1 if s < 1 else 1.0)
+    sgd_losses = []
+    for step in range(6):
+        opt.zero_grad()
+        loss = step_loss(params, None, 0.0, [batches[step % 4]])
+        loss.backward()
+        opt.step()
+        sched.step()
+        sgd_losses.append(loss.item())
+    info["sgd_trajectory"] = sgd_losses
+
+    # transformers' get_linear_schedule_with_warmup(warmup=3, total=12) and
+    # get_constant_schedule_with_warmup(warmup=3) factors for steps 0..13.
+    info["linear_factors"] = [s / 3 if s < 3 else max(0.0, (12 - s) / (12 - 3)) for s in range(14)]
+    info["constant_factors"] = [s / 3 if s < 3 else 1.0 for s in range(14)]
+    info["cosine_factors"] = [lr_lambda(s, 3, 12) for s in range(14)]
     with open(os.path.join(out, "trajectory.json"), "w") as f:
         json.dump(info, f, indent=1)
     print("losses", " ".join(f"{x:.5f}" for x in losses))

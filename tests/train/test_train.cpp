@@ -184,6 +184,52 @@ TEST(TrainReference, TenStepAdamWTrajectory) {
   std::printf("10-step trajectory: worst |loss - reference| = %.2e\n", worst);
 }
 
+TEST(TrainReference, SgdMomentumTrajectory) {
+  auto lm = model::load_causal_lm(kRef / "model", at::kFloat);
+  peft::enable_full_finetune(lm);
+  train::OptimizerOptions oo;
+  oo.name = "sgd";
+  oo.weight_decay = 0.01;
+  oo.momentum = 0.9;
+  std::vector<std::pair<std::string, at::Tensor>> trainable;
+  for (const auto& item : lm->named_parameters(true)) trainable.emplace_back(item.key(), item.value());
+  auto optimizer = train::make_optimizer(train::make_param_groups(trainable, oo), oo);
+  train::TrainerOptions to;
+  to.max_steps = 6;
+  to.grad_accum = 1;
+  to.clip_grad_norm = 0;
+  to.schedule = {"constant", 0.05, 1, 6, 0.0};
+  CyclingSource source(read_batches());
+  const fs::path out = fs::path(CTUNE_TEST_DATA_DIR) / "train-sgd";
+  fs::remove_all(out);
+  fs::create_directories(out);
+  {
+    train::MetricsLog metrics(out);
+    train::Trainer(lm, *optimizer, source, {}, to, &metrics).run();
+  }
+  Json ref = read_json_file(kRef / "trajectory.json");
+  std::ifstream in(out / "metrics.jsonl");
+  std::size_t step = 0;
+  for (std::string line; std::getline(in, line); ++step) {
+    EXPECT_NEAR(Json::parse(line)["loss"].get<double>(), ref["sgd_trajectory"][step].get<double>(), 1e-4) << step + 1;
+  }
+  EXPECT_EQ(step, 6u);
+}
+
+TEST(TrainSchedule, MatchesTransformersSchedules) {
+  Json ref = read_json_file(kRef / "trajectory.json");
+  for (const std::string name : {"linear", "constant", "cosine"}) {
+    train::ScheduleOptions o{name, 1.0, 3, 12, 0.0};
+    for (int s = 0; s < 14; ++s) {
+      EXPECT_NEAR(train::learning_rate(o, s), ref[name + "_factors"][s].get<double>(), 1e-12) << name << " step " << s;
+    }
+  }
+  // min_lr_ratio lifts the floor of the decay: lr = peak * (m + (1 - m) * factor).
+  train::ScheduleOptions floor{"cosine", 2.0, 0, 10, 0.1};
+  EXPECT_NEAR(train::learning_rate(floor, 10), 0.2, 1e-12);
+  EXPECT_NEAR(train::learning_rate(floor, 0), 2.0, 1e-12);
+}
+
 // The selected-positions loss equals the masked full-logits loss, and the gradient reaching
 // a masked position's logits is exactly zero.
 TEST(TrainLoss, MaskedPositionsGetExactlyZeroGradient) {
