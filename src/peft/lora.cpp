@@ -79,6 +79,22 @@ LoraSummary apply_lora(model::CausalLM& lm, const LoraOptions& o) {
   return s;
 }
 
+std::size_t merge_lora(model::CausalLM& lm) {
+  at::NoGradGuard no_grad;
+  std::size_t merged = 0;
+  for (const auto& item : lm->named_modules("", /*include_self=*/false)) {
+    auto* linear = dynamic_cast<model::LinearImpl*>(item.value().get());
+    if (!linear || !linear->adapter) continue;
+    auto* lora = dynamic_cast<LoraAdapter*>(linear->adapter.get());
+    if (!lora) continue;
+    auto delta = at::matmul(lora->lora_B->weight.to(at::kFloat), lora->lora_A->weight.to(at::kFloat)) * lora->scale;
+    linear->weight.set_data((linear->weight.to(at::kFloat) + delta).to(linear->weight.scalar_type()));
+    linear->adapter.reset();
+    ++merged;
+  }
+  return merged;
+}
+
 LoraSummary enable_lora_training(model::CausalLM& lm) {
   LoraSummary s;
   for (auto& item : lm->named_parameters(true)) {

@@ -54,6 +54,11 @@ struct LoraSummary {
 // when a target matches no layer (e.g. lm_head on a model with tied embeddings).
 LoraSummary apply_lora(model::CausalLM& model, const LoraOptions& options);
 
+// Folds every adapter into its base weight, W' = W + s * B A computed in fp32 and cast to W's
+// dtype, and detaches the adapters (their tensors stay registered but no longer apply and are
+// never saved with the model). Returns the number of layers merged.
+std::size_t merge_lora(model::CausalLM& model);
+
 // After load_adapter: only the adapters train (the base stays frozen); returns the counts.
 LoraSummary enable_lora_training(model::CausalLM& model);
 
