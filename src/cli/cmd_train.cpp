@@ -1,7 +1,9 @@
-// `ctune train RECIPE [key=value ...]`: the main job. Resolves and checks the recipe (every
-// error before any weight is loaded), builds the model, trains, and writes the result into
-// output_dir: the LoRA adapter in PEFT layout (adapter/) or the full model in Hugging Face
-// layout (model/), plus recipe.yaml (resolved), metrics.jsonl and train.log.
+// `ctune train RECIPE [key=value ...] [--resume [CHECKPOINT]]`: the main job. Resolves and
+// checks the recipe (every error before any weight is loaded), builds the model, trains with
+// step checkpoints, and writes the result into output_dir: the LoRA adapter in PEFT layout
+// (adapter/) or the full model in Hugging Face layout (model/), plus recipe.yaml (resolved),
+// metrics.jsonl, train.log and checkpoints/. With --resume it continues from the newest
+// complete checkpoint (or the one given) exactly where that run stood.
 #include <ATen/Parallel.h>
 
 #include <spdlog/sinks/basic_file_sink.h>
@@ -15,9 +17,12 @@
 #include "core/recipe.h"
 #include "io/file.h"
 #include "io/hf_checkpoint.h"
+#include "io/manifest.h"
 #include "model/weights.h"
 #include "peft/adapter_io.h"
 #include "train/batches.h"
+#include "train/checkpoint.h"
+#include "train/resume.h"
 #include "train/run_plan.h"
 
 namespace ctune::cli {
@@ -29,6 +34,8 @@ struct TrainOptions {
   std::string recipe;
   std::vector<std::string> overrides;
   bool overwrite = false;
+  bool resume = false;
+  std::string resume_from;  // empty: the newest complete checkpoint
 };
 
 // A run directory is fresh, or explicitly replaced: mixing two runs' metrics is never right.
@@ -36,9 +43,12 @@ void prepare_output_dir(const fs::path& dir, bool overwrite) {
   std::error_code ec;
   if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
     if (!overwrite) {
-      throw ConfigError("output_dir " + dir.string() + " already holds files (pass --overwrite to replace the run)");
+      throw ConfigError("output_dir " + dir.string() +
+                        " already holds files (pass --resume to continue that run, --overwrite to replace it)");
     }
-    for (const char* name : {"metrics.jsonl", "train.log", "recipe.yaml", "adapter", "model"}) fs::remove_all(dir / name, ec);
+    for (const char* name : {"metrics.jsonl", "train.log", "recipe.yaml", "adapter", "model", "checkpoints"}) {
+      fs::remove_all(dir / name, ec);
+    }
   }
   fs::create_directories(dir, ec);
   if (ec) throw IoError(dir.string() + ": cannot create directory (" + ec.message() + ")");
@@ -55,23 +65,49 @@ void log_to_run_dir(const fs::path& dir) {
   spdlog::default_logger()->flush_on(spdlog::level::info);
 }
 
+// The checkpoint to resume from, after every check; nullopt: start from the beginning.
+std::optional<fs::path> find_resume_point(const TrainOptions& o, const train::RunPlan& plan) {
+  if (!o.resume_from.empty()) {
+    const std::string problem = io::verify_manifest(o.resume_from);
+    if (!problem.empty()) throw ConfigError("--resume " + o.resume_from + ": not a usable checkpoint: " + problem);
+    return fs::path(o.resume_from);
+  }
+  std::vector<std::string> skipped;
+  auto latest = train::CheckpointManager(plan.output_dir, 1).latest(&skipped);
+  for (const auto& s : skipped) spdlog::warn("skipping checkpoint {}", s);
+  if (!latest) spdlog::warn("no complete checkpoint in {}: starting from the beginning", (plan.output_dir / "checkpoints").string());
+  return latest;
+}
 
 int run_train(const TrainOptions& o) {
   // 1. Recipe -> plan: all checks, nothing allocated.
   auto plan = train::plan_run(Recipe::load(o.recipe, o.overrides));
   at::set_num_threads(plan.threads);
   at::manual_seed(static_cast<std::uint64_t>(plan.recipe.get_int("seed")));
-  prepare_output_dir(plan.output_dir, o.overwrite);
+  std::optional<fs::path> resume_dir;
+  std::optional<train::TrainingState> resumed;
+  if (o.resume) {
+    if (!fs::exists(plan.output_dir)) throw ConfigError("--resume: output_dir " + plan.output_dir.string() + " does not exist");
+    resume_dir = find_resume_point(o, plan);
+    if (resume_dir) {
+      resumed = train::read_training_state(*resume_dir);
+      const Recipe saved = Recipe::parse(resumed->recipe_yaml, (*resume_dir / "recipe.yaml").string());
+      for (const auto& note : train::check_resume_compatible(saved, plan.recipe, resumed->step)) spdlog::info("note: {}", note);
+    }
+    train::truncate_metrics(plan.output_dir, resumed ? resumed->step : 0);
+  } else {
+    prepare_output_dir(plan.output_dir, o.overwrite);
+  }
   log_to_run_dir(plan.output_dir);
   io::write_file_atomic(plan.output_dir / "recipe.yaml", plan.recipe.to_yaml());
-  spdlog::info("recipe {} resolved into {}", o.recipe, (plan.output_dir / "recipe.yaml").string());
-  for (std::size_t pos = 0, end; (end = plan.summary().find('\n', pos)) != std::string::npos; pos = end + 1) {
-    spdlog::info("{}", plan.summary().substr(pos, end - pos));
+  const std::string summary = plan.summary();
+  for (std::size_t pos = 0, end; (end = summary.find('\n', pos)) != std::string::npos; pos = end + 1) {
+    spdlog::info("{}", summary.substr(pos, end - pos));
   }
 
-  // 2. Model, adapters, optimizer.
+  // 2. Model (from the checkpoint when resuming), adapters, optimizer.
   peft::LoraSummary counts;
-  auto lm = train::build_model(plan, &counts);
+  auto lm = train::build_model(plan, &counts, resume_dir ? *resume_dir : fs::path());
   spdlog::info("trainable parameters {} of {} ({:.4f}%)", counts.trainable, counts.total,
                100.0 * static_cast<double>(counts.trainable) / static_cast<double>(std::max<std::int64_t>(1, counts.total)));
   std::vector<std::pair<std::string, at::Tensor>> trainable;
@@ -85,12 +121,33 @@ int run_train(const TrainOptions& o) {
   auto eval = train::all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
                                  plan.eval_batches);
 
-  // 4. Train.
+  // 4. Where the checkpoint left off: optimizer (with its step count), data cursor, RNG.
+  if (resumed) {
+    optimizer->load_state(resumed->optimizer);
+    sampler.restore(resumed->sampler);
+    train::restore_rng(resumed->rng);
+    spdlog::info("resumed from {} at step {}", resume_dir->string(), resumed->step);
+  }
+
+  // 5. Train, checkpointing on cadence and at the end.
+  train::CheckpointManager checkpoints(plan.output_dir, plan.recipe.get_int("checkpoint.keep_last"));
+  checkpoints.apply_retention();
+  train::CheckpointSources sources{lm, plan.lora ? &plan.lora_options : nullptr, optimizer.get(), &sampler,
+                                   &plan.recipe, plan.model_dir, plan.tokenizer_dir};
+  const auto every = plan.recipe.get_int("checkpoint.every_n_steps");
+  std::int64_t last_checkpoint = resumed ? resumed->step : -1;
   train::MetricsLog metrics(plan.output_dir);
   train::Trainer trainer(lm, *optimizer, source, std::move(eval), plan.trainer, &metrics);
+  trainer.on_step_end = [&](std::int64_t step) {
+    if ((every > 0 && step % every == 0) || step == plan.trainer.max_steps) {
+      checkpoints.write(step, sources);
+      last_checkpoint = step;
+    }
+  };
   const auto result = trainer.run();
+  if (last_checkpoint != plan.trainer.max_steps) checkpoints.write(plan.trainer.max_steps, sources);
 
-  // 5. The result, in the ecosystem's layouts.
+  // 6. The result, in the ecosystem's layouts.
   if (plan.lora) {
     const fs::path out = plan.output_dir / "adapter";
     peft::save_adapter(lm, plan.lora_options, out, fs::absolute(plan.model_dir).string(), /*overwrite=*/true);
@@ -114,8 +171,15 @@ CLI::App* add_train_command(CLI::App& app, Action& run) {
   auto* cmd = app.add_subcommand("train", "Fine-tune a model as a YAML recipe says (full or LoRA)");
   cmd->add_option("recipe", opts->recipe, "Recipe file (YAML)")->required();
   cmd->add_option("overrides", opts->overrides, "key.sub=value overrides, e.g. optimizer.lr=1e-4");
-  cmd->add_flag("--overwrite", opts->overwrite, "Replace the results of an earlier run in output_dir");
-  cmd->callback([opts, &run] { run = [opts] { return run_train(*opts); }; });
+  auto* overwrite = cmd->add_flag("--overwrite", opts->overwrite, "Replace the results of an earlier run in output_dir");
+  auto* resume = cmd->add_option("--resume", opts->resume_from,
+                                 "Continue the run in output_dir from its newest complete checkpoint, or from CHECKPOINT")
+                     ->expected(0, 1);
+  resume->excludes(overwrite);
+  cmd->callback([opts, cmd, &run] {
+    opts->resume = cmd->count("--resume") > 0;
+    run = [opts] { return run_train(*opts); };
+  });
   return cmd;
 }
 

@@ -32,6 +32,9 @@ class Recipe {
   std::optional<double> get_optional_float(const std::string& key) const;
   std::optional<std::string> get_optional_string(const std::string& key) const;
 
+  // The canonical YAML text of a key's value (equal texts mean equal values).
+  const std::string& value_text(const std::string& key) const { return value(key).yaml; }
+
   // Where a key's value came from: the file, an override, or "default" (for messages).
   std::string origin(const std::string& key) const;
   const std::string& source() const { return source_; }

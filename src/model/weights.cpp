@@ -97,15 +97,19 @@ std::vector<std::pair<std::string, at::Tensor>> hf_state_dict(CausalLM& model) {
   return out;
 }
 
-void save_causal_lm(CausalLM& model, const fs::path& dir, const SaveOptions& options,
-                    const std::function<void(const fs::path&)>& write_extra) {
-  io::StagingDir staging(dir, options.overwrite);
+void write_causal_lm_files(CausalLM& model, const fs::path& dir, std::uint64_t max_shard_bytes) {
   auto state = hf_state_dict(model);
   std::vector<at::Tensor> keep_alive;
   auto tensors = io::describe_tensors(state, &keep_alive);
-  io::write_checkpoint_tensors(staging.path(), tensors, options.max_shard_bytes);
+  io::write_checkpoint_tensors(dir, tensors, max_shard_bytes);
   const auto dtype = state.empty() ? at::kFloat : state.front().second.scalar_type();
-  io::write_file_atomic(staging.path() / "config.json", config_to_json(model->config(), dtype_to_hf(dtype)).dump(2) + "\n");
+  io::write_file_atomic(dir / "config.json", config_to_json(model->config(), dtype_to_hf(dtype)).dump(2) + "\n");
+}
+
+void save_causal_lm(CausalLM& model, const fs::path& dir, const SaveOptions& options,
+                    const std::function<void(const fs::path&)>& write_extra) {
+  io::StagingDir staging(dir, options.overwrite);
+  write_causal_lm_files(model, staging.path(), options.max_shard_bytes);
   if (write_extra) write_extra(staging.path());
   staging.commit();
 }

@@ -33,6 +33,10 @@ struct SaveOptions {
   std::uint64_t max_shard_bytes = 5'000'000'000;  // HF's default "5GB"
   bool overwrite = false;
 };
+// Writes config.json and the weights (sharded past options.max_shard_bytes) into an existing
+// directory, e.g. a checkpoint being staged; no atomicity of its own.
+void write_causal_lm_files(CausalLM& model, const std::filesystem::path& dir, std::uint64_t max_shard_bytes);
+
 // Writes config.json and the weights into `dir` (atomically: all or nothing). `write_extra`,
 // when given, adds files (e.g. the tokenizer) to the staging directory before it is renamed.
 void save_causal_lm(CausalLM& model, const std::filesystem::path& dir, const SaveOptions& options,

@@ -15,15 +15,14 @@ namespace {
 const std::string kPrefix = "base_model.model.";
 }
 
-void save_adapter(model::CausalLM& lm, const LoraOptions& o, const fs::path& dir, const std::string& base, bool overwrite) {
+void write_adapter_files(model::CausalLM& lm, const LoraOptions& o, const fs::path& dir, const std::string& base) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const auto& item : lm->named_parameters(true)) {
     if (item.key().find(".lora_") != std::string::npos) tensors.emplace_back(kPrefix + item.key(), item.value());
   }
   if (tensors.empty()) throw ConfigError("save_adapter: the model has no LoRA adapters");
-  io::StagingDir staging(dir, overwrite);
   std::vector<at::Tensor> keep;
-  io::write_safetensors(staging.path() / kAdapterWeights, io::describe_tensors(tensors, &keep));
+  io::write_safetensors(dir / kAdapterWeights, io::describe_tensors(tensors, &keep));
   nlohmann::ordered_json config = {{"peft_type", "LORA"},
                                    {"task_type", "CAUSAL_LM"},
                                    {"base_model_name_or_path", base},
@@ -43,7 +42,12 @@ void save_adapter(model::CausalLM& lm, const LoraOptions& o, const fs::path& dir
                                    {"layers_pattern", nullptr},
                                    {"rank_pattern", Json::object()},
                                    {"alpha_pattern", Json::object()}};
-  io::write_file_atomic(staging.path() / kAdapterConfig, config.dump(2) + "\n");
+  io::write_file_atomic(dir / kAdapterConfig, config.dump(2) + "\n");
+}
+
+void save_adapter(model::CausalLM& lm, const LoraOptions& o, const fs::path& dir, const std::string& base, bool overwrite) {
+  io::StagingDir staging(dir, overwrite);
+  write_adapter_files(lm, o, staging.path(), base);
   staging.commit();
 }
 

@@ -15,7 +15,13 @@ namespace ctune::peft {
 inline constexpr const char* kAdapterConfig = "adapter_config.json";
 inline constexpr const char* kAdapterWeights = "adapter_model.safetensors";
 
-// Writes the model's LoRA weights (as fp32 unless they are stored otherwise) into `dir`.
+// Writes adapter_config.json and adapter_model.safetensors into an existing directory (e.g. a
+// checkpoint being staged); no atomicity of its own.
+void write_adapter_files(model::CausalLM& model, const LoraOptions& options, const std::filesystem::path& dir,
+                         const std::string& base_model_name_or_path);
+
+// Writes the model's LoRA weights (as fp32 unless they are stored otherwise) into `dir`,
+// atomically (staged, then renamed).
 void save_adapter(model::CausalLM& model, const LoraOptions& options, const std::filesystem::path& dir,
                   const std::string& base_model_name_or_path, bool overwrite);
 

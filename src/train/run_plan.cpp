@@ -169,11 +169,13 @@ RunPlan plan_run(Recipe recipe) {
   return p;
 }
 
-model::CausalLM build_model(const RunPlan& p, peft::LoraSummary* summary) {
-  auto lm = model::load_causal_lm(p.model_dir, p.model_dtype);
+model::CausalLM build_model(const RunPlan& p, peft::LoraSummary* summary, const fs::path& checkpoint) {
+  const bool full_from_checkpoint = !checkpoint.empty() && !p.lora;
+  auto lm = model::load_causal_lm(full_from_checkpoint ? checkpoint : p.model_dir, p.model_dtype);
+  const fs::path adapter = !checkpoint.empty() ? checkpoint : p.init_adapter;
   if (p.lora) {
-    if (!p.init_adapter.empty()) {
-      peft::load_adapter(lm, p.init_adapter);
+    if (!adapter.empty()) {
+      peft::load_adapter(lm, adapter);
       *summary = peft::enable_lora_training(lm);
     } else {
       *summary = peft::apply_lora(lm, p.lora_options);

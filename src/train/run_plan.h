@@ -44,7 +44,10 @@ struct RunPlan {
 // Throws ConfigError (naming the recipe file/override and key), IoError, FormatError.
 RunPlan plan_run(Recipe recipe);
 
-// The model the plan describes, weights loaded, LoRA applied (or everything trainable).
-model::CausalLM build_model(const RunPlan& plan, peft::LoraSummary* summary);
+// The model the plan describes, weights loaded, LoRA applied (or everything trainable). With a
+// checkpoint directory, the weights come from it: its adapter over model.path (LoRA) or its
+// model files (full fine-tuning).
+model::CausalLM build_model(const RunPlan& plan, peft::LoraSummary* summary,
+                            const std::filesystem::path& checkpoint = {});
 
 }  // namespace ctune::train

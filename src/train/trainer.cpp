@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/kill_point.h"
 #include "core/log.h"
 
 namespace ctune::train {
@@ -48,6 +49,7 @@ TrainResult Trainer::run() {
       auto loss = next_token_loss_sum(model_, batch);
       loss_sum += loss.item<double>();
       if (targets > 0) (loss / static_cast<double>(targets)).backward();
+      kill_point("step", step + 1, "mid");
     }
     const double loss = targets > 0 ? loss_sum / static_cast<double>(targets) : 0.0;
     if (!std::isfinite(loss)) {
@@ -72,6 +74,7 @@ TrainResult Trainer::run() {
     m.peak_mem_bytes = peak_resident_bytes();
     m.elapsed_s = seconds_since(start);
     if (metrics_) metrics_->write(m);
+    kill_point("step", m.step, "after");
     if (m.step % options_.log_every == 0 || m.step == options_.max_steps) progress.step(m);
     result.last_loss = loss;
     result.steps = m.step;

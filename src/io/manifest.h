@@ -1,0 +1,32 @@
+// Checkpoint manifests: MANIFEST.json lists every file of a directory with its size and XXH64
+// checksum and is written last, so a directory whose manifest verifies is complete and intact,
+// and anything else (killed mid-write, truncated, bit-flipped) is detected before use.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace ctune::io {
+
+inline constexpr const char* kManifestName = "MANIFEST.json";
+
+struct ManifestEntry {
+  std::string file;  // relative to the directory
+  std::uint64_t size = 0;
+  std::uint64_t xxh64 = 0;
+};
+
+// XXH64 (seed 0) of a file's bytes, streamed.
+std::uint64_t file_checksum(const std::filesystem::path& path);
+
+// Hashes every regular file under `dir` (recursively, manifest excluded) and writes
+// dir/MANIFEST.json atomically. Returns the entries.
+std::vector<ManifestEntry> write_manifest(const std::filesystem::path& dir);
+
+// "" when dir/MANIFEST.json exists, parses, and every listed file has its size and checksum
+// (and no file is missing); otherwise what is wrong, naming the file.
+std::string verify_manifest(const std::filesystem::path& dir);
+
+}  // namespace ctune::io

@@ -1,0 +1,186 @@
+#include "train/checkpoint.h"
+
+#include <ATen/Context.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <regex>
+
+#include "core/error.h"
+#include "core/kill_point.h"
+#include "core/log.h"
+#include "io/file.h"
+#include "io/hf_checkpoint.h"
+#include "io/manifest.h"
+#include "io/safetensors.h"
+#include "io/tensor_io.h"
+#include "model/weights.h"
+#include "peft/adapter_io.h"
+
+namespace ctune::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kStateFile = "trainer_state.json";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kRngFile = "rng.safetensors";
+constexpr const char* kRecipeFile = "recipe.yaml";
+
+// step_00000012 -> 12; -1 for anything else (staging leftovers, foreign files).
+std::int64_t step_of(const fs::path& dir) {
+  static const std::regex pattern("step_([0-9]{8})");
+  std::smatch m;
+  const std::string name = dir.filename().string();
+  return std::regex_match(name, m, pattern) ? std::stoll(m[1].str()) : -1;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> rng_states() {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  auto cpu = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    out.emplace_back("cpu", cpu.get_state());
+  }
+  if (at::hasCUDA()) {
+    for (int i = 0; i < static_cast<int>(at::getNumGPUs()); ++i) {
+      auto gen = at::globalContext().defaultGenerator(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(i)));
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      out.emplace_back("cuda:" + std::to_string(i), gen.get_state());
+    }
+  }
+  return out;
+}
+
+void write_tensors(const fs::path& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  std::vector<at::Tensor> keep;
+  io::write_safetensors(path, io::describe_tensors(tensors, &keep));
+}
+
+std::vector<std::pair<std::string, at::Tensor>> read_tensors(const fs::path& path) {
+  auto file = io::SafetensorsFile::open(path);
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& t : file->header().tensors) out.emplace_back(t.name, io::load_tensor(*file, t, std::nullopt).clone());
+  return out;
+}
+
+}  // namespace
+
+CheckpointManager::CheckpointManager(fs::path output_dir, std::int64_t keep_last)
+    : root_(output_dir / "checkpoints"), keep_last_(keep_last) {}
+
+fs::path CheckpointManager::dir_for(const fs::path& output_dir, std::int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
+  return output_dir / "checkpoints" / name;
+}
+
+fs::path CheckpointManager::write(std::int64_t step, const CheckpointSources& s) {
+  std::error_code ec;
+  fs::create_directories(root_, ec);
+  const fs::path target = dir_for(root_.parent_path(), step);
+  io::StagingDir staging(target, /*overwrite=*/true);
+  const fs::path& dir = staging.path();
+
+  // 1. Weights.
+  model::CausalLM model = s.model;  // a handle: the same module
+  if (s.lora) {
+    peft::write_adapter_files(model, *s.lora, dir, fs::absolute(s.base_model_dir).string());
+  } else {
+    model::write_causal_lm_files(model, dir, s.max_shard_bytes);
+    io::copy_tokenizer_files(s.tokenizer_dir, dir);
+  }
+  kill_point("checkpoint", step, "weights");
+
+  // 2. Training state: step, data cursor, optimizer, RNG, recipe.
+  Json state = {{"format", "ctune-trainer-state-1"},
+                {"step", step},
+                {"epoch", s.sampler->epoch()},
+                {"accumulation_position", 0},  // checkpoints are taken between optimizer steps
+                {"sampler", s.sampler->state().to_json()},
+                {"method", s.lora ? "lora" : "full"}};
+  io::write_file_atomic(dir / kStateFile, state.dump(1) + "\n");
+  write_tensors(dir / kOptimizerFile, s.optimizer->state());
+  write_tensors(dir / kRngFile, rng_states());
+  io::write_file_atomic(dir / kRecipeFile, s.recipe->to_yaml());
+  kill_point("checkpoint", step, "state");
+
+  // 3. The manifest, last; then fsync and rename into place.
+  io::write_manifest(dir);
+  kill_point("checkpoint", step, "manifest");
+  staging.commit();
+  kill_point("checkpoint", step, "renamed");
+  apply_retention();
+  return target;
+}
+
+void CheckpointManager::apply_retention() const {
+  std::error_code ec;
+  std::vector<std::pair<std::int64_t, fs::path>> complete;
+  for (const auto& e : fs::directory_iterator(root_, ec)) {
+    const std::int64_t step = step_of(e.path());
+    if (step < 0) {
+      // A staging directory left by a killed write.
+      if (e.path().filename().string().find(".partial-") != std::string::npos) fs::remove_all(e.path(), ec);
+      continue;
+    }
+    if (fs::exists(e.path() / io::kManifestName, ec)) complete.emplace_back(step, e.path());
+  }
+  std::sort(complete.begin(), complete.end(), std::greater<>());
+  for (std::size_t i = static_cast<std::size_t>(keep_last_); i < complete.size(); ++i) {
+    fs::remove_all(complete[i].second, ec);
+  }
+}
+
+std::optional<fs::path> CheckpointManager::latest(std::vector<std::string>* skipped) const {
+  std::error_code ec;
+  std::vector<std::pair<std::int64_t, fs::path>> candidates;
+  for (const auto& e : fs::directory_iterator(root_, ec)) {
+    const std::int64_t step = step_of(e.path());
+    if (step >= 0 && e.is_directory()) candidates.emplace_back(step, e.path());
+  }
+  std::sort(candidates.begin(), candidates.end(), std::greater<>());
+  for (const auto& [step, dir] : candidates) {
+    std::string problem = io::verify_manifest(dir);
+    if (problem.empty()) return dir;
+    if (skipped) skipped->push_back(dir.string() + ": " + problem);
+  }
+  return std::nullopt;
+}
+
+TrainingState read_training_state(const fs::path& checkpoint) {
+  TrainingState s;
+  const fs::path state_path = checkpoint / kStateFile;
+  const Json state = read_json_file(state_path);
+  if (!state.is_object() || state.value("format", "") != "ctune-trainer-state-1") {
+    throw FormatError(state_path.string() + ": not a ctune trainer state (expected format ctune-trainer-state-1)");
+  }
+  s.step = json_int(state, "step", state_path.string()).value_or(-1);
+  if (s.step < 0) throw FormatError(state_path.string() + ": missing \"step\"");
+  if (!state.contains("sampler")) throw FormatError(state_path.string() + ": missing \"sampler\"");
+  s.sampler = data::SamplerState::from_json(state["sampler"], state_path.string());
+  s.optimizer = read_tensors(checkpoint / kOptimizerFile);
+  s.rng = read_tensors(checkpoint / kRngFile);
+  s.recipe_yaml = io::read_text_file(checkpoint / kRecipeFile);
+  return s;
+}
+
+void restore_rng(const std::vector<std::pair<std::string, at::Tensor>>& rng) {
+  for (const auto& [name, state] : rng) {
+    at::Generator gen;
+    if (name == "cpu") {
+      gen = at::detail::getDefaultCPUGenerator();
+    } else if (name.rfind("cuda:", 0) == 0 && at::hasCUDA()) {
+      const auto index = std::stoi(name.substr(5));
+      if (index >= static_cast<int>(at::getNumGPUs())) continue;
+      gen = at::globalContext().defaultGenerator(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(index)));
+    } else {
+      spdlog::warn("checkpoint RNG state \"{}\" has no device here; skipped", name);
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(state);
+  }
+}
+
+}  // namespace ctune::train

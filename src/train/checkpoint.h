@@ -1,0 +1,75 @@
+// Step checkpoints: output_dir/checkpoints/step_NNNNNNNN/ holding the weights (LoRA adapter in
+// PEFT layout, or the full model in Hugging Face layout with the tokenizer files), the resolved
+// recipe, the training state (step, data cursor, optimizer, RNG) and MANIFEST.json, written last.
+// Each checkpoint is staged under a temporary name, fsync'ed and renamed into place, so it either
+// exists complete or not at all; the newest usable one is found by verifying manifests, never
+// through a pointer file that can go stale.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "core/recipe.h"
+#include "data/sampler.h"
+#include "model/llama.h"
+#include "peft/lora.h"
+#include "train/optimizer.h"
+
+namespace ctune::train {
+
+// What is saved with the weights.
+struct CheckpointSources {
+  model::CausalLM model{nullptr};
+  const peft::LoraOptions* lora = nullptr;  // null: full fine-tuning
+  const Optimizer* optimizer = nullptr;
+  const data::Sampler* sampler = nullptr;
+  const Recipe* recipe = nullptr;
+  std::filesystem::path base_model_dir;  // recorded in adapter_config.json
+  std::filesystem::path tokenizer_dir;   // its files are copied (full fine-tuning)
+  std::uint64_t max_shard_bytes = 5'000'000'000;
+};
+
+// What read_training_state() returns.
+struct TrainingState {
+  std::int64_t step = 0;
+  data::SamplerState sampler;
+  std::vector<std::pair<std::string, at::Tensor>> optimizer;
+  std::vector<std::pair<std::string, at::Tensor>> rng;  // "cpu", "cuda:0", ...
+  std::string recipe_yaml;
+};
+
+class CheckpointManager {
+ public:
+  CheckpointManager(std::filesystem::path output_dir, std::int64_t keep_last);
+
+  static std::filesystem::path dir_for(const std::filesystem::path& output_dir, std::int64_t step);
+
+  // Writes the checkpoint of `step` (replacing a damaged one of the same step), then removes
+  // checkpoints beyond keep_last and leftovers of interrupted writes. Returns its directory.
+  std::filesystem::path write(std::int64_t step, const CheckpointSources& sources);
+
+  // The newest checkpoint whose manifest verifies (sizes and checksums). Every newer one that
+  // does not is described in `skipped` ("<dir>: <problem>").
+  std::optional<std::filesystem::path> latest(std::vector<std::string>* skipped) const;
+
+  // Removes checkpoints beyond keep_last and leftovers of interrupted writes (also done after
+  // every write; a run killed between its last write and this cleanup is tidied on resume).
+  void apply_retention() const;
+
+ private:
+  std::filesystem::path root_;
+  std::int64_t keep_last_;
+};
+
+// Reads trainer_state.json, optimizer.safetensors, rng.safetensors and recipe.yaml of a
+// checkpoint. Throws FormatError naming the file.
+TrainingState read_training_state(const std::filesystem::path& checkpoint);
+
+// Restores the process RNG states saved by a checkpoint (CPU, and CUDA devices when present).
+void restore_rng(const std::vector<std::pair<std::string, at::Tensor>>& rng);
+
+}  // namespace ctune::train
