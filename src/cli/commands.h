@@ -18,5 +18,6 @@ CLI::App* add_train_command(CLI::App& app, Action& run);
 CLI::App* add_validate_command(CLI::App& app, Action& run);
 CLI::App* add_eval_command(CLI::App& app, Action& run);
 CLI::App* add_generate_command(CLI::App& app, Action& run);
+CLI::App* add_merge_command(CLI::App& app, Action& run);
 
 }  // namespace ctune::cli

@@ -181,4 +181,27 @@ TEST_F(Checkpoints, IncompatibleRecipeChangesAreRefused) {
   expect_one_line_failure(bad, "not a usable checkpoint", "--resume PATH");
 }
 
+TEST_F(Checkpoints, MergeWritesAModelThatPassesItsSelfCheck) {
+  const fs::path recipe_path = kDir / "merge.yaml";
+  write(recipe_path, recipe("lora"));
+  const fs::path run = kDir / "merge-run";
+  ASSERT_EQ(train_with_kill(recipe_path, "", false, {"output_dir=" + run.string(), "training.max_steps=4"}).status, 0);
+  for (const std::string dtype : {"fp32", "bf16"}) {
+    const fs::path out = kDir / ("merged-" + dtype);
+    auto r = ctune({"merge", "--base", (kDir / "model").string(), "--adapter", (run / "adapter").string(), "--out", out.string(),
+                    "--dtype", dtype});
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.err.find("self-check: max |NLL(merged) - NLL(base + adapter)|"), std::string::npos) << r.err;
+    EXPECT_TRUE(fs::exists(out / "model.safetensors"));
+    EXPECT_TRUE(fs::exists(out / "tokenizer.json"));
+    EXPECT_EQ(ctune::read_json_file(out / "config.json")["torch_dtype"], dtype == "fp32" ? "float32" : "bfloat16");
+    // The merged directory is a model like any other.
+    EXPECT_EQ(ctune({"score", "--model", out.string(), "--text", "Add 2 and 3", "--json"}).status, 0);
+  }
+  expect_one_line_failure(ctune({"merge", "--base", (kDir / "model").string(), "--adapter", (kDir / "nope").string(), "--out",
+                                 (kDir / "merged-x").string()}),
+                          "adapter_config.json", "missing adapter");
+  EXPECT_FALSE(fs::exists(kDir / "merged-x"));
+}
+
 }  // namespace

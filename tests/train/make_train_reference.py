@@ -91,11 +91,11 @@ def inv_freq():
     return 1.0 / (CFG["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
 
 
-def forward_loss(W, lora, scale, batch):
-    """Summed next-token CE over targeted positions, and the target count."""
+def forward_logits(W, lora, scale, batch):
+    """Logits [B, T, V] of the model with weights W (and LoRA A/B scaled by `scale`)."""
     H, nh, nkv = CFG["hidden_size"], CFG["num_attention_heads"], CFG["num_key_value_heads"]
     d, eps = H // nh, CFG["rms_norm_eps"]
-    ids, labels, pos, seg = batch["ids"], batch["labels"], batch["pos"], batch["seg"]
+    ids, pos, seg = batch["ids"], batch["pos"], batch["seg"]
     B, T = ids.shape
 
     def lin(x, name):
@@ -132,7 +132,13 @@ def forward_loss(W, lora, scale, batch):
         h = rms(x, W[p + "post_attention_layernorm.weight"])
         x = x + lin(torch.nn.functional.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
     x = rms(x, W["model.norm.weight"])
-    logits = lin(x, "lm_head")[:, :-1].reshape(-1, CFG["vocab_size"])
+    return lin(x, "lm_head")
+
+
+def forward_loss(W, lora, scale, batch):
+    """Summed next-token CE over targeted positions, and the target count."""
+    labels = batch["labels"]
+    logits = forward_logits(W, lora, scale, batch)[:, :-1].reshape(-1, CFG["vocab_size"])
     targets = labels[:, 1:].reshape(-1)
     loss = torch.nn.functional.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="sum")
     return loss, int((targets != IGNORE).sum())

@@ -1,0 +1,115 @@
+// `ctune merge --base DIR --adapter DIR --out DIR [--dtype ...]`: folds a LoRA adapter into its
+// base (W + s * B A in fp32, then cast) and writes a Hugging Face model directory (config,
+// safetensors sharded past --shard-size, tokenizer files) that loads wherever the base loads.
+// Then it reloads what it wrote and compares per-token NLL on a probe with base + adapter;
+// a difference past the tolerance is an error.
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "infer/score.h"
+#include "io/file.h"
+#include "io/hf_checkpoint.h"
+#include "model/weights.h"
+#include "peft/adapter_io.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ctune::cli {
+namespace fs = std::filesystem;
+
+namespace {
+
+struct MergeOptions {
+  std::string base, adapter, out, dtype, shard_size = "5GB";
+  double tolerance = -1;  // < 0: the default for the output dtype
+  bool overwrite = false;
+};
+
+// A probe the self-check scores: a fixed text through the model's tokenizer, or fixed ids.
+std::vector<std::int64_t> probe_ids(const fs::path& model_dir, std::int64_t vocab) {
+  std::vector<std::int64_t> ids;
+  try {
+    auto tokenizer = tok::load_tokenizer(model_dir);
+    for (auto id : tokenizer->encode("The quick brown fox jumps over the lazy dog; ctune checks 1234567890 merged weights.", true))
+      ids.push_back(id);
+  } catch (const Error&) {
+    // No tokenizer beside the weights: a deterministic spread of ids does as well.
+  }
+  if (ids.size() < 8) {
+    ids.clear();
+    for (std::int64_t i = 0; i < 48; ++i) ids.push_back((i * 7919 + 13) % vocab);
+  }
+  return ids;
+}
+
+double max_abs_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+int run_merge(const MergeOptions& o) {
+  auto config = model::load_model_config(o.base);
+  const auto out_dtype = model::parse_dtype(o.dtype.empty() ? config.dtype : o.dtype, o.dtype.empty() ? "base dtype" : "--dtype");
+  const auto max_shard_bytes = io::parse_byte_size(o.shard_size, "--shard-size");
+  // fp32 output should reproduce base + adapter to rounding; bf16/fp16 outputs round every weight.
+  const double tolerance = o.tolerance >= 0 ? o.tolerance : out_dtype == at::kFloat ? 1e-4 : 0.1;
+
+  // Source: base + adapter in fp32, and its scores on the probe.
+  auto lm = model::load_causal_lm(o.base, at::kFloat);
+  const auto lora = peft::load_adapter(lm, o.adapter);
+  const auto probe = probe_ids(o.base, config.vocab_size);
+  const auto reference = infer::score_tokens(lm, probe, "probe");
+
+  // Merge in fp32, cast, write.
+  const auto merged = peft::merge_lora(lm);
+  {
+    at::NoGradGuard no_grad;
+    for (auto& p : lm->parameters()) p.set_data(p.to(out_dtype));
+  }
+  io::StagingDir staging(o.out, o.overwrite);
+  model::write_causal_lm_files(lm, staging.path(), max_shard_bytes);
+  try {
+    io::copy_tokenizer_files(o.base, staging.path());
+  } catch (const IoError&) {
+    spdlog::warn("{} has no tokenizer files to copy", o.base);
+  }
+  spdlog::info("merged {} LoRA layers (r={}, alpha={}{}), {}", merged, lora.rank, lora.alpha, lora.rslora ? ", rsLoRA" : "",
+               model::dtype_to_hf(out_dtype));
+
+  // Self-check: what was written, reloaded, against base + adapter; only a model that passes
+  // is renamed into place.
+  auto reloaded = model::load_causal_lm(staging.path(), at::kFloat);
+  const double diff = max_abs_difference(infer::score_tokens(reloaded, probe, "probe").nll, reference.nll);
+  spdlog::info("self-check: max |NLL(merged) - NLL(base + adapter)| = {:.3g} over {} tokens (tolerance {:.3g})", diff,
+               probe.size() - 1, tolerance);
+  if (!(diff <= tolerance)) {
+    throw Error("self-check failed: " + o.out + " scores " + std::to_string(diff) + " nats/token away from base + adapter (tolerance " +
+                std::to_string(tolerance) + ")");
+  }
+  staging.commit();
+  spdlog::info("wrote {}", o.out);
+  return 0;
+}
+
+}  // namespace
+
+CLI::App* add_merge_command(CLI::App& app, Action& run) {
+  auto opts = std::make_shared<MergeOptions>();
+  auto* cmd = app.add_subcommand("merge", "Fold a LoRA adapter into its base model and write a Hugging Face directory");
+  cmd->add_option("--base", opts->base, "Base model directory")->required();
+  cmd->add_option("--adapter", opts->adapter, "PEFT LoRA adapter directory")->required();
+  cmd->add_option("--out", opts->out, "Output model directory (written atomically)")->required();
+  cmd->add_option("--dtype", opts->dtype, "Output dtype: bf16, fp16 or fp32 (default: the base's dtype)");
+  cmd->add_option("--shard-size", opts->shard_size, "Largest shard, e.g. 5GB, 200MB");
+  cmd->add_option("--tolerance", opts->tolerance, "Self-check tolerance in nats/token (default 1e-4 for fp32, 0.1 otherwise)");
+  cmd->add_flag("--overwrite", opts->overwrite, "Replace an existing output directory");
+  cmd->callback([opts, &run] { run = [opts] { return run_merge(*opts); }; });
+  return cmd;
+}
+
+}  // namespace ctune::cli

@@ -1,0 +1,135 @@
+// PEFT conformance and merge equivalence. Adapters written in PEFT's layout by an independent
+// script (peft_reference.py) load in ctune and score as the script's own float64 merge does;
+// adapters ctune writes are read by that script's own parser and score the same; and merging
+// (W + s·B·A) reproduces base + adapter, for LoRA on all seven projections and rsLoRA.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "infer/score.h"
+#include "model/weights.h"
+#include "peft/adapter_io.h"
+#include "peft/lora.h"
+
+namespace fs = std::filesystem;
+using namespace ctune;
+
+namespace {
+
+const fs::path kData = CTUNE_TEST_DATA_DIR;
+const fs::path kBase = kData / "train-reference" / "model";
+const fs::path kPeft = kData / "peft-reference";
+const std::vector<std::string> kProjections = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+TEST(PeftConformance, AdaptersWrittenByPeftLayoutScriptLoadAndScore) {
+  const Json ref = read_json_file(kPeft / "reference.json");
+  const auto ids = ref["ids"].get<std::vector<std::int64_t>>();
+  for (const std::string variant : {"lora", "rslora"}) {
+    auto lm = model::load_causal_lm(kBase, at::kFloat);
+    const auto options = peft::load_adapter(lm, kPeft / variant);
+    EXPECT_EQ(options.rank, 4);
+    EXPECT_EQ(options.rslora, variant == "rslora");
+    const double d = max_diff(infer::score_tokens(lm, ids, variant).nll, ref[variant].get<std::vector<double>>());
+    EXPECT_LE(d, 1e-5) << variant;
+    std::printf("%s: PEFT-layout adapter in ctune vs reference merge: max |dNLL| = %.2e\n", variant.c_str(), d);
+  }
+}
+
+// A LoRA on all seven projections with random A and B (B is zero after initialisation, which
+// would make every check trivially pass).
+model::CausalLM model_with_random_adapter(bool rslora, peft::LoraOptions* options) {
+  auto lm = model::load_causal_lm(kBase, at::kFloat);
+  options->rank = 4;
+  options->alpha = 8.0;
+  options->rslora = rslora;
+  options->targets = kProjections;
+  peft::apply_lora(lm, *options);
+  at::manual_seed(rslora ? 5 : 4);
+  at::NoGradGuard no_grad;
+  for (auto& item : lm->named_parameters(true))
+    if (item.key().find(".lora_B.") != std::string::npos) item.value().normal_(0.0, 0.3);
+  return lm;
+}
+
+TEST(PeftConformance, AdaptersWrittenByCtuneReadByIndependentScript) {
+  const Json ref = read_json_file(kPeft / "reference.json");
+  const auto ids = ref["ids"].get<std::vector<std::int64_t>>();
+  for (const bool rslora : {false, true}) {
+    peft::LoraOptions options;
+    auto lm = model_with_random_adapter(rslora, &options);
+    const fs::path dir = kData / (rslora ? "ctune-adapter-rslora" : "ctune-adapter");
+    peft::save_adapter(lm, options, dir, kBase.string(), /*overwrite=*/true);
+    const fs::path scores = dir.string() + ".scores.json";
+    std::ofstream(scores) << Json({{"ids", ids}, {"nll", infer::score_tokens(lm, ids, "ctune").nll}}).dump();
+    const std::string cmd = std::string(CTUNE_PYTHON) + " " + CTUNE_PEFT_SCRIPT + " check " + kBase.string() + " " +
+                            dir.string() + " " + scores.string();
+    std::FILE* pipe = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    char buf[256] = {0};
+    const bool got = std::fgets(buf, sizeof(buf), pipe) != nullptr;
+    const int status = ::pclose(pipe);
+    ASSERT_TRUE(got && status == 0) << cmd;
+    const double d = std::stod(buf);
+    EXPECT_LE(d, 1e-5) << (rslora ? "rslora" : "lora");
+    std::printf("%s: ctune-written adapter scored by the independent script: max |dNLL| = %.2e\n", rslora ? "rslora" : "lora", d);
+  }
+}
+
+TEST(Merge, MergedModelEqualsBasePlusAdapter) {
+  const Json ref = read_json_file(kPeft / "reference.json");
+  const auto ids = ref["ids"].get<std::vector<std::int64_t>>();
+  for (const bool rslora : {false, true}) {
+    peft::LoraOptions options;
+    auto lm = model_with_random_adapter(rslora, &options);
+    const auto with_adapter = infer::score_tokens(lm, ids, "adapter").nll;
+    EXPECT_EQ(peft::merge_lora(lm), 2u * 7);
+    // Through the files a user gets: save the merged model, reload it, score.
+    const fs::path dir = kData / (rslora ? "merged-rslora" : "merged-lora");
+    model::SaveOptions save;
+    save.overwrite = true;
+    model::save_causal_lm(lm, dir, save);
+    auto reloaded = model::load_causal_lm(dir, at::kFloat);
+    for (const auto& item : reloaded->named_parameters(true)) EXPECT_EQ(item.key().find(".lora_"), std::string::npos);
+    const double d = max_diff(infer::score_tokens(reloaded, ids, "merged").nll, with_adapter);
+    EXPECT_LE(d, 1e-5) << (rslora ? "rslora" : "lora");
+    std::printf("%s on 7 projections: merged vs base + adapter: max |dNLL| = %.2e\n", rslora ? "rslora" : "lora", d);
+  }
+}
+
+TEST(PeftConformance, UnsupportedAdapterSettingsAreRefused) {
+  const fs::path dir = kData / "peft-unsupported";
+  for (const auto& [key, value, expect] : std::vector<std::tuple<std::string, Json, std::string>>{
+           {"use_dora", true, "DoRA"},
+           {"bias", "all", "bias"},
+           {"fan_in_fan_out", true, "fan_in_fan_out"},
+           {"target_modules", ".*proj", "regular expression"},
+           {"peft_type", "IA3", "peft_type"},
+           {"rank_pattern", Json{{"q_proj", 8}}, "rank_pattern"}}) {
+    fs::create_directories(dir);
+    Json config = read_json_file(kPeft / "lora" / "adapter_config.json");
+    config[key] = value;
+    std::ofstream(dir / "adapter_config.json") << config.dump();
+    try {
+      peft::read_adapter_config(dir);
+      ADD_FAILURE() << key << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
