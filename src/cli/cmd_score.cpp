@@ -10,6 +10,7 @@
 #include "core/json.h"
 #include "infer/score.h"
 #include "model/weights.h"
+#include "peft/adapter_io.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ctune::cli {
@@ -21,6 +22,7 @@ struct ScoreOptions {
   std::string text;
   std::string ids;
   std::string tokenizer_dir;  // default: the model directory
+  std::string adapter;        // PEFT LoRA adapter applied to the model
   std::string dtype = "fp32";
   bool json = false;
   bool no_special = false;
@@ -40,6 +42,7 @@ int run_score(const ScoreOptions& o) {
   }
   const auto dtype = model::parse_dtype(o.dtype, "--dtype");
   auto lm = model::load_causal_lm(o.model_dir, dtype);
+  if (!o.adapter.empty()) peft::load_adapter(lm, o.adapter);
   auto result = infer::score_tokens(lm, ids, where);
 
   if (o.json) {
@@ -80,6 +83,7 @@ CLI::App* add_score_command(CLI::App& app, Action& run) {
   input->add_option("--ids", opts->ids, "Comma-separated token ids, e.g. 1,2,3");
   input->require_option(1);
   cmd->add_option("--tokenizer", opts->tokenizer_dir, "Tokenizer directory (default: the model directory)");
+  cmd->add_option("--adapter", opts->adapter, "PEFT LoRA adapter directory to apply to the model");
   cmd->add_option("--dtype", opts->dtype, "Compute dtype: fp32, bf16 or fp16");
   cmd->add_flag("--json", opts->json, "Print {\"nll\": [T-1 numbers], \"argmax\": [T integers]} only");
   cmd->add_flag("--no-special", opts->no_special, "Do not add BOS/EOS when tokenizing --text");

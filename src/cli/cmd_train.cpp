@@ -133,7 +133,7 @@ int run_train(const TrainOptions& o) {
   train::CheckpointManager checkpoints(plan.output_dir, plan.recipe.get_int("checkpoint.keep_last"));
   checkpoints.apply_retention();
   train::CheckpointSources sources{lm, plan.lora ? &plan.lora_options : nullptr, optimizer.get(), &sampler,
-                                   &plan.recipe, plan.model_dir, plan.tokenizer_dir};
+                                   &plan.recipe, plan.model_dir, plan.tokenizer_dir, plan.shard_bytes};
   const auto every = plan.recipe.get_int("checkpoint.every_n_steps");
   std::int64_t last_checkpoint = resumed ? resumed->step : -1;
   train::MetricsLog metrics(plan.output_dir);
@@ -156,6 +156,7 @@ int run_train(const TrainOptions& o) {
     const fs::path out = plan.output_dir / "model";
     model::SaveOptions save;
     save.overwrite = true;
+    save.max_shard_bytes = plan.shard_bytes;
     model::save_causal_lm(lm, out, save, [&](const fs::path& staging) { io::copy_tokenizer_files(plan.tokenizer_dir, staging); });
     spdlog::info("model written to {}", out.string());
   }

@@ -94,6 +94,7 @@ std::vector<KeySpec> build_schema() {
 
       {"checkpoint.every_n_steps", T::Int, "0", "Write a checkpoint every N steps (0: only at the end)", {}, 0, 1e12},
       {"checkpoint.keep_last", T::Int, "3", "Checkpoints kept", {}, 1, 1e6},
+      {"checkpoint.shard_size", T::String, "5GB", "Largest safetensors shard of a full-model checkpoint (5GB, 500MB, 2GiB)"},
 
       {"distributed.strategy", T::String, "no_shard", "Sharding of parameters, gradients, optimizer state",
        {"no_shard", "shard_grad_op", "full_shard", "hybrid_shard"}},

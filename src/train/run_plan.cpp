@@ -154,6 +154,7 @@ RunPlan plan_run(Recipe recipe) {
   t.eval_every = r.get_int("training.eval_every");
   t.log_every = r.get_int("logging.every_n_steps");
   if (auto n = r.get_optional_int("training.eval_batches")) p.eval_batches = *n;
+  p.shard_bytes = io::parse_byte_size(r.get_string("checkpoint.shard_size"), r.origin("checkpoint.shard_size") + ": `checkpoint.shard_size`");
   if (t.eval_every > 0 && p.datasets.eval->empty()) {
     r.fail("training.eval_every", "evaluation is requested but there is no eval data (set data.eval or data.eval_fraction)");
   }

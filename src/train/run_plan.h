@@ -36,6 +36,7 @@ struct RunPlan {
   TrainerOptions trainer;
   std::int64_t steps_per_epoch = 0;
   std::int64_t eval_batches = -1;  // -1: the whole eval split
+  std::uint64_t shard_bytes = 5'000'000'000;  // checkpoint.shard_size
 
   // One line per fact, for logs and `ctune validate`.
   std::string summary() const;

@@ -39,7 +39,7 @@ std::string recipe(const std::string& method) {
          "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.01}\n"
          "scheduler: {name: cosine, warmup_steps: 2}\n"
          "training: {batch_size: 3, grad_accum: 2, max_steps: 12, eval_every: 4}\n"
-         "checkpoint: {every_n_steps: 3, keep_last: 2}\n";
+         "checkpoint: {every_n_steps: 3, keep_last: 2" + std::string(method == "full" ? ", shard_size: 20KB" : "") + "}\n";
 }
 
 class Checkpoints : public ::testing::Test {
@@ -120,6 +120,11 @@ void kill_and_resume_is_exact(const std::string& method) {
   for (const auto& e : fs::directory_iterator(run / "checkpoints")) left.push_back(e.path().filename().string());
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{"step_00000009", "step_00000012"}));
+  if (method == "full") {
+    // Full-model checkpoints are Hugging Face directories, sharded past checkpoint.shard_size.
+    EXPECT_TRUE(fs::exists(run / "checkpoints" / "step_00000012" / "model.safetensors.index.json"));
+    EXPECT_TRUE(fs::exists(run / "checkpoints" / "step_00000012" / "tokenizer.json"));
+  }
 }
 
 TEST_F(Checkpoints, KilledLoraRunResumesBitIdentical) { kill_and_resume_is_exact("lora"); }

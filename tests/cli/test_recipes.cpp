@@ -153,6 +153,7 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
       {"sliding_window_too_short", replace(base, "path: " + d + "/model}", "path: " + d + "/sliding}"), {"data.max_seq_len=64"},
        "exceeds the model's sliding_window of 32"},
       {"init_adapter_missing", base + "\n", {"peft.init_from=" + d + "/no-adapter"}, "`peft.init_from`"},
+      {"bad_shard_size", base, {"checkpoint.shard_size=5XB"}, "expected a positive size like 5GB"},
       {"chat_without_messages", replace(base, "format: instruct", "format: chat"), {}, "train.jsonl:1"},
   };
   ASSERT_GE(cases.size(), 25u);
