@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include "model/recompute.h"
 #include "model/rope.h"
 
 namespace ctune::model {
@@ -26,15 +27,6 @@ at::Tensor repeat_kv(const at::Tensor& x, std::int64_t groups) {
   return x.unsqueeze(2).expand({B, nkv, groups, T, d}).reshape({B, nkv * groups, T, d});
 }
 
-// The most negative finite value of a floating dtype (finfo.min), used for masked scores.
-double lowest_finite(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kHalf: return -65504.0;
-    case at::kBFloat16: return -3.3895313892515355e38;
-    case at::kDouble: return std::numeric_limits<double>::lowest();
-    default: return std::numeric_limits<float>::lowest();
-  }
-}
 }  // namespace
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
@@ -57,12 +49,9 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   k = repeat_kv(k, groups);
   v = repeat_kv(v, groups);
 
-  // scores: [B, nh, T, T_past + T]. Masked scores get the dtype's lowest value rather than -inf, so a
-  // fully masked row (a padding query) gives finite uniform weights instead of NaN.
-  auto scores = at::matmul(q, k.transpose(2, 3)) * (1.0 / std::sqrt(static_cast<double>(head_dim)));
-  scores = scores.masked_fill(mask.logical_not(), at::Scalar(lowest_finite(scores.scalar_type())));
-  auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
-  auto out = at::matmul(probs, v);  // [B, nh, T, d]
+  // softmax(q kᵀ / sqrt(d)) v over [B, nh, T, T_past + T] scores.
+  auto out = attention_core(q, k, v, mask, 1.0 / std::sqrt(static_cast<double>(head_dim)),
+                            recompute_core && is_training());  // [B, nh, T, d]
   out = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});
   return o_proj->forward(out);
 }

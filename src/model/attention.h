@@ -26,6 +26,7 @@ class AttentionImpl : public torch::nn::Module {
                      LayerCache* cache = nullptr);
 
   std::int64_t num_heads, num_kv_heads, head_dim;
+  bool recompute_core = false;  // selective activation checkpointing (recompute.h)
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 };
 TORCH_MODULE(Attention);

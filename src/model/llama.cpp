@@ -26,6 +26,12 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, at::ScalarType dtype) {
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                      const at::Tensor& mask, LayerCache* cache) {
+  if (recompute && !cache && is_training() && at::GradMode::is_enabled()) return checkpointed_block(*this, x, cos, sin, mask);
+  return forward_block(x, cos, sin, mask, cache);
+}
+
+at::Tensor DecoderLayerImpl::forward_block(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                           const at::Tensor& mask, LayerCache* cache) {
   auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
@@ -90,6 +96,14 @@ at::Tensor CausalLMImpl::forward(const at::Tensor& ids, const at::Tensor& attent
   in.attention_mask = attention_mask;
   in.position_ids = position_ids;
   return logits(std::move(in));
+}
+
+void CausalLMImpl::set_recompute(const RecomputePolicy& policy) {
+  for (std::size_t i = 0; i < model->layers->size(); ++i) {
+    auto layer = model->layers[i]->as<DecoderLayer>();
+    layer->recompute = policy.recompute_block(static_cast<std::int64_t>(i));
+    layer->self_attn->recompute_core = policy.recompute_attention_core();
+  }
 }
 
 KVCache CausalLMImpl::new_cache() const {

@@ -10,6 +10,7 @@
 #include "model/attention.h"
 #include "model/config.h"
 #include "model/layers.h"
+#include "model/recompute.h"
 
 namespace ctune::model {
 
@@ -42,9 +43,13 @@ struct ForwardInputs {
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, at::ScalarType dtype);
+  // With recompute set (and training, no cache), only x is kept for backward (recompute.h).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
                      LayerCache* cache = nullptr);
+  at::Tensor forward_block(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
+                           LayerCache* cache = nullptr);
 
+  bool recompute = false;
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -79,6 +84,8 @@ class CausalLMImpl : public torch::nn::Module {
   // Final hidden states [B, T, H]; the loss applies the head itself, in chunks.
   at::Tensor hidden(ForwardInputs in);
   KVCache new_cache() const;
+  // Which layers recompute activations in backward (memory.activation_checkpointing).
+  void set_recompute(const RecomputePolicy& policy);
   const ModelConfig& config() const { return config_; }
   // The output head on hidden states [.., H] -> logits [.., V]: lm_head (with its adapter, if
   // any), or the embedding matrix when tied.

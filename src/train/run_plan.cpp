@@ -30,8 +30,6 @@ auto for_key(const Recipe& r, const std::string& key, F&& f) -> decltype(f()) {
 // Features whose recipe keys exist but whose implementation lands with a later issue.
 void refuse_unimplemented(const Recipe& r) {
   if (r.get_string("precision") != "fp32") r.fail("precision", "only fp32 training is implemented in this build (bf16/fp16 training is not yet available)");
-  if (r.get_string("memory.activation_checkpointing") != "none")
-    r.fail("memory.activation_checkpointing", "activation checkpointing is not yet implemented in this build (use none)");
   if (r.get_string("memory.quantize_base") != "none")
     r.fail("memory.quantize_base", "quantised bases are not yet implemented in this build (use none)");
   if (r.get_string("distributed.strategy") != "no_shard")
@@ -184,6 +182,7 @@ model::CausalLM build_model(const RunPlan& p, peft::LoraSummary* summary, const 
   } else {
     *summary = peft::enable_full_finetune(lm);
   }
+  lm->set_recompute(model::RecomputePolicy::parse(p.recipe.get_string("memory.activation_checkpointing")));
   return lm;
 }
 
