@@ -90,6 +90,7 @@ std::vector<KeySpec> build_schema() {
       {"precision", T::String, "fp32", "Compute precision", {"fp32", "bf16", "fp16"}},
       {"memory.activation_checkpointing", T::String, "none", "Recompute activations in backward: none | full | selective | every_n:K",
        {}, {}, {}, false, false, 0, check_checkpointing},
+      {"memory.chunked_loss", T::Bool, "true", "Project to the vocabulary a chunk of positions at a time (no full logits)"},
       {"memory.quantize_base", T::String, "none", "Frozen base weights in int8 or nf4 (LoRA only)", {"none", "int8", "nf4"}},
 
       {"checkpoint.every_n_steps", T::Int, "0", "Write a checkpoint every N steps (0: only at the end)", {}, 0, 1e12},

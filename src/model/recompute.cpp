@@ -98,7 +98,8 @@ at::Tensor attention_core_plain(const at::Tensor& q, const at::Tensor& k, const 
   // padding query) gives finite uniform weights instead of NaN.
   auto scores = at::matmul(q, k.transpose(2, 3)) * scale;
   scores = scores.masked_fill(mask.logical_not(), at::Scalar(lowest_finite(scores.scalar_type())));
-  auto probs = at::softmax(scores, -1, at::kFloat).to(q.scalar_type());
+  // Softmax in fp32 at least (float64 stays float64 for the finite-difference tests).
+  auto probs = at::softmax(scores, -1, scores.scalar_type() == at::kDouble ? at::kDouble : at::kFloat).to(q.scalar_type());
   return at::matmul(probs, v);
 }
 

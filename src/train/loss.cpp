@@ -1,8 +1,10 @@
 #include "train/loss.h"
 
+#include "train/chunked_loss.h"
+
 namespace ctune::train {
 
-at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b) {
+at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b, bool chunked) {
   model::ForwardInputs in;
   in.input_ids = b.input_ids;
   in.position_ids = b.position_ids;
@@ -15,6 +17,13 @@ at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b) {
   auto keep = (targets != kIgnoreIndex).nonzero().squeeze(1);
   h = h.index_select(0, keep);
   targets = targets.index_select(0, keep);
+  if (chunked) {
+    const bool plain_head = !lm->lm_head || (!lm->lm_head->adapter && !lm->lm_head->bias.defined());
+    if (plain_head) {
+      const auto& weight = lm->lm_head ? lm->lm_head->weight : lm->model->embed_tokens->weight;
+      return chunked_cross_entropy_sum(h, weight, targets);
+    }
+  }
   auto logits = lm->head(h).to(at::kFloat);  // [N, V]
   return at::nll_loss(at::log_softmax(logits, -1), targets, {}, at::Reduction::Sum);
 }

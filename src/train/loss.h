@@ -20,7 +20,9 @@ struct TensorBatch {
 
 constexpr std::int64_t kIgnoreIndex = -100;
 
-// Sum of -log p(label[t+1] | ..t) over targeted positions, in fp32.
-at::Tensor next_token_loss_sum(model::CausalLM& model, const TensorBatch& batch);
+// Sum of -log p(label[t+1] | ..t) over targeted positions, in fp32. With `chunked` (and a head
+// that is a plain matrix: tied embeddings or an lm_head without adapter or bias) the logits
+// are never materialised for all positions at once (chunked_loss.h).
+at::Tensor next_token_loss_sum(model::CausalLM& model, const TensorBatch& batch, bool chunked = true);
 
 }  // namespace ctune::train

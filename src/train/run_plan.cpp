@@ -151,6 +151,7 @@ RunPlan plan_run(Recipe recipe) {
   t.clip_grad_norm = r.get_optional_float("training.clip_grad_norm").value_or(0.0);
   t.eval_every = r.get_int("training.eval_every");
   t.log_every = r.get_int("logging.every_n_steps");
+  t.chunked_loss = r.get_bool("memory.chunked_loss");
   if (auto n = r.get_optional_int("training.eval_batches")) p.eval_batches = *n;
   p.shard_bytes = io::parse_byte_size(r.get_string("checkpoint.shard_size"), r.origin("checkpoint.shard_size") + ": `checkpoint.shard_size`");
   if (t.eval_every > 0 && p.datasets.eval->empty()) {

@@ -46,7 +46,7 @@ TrainResult Trainer::run() {
     // 2. Forward and backward per micro-batch: sum of token losses / step targets.
     double loss_sum = 0;
     for (const auto& batch : micro) {
-      auto loss = next_token_loss_sum(model_, batch);
+      auto loss = next_token_loss_sum(model_, batch, options_.chunked_loss);
       loss_sum += loss.item<double>();
       if (targets > 0) (loss / static_cast<double>(targets)).backward();
       kill_point("step", step + 1, "mid");
@@ -101,7 +101,7 @@ std::pair<double, std::int64_t> Trainer::evaluate() {
   double sum = 0;
   std::int64_t tokens = 0;
   for (const auto& batch : eval_) {
-    sum += next_token_loss_sum(model_, batch).item<double>();
+    sum += next_token_loss_sum(model_, batch, options_.chunked_loss).item<double>();
     tokens += batch.target_tokens;
   }
   model_->train();

@@ -32,6 +32,7 @@ struct TrainerOptions {
   double clip_grad_norm = 0;  // 0: no clipping
   std::int64_t eval_every = 0;  // 0: only at the end
   std::int64_t log_every = 1;
+  bool chunked_loss = true;  // memory.chunked_loss
   ScheduleOptions schedule;
 };
 

@@ -1,0 +1,67 @@
+// The chunked cross-entropy's custom backward against central finite differences (float64) and
+// against the plain full-logits loss, with several chunks and a partial last one.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "train/chunked_loss.h"
+
+using namespace ctune;
+
+namespace {
+
+at::Tensor plain_loss(const at::Tensor& h, const at::Tensor& w, const at::Tensor& t) {
+  return at::nll_loss(at::log_softmax(at::matmul(h, w.t()), -1), t, {}, at::Reduction::Sum);
+}
+
+TEST(ChunkedLoss, GradientsMatchFiniteDifferences) {
+  at::manual_seed(3);
+  auto h = at::randn({7, 5}, at::kDouble).requires_grad_(true);
+  auto w = at::randn({11, 5}, at::kDouble).requires_grad_(true);
+  auto t = at::randint(0, 11, {7}, at::kLong);
+  auto loss = train::chunked_cross_entropy_sum(h, w, t, /*chunk_rows=*/3);  // chunks of 3, 3, 1
+  (loss * 1.7).backward();  // a non-unit incoming gradient
+  const double eps = 1e-6;
+  double worst = 0;
+  for (auto* x : {&h, &w}) {
+    auto flat = x->detach().view({-1});
+    auto grad = x->grad().view({-1});
+    for (std::int64_t i = 0; i < flat.numel(); ++i) {
+      const double saved = flat[i].item<double>();
+      flat[i] = saved + eps;
+      const double up = 1.7 * train::chunked_cross_entropy_sum(h.detach(), w.detach(), t, 3).item<double>();
+      flat[i] = saved - eps;
+      const double down = 1.7 * train::chunked_cross_entropy_sum(h.detach(), w.detach(), t, 3).item<double>();
+      flat[i] = saved;
+      const double numeric = (up - down) / (2 * eps);
+      worst = std::max(worst, std::abs(numeric - grad[i].item<double>()));
+    }
+  }
+  EXPECT_LT(worst, 1e-6);
+  std::printf("chunked CE vs finite differences: max |difference| %.2e\n", worst);
+}
+
+TEST(ChunkedLoss, EqualsThePlainLossAndGradients) {
+  at::manual_seed(4);
+  auto h = at::randn({50, 16}).requires_grad_(true);
+  auto w = at::randn({97, 16}).requires_grad_(true);
+  auto t = at::randint(0, 97, {50}, at::kLong);
+  auto chunked = train::chunked_cross_entropy_sum(h, w, t, 8);
+  chunked.backward();
+  auto gh = h.grad().clone(), gw = w.grad().clone();
+  h.mutable_grad() = at::Tensor();
+  w.mutable_grad() = at::Tensor();
+  auto plain = plain_loss(h, w, t);
+  plain.backward();
+  EXPECT_NEAR(chunked.item<double>(), plain.item<double>(), 1e-3);
+  EXPECT_LE((gh - h.grad()).abs().max().item<double>(), 1e-5);
+  EXPECT_LE((gw - w.grad()).abs().max().item<double>(), 1e-5);
+}
+
+TEST(ChunkedLoss, ChunkRowsKeepLogitsWithinBudget) {
+  EXPECT_EQ(train::default_chunk_rows(128256), (64ll << 20) / (4 * 128256));
+  EXPECT_EQ(train::default_chunk_rows(320), (64ll << 20) / (4 * 320));
+  EXPECT_GE(train::default_chunk_rows(1 << 30), 16);
+}
+
+}  // namespace
