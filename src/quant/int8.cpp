@@ -55,6 +55,7 @@ Int8Weight quantize_int8(const at::Tensor& w) {
 at::Tensor dequantize(const Int8Weight& w, at::ScalarType dtype) {
   // One fused pass (this runs on every forward and backward): cb · scb in fp32, / 127 in fp32,
   // then rounded to dtype — the same operations as dequantize_columns' tensor expression.
+  TORCH_CHECK(w.cb.device().is_cpu(), "int8 dequantize: CPU-resident weights only (CUDA dequantisation is not implemented), found ", w.cb.device());
   auto cb = w.cb.contiguous();
   auto scb = w.scb.contiguous();
   auto out = at::empty({w.out_features(), w.in_features()}, at::TensorOptions().dtype(dtype));

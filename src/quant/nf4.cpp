@@ -59,7 +59,7 @@ Nf4Weight quantize_nf4(const at::Tensor& w, std::int64_t blocksize, bool double_
   check_blocksize(blocksize);
   TORCH_CHECK(w.is_floating_point(), "quantize_nf4: weight must be floating point, found ", w.scalar_type());
   at::NoGradGuard no_grad;
-  auto flat = w.detach().to(at::kFloat).contiguous().view(-1);  // row-major flattening
+  auto flat = w.detach().to(at::kFloat).cpu().contiguous().view(-1);  // row-major flattening
   Nf4Weight q;
   q.shape.assign(w.sizes().begin(), w.sizes().end());
   q.numel = flat.numel();
@@ -101,6 +101,7 @@ Nf4Weight quantize_nf4(const at::Tensor& w, std::int64_t blocksize, bool double_
 }
 
 at::Tensor dequantize(const Nf4Weight& w, at::ScalarType dtype) {
+  TORCH_CHECK(w.packed.device().is_cpu(), "nf4 dequantize: CPU-resident weights only (CUDA dequantisation is not implemented), found ", w.packed.device());
   at::NoGradGuard no_grad;
   auto absmax = w.block_absmax().contiguous();
   auto out = at::empty({w.numel}, at::TensorOptions().dtype(dtype));

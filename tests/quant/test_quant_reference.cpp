@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdio>
 #include <map>
 #include <string>
 
@@ -67,6 +68,8 @@ TEST(QuantReference, Int8GemmMatchesLlmInt8) {
     ASSERT_EQ(y.sizes(), expected.sizes());
     auto ok = (y - expected).abs() <= (expected.abs() + 1) * 1e-5;
     EXPECT_TRUE(ok.all().item<bool>()) << name << " max diff " << max_abs_diff(y, expected);
+    std::printf("LLM.int8 %s: max |y - reference| = %.3g (max |y| %.3g)\n", name, max_abs_diff(y, expected),
+                expected.abs().max().item<double>());
   }
   // The outlier decomposition matters: with threshold 6 the outlier columns are exact in fp32.
   EXPECT_GT(max_abs_diff(fixture("int8.y_t6"), fixture("int8.y_t0")), 1e-3);
@@ -110,6 +113,7 @@ TEST_P(QuantReferenceNf4, PackedBytesScalesAndValues) {
   auto deq = dequantize(q, at::kFloat);
   const double tol = 1e-7 * q.block_absmax().abs().max().item<double>();
   EXPECT_LE(max_abs_diff(deq, fixture(p + "deq")), tol);
+  std::printf("%s: max |deq - reference| = %.3g\n", c.name, max_abs_diff(deq, fixture(p + "deq")));
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, QuantReferenceNf4,
