@@ -65,6 +65,18 @@ void log_to_run_dir(const fs::path& dir) {
   spdlog::default_logger()->flush_on(spdlog::level::info);
 }
 
+// Predicted against measured peak memory, in the log and as the last line of metrics.jsonl.
+void report_memory(const train::Ledger& ledger, train::MetricsLog& metrics, std::int64_t start_bytes) {
+  const auto measured = train::peak_resident_bytes();
+  const double ratio = static_cast<double>(measured) / static_cast<double>(std::max<std::int64_t>(1, ledger.peak_bytes));
+  spdlog::info("memory: predicted peak {:.1f} MB, measured {:.1f} MB (measured/predicted {:.3f})",
+               static_cast<double>(ledger.peak_bytes) / 1e6, static_cast<double>(measured) / 1e6, ratio);
+  Json line = {{"memory", ledger.to_json()}};
+  line["memory"]["measured_peak_bytes"] = measured;
+  line["memory"]["measured_start_bytes"] = start_bytes;  // resident when training began
+  metrics.write_line(line.dump());
+}
+
 // The checkpoint to resume from, after every check; nullopt: start from the beginning.
 std::optional<fs::path> find_resume_point(const TrainOptions& o, const train::RunPlan& plan) {
   if (!o.resume_from.empty()) {
@@ -105,7 +117,8 @@ int run_train(const TrainOptions& o) {
     spdlog::info("{}", summary.substr(pos, end - pos));
   }
 
-  // 2. Model (from the checkpoint when resuming), adapters, optimizer.
+  // 2. Model (from the checkpoint when resuming), adapters, optimizer; the memory it should take.
+  const auto ledger = train::estimate_memory(train::ledger_inputs(plan, train::resident_bytes()));
   peft::LoraSummary counts;
   auto lm = train::build_model(plan, &counts, resume_dir ? *resume_dir : fs::path());
   spdlog::info("trainable parameters {} of {} ({:.4f}%)", counts.trainable, counts.total,
@@ -121,9 +134,12 @@ int run_train(const TrainOptions& o) {
   auto eval = train::all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
                                  plan.eval_batches);
 
-  // 4. Where the checkpoint left off: optimizer (with its step count), data cursor, RNG.
+  // 4. Where the checkpoint left off: step, optimizer, loss scale, data cursor, RNG.
+  train::GradScaler scaler(plan.loss_scaling);
   if (resumed) {
+    plan.trainer.first_step = resumed->step;
     optimizer->load_state(resumed->optimizer);
+    if (resumed->scaler) scaler.load_state(*resumed->scaler);
     sampler.restore(resumed->sampler);
     train::restore_rng(resumed->rng);
     spdlog::info("resumed from {} at step {}", resume_dir->string(), resumed->step);
@@ -133,18 +149,22 @@ int run_train(const TrainOptions& o) {
   train::CheckpointManager checkpoints(plan.output_dir, plan.recipe.get_int("checkpoint.keep_last"));
   checkpoints.apply_retention();
   train::CheckpointSources sources{lm, plan.lora ? &plan.lora_options : nullptr, optimizer.get(), &sampler,
-                                   &plan.recipe, plan.model_dir, plan.tokenizer_dir, plan.shard_bytes};
+                                   &plan.recipe, &scaler, plan.model_dir, plan.tokenizer_dir, plan.shard_bytes};
   const auto every = plan.recipe.get_int("checkpoint.every_n_steps");
   std::int64_t last_checkpoint = resumed ? resumed->step : -1;
   train::MetricsLog metrics(plan.output_dir);
   train::Trainer trainer(lm, *optimizer, source, std::move(eval), plan.trainer, &metrics);
+  trainer.scaler = &scaler;
   trainer.on_step_end = [&](std::int64_t step) {
     if ((every > 0 && step % every == 0) || step == plan.trainer.max_steps) {
       checkpoints.write(step, sources);
       last_checkpoint = step;
     }
   };
+  const auto start_bytes = train::resident_bytes();
+  train::reset_peak_resident();  // the measured peak is training's, not loading's
   const auto result = trainer.run();
+  report_memory(ledger, metrics, start_bytes);
   if (last_checkpoint != plan.trainer.max_steps) checkpoints.write(plan.trainer.max_steps, sources);
 
   // 6. The result, in the ecosystem's layouts.
@@ -160,6 +180,7 @@ int run_train(const TrainOptions& o) {
     model::save_causal_lm(lm, out, save, [&](const fs::path& staging) { io::copy_tokenizer_files(plan.tokenizer_dir, staging); });
     spdlog::info("model written to {}", out.string());
   }
+  if (result.skipped_steps > 0) spdlog::info("{} steps were skipped (non-finite loss or gradients)", result.skipped_steps);
   spdlog::info("done: {} steps in {:.1f} s, last loss {:.4f}{}", result.steps, result.seconds, result.last_loss,
                result.final_eval_loss ? fmt::format(", eval loss {:.4f}", *result.final_eval_loss) : std::string());
   return 0;

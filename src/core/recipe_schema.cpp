@@ -87,11 +87,22 @@ std::vector<KeySpec> build_schema() {
       {"training.eval_every", T::Int, "0", "Evaluate every N steps (0: only at the end)", {}, 0, 1e12},
       {"training.eval_batches", T::Int, "null", "Limit evaluation to N batches (null: whole split)", {}, 1, 1e12, true},
 
-      {"precision", T::String, "fp32", "Compute precision", {"fp32", "bf16", "fp16"}},
+      {"training.max_nonfinite_steps", T::Int, "10", "Abort after this many steps in a row with a non-finite loss (each is skipped)", {}, 1, 1e9},
+
+      {"precision", T::String, "fp32", "Matmul precision; bf16/fp16 keep fp32 master copies of trainable weights", {"fp32", "bf16", "fp16"}},
+      {"loss_scaling.init_scale", T::Float, "65536.0", "fp16: initial loss scale (GradScaler's init_scale)", {}, 1e-30, 1e30},
+      {"loss_scaling.growth_factor", T::Float, "2.0", "fp16: scale multiplier after growth_interval clean steps", {}, 1.000001, 1e6},
+      {"loss_scaling.backoff_factor", T::Float, "0.5", "fp16: scale multiplier after an inf/NaN gradient", {}, 1e-6, 0.999999},
+      {"loss_scaling.growth_interval", T::Int, "2000", "fp16: clean steps before the scale grows", {}, 1, 1e12},
       {"memory.activation_checkpointing", T::String, "none", "Recompute activations in backward: none | full | selective | every_n:K",
        {}, {}, {}, false, false, 0, check_checkpointing},
       {"memory.chunked_loss", T::Bool, "true", "Project to the vocabulary a chunk of positions at a time (no full logits)"},
       {"memory.quantize_base", T::String, "none", "Frozen base weights in int8 or nf4 (LoRA only)", {"none", "int8", "nf4"}},
+      {"memory.int8_threshold", T::Float, "6.0", "int8: activation outlier threshold of LLM.int8 (0: no outlier decomposition)", {}, 0, 1e9},
+      {"memory.int8_kernel", T::String, "dequantize", "int8: dequantize to the compute dtype then matmul, or oneDNN's int8 GEMM (slower on the measured CPU)",
+       {"dequantize", "int8_gemm"}},
+      {"memory.nf4_blocksize", T::Int, "64", "nf4: weights per absmax block (64, 128, ... 4096)", {}, 64, 4096},
+      {"memory.nf4_double_quant", T::Bool, "true", "nf4: quantise the block absmax values too (QLoRA's double quantisation)"},
 
       {"checkpoint.every_n_steps", T::Int, "0", "Write a checkpoint every N steps (0: only at the end)", {}, 0, 1e12},
       {"checkpoint.keep_last", T::Int, "3", "Checkpoints kept", {}, 1, 1e6},

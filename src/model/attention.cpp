@@ -35,8 +35,10 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   auto q = q_proj->forward(x).view({B, T, num_heads, head_dim}).transpose(1, 2);
   auto k = k_proj->forward(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
   auto v = v_proj->forward(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
-  q = apply_rope(q, cos, sin);
-  k = apply_rope(k, cos, sin);
+  // RoPE tables follow the residual stream's dtype; q and k go back to v's (the projections'
+  // compute dtype) so the attention matmuls stay in low precision under mixed precision.
+  q = apply_rope(q, cos, sin).to(v.scalar_type());
+  k = apply_rope(k, cos, sin).to(v.scalar_type());
   if (cache) {
     if (cache->k.defined()) {
       k = at::cat({cache->k, k}, 2);

@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include "model/precision.h"
+#include "quant/quantized_linear.h"
+
 namespace ctune::model {
 
 LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias, at::ScalarType dtype)
@@ -11,7 +14,9 @@ LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias, at::Sc
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
-  auto y = at::linear(x, weight, bias);
+  auto y = quantized ? quant::quantized_linear(x, quantized, bias,
+                                              compute_dtype != at::ScalarType::Undefined ? compute_dtype : x.scalar_type())
+                     : linear_in(x, weight, bias, compute_dtype);
   return adapter ? adapter->apply(x, y) : y;
 }
 

@@ -6,6 +6,12 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include <memory>
+
+namespace ctune::quant {
+struct QuantizedWeight;
+}
+
 namespace ctune::model {
 
 // Something attached to a Linear that changes its output: LoRA (peft/) adds B·A·x. Its
@@ -27,6 +33,10 @@ class LinearImpl : public torch::nn::Module {
   std::int64_t in_features, out_features;
   at::Tensor weight, bias;
   std::shared_ptr<LinearAdapter> adapter;  // null: a plain linear layer
+  // Mixed precision (precision.h): the matmul's dtype; Undefined runs in the weight's dtype.
+  at::ScalarType compute_dtype = at::ScalarType::Undefined;
+  // A frozen base stored quantised (model/quantize.h); `weight` is then empty.
+  std::shared_ptr<const quant::QuantizedWeight> quantized;
 };
 TORCH_MODULE(Linear);
 

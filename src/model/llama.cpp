@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "core/error.h"
+#include "model/precision.h"
 #include "model/rope.h"
 
 namespace ctune::model {
@@ -14,7 +15,7 @@ MLPImpl::MLPImpl(const ModelConfig& c, at::ScalarType dtype) {
 }
 
 at::Tensor MLPImpl::forward(const at::Tensor& x) {
-  return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  return down_proj->forward(silu_any(gate_proj->forward(x)) * up_proj->forward(x));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, at::ScalarType dtype) {
@@ -64,7 +65,7 @@ CausalLMImpl::CausalLMImpl(ModelConfig config, at::ScalarType dtype) : config_(s
 }
 
 at::Tensor CausalLMImpl::head(const at::Tensor& hidden) {
-  return lm_head ? lm_head->forward(hidden) : at::linear(hidden, model->embed_tokens->weight);
+  return lm_head ? lm_head->forward(hidden) : linear_in(hidden, model->embed_tokens->weight, {}, compute_dtype_);
 }
 
 at::Tensor CausalLMImpl::hidden(ForwardInputs in) {
@@ -103,6 +104,13 @@ void CausalLMImpl::set_recompute(const RecomputePolicy& policy) {
     auto layer = model->layers[i]->as<DecoderLayer>();
     layer->recompute = policy.recompute_block(static_cast<std::int64_t>(i));
     layer->self_attn->recompute_core = policy.recompute_attention_core();
+  }
+}
+
+void CausalLMImpl::set_compute_dtype(at::ScalarType dtype) {
+  compute_dtype_ = dtype;
+  for (const auto& module : modules(/*include_self=*/false)) {
+    if (auto* linear = dynamic_cast<LinearImpl*>(module.get())) linear->compute_dtype = dtype;
   }
 }
 

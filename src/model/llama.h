@@ -86,6 +86,10 @@ class CausalLMImpl : public torch::nn::Module {
   KVCache new_cache() const;
   // Which layers recompute activations in backward (memory.activation_checkpointing).
   void set_recompute(const RecomputePolicy& policy);
+  // Runs every matmul (adapters and the head included) in `dtype` (precision.h); Undefined:
+  // in each weight's own dtype. Weights keep their storage dtype.
+  void set_compute_dtype(at::ScalarType dtype);
+  at::ScalarType compute_dtype() const { return compute_dtype_; }
   const ModelConfig& config() const { return config_; }
   // The output head on hidden states [.., H] -> logits [.., V]: lm_head (with its adapter, if
   // any), or the embedding matrix when tied.
@@ -96,6 +100,7 @@ class CausalLMImpl : public torch::nn::Module {
 
  private:
   ModelConfig config_;
+  at::ScalarType compute_dtype_ = at::ScalarType::Undefined;
 };
 TORCH_MODULE(CausalLM);
 

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "model/llama.h"
+#include "model/precision.h"
 
 namespace ctune::model {
 
@@ -96,11 +97,11 @@ at::Tensor attention_core_plain(const at::Tensor& q, const at::Tensor& k, const 
                                 double scale) {
   // Masked scores get the dtype's lowest value rather than -inf, so a fully masked row (a
   // padding query) gives finite uniform weights instead of NaN.
-  auto scores = at::matmul(q, k.transpose(2, 3)) * scale;
+  auto scores = matmul_in(q, k.transpose(2, 3), q.scalar_type()) * scale;
   scores = scores.masked_fill(mask.logical_not(), at::Scalar(lowest_finite(scores.scalar_type())));
   // Softmax in fp32 at least (float64 stays float64 for the finite-difference tests).
   auto probs = at::softmax(scores, -1, scores.scalar_type() == at::kDouble ? at::kDouble : at::kFloat).to(q.scalar_type());
-  return at::matmul(probs, v);
+  return matmul_in(probs, v, v.scalar_type());
 }
 
 struct AttentionCoreFunction : public torch::autograd::Function<AttentionCoreFunction> {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/precision.h"
 
 namespace ctune::peft {
 
@@ -27,8 +28,11 @@ LoraAdapter::LoraAdapter(model::LinearImpl& owner, const LoraOptions& o, at::Gen
 }
 
 at::Tensor LoraAdapter::apply(const at::Tensor& x, const at::Tensor& base) {
-  auto h = x.to(lora_A->weight.scalar_type());
-  if (dropout > 0 && owner_->is_training()) h = at::dropout(h, dropout, /*train=*/true);
+  // Under mixed precision the adapter's matmuls run in the compute dtype like the base's (its
+  // fp32 weights are cast per use); otherwise in the adapter's own dtype.
+  const auto dtype = lora_A->compute_dtype != at::ScalarType::Undefined ? lora_A->compute_dtype : lora_A->weight.scalar_type();
+  auto h = x.to(dtype);
+  if (dropout > 0 && owner_->is_training()) h = model::dropout_any(h, dropout, /*train=*/true);
   auto delta = lora_B->forward(lora_A->forward(h)) * scale;
   return base + delta.to(base.scalar_type());
 }

@@ -99,6 +99,9 @@ fs::path CheckpointManager::write(std::int64_t step, const CheckpointSources& s)
                 {"accumulation_position", 0},  // checkpoints are taken between optimizer steps
                 {"sampler", s.sampler->state().to_json()},
                 {"method", s.lora ? "lora" : "full"}};
+  if (s.scaler && s.scaler->enabled()) {
+    state["loss_scaler"] = {{"scale", s.scaler->state().scale}, {"growth_tracker", s.scaler->state().growth_tracker}};
+  }
   io::write_file_atomic(dir / kStateFile, state.dump(1) + "\n");
   write_tensors(dir / kOptimizerFile, s.optimizer->state());
   write_tensors(dir / kRngFile, rng_states());
@@ -159,6 +162,14 @@ TrainingState read_training_state(const fs::path& checkpoint) {
   if (s.step < 0) throw FormatError(state_path.string() + ": missing \"step\"");
   if (!state.contains("sampler")) throw FormatError(state_path.string() + ": missing \"sampler\"");
   s.sampler = data::SamplerState::from_json(state["sampler"], state_path.string());
+  if (state.contains("loss_scaler")) {
+    const auto& ls = state["loss_scaler"];
+    if (!ls.is_object() || !ls.contains("scale") || !ls["scale"].is_number() || !ls.contains("growth_tracker") ||
+        !ls["growth_tracker"].is_number_integer()) {
+      throw FormatError(state_path.string() + ": \"loss_scaler\" must hold a number \"scale\" and an integer \"growth_tracker\"");
+    }
+    s.scaler = GradScalerState{ls["scale"].get<double>(), ls["growth_tracker"].get<std::int64_t>()};
+  }
   s.optimizer = read_tensors(checkpoint / kOptimizerFile);
   s.rng = read_tensors(checkpoint / kRngFile);
   s.recipe_yaml = io::read_text_file(checkpoint / kRecipeFile);

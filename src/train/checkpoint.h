@@ -17,6 +17,7 @@
 #include "data/sampler.h"
 #include "model/llama.h"
 #include "peft/lora.h"
+#include "train/grad_scaler.h"
 #include "train/optimizer.h"
 
 namespace ctune::train {
@@ -28,6 +29,7 @@ struct CheckpointSources {
   const Optimizer* optimizer = nullptr;
   const data::Sampler* sampler = nullptr;
   const Recipe* recipe = nullptr;
+  const GradScaler* scaler = nullptr;  // fp16 loss scaling (its state is saved); null: none
   std::filesystem::path base_model_dir;  // recorded in adapter_config.json
   std::filesystem::path tokenizer_dir;   // its files are copied (full fine-tuning)
   std::uint64_t max_shard_bytes = 5'000'000'000;
@@ -38,6 +40,7 @@ struct TrainingState {
   std::int64_t step = 0;
   data::SamplerState sampler;
   std::vector<std::pair<std::string, at::Tensor>> optimizer;
+  std::optional<GradScalerState> scaler;  // present when the run used loss scaling
   std::vector<std::pair<std::string, at::Tensor>> rng;  // "cpu", "cuda:0", ...
   std::string recipe_yaml;
 };

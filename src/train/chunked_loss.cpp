@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "model/precision.h"
+
 namespace ctune::train {
 
 using torch::autograd::AutogradContext;
@@ -19,16 +21,18 @@ at::ScalarType accumulate_type(const at::Tensor& hidden) {
 
 struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntropy> {
   static at::Tensor forward(AutogradContext* ctx, at::Tensor hidden, at::Tensor weight, at::Tensor targets,
-                            std::int64_t chunk) {
+                            std::int64_t chunk, std::int64_t compute) {
     ctx->save_for_backward({hidden, weight, targets});
     ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["compute"] = compute;
+    const auto cd = static_cast<at::ScalarType>(compute);
     at::NoGradGuard no_grad;
     const auto acc = accumulate_type(hidden);
     auto total = at::zeros({}, hidden.options().dtype(acc));
     const auto n = hidden.size(0);
     for (std::int64_t start = 0; start < n; start += chunk) {
       const auto rows = std::min(chunk, n - start);
-      auto logits = at::matmul(hidden.narrow(0, start, rows), weight.t()).to(acc);  // [rows, V]
+      auto logits = model::matmul_in(hidden.narrow(0, start, rows), weight.t(), cd).to(acc);  // [rows, V]
       auto target_logit = logits.gather(1, targets.narrow(0, start, rows).unsqueeze(1)).squeeze(1);
       total += (at::logsumexp(logits, 1) - target_logit).sum();
     }
@@ -41,6 +45,7 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
     const auto& weight = saved[1];
     const auto& targets = saved[2];
     const auto chunk = ctx->saved_data["chunk"].toInt();
+    const auto cd = static_cast<at::ScalarType>(ctx->saved_data["compute"].toInt());
     const auto acc = accumulate_type(hidden);
     const auto scale = grad_out[0].to(acc);
     const bool need_hidden = ctx->needs_input_grad(0), need_weight = ctx->needs_input_grad(1);
@@ -50,17 +55,20 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
     for (std::int64_t start = 0; start < n; start += chunk) {
       const auto rows = std::min(chunk, n - start);
       auto h = hidden.narrow(0, start, rows);
-      auto logits = at::matmul(h, weight.t()).to(acc);
+      auto logits = model::matmul_in(h, weight.t(), cd).to(acc);
       // d loss / d logits = softmax(logits) - onehot(target), times the incoming gradient.
       auto g = at::softmax(logits, 1);
       auto t = targets.narrow(0, start, rows).unsqueeze(1);
       g.scatter_add_(1, t, at::full({rows, 1}, -1.0, g.options()));
       g.mul_(scale);
-      if (need_hidden) grad_hidden.narrow(0, start, rows).copy_(at::matmul(g.to(weight.scalar_type()), weight));
-      if (need_weight) grad_weight.add_(at::matmul(g.t(), h.to(acc)));
+      // Under mixed precision both gradient matmuls run in the compute dtype, as autocast's
+      // backward would; without it, d hidden in the weight's dtype and d weight in fp32.
+      const auto gd = cd != at::ScalarType::Undefined ? cd : weight.scalar_type();
+      if (need_hidden) grad_hidden.narrow(0, start, rows).copy_(model::matmul_in(g.to(gd), weight, gd));
+      if (need_weight) grad_weight.add_(model::matmul_in(g.t(), h, cd != at::ScalarType::Undefined ? cd : acc).to(acc));
     }
     if (need_weight) grad_weight = grad_weight.to(weight.scalar_type());
-    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor()};
+    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -71,9 +79,9 @@ std::int64_t default_chunk_rows(std::int64_t vocab, std::int64_t budget_bytes) {
 }
 
 at::Tensor chunked_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                                     std::int64_t chunk_rows) {
+                                     std::int64_t chunk_rows, at::ScalarType compute_dtype) {
   const auto chunk = chunk_rows > 0 ? chunk_rows : default_chunk_rows(weight.size(0));
-  return ChunkedCrossEntropy::apply(hidden, weight, targets, chunk);
+  return ChunkedCrossEntropy::apply(hidden, weight, targets, chunk, static_cast<std::int64_t>(compute_dtype));
 }
 
 }  // namespace ctune::train

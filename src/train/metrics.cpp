@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -37,6 +38,8 @@ void MetricsLog::write(const StepMetrics& m) {
                               {"lr", m.lr},               {"grad_norm", num(m.grad_norm)},
                               {"tokens", m.tokens},       {"tokens_per_s", num(m.tokens_per_s)},
                               {"peak_mem_bytes", m.peak_mem_bytes}, {"elapsed_s", m.elapsed_s}};
+  if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale;
+  if (m.skipped) j["skipped"] = true;
   write_line(j.dump());
 }
 
@@ -91,6 +94,12 @@ void Progress::finish() {
 }
 
 std::int64_t peak_resident_bytes() {
+  // VmHWM rather than getrusage's ru_maxrss: the former can be reset (reset_peak_resident), so a
+  // run reports the peak of training rather than of loading.
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB

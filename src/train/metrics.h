@@ -20,6 +20,8 @@ struct StepMetrics {
   double tokens_per_s = 0;  // input tokens (targets or not) per second of the step
   std::int64_t peak_mem_bytes = 0;
   double elapsed_s = 0;
+  bool skipped = false;     // non-finite loss or gradients: no update was applied
+  double loss_scale = 0;    // fp16 loss scale used for the step (0: no loss scaling)
 };
 
 struct EvalMetrics {

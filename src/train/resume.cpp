@@ -16,7 +16,7 @@ std::vector<std::string> check_resume_compatible(const Recipe& saved, const Reci
   static const std::set<std::string> harmless = {
       "output_dir",         "threads",           "logging.every_n_steps", "training.eval_every",
       "training.eval_batches", "checkpoint.every_n_steps", "checkpoint.keep_last", "data.eval",
-      "training.max_steps", "training.epochs"};
+      "training.max_steps", "training.epochs", "training.max_nonfinite_steps"};
   std::vector<std::string> notes;
   for (const auto& spec : recipe_schema()) {
     const std::string& before = saved.value_text(spec.key);

@@ -4,11 +4,13 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/threads.h"
 #include "data/batch.h"
 #include "data/sampler.h"
 #include "io/hf_checkpoint.h"
 #include "model/llama.h"
+#include "model/quantize.h"
 #include "model/weights.h"
 #include "peft/adapter_io.h"
 
@@ -29,9 +31,6 @@ auto for_key(const Recipe& r, const std::string& key, F&& f) -> decltype(f()) {
 
 // Features whose recipe keys exist but whose implementation lands with a later issue.
 void refuse_unimplemented(const Recipe& r) {
-  if (r.get_string("precision") != "fp32") r.fail("precision", "only fp32 training is implemented in this build (bf16/fp16 training is not yet available)");
-  if (r.get_string("memory.quantize_base") != "none")
-    r.fail("memory.quantize_base", "quantised bases are not yet implemented in this build (use none)");
   if (r.get_string("distributed.strategy") != "no_shard")
     r.fail("distributed.strategy", "sharded training is not yet implemented in this build (use no_shard)");
   if (r.get_bool("distributed.cpu_offload")) r.fail("distributed.cpu_offload", "CPU offload is not yet implemented in this build");
@@ -75,6 +74,8 @@ RunPlan plan_run(Recipe recipe) {
   // Model: config, checkpoint headers, and their agreement (no weight is read).
   p.model_dir = r.get_string("model.path");
   p.model_dtype = model::parse_dtype(r.get_string("model.dtype"), "model.dtype");
+  p.compute_dtype = model::parse_dtype(r.get_string("precision"), "precision");
+  const bool mixed = p.compute_dtype != at::kFloat;
   p.model_config = for_key(r, "model.path", [&] { return model::load_model_config(p.model_dir); });
   for_key(r, "model.path", [&] {
     io::CheckpointReader checkpoint(p.model_dir);
@@ -114,11 +115,32 @@ RunPlan plan_run(Recipe recipe) {
     });
   } else if (!r.is_null("peft.init_from")) {
     r.fail("peft.init_from", "an adapter to start from needs peft.method: lora");
-  } else if (p.model_dtype != at::kFloat) {
+  } else if (p.model_dtype != at::kFloat && !mixed) {
     // Full fine-tuning would update bf16/fp16 weights directly, losing small updates.
-    r.fail("model.dtype", "full fine-tuning trains the weights themselves and needs fp32 here "
-                          "(fp32 master copies for low-precision weights are not yet implemented)");
+    r.fail("model.dtype", "full fine-tuning updates the weights themselves: load them in fp32 (model.dtype: fp32), "
+                          "or set precision: bf16 to compute in bf16 with fp32 master weights");
   }
+  // Mixed precision: trainable weights are fp32 masters (the whole model under full
+  // fine-tuning); a LoRA run's frozen base is stored in the compute dtype, with no fp32 copy.
+  if (mixed) p.model_dtype = p.lora ? p.compute_dtype : at::kFloat;
+  p.loss_scaling.enabled = p.compute_dtype == at::kHalf;
+  if (const auto q = r.get_string("memory.quantize_base"); q != "none") {
+    if (!p.lora) r.fail("memory.quantize_base", "a quantised base is frozen, so it needs LoRA (peft.method: lora), found peft.method: none");
+    quant::QuantSpec spec;
+    spec.kind = q == "int8" ? quant::QuantSpec::Int8 : quant::QuantSpec::Nf4;
+    spec.threshold = r.get_float("memory.int8_threshold");
+    spec.int8_kernel = quant::parse_int8_kernel(r.get_string("memory.int8_kernel"));
+    spec.blocksize = r.get_int("memory.nf4_blocksize");
+    if ((spec.blocksize & (spec.blocksize - 1)) != 0) {
+      r.fail("memory.nf4_blocksize", "expected a power of two from 64 to 4096, found " + std::to_string(spec.blocksize));
+    }
+    spec.double_quant = r.get_bool("memory.nf4_double_quant");
+    p.quantize_base = spec;
+  }
+  p.loss_scaling.init_scale = r.get_float("loss_scaling.init_scale");
+  p.loss_scaling.growth_factor = r.get_float("loss_scaling.growth_factor");
+  p.loss_scaling.backoff_factor = r.get_float("loss_scaling.backoff_factor");
+  p.loss_scaling.growth_interval = r.get_int("loss_scaling.growth_interval");
 
   // Data: parsed, rendered, tokenized now, so a broken line stops the run before training.
   p.data = data_options(r, p.tokenizer_dir);
@@ -152,6 +174,7 @@ RunPlan plan_run(Recipe recipe) {
   t.eval_every = r.get_int("training.eval_every");
   t.log_every = r.get_int("logging.every_n_steps");
   t.chunked_loss = r.get_bool("memory.chunked_loss");
+  t.max_nonfinite_steps = r.get_int("training.max_nonfinite_steps");
   if (auto n = r.get_optional_int("training.eval_batches")) p.eval_batches = *n;
   p.shard_bytes = io::parse_byte_size(r.get_string("checkpoint.shard_size"), r.origin("checkpoint.shard_size") + ": `checkpoint.shard_size`");
   if (t.eval_every > 0 && p.datasets.eval->empty()) {
@@ -183,8 +206,33 @@ model::CausalLM build_model(const RunPlan& p, peft::LoraSummary* summary, const 
   } else {
     *summary = peft::enable_full_finetune(lm);
   }
+  if (p.quantize_base) {
+    const auto q = model::quantize_base(lm, *p.quantize_base);
+    spdlog::info("base quantised to {}: {} projection weights, {:.1f} MB -> {:.1f} MB", p.recipe.get_string("memory.quantize_base"),
+                 q.layers, static_cast<double>(q.bytes_before) / 1e6, static_cast<double>(q.bytes_after) / 1e6);
+  }
   lm->set_recompute(model::RecomputePolicy::parse(p.recipe.get_string("memory.activation_checkpointing")));
+  if (p.compute_dtype != at::kFloat) lm->set_compute_dtype(p.compute_dtype);
   return lm;
+}
+
+LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
+  LedgerInputs in;
+  in.config = p.model_config;
+  in.lora = p.lora;
+  in.lora_options = p.lora_options;
+  in.storage_dtype = p.model_dtype;
+  in.compute_dtype = p.compute_dtype;
+  in.quantize_base = p.quantize_base;
+  in.recompute = model::RecomputePolicy::parse(p.recipe.get_string("memory.activation_checkpointing"));
+  in.chunked_loss = p.trainer.chunked_loss;
+  in.batch_size = p.data.batch_size;
+  in.seq_len = p.data.max_seq_len;
+  in.grad_accum = p.trainer.grad_accum;
+  in.optimizer = p.optimizer.name;
+  in.momentum = p.optimizer.momentum;
+  in.runtime_bytes = runtime_bytes;
+  return in;
 }
 
 std::string RunPlan::summary() const {
@@ -211,6 +259,10 @@ std::string RunPlan::summary() const {
     << "\n";
   s << "steps        " << trainer.max_steps << " (" << steps_per_epoch << " per epoch, batch "
     << data.batch_size << " x accumulation " << trainer.grad_accum << (data.packing ? ", packed" : "") << ")\n";
+  s << "precision    " << model::dtype_to_hf(compute_dtype) << " matmuls"
+    << (compute_dtype != at::kFloat ? ", fp32 master weights" + std::string(loss_scaling.enabled ? ", dynamic loss scaling" : "")
+                                    : std::string())
+    << "\n";
   s << "optimizer    " << optimizer.name << " lr " << trainer.schedule.peak_lr << ", " << trainer.schedule.name
     << " schedule, warmup " << trainer.schedule.warmup_steps << "\n";
   s << "output       " << output_dir.string() << "\n";

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/recipe.h"
@@ -14,7 +15,10 @@
 #include "data/options.h"
 #include "model/config.h"
 #include "peft/lora.h"
+#include "quant/quantized_linear.h"
 #include "tokenizer/tokenizer.h"
+#include "train/grad_scaler.h"
+#include "train/memory_ledger.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
 
@@ -24,7 +28,10 @@ struct RunPlan {
   Recipe recipe;
   std::filesystem::path output_dir, model_dir, tokenizer_dir;
   model::ModelConfig model_config;
-  at::ScalarType model_dtype = at::kFloat;
+  at::ScalarType model_dtype = at::kFloat;    // storage dtype of the loaded weights
+  at::ScalarType compute_dtype = at::kFloat;  // precision: the matmuls' dtype
+  GradScalerOptions loss_scaling;             // enabled for fp16
+  std::optional<quant::QuantSpec> quantize_base;  // memory.quantize_base (LoRA only)
   int threads = 1;
   std::unique_ptr<tok::Tokenizer> tokenizer;
   data::DataOptions data;
@@ -48,6 +55,10 @@ RunPlan plan_run(Recipe recipe);
 // The model the plan describes, weights loaded, LoRA applied (or everything trainable). With a
 // checkpoint directory, the weights come from it: its adapter over model.path (LoRA) or its
 // model files (full fine-tuning).
+// The memory ledger's inputs for this plan; `runtime_bytes` is the process's resident memory
+// before the model is built.
+LedgerInputs ledger_inputs(const RunPlan& plan, std::int64_t runtime_bytes);
+
 model::CausalLM build_model(const RunPlan& plan, peft::LoraSummary* summary,
                             const std::filesystem::path& checkpoint = {});
 

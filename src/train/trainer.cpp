@@ -13,6 +13,16 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+void log_skipped_step(std::int64_t step, double loss, bool found_inf, const GradScaler& scaler) {
+  if (!std::isfinite(loss)) {
+    spdlog::warn("step {}: loss is {} (non-finite); the step is skipped", step, loss);
+  } else if (scaler.enabled()) {
+    spdlog::info("step {}: inf/NaN gradients under loss scaling; step skipped, scale backed off to {}", step, scaler.scale());
+  } else {
+    spdlog::warn("step {}: non-finite gradients; the step is skipped", step);
+  }
+}
 }  // namespace
 
 Trainer::Trainer(model::CausalLM model, Optimizer& optimizer, BatchSource& train, std::vector<TensorBatch> eval,
@@ -30,7 +40,11 @@ TrainResult Trainer::run() {
   const auto start = std::chrono::steady_clock::now();
   model_->train();
 
-  for (std::int64_t step = optimizer_.steps(); step < options_.max_steps; ++step) {
+  GradScaler no_scaling(GradScalerOptions{});
+  GradScaler& scaler = this->scaler ? *this->scaler : no_scaling;
+  std::int64_t nonfinite_in_a_row = 0;
+
+  for (std::int64_t step = options_.first_step; step < options_.max_steps; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
 
     // 1. This step's micro-batches, fetched first so the loss can be normalised by the
@@ -43,26 +57,36 @@ TrainResult Trainer::run() {
       input_tokens += micro.back().input_ids.numel();
     }
 
-    // 2. Forward and backward per micro-batch: sum of token losses / step targets.
+    // 2. Forward and backward per micro-batch: sum of token losses / step targets (times the
+    //    loss scale under fp16).
+    const double loss_scale = scaler.scale();
     double loss_sum = 0;
     for (const auto& batch : micro) {
       auto loss = next_token_loss_sum(model_, batch, options_.chunked_loss);
       loss_sum += loss.item<double>();
-      if (targets > 0) (loss / static_cast<double>(targets)).backward();
+      if (targets > 0) scaler.scale_loss(loss / static_cast<double>(targets)).backward();
       kill_point("step", step + 1, "mid");
     }
     const double loss = targets > 0 ? loss_sum / static_cast<double>(targets) : 0.0;
-    if (!std::isfinite(loss)) {
-      throw Error("step " + std::to_string(step + 1) + ": loss is " + std::to_string(loss) +
-                  " (non-finite); lower optimizer.lr or check the data");
-    }
 
-    // 3. Clip, update at the scheduled learning rate, clear gradients.
-    const double grad_norm = clip_grad_norm(optimizer_.groups(), options_.clip_grad_norm);
+    // 3. Unscale and check the gradients, clip, update at the scheduled learning rate, clear
+    //    gradients. A step with a non-finite loss or gradient applies no update (fp16: the
+    //    scale backs off); too many non-finite losses in a row stop the run.
+    const bool found_inf = scaler.unscale_and_check(optimizer_.groups());
+    const bool skip = found_inf || !std::isfinite(loss);
     const double lr = learning_rate(options_.schedule, step);
-    optimizer_.step(lr);
+    double grad_norm = std::nan("");
+    if (!skip) {
+      grad_norm = clip_grad_norm(optimizer_.groups(), options_.clip_grad_norm);
+      optimizer_.step(lr);
+    }
+    scaler.update(found_inf);
     optimizer_.zero_grad();
-
+    nonfinite_in_a_row = std::isfinite(loss) ? 0 : nonfinite_in_a_row + 1;
+    if (skip) {
+      ++result.skipped_steps;
+      log_skipped_step(step + 1, loss, found_inf, scaler);
+    }
     // 4. Report.
     StepMetrics m;
     m.step = step + 1;
@@ -73,7 +97,13 @@ TrainResult Trainer::run() {
     m.tokens_per_s = static_cast<double>(input_tokens) / std::max(1e-9, seconds_since(step_start));
     m.peak_mem_bytes = peak_resident_bytes();
     m.elapsed_s = seconds_since(start);
+    m.skipped = skip;
+    m.loss_scale = scaler.enabled() ? loss_scale : 0.0;
     if (metrics_) metrics_->write(m);
+    if (nonfinite_in_a_row >= options_.max_nonfinite_steps) {
+      throw Error("step " + std::to_string(m.step) + ": the loss was non-finite in " + std::to_string(nonfinite_in_a_row) +
+                  " steps in a row (training.max_nonfinite_steps); lower optimizer.lr, use bf16 instead of fp16, or check the data");
+    }
     kill_point("step", m.step, "after");
     if (m.step % options_.log_every == 0 || m.step == options_.max_steps) progress.step(m);
     result.last_loss = loss;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/llama.h"
+#include "train/grad_scaler.h"
 #include "train/loss.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
@@ -33,11 +34,14 @@ struct TrainerOptions {
   std::int64_t eval_every = 0;  // 0: only at the end
   std::int64_t log_every = 1;
   bool chunked_loss = true;  // memory.chunked_loss
+  std::int64_t first_step = 0;  // steps already done (a resumed run starts after them)
+  std::int64_t max_nonfinite_steps = 10;  // abort after this many non-finite losses in a row
   ScheduleOptions schedule;
 };
 
 struct TrainResult {
   std::int64_t steps = 0;
+  std::int64_t skipped_steps = 0;  // steps without an update (non-finite loss or gradients)
   double last_loss = 0;
   std::optional<double> final_eval_loss;
   double seconds = 0;
@@ -54,6 +58,8 @@ class Trainer {
 
   // Called after every optimizer step with the step number (1-based): checkpoints hook here.
   std::function<void(std::int64_t step)> on_step_end;
+  // fp16 loss scaling; null: none (gradients are still checked for inf/NaN).
+  GradScaler* scaler = nullptr;
 
  private:
   model::CausalLM model_;

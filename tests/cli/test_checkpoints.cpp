@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "core/json.h"
+#include "model/weights.h"
 #include "run_ctune.h"
 
 namespace fs = std::filesystem;
@@ -58,7 +59,7 @@ class Checkpoints : public ::testing::Test {
     write(kDir / "train.jsonl", train);
     write(kDir / "eval.jsonl", eval);
   }
-  static void TearDownTestSuite() { fs::remove_all(kDir); }
+  static void TearDownTestSuite() { if (!std::getenv("CTUNE_KEEP_TEST_DATA")) fs::remove_all(kDir); }
 };
 
 // The training losses of metrics.jsonl, as written (exact decimal text of each double).
@@ -67,7 +68,10 @@ std::vector<std::string> losses(const fs::path& run) {
   std::ifstream in(run / "metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
     Json j = Json::parse(line);
-    out.push_back(j.contains("loss") ? "step " + j["step"].dump() + " loss " + j["loss"].dump()
+    if (j.contains("memory")) continue;  // measured memory differs between runs by nature
+    std::string scaling = j.contains("loss_scale") ? " scale " + j["loss_scale"].dump() : "";
+    if (j.contains("skipped")) scaling += " skipped";
+    out.push_back(j.contains("loss") ? "step " + j["step"].dump() + " loss " + j["loss"].dump() + scaling
                                      : "step " + j["step"].dump() + " eval " + j["eval_loss"].dump());
   }
   return out;
@@ -88,11 +92,12 @@ ctune::testing::Run train_with_kill(const fs::path& recipe_path, const std::stri
   return r;
 }
 
-void kill_and_resume_is_exact(const std::string& method) {
-  const fs::path recipe_path = kDir / (method + ".yaml");
-  write(recipe_path, recipe(method));
-  const fs::path reference = kDir / (method + "-reference");
-  const fs::path run = kDir / (method + "-killed");
+void kill_and_resume_is_exact(const std::string& method, const std::string& more_recipe = "", const std::string& name = "") {
+  const std::string tag = name.empty() ? method : name;
+  const fs::path recipe_path = kDir / (tag + ".yaml");
+  write(recipe_path, recipe(method) + more_recipe);
+  const fs::path reference = kDir / (tag + "-reference");
+  const fs::path run = kDir / (tag + "-killed");
   auto ref = train_with_kill(recipe_path, "", false, {"output_dir=" + reference.string()});
   ASSERT_EQ(ref.status, 0) << ref.err;
   const auto expected = losses(reference);
@@ -129,6 +134,74 @@ void kill_and_resume_is_exact(const std::string& method) {
 
 TEST_F(Checkpoints, KilledLoraRunResumesBitIdentical) { kill_and_resume_is_exact("lora"); }
 TEST_F(Checkpoints, KilledFullRunResumesBitIdentical) { kill_and_resume_is_exact("full"); }
+
+// fp16 with dynamic loss scaling: an initial scale of 2^24 makes the first steps' fp16
+// gradients overflow (an injected overflow); each such step is skipped and the scale halves
+// until gradients fit, after which training goes on and the scale grows after 2 clean steps.
+// The scaler's state is part of the checkpoint: the killed-and-resumed run is bit-identical.
+TEST_F(Checkpoints, Fp16LossScalingRecoversFromOverflowAndResumesExactly) {
+  const std::string scaling = "precision: fp16\nloss_scaling: {init_scale: 16777216.0, growth_interval: 2}\n";
+  kill_and_resume_is_exact("lora", scaling, "fp16");
+  std::vector<double> scales, eval_losses;
+  std::vector<bool> skipped;
+  std::ifstream in(kDir / "fp16-reference" / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    Json j = Json::parse(line);
+    if (j.contains("eval_loss")) eval_losses.push_back(j["eval_loss"].get<double>());
+    if (!j.contains("loss")) continue;
+    ASSERT_TRUE(j.contains("loss_scale")) << line;
+    scales.push_back(j["loss_scale"].get<double>());
+    skipped.push_back(j.contains("skipped"));
+  }
+  ASSERT_EQ(scales.size(), 12u);
+  ASSERT_TRUE(skipped[0]) << "2^24 should overflow fp16 gradients at the first step";
+  std::size_t first_clean = 0;
+  while (first_clean < skipped.size() && skipped[first_clean]) {
+    if (first_clean > 0) EXPECT_EQ(scales[first_clean], scales[first_clean - 1] * 0.5) << "back off x0.5 after a skip";
+    ++first_clean;
+  }
+  ASSERT_LT(first_clean, 9u) << "the scale never recovered";
+  EXPECT_EQ(scales[first_clean], scales[first_clean - 1] * 0.5);
+  bool grew = false;
+  for (std::size_t i = first_clean + 1; i < scales.size(); ++i) grew = grew || scales[i] == 2 * scales[i - 1];
+  EXPECT_TRUE(grew) << "the scale should grow after 2 clean steps";
+  ASSERT_EQ(eval_losses.size(), 3u);
+  EXPECT_LT(eval_losses.back(), eval_losses.front()) << "training went on after the overflow";
+}
+
+// A model with a NaN in its final norm makes every loss non-finite: each such step is skipped
+// (no update, recorded in metrics.jsonl) and the run stops with one clear line after
+// training.max_nonfinite_steps of them in a row.
+TEST_F(Checkpoints, NonFiniteLossesAreSkippedThenStopTheRun) {
+  const fs::path poisoned = kDir / "nan-model";
+  {
+    auto lm = ctune::model::load_causal_lm(kDir / "model", at::kFloat);
+    at::NoGradGuard no_grad;
+    lm->model->norm->weight[0] = std::nan("");
+    ctune::model::save_causal_lm(lm, poisoned, ctune::model::SaveOptions{});
+  }
+  const fs::path recipe_path = kDir / "nonfinite.yaml";
+  write(recipe_path, recipe("lora"));
+  const fs::path run = kDir / "nonfinite";
+  auto r = train_with_kill(recipe_path, "", false,
+                           {"output_dir=" + run.string(), "model.path=" + poisoned.string(),
+                            "tokenizer.path=" + (kDir / "model").string(), "training.max_nonfinite_steps=3"});
+  // Training had started, so stderr holds the run's log; the error is its last line.
+  EXPECT_EQ(r.status, 1);
+  const auto last_line = r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1);
+  EXPECT_EQ(last_line.rfind("ctune: ", 0), 0u) << last_line;
+  EXPECT_NE(last_line.find("non-finite in 3 steps in a row (training.max_nonfinite_steps)"), std::string::npos) << last_line;
+  int skipped = 0;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    Json j = Json::parse(line);
+    if (j.contains("skipped")) {
+      ++skipped;
+      EXPECT_TRUE(j["loss"].is_null() || j["grad_norm"].is_null()) << line;
+    }
+  }
+  EXPECT_GE(skipped, 3);
+}
 
 TEST_F(Checkpoints, CorruptNewestCheckpointIsSkippedAndNamed) {
   const fs::path recipe_path = kDir / "corrupt.yaml";

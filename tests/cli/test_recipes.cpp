@@ -155,6 +155,11 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
       {"init_adapter_missing", base + "\n", {"peft.init_from=" + d + "/no-adapter"}, "`peft.init_from`"},
       {"bad_shard_size", base, {"checkpoint.shard_size=5XB"}, "expected a positive size like 5GB"},
       {"chat_without_messages", replace(base, "format: instruct", "format: chat"), {}, "train.jsonl:1"},
+      {"quantized_full_finetune", replace(base, "method: lora", "method: none"), {"memory.quantize_base=nf4"},
+       "a quantised base is frozen, so it needs LoRA"},
+      {"nf4_blocksize_not_pow2", base, {"memory.quantize_base=nf4", "memory.nf4_blocksize=96"}, "power of two"},
+      {"backoff_not_below_one", base, {"loss_scaling.backoff_factor=1.5"}, "`loss_scaling.backoff_factor`"},
+      {"bad_int8_kernel", base, {"memory.int8_kernel=amx"}, "`memory.int8_kernel` expected one of dequantize, int8_gemm"},
   };
   ASSERT_GE(cases.size(), 25u);
   for (const auto& c : cases) {
@@ -196,9 +201,17 @@ void expect_run_files(const fs::path& run, std::int64_t steps, bool lora) {
   EXPECT_TRUE(fs::exists(run / "recipe.yaml"));
   EXPECT_TRUE(fs::exists(run / "train.log"));
   std::ifstream in(run / "metrics.jsonl");
-  std::int64_t step_lines = 0, eval_lines = 0;
+  std::int64_t step_lines = 0, eval_lines = 0, memory_lines = 0;
   for (std::string line; std::getline(in, line);) {
     Json j = Json::parse(line);
+    if (j.contains("memory")) {  // the ledger's prediction against the measured peak, last
+      ++memory_lines;
+      EXPECT_GT(j["memory"]["peak_bytes"].get<std::int64_t>(), 1 << 20) << line;
+      EXPECT_GT(j["memory"]["measured_peak_bytes"].get<std::int64_t>(), 1 << 20) << line;
+      EXPECT_EQ(j["memory"]["lines"].size(), 7u) << line;
+      continue;
+    }
+    EXPECT_EQ(memory_lines, 0) << "the memory line comes last";
     if (j.contains("eval_loss")) {
       ++eval_lines;
       continue;
@@ -211,6 +224,7 @@ void expect_run_files(const fs::path& run, std::int64_t steps, bool lora) {
   }
   EXPECT_EQ(step_lines, steps);
   EXPECT_GE(eval_lines, 1);
+  EXPECT_EQ(memory_lines, 1);
   if (lora) {
     EXPECT_TRUE(fs::exists(run / "adapter" / "adapter_config.json"));
     EXPECT_TRUE(fs::exists(run / "adapter" / "adapter_model.safetensors"));

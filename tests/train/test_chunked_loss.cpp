@@ -59,8 +59,8 @@ TEST(ChunkedLoss, EqualsThePlainLossAndGradients) {
 }
 
 TEST(ChunkedLoss, ChunkRowsKeepLogitsWithinBudget) {
-  EXPECT_EQ(train::default_chunk_rows(128256), (64ll << 20) / (4 * 128256));
-  EXPECT_EQ(train::default_chunk_rows(320), (64ll << 20) / (4 * 320));
+  EXPECT_EQ(train::default_chunk_rows(128256), (16ll << 20) / (4 * 128256));
+  EXPECT_EQ(train::default_chunk_rows(320), (16ll << 20) / (4 * 320));
   EXPECT_GE(train::default_chunk_rows(1 << 30), 16);
 }
 

@@ -1,0 +1,43 @@
+// `ctune estimate RECIPE [key=value ...] [--json]`: the memory ledger of the run the recipe
+// describes, line by line with the formula behind each line, before any weight is loaded.
+// `ctune train` logs the same prediction next to the measured peak.
+#include <iostream>
+
+#include "cli/commands.h"
+#include "core/recipe.h"
+#include "train/run_plan.h"
+
+namespace ctune::cli {
+
+namespace {
+
+struct EstimateOptions {
+  std::string recipe;
+  std::vector<std::string> overrides;
+  bool json = false;
+};
+
+int run_estimate(const EstimateOptions& o) {
+  const auto plan = train::plan_run(Recipe::load(o.recipe, o.overrides));
+  const auto ledger = train::estimate_memory(train::ledger_inputs(plan, train::resident_bytes()));
+  if (o.json) {
+    std::cout << ledger.to_json().dump() << std::endl;
+  } else {
+    std::cout << "memory ledger per rank for " << o.recipe << "\n" << ledger.to_text();
+  }
+  return 0;
+}
+
+}  // namespace
+
+CLI::App* add_estimate_command(CLI::App& app, Action& run) {
+  auto opts = std::make_shared<EstimateOptions>();
+  auto* cmd = app.add_subcommand("estimate", "Predict a run's memory, line by line, before anything is allocated");
+  cmd->add_option("recipe", opts->recipe, "Recipe file (YAML)")->required();
+  cmd->add_option("overrides", opts->overrides, "key.sub=value overrides");
+  cmd->add_flag("--json", opts->json, "Print the ledger as one JSON object");
+  cmd->callback([opts, &run] { run = [opts] { return run_estimate(*opts); }; });
+  return cmd;
+}
+
+}  // namespace ctune::cli

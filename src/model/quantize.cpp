@@ -1,0 +1,42 @@
+#include "model/quantize.h"
+
+#include <algorithm>
+#include <array>
+#include <string>
+
+namespace ctune::model {
+
+namespace {
+bool is_projection(const std::string& name) {
+  static const std::array<const char*, 7> kinds = {".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj",
+                                                   ".self_attn.o_proj", ".mlp.gate_proj",    ".mlp.up_proj",
+                                                   ".mlp.down_proj"};
+  if (name.rfind("model.layers.", 0) != 0) return false;
+  return std::any_of(kinds.begin(), kinds.end(), [&](const char* k) {
+    const std::string kind(k);
+    return name.size() > kind.size() && name.compare(name.size() - kind.size(), kind.size(), kind) == 0;
+  });
+}
+}  // namespace
+
+QuantizeSummary quantize_base(CausalLM& lm, const quant::QuantSpec& spec) {
+  at::NoGradGuard no_grad;
+  QuantizeSummary s;
+  for (const auto& item : lm->named_modules("", /*include_self=*/false)) {
+    auto* linear = dynamic_cast<LinearImpl*>(item.value().get());
+    if (!linear || !is_projection(item.key()) || linear->quantized) continue;
+    TORCH_CHECK(!linear->weight.requires_grad(), item.key(), ": only frozen weights can be quantised");
+    s.bytes_before += static_cast<std::int64_t>(linear->weight.nbytes());
+    linear->quantized = std::make_shared<const quant::QuantizedWeight>(quant::quantize_weight(linear->weight, spec));
+    s.bytes_after += linear->quantized->bytes();
+    // The dense weight stays registered (names and counts keep their meaning) but holds nothing.
+    linear->weight.set_data(at::empty({0}, linear->weight.options()));
+    ++s.layers;
+  }
+  for (auto& p : lm->parameters(/*recurse=*/true)) {
+    if (!p.requires_grad() && p.numel() > 0) p.set_data(p.detach().clone());
+  }
+  return s;
+}
+
+}  // namespace ctune::model

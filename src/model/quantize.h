@@ -1,0 +1,24 @@
+// QLoRA-style frozen bases: the decoder's projection weights (q/k/v/o_proj, gate/up/down_proj
+// of every layer) are stored quantised (LLM.int8 or NF4, quant/) and dequantised just in time
+// in forward and backward; the embedding, the norms and the output head stay in their dtype,
+// as bitsandbytes leaves lm_head unquantised. Only for frozen weights: LoRA trains beside them.
+#pragma once
+
+#include <cstdint>
+
+#include "model/llama.h"
+#include "quant/quantized_linear.h"
+
+namespace ctune::model {
+
+struct QuantizeSummary {
+  std::int64_t layers = 0;        // Linear layers quantised
+  std::int64_t bytes_before = 0;  // their weights as they were stored
+  std::int64_t bytes_after = 0;   // the quantised formats (quant::QuantizedWeight::bytes)
+};
+
+// Quantises every projection weight in place (the dense weight is released). Parameters left
+// dense are copied out of any memory-mapped checkpoint file, so the file's pages can be unmapped.
+QuantizeSummary quantize_base(CausalLM& model, const quant::QuantSpec& spec);
+
+}  // namespace ctune::model

@@ -1,0 +1,245 @@
+#include "train/memory_ledger.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace ctune::train {
+
+namespace {
+
+std::int64_t bytes_of(at::ScalarType t) { return static_cast<std::int64_t>(c10::elementSize(t)); }
+
+bool targeted(const LedgerInputs& in, const char* name) {
+  const auto& t = in.lora_options.targets;
+  return in.lora && std::find(t.begin(), t.end(), name) != t.end();
+}
+
+std::string mb(std::int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f MB", static_cast<double>(bytes) / 1e6);
+  return buf;
+}
+
+// The seven projections of a decoder layer: name, in, out, bias.
+struct Projection {
+  const char* name;
+  std::int64_t in, out;
+  bool bias;
+};
+
+std::vector<Projection> projections(const model::ModelConfig& c) {
+  const auto H = c.hidden_size, I = c.intermediate_size, q = c.num_attention_heads * c.head_dim,
+             kv = c.num_key_value_heads * c.head_dim;
+  return {{"q_proj", H, q, c.qkv_bias},   {"k_proj", H, kv, c.qkv_bias}, {"v_proj", H, kv, c.qkv_bias},
+          {"o_proj", q, H, c.o_bias},     {"gate_proj", H, I, c.mlp_bias}, {"up_proj", H, I, c.mlp_bias},
+          {"down_proj", I, H, c.mlp_bias}};
+}
+
+// Bytes of one frozen projection weight as stored (quantised formats: quant/ formulas).
+std::int64_t frozen_weight_bytes(const LedgerInputs& in, std::int64_t rows, std::int64_t cols) {
+  const std::int64_t n = rows * cols;
+  if (!in.quantize_base) return n * bytes_of(in.storage_dtype);
+  if (in.quantize_base->kind == quant::QuantSpec::Int8) return n + 4 * rows;  // int8 codes + fp32 row absmax
+  const std::int64_t blocks = (n + in.quantize_base->blocksize - 1) / in.quantize_base->blocksize;
+  const std::int64_t codes = (n + 1) / 2;
+  return in.quantize_base->double_quant ? codes + blocks + 4 * ((blocks + 255) / 256) + 4 : codes + 4 * blocks;
+}
+
+}  // namespace
+
+Ledger estimate_memory(const LedgerInputs& in) {
+  const auto& c = in.config;
+  const std::int64_t B = in.batch_size, T = in.seq_len, n = B * T, H = c.hidden_size, I = c.intermediate_size,
+                     L = c.num_hidden_layers, V = c.vocab_size, nh = c.num_attention_heads, d = c.head_dim;
+  const bool full = !in.lora;
+  // Matmul bytes (c) and residual-stream bytes (r). Full fine-tuning keeps fp32 masters, so its
+  // residual stream is fp32 and every matmul input is a fresh cast; a LoRA base is stored in the
+  // compute dtype (or, in fp32 precision, computes in whatever dtype it is stored in).
+  const std::int64_t cb = in.compute_dtype != at::kFloat ? bytes_of(in.compute_dtype) : (full ? 4 : bytes_of(in.storage_dtype));
+  const std::int64_t rb = full ? 4 : bytes_of(in.storage_dtype);
+  const std::int64_t rank = in.lora_options.rank;
+  const bool dropout = in.lora && in.lora_options.dropout > 0;
+
+  Ledger led;
+  {
+    std::ostringstream s;
+    s << "n = batch " << B << " x seq " << T << " = " << n << " tokens, H " << H << ", I " << I << ", L " << L << ", V " << V
+      << ", heads " << nh << "/" << c.num_key_value_heads << " x d " << d << ", c = " << cb << " B (matmul dtype), r = " << rb
+      << " B (residual stream)";
+    led.symbols = s.str();
+  }
+
+  // Weights, gradients, optimizer state.
+  std::int64_t frozen = 0, trainable = 0, largest_trainable = 0, adapters = 0;
+  auto add = [&](std::int64_t count, std::int64_t frozen_bytes) {
+    if (full) {
+      trainable += count;
+      largest_trainable = std::max(largest_trainable, count);
+    } else {
+      frozen += frozen_bytes;
+    }
+  };
+  const std::int64_t sb = bytes_of(in.storage_dtype);
+  add(V * H, V * H * sb);                                           // embed_tokens
+  if (!c.tie_word_embeddings) {
+    add(V * H, V * H * sb);                                         // lm_head (never quantised)
+    if (targeted(in, "lm_head")) adapters += rank * (H + V);
+  }
+  add(H, H * sb);                                                   // final norm
+  for (std::int64_t l = 0; l < L; ++l) {
+    add(2 * H, 2 * H * sb);                                         // two RMSNorms
+    for (const auto& p : projections(c)) {
+      add(p.in * p.out, frozen_weight_bytes(in, p.out, p.in));
+      if (p.bias) add(p.out, p.out * sb);
+      if (targeted(in, p.name)) adapters += rank * (p.in + p.out);
+    }
+  }
+  if (in.lora) {
+    trainable = adapters;
+    largest_trainable = 0;  // adapters are small; the step's temporaries are negligible
+  }
+  const std::int64_t weights = frozen + 4 * trainable;
+  const std::int64_t grads = 4 * trainable;
+  const std::int64_t opt_per_param = in.optimizer == "adamw" ? 8 : (in.momentum > 0 ? 4 : 0);
+  const std::int64_t optimizer = opt_per_param * trainable;
+  led.lines.push_back({"weights", weights,
+                       (full ? "4 x " + std::to_string(trainable) + " fp32 parameters"
+                             : mb(frozen) + " frozen base" +
+                                   (in.quantize_base ? std::string(in.quantize_base->kind == quant::QuantSpec::Int8
+                                                                       ? " (projections int8: out*in + 4*out)"
+                                                                       : " (projections nf4: n/2 + block scales)")
+                                                     : " (" + std::to_string(sb) + " B/param)") +
+                                   " + 4 x " + std::to_string(trainable) + " fp32 adapter parameters")});
+  led.lines.push_back({"gradients", grads, "4 x " + std::to_string(trainable) + " trainable (fp32)"});
+  led.lines.push_back({"optimizer state", optimizer,
+                       std::to_string(opt_per_param) + " x " + std::to_string(trainable) + " trainable (" + in.optimizer + ")"});
+
+  // Activations kept for backward by one decoder layer without recompute.
+  auto input_saved = [&](const char* name, std::int64_t in_dim) {
+    // The base keeps its input when its weight trains; an adapter keeps its (dropped-out) input,
+    // which without dropout is the very tensor the base sees; and its rank-r intermediate.
+    std::int64_t b = full ? cb * n * in_dim : 0;
+    if (targeted(in, name)) b += (dropout ? 2 * cb * n * in_dim : (full ? 0 : cb * n * in_dim)) + cb * n * rank;
+    return b;
+  };
+  auto shared_input = [&](std::initializer_list<const char*> names, std::int64_t in_dim) {
+    // Without dropout, projections that read the same norm output share one saved copy when the
+    // norm output already has the matmul dtype; under full fine-tuning with r != c each
+    // projection casts (and keeps) its own copy, as autocast does.
+    std::int64_t sum = 0, first = 0;
+    for (const char* name : names) {
+      const auto b = input_saved(name, in_dim);
+      sum += b;
+      first = std::max(first, b);
+    }
+    const bool shares = !dropout && (rb == cb || !full);
+    return shares ? first : sum;
+  };
+  const std::int64_t norm = 4 * n * H + (full ? rb * n * H : 0);
+  const std::int64_t qkv = shared_input({"q_proj", "k_proj", "v_proj"}, H);
+  const std::int64_t scores = B * nh * T * T * (4 + (cb != 4 ? cb : 0)) + B * T * T;
+  const std::int64_t core = 3 * n * nh * d * cb;
+  const std::int64_t o_in = input_saved("o_proj", nh * d);
+  const std::int64_t mlp_in = shared_input({"gate_proj", "up_proj"}, H);
+  const std::int64_t swiglu = 3 * n * I * cb;
+  const std::int64_t down_in = input_saved("down_proj", I);
+  const std::int64_t layer = 2 * norm + qkv + scores + core + o_in + mlp_in + swiglu + down_in;
+  led.activations_per_layer = layer;
+
+  std::int64_t kept = 0, recomputed_transient = 0, recomputing = 0;
+  for (std::int64_t l = 0; l < L; ++l) {
+    if (in.recompute.recompute_block(l)) {
+      kept += rb * n * H;  // only the block input
+      recomputed_transient = layer;
+      ++recomputing;
+    } else if (in.recompute.recompute_attention_core()) {
+      kept += layer - scores;
+    } else {
+      kept += layer;
+    }
+  }
+  const std::int64_t top = 4 * n * H + (full ? rb * n * H : 0) + rb * n * H;  // final norm, loss input
+  const std::int64_t activations = kept + top;
+  {
+    std::ostringstream s;
+    s << "per layer " << mb(layer) << " = 2 norms (4nH" << (full ? " + r nH" : "") << ") + q/k/v inputs " << mb(qkv)
+      << " + scores B nh T^2 (4" << (cb != 4 ? " + c" : "") << ") + mask B T^2 + q,k,v 3 n nh d c + o input " << mb(o_in)
+      << " + MLP inputs " << mb(mlp_in) << " + SwiGLU 3 n I c + down input " << mb(down_in) << "; ";
+    if (recomputing > 0) {
+      s << recomputing << " of " << L << " layers keep only their input (r nH) and recompute";
+    } else if (in.recompute.recompute_attention_core()) {
+      s << "selective: the attention scores are recomputed";
+    } else {
+      s << "x " << L << " layers";
+    }
+    s << "; + final norm and loss input " << mb(top);
+    led.lines.push_back({"activations", activations, s.str()});
+  }
+
+  // Logits and loss buffers: the largest moment is the loss's backward.
+  std::int64_t loss_bytes;
+  std::string loss_formula;
+  const bool head_trains = full || targeted(in, "lm_head");
+  if (in.chunked_loss && !targeted(in, "lm_head")) {
+    const std::int64_t rows = std::min<std::int64_t>(n, std::max<std::int64_t>(16, (16ll << 20) / (4 * V)));
+    loss_bytes = rows * V * (2 * cb + 8) + (head_trains ? 8 * V * H : 0);
+    loss_formula = "chunked: " + std::to_string(rows) + " rows x V x (2c + 8) per chunk" +
+                   std::string(head_trains ? " + head gradient and its accumulator 8 V H" : "");
+  } else {
+    loss_bytes = n * V * (4 + 8 + cb) + (head_trains ? 4 * V * H : 0);
+    loss_formula = "full logits: n V (4 saved log-softmax + 8 gradient + c head output)" +
+                   std::string(head_trains ? " + head gradient 4 V H" : "");
+  }
+  led.lines.push_back({"logits and loss", loss_bytes, loss_formula});
+  const std::int64_t kv = 2 * L * c.num_key_value_heads * d * T * B * cb;
+  led.lines.push_back({"KV cache", 0, "none in training (generation at this batch and length: " + mb(kv) + ")"});
+  led.lines.push_back({"runtime", in.runtime_bytes, "this process before training: LibTorch, tokenizer, datasets"});
+
+  // The peak: what is always there, plus the largest of the step's moments.
+  const std::int64_t base = weights + optimizer + in.runtime_bytes;
+  const std::int64_t backward_start = activations + loss_bytes + (in.grad_accum > 1 ? grads : 0);
+  const std::int64_t backward_end = grads + recomputed_transient;
+  const std::int64_t optimizer_step = grads + (in.optimizer == "adamw" ? 8 * largest_trainable : 0);
+  led.peak_bytes = base + std::max({backward_start, backward_end, optimizer_step});
+  led.peak_formula = "weights + optimizer state + runtime + max(activations + loss buffers" +
+                     std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
+                     ", gradients + one recomputed layer, gradients + optimizer-step temporaries)";
+  return led;
+}
+
+Json Ledger::to_json() const {
+  Json lines_json = Json::array();
+  for (const auto& l : lines) lines_json.push_back({{"name", l.name}, {"bytes", l.bytes}, {"formula", l.formula}});
+  return {{"lines", lines_json}, {"peak_bytes", peak_bytes}, {"peak_formula", peak_formula},
+          {"activations_per_layer_bytes", activations_per_layer}, {"symbols", symbols}};
+}
+
+std::string Ledger::to_text() const {
+  std::ostringstream s;
+  char buf[64];
+  for (const auto& l : lines) {
+    std::snprintf(buf, sizeof(buf), "%-16s %12s  ", l.name.c_str(), mb(l.bytes).c_str());
+    s << buf << l.formula << "\n";
+  }
+  std::snprintf(buf, sizeof(buf), "%-16s %12s  ", "peak", mb(peak_bytes).c_str());
+  s << buf << peak_formula << "\n";
+  s << "symbols          " << symbols << "\n";
+  return s.str();
+}
+
+std::int64_t resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+void reset_peak_resident() {
+  // "5" resets the peak resident set size (VmHWM) to the current RSS (Linux >= 4.0).
+  std::ofstream("/proc/self/clear_refs") << "5";
+}
+
+}  // namespace ctune::train

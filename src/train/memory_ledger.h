@@ -1,0 +1,66 @@
+// The memory ledger of a training run, predicted before anything is allocated: weights,
+// gradients, optimizer state, activations saved for backward, logits and loss buffers, KV cache
+// and runtime, each with the formula behind it, and the peak they add up to. The activation
+// terms count what this implementation's autograd graph keeps per decoder layer (Llama's SwiGLU
+// MLP and grouped-query attention; adapted from Korthikanti et al.'s per-layer accounting in
+// shared/FORMATS.md §8), so they change with precision, LoRA targets, dropout and recompute
+// mode exactly as the code does. `ctune estimate` prints it; `ctune train` logs it against the
+// measured peak.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "model/config.h"
+#include "model/recompute.h"
+#include "peft/lora.h"
+#include "quant/quantized_linear.h"
+
+namespace ctune::train {
+
+struct LedgerInputs {
+  model::ModelConfig config;
+  bool lora = false;
+  peft::LoraOptions lora_options;
+  at::ScalarType storage_dtype = at::kFloat;  // frozen weights as stored
+  at::ScalarType compute_dtype = at::kFloat;  // matmuls (precision)
+  std::optional<quant::QuantSpec> quantize_base;
+  model::RecomputePolicy recompute;
+  bool chunked_loss = true;
+  std::int64_t batch_size = 1;
+  std::int64_t seq_len = 512;  // the longest sequence a batch can hold (data.max_seq_len)
+  std::int64_t grad_accum = 1;
+  std::string optimizer = "adamw";  // adamw | sgd
+  double momentum = 0.9;
+  std::int64_t runtime_bytes = 0;  // the process before training: libraries, tokenizer, data
+};
+
+struct LedgerLine {
+  std::string name;     // "weights", "gradients", ...
+  std::int64_t bytes = 0;
+  std::string formula;  // how `bytes` was computed, in the ledger's symbols
+};
+
+struct Ledger {
+  std::vector<LedgerLine> lines;
+  std::int64_t peak_bytes = 0;
+  std::string peak_formula;
+  std::int64_t activations_per_layer = 0;  // saved per decoder layer without recompute
+  std::string symbols;  // what n, H, I, ... stand for in this run
+
+  Json to_json() const;
+  std::string to_text() const;  // the table `ctune estimate` prints
+};
+
+Ledger estimate_memory(const LedgerInputs& in);
+
+// Resident memory now and its high-water mark since the last reset (bytes, from
+// /proc/self/status; 0 where unavailable), and the reset (Linux clear_refs), so a run's
+// measured peak covers training, not loading.
+std::int64_t resident_bytes();
+void reset_peak_resident();
+
+}  // namespace ctune::train
