@@ -96,10 +96,11 @@ LoraOptions load_adapter(model::CausalLM& lm, const fs::path& dir) {
   LoraOptions o = read_adapter_config(dir);
   apply_lora(lm, o);
   auto file = io::SafetensorsFile::open(dir / kAdapterWeights);
-  std::map<std::string, at::Tensor*> params;
-  std::vector<at::Tensor> all;
+  // Tensor handles, not pointers: named_parameters() returns a temporary dict, and a handle
+  // shares the parameter's storage, so copy_ below still writes into the model.
+  std::map<std::string, at::Tensor> params;
   for (auto& item : lm->named_parameters(true)) {
-    if (item.key().find(".lora_") != std::string::npos) params[item.key()] = &item.value();
+    if (item.key().find(".lora_") != std::string::npos) params[item.key()] = item.value();
   }
   std::set<std::string> loaded;
   at::NoGradGuard no_grad;
@@ -113,10 +114,10 @@ LoraOptions load_adapter(model::CausalLM& lm, const fs::path& dir) {
     if (it == params.end()) {
       throw ShapeError(file->path().string() + ": tensor \"" + info.name + "\" matches no LoRA layer of the model");
     }
-    if (info.shape != it->second->sizes().vec()) {
+    if (info.shape != it->second.sizes().vec()) {
       throw ShapeError(file->path().string() + ": tensor \"" + info.name + "\" has the wrong shape for this model");
     }
-    it->second->copy_(io::load_tensor(*file, info, it->second->scalar_type()));
+    it->second.copy_(io::load_tensor(*file, info, it->second.scalar_type()));
     loaded.insert(name);
   }
   for (const auto& [name, p] : params) {
