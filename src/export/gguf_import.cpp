@@ -1,0 +1,106 @@
+// GGUF -> CausalLM. Every parameter the configuration implies must be present with the shape it
+// implies; every tensor in the file must be used (rope_freqs.weight by the rotary frequencies).
+#include "export/gguf_import.h"
+
+#include <map>
+#include <set>
+
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "core/error.h"
+#include "export/gguf_metadata.h"
+#include "export/gguf_names.h"
+#include "export/gguf_tensors.h"
+#include "model/rope.h"
+#include "model/weights.h"
+
+namespace ctune::exporter {
+
+namespace {
+
+std::string shape_text(const std::vector<std::int64_t>& s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+std::int64_t qk_heads(const model::ModelConfig& c, char projection) {
+  return projection == 'q' ? c.num_attention_heads : c.num_key_value_heads;
+}
+
+}  // namespace
+
+model::CausalLM load_gguf_model(const io::GgufFile& file) {
+  const std::string where = file.path().string();
+  const io::GgufHeader& h = file.header();
+  model::ModelConfig config = config_from_gguf(h, where);
+  const bool permuted = config.model_type == "llama";
+  model::CausalLM lm(config, at::kFloat);
+  at::NoGradGuard no_grad;
+  std::set<std::string> used;
+  for (auto& [name, param] : model::hf_state_dict(lm)) {
+    const auto gguf = gguf_tensor_name(name);
+    const io::GgufTensorInfo* info = gguf ? h.find_tensor(*gguf) : nullptr;
+    if (!info) throw FormatError(where + ": missing tensor " + gguf.value_or(name) + " (for " + name + ")");
+    if (info->shape() != param.sizes().vec())
+      throw FormatError(where + ": tensor " + info->name + " has shape " + shape_text(info->shape()) + " (expected " +
+                        shape_text(param.sizes().vec()) + ")");
+    at::Tensor value = decode_tensor(file, *info);
+    if (const char p = qk_projection(name); p && permuted) value = unpermute_qk_rows(value, qk_heads(config, p));
+    param.copy_(value);
+    used.insert(info->name);
+  }
+  if (const io::GgufTensorInfo* freqs = h.find_tensor(kRopeFreqsName)) {
+    if (!permuted || freqs->shape() != std::vector<std::int64_t>{config.head_dim / 2})
+      throw FormatError(where + ": rope_freqs.weight has shape " + shape_text(freqs->shape()) + " (expected [" +
+                        std::to_string(config.head_dim / 2) + "] in a llama file)");
+    lm->model->inv_freq = model::rope_inv_freq(config) / decode_tensor(file, *freqs);
+    used.insert(freqs->name);
+  }
+  for (const auto& t : h.tensors)
+    if (!used.count(t.name)) throw FormatError(where + ": unexpected tensor " + t.name);
+  return lm;
+}
+
+std::size_t apply_gguf_lora(model::CausalLM& lm, const io::GgufFile& adapter) {
+  const std::string where = adapter.path().string();
+  const io::GgufHeader& h = adapter.header();
+  const auto& config = lm->config();
+  auto text = [&](const char* key) { return h.require(key, where).as_string(where + ": " + key); };
+  if (text("general.type") != "adapter") throw FormatError(where + ": general.type is not \"adapter\"");
+  if (text("adapter.type") != "lora") throw FormatError(where + ": adapter.type is not \"lora\"");
+  const std::string arch = gguf_architecture(config);
+  if (text("general.architecture") != arch)
+    throw FormatError(where + ": adapter for architecture " + text("general.architecture") + ", model is " + arch);
+  const double alpha = h.require("adapter.lora.alpha", where).as_float(where + ": adapter.lora.alpha");
+
+  std::map<std::string, at::Tensor> params;
+  for (auto& [name, p] : model::hf_state_dict(lm)) params.emplace(name, p);
+  at::NoGradGuard no_grad;
+  std::size_t changed = 0;
+  for (const auto& a_info : h.tensors) {
+    const std::string suffix = ".lora_a";
+    if (a_info.name.size() <= suffix.size() || a_info.name.compare(a_info.name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+      if (a_info.name.size() > 7 && a_info.name.compare(a_info.name.size() - 7, 7, ".lora_b") == 0) continue;
+      throw FormatError(where + ": unexpected tensor " + a_info.name + " (expected <name>.lora_a / .lora_b)");
+    }
+    const std::string base = a_info.name.substr(0, a_info.name.size() - suffix.size());
+    const io::GgufTensorInfo* b_info = h.find_tensor(base + ".lora_b");
+    const auto hf = hf_tensor_name(base);
+    if (!b_info) throw FormatError(where + ": " + a_info.name + " has no " + base + ".lora_b");
+    if (!hf || !params.count(*hf)) throw FormatError(where + ": " + base + " is not a weight of this model");
+    at::Tensor& w = params.at(*hf);
+    at::Tensor a = decode_tensor(adapter, a_info);   // [r, in]
+    at::Tensor b = decode_tensor(adapter, *b_info);  // [out, r]
+    if (a.dim() != 2 || b.dim() != 2 || a.size(1) != w.size(1) || b.size(0) != w.size(0) || a.size(0) != b.size(1))
+      throw FormatError(where + ": " + base + ": lora_a " + shape_text(a.sizes().vec()) + " and lora_b " +
+                        shape_text(b.sizes().vec()) + " do not fit the weight " + shape_text(w.sizes().vec()));
+    if (const char p = qk_projection(*hf); p && arch == "llama") b = unpermute_qk_rows(b, qk_heads(config, p));
+    const double scale = alpha != 0 ? alpha / static_cast<double>(a.size(0)) : 1.0;
+    w.copy_((w.to(at::kFloat) + scale * at::matmul(b, a)).to(w.scalar_type()));
+    ++changed;
+  }
+  return changed;
+}
+
+}  // namespace ctune::exporter

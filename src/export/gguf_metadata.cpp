@@ -1,0 +1,123 @@
+// Hyperparameter keys. Integers are written as u32 and floats as f32, the types llama.cpp's
+// loader reads them as; config_from_gguf accepts any integer or float type.
+#include "export/gguf_metadata.h"
+
+#include "core/error.h"
+#include "core/log.h"
+#include "export/gguf_names.h"
+#include "model/rope.h"
+
+namespace ctune::exporter {
+
+using io::GgufValue;
+
+void check_exportable(const model::ModelConfig& c) {
+  const std::string arch = gguf_architecture(c);
+  if (arch == "qwen2") {
+    const std::string what = "model_type qwen2: ";
+    if (c.rope.type == "llama3")
+      throw UnsupportedError(what + "llama3 rope scaling has no qwen2 GGUF form (llama.cpp reads rope_freqs for llama only)");
+    if (c.o_bias || c.mlp_bias) throw UnsupportedError(what + "o_proj/MLP biases have no qwen2 GGUF form");
+    if (c.num_attention_heads * c.head_dim != c.hidden_size)
+      throw UnsupportedError(what + "heads x head_dim (" + std::to_string(c.num_attention_heads * c.head_dim) +
+                             ") must equal hidden_size (" + std::to_string(c.hidden_size) + ") for llama.cpp's qwen2");
+  }
+  if (c.sliding_window) {
+    spdlog::warn("sliding_window {} is not written: llama.cpp's {} attends over the whole context, as ctune does",
+                 *c.sliding_window, arch);
+  }
+}
+
+std::uint32_t gguf_file_type(io::GgmlType type) {
+  switch (type) {
+    case io::GgmlType::F16: return 1;
+    case io::GgmlType::Q8_0: return 7;
+    case io::GgmlType::BF16: return 32;
+    default: return 0;  // all F32
+  }
+}
+
+void write_model_metadata(io::GgufWriter& w, const model::ModelConfig& c, const std::string& name,
+                          io::GgmlType weight_type) {
+  check_exportable(c);
+  const std::string a = gguf_architecture(c);
+  auto u32 = [](std::int64_t v) { return GgufValue::u32(static_cast<std::uint32_t>(v)); };
+  w.set("general.architecture", GgufValue::string(a));
+  w.set("general.type", GgufValue::string("model"));
+  w.set("general.name", GgufValue::string(name));
+  w.set("general.file_type", GgufValue::u32(gguf_file_type(weight_type)));
+  if (weight_type == io::GgmlType::Q8_0) w.set("general.quantization_version", GgufValue::u32(2));
+  w.set(a + ".context_length", u32(c.max_position_embeddings));
+  w.set(a + ".embedding_length", u32(c.hidden_size));
+  w.set(a + ".block_count", u32(c.num_hidden_layers));
+  w.set(a + ".feed_forward_length", u32(c.intermediate_size));
+  w.set(a + ".attention.head_count", u32(c.num_attention_heads));
+  w.set(a + ".attention.head_count_kv", u32(c.num_key_value_heads));
+  w.set(a + ".attention.key_length", u32(c.head_dim));
+  w.set(a + ".attention.value_length", u32(c.head_dim));
+  w.set(a + ".attention.layer_norm_rms_epsilon", GgufValue::f32(static_cast<float>(c.rms_norm_eps)));
+  w.set(a + ".rope.dimension_count", u32(c.head_dim));
+  w.set(a + ".rope.freq_base", GgufValue::f32(static_cast<float>(c.rope.theta)));
+  w.set(a + ".vocab_size", u32(c.vocab_size));
+  if (c.rope.type == "linear") {
+    w.set(a + ".rope.scaling.type", GgufValue::string("linear"));
+    w.set(a + ".rope.scaling.factor", GgufValue::f32(static_cast<float>(c.rope.factor)));
+  }
+}
+
+at::Tensor llama3_rope_factors(const model::ModelConfig& config) {
+  model::ModelConfig base = config;
+  base.rope.type = "default";
+  return (model::rope_inv_freq(base) / model::rope_inv_freq(config)).to(at::kFloat).contiguous();
+}
+
+model::ModelConfig config_from_gguf(const io::GgufHeader& h, const std::string& where) {
+  auto key = [&](const std::string& k) -> const GgufValue& { return h.require(k, where); };
+  auto at = [&](const std::string& k) { return where + ": " + k; };
+  const std::string arch = key("general.architecture").as_string(at("general.architecture"));
+  if (arch != "llama" && arch != "qwen2")
+    throw UnsupportedError(where + ": general.architecture \"" + arch + "\" (ctune reads llama and qwen2)");
+  auto integer = [&](const std::string& k) { return key(arch + "." + k).as_int(at(arch + "." + k)); };
+  auto optional_int = [&](const std::string& k, std::int64_t fallback) {
+    const GgufValue* v = h.find(arch + "." + k);
+    return v ? v->as_int(at(arch + "." + k)) : fallback;
+  };
+  auto optional_float = [&](const std::string& k, double fallback) {
+    const GgufValue* v = h.find(arch + "." + k);
+    return v ? v->as_float(at(arch + "." + k)) : fallback;
+  };
+
+  model::ModelConfig c;
+  c.model_type = arch;
+  c.hidden_size = integer("embedding_length");
+  c.num_hidden_layers = integer("block_count");
+  c.intermediate_size = integer("feed_forward_length");
+  c.num_attention_heads = integer("attention.head_count");
+  c.num_key_value_heads = optional_int("attention.head_count_kv", c.num_attention_heads);
+  if (c.num_attention_heads <= 0 || c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads)
+    throw FormatError(where + ": head counts " + std::to_string(c.num_attention_heads) + "/" +
+                      std::to_string(c.num_key_value_heads) + " are not valid");
+  c.head_dim = optional_int("attention.key_length", c.hidden_size / c.num_attention_heads);
+  c.max_position_embeddings = optional_int("context_length", 2048);
+  c.rms_norm_eps = key(arch + ".attention.layer_norm_rms_epsilon").as_float(at(arch + ".attention.layer_norm_rms_epsilon"));
+  c.rope.theta = optional_float("rope.freq_base", 10000.0);
+  if (const GgufValue* type = h.find(arch + ".rope.scaling.type")) {
+    const std::string t = type->as_string(at(arch + ".rope.scaling.type"));
+    if (t == "linear") {
+      c.rope.type = "linear";
+      c.rope.factor = optional_float("rope.scaling.factor", 1.0);
+    } else if (t != "none") {
+      throw UnsupportedError(at(arch + ".rope.scaling.type") + ": \"" + t + "\" (ctune reads none and linear)");
+    }
+  }
+  const io::GgufTensorInfo* embed = h.find_tensor("token_embd.weight");
+  if (!embed || embed->ne.size() != 2) throw FormatError(where + ": missing 2-D tensor token_embd.weight");
+  c.vocab_size = embed->ne[1];
+  c.tie_word_embeddings = h.find_tensor("output.weight") == nullptr;
+  c.qkv_bias = h.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.o_bias = h.find_tensor("blk.0.attn_output.bias") != nullptr;
+  c.mlp_bias = h.find_tensor("blk.0.ffn_gate.bias") != nullptr;
+  return c;
+}
+
+}  // namespace ctune::exporter

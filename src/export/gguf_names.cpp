@@ -1,0 +1,90 @@
+// Name mapping tables. The per-layer part is a fixed list of (HF module suffix, GGUF short
+// name) pairs; everything else is one of three global tensors.
+#include "export/gguf_names.h"
+
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+
+namespace ctune::exporter {
+
+namespace {
+
+const std::vector<std::pair<std::string, std::string>>& layer_names() {
+  static const std::vector<std::pair<std::string, std::string>> names = {
+      {"input_layernorm", "attn_norm"},    {"self_attn.q_proj", "attn_q"},       {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},      {"self_attn.o_proj", "attn_output"},  {"post_attention_layernorm", "ffn_norm"},
+      {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},            {"mlp.down_proj", "ffn_down"},
+  };
+  return names;
+}
+
+const std::vector<std::pair<std::string, std::string>>& global_names() {
+  static const std::vector<std::pair<std::string, std::string>> names = {
+      {"model.embed_tokens.weight", "token_embd.weight"},
+      {"model.norm.weight", "output_norm.weight"},
+      {"lm_head.weight", "output.weight"},
+  };
+  return names;
+}
+
+// Splits "<prefix><digits>.<rest>" into (digits, rest).
+std::optional<std::pair<std::string, std::string>> split_layer(const std::string& name, const std::string& prefix) {
+  if (name.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  const auto dot = name.find('.', prefix.size());
+  if (dot == std::string::npos || dot == prefix.size()) return std::nullopt;
+  const std::string index = name.substr(prefix.size(), dot - prefix.size());
+  if (index.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  return std::make_pair(index, name.substr(dot + 1));
+}
+
+// "weight" / "bias" suffix of "<module>.<suffix>".
+std::optional<std::pair<std::string, std::string>> split_param(const std::string& rest) {
+  const auto dot = rest.rfind('.');
+  if (dot == std::string::npos) return std::nullopt;
+  std::string param = rest.substr(dot + 1);
+  if (param != "weight" && param != "bias") return std::nullopt;
+  return std::make_pair(rest.substr(0, dot), param);
+}
+
+}  // namespace
+
+std::string gguf_architecture(const model::ModelConfig& config) {
+  if (config.model_type == "llama" || config.model_type == "mistral") return "llama";
+  if (config.model_type == "qwen2") return "qwen2";
+  throw UnsupportedError("model_type \"" + config.model_type + "\" has no GGUF export (expected llama, mistral or qwen2)");
+}
+
+std::optional<std::string> gguf_tensor_name(const std::string& hf_name) {
+  for (const auto& [hf, gguf] : global_names())
+    if (hf == hf_name) return gguf;
+  auto layer = split_layer(hf_name, "model.layers.");
+  if (!layer) return std::nullopt;
+  auto param = split_param(layer->second);
+  if (!param) return std::nullopt;
+  for (const auto& [hf, gguf] : layer_names())
+    if (hf == param->first) return "blk." + layer->first + "." + gguf + "." + param->second;
+  return std::nullopt;
+}
+
+std::optional<std::string> hf_tensor_name(const std::string& gguf_name) {
+  for (const auto& [hf, gguf] : global_names())
+    if (gguf == gguf_name) return hf;
+  auto layer = split_layer(gguf_name, "blk.");
+  if (!layer) return std::nullopt;
+  auto param = split_param(layer->second);
+  if (!param) return std::nullopt;
+  for (const auto& [hf, gguf] : layer_names())
+    if (gguf == param->first) return "model.layers." + layer->first + "." + hf + "." + param->second;
+  return std::nullopt;
+}
+
+char qk_projection(const std::string& hf_name) {
+  if (hf_name.find(".self_attn.q_proj.") != std::string::npos) return 'q';
+  if (hf_name.find(".self_attn.k_proj.") != std::string::npos) return 'k';
+  return 0;
+}
+
+}  // namespace ctune::exporter

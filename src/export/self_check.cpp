@@ -1,0 +1,107 @@
+// Probe, comparison and the check-then-rename step shared by both export formats.
+#include "export/self_check.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/log.h"
+#include "io/file.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ctune::exporter {
+namespace fs = std::filesystem;
+
+namespace {
+
+const char kProbeText[] =
+    "The quick brown fox jumps over the lazy dog. In 2024, 17 of 32 tests passed (53.1%).\n"
+    "def add(a, b):\n    return a + b  # sum\nHello, world! Bonjour le monde.";
+
+}  // namespace
+
+std::vector<std::int64_t> probe_ids(const fs::path& model_dir, std::int64_t vocab_size) {
+  std::vector<std::int64_t> ids;
+  try {
+    auto tokenizer = tok::load_tokenizer(model_dir);
+    for (auto id : tokenizer->encode(kProbeText, true)) ids.push_back(id);
+  } catch (const Error& e) {
+    spdlog::info("self-check probe: tokenizer unusable ({}); using fixed ids", e.what());
+    ids.clear();
+  }
+  bool in_range = ids.size() >= 8;
+  for (auto id : ids) in_range = in_range && id >= 0 && id < vocab_size;
+  if (in_range) return ids;
+  ids.clear();
+  for (std::int64_t i = 0; i < 64; ++i) ids.push_back((i * 7919 + 13) % vocab_size);
+  return ids;
+}
+
+ScoreDiff diff_scores(const infer::ScoreResult& a, const infer::ScoreResult& b) {
+  ScoreDiff r;
+  r.positions = a.nll.size();
+  for (std::size_t i = 0; i < a.nll.size() && i < b.nll.size(); ++i) {
+    const double d = std::fabs(a.nll[i] - b.nll[i]);
+    if (!(d <= r.max_diff)) r.max_diff = d;  // NaN propagates (and fails any tolerance)
+  }
+  for (std::size_t i = 0; i < a.argmax.size() && i < b.argmax.size(); ++i) r.argmax_agree += a.argmax[i] == b.argmax[i];
+  return r;
+}
+
+CheckResult compare_scores(const infer::ScoreResult& reference, const infer::ScoreResult& exported, double tolerance,
+                           const std::string& what) {
+  CheckResult r;
+  static_cast<ScoreDiff&>(r) = diff_scores(reference, exported);
+  r.tolerance = tolerance;
+  if (reference.nll.size() != exported.nll.size() || !(r.max_diff <= tolerance)) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "max |dNLL| %.3g over %zu probe tokens exceeds the tolerance %.3g", r.max_diff,
+                  r.positions, tolerance);
+    throw SelfCheckError(what + ": " + buf + " (the file was not written)");
+  }
+  return r;
+}
+
+CheckResult check_export(const infer::ScoreResult& source, const infer::ScoreResult& exported, io::GgmlType type,
+                         const std::function<infer::ScoreResult()>& rounded_source, const std::string& what) {
+  if (type == io::GgmlType::F32) return compare_scores(source, exported, kNllTolerance, what);
+  CheckResult r = compare_scores(rounded_source(), exported, kNllTolerance, what + " (against the source rounded in memory)");
+  r.vs_source = diff_scores(source, exported);
+  return r;
+}
+
+void check_output_path(const fs::path& out, bool overwrite) {
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    if (fs::is_directory(out, ec)) throw ConfigError(out.string() + ": is a directory (expected a file path)");
+    if (!overwrite) throw ConfigError(out.string() + ": exists (pass --overwrite to replace it)");
+  }
+  const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  if (!fs::is_directory(parent, ec)) throw IoError(parent.string() + ": output directory does not exist");
+}
+
+CheckResult write_checked(const io::GgufWriter& writer, const fs::path& out, bool overwrite,
+                          const std::function<CheckResult(const fs::path&)>& check) {
+  check_output_path(out, overwrite);
+  std::error_code ec;
+  fs::path staged = out;
+  staged += ".unchecked-" + std::to_string(::getpid());
+  struct Remove {
+    const fs::path& path;
+    bool keep = false;
+    ~Remove() {
+      std::error_code e;
+      if (!keep) fs::remove(path, e);
+    }
+  } cleanup{staged};
+  writer.write(staged);
+  CheckResult result = check(staged);
+  fs::rename(staged, out, ec);
+  if (ec) throw IoError(out.string() + ": rename failed (" + ec.message() + ")");
+  cleanup.keep = true;
+  io::fsync_directory(out.parent_path().empty() ? fs::path(".") : out.parent_path());
+  return result;
+}
+
+}  // namespace ctune::exporter

@@ -1,0 +1,144 @@
+// Preparation step of the llama.cpp conformance tests (`test_llama_cpp --prepare`, a CTest
+// fixture): writes the tiny models and adapters, exports them with the real `ctune export`
+// binary (so every export also passes ctune's self-check), and runs all cases through llama.cpp
+// in one Node process. Results land in cases/results.json; the per-case tests compare them with
+// ctune.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+
+#include "conformance_cases.h"
+#include "core/error.h"
+#include "export_test_support.h"
+#include "io/file.h"
+#include "run_ctune.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ctune::exporter::test {
+namespace fs = std::filesystem;
+
+namespace {
+
+const char kPrompt[] = "Once upon a time, there was";
+
+Json rope(const std::string& type, double factor) {
+  Json j = {{"rope_type", type}, {"factor", factor}};
+  if (type == "llama3") {
+    j["low_freq_factor"] = 1.0;
+    j["high_freq_factor"] = 4.0;
+    j["original_max_position_embeddings"] = 32;
+  }
+  return j;
+}
+
+void make_models(const fs::path& cases) {
+  TinyConfig llama;  // llama, byte tokenizer (258 ids, padded to 272), GQA 4/2, untied
+  make_model(cases / "llama_byte", llama, "byte", 11);
+
+  TinyConfig mistral;
+  mistral.model_type = "mistral";
+  mistral.vocab_size = 258;
+  mistral.tie = true;
+  mistral.rope_scaling = rope("linear", 4.0);
+  make_model(cases / "mistral_linear", mistral, "byte", 12);
+
+  TinyConfig llama3;  // llama3 rope scaling that changes most rotary pairs at these lengths
+  llama3.vocab_size = 128256;
+  llama3.tie = true;
+  llama3.rope_scaling = rope("llama3", 8.0);
+  make_model(cases / "llama3_rope", llama3, real_tokenizer("llama3").string(), 13);
+
+  TinyConfig qwen;
+  qwen.model_type = "qwen2";
+  qwen.vocab_size = 151936;
+  qwen.tie = true;
+  qwen.rope_theta = 1000000.0;
+  make_model(cases / "qwen2_qwen3tok", qwen, real_tokenizer("qwen3").string(), 14);
+
+  TinyConfig spm;
+  spm.vocab_size = 1000;
+  make_model(cases / "llama_spm", spm, spm_model_dir().string(), 15);
+
+  TinyConfig llama2;
+  llama2.vocab_size = 32000;
+  make_model(cases / "llama2_json", llama2, real_tokenizer("llama2").string(), 16);
+
+  TinyConfig qwen_byte;
+  qwen_byte.model_type = "qwen2";
+  make_model(cases / "qwen2_byte", qwen_byte, "byte", 17);
+
+  make_adapter(cases / "llama_byte", cases / "llama_byte_lora",
+               {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}, 21);
+  make_adapter(cases / "qwen2_byte", cases / "qwen2_byte_lora", {"q_proj", "k_proj", "v_proj", "o_proj", "lm_head"},
+               22, /*rslora=*/true);
+}
+
+// Runs `ctune export`, appending its report to the log; throws when it fails.
+void run_export(const std::vector<std::string>& args, std::string& log) {
+  std::vector<std::string> full = {"export"};
+  full.insert(full.end(), args.begin(), args.end());
+  full.push_back("--overwrite");
+  const auto r = testing::ctune(full);
+  std::string line = "ctune";
+  for (const auto& a : full) line += " " + a;
+  log += line + "\n" + r.out + r.err;
+  if (r.status != 0) throw Error("export failed: " + line + ": " + r.err);
+}
+
+void export_models(const fs::path& cases, std::string& log) {
+  const std::string d = cases.string() + "/";
+  for (const char* type : {"f32", "f16", "bf16", "q8_0"})
+    run_export({"--model", d + "llama_byte", "--out", d + "llama_byte." + type + ".gguf", "--type", type}, log);
+  for (const char* m : {"mistral_linear", "llama3_rope", "qwen2_qwen3tok", "llama_spm", "llama2_json", "qwen2_byte"})
+    run_export({"--model", d + m, "--format", "gguf", "--out", d + m + ".f32.gguf"}, log);
+  run_export({"--model", d + "llama_byte", "--adapter", d + "llama_byte_lora", "--out", d + "llama_byte_merged.f32.gguf"}, log);
+  run_export({"--model", d + "llama_byte", "--adapter", d + "llama_byte_lora", "--format", "gguf-lora", "--out",
+              d + "llama_byte_lora.gguf"}, log);
+  run_export({"--model", d + "qwen2_byte", "--adapter", d + "qwen2_byte_lora", "--format", "gguf-lora", "--out",
+              d + "qwen2_byte_lora.gguf"}, log);
+}
+
+Json jobs(const fs::path& cases) {
+  Json list = Json::array();
+  for (const ConformanceCase& c : conformance_cases()) {
+    auto tokenizer = tok::load_tokenizer(cases / c.model);
+    Json job = {{"name", c.name},
+                {"model", (cases / c.gguf).string()},
+                {"lora", c.gguf_lora.empty() ? Json() : Json((cases / c.gguf_lora).string())},
+                {"prompt", tokenizer->encode(kPrompt, true)},
+                {"generate", kGenerate},
+                {"top", tokenizer->vocab_size() > 4096 ? kTopLargeVocab : 0},
+                {"texts", c.tokenization ? Json(tokenization_texts()) : Json::array()}};
+    list.push_back(job);
+  }
+  return {{"cases", list}};
+}
+
+}  // namespace
+
+int prepare_conformance() {
+  try {
+    const fs::path cases = fresh_dir("cases");
+    make_models(cases);
+    std::string log;
+    export_models(cases, log);
+    io::write_file_atomic(cases / "export.log", log);
+    std::cout << log;
+    io::write_file_atomic(cases / "jobs.json", jobs(cases).dump());
+    const std::string cmd = std::string("'") + CTUNE_NODE + "' '" + (source_dir() / "llama_cpp_eval.mjs").string() +
+                            "' '" + llama_cpp_npm().string() + "' '" + (cases / "jobs.json").string() + "' '" +
+                            (cases / "results.json").string() + "'";
+    const int status = std::system(cmd.c_str());
+    if (status != 0) {
+      std::cerr << "llama_cpp_eval.mjs failed (status " << status << ")\n";
+      return 1;
+    }
+    std::cout << "llama.cpp results in " << (cases / "results.json").string() << "\n";
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "prepare: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace ctune::exporter::test

