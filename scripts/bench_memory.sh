@@ -4,7 +4,8 @@
 # sequence length 512 in each configuration of the grid, and one table: predicted peak (the
 # ledger of `ctune estimate`), measured peak (VmHWM during training), step time, and ratios
 # against the baseline row of each group. Not part of the test run (minutes, not seconds).
-#   bash scripts/bench_memory.sh            # SEQ=512 STEPS=4 BATCH=1 by default
+#   bash scripts/bench_memory.sh            # SEQ=512 STEPS=4 BATCH=1 ALLOCATOR=fast by default
+# ALLOCATOR=exact runs every row with memory.allocator: exact (resident memory follows live tensors).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CTUNE=${CTUNE:-./build/bin/ctune}
@@ -13,6 +14,7 @@ OUT=${OUT:-runs/bench-memory}
 SEQ=${SEQ:-512}
 STEPS=${STEPS:-4}
 BATCH=${BATCH:-1}
+ALLOCATOR=${ALLOCATOR:-fast}
 mkdir -p "$OUT"
 [[ -f $OUT/base/config.json ]] ||
   $CTUNE init --config recipes/models/smollm2-135m.json --out "$OUT/base" --tokenizer byte --seed 0 --dtype fp32 >/dev/null
@@ -45,12 +47,13 @@ GRID=(
   "lora bf16 no chunked loss|lora|precision=bf16 memory.chunked_loss=false"
 )
 : >"$OUT/results.jsonl"
+echo "memory.allocator: $ALLOCATOR" >&2
 for row in "${GRID[@]}"; do
   IFS='|' read -r name group overrides <<<"$row"
   run="$OUT/run-${name// /-}"
   rm -rf "$run"
   # shellcheck disable=SC2086
-  if ! $CTUNE train "$OUT/bench.yaml" output_dir="$run" $overrides >"$run.log" 2>&1; then
+  if ! $CTUNE train "$OUT/bench.yaml" output_dir="$run" memory.allocator="$ALLOCATOR" $overrides >"$run.log" 2>&1; then
     echo "$name: ctune train failed, see $run.log" >&2
     exit 1
   fi
@@ -72,10 +75,12 @@ PY
   echo "done: $name" >&2
 done
 
-/usr/bin/python3 - "$OUT/results.jsonl" "$SEQ" "$BATCH" <<'PY'
+cp "$OUT/results.jsonl" "$OUT/results-$ALLOCATOR.jsonl"
+/usr/bin/python3 - "$OUT/results.jsonl" "$SEQ" "$BATCH" "$ALLOCATOR" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print(f"\n== memory benchmark: SmolLM2-135M shape (30 layers), seq {sys.argv[2]}, batch {sys.argv[3]}; MB = 1e6 bytes")
+print(f"\n== memory benchmark: SmolLM2-135M shape (30 layers), seq {sys.argv[2]}, batch {sys.argv[3]}, memory.allocator {sys.argv[4]}; MB = 1e6 bytes")
+print("   step mem = measured peak - resident when training began; x = ratio to the group's first row")
 print(f"{'config':27}{'predicted':>10}{'measured':>10}{'pred/meas':>10}{'step mem':>10}{'step s':>8}{'x peak':>8}{'x step mem':>11}{'x time':>8}")
 base = {}
 for r in rows:

@@ -114,7 +114,14 @@ LoraSummary enable_lora_training(model::CausalLM& lm) {
 }
 
 LoraSummary enable_full_finetune(model::CausalLM& lm) {
-  for (auto& p : lm->parameters(true)) p.set_requires_grad(true);
+  // Weights that train are written in place by the optimizer: they must own their memory. A
+  // zero-copy view into a checkpoint mapped copy-on-write would keep the file's pages resident
+  // and add a private copy of every page it writes (the weights counted twice).
+  at::NoGradGuard no_grad;
+  for (auto& p : lm->parameters(true)) {
+    p.set_data(p.detach().clone());
+    p.set_requires_grad(true);
+  }
   LoraSummary s;
   count(lm, &s);
   return s;

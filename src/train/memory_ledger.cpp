@@ -1,5 +1,7 @@
 #include "train/memory_ledger.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -137,7 +139,9 @@ Ledger estimate_memory(const LedgerInputs& in) {
     const bool shares = !dropout && (rb == cb || !full);
     return shares ? first : sum;
   };
-  const std::int64_t norm = 4 * n * H + (full ? rb * n * H : 0);
+  // RMSNorm keeps two fp32 [n, H] tensors: its input as fp32 (for the square) and the normalised
+  // value (for the product with 1/rms); the weight's gradient reads the latter, no extra copy.
+  const std::int64_t norm = 8 * n * H;
   const std::int64_t qkv = shared_input({"q_proj", "k_proj", "v_proj"}, H);
   const std::int64_t scores = B * nh * T * T * (4 + (cb != 4 ? cb : 0)) + B * T * T;
   const std::int64_t core = 3 * n * nh * d * cb;
@@ -160,11 +164,11 @@ Ledger estimate_memory(const LedgerInputs& in) {
       kept += layer;
     }
   }
-  const std::int64_t top = 4 * n * H + (full ? rb * n * H : 0) + rb * n * H;  // final norm, loss input
+  const std::int64_t top = 8 * n * H + rb * n * H;  // final norm, loss input
   const std::int64_t activations = kept + top;
   {
     std::ostringstream s;
-    s << "per layer " << mb(layer) << " = 2 norms (4nH" << (full ? " + r nH" : "") << ") + q/k/v inputs " << mb(qkv)
+    s << "per layer " << mb(layer) << " = 2 norms (8nH) + q/k/v inputs " << mb(qkv)
       << " + scores B nh T^2 (4" << (cb != 4 ? " + c" : "") << ") + mask B T^2 + q,k,v 3 n nh d c + o input " << mb(o_in)
       << " + MLP inputs " << mb(mlp_in) << " + SwiGLU 3 n I c + down input " << mb(down_in) << "; ";
     if (recomputing > 0) {
@@ -197,15 +201,24 @@ Ledger estimate_memory(const LedgerInputs& in) {
   led.lines.push_back({"KV cache", 0, "none in training (generation at this batch and length: " + mb(kv) + ")"});
   led.lines.push_back({"runtime", in.runtime_bytes, "this process before training: LibTorch, tokenizer, datasets"});
 
-  // The peak: what is always there, plus the largest of the step's moments.
-  const std::int64_t base = weights + optimizer + in.runtime_bytes;
+  // The peak: what is always there, plus the largest of the step's moments, plus what the
+  // allocator holds on to.
+  const std::int64_t base = weights + optimizer;
   const std::int64_t backward_start = activations + loss_bytes + (in.grad_accum > 1 ? grads : 0);
   const std::int64_t backward_end = grads + recomputed_transient;
   const std::int64_t optimizer_step = grads + (in.optimizer == "adamw" ? 8 * largest_trainable : 0);
-  led.peak_bytes = base + std::max({backward_start, backward_end, optimizer_step});
-  led.peak_formula = "weights + optimizer state + runtime + max(activations + loss buffers" +
+  const std::int64_t live = base + std::max({backward_start, backward_end, optimizer_step});
+  // glibc's heap keeps freed activation and gradient blocks for reuse and fragments around them.
+  // The reserve is calibrated, not derived: 0.30 x the live bytes, the middle of what
+  // scripts/bench_memory.sh measured over its grid (0.14-0.47; see README, Memory).
+  const std::int64_t reserve = in.exact_allocator ? 0 : static_cast<std::int64_t>(0.30 * static_cast<double>(live));
+  led.lines.push_back({"allocator", reserve,
+                       in.exact_allocator ? "memory.allocator: exact returns freed blocks at once"
+                                          : "glibc heap reserve, calibrated at 0.30 x the live bytes (memory.allocator: exact makes it 0)"});
+  led.peak_bytes = live + reserve + in.runtime_bytes;
+  led.peak_formula = "weights + optimizer state + max(activations + loss buffers" +
                      std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
-                     ", gradients + one recomputed layer, gradients + optimizer-step temporaries)";
+                     ", gradients + one recomputed layer, gradients + optimizer-step temporaries) + allocator + runtime";
   return led;
 }
 
@@ -235,6 +248,11 @@ std::int64_t resident_bytes() {
     if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
   }
   return 0;
+}
+
+void use_exact_allocator() {
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);  // a fixed threshold also stops glibc from raising it
+  mallopt(M_TRIM_THRESHOLD, 256 * 1024);
 }
 
 void reset_peak_resident() {

@@ -36,7 +36,13 @@ struct LedgerInputs {
   std::string optimizer = "adamw";  // adamw | sgd
   double momentum = 0.9;
   std::int64_t runtime_bytes = 0;  // the process before training: libraries, tokenizer, data
+  bool exact_allocator = false;    // memory.allocator: exact (no allocator reserve)
 };
+
+// memory.allocator: exact. Tensors of 256 KiB and more get their own mappings, returned to the
+// system when freed, so resident memory follows live tensors (glibc otherwise raises its mmap
+// threshold as large blocks are freed and keeps them in its heap for reuse).
+void use_exact_allocator();
 
 struct LedgerLine {
   std::string name;     // "weights", "gradients", ...

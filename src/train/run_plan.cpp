@@ -232,6 +232,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.optimizer = p.optimizer.name;
   in.momentum = p.optimizer.momentum;
   in.runtime_bytes = runtime_bytes;
+  in.exact_allocator = p.recipe.get_string("memory.allocator") == "exact";
   return in;
 }
 

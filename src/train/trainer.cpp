@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/kill_point.h"
 #include "core/log.h"
+#include "train/memory_ledger.h"
 
 namespace ctune::train {
 
@@ -65,6 +66,8 @@ TrainResult Trainer::run() {
       auto loss = next_token_loss_sum(model_, batch, options_.chunked_loss);
       loss_sum += loss.item<double>();
       if (targets > 0) scaler.scale_loss(loss / static_cast<double>(targets)).backward();
+      spdlog::debug("step {}: resident {:.1f} MB, peak {:.1f} MB after backward", step + 1, resident_bytes() / 1e6,
+                    peak_resident_bytes() / 1e6);
       kill_point("step", step + 1, "mid");
     }
     const double loss = targets > 0 ? loss_sum / static_cast<double>(targets) : 0.0;
@@ -81,6 +84,8 @@ TrainResult Trainer::run() {
       optimizer_.step(lr);
     }
     scaler.update(found_inf);
+    spdlog::debug("step {}: resident {:.1f} MB, peak {:.1f} MB after the update", step + 1, resident_bytes() / 1e6,
+                  peak_resident_bytes() / 1e6);
     optimizer_.zero_grad();
     nonfinite_in_a_row = std::isfinite(loss) ? 0 : nonfinite_in_a_row + 1;
     if (skip) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 
 #include "core/json.h"
@@ -208,7 +209,7 @@ void expect_run_files(const fs::path& run, std::int64_t steps, bool lora) {
       ++memory_lines;
       EXPECT_GT(j["memory"]["peak_bytes"].get<std::int64_t>(), 1 << 20) << line;
       EXPECT_GT(j["memory"]["measured_peak_bytes"].get<std::int64_t>(), 1 << 20) << line;
-      EXPECT_EQ(j["memory"]["lines"].size(), 7u) << line;
+      EXPECT_EQ(j["memory"]["lines"].size(), 8u) << line;
       continue;
     }
     EXPECT_EQ(memory_lines, 0) << "the memory line comes last";
@@ -232,6 +233,42 @@ void expect_run_files(const fs::path& run, std::int64_t steps, bool lora) {
     EXPECT_TRUE(fs::exists(run / "model" / "model.safetensors"));
     EXPECT_TRUE(fs::exists(run / "model" / "tokenizer.json"));
   }
+}
+
+// `ctune estimate`: the ledger's lines with their formulas, and a peak that is at least their
+// persistent part; what each technique moves, moves the line it should.
+TEST_F(Recipes, EstimatePrintsTheLedger) {
+  const fs::path recipe = kDir / "estimate.yaml";
+  write(recipe, base_recipe());
+  auto text = ctune({"estimate", recipe.string()});
+  ASSERT_EQ(text.status, 0) << text.err;
+  for (const char* line : {"weights", "gradients", "optimizer state", "activations", "logits and loss", "KV cache", "runtime", "allocator", "peak"})
+    EXPECT_NE(text.out.find(line), std::string::npos) << line << " missing in\n" << text.out;
+  auto ledger = [&](const std::vector<std::string>& overrides) {
+    std::vector<std::string> args = {"estimate", recipe.string(), "--json"};
+    args.insert(args.end(), overrides.begin(), overrides.end());
+    auto r = ctune(args);
+    EXPECT_EQ(r.status, 0) << r.err;
+    Json j = Json::parse(r.out);
+    std::map<std::string, std::int64_t> lines;
+    for (const auto& l : j["lines"]) lines[l["name"].get<std::string>()] = l["bytes"].get<std::int64_t>();
+    lines["peak"] = j["peak_bytes"].get<std::int64_t>();
+    return lines;
+  };
+  const auto lora = ledger({});
+  const auto full = ledger({"peft.method=none"});
+  const auto ckpt = ledger({"memory.activation_checkpointing=full"});
+  const auto bf16 = ledger({"precision=bf16"});
+  const auto nf4 = ledger({"precision=bf16", "memory.quantize_base=nf4"});
+  EXPECT_GE(lora.at("peak"), lora.at("weights") + lora.at("optimizer state") + lora.at("runtime"));
+  EXPECT_LT(lora.at("gradients") + lora.at("optimizer state"), 0.2 * (full.at("gradients") + full.at("optimizer state")));
+  EXPECT_EQ(full.at("optimizer state"), 2 * full.at("gradients"));  // AdamW: two fp32 moments
+  EXPECT_LT(ckpt.at("activations"), lora.at("activations"));
+  EXPECT_LT(bf16.at("weights"), lora.at("weights"));
+  EXPECT_LT(nf4.at("weights"), bf16.at("weights"));
+  EXPECT_EQ(lora.at("KV cache"), 0);
+  EXPECT_GT(lora.at("allocator"), 0);
+  EXPECT_EQ(ledger({"memory.allocator=exact"}).at("allocator"), 0);
 }
 
 TEST_F(Recipes, TrainLoraAndFullEndToEnd) {
