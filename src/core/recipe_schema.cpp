@@ -101,7 +101,7 @@ std::vector<KeySpec> build_schema() {
       {"memory.allocator", T::String, "fast",
        "fast: glibc keeps freed tensor memory for reuse (resident memory runs above the ledger); exact: freed memory goes back at once (slower steps)",
        {"fast", "exact"}},
-      {"memory.int8_threshold", T::Float, "6.0", "int8: activation outlier threshold of LLM.int8 (0: no outlier decomposition)", {}, 0, 1e9},
+      {"memory.int8_threshold", T::Float, "6.0", "int8_gemm kernel: activation outlier threshold of LLM.int8 (0: no outlier decomposition)", {}, 0, 1e9},
       {"memory.int8_kernel", T::String, "dequantize", "int8: dequantize to the compute dtype then matmul, or oneDNN's int8 GEMM (slower on the measured CPU)",
        {"dequantize", "int8_gemm"}},
       {"memory.nf4_blocksize", T::Int, "64", "nf4: weights per absmax block (64, 128, ... 4096)", {}, 64, 4096},
