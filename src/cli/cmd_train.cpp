@@ -125,8 +125,7 @@ int run_train(const TrainOptions& o) {
   const auto ledger = train::estimate_memory(train::ledger_inputs(plan, train::resident_bytes()));
   peft::LoraSummary counts;
   auto lm = train::build_model(plan, &counts, resume_dir ? *resume_dir : fs::path());
-  spdlog::debug("resident {:.1f} MB after the model is built (ledger runtime {:.1f} MB)", train::resident_bytes() / 1e6,
-                ledger.lines.back().bytes / 1e6);
+  spdlog::debug("resident {:.1f} MB after the model is built", static_cast<double>(train::resident_bytes()) / 1e6);
   spdlog::info("trainable parameters {} of {} ({:.4f}%)", counts.trainable, counts.total,
                100.0 * static_cast<double>(counts.trainable) / static_cast<double>(std::max<std::int64_t>(1, counts.total)));
   std::vector<std::pair<std::string, at::Tensor>> trainable;
@@ -137,7 +136,7 @@ int run_train(const TrainOptions& o) {
   // 3. Data.
   data::Sampler sampler(plan.datasets.train, data::sampler_options(plan.data, *plan.tokenizer));
   train::SamplerSource source(sampler);
-  spdlog::debug("resident {:.1f} MB with optimizer and data", train::resident_bytes() / 1e6);
+  spdlog::debug("resident {:.1f} MB with optimizer and data", static_cast<double>(train::resident_bytes()) / 1e6);
   auto eval = train::all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
                                  plan.eval_batches);
 

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 namespace ctune::train {
@@ -242,22 +241,9 @@ std::string Ledger::to_text() const {
   return s.str();
 }
 
-std::int64_t resident_bytes() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 void use_exact_allocator() {
   mallopt(M_MMAP_THRESHOLD, 256 * 1024);  // a fixed threshold also stops glibc from raising it
   mallopt(M_TRIM_THRESHOLD, 256 * 1024);
-}
-
-void reset_peak_resident() {
-  // "5" resets the peak resident set size (VmHWM) to the current RSS (Linux >= 4.0).
-  std::ofstream("/proc/self/clear_refs") << "5";
 }
 
 }  // namespace ctune::train

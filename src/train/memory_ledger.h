@@ -63,10 +63,4 @@ struct Ledger {
 
 Ledger estimate_memory(const LedgerInputs& in);
 
-// Resident memory now and its high-water mark since the last reset (bytes, from
-// /proc/self/status; 0 where unavailable), and the reset (Linux clear_refs), so a run's
-// measured peak covers training, not loading.
-std::int64_t resident_bytes();
-void reset_peak_resident();
-
 }  // namespace ctune::train

@@ -59,7 +59,11 @@ class Progress {
   bool open_line_ = false;
 };
 
-// Peak resident memory of this process so far (bytes).
+// Resident memory of this process now, and its high-water mark since the last reset (bytes,
+// from /proc/self/status), and the reset (Linux clear_refs), so a run's measured peak covers
+// training, not loading.
+std::int64_t resident_bytes();
 std::int64_t peak_resident_bytes();
+void reset_peak_resident();
 
 }  // namespace ctune::train

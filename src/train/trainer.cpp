@@ -6,13 +6,19 @@
 #include "core/error.h"
 #include "core/kill_point.h"
 #include "core/log.h"
-#include "train/memory_ledger.h"
 
 namespace ctune::train {
 
 namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// At debug level only: reading /proc costs a file read, kept off the loop otherwise.
+void log_memory(std::int64_t step, const char* when) {
+  if (!spdlog::should_log(spdlog::level::debug)) return;
+  spdlog::debug("step {}: resident {:.1f} MB, peak {:.1f} MB {}", step, static_cast<double>(resident_bytes()) / 1e6,
+                static_cast<double>(peak_resident_bytes()) / 1e6, when);
 }
 
 void log_skipped_step(std::int64_t step, double loss, bool found_inf, const GradScaler& scaler) {
@@ -66,8 +72,7 @@ TrainResult Trainer::run() {
       auto loss = next_token_loss_sum(model_, batch, options_.chunked_loss);
       loss_sum += loss.item<double>();
       if (targets > 0) scaler.scale_loss(loss / static_cast<double>(targets)).backward();
-      spdlog::debug("step {}: resident {:.1f} MB, peak {:.1f} MB after backward", step + 1, resident_bytes() / 1e6,
-                    peak_resident_bytes() / 1e6);
+      log_memory(step + 1, "after backward");
       kill_point("step", step + 1, "mid");
     }
     const double loss = targets > 0 ? loss_sum / static_cast<double>(targets) : 0.0;
@@ -84,8 +89,7 @@ TrainResult Trainer::run() {
       optimizer_.step(lr);
     }
     scaler.update(found_inf);
-    spdlog::debug("step {}: resident {:.1f} MB, peak {:.1f} MB after the update", step + 1, resident_bytes() / 1e6,
-                  peak_resident_bytes() / 1e6);
+    log_memory(step + 1, "after the update");
     optimizer_.zero_grad();
     nonfinite_in_a_row = std::isfinite(loss) ? 0 : nonfinite_in_a_row + 1;
     if (skip) {
