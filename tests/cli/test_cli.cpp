@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "core/json.h"
 #include "malformed.h"
+#include "margins.h"
 #include "run_ctune.h"
 
 namespace fs = std::filesystem;
@@ -94,9 +96,13 @@ TEST(Cli, ScoreJsonMatchesPyTorchReference) {
     ASSERT_EQ(r.status, 0) << r.err;
     Json got = Json::parse(r.out);
     ASSERT_EQ(got["nll"].size(), ref["nll"].size());
-    for (std::size_t t = 0; t < ref["nll"].size(); ++t) {
-      ASSERT_NEAR(got["nll"][t].get<double>(), ref["nll"][t].get<double>(), 1e-4) << name << " position " << t;
-    }
+    double worst = 0;
+    for (std::size_t t = 0; t < ref["nll"].size(); ++t)
+      worst = std::max(worst, std::abs(got["nll"][t].get<double>() - ref["nll"][t].get<double>()));
+    // The float32 forward against the float64 reference: within kNoiseFactor times the float32
+    // noise of these NLLs, which make_reference.py measured (docs/testing.md).
+    EXPECT_TRUE(ctune::test::within(name + ": max |dNLL|", worst,
+                                    ctune::test::noise_tolerance(ref["nll_fp32_noise"].get<double>())));
     EXPECT_EQ(got["argmax"], ref["argmax"]) << name;
   }
 }

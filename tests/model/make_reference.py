@@ -9,7 +9,8 @@ safetensors writer. It shares no code with ctune. The forward runs in float64 on
 
 Usage: make_reference.py OUT_DIR
 Writes OUT_DIR/<name>/ (config.json + safetensors) and OUT_DIR/<name>.reference.json with
-{"ids": [...], "nll": [...], "argmax": [...], "min_margin": float}.
+{"ids": [...], "nll": [...], "argmax": [...], "min_margin": float, "nll_fp32_noise": float}: the
+last is how far float32 rounding alone moves these NLLs (largest |dNLL|, tests/fp32_noise.py).
 """
 import json
 import math
@@ -18,6 +19,9 @@ import struct
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from fp32_noise import fp32_noise, max_abs  # noqa: E402
 
 SEQ_LEN = 160
 MARGIN = 1e-4  # top-1 vs top-2 logit gap required at every position (keeps argmax well defined)
@@ -178,9 +182,9 @@ def inv_freq_hf(cfg):
     return inv
 
 
-def forward(cfg, w, ids):
-    """Logits [T, V] in float64 for one sequence."""
-    W = {k: v.to(torch.float64) for k, v in w.items()}
+def forward(cfg, w, ids, dtype=torch.float64):
+    """Logits [T, V] in `dtype` (float64; float32 for the noise runs) for one sequence."""
+    W = {k: v.to(dtype) for k, v in w.items()}
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     nkv = cfg.get("num_key_value_heads", nh)
     d = cfg.get("head_dim", H // nh)
@@ -200,7 +204,7 @@ def forward(cfg, w, ids):
     pos = torch.arange(T, dtype=torch.float32)
     freqs = torch.outer(pos, inv_freq_hf(cfg))            # fp32, as HF (autocast off)
     emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos().to(torch.float64), emb.sin().to(torch.float64)   # [T, d]
+    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)   # [T, d]
     causal = torch.ones(T, T, dtype=torch.bool).tril()
 
     x = W["model.embed_tokens.weight"][torch.tensor(ids)]
@@ -247,10 +251,17 @@ def main():
             raise SystemExit(f"{name}: no sequence with a decisive argmax")
         logp = torch.log_softmax(logits, dim=-1)
         nll = [-logp[t, ids[t + 1]].item() for t in range(SEQ_LEN - 1)]
+
+        def nll_of(t):
+            lp = torch.log_softmax(forward(cfg, t, ids, torch.get_default_dtype()), dim=-1)
+            return {"nll": -lp[torch.arange(SEQ_LEN - 1), torch.tensor(ids[1:])]}
+        noise = fp32_noise(nll_of, {k: v.to(torch.float64) for k, v in weights.items()}, max_abs)["nll"]
         write_checkpoint(os.path.join(out_root, name), cfg, weights, case.get("_shards", 1))
         with open(os.path.join(out_root, name + ".reference.json"), "w") as f:
-            json.dump({"ids": ids, "nll": nll, "argmax": logits.argmax(-1).tolist(), "min_margin": margin}, f)
-        print(f"{name}: {len(weights)} tensors, {dtype}, mean nll {sum(nll) / len(nll):.4f}, min margin {margin:.2e}")
+            json.dump({"ids": ids, "nll": nll, "argmax": logits.argmax(-1).tolist(), "min_margin": margin,
+                       "nll_fp32_noise": noise}, f)
+        print(f"{name}: {len(weights)} tensors, {dtype}, mean nll {sum(nll) / len(nll):.4f}, min margin {margin:.2e}, "
+              f"fp32 noise {noise:.2e}")
 
 
 if __name__ == "__main__":

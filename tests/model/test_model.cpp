@@ -1,7 +1,10 @@
 // The model against an independent PyTorch reference (make_reference.py): per-token NLL within
-// 1e-4 and identical argmax at 160 tokens, for 7 tiny checkpoints (MHA/GQA, tied, head_dim !=
-// H/heads, llama3 and linear RoPE, Qwen2 biases, Llama biases, bf16/fp16/fp32 storage, a sharded
-// checkpoint). Also: padding masks, save/load round trips, zero-copy loading, bf16 compute.
+// kNoiseFactor times the float32 noise of those NLLs (2.4e-6 to 7.7e-6, measured by the script;
+// docs/testing.md) and identical argmax at 160 tokens, for 7 tiny checkpoints (MHA/GQA, tied,
+// head_dim != H/heads, llama3 and linear RoPE, Qwen2 biases, Llama biases, bf16/fp16/fp32
+// storage, a sharded checkpoint). The argmax is well defined: the script draws sequences whose
+// top-two logits are at least 1e-4 apart at every position, far above the float32 noise. Also:
+// padding masks, save/load round trips, zero-copy loading, bf16 compute.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -16,25 +19,28 @@
 #include "infer/score.h"
 #include "io/hf_checkpoint.h"
 #include "model/weights.h"
+#include "margins.h"
 
 namespace fs = std::filesystem;
 using namespace ctune;
+using ctune::test::noise_tolerance;
+using ctune::test::within;
 
 namespace {
 
 const fs::path kModels = fs::path(CTUNE_TEST_DATA_DIR) / "models";
-constexpr double kNllTolerance = 1e-4;
 
 struct Reference {
   std::vector<std::int64_t> ids;
   std::vector<double> nll;
   std::vector<std::int64_t> argmax;
+  double nll_noise = 0;  // largest |dNLL| float32 rounding alone causes (make_reference.py)
 };
 
 Reference read_reference(const std::string& name) {
   Json j = read_json_file(kModels / (name + ".reference.json"));
   return {j["ids"].get<std::vector<std::int64_t>>(), j["nll"].get<std::vector<double>>(),
-          j["argmax"].get<std::vector<std::int64_t>>()};
+          j["argmax"].get<std::vector<std::int64_t>>(), j["nll_fp32_noise"].get<double>()};
 }
 
 const std::vector<std::string> kCases = {"llama_mha_fp32",   "llama_gqa_tied_bf16",  "llama_headdim_bias", "llama3_rope",
@@ -49,13 +55,10 @@ TEST_P(ReferenceCase, Fp32ForwardMatchesReference) {
   auto got = infer::score_tokens(lm, ref.ids, GetParam());
   ASSERT_EQ(got.nll.size(), ref.nll.size());
   double worst = 0;
-  for (std::size_t t = 0; t < ref.nll.size(); ++t) {
-    worst = std::max(worst, std::abs(got.nll[t] - ref.nll[t]));
-    ASSERT_NEAR(got.nll[t], ref.nll[t], kNllTolerance) << "position " << t;
-  }
+  for (std::size_t t = 0; t < ref.nll.size(); ++t) worst = std::max(worst, std::abs(got.nll[t] - ref.nll[t]));
+  EXPECT_TRUE(within(GetParam() + ": max |dNLL| over " + std::to_string(ref.nll.size()) + " positions", worst,
+                     noise_tolerance(ref.nll_noise)));
   EXPECT_EQ(got.argmax, ref.argmax);
-  RecordProperty("max_abs_nll_error", std::to_string(worst));
-  std::printf("%s: max |nll - reference| = %.2e over %zu positions\n", GetParam().c_str(), worst, ref.nll.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Checkpoints, ReferenceCase, ::testing::ValuesIn(kCases));
@@ -75,13 +78,13 @@ TEST(Model, LeftPaddedBatchMatchesReference) {
     mask[1].narrow(0, 0, pad).zero_();
     at::NoGradGuard no_grad;
     auto logp = at::log_softmax(lm->forward(ids, mask).to(at::kDouble), -1);
-    for (std::int64_t t = 0; t + 1 < T; ++t) {
-      ASSERT_NEAR(-logp[0][t][ref.ids[t + 1]].item<double>(), ref.nll[t], kNllTolerance) << name << " row 0 pos " << t;
-    }
-    for (std::int64_t t = 0; t + 1 < short_len; ++t) {
-      ASSERT_NEAR(-logp[1][pad + t][ref.ids[t + 1]].item<double>(), ref.nll[t], kNllTolerance)
-          << name << " padded row pos " << t;
-    }
+    double full_row = 0, padded_row = 0;
+    for (std::int64_t t = 0; t + 1 < T; ++t)
+      full_row = std::max(full_row, std::abs(-logp[0][t][ref.ids[t + 1]].item<double>() - ref.nll[t]));
+    for (std::int64_t t = 0; t + 1 < short_len; ++t)
+      padded_row = std::max(padded_row, std::abs(-logp[1][pad + t][ref.ids[t + 1]].item<double>() - ref.nll[t]));
+    EXPECT_TRUE(within(name + ": full row: max |dNLL|", full_row, noise_tolerance(ref.nll_noise)));
+    EXPECT_TRUE(within(name + ": left-padded row: max |dNLL|", padded_row, noise_tolerance(ref.nll_noise)));
   }
 }
 
@@ -145,14 +148,26 @@ TEST(Model, SaveShardedRoundTripIsExact) {
   EXPECT_EQ(model::load_model_config(out).dtype, "bfloat16");
 }
 
+// bf16 compute against the float64 reference: the mean |dNLL| within 3 times the estimate for a
+// forward whose matmuls round operands and results to bf16 (low_precision_nll_estimate in
+// margins.h), computed here from this model's own logits.
 TEST(Model, Bf16ComputeStaysClose) {
-  const auto ref = read_reference("llama_gqa_tied_bf16");
-  auto lm = model::load_causal_lm(kModels / "llama_gqa_tied_bf16", at::kBFloat16);
+  const std::string name = "llama_gqa_tied_bf16";
+  const auto ref = read_reference(name);
+  auto lm = model::load_causal_lm(kModels / name, at::kBFloat16);
   auto got = infer::score_tokens(lm, ref.ids, "bf16");
   double mean_err = 0;
   for (std::size_t t = 0; t < ref.nll.size(); ++t) mean_err += std::abs(got.nll[t] - ref.nll[t]);
   mean_err /= static_cast<double>(ref.nll.size());
-  EXPECT_LT(mean_err, 0.05) << "bf16 compute drifted from the fp64 reference";
+
+  auto fp32 = model::load_causal_lm(kModels / name, at::kFloat);
+  at::NoGradGuard no_grad;
+  const auto logits = fp32->forward(at::tensor(ref.ids, at::kLong).view({1, -1})).squeeze(0).to(at::kDouble);
+  const double spread = (logits - logits.mean(-1, /*keepdim=*/true)).pow(2).mean().sqrt().item<double>();
+  const double estimate = ctune::test::low_precision_nll_estimate(
+      ctune::test::kUnitRoundoffBf16, ctune::test::llama_matmuls(fp32->config().num_hidden_layers), spread);
+  EXPECT_TRUE(within("bf16 compute vs float64: mean |dNLL| (estimate " + std::to_string(estimate) + ")", mean_err,
+                     3 * estimate));
 }
 
 TEST(Model, RefusesWhatItCannotHonour) {

@@ -8,9 +8,12 @@
 #include "quant/int8.h"
 #include "quant/nf4.h"
 #include "quant/quantized_linear.h"
+#include "margins.h"
 
 namespace ctune::quant {
 namespace {
+
+using ctune::test::within;
 
 at::Tensor randn(std::vector<std::int64_t> shape, std::uint64_t seed) {
   auto gen = at::detail::createCPUGenerator(seed);
@@ -24,6 +27,8 @@ TEST(QuantBounds, Int8ErrorWithinHalfStep) {
   auto q = quantize_int8(w);
   auto err = (w.to(at::kDouble) - dequantize(q, at::kDouble)).abs();
   auto bound = (q.scb.to(at::kDouble) / 254.0 * (1 + 1e-6)).unsqueeze(1);
+  // A bound, attained by design (some value sits half a step from both codes): elementwise
+  // arithmetic, the same on every machine, so not a tolerance with a margin.
   EXPECT_TRUE((err <= bound).all().item<bool>()) << "worst ratio " << (err / bound).max().item<double>();
   // Each row's absmax decodes exactly to ±127.
   EXPECT_EQ(q.cb.abs().amax(1).min().item<int>(), 127);
@@ -50,7 +55,8 @@ TEST(QuantBounds, Nf4ErrorWithinHalfLargestGap) {
     auto err = (w.to(at::kDouble) - dequantize(q, at::kDouble)).abs().view(-1);
     auto absmax = q.absmax.to(at::kDouble).repeat_interleave(bs).narrow(0, 0, w.numel());
     auto bound = absmax * nf4_max_half_gap() * (1 + 1e-6);
-    EXPECT_TRUE((err <= bound).all().item<bool>()) << "blocksize " << bs;
+    // A bound, nearly attained by design (elementwise, the same on every machine).
+    EXPECT_TRUE((err <= bound).all().item<bool>()) << "blocksize " << bs << ": worst ratio " << (err / bound).max().item<double>();
   }
   // The widest gap is between -1 and -0.696 (7 negative levels against 8 positive ones).
   EXPECT_NEAR(nf4_max_half_gap(), (1.0 - 0.6961928009986877) / 2, 1e-7);
@@ -76,7 +82,12 @@ TEST(QuantBounds, Nf4DoubleQuantAbsmaxClose) {
   auto plain = quantize_nf4(w, 64, false);
   EXPECT_TRUE(at::equal(q.packed, plain.packed));  // codes use the exact absmax
   auto rel = ((q.block_absmax() - plain.absmax).abs() / plain.absmax).max().item<double>();
-  EXPECT_LT(rel, 0.02) << "double-quantised absmax relative error";
+  // The 8-bit dynamic map's widest gap is 0.9 / 64 (its top decade, codes 0.1 to 1), so each
+  // double-quantised absmax is within 0.0070 x (its nested block's largest |absmax - mean|) of
+  // the exact one. For Gaussian weights in blocks of 64 that deviation is below the absmax
+  // itself, so the relative error stays under 0.7%; 2% leaves 3x. Elementwise arithmetic, the
+  // same on every machine.
+  EXPECT_TRUE(within("double-quantised absmax: relative error", rel, 0.02));
 }
 
 TEST(QuantBounds, BytesMatchFormulas) {

@@ -12,6 +12,8 @@ tokens, and a packed row holding two documents with restarted positions), it wri
   grads_rslora.safetensors     the same with rsLoRA's scale alpha/sqrt(r)
   trajectory.json              10 AdamW steps (cosine, warmup, weight decay with no-decay
                                groups, clipping, grad accumulation 2): loss per step
+  noise.json                   how far float32 rounding alone moves each of these values
+                               (tests/fp32_noise.py): the scale of the tests' tolerances
 Gradients and the trajectory are computed in float64 (the weights are exact in fp32).
 
 Usage: make_train_reference.py OUT_DIR
@@ -23,6 +25,9 @@ import struct
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from fp32_noise import fp32_noise, relative_norm  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
 CFG = dict(model_type="llama", vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -113,7 +118,8 @@ def forward_logits(W, lora, scale, batch):
 
     freqs = pos.to(torch.float32)[..., None] * inv_freq()          # fp32 like HF
     emb = torch.cat((freqs, freqs), -1)
-    cos, sin = emb.cos().double()[:, None], emb.sin().double()[:, None]   # [B,1,T,d]
+    dtype = W["model.embed_tokens.weight"].dtype                     # float64, or float32 for the noise runs
+    cos, sin = emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]   # [B,1,T,d]
     i_idx, j_idx = torch.arange(T)[:, None], torch.arange(T)[None, :]
     allowed = (j_idx <= i_idx)[None] & (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] != 0)
     x = W["model.embed_tokens.weight"][ids]
@@ -165,6 +171,69 @@ def lr_lambda(step, warmup, total):
     return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
+def full_step(W, micro):
+    """Loss and d(loss)/d(W) of one accumulated step of full fine-tuning."""
+    Wg = {k: v.clone().requires_grad_(True) for k, v in W.items()}
+    loss = step_loss(Wg, None, 0.0, micro)
+    return loss, grads(loss, Wg)
+
+
+def lora_step(W, lora, scale, micro):
+    """Loss and d(loss)/d(A, B) of one accumulated step of LoRA on the frozen base W."""
+    Lg = {k: v.clone().requires_grad_(True) for k, v in lora.items()}
+    loss = step_loss(W, Lg, scale, micro)
+    return loss, grads(loss, Lg)
+
+
+def adamw_trajectory(W, batches):
+    """10 AdamW steps of full fine-tuning: lr 1e-2, warmup 2, cosine over 10, weight decay 0.1
+    except on 1-D tensors, clip 1.0, accumulation 2 cycling over the four micro-batches.
+    Returns the loss, the gradient norm before clipping and the lr of every step."""
+    params = {k: torch.nn.Parameter(v.clone()) for k, v in W.items()}
+    decay = [p for p in params.values() if p.dim() >= 2]
+    no_decay = [p for p in params.values() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-2, betas=(0.9, 0.999), eps=1e-8)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(s, 2, 10))
+    losses, norms, lrs = [], [], []
+    for step in range(10):
+        micro = [batches[(2 * step) % 4], batches[(2 * step + 1) % 4]]
+        opt.zero_grad()
+        loss = step_loss(params, None, 0.0, micro)
+        loss.backward()
+        norms.append(torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0).item())
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    return losses, norms, lrs
+
+
+def sgd_trajectory(W, batches):
+    """6 SGD steps (momentum 0.9, coupled weight decay 0.01 on >= 2-D tensors, constant lr 0.05
+    after 1 warmup step, no clipping, one micro-batch per step): the loss of every step."""
+    params = {k: torch.nn.Parameter(v.clone()) for k, v in W.items()}
+    decay = [p for p in params.values() if p.dim() >= 2]
+    no_decay = [p for p in params.values() if p.dim() < 2]
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
+                          lr=0.05, momentum=0.9)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: s / 1 if s < 1 else 1.0)
+    losses = []
+    for step in range(6):
+        opt.zero_grad()
+        loss = step_loss(params, None, 0.0, [batches[step % 4]])
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    return losses
+
+
+def max_relative(a, b):
+    """The largest |a - b| / |b| over the elements (the steps of a trajectory)."""
+    return ((a - b).abs() / b.abs()).max().item()
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(os.path.join(out, "model"), exist_ok=True)
@@ -192,54 +261,36 @@ def main():
 
     # Gradients for one step over micro-batches 0 and 1 (accumulation 2).
     micro = batches[:2]
-    Wg = {k: v.clone().requires_grad_(True) for k, v in W.items()}
-    loss = step_loss(Wg, None, 0.0, micro)
-    write_safetensors(os.path.join(out, "grads_full.safetensors"), grads(loss, Wg))
+    loss, g = full_step(W, micro)
+    write_safetensors(os.path.join(out, "grads_full.safetensors"), g)
     info = {"full_loss": loss.item()}
+
+    def full(t):
+        loss, g = full_step(t, micro)
+        return dict(g, loss=loss)
+    noise = {"full": fp32_noise(full, W, relative_norm)}
     for variant, scale in (("lora", ALPHA / RANK), ("rslora", ALPHA / math.sqrt(RANK))):
-        Lg = {k: v.clone().requires_grad_(True) for k, v in lora.items()}
-        loss = step_loss(W, Lg, scale, micro)
-        write_safetensors(os.path.join(out, f"grads_{variant}.safetensors"), grads(loss, Lg))
+        loss, g = lora_step(W, lora, scale, micro)
+        write_safetensors(os.path.join(out, f"grads_{variant}.safetensors"), g)
         info[f"{variant}_loss"] = loss.item()
 
-    # 10 AdamW steps of full fine-tuning: lr 1e-2, warmup 2, cosine over 10, weight decay 0.1
-    # except on 1-D tensors, clip 1.0, accumulation 2 cycling over the four micro-batches.
-    params = {k: torch.nn.Parameter(v.clone()) for k, v in W.items()}
-    decay = [p for p in params.values() if p.dim() >= 2]
-    no_decay = [p for p in params.values() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-2, betas=(0.9, 0.999), eps=1e-8)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_lambda(s, 2, 10))
-    losses, norms, lrs = [], [], []
-    for step in range(10):
-        micro = [batches[(2 * step) % 4], batches[(2 * step + 1) % 4]]
-        opt.zero_grad()
-        loss = step_loss(params, None, 0.0, micro)
-        loss.backward()
-        norms.append(torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0).item())
-        lrs.append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
-        losses.append(loss.item())
-    info.update(trajectory=losses, grad_norms=norms, lrs=lrs)
+        def split(t, scale=scale):
+            base = {k: v for k, v in t.items() if ".lora_" not in k}
+            loss, g = lora_step(base, {k: v for k, v in t.items() if ".lora_" in k}, scale, micro)
+            return dict(g, loss=loss)
+        noise[variant] = fp32_noise(split, {**W, **lora}, relative_norm)
 
-    # 6 SGD steps (momentum 0.9, coupled weight decay 0.01 on >= 2-D tensors, constant lr 0.05
-    # after 1 warmup step, no clipping, one micro-batch per step).
-    params = {k: torch.nn.Parameter(v.clone()) for k, v in W.items()}
-    decay = [p for p in params.values() if p.dim() >= 2]
-    no_decay = [p for p in params.values() if p.dim() < 2]
-    opt = torch.optim.SGD([{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}],
-                          lr=0.05, momentum=0.9)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: s / 1 if s < 1 else 1.0)
-    sgd_losses = []
-    for step in range(6):
-        opt.zero_grad()
-        loss = step_loss(params, None, 0.0, [batches[step % 4]])
-        loss.backward()
-        opt.step()
-        sched.step()
-        sgd_losses.append(loss.item())
-    info["sgd_trajectory"] = sgd_losses
+    losses, norms, lrs = adamw_trajectory(W, batches)
+    info.update(trajectory=losses, grad_norms=norms, lrs=lrs)
+    info["sgd_trajectory"] = sgd_trajectory(W, batches)
+
+    def trajectories(t):
+        losses, norms, _ = adamw_trajectory(t, batches)
+        return {"trajectory": torch.tensor(losses), "grad_norms": torch.tensor(norms),
+                "sgd_trajectory": torch.tensor(sgd_trajectory(t, batches))}
+    noise.update(fp32_noise(trajectories, W, max_relative))
+    with open(os.path.join(out, "noise.json"), "w") as f:
+        json.dump(noise, f, indent=1)
 
     # transformers' get_linear_schedule_with_warmup(warmup=3, total=12) and
     # get_constant_schedule_with_warmup(warmup=3) factors for steps 0..13.

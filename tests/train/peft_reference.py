@@ -5,10 +5,12 @@
                   already be in OUT_DIR/../train-reference/model): lora/ (r=4, alpha=8) and
                   rslora/ (r=4, alpha=8, use_rslora) on all seven projections, keys
                   base_model.model.<module>.lora_{A,B}.weight, and reference.json with the per-token
-                  NLL of base+adapter (merged in float64) on fixed ids.
+                  NLL of base+adapter (merged in float64) on fixed ids, and under "noise" how far
+                  float32 rounding alone moves those NLLs (largest |dNLL|, tests/fp32_noise.py).
   check MODEL_DIR ADAPTER_DIR SCORES_JSON
                   reads an adapter written by ctune with its own safetensors/JSON parsing, merges it
-                  in float64, scores the ids in SCORES_JSON and prints the largest |NLL - ctune's|.
+                  in float64, scores the ids in SCORES_JSON and prints the largest |NLL - ctune's|,
+                  then the float32 noise of those NLLs, on one line.
 """
 import json
 import math
@@ -20,6 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_train_reference as ref  # noqa: E402  (the independent forward and shapes)
+from fp32_noise import fp32_noise, max_abs  # noqa: E402  (imported by make_train_reference's path)
 
 PREFIX = "base_model.model."
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -47,6 +50,15 @@ def nll(weights, ids):
     return [-logp[t, ids[t + 1]].item() for t in range(len(ids) - 1)]
 
 
+def nll_noise(base, adapter, scale, ids):
+    """The largest |dNLL| that float32 rounding alone causes in nll(merged(...), ids)."""
+    def compute(t):
+        b = {k: v for k, v in t.items() if not k.startswith(PREFIX)}
+        a = {k: v for k, v in t.items() if k.startswith(PREFIX)}
+        return {"nll": torch.tensor(nll(merged(b, a, scale), ids))}
+    return fp32_noise(compute, {**base, **adapter}, max_abs)["nll"]
+
+
 def merged(base, adapter, scale):
     W = dict(base)
     for key, A in adapter.items():
@@ -64,7 +76,7 @@ def make(out_dir):
     base = read_safetensors(os.path.join(model_dir, "model.safetensors"))
     gen = torch.Generator().manual_seed(99)
     ids = torch.randint(0, ref.CFG["vocab_size"], (40,), generator=gen).tolist()
-    result = {"ids": ids}
+    result = {"ids": ids, "noise": {}}
     for name, rslora in (("lora", False), ("rslora", True)):
         d = os.path.join(out_dir, name)
         os.makedirs(d, exist_ok=True)
@@ -87,6 +99,7 @@ def make(out_dir):
             json.dump(config, f, indent=2)
         scale = alpha / math.sqrt(r) if rslora else alpha / r
         result[name] = nll(merged(base, adapter, scale), ids)
+        result["noise"][name] = nll_noise(base, adapter, scale, ids)
     with open(os.path.join(out_dir, "reference.json"), "w") as f:
         json.dump(result, f)
 
@@ -108,7 +121,7 @@ def check(model_dir, adapter_dir, scores_path):
     with open(scores_path) as f:
         scores = json.load(f)
     ours = nll(merged(base, adapter, scale), scores["ids"])
-    print(max(abs(a - b) for a, b in zip(ours, scores["nll"])))
+    print(max(abs(a - b) for a, b in zip(ours, scores["nll"])), nll_noise(base, adapter, scale, scores["ids"]))
 
 
 if __name__ == "__main__":

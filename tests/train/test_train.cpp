@@ -1,7 +1,9 @@
 // Training against an independent PyTorch reference (make_train_reference.py, float64): every
-// full fine-tuning and LoRA/rsLoRA gradient within 1e-5 relative, and a 10-step AdamW + cosine
-// + clipping + accumulation trajectory within 1e-4. Also: masked positions carry exactly zero
-// gradient, packed rows equal unpacked ones, and accumulation is exact (8x1 == 2x4).
+// full fine-tuning and LoRA/rsLoRA gradient, the loss, and a 10-step AdamW + cosine + clipping +
+// accumulation trajectory, each within kNoiseFactor times the float32 noise of that very value
+// (noise.json, measured by the reference script: docs/testing.md). Also: masked positions carry
+// exactly zero gradient, packed rows equal unpacked ones, and accumulation is exact (8x1 == 2x4)
+// up to float32 rounding.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -18,13 +20,22 @@
 #include "train/loss.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
+#include "margins.h"
 
 namespace fs = std::filesystem;
 using namespace ctune;
+using ctune::test::noise_tolerance;
+using ctune::test::within;
 
 namespace {
 
 const fs::path kRef = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference";
+
+// How far float32 rounding alone moves each reference value (relative; see make_train_reference.py).
+const Json& noise() {
+  static const Json j = read_json_file(kRef / "noise.json");
+  return j;
+}
 
 std::map<std::string, at::Tensor> read_tensors(const fs::path& path) {
   auto file = io::SafetensorsFile::open(path);
@@ -73,21 +84,29 @@ double relative_error(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).norm().item<double>() / std::max(denom, 1e-30);
 }
 
-void expect_grads_match(model::CausalLM& lm, const std::map<std::string, at::Tensor>& ref, double tol) {
+// Every trainable gradient against the reference, relative to the reference tensor's norm,
+// within kNoiseFactor times that tensor's own float32 noise. (A flat 1e-5 failed on AMD: the
+// rsLoRA k_proj gradient of layer 1 has a float32 noise of 1.1e-5 by itself, its softmax
+// being sharper under rsLoRA's larger scale.)
+void expect_grads_match(model::CausalLM& lm, const std::map<std::string, at::Tensor>& ref, const Json& noise) {
   std::size_t checked = 0;
-  double worst = 0;
   for (const auto& item : lm->named_parameters(true)) {
     if (!item.value().requires_grad()) continue;
     auto it = ref.find(item.key());
     ASSERT_NE(it, ref.end()) << "no reference gradient for " << item.key();
     ASSERT_TRUE(item.value().grad().defined()) << item.key();
-    const double err = relative_error(item.value().grad(), it->second);
-    worst = std::max(worst, err);
-    EXPECT_LE(err, tol) << item.key();
+    EXPECT_TRUE(within(item.key() + " gradient: relative error", relative_error(item.value().grad(), it->second),
+                       noise_tolerance(noise.at(item.key()).get<double>())));
     ++checked;
   }
   EXPECT_EQ(checked, ref.size());
-  std::printf("%zu gradients, worst relative error %.2e\n", checked, worst);
+}
+
+// |ours - reference| / |reference| of a loss, within kNoiseFactor times its float32 noise.
+void expect_loss_matches(double ours, const char* ref_key, const Json& noise) {
+  const double ref = read_json_file(kRef / "trajectory.json")[ref_key].get<double>();
+  EXPECT_TRUE(within(std::string(ref_key) + ": relative error", std::abs(ours - ref) / std::abs(ref),
+                     noise_tolerance(noise.at("loss").get<double>())));
 }
 
 TEST(TrainReference, FullFineTuneGradients) {
@@ -95,11 +114,11 @@ TEST(TrainReference, FullFineTuneGradients) {
   peft::enable_full_finetune(lm);
   auto batches = read_batches();
   const double loss = accumulate(lm, {batches[0], batches[1]});
-  EXPECT_NEAR(loss, read_json_file(kRef / "trajectory.json")["full_loss"].get<double>(), 1e-5);
-  expect_grads_match(lm, read_tensors(kRef / "grads_full.safetensors"), 1e-5);
+  expect_loss_matches(loss, "full_loss", noise()["full"]);
+  expect_grads_match(lm, read_tensors(kRef / "grads_full.safetensors"), noise()["full"]);
 }
 
-void lora_case(bool rslora, const char* grads_file, const char* loss_key) {
+void lora_case(bool rslora, const char* variant) {
   auto lm = model::load_causal_lm(kRef / "model", at::kFloat);
   peft::LoraOptions o;
   o.rank = 4;
@@ -123,16 +142,16 @@ void lora_case(bool rslora, const char* grads_file, const char* loss_key) {
   }
   auto batches = read_batches();
   const double loss = accumulate(lm, {batches[0], batches[1]});
-  EXPECT_NEAR(loss, read_json_file(kRef / "trajectory.json")[loss_key].get<double>(), 1e-5);
-  expect_grads_match(lm, read_tensors(kRef / grads_file), 1e-5);
+  expect_loss_matches(loss, (std::string(variant) + "_loss").c_str(), noise()[variant]);
+  expect_grads_match(lm, read_tensors(kRef / ("grads_" + std::string(variant) + ".safetensors")), noise()[variant]);
   // The base stays frozen.
   for (const auto& item : lm->named_parameters(true)) {
     if (item.key().find(".lora_") == std::string::npos) EXPECT_FALSE(item.value().grad().defined()) << item.key();
   }
 }
 
-TEST(TrainReference, LoraGradients) { lora_case(false, "grads_lora.safetensors", "lora_loss"); }
-TEST(TrainReference, RsLoraGradients) { lora_case(true, "grads_rslora.safetensors", "rslora_loss"); }
+TEST(TrainReference, LoraGradients) { lora_case(false, "lora"); }
+TEST(TrainReference, RsLoraGradients) { lora_case(true, "rslora"); }
 
 class CyclingSource : public train::BatchSource {
  public:
@@ -170,18 +189,24 @@ TEST(TrainReference, TenStepAdamWTrajectory) {
   std::ifstream in(out / "metrics.jsonl");
   std::string line;
   std::size_t step = 0;
-  double worst = 0;
+  double loss_err = 0, norm_err = 0, lr_err = 0;  // worst errors over the steps
+  auto relative = [](double a, double b) { return std::abs(a - b) / std::abs(b); };
   while (std::getline(in, line)) {
     Json m = Json::parse(line);
     ASSERT_LT(step, 10u);
-    EXPECT_NEAR(m["loss"].get<double>(), ref["trajectory"][step].get<double>(), 1e-4) << "step " << step + 1;
-    EXPECT_NEAR(m["lr"].get<double>(), ref["lrs"][step].get<double>(), 1e-12) << "step " << step + 1;
-    EXPECT_NEAR(m["grad_norm"].get<double>(), ref["grad_norms"][step].get<double>(), 1e-4) << "step " << step + 1;
-    worst = std::max(worst, std::abs(m["loss"].get<double>() - ref["trajectory"][step].get<double>()));
+    loss_err = std::max(loss_err, relative(m["loss"].get<double>(), ref["trajectory"][step].get<double>()));
+    norm_err = std::max(norm_err, relative(m["grad_norm"].get<double>(), ref["grad_norms"][step].get<double>()));
+    lr_err = std::max(lr_err, std::abs(m["lr"].get<double>() - ref["lrs"][step].get<double>()));
     ++step;
   }
   EXPECT_EQ(step, 10u);
-  std::printf("10-step trajectory: worst |loss - reference| = %.2e\n", worst);
+  // The trajectory's noise is that of the whole 10-step float32 run (AdamW amplifies it).
+  EXPECT_TRUE(within("loss, worst step: relative error", loss_err, noise_tolerance(noise()["trajectory"].get<double>())));
+  EXPECT_TRUE(within("grad_norm, worst step: relative error", norm_err,
+                     noise_tolerance(noise()["grad_norms"].get<double>())));
+  // The schedule is one closed form evaluated in double on both sides: a few ulp apart (lr is at
+  // most 1e-2, so ~1e-18), where any wrong term moves it by more than 1e-6.
+  EXPECT_TRUE(within("lr, worst step: |difference|", lr_err, 1e-12));
 }
 
 TEST(TrainReference, SgdMomentumTrajectory) {
@@ -210,19 +235,24 @@ TEST(TrainReference, SgdMomentumTrajectory) {
   Json ref = read_json_file(kRef / "trajectory.json");
   std::ifstream in(out / "metrics.jsonl");
   std::size_t step = 0;
+  double worst = 0;
   for (std::string line; std::getline(in, line); ++step) {
-    EXPECT_NEAR(Json::parse(line)["loss"].get<double>(), ref["sgd_trajectory"][step].get<double>(), 1e-4) << step + 1;
+    const double ours = Json::parse(line)["loss"].get<double>(), theirs = ref["sgd_trajectory"][step].get<double>();
+    worst = std::max(worst, std::abs(ours - theirs) / std::abs(theirs));
   }
   EXPECT_EQ(step, 6u);
+  EXPECT_TRUE(within("loss, worst step: relative error", worst, noise_tolerance(noise()["sgd_trajectory"].get<double>())));
 }
 
 TEST(TrainSchedule, MatchesTransformersSchedules) {
   Json ref = read_json_file(kRef / "trajectory.json");
+  // Closed forms evaluated in double on both sides: a few ulp apart (factors are at most 1), where
+  // a wrong term moves a factor by more than 1e-3.
   for (const std::string name : {"linear", "constant", "cosine"}) {
     train::ScheduleOptions o{name, 1.0, 3, 12, 0.0};
-    for (int s = 0; s < 14; ++s) {
-      EXPECT_NEAR(train::learning_rate(o, s), ref[name + "_factors"][s].get<double>(), 1e-12) << name << " step " << s;
-    }
+    double worst = 0;
+    for (int s = 0; s < 14; ++s) worst = std::max(worst, std::abs(train::learning_rate(o, s) - ref[name + "_factors"][s].get<double>()));
+    EXPECT_TRUE(within(name + " factors, worst step: |difference|", worst, 1e-12));
   }
   // min_lr_ratio lifts the floor of the decay: lr = peak * (m + (1 - m) * factor).
   train::ScheduleOptions floor{"cosine", 2.0, 0, 10, 0.1};
@@ -249,7 +279,10 @@ TEST(TrainLoss, MaskedPositionsGetExactlyZeroGradient) {
                                 safe.reshape(-1), {}, at::Reduction::None);
   auto full = (per_token * mask.reshape(-1).to(at::kFloat)).sum();
   full.backward();
-  EXPECT_NEAR(full.item<double>(), ours, 1e-4);
+  // Two float32 evaluations of one loss sum (~40 tokens, ~200): each within the loss's float32
+  // noise, so their difference within twice that.
+  EXPECT_TRUE(within("summed loss vs full-logits loss: relative difference", std::abs(full.item<double>() - ours) / ours,
+                     2 * noise_tolerance(noise()["full"]["loss"].get<double>())));
   auto g = logits.grad().narrow(1, 0, T - 1);
   auto masked_rows = g.index({mask.logical_not()});
   ASSERT_GT(masked_rows.size(0), 0);
@@ -294,8 +327,16 @@ TEST(TrainLoss, PackedEqualsUnpacked) {
   };
   auto [loss_packed, g_packed] = run(packed);
   auto [loss_split, g_split] = run(split);
-  EXPECT_NEAR(loss_packed, loss_split, 1e-4);
-  for (std::size_t i = 0; i < g_packed.size(); ++i) EXPECT_LE(relative_error(g_packed[i], g_split[i]), 1e-5) << i;
+  // Two float32 evaluations with different reduction lengths (rows of 22 vs 13 tokens): each
+  // within the float32 noise of the reference's full fine-tuning loss and gradients (the same
+  // model), so their difference within twice the largest of those.
+  double grad_noise = 0;
+  for (const auto& [name, value] : noise()["full"].items()) grad_noise = std::max(grad_noise, value.get<double>());
+  EXPECT_TRUE(within("loss: relative difference", std::abs(loss_packed - loss_split) / std::abs(loss_split),
+                     2 * noise_tolerance(noise()["full"]["loss"].get<double>())));
+  double worst = 0;
+  for (std::size_t i = 0; i < g_packed.size(); ++i) worst = std::max(worst, relative_error(g_packed[i], g_split[i]));
+  EXPECT_TRUE(within("gradients, worst tensor: relative difference", worst, 2 * noise_tolerance(grad_noise)));
 }
 
 // batch 8 x accumulation 1 == batch 2 x accumulation 4, with samples of very different target
@@ -358,7 +399,11 @@ TEST(TrainLoss, AccumulationIsExact) {
   auto four = trajectory({make(0, 2), make(2, 2), make(4, 2), make(6, 2)}, 4);
   ASSERT_EQ(one.size(), 4u);
   ASSERT_EQ(four.size(), 4u);
-  for (std::size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(one[i], four[i], 1e-5) << "step " << i + 1;
+  // The same 4-step AdamW run summed in another order: within twice the float32 noise of the
+  // reference's AdamW trajectory (same model, same optimizer).
+  double worst = 0;
+  for (std::size_t i = 0; i < one.size(); ++i) worst = std::max(worst, std::abs(one[i] - four[i]) / std::abs(four[i]));
+  EXPECT_TRUE(within("loss, worst step: relative difference", worst, 2 * noise_tolerance(noise()["trajectory"].get<double>())));
   EXPECT_LT(one.back(), one.front());
 }
 
