@@ -16,8 +16,6 @@ struct ConformanceCase {
   std::string gguf;         // the GGUF model llama.cpp loads (under cases/)
   std::string gguf_lora;    // a GGUF LoRA adapter llama.cpp applies; "" none
   std::string type = "f32"; // --type of the model export
-  double prob_tolerance = 1e-3;  // max |p_llama.cpp - p_ctune| (see test_llama_cpp.cpp)
-  double logp_tolerance = 1e-3;  // max |log p_llama.cpp - log p_ctune| over the reported tokens
   bool tokenization = false;     // also compare llama.cpp's tokenizer with ctune's
 };
 

@@ -1,5 +1,6 @@
 // within() and beyond(): see margins.h. Records go to $CTUNE_MARGINS_DIR/margins-<pid>.tsv as
-// "margin<TAB>Suite.Test<TAB>what<TAB>measured<TAB>tolerance", one line per call.
+// "margin<TAB>Suite.Test<TAB>what<TAB>measured<TAB>relation<TAB>tolerance", one line per call
+// (relation: "<=" for within, ">=" for beyond).
 #include "margins.h"
 
 #include <unistd.h>
@@ -32,8 +33,8 @@ void record(const std::string& what, double measured, double tolerance, double m
   if (dir == nullptr || *dir == '\0') return;
   const std::string path = std::string(dir) + "/margins-" + std::to_string(::getpid()) + ".tsv";
   if (std::FILE* f = std::fopen(path.c_str(), "a")) {
-    std::fprintf(f, "%.6g\t%s\t%s %s\t%.6g\t%.6g\n", margin, one_field(test).c_str(), one_field(what).c_str(), relation,
-                 measured, tolerance);
+    std::fprintf(f, "%.6g\t%s\t%s\t%.6g\t%s\t%.6g\n", margin, one_field(test).c_str(), one_field(what).c_str(), measured,
+                 relation, tolerance);
     std::fclose(f);
   }
 }

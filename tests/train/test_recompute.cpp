@@ -12,9 +12,11 @@
 #include "model/weights.h"
 #include "peft/lora.h"
 #include "train/loss.h"
+#include "margins.h"
 
 namespace fs = std::filesystem;
 using namespace ctune;
+using ctune::test::within;
 
 namespace {
 
@@ -71,12 +73,13 @@ TEST_P(RecomputeModes, GradientsEqualThePlainGraph) {
     for (std::size_t i = 0; i < plain.size(); ++i) {
       ASSERT_EQ(plain[i].first, recomputed[i].first);
       ASSERT_TRUE(recomputed[i].second.defined()) << recomputed[i].first;
-      const double d = (plain[i].second - recomputed[i].second).abs().max().item<double>();
-      worst = std::max(worst, d);
-      EXPECT_LE(d, 1e-6) << GetParam() << (lora ? " lora " : " full ") << plain[i].first;
+      worst = std::max(worst, (plain[i].second - recomputed[i].second).abs().max().item<double>());
     }
-    std::printf("%s, %s: %zu gradients, max |difference| %.2e\n", GetParam().c_str(), lora ? "LoRA + dropout" : "full",
-                plain.size(), worst);
+    // Recomputation reruns the same kernels on the same inputs with the same RNG state: the
+    // results are bit-identical (0 measured on both CPU kinds). 1e-6 (~100 ulp of these
+    // gradients) would still let a kernel that picks another blocking for another call pass,
+    // while a missed dropout mask or a stale activation moves gradients by 1e-2 or more.
+    EXPECT_TRUE(within(GetParam() + (lora ? ", LoRA + dropout" : ", full") + ": max |gradient difference|", worst, 1e-6));
   }
 }
 
@@ -109,8 +112,9 @@ TEST(Recompute, AttentionCoreMatchesFiniteDifferences) {
       worst = std::max(worst, std::abs((up - down) / (2 * eps) - grad[i].item<double>()));
     }
   }
-  EXPECT_LT(worst, 1e-7);
-  std::printf("attention core vs finite differences: max |difference| %.2e\n", worst);
+  // Central differences in float64, eps = 1e-6: truncation ~1e-12, rounding ~ u64 |f| / eps
+  // ~ 1e-9 for |f| ~ 5 (times the few roundings on a path); a wrong backward term is O(1).
+  EXPECT_TRUE(within("max |finite difference - gradient|", worst, 1e-7));
 }
 
 }  // namespace
