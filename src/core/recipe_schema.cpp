@@ -1,4 +1,5 @@
 #include "core/recipe_schema.h"
+#include "core/module_names.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,8 +26,6 @@ std::string check_checkpointing(const std::string& v) {
   return "expected none, full, selective or every_n:K with K >= 1";
 }
 
-const std::vector<std::string> kLinearModules = {"q_proj",    "k_proj",  "v_proj",    "o_proj",
-                                                 "gate_proj", "up_proj", "down_proj", "lm_head"};
 
 std::vector<KeySpec> build_schema() {
   using T = KeyType;
@@ -63,7 +62,7 @@ std::vector<KeySpec> build_schema() {
       {"peft.rank", T::Int, "8", "LoRA rank r", {}, 1, 4096},
       {"peft.alpha", T::Float, "16.0", "LoRA alpha (scale alpha/r, or alpha/sqrt(r) with rslora)", {}, 1e-9, 1e9},
       {"peft.dropout", T::Float, "0.0", "Dropout on the LoRA input", {}, 0.0, 0.99},
-      {"peft.target_modules", T::StringList, "[q_proj, v_proj]", "Linear layers that get adapters", kLinearModules},
+      {"peft.target_modules", T::StringList, "[q_proj, v_proj]", "Linear layers that get adapters", linear_module_names()},
       {"peft.rslora", T::Bool, "false", "Rank-stabilised scale alpha/sqrt(r)"},
       {"peft.init_from", T::Path, "null", "Start from an existing PEFT LoRA adapter directory", {}, {}, {}, true},
 

@@ -1,4 +1,4 @@
-// LoRA adapter export (shared/FORMATS.md §10): general.type "adapter", adapter.type "lora",
+// LoRA adapter export (docs/formats.md#gguf-lora-adapters): general.type "adapter", adapter.type "lora",
 // adapter.lora.alpha, and per adapted weight <gguf name>.lora_a (PyTorch [r, in], ne [in, r]) and
 // <gguf name>.lora_b ([out, r], ne [r, out]; rows permuted like the weight for llama q/k).
 // llama.cpp scales by alpha / rank; alpha is written as scale * rank so rsLoRA's alpha / sqrt(r)

@@ -1,4 +1,4 @@
-// Model hyperparameters as GGUF keys and back (shared/FORMATS.md §10). Written for
+// Model hyperparameters as GGUF keys and back (docs/formats.md#gguf-model-keys). Written for
 // general.architecture A (llama or qwen2):
 //   general.architecture, general.type = "model", general.name, general.file_type,
 //   (general.quantization_version = 2 with Q8_0 tensors), A.context_length, A.embedding_length,

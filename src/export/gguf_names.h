@@ -1,7 +1,7 @@
 // Tensor names between Hugging Face checkpoints and GGUF (llama.cpp's names): token_embd,
 // output_norm, output, and blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm,
 // ffn_gate, ffn_up, ffn_down}.{weight, bias}; plus the architecture name llama.cpp knows a
-// config by (llama for Llama and Mistral, qwen2 for Qwen2). Facts: shared/FORMATS.md §10.
+// config by (llama for Llama and Mistral, qwen2 for Qwen2). Facts: docs/formats.md#gguf-tensor-names.
 #pragma once
 
 #include <optional>

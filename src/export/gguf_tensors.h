@@ -2,7 +2,7 @@
 // architecture needs, the storage type of each tensor, and conversion of a tensor to the bytes
 // of a ggml type and back.
 //
-// Permutation (shared/FORMATS.md §10): HF q_proj/k_proj rows are ordered for rotate-half RoPE
+// Permutation (docs/formats.md#qk-permutation): HF q_proj/k_proj rows are ordered for rotate-half RoPE
 // (element j of a head pairs with j + d/2); llama.cpp's NORM RoPE pairs adjacent elements
 // (2i, 2i+1). permute_qk_rows views the rows as [heads, 2, d/2, ...], swaps axes 1 and 2 and
 // flattens back, so row 2i of a head holds HF row i and row 2i+1 holds HF row i + d/2. Weights,

@@ -1,4 +1,4 @@
-// The tokenizer in GGUF form (shared/FORMATS.md §10): tokenizer.ggml.* keys built from the
+// The tokenizer in GGUF form (docs/formats.md#gguf-tokenizer-keys): tokenizer.ggml.* keys built from the
 // model directory's tokenizer, the one ctune itself loads (tokenizer.json preferred, else
 // tokenizer.model).
 //   byte-level BPE tokenizer.json   -> model "gpt2": tokens, token_type, merges, pre

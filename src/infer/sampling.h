@@ -1,4 +1,4 @@
-// Next-token selection as Hugging Face generate does it (shared/FORMATS.md §9): penalties
+// Next-token selection as Hugging Face generate does it (docs/formats.md#sampling-hugging-face-generate): penalties
 // first (repetition, no-repeat n-gram), then, when sampling, temperature, top-k and top-p;
 // greedy decoding takes the argmax of the penalised scores.
 #pragma once

@@ -5,7 +5,7 @@
 // count and KV count (u64); KVs (key string, u32 type, value); tensor infos (name, u32 n_dims,
 // u64 ne[n_dims] with ne[0] the contiguous dimension, u32 ggml type, u64 offset); padding to
 // general.alignment (default 32); the data section, each tensor at its aligned offset in order.
-// Strings are a u64 length and bytes. Facts: shared/FORMATS.md §10; the writer is gguf_writer.h.
+// Strings are a u64 length and bytes. Facts: docs/formats.md#gguf-container; the writer is gguf_writer.h.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,7 @@
 // element conversions ctune writes and reads back: F32, F16 (IEEE half, round to nearest even),
 // BF16 (top 16 bits of an F32, round to nearest even) and Q8_0 (blocks of 32 values: one F16
 // scale d = max|x| / 127, then 32 int8 q = round(x / d); x' = d * q), exactly as ggml defines
-// them. Facts: shared/FORMATS.md §10, ggml's ggml-common.h / ggml-quants.c.
+// them. Facts: docs/formats.md#gguf-tensor-types, ggml's ggml-common.h / ggml-quants.c.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,7 @@
 // safetensors (torch-free): header parsing with every check of the reference reader, a mapped
 // file that hands out tensor bytes, and a writer that lays tensors out as the reference writer
 // does (alignment-descending then name order, header padded to 8 bytes, {"format":"pt"}).
-// Format facts: shared/FORMATS.md §1.
+// Format facts: docs/formats.md#safetensors.
 #pragma once
 
 #include <cstdint>

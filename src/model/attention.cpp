@@ -6,17 +6,21 @@
 #include <ATen/ATen.h>
 
 #include "model/recompute.h"
+#include "ops/attention.h"
 #include "model/rope.h"
 
 namespace ctune::model {
 
 AttentionImpl::AttentionImpl(const ModelConfig& c, at::ScalarType dtype)
     : num_heads(c.num_attention_heads), num_kv_heads(c.num_key_value_heads), head_dim(c.head_dim) {
-  const auto H = c.hidden_size;
-  q_proj = register_module("q_proj", Linear(H, num_heads * head_dim, c.qkv_bias, dtype));
-  k_proj = register_module("k_proj", Linear(H, num_kv_heads * head_dim, c.qkv_bias, dtype));
-  v_proj = register_module("v_proj", Linear(H, num_kv_heads * head_dim, c.qkv_bias, dtype));
-  o_proj = register_module("o_proj", Linear(num_heads * head_dim, H, c.o_bias, dtype));
+  auto linear = [&](const char* name) {
+    const auto p = c.projection(name);
+    return register_module(name, Linear(p.in, p.out, p.bias, dtype));
+  };
+  q_proj = linear("q_proj");
+  k_proj = linear("k_proj");
+  v_proj = linear("v_proj");
+  o_proj = linear("o_proj");
 }
 
 namespace {
@@ -52,7 +56,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   v = repeat_kv(v, groups);
 
   // softmax(q kᵀ / sqrt(d)) v over [B, nh, T, T_past + T] scores.
-  auto out = attention_core(q, k, v, mask, 1.0 / std::sqrt(static_cast<double>(head_dim)),
+  auto out = ops::attention_core(q, k, v, mask, 1.0 / std::sqrt(static_cast<double>(head_dim)),
                             recompute_core && is_training());  // [B, nh, T, d]
   out = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});
   return o_proj->forward(out);

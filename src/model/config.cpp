@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/module_names.h"
 
 namespace ctune::model {
 
@@ -87,14 +88,23 @@ std::vector<std::int64_t> parse_eos(const Json& j, const std::string& where) {
 
 }  // namespace
 
+ProjectionShape ModelConfig::projection(const std::string& name) const {
+  const std::int64_t H = hidden_size, q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
+  if (name == "q_proj") return {H, q, qkv_bias};
+  if (name == "k_proj" || name == "v_proj") return {H, kv, qkv_bias};
+  if (name == "o_proj") return {q, H, o_bias};
+  if (name == "gate_proj" || name == "up_proj") return {H, intermediate_size, mlp_bias};
+  if (name == "down_proj") return {intermediate_size, H, mlp_bias};
+  throw ConfigError("\"" + name + "\" is not a decoder projection (expected one of q_proj ... down_proj)");
+}
+
 std::int64_t ModelConfig::parameter_count() const {
-  const std::int64_t H = hidden_size, d = head_dim, q = num_attention_heads * d, kv = num_key_value_heads * d;
-  std::int64_t attn = H * q + 2 * H * kv + q * H;
-  if (qkv_bias) attn += q + 2 * kv;
-  if (o_bias) attn += H;
-  std::int64_t mlp = 3 * H * intermediate_size + (mlp_bias ? 2 * intermediate_size + H : 0);
-  std::int64_t layer = attn + mlp + 2 * H;
-  return vocab_size * H * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + H;
+  std::int64_t layer = 2 * hidden_size;  // the two RMSNorms
+  for (const auto& name : projection_names()) {
+    const auto p = projection(name);
+    layer += p.in * p.out + (p.bias ? p.out : 0);
+  }
+  return vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + hidden_size;
 }
 
 ModelConfig parse_model_config(const Json& j, const std::string& where) {

@@ -14,6 +14,12 @@
 
 namespace ctune::model {
 
+// One projection of a decoder layer: W is [out, in], with a bias or not.
+struct ProjectionShape {
+  std::int64_t in = 0, out = 0;
+  bool bias = false;
+};
+
 struct RopeConfig {
   std::string type = "default";  // default | linear | llama3
   double theta = 10000.0;
@@ -49,6 +55,8 @@ struct ModelConfig {
   Json raw;  // the file as read, so a written config keeps keys ctune does not use
 
   std::int64_t kv_groups() const { return num_attention_heads / num_key_value_heads; }
+  // The projection called `name` (one of projection_names(): q_proj ... down_proj).
+  ProjectionShape projection(const std::string& name) const;
   // Parameter count (tied embeddings counted once).
   std::int64_t parameter_count() const;
 };

@@ -2,7 +2,7 @@
 
 #include <ATen/ATen.h>
 
-#include "model/precision.h"
+#include "ops/compute.h"
 #include "quant/quantized_linear.h"
 
 namespace ctune::model {
@@ -16,7 +16,7 @@ LinearImpl::LinearImpl(std::int64_t in, std::int64_t out, bool with_bias, at::Sc
 at::Tensor LinearImpl::forward(const at::Tensor& x) {
   auto y = quantized ? quant::quantized_linear(x, quantized, bias,
                                               compute_dtype != at::ScalarType::Undefined ? compute_dtype : x.scalar_type())
-                     : linear_in(x, weight, bias, compute_dtype);
+                     : ops::linear_in(x, weight, bias, compute_dtype);
   return adapter ? adapter->apply(x, y) : y;
 }
 

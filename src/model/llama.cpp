@@ -3,19 +3,23 @@
 #include <ATen/ATen.h>
 
 #include "core/error.h"
-#include "model/precision.h"
 #include "model/rope.h"
+#include "ops/compute.h"
 
 namespace ctune::model {
 
 MLPImpl::MLPImpl(const ModelConfig& c, at::ScalarType dtype) {
-  gate_proj = register_module("gate_proj", Linear(c.hidden_size, c.intermediate_size, c.mlp_bias, dtype));
-  up_proj = register_module("up_proj", Linear(c.hidden_size, c.intermediate_size, c.mlp_bias, dtype));
-  down_proj = register_module("down_proj", Linear(c.intermediate_size, c.hidden_size, c.mlp_bias, dtype));
+  auto linear = [&](const char* name) {
+    const auto p = c.projection(name);
+    return register_module(name, Linear(p.in, p.out, p.bias, dtype));
+  };
+  gate_proj = linear("gate_proj");
+  up_proj = linear("up_proj");
+  down_proj = linear("down_proj");
 }
 
 at::Tensor MLPImpl::forward(const at::Tensor& x) {
-  return down_proj->forward(silu_any(gate_proj->forward(x)) * up_proj->forward(x));
+  return down_proj->forward(ops::silu_any(gate_proj->forward(x)) * up_proj->forward(x));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, at::ScalarType dtype) {
@@ -65,7 +69,7 @@ CausalLMImpl::CausalLMImpl(ModelConfig config, at::ScalarType dtype) : config_(s
 }
 
 at::Tensor CausalLMImpl::head(const at::Tensor& hidden) {
-  return lm_head ? lm_head->forward(hidden) : linear_in(hidden, model->embed_tokens->weight, {}, compute_dtype_);
+  return lm_head ? lm_head->forward(hidden) : ops::linear_in(hidden, model->embed_tokens->weight, {}, compute_dtype_);
 }
 
 at::Tensor CausalLMImpl::hidden(ForwardInputs in) {

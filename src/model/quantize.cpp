@@ -1,21 +1,18 @@
 #include "model/quantize.h"
 
 #include <algorithm>
-#include <array>
 #include <string>
+
+#include "core/module_names.h"
 
 namespace ctune::model {
 
 namespace {
+// model.layers.N.self_attn.q_proj, ..., model.layers.N.mlp.down_proj.
 bool is_projection(const std::string& name) {
-  static const std::array<const char*, 7> kinds = {".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj",
-                                                   ".self_attn.o_proj", ".mlp.gate_proj",    ".mlp.up_proj",
-                                                   ".mlp.down_proj"};
   if (name.rfind("model.layers.", 0) != 0) return false;
-  return std::any_of(kinds.begin(), kinds.end(), [&](const char* k) {
-    const std::string kind(k);
-    return name.size() > kind.size() && name.compare(name.size() - kind.size(), kind.size(), kind) == 0;
-  });
+  const std::string leaf = name.substr(name.rfind('.') + 1);
+  return std::find(projection_names().begin(), projection_names().end(), leaf) != projection_names().end();
 }
 }  // namespace
 

@@ -1,9 +1,8 @@
-// Activation checkpointing (recomputation) as custom autograd functions:
-//   - a whole decoder block: forward under no_grad keeps only the block's input (and the RNG
-//     state), backward re-runs the block with gradients on and back-propagates through it;
-//   - the attention core (softmax(q kᵀ) v): keeps q, k, v instead of the [B, heads, T, T] scores
-//     and probabilities, Megatron's "selective recomputation".
-// The RNG state is restored before recomputing, so dropout (LoRA's) draws the same masks.
+// Activation checkpointing (recomputation): which layers recompute what, and the whole-block
+// recomputation as a custom autograd function: forward under no_grad keeps only the block's
+// input (and the RNG state), backward re-runs the block with gradients on and back-propagates
+// through it. The RNG state is restored before recomputing, so dropout (LoRA's) draws the same
+// masks. The selective mode recomputes only the attention core (ops/attention.h).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -27,10 +26,5 @@ struct RecomputePolicy {
 // layer->forward(x, cos, sin, mask) with only x kept for backward.
 at::Tensor checkpointed_block(DecoderLayerImpl& layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                               const at::Tensor& mask);
-
-// The attention core: out = softmax(q kᵀ · scale, masked) v, probabilities in fp32, with
-// (recompute = true) or without keeping the scores for backward. q: [B, h, Tq, d], k/v: [B, h, Tk, d].
-at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                          double scale, bool recompute);
 
 }  // namespace ctune::model

@@ -1,6 +1,6 @@
 // Rotary position embeddings in Hugging Face's rotate-half convention: element j of a head
 // pairs with element j + d/2. Frequencies follow rope_theta, head_dim and rope_scaling
-// (linear, llama3); see shared/FORMATS.md §2.
+// (linear, llama3); see docs/formats.md#rope.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/module_names.h"
 #include "io/file.h"
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
@@ -79,7 +80,7 @@ LoraOptions read_adapter_config(const fs::path& dir) {
   if (targets == j.end() || targets->is_null()) {
     o.targets = {"q_proj", "v_proj"};  // PEFT's default for llama and qwen2
   } else if (targets->is_string() && targets->get<std::string>() == "all-linear") {
-    o.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    o.targets = projection_names();
   } else if (targets->is_array()) {
     o.targets.clear();
     for (const auto& t : *targets) {

@@ -1,4 +1,4 @@
-// LoRA adapters on disk in PEFT's layout (shared/FORMATS.md §3): adapter_config.json and
+// LoRA adapters on disk in PEFT's layout (docs/formats.md#peft-lora-adapters): adapter_config.json and
 // adapter_model.safetensors with keys base_model.model.<module>.lora_A.weight ([r, in]) and
 // .lora_B.weight ([out, r]). Written atomically; read back with every unsupported setting
 // refused by name, so an adapter either loads exactly or not at all.

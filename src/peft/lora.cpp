@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "model/precision.h"
+#include "ops/compute.h"
 
 namespace ctune::peft {
 
@@ -32,7 +32,7 @@ at::Tensor LoraAdapter::apply(const at::Tensor& x, const at::Tensor& base) {
   // fp32 weights are cast per use); otherwise in the adapter's own dtype.
   const auto dtype = lora_A->compute_dtype != at::ScalarType::Undefined ? lora_A->compute_dtype : lora_A->weight.scalar_type();
   auto h = x.to(dtype);
-  if (dropout > 0 && owner_->is_training()) h = model::dropout_any(h, dropout, /*train=*/true);
+  if (dropout > 0 && owner_->is_training()) h = ops::dropout_any(h, dropout, /*train=*/true);
   auto delta = lora_B->forward(lora_A->forward(h)) * scale;
   return base + delta.to(base.scalar_type());
 }
@@ -55,7 +55,7 @@ LoraSummary apply_lora(model::CausalLM& lm, const LoraOptions& o) {
   for (auto& p : lm->parameters(true)) p.set_requires_grad(false);
   if (o.targets.empty()) throw ConfigError("peft.target_modules: expected at least one target");
   for (const auto& t : o.targets) {
-    if (std::find(lora_target_names().begin(), lora_target_names().end(), t) == lora_target_names().end()) {
+    if (std::find(linear_module_names().begin(), linear_module_names().end(), t) == linear_module_names().end()) {
       throw ConfigError("peft.target_modules: \"" + t + "\" is not a LoRA target (expected q_proj, k_proj, v_proj, o_proj, "
                         "gate_proj, up_proj, down_proj or lm_head)");
     }

@@ -1,22 +1,17 @@
 // LoRA (Hu et al. 2021) as PEFT implements it: y = W x + s * B A dropout(x), s = alpha / r
 // (alpha / sqrt(r) with rsLoRA), A Kaiming-uniform (a = sqrt(5)), B zero, so training starts
 // from the base model exactly. Adapters attach to the model's Linear layers by name
-// (q_proj ... down_proj, lm_head); everything else is frozen. Facts: shared/FORMATS.md §3.
+// (q_proj ... down_proj, lm_head); everything else is frozen. Facts: docs/formats.md#peft-lora-adapters.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/module_names.h"
 #include "model/llama.h"
 
 namespace ctune::peft {
-
-inline const std::vector<std::string>& lora_target_names() {
-  static const std::vector<std::string> names = {"q_proj",    "k_proj",  "v_proj",    "o_proj",
-                                                 "gate_proj", "up_proj", "down_proj", "lm_head"};
-  return names;
-}
 
 struct LoraOptions {
   std::int64_t rank = 8;

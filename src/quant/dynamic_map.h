@@ -1,5 +1,5 @@
 // bitsandbytes' signed 8-bit dynamic map and blockwise 8-bit quantisation with it: the storage of
-// NF4's per-block absmax under double quantisation (../shared/FORMATS.md §4). The map is
+// NF4's per-block absmax under double quantisation (docs/formats.md#double-quantisation-and-the-dynamic-map). The map is
 // create_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8): for i = 0..6, the midpoints
 // of linspace(0.1, 1, 2^i + 1) (fp32) times 10^(i-6), with both signs, plus 0 and 1.0; sorted,
 // 256 values, largest 1.0, most negative -0.99296875 (there is no -1).

@@ -8,7 +8,8 @@
 
 #include "core/error.h"
 #include "quant/int8_gemm.h"
-#include "quant/matmul.h"
+#include "ops/compute.h"
+#include "ops/quant_bytes.h"
 
 namespace ctune::quant {
 
@@ -25,7 +26,7 @@ Int8Kernel parse_int8_kernel(const std::string& text) {
   throw ConfigError("int8 kernel: expected dequantize or int8_gemm, found \"" + text + "\"");
 }
 
-std::int64_t Int8Weight::bytes() const { return cb.numel() + 4 * scb.numel(); }
+std::int64_t Int8Weight::bytes() const { return ops::int8_weight_bytes(cb.size(0), cb.size(1)); }
 
 std::int64_t Int8Weight::packed_bytes() const { return packed ? packed->bytes : 0; }
 
@@ -146,7 +147,7 @@ at::Tensor llm_int8_rows(const at::Tensor& x2, const Int8Weight& w, double thres
   });
   if (q.outlier_cols.numel() > 0) {
     // Mixed-precision part in x's dtype: x[:, cols] · (cb[:, cols] · scb / 127)ᵀ.
-    out.add_(matmul_nt(x.index_select(1, q.outlier_cols), dequantize_columns(w, q.outlier_cols, x.scalar_type())));
+    out.add_(ops::matmul_nt(x.index_select(1, q.outlier_cols), dequantize_columns(w, q.outlier_cols, x.scalar_type())));
   }
   return out;
 }
@@ -160,7 +161,7 @@ at::Tensor int8_matmul(const at::Tensor& x, const Int8Weight& w, double threshol
   }
   TORCH_CHECK(x.is_floating_point(), "int8_matmul: input must be floating point, found ", x.scalar_type());
   if (threshold < 0) throw ConfigError("int8_matmul: threshold must be >= 0, found " + std::to_string(threshold));
-  if (kernel == Int8Kernel::Dequantize) return matmul_nt(x, dequantize(w, x.scalar_type()));
+  if (kernel == Int8Kernel::Dequantize) return ops::matmul_nt(x, dequantize(w, x.scalar_type()));
   std::vector<std::int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = w.out_features();
   return llm_int8_rows(x.reshape({-1, w.in_features()}), w, threshold).view(out_shape);

@@ -1,4 +1,4 @@
-// LLM.int8() (bitsandbytes, ../shared/FORMATS.md §4): vector-wise int8 weights, one fp32 absmax
+// LLM.int8() (bitsandbytes, docs/formats.md#llmint8): vector-wise int8 weights, one fp32 absmax
 // per output row, and the forward matmul with outlier decomposition. Two kernels compute it:
 //   Dequantize: W is dequantised to x's dtype and multiplied with a bf16/fp32 GEMM. Activations
 //               are NOT quantised, so the outlier split is the identity here (every column is

@@ -1,4 +1,4 @@
-// Blockwise NF4 (bitsandbytes/QLoRA, ../shared/FORMATS.md §4): the weight flattened row-major is
+// Blockwise NF4 (bitsandbytes/QLoRA, docs/formats.md#nf4): the weight flattened row-major is
 // cut into blocks of `blocksize` (64..4096, a power of two; the last block may be short), each
 // block stores its fp32 absmax, and every element the index of the NF4 level nearest to
 // x · (1/absmax). Codes are packed two per byte, the first element in the high nibble; an odd
@@ -23,7 +23,6 @@ const std::array<float, 16>& nf4_levels();
 double nf4_max_half_gap();
 
 constexpr std::int64_t kNf4DefaultBlocksize = 64;
-constexpr std::int64_t kNestedBlocksize = 256;
 
 struct Nf4Weight {
   std::vector<std::int64_t> shape;  // the original weight's shape ([out, in] for a Linear)

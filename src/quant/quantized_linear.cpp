@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
-#include "quant/matmul.h"
+#include "ops/compute.h"
 
 namespace ctune::quant {
 
@@ -63,7 +63,7 @@ struct QuantizedLinearFunction : public torch::autograd::Function<QuantizedLinea
     // x: [.., in] -> y: [.., out]
     auto y = (w->int8 && w->spec.int8_kernel == Int8Kernel::Int8Gemm)
                  ? int8_matmul(xc, *w->int8, w->spec.threshold, Int8Kernel::Int8Gemm)
-                 : matmul_nt(xc, w->dequantize(compute_dtype));
+                 : ops::matmul_nt(xc, w->dequantize(compute_dtype));
     if (bias.value.defined()) y = y + bias.value.to(compute_dtype);
     return y;
   }
@@ -74,7 +74,7 @@ struct QuantizedLinearFunction : public torch::autograd::Function<QuantizedLinea
     const auto compute_dtype = static_cast<at::ScalarType>(ctx->saved_data["compute_dtype"].toInt());
     const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     // grad_y: [.., out] · W_deq: [out, in] -> grad_x: [.., in], W dequantised again just in time.
-    auto grad_x = matmul_nn(grad_out[0].to(compute_dtype), w->dequantize(compute_dtype)).to(x_dtype);
+    auto grad_x = ops::matmul_nn(grad_out[0].to(compute_dtype), w->dequantize(compute_dtype)).to(x_dtype);
     return {grad_x, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

@@ -1,6 +1,6 @@
 /* Plain C interface of libctune_spm.so, the only code in ctune that touches libsentencepiece.
  * Debian's libsentencepiece embeds protobuf 3.14 and LibTorch links protobuf 3.21: the two cannot
- * share a process's global symbol namespace (see ENVIRONMENT.md, pitfall 1). ctune therefore
+ * share a process's global symbol namespace (see docs/build.md#sentencepiece-and-libtorch-in-one-process). ctune therefore
  * never links sentencepiece; it dlopen()s this library with RTLD_LOCAL | RTLD_DEEPBIND and talks
  * to it through these functions only. No C++ type or exception crosses the boundary.
  *

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "model/precision.h"
+#include "ops/compute.h"
 
 namespace ctune::train {
 
@@ -32,7 +32,7 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
     const auto n = hidden.size(0);
     for (std::int64_t start = 0; start < n; start += chunk) {
       const auto rows = std::min(chunk, n - start);
-      auto logits = model::matmul_in(hidden.narrow(0, start, rows), weight.t(), cd).to(acc);  // [rows, V]
+      auto logits = ops::matmul_in(hidden.narrow(0, start, rows), weight.t(), cd).to(acc);  // [rows, V]
       auto target_logit = logits.gather(1, targets.narrow(0, start, rows).unsqueeze(1)).squeeze(1);
       total += (at::logsumexp(logits, 1) - target_logit).sum();
     }
@@ -55,7 +55,7 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
     for (std::int64_t start = 0; start < n; start += chunk) {
       const auto rows = std::min(chunk, n - start);
       auto h = hidden.narrow(0, start, rows);
-      auto logits = model::matmul_in(h, weight.t(), cd).to(acc);
+      auto logits = ops::matmul_in(h, weight.t(), cd).to(acc);
       // d loss / d logits = softmax(logits) - onehot(target), times the incoming gradient.
       auto g = at::softmax(logits, 1);
       auto t = targets.narrow(0, start, rows).unsqueeze(1);
@@ -64,8 +64,8 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
       // Under mixed precision both gradient matmuls run in the compute dtype, as autocast's
       // backward would; without it, d hidden in the weight's dtype and d weight in fp32.
       const auto gd = cd != at::ScalarType::Undefined ? cd : weight.scalar_type();
-      if (need_hidden) grad_hidden.narrow(0, start, rows).copy_(model::matmul_in(g.to(gd), weight, gd));
-      if (need_weight) grad_weight.add_(model::matmul_in(g.t(), h, cd != at::ScalarType::Undefined ? cd : acc).to(acc));
+      if (need_hidden) grad_hidden.narrow(0, start, rows).copy_(ops::matmul_in(g.to(gd), weight, gd));
+      if (need_weight) grad_weight.add_(ops::matmul_in(g.t(), h, cd != at::ScalarType::Undefined ? cd : acc).to(acc));
     }
     if (need_weight) grad_weight = grad_weight.to(weight.scalar_type());
     return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor()};

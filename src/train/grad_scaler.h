@@ -1,5 +1,5 @@
 // Dynamic loss scaling for fp16 training with torch.amp.GradScaler's semantics and defaults
-// (shared/FORMATS.md §5): the loss is multiplied by the scale before backward so small fp16
+// (docs/formats.md#loss-scaling): the loss is multiplied by the scale before backward so small fp16
 // gradients do not flush to zero; gradients are unscaled (×1/scale, the inverse computed in fp64
 // and rounded to fp32) before clipping; a step whose gradients hold an inf or NaN is skipped and
 // the scale backs off; after growth_interval clean steps in a row it grows. Disabled (bf16,

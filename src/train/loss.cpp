@@ -14,7 +14,7 @@ at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b, bool c
   if (T < 2) return hidden.sum() * 0.0;  // keeps the graph connected for backward
   auto h = hidden.narrow(1, 0, T - 1).reshape({B * (T - 1), H});
   auto targets = b.labels.narrow(1, 1, T - 1).reshape({B * (T - 1)});
-  auto keep = (targets != kIgnoreIndex).nonzero().squeeze(1);
+  auto keep = (targets != data::kIgnoreIndex).nonzero().squeeze(1);
   h = h.index_select(0, keep);
   targets = targets.index_select(0, keep);
   if (chunked) {

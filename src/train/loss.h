@@ -8,6 +8,7 @@
 
 #include <ATen/ATen.h>
 
+#include "data/example.h"  // data::kIgnoreIndex marks the positions that are not targets
 #include "model/llama.h"
 
 namespace ctune::train {
@@ -17,8 +18,6 @@ struct TensorBatch {
   at::Tensor input_ids, labels, position_ids, segment_ids;
   std::int64_t target_tokens = 0;
 };
-
-constexpr std::int64_t kIgnoreIndex = -100;
 
 // Sum of -log p(label[t+1] | ..t) over targeted positions, in fp32. With `chunked` (and a head
 // that is a plain matrix: tied embeddings or an lm_head without adapter or bias) the logits

@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/module_names.h"
+#include "ops/quant_bytes.h"
+
 namespace ctune::train {
 
 namespace {
@@ -23,29 +26,11 @@ std::string mb(std::int64_t bytes) {
   return buf;
 }
 
-// The seven projections of a decoder layer: name, in, out, bias.
-struct Projection {
-  const char* name;
-  std::int64_t in, out;
-  bool bias;
-};
-
-std::vector<Projection> projections(const model::ModelConfig& c) {
-  const auto H = c.hidden_size, I = c.intermediate_size, q = c.num_attention_heads * c.head_dim,
-             kv = c.num_key_value_heads * c.head_dim;
-  return {{"q_proj", H, q, c.qkv_bias},   {"k_proj", H, kv, c.qkv_bias}, {"v_proj", H, kv, c.qkv_bias},
-          {"o_proj", q, H, c.o_bias},     {"gate_proj", H, I, c.mlp_bias}, {"up_proj", H, I, c.mlp_bias},
-          {"down_proj", I, H, c.mlp_bias}};
-}
-
-// Bytes of one frozen projection weight as stored (quantised formats: quant/ formulas).
+// Bytes of one frozen projection weight as stored.
 std::int64_t frozen_weight_bytes(const LedgerInputs& in, std::int64_t rows, std::int64_t cols) {
-  const std::int64_t n = rows * cols;
-  if (!in.quantize_base) return n * bytes_of(in.storage_dtype);
-  if (in.quantize_base->kind == quant::QuantSpec::Int8) return n + 4 * rows;  // int8 codes + fp32 row absmax
-  const std::int64_t blocks = (n + in.quantize_base->blocksize - 1) / in.quantize_base->blocksize;
-  const std::int64_t codes = (n + 1) / 2;
-  return in.quantize_base->double_quant ? codes + blocks + 4 * ((blocks + 255) / 256) + 4 : codes + 4 * blocks;
+  if (!in.quantize_base) return rows * cols * bytes_of(in.storage_dtype);
+  if (in.quantize_base->kind == quant::QuantSpec::Int8) return ops::int8_weight_bytes(rows, cols);
+  return ops::nf4_weight_bytes(rows * cols, in.quantize_base->blocksize, in.quantize_base->double_quant);
 }
 
 }  // namespace
@@ -91,10 +76,11 @@ Ledger estimate_memory(const LedgerInputs& in) {
   add(H, H * sb);                                                   // final norm
   for (std::int64_t l = 0; l < L; ++l) {
     add(2 * H, 2 * H * sb);                                         // two RMSNorms
-    for (const auto& p : projections(c)) {
+    for (const auto& name : projection_names()) {
+      const auto p = c.projection(name);
       add(p.in * p.out, frozen_weight_bytes(in, p.out, p.in));
       if (p.bias) add(p.out, p.out * sb);
-      if (targeted(in, p.name)) adapters += rank * (p.in + p.out);
+      if (targeted(in, name.c_str())) adapters += rank * (p.in + p.out);
     }
   }
   if (in.lora) {

@@ -3,7 +3,7 @@
 // and runtime, each with the formula behind it, and the peak they add up to. The activation
 // terms count what this implementation's autograd graph keeps per decoder layer (Llama's SwiGLU
 // MLP and grouped-query attention; adapted from Korthikanti et al.'s per-layer accounting in
-// shared/FORMATS.md §8), so they change with precision, LoRA targets, dropout and recompute
+// docs/formats.md#memory-formulas), so they change with precision, LoRA targets, dropout and recompute
 // mode exactly as the code does. `ctune estimate` prints it; `ctune train` logs it against the
 // measured peak.
 #pragma once

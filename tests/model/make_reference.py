@@ -3,7 +3,7 @@
 per-token NLL / argmax a Hugging Face-equivalent forward gives for them.
 
 Written directly against PyTorch (python3-torch from Debian), following the computation in
-transformers' modeling_llama.py / modeling_qwen2.py (see shared/FORMATS.md §2), with its own
+transformers' modeling_llama.py / modeling_qwen2.py (see docs/formats.md#forward-computation), with its own
 safetensors writer. It shares no code with ctune. The forward runs in float64 on the stored
 (possibly bf16-rounded) weights; RoPE frequencies are computed in fp32 as HF does.
 

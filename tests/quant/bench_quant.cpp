@@ -12,8 +12,8 @@
 #include <functional>
 #include <vector>
 
+#include "ops/compute.h"
 #include "quant/int8.h"
-#include "quant/matmul.h"
 #include "quant/nf4.h"
 
 using namespace ctune::quant;
@@ -54,11 +54,11 @@ int main(int argc, char** argv) {
     const int reps = s.tokens * s.in * s.out > 8'000'000'000LL ? 5 : 10;
     auto q8 = quantize_int8(w);
     auto q4 = quantize_nf4(w, 64, true);
-    const double bf16 = median_ms([&] { return matmul_nt(x, w); }, reps);
+    const double bf16 = median_ms([&] { return ctune::ops::matmul_nt(x, w); }, reps);
     const double i8deq = median_ms([&] { return int8_matmul(x, q8, 6.0, Int8Kernel::Dequantize); }, reps);
     const double i8gemm =
         int8_gemm_available() ? median_ms([&] { return int8_matmul(x, q8, 6.0, Int8Kernel::Int8Gemm); }, reps) : -1;
-    const double nf4 = median_ms([&] { return matmul_nt(x, dequantize(q4, at::kBFloat16)); }, reps);
+    const double nf4 = median_ms([&] { return ctune::ops::matmul_nt(x, dequantize(q4, at::kBFloat16)); }, reps);
     const double deq8 = median_ms([&] { return dequantize(q8, at::kBFloat16); }, reps);
     const double deq4 = median_ms([&] { return dequantize(q4, at::kBFloat16); }, reps);
     char label[64];

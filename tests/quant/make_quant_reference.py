@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Independent reference for ctune's quantisation (src/quant), written from the formulas of
-shared/FORMATS.md §4 (bitsandbytes LLM.int8, NF4, double quantisation) with numpy/PyTorch from
+docs/formats.md#quantisation-bitsandbytes (bitsandbytes LLM.int8, NF4, double quantisation) with numpy/PyTorch from
 Debian, sharing no code with ctune.
 
 Conventions fixed here and in ctune alike (bitsandbytes' reference kernels):

@@ -1,5 +1,5 @@
 // ctune's int8 / NF4 / double quantisation against make_quant_reference.py, an independent
-// numpy implementation of ../shared/FORMATS.md §4: codes, scales and packed bytes must be equal
+// numpy implementation of docs/formats.md#quantisation-bitsandbytes: codes, scales and packed bytes must be equal
 // exactly; dequantised values and LLM.int8 matmul outputs within the tolerances stated below.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// SentencePiece in a process that links LibTorch (ENVIRONMENT.md, pitfall 1): this binary is
+// SentencePiece in a process that links LibTorch (docs/build.md#sentencepiece-and-libtorch-in-one-process): this binary is
 // linked against LibTorch (and so protobuf 3.21) without using it; loading a SentencePiece model
 // through libctune_spm.so must still work and give the reference ids. Linked directly, the two
 // protobuf runtimes crash at start-up or abort on a version check.

@@ -2,7 +2,7 @@
 // fp16 does); a model under bf16/fp16 compute keeps fp32 master weights and gradients and
 // matches the fp32 model within the low precision's error (estimated from the unit roundoff and
 // the number of roundings, margins.h and docs/testing.md); GradScaler's unscale, skip,
-// back-off and growth follow torch.amp.GradScaler (shared/FORMATS.md §5). QLoRA-style bases:
+// back-off and growth follow torch.amp.GradScaler (docs/formats.md#loss-scaling). QLoRA-style bases:
 // after model::quantize_base every projection weight lives only quantised (the dense tensor is
 // empty), the adapters still train, and the loss stays close to the bf16 base's (int8 closer
 // than nf4, as their error bounds say).
@@ -16,7 +16,7 @@
 #include <optional>
 
 #include "model/config.h"
-#include "model/precision.h"
+#include "ops/compute.h"
 #include "model/quantize.h"
 #include "model/weights.h"
 #include "peft/lora.h"
@@ -123,17 +123,17 @@ void expect_close_to_fp32(bool lora, at::ScalarType low) {
 
 TEST(Precision, MatmulsRoundLikeLowPrecisionGemms) {
   auto x = at::randn({5, 16}), w = at::randn({7, 16}), b = at::randn({7});
-  auto bf = model::linear_in(x, w, b, at::kBFloat16);
+  auto bf = ops::linear_in(x, w, b, at::kBFloat16);
   EXPECT_EQ(bf.scalar_type(), at::kBFloat16);
   EXPECT_TRUE(at::allclose(bf.to(at::kFloat), at::linear(x.to(at::kBFloat16), w.to(at::kBFloat16), b.to(at::kBFloat16)).to(at::kFloat)));
-  auto h = model::linear_in(x, w, b, at::kHalf);
+  auto h = ops::linear_in(x, w, b, at::kHalf);
   EXPECT_EQ(h.scalar_type(), at::kHalf);
   auto expected = at::linear(x.to(at::kHalf).to(at::kFloat), w.to(at::kHalf).to(at::kFloat), b.to(at::kHalf).to(at::kFloat));
   EXPECT_TRUE(at::equal(h, expected.to(at::kHalf)));
   // fp16's range ends at 65504: 300 * 300 overflows to inf, as an fp16 GEMM's output would.
-  auto big = model::linear_in(at::full({1, 1}, 300.0), at::full({1, 1}, 300.0), {}, at::kHalf);
+  auto big = ops::linear_in(at::full({1, 1}, 300.0), at::full({1, 1}, 300.0), {}, at::kHalf);
   EXPECT_TRUE(std::isinf(big.item<float>()));
-  EXPECT_EQ(model::linear_in(x, w, b, at::ScalarType::Undefined).scalar_type(), at::kFloat);
+  EXPECT_EQ(ops::linear_in(x, w, b, at::ScalarType::Undefined).scalar_type(), at::kFloat);
 }
 
 TEST(Precision, LoraOverBf16BaseMatchesFp32) { expect_close_to_fp32(true, at::kBFloat16); }

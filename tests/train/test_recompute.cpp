@@ -9,6 +9,7 @@
 
 #include "core/json.h"
 #include "model/recompute.h"
+#include "ops/attention.h"
 #include "model/weights.h"
 #include "peft/lora.h"
 #include "train/loss.h"
@@ -27,12 +28,12 @@ train::TensorBatch batch() {
   train::TensorBatch b;
   b.input_ids = at::randint(0, 96, {3, 20}, at::kLong);
   b.labels = b.input_ids.clone();
-  b.labels.narrow(1, 0, 4).fill_(train::kIgnoreIndex);
+  b.labels.narrow(1, 0, 4).fill_(data::kIgnoreIndex);
   b.position_ids = at::arange(20).repeat({3, 1});
   b.segment_ids = at::ones({3, 20}, at::kInt);
   b.segment_ids[2].narrow(0, 12, 8).fill_(2);  // a packed second document in row 2
   b.position_ids[2].narrow(0, 12, 8).copy_(at::arange(8));
-  b.target_tokens = (b.labels.narrow(1, 1, 19) != train::kIgnoreIndex).sum().item<std::int64_t>();
+  b.target_tokens = (b.labels.narrow(1, 1, 19) != data::kIgnoreIndex).sum().item<std::int64_t>();
   return b;
 }
 
@@ -93,7 +94,7 @@ TEST(Recompute, AttentionCoreMatchesFiniteDifferences) {
   auto v = at::randn({1, 2, 4, 3}, at::kDouble).requires_grad_(true);
   auto mask = at::ones({4, 4}, at::kBool).tril().view({1, 1, 4, 4});
   auto weights = at::randn({1, 2, 4, 3}, at::kDouble);  // a random linear functional of the output
-  (model::attention_core(q, k, v, mask, 0.7, /*recompute=*/true) * weights).sum().backward();
+  (ops::attention_core(q, k, v, mask, 0.7, /*recompute=*/true) * weights).sum().backward();
   const double eps = 1e-6;
   double worst = 0;
   for (auto* x : {&q, &k, &v}) {
@@ -102,7 +103,7 @@ TEST(Recompute, AttentionCoreMatchesFiniteDifferences) {
     for (std::int64_t i = 0; i < flat.numel(); ++i) {
       const double saved = flat[i].item<double>();
       auto f = [&] {
-        return (model::attention_core(q.detach(), k.detach(), v.detach(), mask, 0.7, true) * weights).sum().item<double>();
+        return (ops::attention_core(q.detach(), k.detach(), v.detach(), mask, 0.7, true) * weights).sum().item<double>();
       };
       flat[i] = saved + eps;
       const double up = f();

@@ -59,7 +59,7 @@ std::vector<train::TensorBatch> read_batches() {
     tb.labels = t("labels", at::kLong);
     tb.position_ids = t("pos", at::kLong);
     tb.segment_ids = t("seg", at::kInt);
-    tb.target_tokens = (tb.labels.narrow(1, 1, tb.labels.size(1) - 1) != train::kIgnoreIndex).sum().item<std::int64_t>();
+    tb.target_tokens = (tb.labels.narrow(1, 1, tb.labels.size(1) - 1) != data::kIgnoreIndex).sum().item<std::int64_t>();
     out.push_back(tb);
   }
   return out;
@@ -124,7 +124,7 @@ void lora_case(bool rslora, const char* variant) {
   o.rank = 4;
   o.alpha = 8.0;
   o.rslora = rslora;
-  o.targets = peft::lora_target_names();
+  o.targets = linear_module_names();
   auto summary = peft::apply_lora(lm, o);
   EXPECT_EQ(summary.wrapped.size(), 2u * 7 + 1);
   // The reference's A and B (B non-zero, so both get gradients).
@@ -273,7 +273,7 @@ TEST(TrainLoss, MaskedPositionsGetExactlyZeroGradient) {
   auto logits = lm->logits(in).detach().requires_grad_(true);  // [B, T, V]
   const auto T = logits.size(1);
   auto targets = batch.labels.narrow(1, 1, T - 1);
-  auto mask = targets != train::kIgnoreIndex;
+  auto mask = targets != data::kIgnoreIndex;
   auto safe = targets.masked_fill(mask.logical_not(), 0);
   auto per_token = at::nll_loss(at::log_softmax(logits.narrow(1, 0, T - 1).reshape({-1, logits.size(2)}), -1),
                                 safe.reshape(-1), {}, at::Reduction::None);
@@ -296,7 +296,7 @@ TEST(TrainLoss, PackedEqualsUnpacked) {
   auto ids_a = at::randint(0, 96, {9}, at::kLong), ids_b = at::randint(0, 96, {13}, at::kLong);
   auto labels = [](const at::Tensor& ids) {
     auto l = ids.clone();
-    l[0] = train::kIgnoreIndex;
+    l[0] = data::kIgnoreIndex;
     return l;
   };
   train::TensorBatch packed;
@@ -306,7 +306,7 @@ TEST(TrainLoss, PackedEqualsUnpacked) {
   packed.segment_ids = at::cat({at::ones({9}, at::kInt), at::full({13}, 2, at::kInt)}).unsqueeze(0);
   train::TensorBatch split;
   split.input_ids = at::zeros({2, 13}, at::kLong);
-  split.labels = at::full({2, 13}, train::kIgnoreIndex, at::kLong);
+  split.labels = at::full({2, 13}, data::kIgnoreIndex, at::kLong);
   split.segment_ids = at::zeros({2, 13}, at::kInt);
   split.position_ids = at::arange(13).repeat({2, 1});
   split.input_ids[0].narrow(0, 0, 9).copy_(ids_a);
@@ -348,7 +348,7 @@ TEST(TrainLoss, AccumulationIsExact) {
     const std::int64_t len = 4 + 5 * i;  // 4 .. 39 tokens
     auto x = at::randint(0, 96, {len}, at::kLong);
     auto l = x.clone();
-    l.narrow(0, 0, 1 + (i % 3) * len / 4).fill_(train::kIgnoreIndex);  // masked prompts of different sizes
+    l.narrow(0, 0, 1 + (i % 3) * len / 4).fill_(data::kIgnoreIndex);  // masked prompts of different sizes
     ids.push_back(x);
     labels.push_back(l);
   }
@@ -358,7 +358,7 @@ TEST(TrainLoss, AccumulationIsExact) {
     train::TensorBatch b;
     const auto rows = static_cast<std::int64_t>(count);
     b.input_ids = at::zeros({rows, T}, at::kLong);
-    b.labels = at::full({rows, T}, train::kIgnoreIndex, at::kLong);
+    b.labels = at::full({rows, T}, data::kIgnoreIndex, at::kLong);
     b.segment_ids = at::zeros({rows, T}, at::kInt);
     b.position_ids = at::arange(T).repeat({rows, 1});
     for (std::size_t i = 0; i < count; ++i) {
@@ -367,7 +367,7 @@ TEST(TrainLoss, AccumulationIsExact) {
       b.labels[i].narrow(0, 0, n).copy_(labels[first + i]);
       b.segment_ids[i].narrow(0, 0, n).fill_(1);
     }
-    b.target_tokens = (b.labels.narrow(1, 1, T - 1) != train::kIgnoreIndex).sum().item<std::int64_t>();
+    b.target_tokens = (b.labels.narrow(1, 1, T - 1) != data::kIgnoreIndex).sum().item<std::int64_t>();
     return b;
   };
   auto trajectory = [&](std::vector<train::TensorBatch> batches, std::int64_t accum) {

@@ -1,0 +1,34 @@
+// Operations in a compute dtype, the one place that knows what CPU LibTorch 1.13 lacks: an fp16
+// GEMM ("addmm_impl_cpu_" not implemented for 'Half'), fp16 silu and fp16 dropout. There an fp16
+// matmul is computed in fp32 from the fp16 operands and its result rounded to fp16 (the numerics
+// of an fp16 GEMM with fp32 accumulation, overflow to inf past 65504 included), and silu and
+// dropout run in fp32 and round back. Every other dtype and device uses the native kernel (bf16
+// on CPU: oneDNN, with AMX where the CPU has it).
+//
+// Mixed precision as autocast does it, made explicit per operation so it behaves the same on
+// every LibTorch version and device: the model's matmuls call linear_in/matmul_in with the
+// compute dtype (operands cast to it); the cast of an fp32 master weight is a transient tensor,
+// so gradients flow back to the master.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace ctune::ops {
+
+// x [.., in] · W [out, in]ᵀ (+ b) with every operand in `dtype`; Undefined: in their own dtypes.
+at::Tensor linear_in(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, at::ScalarType dtype);
+
+// a @ b with both operands in `dtype` (Undefined: as they are).
+at::Tensor matmul_in(const at::Tensor& a, const at::Tensor& b, at::ScalarType dtype);
+
+// a: [.., k], b: [n, k] -> a bᵀ: [.., n], in a's dtype (b must have the same dtype).
+at::Tensor matmul_nt(const at::Tensor& a, const at::Tensor& b);
+
+// a: [.., n], b: [n, k] -> a b: [.., k], in a's dtype (b must have the same dtype).
+at::Tensor matmul_nn(const at::Tensor& a, const at::Tensor& b);
+
+// silu and dropout that also work on fp16 CPU tensors.
+at::Tensor silu_any(const at::Tensor& x);
+at::Tensor dropout_any(const at::Tensor& x, double p, bool train);
+
+}  // namespace ctune::ops
