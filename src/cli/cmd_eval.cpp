@@ -1,7 +1,11 @@
-// `ctune eval RECIPE [key=value ...] [--adapter DIR] [--accuracy]`: the held-out metrics of a
-// model as a recipe describes it (its model.path, or model.path + a LoRA adapter): eval loss
-// over the eval split and, with --accuracy, exact-match accuracy of greedy generations of the
-// first response of each eval example against the reference.
+// `ctune eval RECIPE [key=value ...] [--adapter DIR | --model DIR] [--accuracy]`: the held-out
+// metrics of a model as the recipe's run has it: eval loss over the eval split and, with
+// --accuracy, exact-match accuracy of greedy generations of the first response of each eval
+// example against the reference. The model is built and evaluated exactly as `train` builds and
+// evaluates it (train::build_model, train::evaluate_loss): the same storage and compute dtypes,
+// quantised base and loss, so `eval` reports the eval_loss that training logged for the same
+// weights. --adapter DIR evaluates model.path with that adapter (its own adapter_config.json
+// replaces the recipe's LoRA settings); --model DIR evaluates that model instead of model.path.
 #include <ATen/Parallel.h>
 
 #include <cstdio>
@@ -12,8 +16,6 @@
 #include "core/json.h"
 #include "core/recipe.h"
 #include "infer/generate.h"
-#include "model/weights.h"
-#include "peft/adapter_io.h"
 #include "train/batches.h"
 #include "train/loss.h"
 #include "train/run_plan.h"
@@ -78,26 +80,24 @@ Accuracy exact_match(model::CausalLM& lm, const std::vector<data::Example>& exam
 int run_eval(const EvalOptions& o) {
   auto overrides = o.overrides;
   if (!o.model.empty()) overrides.push_back("model.path=" + o.model);
-  if (!o.adapter.empty()) overrides.push_back("peft.method=none");  // the adapter brings its own config
+  if (!o.adapter.empty()) {
+    // Start the run's LoRA from this adapter: its config and weights, over model.path.
+    overrides.push_back("peft.method=lora");
+    overrides.push_back("peft.init_from=" + o.adapter);
+  }
   auto plan = train::plan_run(Recipe::load(o.recipe, overrides));
   at::set_num_threads(plan.threads);
   if (plan.datasets.eval->empty()) {
     throw ConfigError(o.recipe + ": no eval data to evaluate on (set data.eval or data.eval_fraction)");
   }
-  auto lm = model::load_causal_lm(plan.model_dir, plan.model_dtype);
-  if (!o.adapter.empty()) peft::load_adapter(lm, o.adapter);
-  lm->eval();
-
-  at::NoGradGuard no_grad;
+  auto lm = train::build_model(plan);
   auto batches = train::all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
                                     plan.eval_batches);
-  double sum = 0;
-  std::int64_t tokens = 0;
-  for (const auto& b : batches) {
-    sum += train::next_token_loss_sum(lm, b).item<double>();
-    tokens += b.target_tokens;
-  }
-  const double loss = tokens ? sum / static_cast<double>(tokens) : 0.0;
+  const auto eval = train::evaluate_loss(lm, batches, plan.trainer.chunked_loss);
+  const double loss = eval.loss;
+  const std::int64_t tokens = eval.tokens;
+  lm->eval();
+  at::NoGradGuard no_grad;
   Accuracy acc;
   if (o.accuracy) acc = exact_match(lm, *plan.datasets.eval, *plan.tokenizer, o.limit, o.show);
 

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "infer/generate.h"
 #include "model/weights.h"
-#include "peft/adapter_io.h"
+#include "peft/model_spec.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ctune::cli {
@@ -23,8 +23,11 @@ struct GenerateCliOptions {
 
 int run_generate(GenerateCliOptions o) {
   auto tokenizer = tok::load_tokenizer(o.tokenizer_dir.empty() ? o.model_dir : o.tokenizer_dir);
-  auto lm = model::load_causal_lm(o.model_dir, model::parse_dtype(o.dtype, "--dtype"));
-  if (!o.adapter.empty()) peft::load_adapter(lm, o.adapter);
+  peft::ModelSpec spec;
+  spec.weights = o.model_dir;
+  spec.storage_dtype = model::parse_dtype(o.dtype, "--dtype");  // and computed in as stored
+  spec.adapter = o.adapter;
+  auto lm = peft::build_model(spec);
   std::vector<std::int64_t> prompt;
   for (auto id : tokenizer->encode(o.prompt, !o.no_special)) prompt.push_back(id);
   if (tokenizer->special().eos) o.g.stop_ids.push_back(*tokenizer->special().eos);

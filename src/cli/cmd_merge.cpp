@@ -16,6 +16,7 @@
 #include "io/hf_checkpoint.h"
 #include "model/weights.h"
 #include "peft/adapter_io.h"
+#include "peft/model_spec.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ctune::cli {
@@ -60,8 +61,11 @@ int run_merge(const MergeOptions& o) {
   const double tolerance = o.tolerance >= 0 ? o.tolerance : out_dtype == at::kFloat ? 1e-4 : 0.1;
 
   // Source: base + adapter in fp32, and its scores on the probe.
-  auto lm = model::load_causal_lm(o.base, at::kFloat);
-  const auto lora = peft::load_adapter(lm, o.adapter);
+  peft::ModelSpec source;
+  source.weights = o.base;
+  source.adapter = o.adapter;
+  auto lm = peft::build_model(source);
+  const auto lora = peft::read_adapter_config(o.adapter);
   const auto probe = probe_ids(o.base, config.vocab_size);
   const auto reference = infer::score_tokens(lm, probe, "probe");
 
@@ -83,7 +87,9 @@ int run_merge(const MergeOptions& o) {
 
   // Self-check: what was written, reloaded, against base + adapter; only a model that passes
   // is renamed into place.
-  auto reloaded = model::load_causal_lm(staging.path(), at::kFloat);
+  peft::ModelSpec written;
+  written.weights = staging.path();
+  auto reloaded = peft::build_model(written);
   const double diff = max_abs_difference(infer::score_tokens(reloaded, probe, "probe").nll, reference.nll);
   spdlog::info("self-check: max |NLL(merged) - NLL(base + adapter)| = {:.3g} over {} tokens (tolerance {:.3g})", diff,
                probe.size() - 1, tolerance);

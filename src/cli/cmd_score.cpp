@@ -10,7 +10,7 @@
 #include "core/json.h"
 #include "infer/score.h"
 #include "model/weights.h"
-#include "peft/adapter_io.h"
+#include "peft/model_spec.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ctune::cli {
@@ -40,9 +40,11 @@ int run_score(const ScoreOptions& o) {
     for (auto id : tokenizer->encode(o.text, !o.no_special)) ids.push_back(id);
     where = "--text";
   }
-  const auto dtype = model::parse_dtype(o.dtype, "--dtype");
-  auto lm = model::load_causal_lm(o.model_dir, dtype);
-  if (!o.adapter.empty()) peft::load_adapter(lm, o.adapter);
+  peft::ModelSpec spec;
+  spec.weights = o.model_dir;
+  spec.storage_dtype = model::parse_dtype(o.dtype, "--dtype");  // and computed in as stored
+  spec.adapter = o.adapter;
+  auto lm = peft::build_model(spec);
   auto result = infer::score_tokens(lm, ids, where);
 
   if (o.json) {

@@ -18,7 +18,7 @@ struct ValidateOptions {
 
 int run_validate(const ValidateOptions& o) {
   auto plan = train::plan_run(Recipe::load(o.recipe, o.overrides));
-  std::cout << "# resolved recipe (" << o.recipe << ")\n" << plan.recipe.to_yaml() << "\n# plan\n";
+  std::cout << "# resolved recipe (" << o.recipe << ")\n" << plan.recipe_yaml() << "\n# plan\n";
   std::string summary = plan.summary();
   for (std::size_t pos = 0, end; (end = summary.find('\n', pos)) != std::string::npos; pos = end + 1) {
     std::cout << "# " << summary.substr(pos, end - pos) << "\n";

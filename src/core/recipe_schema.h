@@ -1,7 +1,7 @@
 // The one schema of recipe keys (Marian-style): every key a recipe may hold, with its type,
-// default, allowed values or range, and one line of help. Validation, `ctune validate`,
-// "did you mean" suggestions, the resolved recipe and `ctune train --help-recipe` all read it;
-// recipes only select values.
+// default, allowed values or range, and one line of help. Validation, "did you mean"
+// suggestions, the resolved recipe that `ctune validate` prints and every run writes, and the
+// resume compatibility check all read it; recipes only select values.
 #pragma once
 
 #include <optional>

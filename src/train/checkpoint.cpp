@@ -14,8 +14,6 @@
 #include "io/manifest.h"
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
-#include "model/weights.h"
-#include "peft/adapter_io.h"
 
 namespace ctune::train {
 namespace fs = std::filesystem;
@@ -82,14 +80,9 @@ fs::path CheckpointManager::write(std::int64_t step, const CheckpointSources& s)
   io::StagingDir staging(target, /*overwrite=*/true);
   const fs::path& dir = staging.path();
 
-  // 1. Weights.
+  // 1. Weights, as the method keeps them (the model, or the adapter).
   model::CausalLM model = s.model;  // a handle: the same module
-  if (s.lora) {
-    peft::write_adapter_files(model, *s.lora, dir, fs::absolute(s.base_model_dir).string());
-  } else {
-    model::write_causal_lm_files(model, dir, s.max_shard_bytes);
-    io::copy_tokenizer_files(s.tokenizer_dir, dir);
-  }
+  s.method->write_weights(model, dir, s.files);
   kill_point("checkpoint", step, "weights");
 
   // 2. Training state: step, data cursor, optimizer, RNG, recipe.
@@ -98,14 +91,14 @@ fs::path CheckpointManager::write(std::int64_t step, const CheckpointSources& s)
                 {"epoch", s.sampler->epoch()},
                 {"accumulation_position", 0},  // checkpoints are taken between optimizer steps
                 {"sampler", s.sampler->state().to_json()},
-                {"method", s.lora ? "lora" : "full"}};
+                {"method", s.method->name()}};
   if (s.scaler && s.scaler->enabled()) {
     state["loss_scaler"] = {{"scale", s.scaler->state().scale}, {"growth_tracker", s.scaler->state().growth_tracker}};
   }
   io::write_file_atomic(dir / kStateFile, state.dump(1) + "\n");
   write_tensors(dir / kOptimizerFile, s.optimizer->state());
   write_tensors(dir / kRngFile, rng_states());
-  io::write_file_atomic(dir / kRecipeFile, s.recipe->to_yaml());
+  io::write_file_atomic(dir / kRecipeFile, s.recipe_yaml);
   kill_point("checkpoint", step, "state");
 
   // 3. The manifest, last; then fsync and rename into place.

@@ -13,26 +13,23 @@
 #include <vector>
 
 #include "core/json.h"
-#include "core/recipe.h"
 #include "data/sampler.h"
 #include "model/llama.h"
-#include "peft/lora.h"
 #include "train/grad_scaler.h"
+#include "train/method.h"
 #include "train/optimizer.h"
 
 namespace ctune::train {
 
-// What is saved with the weights.
+// What a checkpoint is written from.
 struct CheckpointSources {
   model::CausalLM model{nullptr};
-  const peft::LoraOptions* lora = nullptr;  // null: full fine-tuning
+  const Method* method = nullptr;  // writes the weights (model or adapter)
+  WeightFiles files;
   const Optimizer* optimizer = nullptr;
   const data::Sampler* sampler = nullptr;
-  const Recipe* recipe = nullptr;
+  std::string recipe_yaml;             // the resolved recipe, saved as recipe.yaml
   const GradScaler* scaler = nullptr;  // fp16 loss scaling (its state is saved); null: none
-  std::filesystem::path base_model_dir;  // recorded in adapter_config.json
-  std::filesystem::path tokenizer_dir;   // its files are copied (full fine-tuning)
-  std::uint64_t max_shard_bytes = 5'000'000'000;
 };
 
 // What read_training_state() returns.

@@ -28,4 +28,19 @@ at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b, bool c
   return at::nll_loss(at::log_softmax(logits, -1), targets, {}, at::Reduction::Sum);
 }
 
+EvalLoss evaluate_loss(model::CausalLM& lm, const std::vector<TensorBatch>& batches, bool chunked) {
+  at::NoGradGuard no_grad;
+  const bool was_training = lm->is_training();
+  lm->eval();
+  double sum = 0;
+  EvalLoss out;
+  for (const auto& batch : batches) {
+    sum += next_token_loss_sum(lm, batch, chunked).item<double>();
+    out.tokens += batch.target_tokens;
+  }
+  if (was_training) lm->train();
+  out.loss = out.tokens > 0 ? sum / static_cast<double>(out.tokens) : 0.0;
+  return out;
+}
+
 }  // namespace ctune::train

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -23,5 +24,14 @@ struct TensorBatch {
 // that is a plain matrix: tied embeddings or an lm_head without adapter or bias) the logits
 // are never materialised for all positions at once (chunked_loss.h).
 at::Tensor next_token_loss_sum(model::CausalLM& model, const TensorBatch& batch, bool chunked = true);
+
+// The evaluation every door uses (training's eval steps, `ctune eval`): the mean token loss
+// over `batches` (the sum of next_token_loss_sum over the total target count), in eval mode
+// without gradients; the model's training mode is restored afterwards.
+struct EvalLoss {
+  double loss = 0;          // mean NLL per target token
+  std::int64_t tokens = 0;  // target tokens
+};
+EvalLoss evaluate_loss(model::CausalLM& model, const std::vector<TensorBatch>& batches, bool chunked);
 
 }  // namespace ctune::train

@@ -15,11 +15,6 @@ namespace {
 
 std::int64_t bytes_of(at::ScalarType t) { return static_cast<std::int64_t>(c10::elementSize(t)); }
 
-bool targeted(const LedgerInputs& in, const char* name) {
-  const auto& t = in.lora_options.targets;
-  return in.lora && std::find(t.begin(), t.end(), name) != t.end();
-}
-
 std::string mb(std::int64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f MB", static_cast<double>(bytes) / 1e6);
@@ -39,14 +34,14 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const auto& c = in.config;
   const std::int64_t B = in.batch_size, T = in.seq_len, n = B * T, H = c.hidden_size, I = c.intermediate_size,
                      L = c.num_hidden_layers, V = c.vocab_size, nh = c.num_attention_heads, d = c.head_dim;
-  const bool full = !in.lora;
-  // Matmul bytes (c) and residual-stream bytes (r). Full fine-tuning keeps fp32 masters, so its
-  // residual stream is fp32 and every matmul input is a fresh cast; a LoRA base is stored in the
-  // compute dtype (or, in fp32 precision, computes in whatever dtype it is stored in).
-  const std::int64_t cb = in.compute_dtype != at::kFloat ? bytes_of(in.compute_dtype) : (full ? 4 : bytes_of(in.storage_dtype));
-  const std::int64_t rb = full ? 4 : bytes_of(in.storage_dtype);
-  const std::int64_t rank = in.lora_options.rank;
-  const bool dropout = in.lora && in.lora_options.dropout > 0;
+  const Method& method = *in.method;
+  // Residual-stream bytes (r): the weights' storage dtype (full fine-tuning keeps fp32 masters,
+  // a LoRA base is stored in the compute dtype). Matmul bytes (c): the compute dtype, or in fp32
+  // precision whatever the weights are stored in. When r != c every matmul input is a fresh cast.
+  const std::int64_t rb = bytes_of(in.storage_dtype);
+  const std::int64_t cb = in.compute_dtype != at::kFloat ? bytes_of(in.compute_dtype) : rb;
+  const bool dropout = std::any_of(linear_module_names().begin(), linear_module_names().end(),
+                                   [&](const std::string& m) { return method.module(m).adapter_dropout > 0; });
 
   Ledger led;
   {
@@ -57,48 +52,51 @@ Ledger estimate_memory(const LedgerInputs& in) {
     led.symbols = s.str();
   }
 
-  // Weights, gradients, optimizer state.
-  std::int64_t frozen = 0, trainable = 0, largest_trainable = 0, adapters = 0;
-  auto add = [&](std::int64_t count, std::int64_t frozen_bytes) {
-    if (full) {
+  // Weights, gradients, optimizer state. A weight that trains is an fp32 master with a gradient
+  // and optimizer state; a frozen one is stored as it is; adapters train in fp32 (and are too
+  // small for the optimizer step's temporaries to matter).
+  std::int64_t frozen = 0, trainable = 0, largest_trainable = 0;
+  const std::int64_t sb = rb;
+  auto add = [&](const std::string& module, std::int64_t count, std::int64_t frozen_bytes) {
+    if (method.module(module).weight_trains) {
       trainable += count;
       largest_trainable = std::max(largest_trainable, count);
     } else {
       frozen += frozen_bytes;
     }
   };
-  const std::int64_t sb = bytes_of(in.storage_dtype);
-  add(V * H, V * H * sb);                                           // embed_tokens
+  auto add_adapter = [&](const std::string& module, std::int64_t in_dim, std::int64_t out_dim) {
+    trainable += method.module(module).adapter_rank * (in_dim + out_dim);
+  };
+  add("embed_tokens", V * H, V * H * sb);
   if (!c.tie_word_embeddings) {
-    add(V * H, V * H * sb);                                         // lm_head (never quantised)
-    if (targeted(in, "lm_head")) adapters += rank * (H + V);
+    add("lm_head", V * H, V * H * sb);  // never quantised
+    add_adapter("lm_head", H, V);
   }
-  add(H, H * sb);                                                   // final norm
+  add("norm", H, H * sb);
   for (std::int64_t l = 0; l < L; ++l) {
-    add(2 * H, 2 * H * sb);                                         // two RMSNorms
+    add("input_layernorm", H, H * sb);
+    add("post_attention_layernorm", H, H * sb);
     for (const auto& name : projection_names()) {
       const auto p = c.projection(name);
-      add(p.in * p.out, frozen_weight_bytes(in, p.out, p.in));
-      if (p.bias) add(p.out, p.out * sb);
-      if (targeted(in, name.c_str())) adapters += rank * (p.in + p.out);
+      add(name, p.in * p.out, frozen_weight_bytes(in, p.out, p.in));
+      if (p.bias) add(name, p.out, p.out * sb);
+      add_adapter(name, p.in, p.out);
     }
-  }
-  if (in.lora) {
-    trainable = adapters;
-    largest_trainable = 0;  // adapters are small; the step's temporaries are negligible
   }
   const std::int64_t weights = frozen + 4 * trainable;
   const std::int64_t grads = 4 * trainable;
   const std::int64_t opt_per_param = in.optimizer == "adamw" ? 8 : (in.momentum > 0 ? 4 : 0);
   const std::int64_t optimizer = opt_per_param * trainable;
-  led.lines.push_back({"weights", weights,
-                       (full ? "4 x " + std::to_string(trainable) + " fp32 parameters"
-                             : mb(frozen) + " frozen base" +
-                                   (in.quantize_base ? std::string(in.quantize_base->kind == quant::QuantSpec::Int8
-                                                                       ? " (projections int8: out*in + 4*out)"
-                                                                       : " (projections nf4: n/2 + block scales)")
-                                                     : " (" + std::to_string(sb) + " B/param)") +
-                                   " + 4 x " + std::to_string(trainable) + " fp32 adapter parameters")});
+  const std::string frozen_text =
+      frozen == 0 ? std::string()
+                  : mb(frozen) + " frozen" +
+                        (in.quantize_base ? std::string(in.quantize_base->kind == quant::QuantSpec::Int8
+                                                            ? " (projections int8: out*in + 4*out)"
+                                                            : " (projections nf4: n/2 + block scales)")
+                                          : " (" + std::to_string(sb) + " B/param)") +
+                        " + ";
+  led.lines.push_back({"weights", weights, frozen_text + "4 x " + std::to_string(trainable) + " trainable fp32 parameters"});
   led.lines.push_back({"gradients", grads, "4 x " + std::to_string(trainable) + " trainable (fp32)"});
   led.lines.push_back({"optimizer state", optimizer,
                        std::to_string(opt_per_param) + " x " + std::to_string(trainable) + " trainable (" + in.optimizer + ")"});
@@ -107,21 +105,24 @@ Ledger estimate_memory(const LedgerInputs& in) {
   auto input_saved = [&](const char* name, std::int64_t in_dim) {
     // The base keeps its input when its weight trains; an adapter keeps its (dropped-out) input,
     // which without dropout is the very tensor the base sees; and its rank-r intermediate.
-    std::int64_t b = full ? cb * n * in_dim : 0;
-    if (targeted(in, name)) b += (dropout ? 2 * cb * n * in_dim : (full ? 0 : cb * n * in_dim)) + cb * n * rank;
+    const ModuleTraining m = method.module(name);
+    std::int64_t b = m.weight_trains ? cb * n * in_dim : 0;
+    if (m.adapter_rank > 0) {
+      b += (m.adapter_dropout > 0 ? 2 * cb * n * in_dim : (m.weight_trains ? 0 : cb * n * in_dim)) + cb * n * m.adapter_rank;
+    }
     return b;
   };
   auto shared_input = [&](std::initializer_list<const char*> names, std::int64_t in_dim) {
     // Without dropout, projections that read the same norm output share one saved copy when the
-    // norm output already has the matmul dtype; under full fine-tuning with r != c each
-    // projection casts (and keeps) its own copy, as autocast does.
+    // norm output already has the matmul dtype; with r != c (fp32 masters, low-precision
+    // matmuls) each projection casts (and keeps) its own copy, as autocast does.
     std::int64_t sum = 0, first = 0;
     for (const char* name : names) {
       const auto b = input_saved(name, in_dim);
       sum += b;
       first = std::max(first, b);
     }
-    const bool shares = !dropout && (rb == cb || !full);
+    const bool shares = !dropout && rb == cb;
     return shares ? first : sum;
   };
   // RMSNorm keeps two fp32 [n, H] tensors: its input as fp32 (for the square) and the normalised
@@ -170,8 +171,9 @@ Ledger estimate_memory(const LedgerInputs& in) {
   // Logits and loss buffers: the largest moment is the loss's backward.
   std::int64_t loss_bytes;
   std::string loss_formula;
-  const bool head_trains = full || targeted(in, "lm_head");
-  if (in.chunked_loss && !targeted(in, "lm_head")) {
+  const ModuleTraining head = method.module("lm_head");
+  const bool head_trains = head.weight_trains || head.adapter_rank > 0;
+  if (in.chunked_loss && head.adapter_rank == 0) {
     const std::int64_t rows = std::min<std::int64_t>(n, std::max<std::int64_t>(16, (16ll << 20) / (4 * V)));
     loss_bytes = rows * V * (2 * cb + 8) + (head_trains ? 8 * V * H : 0);
     loss_formula = "chunked: " + std::to_string(rows) + " rows x V x (2c + 8) per chunk" +

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,16 +17,15 @@
 #include "core/json.h"
 #include "model/config.h"
 #include "model/recompute.h"
-#include "peft/lora.h"
 #include "quant/quantized_linear.h"
+#include "train/method.h"
 
 namespace ctune::train {
 
 struct LedgerInputs {
   model::ModelConfig config;
-  bool lora = false;
-  peft::LoraOptions lora_options;
-  at::ScalarType storage_dtype = at::kFloat;  // frozen weights as stored
+  std::shared_ptr<const Method> method;       // what trains, per module
+  at::ScalarType storage_dtype = at::kFloat;  // weights as stored (fp32 masters when they train)
   at::ScalarType compute_dtype = at::kFloat;  // matmuls (precision)
   std::optional<quant::QuantSpec> quantize_base;
   model::RecomputePolicy recompute;

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "io/file.h"
 
 namespace ctune::train {
 
@@ -120,6 +121,25 @@ std::int64_t peak_resident_bytes() {
 void reset_peak_resident() {
   // "5" resets the peak resident set size (VmHWM) to the current RSS (Linux >= 4.0).
   std::ofstream("/proc/self/clear_refs") << "5";
+}
+
+void truncate_metrics(const std::filesystem::path& dir, std::int64_t step) {
+  const std::filesystem::path path = dir / "metrics.jsonl";
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error&) {
+      break;  // a line cut short by the kill: nothing after it can be trusted
+    }
+    if (!j.contains("step") || j["step"].get<std::int64_t>() > step) continue;
+    kept += line + "\n";
+  }
+  io::write_file_atomic(path, kept);
 }
 
 }  // namespace ctune::train

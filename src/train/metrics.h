@@ -46,6 +46,10 @@ class MetricsLog {
   std::FILE* file_ = nullptr;
 };
 
+// Keeps the lines of dir/metrics.jsonl whose "step" is <= step (rewritten atomically), so a
+// resumed run appends where its checkpoint left off.
+void truncate_metrics(const std::filesystem::path& dir, std::int64_t step);
+
 class Progress {
  public:
   explicit Progress(std::int64_t total_steps);

@@ -55,7 +55,7 @@ data::DataOptions data_options(const Recipe& r, const fs::path& tokenizer_dir) {
   d.shuffle = r.get_bool("data.shuffle");
   d.on_error = data::parse_on_error(r.get_string("data.on_error"));
   d.add_eos = r.get_bool("data.add_eos");
-  d.seed = static_cast<std::uint64_t>(r.get_int("seed"));
+  d.seed = static_cast<std::uint64_t>(r.get_int("seed"));  // the run's seed (RunPlan::seed)
   d.batch_size = r.get_int("training.batch_size");
   d.tokenizer_dir = tokenizer_dir;
   return d;
@@ -69,13 +69,13 @@ RunPlan plan_run(Recipe recipe) {
   const Recipe& r = p.recipe;
   refuse_unimplemented(r);
   p.threads = parse_thread_count(r.get_string("threads"), "threads");
+  p.seed = static_cast<std::uint64_t>(r.get_int("seed"));
   p.output_dir = r.get_string("output_dir");
 
   // Model: config, checkpoint headers, and their agreement (no weight is read).
   p.model_dir = r.get_string("model.path");
   p.model_dtype = model::parse_dtype(r.get_string("model.dtype"), "model.dtype");
   p.compute_dtype = model::parse_dtype(r.get_string("precision"), "precision");
-  const bool mixed = p.compute_dtype != at::kFloat;
   p.model_config = for_key(r, "model.path", [&] { return model::load_model_config(p.model_dir); });
   for_key(r, "model.path", [&] {
     io::CheckpointReader checkpoint(p.model_dir);
@@ -96,36 +96,34 @@ RunPlan plan_run(Recipe recipe) {
                std::to_string(p.model_config.vocab_size) + " rows (expected tokenizer size <= vocab_size)");
   }
 
-  // PEFT.
-  p.lora = r.get_string("peft.method") == "lora";
-  if (p.lora) {
-    p.lora_options.rank = r.get_int("peft.rank");
-    p.lora_options.alpha = r.get_float("peft.alpha");
-    p.lora_options.dropout = r.get_float("peft.dropout");
-    p.lora_options.rslora = r.get_bool("peft.rslora");
-    p.lora_options.targets = r.get_strings("peft.target_modules");
-    p.lora_options.seed = static_cast<std::uint64_t>(r.get_int("seed"));
-    if (auto init = r.get_optional_string("peft.init_from")) {
-      p.init_adapter = *init;
-      p.lora_options = for_key(r, "peft.init_from", [&] { return peft::read_adapter_config(p.init_adapter); });
-    }
+  // The method: what trains, and the dtype the weights are stored in for it.
+  if (r.get_string("peft.method") == "lora") {
+    peft::LoraOptions lora;
+    lora.rank = r.get_int("peft.rank");
+    lora.alpha = r.get_float("peft.alpha");
+    lora.dropout = r.get_float("peft.dropout");
+    lora.rslora = r.get_bool("peft.rslora");
+    lora.targets = r.get_strings("peft.target_modules");
+    lora.seed = p.seed;
+    const fs::path init_from = r.get_optional_string("peft.init_from").value_or("");
+    p.method = for_key(r, init_from.empty() ? "peft.rank" : "peft.init_from", [&] { return train::lora(lora, init_from); });
     for_key(r, "peft.target_modules", [&] {
-      model::CausalLM shape_only(p.model_config, p.model_dtype);
-      peft::apply_lora(shape_only, p.lora_options);
+      model::CausalLM shape_only(p.model_config, p.model_dtype);  // uninitialised: no memory touched
+      p.method->check_targets(shape_only);
     });
   } else if (!r.is_null("peft.init_from")) {
     r.fail("peft.init_from", "an adapter to start from needs peft.method: lora");
-  } else if (p.model_dtype != at::kFloat && !mixed) {
-    // Full fine-tuning would update bf16/fp16 weights directly, losing small updates.
-    r.fail("model.dtype", "full fine-tuning updates the weights themselves: load them in fp32 (model.dtype: fp32), "
-                          "or set precision: bf16 to compute in bf16 with fp32 master weights");
+  } else {
+    p.method = full_finetuning();
   }
-  // Mixed precision: trainable weights are fp32 masters (the whole model under full
-  // fine-tuning); a LoRA run's frozen base is stored in the compute dtype, with no fp32 copy.
-  if (mixed) p.model_dtype = p.lora ? p.compute_dtype : at::kFloat;
+  // Mixed precision: weights that train are fp32 masters; a frozen LoRA base is stored in the
+  // compute dtype, with no fp32 copy.
+  p.model_dtype = for_key(r, "model.dtype", [&] { return p.method->storage_dtype(p.model_dtype, p.compute_dtype); });
   p.loss_scaling.enabled = p.compute_dtype == at::kHalf;
   if (const auto q = r.get_string("memory.quantize_base"); q != "none") {
-    if (!p.lora) r.fail("memory.quantize_base", "a quantised base is frozen, so it needs LoRA (peft.method: lora), found peft.method: none");
+    if (!p.method->freezes_base()) {
+      r.fail("memory.quantize_base", "a quantised base is frozen, so it needs LoRA (peft.method: lora), found peft.method: none");
+    }
     quant::QuantSpec spec;
     spec.kind = q == "int8" ? quant::QuantSpec::Int8 : quant::QuantSpec::Nf4;
     spec.threshold = r.get_float("memory.int8_threshold");
@@ -137,6 +135,9 @@ RunPlan plan_run(Recipe recipe) {
     spec.double_quant = r.get_bool("memory.nf4_double_quant");
     p.quantize_base = spec;
   }
+  p.recompute = for_key(r, "memory.activation_checkpointing",
+                        [&] { return model::RecomputePolicy::parse(r.get_string("memory.activation_checkpointing")); });
+  p.exact_allocator = r.get_string("memory.allocator") == "exact";
   p.loss_scaling.init_scale = r.get_float("loss_scaling.init_scale");
   p.loss_scaling.growth_factor = r.get_float("loss_scaling.growth_factor");
   p.loss_scaling.backoff_factor = r.get_float("loss_scaling.backoff_factor");
@@ -176,7 +177,10 @@ RunPlan plan_run(Recipe recipe) {
   t.chunked_loss = r.get_bool("memory.chunked_loss");
   t.max_nonfinite_steps = r.get_int("training.max_nonfinite_steps");
   if (auto n = r.get_optional_int("training.eval_batches")) p.eval_batches = *n;
-  p.shard_bytes = io::parse_byte_size(r.get_string("checkpoint.shard_size"), r.origin("checkpoint.shard_size") + ": `checkpoint.shard_size`");
+  p.checkpoint.every_n_steps = r.get_int("checkpoint.every_n_steps");
+  p.checkpoint.keep_last = r.get_int("checkpoint.keep_last");
+  p.checkpoint.shard_bytes =
+      io::parse_byte_size(r.get_string("checkpoint.shard_size"), r.origin("checkpoint.shard_size") + ": `checkpoint.shard_size`");
   if (t.eval_every > 0 && p.datasets.eval->empty()) {
     r.fail("training.eval_every", "evaluation is requested but there is no eval data (set data.eval or data.eval_fraction)");
   }
@@ -192,39 +196,30 @@ RunPlan plan_run(Recipe recipe) {
   return p;
 }
 
-model::CausalLM build_model(const RunPlan& p, peft::LoraSummary* summary, const fs::path& checkpoint) {
-  const bool full_from_checkpoint = !checkpoint.empty() && !p.lora;
-  auto lm = model::load_causal_lm(full_from_checkpoint ? checkpoint : p.model_dir, p.model_dtype);
-  const fs::path adapter = !checkpoint.empty() ? checkpoint : p.init_adapter;
-  if (p.lora) {
-    if (!adapter.empty()) {
-      peft::load_adapter(lm, adapter);
-      *summary = peft::enable_lora_training(lm);
-    } else {
-      *summary = peft::apply_lora(lm, p.lora_options);
-    }
-  } else {
-    *summary = peft::enable_full_finetune(lm);
-  }
-  if (p.quantize_base) {
-    const auto q = model::quantize_base(lm, *p.quantize_base);
-    spdlog::info("base quantised to {}: {} projection weights, {:.1f} MB -> {:.1f} MB", p.recipe.get_string("memory.quantize_base"),
-                 q.layers, static_cast<double>(q.bytes_before) / 1e6, static_cast<double>(q.bytes_after) / 1e6);
-  }
-  lm->set_recompute(model::RecomputePolicy::parse(p.recipe.get_string("memory.activation_checkpointing")));
-  if (p.compute_dtype != at::kFloat) lm->set_compute_dtype(p.compute_dtype);
-  return lm;
+peft::ModelSpec RunPlan::model_spec(const fs::path& checkpoint) const {
+  peft::ModelSpec base;
+  base.weights = model_dir;
+  base.storage_dtype = model_dtype;
+  base.compute_dtype = compute_dtype;
+  base.quantize_base = quantize_base;
+  base.recompute = recompute;
+  return method->model_spec(std::move(base), checkpoint);
 }
+
+model::CausalLM build_model(const RunPlan& plan, const fs::path& checkpoint) {
+  return peft::build_model(plan.model_spec(checkpoint));
+}
+
+std::string RunPlan::recipe_yaml() const { return recipe.to_yaml(); }
 
 LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   LedgerInputs in;
   in.config = p.model_config;
-  in.lora = p.lora;
-  in.lora_options = p.lora_options;
+  in.method = p.method;
   in.storage_dtype = p.model_dtype;
   in.compute_dtype = p.compute_dtype;
   in.quantize_base = p.quantize_base;
-  in.recompute = model::RecomputePolicy::parse(p.recipe.get_string("memory.activation_checkpointing"));
+  in.recompute = p.recompute;
   in.chunked_loss = p.trainer.chunked_loss;
   in.batch_size = p.data.batch_size;
   in.seq_len = p.data.max_seq_len;
@@ -232,7 +227,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.optimizer = p.optimizer.name;
   in.momentum = p.optimizer.momentum;
   in.runtime_bytes = runtime_bytes;
-  in.exact_allocator = p.recipe.get_string("memory.allocator") == "exact";
+  in.exact_allocator = p.exact_allocator;
   return in;
 }
 
@@ -243,12 +238,7 @@ std::string RunPlan::summary() const {
     << c.hidden_size << ", " << c.parameter_count() << " parameters, " << model::dtype_to_hf(model_dtype) << ")\n";
   s << "tokenizer    " << tokenizer_dir.string() << " (" << tokenizer->kind() << ", " << tokenizer->vocab_size()
     << " tokens)\n";
-  s << "method       "
-    << (lora ? "LoRA r=" + std::to_string(lora_options.rank) + " alpha=" + std::to_string(lora_options.alpha) +
-                   (lora_options.rslora ? " (rsLoRA)" : "") + " on " + std::to_string(lora_options.targets.size()) +
-                   " target kinds"
-             : std::string("full fine-tuning"))
-    << "\n";
+  s << "method       " << method->describe() << "\n";
   const auto& ts = datasets.train_stats;
   s << "train data   " << ts.file << ": " << datasets.train->size() << " examples, " << ts.tokens << " tokens ("
     << ts.target_tokens << " trained)";

@@ -9,42 +9,61 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/recipe.h"
 #include "data/dataset.h"
 #include "data/options.h"
 #include "model/config.h"
-#include "peft/lora.h"
+#include "model/recompute.h"
+#include "peft/model_spec.h"
 #include "quant/quantized_linear.h"
 #include "tokenizer/tokenizer.h"
 #include "train/grad_scaler.h"
 #include "train/memory_ledger.h"
+#include "train/method.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
 
 namespace ctune::train {
 
+// When checkpoints are written and how many are kept (checkpoint.*).
+struct CheckpointPolicy {
+  std::int64_t every_n_steps = 0;  // 0: only at the end
+  std::int64_t keep_last = 1;
+  std::uint64_t shard_bytes = 5'000'000'000;  // checkpoint.shard_size (full-model checkpoints)
+};
+
+// Everything a run needs, resolved from the recipe by plan_run(). Nothing reads the recipe after
+// planning: every value is here.
 struct RunPlan {
-  Recipe recipe;
+  Recipe recipe;  // the resolved recipe, read only by plan_run (run_plan*.cpp)
   std::filesystem::path output_dir, model_dir, tokenizer_dir;
   model::ModelConfig model_config;
+  std::shared_ptr<const Method> method;       // full fine-tuning or LoRA
   at::ScalarType model_dtype = at::kFloat;    // storage dtype of the loaded weights
   at::ScalarType compute_dtype = at::kFloat;  // precision: the matmuls' dtype
   GradScalerOptions loss_scaling;             // enabled for fp16
   std::optional<quant::QuantSpec> quantize_base;  // memory.quantize_base (LoRA only)
+  model::RecomputePolicy recompute;           // memory.activation_checkpointing
+  bool exact_allocator = false;               // memory.allocator: exact
   int threads = 1;
+  std::uint64_t seed = 42;
   std::unique_ptr<tok::Tokenizer> tokenizer;
   data::DataOptions data;
   data::Datasets datasets;
-  bool lora = false;
-  peft::LoraOptions lora_options;
-  std::filesystem::path init_adapter;  // peft.init_from, empty when none
   OptimizerOptions optimizer;
   TrainerOptions trainer;
   std::int64_t steps_per_epoch = 0;
   std::int64_t eval_batches = -1;  // -1: the whole eval split
-  std::uint64_t shard_bytes = 5'000'000'000;  // checkpoint.shard_size
+  CheckpointPolicy checkpoint;
 
+  // The model the run trains (and `eval` evaluates): model.path in the planned dtypes, with the
+  // method's adapter, the quantised base and recomputation; from `checkpoint`'s weights when
+  // resuming.
+  peft::ModelSpec model_spec(const std::filesystem::path& checkpoint = {}) const;
+  // The resolved recipe as YAML (written to output_dir/recipe.yaml and into checkpoints).
+  std::string recipe_yaml() const;
   // One line per fact, for logs and `ctune validate`.
   std::string summary() const;
 };
@@ -52,14 +71,19 @@ struct RunPlan {
 // Throws ConfigError (naming the recipe file/override and key), IoError, FormatError.
 RunPlan plan_run(Recipe recipe);
 
-// The model the plan describes, weights loaded, LoRA applied (or everything trainable). With a
-// checkpoint directory, the weights come from it: its adapter over model.path (LoRA) or its
-// model files (full fine-tuning).
+// The model of plan.model_spec(checkpoint), built (nothing trains yet: Method::make_trainable).
+model::CausalLM build_model(const RunPlan& plan, const std::filesystem::path& checkpoint = {});
+
 // The memory ledger's inputs for this plan; `runtime_bytes` is the process's resident memory
 // before the model is built.
 LedgerInputs ledger_inputs(const RunPlan& plan, std::int64_t runtime_bytes);
 
-model::CausalLM build_model(const RunPlan& plan, peft::LoraSummary* summary,
-                            const std::filesystem::path& checkpoint = {});
+// Whether the run a checkpoint was written by (its resolved recipe, `saved_yaml`, read from
+// `where`) is this plan's run: throws ConfigError naming the first key that changes what is
+// computed (model, tokenizer, data, LoRA, batch geometry, optimizer, schedule shape; saved vs
+// now); returns one note per harmless change (logging, evaluation and checkpoint cadence, a
+// longer max_steps). In run_plan_resume.cpp.
+std::vector<std::string> check_resume_compatible(const RunPlan& plan, const std::string& saved_yaml,
+                                                 const std::string& where, std::int64_t checkpoint_step);
 
 }  // namespace ctune::train

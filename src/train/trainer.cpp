@@ -121,11 +121,11 @@ TrainResult Trainer::run() {
     // 5. Evaluate on cadence and at the end.
     const bool last = m.step == options_.max_steps;
     if (!eval_.empty() && (last || (options_.eval_every > 0 && m.step % options_.eval_every == 0))) {
-      auto [eval_loss, eval_tokens] = evaluate();
-      EvalMetrics e{m.step, eval_loss, eval_tokens};
+      const EvalLoss eval = evaluate();
+      EvalMetrics e{m.step, eval.loss, eval.tokens};
       if (metrics_) metrics_->write(e);
       progress.eval(e);
-      if (last) result.final_eval_loss = eval_loss;
+      if (last) result.final_eval_loss = eval.loss;
     }
     if (on_step_end) on_step_end(m.step);
   }
@@ -134,17 +134,6 @@ TrainResult Trainer::run() {
   return result;
 }
 
-std::pair<double, std::int64_t> Trainer::evaluate() {
-  at::NoGradGuard no_grad;
-  model_->eval();
-  double sum = 0;
-  std::int64_t tokens = 0;
-  for (const auto& batch : eval_) {
-    sum += next_token_loss_sum(model_, batch, options_.chunked_loss).item<double>();
-    tokens += batch.target_tokens;
-  }
-  model_->train();
-  return {tokens > 0 ? sum / static_cast<double>(tokens) : 0.0, tokens};
-}
+EvalLoss Trainer::evaluate() { return evaluate_loss(model_, eval_, options_.chunked_loss); }
 
 }  // namespace ctune::train

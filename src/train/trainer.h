@@ -1,8 +1,8 @@
 // The training loop. It reads top to bottom like the step it runs:
 //   micro-batches -> forward -> summed token loss -> backward (normalised by the step's target
 //   count) -> clip -> optimizer step at the scheduled lr -> log -> maybe evaluate.
-// Techniques (LoRA, precision, checkpointing, sharding) plug in around it: through the model,
-// the optimizer's parameter groups and the hooks below, never by copying the loop.
+// Techniques (LoRA, precision, checkpointing, quantised bases) plug in around it: through the
+// model, the optimizer's parameter groups and the hooks below, never by copying the loop.
 #pragma once
 
 #include <cstdint>
@@ -53,8 +53,8 @@ class Trainer {
           TrainerOptions options, MetricsLog* metrics);
 
   TrainResult run();
-  // Mean token loss over the eval batches (no gradients, eval mode), and its token count.
-  std::pair<double, std::int64_t> evaluate();
+  // evaluate_loss over the eval batches.
+  EvalLoss evaluate();
 
   // Called after every optimizer step with the step number (1-based): checkpoints hook here.
   std::function<void(std::int64_t step)> on_step_end;

@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <fstream>
 
 #include "core/json.h"
 #include "core/recipe.h"
+#include "margins.h"
 #include "run_ctune.h"
 
 namespace fs = std::filesystem;
@@ -295,6 +297,50 @@ TEST_F(Recipes, TrainLoraAndFullEndToEnd) {
   // A second run into the same directory is refused unless --overwrite.
   auto again = ctune({"train", recipe.string(), "output_dir=" + (kDir / "run-full").string()});
   expect_one_line_failure(again, "already holds files", "rerun");
+}
+
+// Same numbers from every door: the eval_loss `train` logs at its last step equals what
+// `ctune eval` reports for the written result, because both build the model (dtypes, quantised
+// base, adapter) and evaluate it (chunked loss, eval batches) the same way. Both sides compute
+// the same float operations on the same weights, so they agree to rounding; 1e-6 relative
+// leaves room for a different blocking of the same sums, while a model built differently (an
+// unquantised base, fp32 instead of bf16 matmuls) moves the loss by 1e-3 or more.
+TEST_F(Recipes, EvalReportsWhatTrainingLogged) {
+  const fs::path recipe = kDir / "same.yaml";
+  write(recipe, base_recipe());
+  auto last_eval_loss = [](const fs::path& run) {
+    double loss = -1;
+    std::ifstream in(run / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const Json j = Json::parse(line);
+      if (j.contains("eval_loss")) loss = j["eval_loss"].get<double>();
+    }
+    return loss;
+  };
+  struct Case {
+    std::string name;
+    std::vector<std::string> overrides;
+    std::string result_flag, result_dir;
+  };
+  for (const Case& c : {Case{"LoRA bf16 nf4", {"precision=bf16", "memory.quantize_base=nf4"}, "--adapter", "adapter"},
+                        Case{"full fp32", {"peft.method=none"}, "--model", "model"}}) {
+    const fs::path run = kDir / ("run-same-" + c.result_dir);
+    std::vector<std::string> args = {"train", recipe.string(), "output_dir=" + run.string()};
+    args.insert(args.end(), c.overrides.begin(), c.overrides.end());
+    auto trained = ctune(args);
+    ASSERT_EQ(trained.status, 0) << c.name << ": " << trained.err;
+    const double logged = last_eval_loss(run);
+    ASSERT_GT(logged, 0) << c.name;
+
+    args = {"eval", recipe.string(), c.result_flag, (run / c.result_dir).string(), "--json"};
+    args.insert(args.end(), c.overrides.begin(), c.overrides.end());
+    auto eval = ctune(args);
+    ASSERT_EQ(eval.status, 0) << c.name << ": " << eval.err;
+    const double reported = Json::parse(eval.out)["eval_loss"].get<double>();
+    EXPECT_TRUE(ctune::test::within(c.name + ": |eval - train's last eval_loss| / eval_loss",
+                                    std::abs(reported - logged) / logged, 1e-6))
+        << "train logged " << logged << ", eval reported " << reported;
+  }
 }
 
 }  // namespace

@@ -1,17 +1,17 @@
-#include "train/resume.h"
-
-#include <fstream>
+// check_resume_compatible (run_plan.h): which recipe changes keep a resumed run the same run.
+// Here, beside plan_run, because it compares recipes key by key through the schema.
 #include <set>
 
 #include "core/error.h"
-#include "core/json.h"
 #include "core/recipe_schema.h"
-#include "io/file.h"
+#include "train/run_plan.h"
 
 namespace ctune::train {
-namespace fs = std::filesystem;
 
-std::vector<std::string> check_resume_compatible(const Recipe& saved, const Recipe& now, std::int64_t step) {
+std::vector<std::string> check_resume_compatible(const RunPlan& plan, const std::string& saved_yaml,
+                                                 const std::string& where, std::int64_t step) {
+  const Recipe saved = Recipe::parse(saved_yaml, where);
+  const Recipe& now = plan.recipe;
   // Keys that change how a run is observed or how long it goes on, not what it computes.
   static const std::set<std::string> harmless = {
       "output_dir",         "threads",           "logging.every_n_steps", "training.eval_every",
@@ -33,25 +33,6 @@ std::vector<std::string> check_resume_compatible(const Recipe& saved, const Reci
     notes.push_back("`" + spec.key + "` changed from " + before + " to " + after);
   }
   return notes;
-}
-
-void truncate_metrics(const fs::path& dir, std::int64_t step) {
-  const fs::path path = dir / "metrics.jsonl";
-  std::ifstream in(path);
-  if (!in) return;
-  std::string kept;
-  for (std::string line; std::getline(in, line);) {
-    if (line.empty()) continue;
-    Json j;
-    try {
-      j = Json::parse(line);
-    } catch (const Json::parse_error&) {
-      break;  // a line cut short by the kill: nothing after it can be trusted
-    }
-    if (!j.contains("step") || j["step"].get<std::int64_t>() > step) continue;
-    kept += line + "\n";
-  }
-  io::write_file_atomic(path, kept);
 }
 
 }  // namespace ctune::train
