@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "infer/generate.h"
 #include "model/weights.h"
 #include "peft/model_spec.h"
@@ -30,6 +31,12 @@ int run_generate(GenerateCliOptions o) {
   auto lm = peft::build_model(spec);
   std::vector<std::int64_t> prompt;
   for (auto id : tokenizer->encode(o.prompt, !o.no_special)) prompt.push_back(id);
+  const auto length = static_cast<std::int64_t>(prompt.size()) + o.g.max_new_tokens;
+  if (length > lm->config().max_position_embeddings) {
+    spdlog::warn("prompt ({} tokens) + --max-new-tokens ({}) is past the model's max_position_embeddings {}: "
+                 "positions beyond it were never trained",
+                 prompt.size(), o.g.max_new_tokens, lm->config().max_position_embeddings);
+  }
   if (tokenizer->special().eos) o.g.stop_ids.push_back(*tokenizer->special().eos);
   for (auto id : lm->config().eos_token_ids) o.g.stop_ids.push_back(id);
   auto out = infer::generate(lm, prompt, o.g);

@@ -14,6 +14,7 @@
 #include "infer/score.h"
 #include "io/file.h"
 #include "io/hf_checkpoint.h"
+#include "io/run_dir.h"
 #include "model/weights.h"
 #include "peft/adapter_io.h"
 #include "peft/model_spec.h"
@@ -54,6 +55,13 @@ double max_abs_difference(const std::vector<double>& a, const std::vector<double
 }
 
 int run_merge(const MergeOptions& o) {
+  // Never into "/", the home directory or an input; --overwrite replaces an earlier model only.
+  io::refuse_unsafe_output(o.out, "--out", {{"--base", o.base}, {"--adapter", o.adapter}});
+  std::error_code ec;
+  if (fs::is_directory(o.out, ec) && !fs::is_empty(o.out, ec) && !fs::exists(fs::path(o.out) / "config.json", ec)) {
+    throw ConfigError("--out " + o.out + ": not empty and holds no model (config.json); merge writes only into a new, "
+                      "empty or earlier merged model directory");
+  }
   auto config = model::load_model_config(o.base);
   const auto out_dtype = model::parse_dtype(o.dtype.empty() ? config.dtype : o.dtype, o.dtype.empty() ? "base dtype" : "--dtype");
   const auto max_shard_bytes = io::parse_byte_size(o.shard_size, "--shard-size");
@@ -77,9 +85,9 @@ int run_merge(const MergeOptions& o) {
   }
   io::StagingDir staging(o.out, o.overwrite);
   model::write_causal_lm_files(lm, staging.path(), max_shard_bytes);
-  try {
-    io::copy_tokenizer_files(o.base, staging.path());
-  } catch (const IoError&) {
+  if (io::has_tokenizer_files(o.base)) {
+    io::copy_tokenizer_files(o.base, staging.path());  // a failed copy (a full disk) fails the merge
+  } else {
     spdlog::warn("{} has no tokenizer files to copy", o.base);
   }
   spdlog::info("merged {} LoRA layers (r={}, alpha={}{}), {}", merged, lora.rank, lora.alpha, lora.rslora ? ", rsLoRA" : "",

@@ -18,6 +18,7 @@ struct TokenizeOptions {
   std::string file;
   bool json = false;
   bool no_special = false;
+  bool special_as_text = false;
 };
 
 Json ids_json(const std::vector<std::int32_t>& ids) { return Json(ids); }
@@ -36,12 +37,12 @@ int run_tokenize(const TokenizeOptions& o) {
       if (!value.is_string()) {
         throw FormatError(o.file + ":" + std::to_string(n) + ": expected a JSON string per line, found " + json_type_name(value));
       }
-      std::cout << ids_json(tokenizer->encode(value.get<std::string>(), special)).dump() << '\n';
+      std::cout << ids_json(tokenizer->encode(value.get<std::string>(), special, o.special_as_text)).dump() << '\n';
     }
     std::cout.flush();
     return 0;
   }
-  auto ids = tokenizer->encode(o.text, special);
+  auto ids = tokenizer->encode(o.text, special, o.special_as_text);
   if (o.json) {
     std::cout << ids_json(ids).dump() << std::endl;
     return 0;
@@ -64,6 +65,9 @@ CLI::App* add_tokenize_command(CLI::App& app, Action& run) {
   input->require_option(1);
   cmd->add_flag("--json", opts->json, "Print the ids as one JSON array");
   cmd->add_flag("--no-special", opts->no_special, "Do not add BOS/EOS");
+  cmd->add_flag("--special-as-text", opts->special_as_text,
+                "Tokenize special-token strings in the text (e.g. <|eot_id|>) as text, as training data is by default "
+                "(without it: their ids, as Hugging Face does)");
   cmd->callback([opts, &run] { run = [opts] { return run_tokenize(*opts); }; });
   return cmd;
 }

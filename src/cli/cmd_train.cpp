@@ -5,6 +5,8 @@
 // layout, model/), with recipe.yaml (resolved), metrics.jsonl, train.log and checkpoints/. With
 // --resume it continues from the newest complete checkpoint (or the one given) exactly where
 // that run stood.
+#include <filesystem>
+
 #include "cli/commands.h"
 #include "core/recipe.h"
 #include "train/session.h"
@@ -19,7 +21,14 @@ struct TrainOptions {
   train::SessionOptions session;
 };
 
-int run_train(const TrainOptions& o) {
+int run_train(TrainOptions o) {
+  // `--resume key=value` is an override after a bare --resume, not a checkpoint path.
+  const std::string& from = o.session.resume_from.string();
+  std::error_code ec;
+  if (from.find('=') != std::string::npos && !std::filesystem::exists(from, ec)) {
+    o.overrides.push_back(from);
+    o.session.resume_from.clear();
+  }
   train::Session(train::plan_run(Recipe::load(o.recipe, o.overrides)), o.session).run();
   return 0;
 }
@@ -38,6 +47,9 @@ CLI::App* add_train_command(CLI::App& app, Action& run) {
                                  "Continue the run in output_dir from its newest complete checkpoint, or from CHECKPOINT")
                      ->expected(0, 1);
   resume->excludes(overwrite);
+  cmd->add_flag("--inputs-moved", opts->session.inputs_moved,
+                "With --resume: accept inputs (model, tokenizer, data) found at other paths than the checkpoint recorded, "
+                "when their content is the same");
   cmd->callback([opts, resume_from, cmd, &run] {
     opts->session.resume = cmd->count("--resume") > 0;
     opts->session.resume_from = *resume_from;

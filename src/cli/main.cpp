@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/stop_signal.h"
 #include "core/threads.h"
 
 namespace {
@@ -18,9 +19,15 @@ std::string first_line(const std::string& text) {
   return end == std::string::npos ? text : text.substr(0, end);
 }
 
-int fail(const std::string& kind, const std::string& message) {
-  std::cerr << "ctune: " << kind << ": " << first_line(message) << std::endl;
-  return 1;
+// The one error line on stderr; a training run also keeps it at the end of its train.log.
+int fail(const std::string& kind, const std::string& message, int status = 1) {
+  const std::string line = "ctune: " + kind + ": " + first_line(message);
+  std::cerr << line << std::endl;
+  if (auto log = spdlog::get("train")) {
+    log->error("{}", line);
+    log->flush();
+  }
+  return status;
 }
 
 }  // namespace
@@ -64,6 +71,8 @@ int main(int argc, char** argv) {
     ctune::init_logging(log_level);
     at::set_num_threads(ctune::parse_thread_count(threads, "--threads"));
     return run();
+  } catch (const ctune::StoppedError& e) {
+    return fail(e.kind(), e.what(), e.status());
   } catch (const ctune::Error& e) {
     return fail(e.kind(), e.what());
   } catch (const c10::Error& e) {

@@ -7,7 +7,34 @@
 
 namespace ctune {
 
+void check_json_depth(std::string_view text, const std::string& where, int max_depth) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) {
+        throw FormatError(where + ": JSON nested deeper than " + std::to_string(max_depth) + " levels (at byte " +
+                          std::to_string(i) + ")");
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
 Json parse_json(const std::string& text, const std::string& where) {
+  check_json_depth(text, where);
   try {
     return Json::parse(text);
   } catch (const Json::parse_error& e) {
@@ -19,9 +46,15 @@ Json parse_json(const std::string& text, const std::string& where) {
   }
 }
 
-Json read_json_file(const std::filesystem::path& path) {
+Json read_json_file(const std::filesystem::path& path, std::uint64_t max_bytes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path.string() + ": cannot open for reading");
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size > max_bytes) {
+    throw FormatError(path.string() + ": " + std::to_string(size) + " bytes, more than the " + std::to_string(max_bytes) +
+                      " a JSON file of this kind may have");
+  }
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) throw IoError(path.string() + ": read failed");

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -13,11 +14,25 @@ namespace ctune {
 
 using Json = nlohmann::json;
 
-// Parses `text`; `where` names the source in the error ("config.json", "header of x.safetensors").
+// Bounds on every JSON ctune reads. Parsing, copying, printing and walking a nested value all
+// recurse, so a file nested a million deep would overflow the stack; no ctune input needs more
+// than a few levels (tokenizer.json components: ~10), so deeper text is refused before parsing.
+inline constexpr int kMaxJsonDepth = 128;
+// A JSON file read whole (config.json, tokenizer.json, adapter and checkpoint metadata): the
+// largest real tokenizer.json files are ~30 MB.
+inline constexpr std::uint64_t kMaxJsonFileBytes = 256ull << 20;
+
+// Throws FormatError naming `where` when `text` nests arrays/objects deeper than `max_depth`
+// (brackets inside strings do not count).
+void check_json_depth(std::string_view text, const std::string& where, int max_depth = kMaxJsonDepth);
+
+// Parses `text` (depth-checked); `where` names the source in the error ("config.json", "header
+// of x.safetensors").
 Json parse_json(const std::string& text, const std::string& where);
 
-// Reads and parses a whole file; IoError when it cannot be read, FormatError when not JSON.
-Json read_json_file(const std::filesystem::path& path);
+// Reads and parses a whole file of at most `max_bytes`; IoError when it cannot be read,
+// FormatError when it is too large or not JSON.
+Json read_json_file(const std::filesystem::path& path, std::uint64_t max_bytes = kMaxJsonFileBytes);
 
 // Name of a JSON value's type for messages ("a string", "an integer", "null" ...).
 std::string json_type_name(const Json& value);

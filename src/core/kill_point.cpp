@@ -3,13 +3,41 @@
 #include <csignal>
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace ctune {
 
+namespace {
+
+// CTUNE_KILL_AT as (point, signal) pairs: "a:1:b,c:2:d=TERM" -> {("a:1:b", SIGKILL), ("c:2:d", SIGTERM)}.
+std::vector<std::pair<std::string, int>> parse_targets(const char* text) {
+  std::vector<std::pair<std::string, int>> out;
+  std::string all = text ? text : "";
+  for (std::size_t start = 0; start < all.size();) {
+    std::size_t end = all.find(',', start);
+    if (end == std::string::npos) end = all.size();
+    std::string item = all.substr(start, end - start);
+    int signal = SIGKILL;
+    if (const auto eq = item.find('='); eq != std::string::npos) {
+      const std::string name = item.substr(eq + 1);
+      signal = name == "TERM" ? SIGTERM : name == "INT" ? SIGINT : SIGKILL;
+      item.resize(eq);
+    }
+    if (!item.empty()) out.emplace_back(item, signal);
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 void kill_point(const char* what, std::int64_t step, const char* where) {
-  static const char* target = std::getenv("CTUNE_KILL_AT");
-  if (!target) return;
-  if (std::string(what) + ":" + std::to_string(step) + ":" + where == target) std::raise(SIGKILL);
+  static const auto targets = parse_targets(std::getenv("CTUNE_KILL_AT"));
+  if (targets.empty()) return;
+  const std::string here = std::string(what) + ":" + std::to_string(step) + ":" + where;
+  for (const auto& [point, signal] : targets)
+    if (point == here) std::raise(signal);
 }
 
 }  // namespace ctune

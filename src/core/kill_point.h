@@ -1,7 +1,9 @@
 // Deterministic crash points for the kill tests. When the environment variable CTUNE_KILL_AT
-// equals "<what>:<step>:<where>" (e.g. "step:8:mid", "checkpoint:6:files"), the process sends
+// names "<what>:<step>:<where>" (e.g. "step:8:mid", "checkpoint:6:state"), the process sends
 // itself SIGKILL on reaching that point: a real, uncatchable death at a chosen moment, so the
-// tests can prove that resume survives it. Without the variable this costs one string compare.
+// tests can prove that resume survives it. "<point>=TERM" or "=INT" sends that signal instead
+// (a scheduler's preemption, a Ctrl-C), and several points may be listed, separated by commas.
+// Without the variable this costs one check of an empty list.
 #pragma once
 
 #include <cstdint>

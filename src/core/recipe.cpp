@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <cstring>
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
@@ -174,7 +175,69 @@ void walk(const YAML::Node& node, const std::string& prefix, const std::string& 
   }
 }
 
+// yaml-cpp parses nested collections recursively, so text nested a million deep would
+// overflow the stack. A recipe is a few levels deep (section.key, lists of names); refuse text
+// far past that before parsing: more than kMaxRecipeBytes, flow collections ([ {) nested deeper
+// than kMaxYamlDepth, or a line opening more block levels (indentation, "- " entries) than that.
+constexpr std::size_t kMaxRecipeBytes = 1 << 20;
+constexpr int kMaxYamlDepth = 64;
+
+void check_yaml_shape(const std::string& text, const std::string& where) {
+  if (text.size() > kMaxRecipeBytes) {
+    throw ConfigError(where + ": " + std::to_string(text.size()) + " bytes, more than a recipe may have (" +
+                      std::to_string(kMaxRecipeBytes) + ")");
+  }
+  int flow = 0, line = 1;
+  char quote = 0, last = 0;  // last: the previous non-blank character outside quotes on the line
+  bool line_start = true, comment = false;
+  int indent = 0, dashes = 0;
+  auto fail = [&](const char* what) {
+    throw ConfigError(where + ":" + std::to_string(line) + ": " + what + " nested deeper than " +
+                      std::to_string(kMaxYamlDepth) + " levels");
+  };
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      line_start = true;
+      comment = false;
+      indent = dashes = 0;
+      last = 0;
+      continue;
+    }
+    if (comment) continue;
+    if (quote) {
+      if (c == quote) quote = 0;
+      continue;
+    }
+    if (line_start) {
+      if (c == ' ') {
+        if (++indent > 4 * kMaxYamlDepth) fail("block collections");
+        continue;
+      }
+      if (c == '-' && i + 1 < text.size() && (text[i + 1] == ' ' || text[i + 1] == '\n')) {
+        if (++dashes > kMaxYamlDepth) fail("block sequences");
+        indent += 2;
+        ++i;
+        continue;
+      }
+      line_start = false;
+    }
+    if (c == '#' && (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t')) {
+      comment = true;
+    } else if ((c == '"' || c == '\'') && (last == 0 || std::strchr(":-[{,?", last) != nullptr)) {
+      quote = c;  // a quoted scalar starts only where a scalar can start (not "it's")
+    } else if (c == '[' || c == '{') {
+      if (++flow > kMaxYamlDepth) fail("flow collections");
+    } else if (c == ']' || c == '}') {
+      --flow;
+    }
+    if (c != ' ' && c != '\t' && !quote) last = c;
+  }
+}
+
 YAML::Node load_yaml(const std::string& text, const std::string& where) {
+  check_yaml_shape(text, where);
   try {
     return YAML::Load(text);
   } catch (const YAML::Exception& e) {
@@ -188,6 +251,11 @@ YAML::Node load_yaml(const std::string& text, const std::string& where) {
 Recipe Recipe::load(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path.string() + ": cannot open recipe for reading");
+  std::error_code ec;
+  if (const auto size = std::filesystem::file_size(path, ec); !ec && size > kMaxRecipeBytes) {
+    throw ConfigError(path.string() + ": " + std::to_string(size) + " bytes, more than a recipe may have (" +
+                      std::to_string(kMaxRecipeBytes) + ")");
+  }
   std::ostringstream ss;
   ss << in.rdbuf();
   return parse(ss.str(), path.string(), overrides);

@@ -52,6 +52,9 @@ std::vector<KeySpec> build_schema() {
       {"data.instruct_template", T::String, "auto", "instruct rendering (auto: chat when the tokenizer has a chat template)",
        {"auto", "alpaca", "chat"}},
       {"data.train_on_input", T::Bool, "false", "Also train on prompt/user/system tokens"},
+      {"data.parse_special_in_content", T::Bool, "false",
+       "Map special-token strings inside the data's text (e.g. <|eot_id|>) to their ids, as Hugging Face does; "
+       "default: tokenize them as text, so data cannot forge turn boundaries"},
       {"data.max_seq_len", T::Int, "1024", "Longest sequence; longer examples are truncated", {}, 8, 1048576},
       {"data.packing", T::Bool, "false", "Pack short examples into full rows (attention stays within each)"},
       {"data.shuffle", T::Bool, "true", "Shuffle training examples each epoch (deterministic from seed)"},

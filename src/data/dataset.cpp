@@ -85,7 +85,7 @@ Datasets load_datasets(const DataOptions& options, const tok::Tokenizer& tokeniz
   validate(options);
   const std::optional<std::string> chat_template = read_chat_template(options.tokenizer_dir);
   const RecordFormatter formatter(options, tokenizer, chat_template);
-  const ExampleBuilder builder(tokenizer, options.train_on_input, options.max_seq_len);
+  const ExampleBuilder builder(tokenizer, options.train_on_input, options.max_seq_len, options.parse_special_in_content);
 
   Datasets ds;
   ds.chat = formatter.chat_spec();

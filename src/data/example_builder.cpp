@@ -11,8 +11,14 @@ bool BuildResult::has_target() const {
   return std::any_of(example.labels.begin(), example.labels.end(), [](std::int32_t l) { return l != kIgnoreIndex; });
 }
 
-ExampleBuilder::ExampleBuilder(const tok::Tokenizer& tokenizer, bool train_on_input, std::int64_t max_seq_len)
-    : tok_(tokenizer), train_on_input_(train_on_input), max_seq_len_(max_seq_len) {}
+ExampleBuilder::ExampleBuilder(const tok::Tokenizer& tokenizer, bool train_on_input, std::int64_t max_seq_len,
+                               bool parse_special_in_content)
+    : tok_(tokenizer), train_on_input_(train_on_input), max_seq_len_(max_seq_len), special_as_text_(!parse_special_in_content) {}
+
+// The data's own text: special-token strings in it stay text unless data.parse_special_in_content.
+std::vector<std::int32_t> ExampleBuilder::encode(std::string_view text) const {
+  return tok_.encode(text, /*add_special=*/false, special_as_text_);
+}
 
 std::int32_t ExampleBuilder::special_id(const std::string& token) const {
   auto it = special_cache_.find(token);
@@ -37,12 +43,12 @@ void ExampleBuilder::encode_chunk(const std::vector<Piece>& pieces, std::size_t 
     text += pieces[k].text;
   }
   if (text.empty()) return;
-  const std::vector<std::int32_t> ids = tok_.encode(text, false);
+  const std::vector<std::int32_t> ids = encode(text);
   // Token index where each segment starts.
   std::vector<std::size_t> starts(segments.size() + 1, 0);
   starts.back() = ids.size();
   for (std::size_t s = 1; s < segments.size(); ++s) {
-    const std::vector<std::int32_t> prefix = tok_.encode(std::string_view(text).substr(0, segments[s].first), false);
+    const std::vector<std::int32_t> prefix = encode(std::string_view(text).substr(0, segments[s].first));
     const auto mismatch = std::mismatch(prefix.begin(), prefix.end(), ids.begin(), ids.end());
     std::size_t at = static_cast<std::size_t>(mismatch.first - prefix.begin());
     if (at != prefix.size()) ++straddles;

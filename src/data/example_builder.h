@@ -35,14 +35,16 @@ struct BuildResult {
 // Not thread-safe (it caches special-token ids); use one per thread.
 class ExampleBuilder {
  public:
-  // max_seq_len <= 0: no truncation.
-  ExampleBuilder(const tok::Tokenizer& tokenizer, bool train_on_input, std::int64_t max_seq_len);
+  // max_seq_len <= 0: no truncation. parse_special_in_content: DataOptions::parse_special_in_content.
+  ExampleBuilder(const tok::Tokenizer& tokenizer, bool train_on_input, std::int64_t max_seq_len,
+                 bool parse_special_in_content = false);
 
   // ConfigError when a special piece is not a token of the vocabulary.
   BuildResult build(const Rendered& rendered) const;
 
  private:
   std::int32_t special_id(const std::string& token) const;
+  std::vector<std::int32_t> encode(std::string_view text) const;
   // Appends the ids and labels of one chunk of text pieces [begin, end).
   void encode_chunk(const std::vector<Piece>& pieces, std::size_t begin, std::size_t end, bool train_all,
                     Example& out, std::int64_t& straddles) const;
@@ -50,6 +52,7 @@ class ExampleBuilder {
   const tok::Tokenizer& tok_;
   bool train_on_input_;
   std::int64_t max_seq_len_;
+  bool special_as_text_;
   mutable std::unordered_map<std::string, std::int32_t> special_cache_;
 };
 

@@ -49,6 +49,10 @@ struct DataOptions {
   // false: only the response (instruct) or assistant turns (chat) are trained;
   // true: every token except padding (and the first token of each document).
   bool train_on_input = false;
+  // false: special-token strings inside the data's text ("<|eot_id|>" in a message) are
+  // tokenized as text, so data cannot forge turn boundaries; true: as their ids (Hugging Face's
+  // behaviour). The chat format's own control tokens are unaffected.
+  bool parse_special_in_content = false;
   std::int64_t max_seq_len = 1024;  // longer examples are truncated (the start is kept)
   bool packing = false;             // concatenate examples into rows of exactly max_seq_len
   bool shuffle = true;              // shuffle the training examples each epoch (eval never is)

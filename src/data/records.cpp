@@ -30,6 +30,27 @@ char first_byte(std::ifstream& in) {
   return result;
 }
 
+// std::getline with a cap: false at the end of input; a line longer than `cap` is read to its
+// end but not stored (`*too_long` set, `line` holds its first `cap` bytes).
+bool read_line(std::istream& in, std::string& line, std::size_t cap, bool* too_long) {
+  line.clear();
+  *too_long = false;
+  std::streambuf* buf = in.rdbuf();
+  int c = buf->sbumpc();
+  if (c == std::char_traits<char>::eof()) {
+    in.setstate(std::ios::eofbit);
+    return false;
+  }
+  for (; c != std::char_traits<char>::eof() && c != '\n'; c = buf->sbumpc()) {
+    if (line.size() < cap) {
+      line.push_back(static_cast<char>(c));
+    } else {
+      *too_long = true;
+    }
+  }
+  return true;
+}
+
 void require_object(const Json& value, const std::string& where) {
   if (!value.is_object())
     throw FormatError(where + ": expected a JSON object, found " + json_type_name(value));
@@ -44,6 +65,11 @@ RecordReader::RecordReader(const std::filesystem::path& path) : name_(path.strin
   if (!in_) throw IoError(name_ + ": cannot open for reading");
   if (first_byte(in_) == '[') {
     array_mode_ = true;
+    std::error_code size_ec;
+    if (const auto size = std::filesystem::file_size(path, size_ec); !size_ec && size > kMaxJsonArrayFileBytes) {
+      throw FormatError(name_ + ": a JSON array dataset of " + std::to_string(size) + " bytes is read whole; more than " +
+                        std::to_string(kMaxJsonArrayFileBytes) + " is refused (write it as JSONL, one record per line)");
+    }
     std::ostringstream ss;
     ss << in_.rdbuf();
     std::string text = ss.str();
@@ -63,8 +89,13 @@ bool RecordReader::next(Record& out) {
     return true;
   }
   std::string line;
-  while (std::getline(in_, line)) {
+  bool too_long = false;
+  while (read_line(in_, line, kMaxRecordBytes, &too_long)) {
     ++line_;
+    if (too_long) {
+      throw FormatError(name_ + ":" + std::to_string(line_) + ": a record longer than " + std::to_string(kMaxRecordBytes) +
+                        " bytes (a dataset line is one example; split long documents)");
+    }
     if (line_ == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
     if (is_blank(line)) continue;
     out.where = name_ + ":" + std::to_string(line_);

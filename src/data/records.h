@@ -16,6 +16,12 @@
 
 namespace ctune::data {
 
+// A JSONL record (one line) longer than this is refused without being read whole: at ~4 bytes a
+// token it is millions of tokens, past any sequence length, and parsing it would cost seconds
+// and gigabytes. A JSON array file is parsed whole, so it is bounded as a file.
+inline constexpr std::size_t kMaxRecordBytes = 16u << 20;
+inline constexpr std::uint64_t kMaxJsonArrayFileBytes = 2ull << 30;
+
 struct Record {
   Json value;         // always a JSON object
   std::string where;  // file:line (JSONL, 1-based) or file[index] (JSON array, 0-based)
@@ -28,7 +34,8 @@ class RecordReader {
   explicit RecordReader(const std::filesystem::path& path);
 
   // Reads the next record into `out`; false at the end of the file. Throws FormatError naming
-  // the record for invalid JSON or a value that is not an object.
+  // the record for invalid JSON, a value that is not an object, or a line longer than
+  // kMaxRecordBytes (skipped to its end, not stored).
   bool next(Record& out);
 
   bool is_json_array() const { return array_mode_; }

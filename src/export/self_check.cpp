@@ -5,9 +5,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 
 #include "core/log.h"
 #include "io/file.h"
+#include "io/run_dir.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ctune::exporter {
@@ -76,6 +78,13 @@ void check_output_path(const fs::path& out, bool overwrite) {
   if (fs::exists(out, ec)) {
     if (fs::is_directory(out, ec)) throw ConfigError(out.string() + ": is a directory (expected a file path)");
     if (!overwrite) throw ConfigError(out.string() + ": exists (pass --overwrite to replace it)");
+    // --overwrite replaces an earlier export, never another kind of file (an input's weights).
+    std::ifstream in(out, std::ios::binary);
+    char magic[4] = {0};
+    in.read(magic, 4);
+    if (std::string(magic, 4) != "GGUF") {
+      throw ConfigError(out.string() + ": exists and is not a GGUF file; --overwrite only replaces an earlier export");
+    }
   }
   const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
   if (!fs::is_directory(parent, ec)) throw IoError(parent.string() + ": output directory does not exist");
@@ -84,6 +93,7 @@ void check_output_path(const fs::path& out, bool overwrite) {
 CheckResult write_checked(const io::GgufWriter& writer, const fs::path& out, bool overwrite,
                           const std::function<CheckResult(const fs::path&)>& check) {
   check_output_path(out, overwrite);
+  io::remove_stale_siblings(out);  // staged files of killed exports
   std::error_code ec;
   fs::path staged = out;
   staged += ".unchecked-" + std::to_string(::getpid());

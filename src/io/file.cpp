@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/run_dir.h"
 
 namespace ctune::io {
 namespace fs = std::filesystem;
@@ -120,6 +121,7 @@ void fsync_directory(const fs::path& dir) {
 }
 
 StagingDir::StagingDir(fs::path target, bool overwrite) : target_(std::move(target)), overwrite_(overwrite) {
+  remove_stale_siblings(target_);  // staging directories of killed writes
   std::error_code ec;
   if (fs::exists(target_, ec)) {
     if (!fs::is_directory(target_, ec)) throw ConfigError(target_.string() + ": exists and is not a directory");

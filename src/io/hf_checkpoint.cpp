@@ -149,6 +149,11 @@ void write_checkpoint_tensors(const fs::path& dir, const std::vector<TensorBytes
 
 namespace ctune::io {
 
+bool has_tokenizer_files(const fs::path& dir) {
+  std::error_code ec;
+  return fs::exists(dir / "tokenizer.json", ec) || fs::exists(dir / "tokenizer.model", ec);
+}
+
 void copy_tokenizer_files(const fs::path& source, const fs::path& dest) {
   static const char* kFiles[] = {"tokenizer.json",          "tokenizer.model",        "tokenizer_config.json",
                                  "special_tokens_map.json", "generation_config.json", "chat_template.jinja"};

@@ -55,14 +55,17 @@ std::vector<std::size_t> plan_shards(const std::vector<std::uint64_t>& sizes, st
 // "model-00002-of-00005.safetensors" (index 1 of 5); "model.safetensors" when count == 1.
 std::string shard_file_name(std::size_t index, std::size_t count);
 
-// Writes tensors (in state-dict order) as HF does: one file, or shards plus the index.
-// Files go into `dir`, which must exist (callers use a StagingDir for atomicity).
+// Whether `dir` has a tokenizer (tokenizer.json or tokenizer.model).
+bool has_tokenizer_files(const std::filesystem::path& dir);
+
 // Copies the tokenizer files a Hugging Face model directory carries (tokenizer.json,
 // tokenizer.model, tokenizer_config.json, special_tokens_map.json, generation_config.json,
 // chat_template.jinja) from `source` into `dest`. IoError when none of tokenizer.json /
 // tokenizer.model is there or a copy fails.
 void copy_tokenizer_files(const std::filesystem::path& source, const std::filesystem::path& dest);
 
+// Writes tensors (in state-dict order) as HF does: one file, or shards plus the index.
+// Files go into `dir`, which must exist (callers use a StagingDir for atomicity).
 void write_checkpoint_tensors(const std::filesystem::path& dir, const std::vector<TensorBytes>& tensors,
                               std::uint64_t max_shard_bytes);
 

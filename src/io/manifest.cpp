@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <set>
 
 #include "core/error.h"
 #include "core/json.h"
@@ -36,6 +37,72 @@ std::string hex(std::uint64_t v) {
 }
 }  // namespace
 
+namespace {
+
+// Adds up to `n` bytes of `in` from `offset` to the hash.
+void hash_range(XXH64_state_t* state, std::ifstream& in, std::uint64_t offset, std::uint64_t n, std::vector<char>& buffer) {
+  in.clear();
+  in.seekg(static_cast<std::streamoff>(offset));
+  while (n > 0 && in) {
+    const auto chunk = static_cast<std::streamsize>(std::min<std::uint64_t>(n, buffer.size()));
+    in.read(buffer.data(), chunk);
+    if (in.gcount() <= 0) break;
+    XXH64_update(state, buffer.data(), static_cast<std::size_t>(in.gcount()));
+    n -= static_cast<std::uint64_t>(in.gcount());
+  }
+}
+
+void hash_file_into(XXH64_state_t* state, const fs::path& path, bool sampled_safetensors) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path.string() + ": cannot open for reading");
+  std::error_code ec;
+  const std::uint64_t size = fs::file_size(path, ec);
+  XXH64_update(state, &size, sizeof(size));
+  std::vector<char> buffer(1 << 16);
+  if (!sampled_safetensors || size < (1u << 22)) {
+    hash_range(state, in, 0, size, buffer);
+  } else {
+    std::uint64_t header = 0;
+    in.read(reinterpret_cast<char*>(&header), 8);
+    hash_range(state, in, 0, std::min<std::uint64_t>(size, 8 + header), buffer);
+    const std::uint64_t start = std::min<std::uint64_t>(size, 8 + header), span = size - start;
+    constexpr std::uint64_t kSamples = 16, kSample = 1 << 16;
+    for (std::uint64_t i = 0; i < kSamples && span > kSample; ++i) hash_range(state, in, start + (span - kSample) * i / (kSamples - 1), kSample, buffer);
+  }
+  if (in.bad()) throw IoError(path.string() + ": read failed");
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::string input_fingerprint(const fs::path& path) {
+  std::unique_ptr<XXH64_state_t, decltype(&XXH64_freeState)> state(XXH64_createState(), XXH64_freeState);
+  XXH64_reset(state.get(), 0);
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) {
+    hash_file_into(state.get(), path, false);
+    return hex(XXH64_digest(state.get()));
+  }
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(path, ec)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_regular_file() && (ends_with(name, ".json") || ends_with(name, ".safetensors") || name == "tokenizer.model")) {
+      files.push_back(e.path());
+    }
+  }
+  if (ec) throw IoError(path.string() + ": cannot list (" + ec.message() + ")");
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    const std::string name = f.filename().string();
+    XXH64_update(state.get(), name.data(), name.size());
+    hash_file_into(state.get(), f, ends_with(name, ".safetensors"));
+  }
+  return hex(XXH64_digest(state.get()));
+}
+
 std::vector<ManifestEntry> write_manifest(const fs::path& dir) {
   std::vector<ManifestEntry> entries;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
@@ -50,7 +117,7 @@ std::vector<ManifestEntry> write_manifest(const fs::path& dir) {
   return entries;
 }
 
-std::string verify_manifest(const fs::path& dir) {
+std::string verify_manifest(const fs::path& dir, const std::vector<std::string>& required) {
   const fs::path path = dir / kManifestName;
   std::error_code ec;
   if (!fs::exists(path, ec)) return "no " + std::string(kManifestName) + " (incomplete: the write did not finish)";
@@ -61,17 +128,30 @@ std::string verify_manifest(const fs::path& dir) {
     return e.what();
   }
   if (!j.is_object() || !j.contains("files") || !j["files"].is_array()) return path.string() + ": not a manifest";
+  if (j["files"].empty()) return path.string() + ": lists no files (an empty manifest proves nothing)";
+  std::set<std::string> listed;
   for (const auto& f : j["files"]) {
-    if (!f.is_object() || !f.contains("file") || !f.contains("size") || !f.contains("xxh64")) {
-      return path.string() + ": malformed entry " + f.dump();
+    const bool typed = f.is_object() && f.contains("file") && f["file"].is_string() && f.contains("size") &&
+                       f["size"].is_number_unsigned() && f.contains("xxh64") && f["xxh64"].is_string();
+    if (!typed) {
+      return path.string() + ": malformed entry " + f.dump().substr(0, 120) +
+             " (expected {\"file\": string, \"size\": unsigned integer, \"xxh64\": string})";
     }
-    const fs::path file = dir / f["file"].get<std::string>();
+    const fs::path relative = fs::path(f["file"].get<std::string>()).lexically_normal();
+    if (relative.empty() || relative.is_absolute() || *relative.begin() == "..") {
+      return path.string() + ": entry \"" + f["file"].get<std::string>() + "\" is outside the checkpoint directory";
+    }
+    listed.insert(relative.generic_string());
+    const fs::path file = dir / relative;
     if (!fs::exists(file, ec)) return file.string() + ": listed in the manifest but missing";
     const auto size = static_cast<std::uint64_t>(fs::file_size(file, ec));
     if (size != f["size"].get<std::uint64_t>()) {
       return file.string() + ": " + std::to_string(size) + " bytes, the manifest says " + std::to_string(f["size"].get<std::uint64_t>());
     }
     if (hex(file_checksum(file)) != f["xxh64"].get<std::string>()) return file.string() + ": checksum mismatch (corrupted)";
+  }
+  for (const auto& name : required) {
+    if (!listed.count(name)) return path.string() + ": does not list " + name + " (not a complete checkpoint)";
   }
   return "";
 }

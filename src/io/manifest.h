@@ -25,8 +25,16 @@ std::uint64_t file_checksum(const std::filesystem::path& path);
 // dir/MANIFEST.json atomically. Returns the entries.
 std::vector<ManifestEntry> write_manifest(const std::filesystem::path& dir);
 
-// "" when dir/MANIFEST.json exists, parses, and every listed file has its size and checksum
-// (and no file is missing); otherwise what is wrong, naming the file.
-std::string verify_manifest(const std::filesystem::path& dir);
+// "" when dir/MANIFEST.json exists, parses, lists at least one file and every file in
+// `required`, and every listed file (inside `dir`) has its size and checksum; otherwise what is
+// wrong, naming the file.
+std::string verify_manifest(const std::filesystem::path& dir, const std::vector<std::string>& required = {});
+
+// A fingerprint (16 hex digits) of an input a run depends on, cheap enough to take at every
+// start: a file's XXH64 (a dataset: all of it); a directory's, over its JSON files, any
+// tokenizer.model, and each *.safetensors file's header plus 16 samples of 64 KiB spread over its
+// data, so that another model of the same shape differs too, without reading every weight.
+// IoError when `path` cannot be read.
+std::string input_fingerprint(const std::filesystem::path& path);
 
 }  // namespace ctune::io

@@ -135,6 +135,7 @@ SafetensorsHeader parse_safetensors_header(const std::uint8_t* bytes, std::uint6
     }
     return true;
   };
+  check_json_depth(text, where);
   Json header;
   try {
     header = Json::parse(text, on_event);

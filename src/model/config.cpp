@@ -15,6 +15,13 @@ std::int64_t require_positive(const Json& j, const char* key, const std::string&
   if (!v) v = fallback;
   if (!v) throw ConfigError(where + ": missing required key \"" + key + "\"");
   if (*v <= 0) throw ConfigError(where + ": \"" + key + "\" must be positive, found " + std::to_string(*v));
+  // Past this, products of dimensions overflow 64-bit byte counts and no tensor could exist;
+  // the largest real values are ~2^18 (vocabularies) and ~2^16 (intermediate sizes).
+  constexpr std::int64_t kMaxDimension = std::int64_t{1} << 24;
+  if (*v > kMaxDimension) {
+    throw ConfigError(where + ": \"" + key + "\" is " + std::to_string(*v) + ", past any real model (at most " +
+                      std::to_string(kMaxDimension) + ")");
+  }
   return *v;
 }
 
@@ -130,7 +137,7 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
                       ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) + ")");
   }
   if (auto hd = json_int(j, "head_dim", where)) {
-    if (*hd <= 0) throw ConfigError(where + ": \"head_dim\" must be positive, found " + std::to_string(*hd));
+    if (*hd <= 0 || *hd > 4096) throw ConfigError(where + ": \"head_dim\" must be in 1..4096, found " + std::to_string(*hd));
     c.head_dim = *hd;
   } else {
     if (c.hidden_size % c.num_attention_heads != 0) {
@@ -144,6 +151,9 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
     throw ConfigError(where + ": head_dim must be even for rotary embeddings, found " + std::to_string(c.head_dim));
   }
   c.max_position_embeddings = json_int(j, "max_position_embeddings", where).value_or(qwen2 ? 32768 : 2048);
+  if (c.max_position_embeddings <= 0) {
+    throw ConfigError(where + ": \"max_position_embeddings\" must be positive, found " + std::to_string(c.max_position_embeddings));
+  }
   c.rms_norm_eps = json_number(j, "rms_norm_eps", where).value_or(1e-6);
   if (!(c.rms_norm_eps > 0)) throw ConfigError(where + ": rms_norm_eps must be positive, found " + std::to_string(c.rms_norm_eps));
   c.rope = parse_rope(j, where);
@@ -174,6 +184,17 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   c.bos_token_id = json_int(j, "bos_token_id", where);
   c.pad_token_id = json_int(j, "pad_token_id", where);
   c.eos_token_ids = parse_eos(j, where);
+  // Each dimension is bounded; their product too: 2^40 parameters (4 TB in fp32) is past any
+  // checkpoint ctune can train, and a count like that is a corrupt or hostile file.
+  const double params = static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size) * 2 +
+                        static_cast<double>(c.num_hidden_layers) *
+                            (4.0 * static_cast<double>(c.hidden_size) * static_cast<double>(c.num_attention_heads * c.head_dim) +
+                             3.0 * static_cast<double>(c.hidden_size) * static_cast<double>(c.intermediate_size));
+  if (params > 1099511627776.0) {
+    throw ConfigError(where + ": the sizes describe about " + std::to_string(static_cast<long long>(params / 1e9)) +
+                      " billion parameters, past any model ctune can load (check hidden_size, intermediate_size, "
+                      "num_hidden_layers, vocab_size)");
+  }
   return c;
 }
 

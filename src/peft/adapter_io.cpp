@@ -116,7 +116,13 @@ LoraOptions load_adapter(model::CausalLM& lm, const fs::path& dir) {
       throw ShapeError(file->path().string() + ": tensor \"" + info.name + "\" matches no LoRA layer of the model");
     }
     if (info.shape != it->second.sizes().vec()) {
-      throw ShapeError(file->path().string() + ": tensor \"" + info.name + "\" has the wrong shape for this model");
+      auto text = [](const std::vector<std::int64_t>& shape) {
+        std::string t = "[";
+        for (std::size_t i = 0; i < shape.size(); ++i) t += (i ? ", " : "") + std::to_string(shape[i]);
+        return t + "]";
+      };
+      throw ShapeError(file->path().string() + ": tensor \"" + info.name + "\" has shape " + text(info.shape) +
+                       ", the model needs " + text(it->second.sizes().vec()) + " (an adapter for another base model?)");
     }
     it->second.copy_(io::load_tensor(*file, info, it->second.scalar_type()));
     loaded.insert(name);

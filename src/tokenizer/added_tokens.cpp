@@ -102,4 +102,17 @@ void TokenMatcher::split(std::string_view text, std::vector<Segment>& out) const
   if (offset < n) out.push_back({offset, n, -1});
 }
 
+void TokenMatcher::special_as_text(std::vector<Segment>& segments) const {
+  std::vector<Segment> out;
+  for (Segment s : segments) {
+    if (s.token >= 0 && token(s.token).special) s.token = -1;
+    if (s.token < 0 && !out.empty() && out.back().token < 0 && out.back().end == s.begin) {
+      out.back().end = s.end;
+    } else {
+      out.push_back(s);
+    }
+  }
+  segments = std::move(out);
+}
+
 }  // namespace ctune::tok

@@ -42,6 +42,9 @@ class TokenMatcher {
   // Splits `text` into plain and token segments covering it completely (stripped whitespace
   // belongs to the token segment). Plain segments are never empty.
   void split(std::string_view text, std::vector<Segment>& out) const;
+  // Turns the segments of special tokens back into plain text, merged with the plain segments
+  // beside them (so the text around a would-be control token is tokenized as one piece).
+  void special_as_text(std::vector<Segment>& segments) const;
   const AddedToken& token(int index) const { return *tokens_[static_cast<std::size_t>(index)]; }
 
  private:

@@ -140,7 +140,7 @@ void HfTokenizer::read_added_tokens(const Json& list, const std::string& where) 
   normalized_matcher_ = TokenMatcher(std::move(norm_patterns), std::move(norm_tokens));
 }
 
-std::vector<std::int32_t> HfTokenizer::encode_ordinary(std::string_view text) const {
+std::vector<std::int32_t> HfTokenizer::encode_ordinary(std::string_view text, bool special_as_text) const {
   std::vector<std::int32_t> out;
   out.reserve(text.size() / 3 + 4);
   std::string repaired;
@@ -154,6 +154,7 @@ std::vector<std::int32_t> HfTokenizer::encode_ordinary(std::string_view text) co
   }
   std::vector<Segment> segments;
   raw_matcher_.split(text, segments);
+  if (special_as_text) raw_matcher_.special_as_text(segments);
   for (const Segment& s : segments) {
     if (s.token >= 0)
       out.push_back(raw_matcher_.token(s.token).id);

@@ -41,7 +41,7 @@ class HfTokenizer : public Tokenizer {
   bool lossless() const override { return byte_level_; }
 
  protected:
-  std::vector<std::int32_t> encode_ordinary(std::string_view text) const override;
+  std::vector<std::int32_t> encode_ordinary(std::string_view text, bool special_as_text) const override;
 
  private:
   // Shared by both constructors; `tables` comes from the streaming reader, or is built from

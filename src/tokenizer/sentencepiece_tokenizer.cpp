@@ -74,7 +74,7 @@ void SentencePieceTokenizer::encode_text(std::string_view text, std::vector<std:
   out.insert(out.end(), buf.begin(), buf.begin() + n);
 }
 
-std::vector<std::int32_t> SentencePieceTokenizer::encode_ordinary(std::string_view text) const {
+std::vector<std::int32_t> SentencePieceTokenizer::encode_ordinary(std::string_view text, bool special_as_text) const {
   std::vector<std::int32_t> out;
   std::string repaired;
   if (find_invalid_utf8(text) != std::string_view::npos) {
@@ -83,6 +83,7 @@ std::vector<std::int32_t> SentencePieceTokenizer::encode_ordinary(std::string_vi
   }
   std::vector<Segment> segments;
   matcher_.split(text, segments);
+  if (special_as_text) matcher_.special_as_text(segments);
   for (const Segment& s : segments) {
     if (s.token >= 0)
       out.push_back(matcher_.token(s.token).id);

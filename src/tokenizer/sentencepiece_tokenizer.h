@@ -37,7 +37,7 @@ class SentencePieceTokenizer : public Tokenizer {
   bool lossless() const override { return lossless_; }
 
  protected:
-  std::vector<std::int32_t> encode_ordinary(std::string_view text) const override;
+  std::vector<std::int32_t> encode_ordinary(std::string_view text, bool special_as_text) const override;
 
  private:
   void encode_text(std::string_view text, std::vector<std::int32_t>& out) const;

@@ -11,8 +11,8 @@
 
 namespace ctune::tok {
 
-std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool add_special) const {
-  std::vector<std::int32_t> ids = encode_ordinary(text);
+std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool add_special, bool special_as_text) const {
+  std::vector<std::int32_t> ids = encode_ordinary(text, special_as_text);
   if (!add_special) return ids;
   if (special_.add_bos && special_.bos) ids.insert(ids.begin(), *special_.bos);
   if (special_.add_eos && special_.eos) ids.push_back(*special_.eos);

@@ -27,9 +27,11 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // Text -> ids. Special-token strings inside `text` (e.g. "<|eot_id|>") map to their ids.
-  // With add_special, bos/eos are added as the tokenizer's flags say.
-  std::vector<std::int32_t> encode(std::string_view text, bool add_special = true) const;
+  // Text -> ids. Special-token strings inside `text` (e.g. "<|eot_id|>") map to their ids, as
+  // Hugging Face does; with `special_as_text` they are tokenized as the text they are, so that
+  // text from a dataset cannot forge control tokens (tiktoken's default). Non-special added
+  // tokens match either way. With add_special, bos/eos are added as the tokenizer's flags say.
+  std::vector<std::int32_t> encode(std::string_view text, bool add_special = true, bool special_as_text = false) const;
 
   // Ids -> text. With skip_special, special tokens (bos, eos, pad, added special tokens) are
   // dropped. Throws FormatError for an id outside the vocabulary.
@@ -49,7 +51,7 @@ class Tokenizer {
 
  protected:
   // Encoding without bos/eos.
-  virtual std::vector<std::int32_t> encode_ordinary(std::string_view text) const = 0;
+  virtual std::vector<std::int32_t> encode_ordinary(std::string_view text, bool special_as_text) const = 0;
   SpecialTokens special_;
 };
 

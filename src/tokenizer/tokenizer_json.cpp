@@ -164,10 +164,16 @@ class Reader {
 TokenizerJson read_tokenizer_json(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path.string() + ": cannot open for reading");
+  std::error_code ec;
+  if (const auto size = std::filesystem::file_size(path, ec); !ec && size > kMaxJsonFileBytes) {
+    throw FormatError(path.string() + ": " + std::to_string(size) + " bytes, more than the " +
+                      std::to_string(kMaxJsonFileBytes) + " a tokenizer.json may have");
+  }
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) throw IoError(path.string() + ": read failed");
   const std::string text = ss.str();
+  check_json_depth(text, path.string());
   TokenizerJson out;
   Reader reader(out, path.string());
   Json::sax_parse(text, &reader);

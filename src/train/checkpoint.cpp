@@ -91,7 +91,8 @@ fs::path CheckpointManager::write(std::int64_t step, const CheckpointSources& s)
                 {"epoch", s.sampler->epoch()},
                 {"accumulation_position", 0},  // checkpoints are taken between optimizer steps
                 {"sampler", s.sampler->state().to_json()},
-                {"method", s.method->name()}};
+                {"method", s.method->name()},
+                {"inputs", s.inputs}};
   if (s.scaler && s.scaler->enabled()) {
     state["loss_scaler"] = {{"scale", s.scaler->state().scale}, {"growth_tracker", s.scaler->state().growth_tracker}};
   }
@@ -106,6 +107,7 @@ fs::path CheckpointManager::write(std::int64_t step, const CheckpointSources& s)
   kill_point("checkpoint", step, "manifest");
   staging.commit();
   kill_point("checkpoint", step, "renamed");
+  verified_.insert(target);
   apply_retention();
   return target;
 }
@@ -120,12 +122,26 @@ void CheckpointManager::apply_retention() const {
       if (e.path().filename().string().find(".partial-") != std::string::npos) fs::remove_all(e.path(), ec);
       continue;
     }
-    if (fs::exists(e.path() / io::kManifestName, ec)) complete.emplace_back(step, e.path());
+    if (verified(e.path())) complete.emplace_back(step, e.path());
   }
   std::sort(complete.begin(), complete.end(), std::greater<>());
   for (std::size_t i = static_cast<std::size_t>(keep_last_); i < complete.size(); ++i) {
+    if (!protected_.empty() && fs::weakly_canonical(complete[i].second, ec) == protected_) continue;
     fs::remove_all(complete[i].second, ec);
+    verified_.erase(complete[i].second);
   }
+}
+
+void CheckpointManager::protect(const fs::path& checkpoint) {
+  std::error_code ec;
+  protected_ = fs::weakly_canonical(checkpoint, ec);
+}
+
+bool CheckpointManager::verified(const fs::path& dir) const {
+  if (verified_.count(dir)) return true;
+  if (!io::verify_manifest(dir, {kStateFile}).empty()) return false;
+  verified_.insert(dir);
+  return true;
 }
 
 std::optional<fs::path> CheckpointManager::latest(std::vector<std::string>* skipped) const {
@@ -137,8 +153,11 @@ std::optional<fs::path> CheckpointManager::latest(std::vector<std::string>* skip
   }
   std::sort(candidates.begin(), candidates.end(), std::greater<>());
   for (const auto& [step, dir] : candidates) {
-    std::string problem = io::verify_manifest(dir);
-    if (problem.empty()) return dir;
+    std::string problem = io::verify_manifest(dir, {kStateFile});
+    if (problem.empty()) {
+      verified_.insert(dir);
+      return dir;
+    }
     if (skipped) skipped->push_back(dir.string() + ": " + problem);
   }
   return std::nullopt;
@@ -166,6 +185,7 @@ TrainingState read_training_state(const fs::path& checkpoint) {
   s.optimizer = read_tensors(checkpoint / kOptimizerFile);
   s.rng = read_tensors(checkpoint / kRngFile);
   s.recipe_yaml = io::read_text_file(checkpoint / kRecipeFile);
+  if (state.contains("inputs")) s.inputs = state["inputs"];
   return s;
 }
 

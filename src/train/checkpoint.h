@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct CheckpointSources {
   const data::Sampler* sampler = nullptr;
   std::string recipe_yaml;             // the resolved recipe, saved as recipe.yaml
   const GradScaler* scaler = nullptr;  // fp16 loss scaling (its state is saved); null: none
+  Json inputs = Json::object();        // what the run depends on: {name: {path, fingerprint}}
 };
 
 // What read_training_state() returns.
@@ -40,6 +42,7 @@ struct TrainingState {
   std::optional<GradScalerState> scaler;  // present when the run used loss scaling
   std::vector<std::pair<std::string, at::Tensor>> rng;  // "cpu", "cuda:0", ...
   std::string recipe_yaml;
+  Json inputs;  // as CheckpointSources::inputs wrote it; null in checkpoints that predate it
 };
 
 class CheckpointManager {
@@ -52,17 +55,26 @@ class CheckpointManager {
   // checkpoints beyond keep_last and leftovers of interrupted writes. Returns its directory.
   std::filesystem::path write(std::int64_t step, const CheckpointSources& sources);
 
-  // The newest checkpoint whose manifest verifies (sizes and checksums). Every newer one that
-  // does not is described in `skipped` ("<dir>: <problem>").
+  // The newest checkpoint whose manifest verifies (sizes and checksums, a training state
+  // listed). Every newer one that does not is described in `skipped` ("<dir>: <problem>").
   std::optional<std::filesystem::path> latest(std::vector<std::string>* skipped) const;
 
-  // Removes checkpoints beyond keep_last and leftovers of interrupted writes (also done after
-  // every write; a run killed between its last write and this cleanup is tidied on resume).
+  // Removes verified checkpoints beyond the newest keep_last, and leftovers of interrupted
+  // writes (also done after every write; a run killed between its last write and this cleanup
+  // is tidied on resume). A checkpoint that does not verify is never counted (nor deleted: it
+  // is left for inspection), and a protected one is never deleted.
   void apply_retention() const;
 
+  // The checkpoint this run resumed from: kept whatever keep_last says.
+  void protect(const std::filesystem::path& checkpoint);
+
  private:
+  bool verified(const std::filesystem::path& dir) const;
+
   std::filesystem::path root_;
   std::int64_t keep_last_;
+  std::filesystem::path protected_;
+  mutable std::set<std::filesystem::path> verified_;  // verified once per process (or written by it)
 };
 
 // Reads trainer_state.json, optimizer.safetensors, rng.safetensors and recipe.yaml of a

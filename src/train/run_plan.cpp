@@ -50,6 +50,7 @@ data::DataOptions data_options(const Recipe& r, const fs::path& tokenizer_dir) {
   d.chat_format = data::parse_chat_format(r.get_string("data.chat_format"));
   d.instruct_template = data::parse_instruct_template(r.get_string("data.instruct_template"));
   d.train_on_input = r.get_bool("data.train_on_input");
+  d.parse_special_in_content = r.get_bool("data.parse_special_in_content");
   d.max_seq_len = r.get_int("data.max_seq_len");
   d.packing = r.get_bool("data.packing");
   d.shuffle = r.get_bool("data.shuffle");
@@ -85,6 +86,11 @@ RunPlan plan_run(Recipe recipe) {
   for_key(r, "data.max_seq_len", [&] {
     model::check_sequence_length(p.model_config, r.get_int("data.max_seq_len"), (p.model_dir / "config.json").string());
   });
+  if (r.get_int("data.max_seq_len") > p.model_config.max_position_embeddings) {
+    spdlog::warn("{}: `data.max_seq_len` {} is past the model's max_position_embeddings {}: positions beyond it were "
+                 "never trained, and the model's own config says not to use them",
+                 r.origin("data.max_seq_len"), r.get_int("data.max_seq_len"), p.model_config.max_position_embeddings);
+  }
 
   // Tokenizer, and whether its ids fit the embedding.
   p.tokenizer_dir = r.is_null("tokenizer.path") ? p.model_dir : fs::path(r.get_string("tokenizer.path"));
@@ -145,6 +151,9 @@ RunPlan plan_run(Recipe recipe) {
 
   // Data: parsed, rendered, tokenized now, so a broken line stops the run before training.
   p.data = data_options(r, p.tokenizer_dir);
+  p.inputs = {{"model.path", p.model_dir}, {"tokenizer.path", p.tokenizer_dir}, {"data.train", p.data.train}};
+  if (!p.data.eval.empty()) p.inputs.emplace_back("data.eval", p.data.eval);
+  if (auto init = r.get_optional_string("peft.init_from")) p.inputs.emplace_back("peft.init_from", *init);
   // Data errors name their own key or file:line; they only need the recipe in front.
   try {
     p.datasets = data::load_datasets(p.data, *p.tokenizer);

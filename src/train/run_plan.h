@@ -14,6 +14,7 @@
 #include "core/recipe.h"
 #include "data/dataset.h"
 #include "data/options.h"
+#include "io/run_dir.h"
 #include "model/config.h"
 #include "model/recompute.h"
 #include "peft/model_spec.h"
@@ -39,6 +40,9 @@ struct CheckpointPolicy {
 struct RunPlan {
   Recipe recipe;  // the resolved recipe, read only by plan_run (run_plan*.cpp)
   std::filesystem::path output_dir, model_dir, tokenizer_dir;
+  // What the run reads, by recipe key: model.path, tokenizer.path, data.train, data.eval (when
+  // set), peft.init_from (when set). Nothing may write over them; checkpoints record them.
+  io::NamedPaths inputs;
   model::ModelConfig model_config;
   std::shared_ptr<const Method> method;       // full fine-tuning or LoRA
   at::ScalarType model_dtype = at::kFloat;    // storage dtype of the loaded weights
@@ -80,10 +84,13 @@ LedgerInputs ledger_inputs(const RunPlan& plan, std::int64_t runtime_bytes);
 
 // Whether the run a checkpoint was written by (its resolved recipe, `saved_yaml`, read from
 // `where`) is this plan's run: throws ConfigError naming the first key that changes what is
-// computed (model, tokenizer, data, LoRA, batch geometry, optimizer, schedule shape; saved vs
-// now); returns one note per harmless change (logging, evaluation and checkpoint cadence, a
-// longer max_steps). In run_plan_resume.cpp.
+// computed (model, tokenizer, data, LoRA, batch geometry, optimizer, the schedule, including
+// its length when it decays; saved vs now); returns one note per harmless change (logging,
+// evaluation and checkpoint cadence, a longer run on a constant schedule). With
+// `inputs_by_identity` the input paths (RunPlan::inputs) are not compared as text: the caller
+// compares what they hold (train/session.cpp). In run_plan_resume.cpp.
 std::vector<std::string> check_resume_compatible(const RunPlan& plan, const std::string& saved_yaml,
-                                                 const std::string& where, std::int64_t checkpoint_step);
+                                                 const std::string& where, std::int64_t checkpoint_step,
+                                                 bool inputs_by_identity);
 
 }  // namespace ctune::train

@@ -1,5 +1,6 @@
 // check_resume_compatible (run_plan.h): which recipe changes keep a resumed run the same run.
 // Here, beside plan_run, because it compares recipes key by key through the schema.
+#include <algorithm>
 #include <set>
 
 #include "core/error.h"
@@ -9,7 +10,7 @@
 namespace ctune::train {
 
 std::vector<std::string> check_resume_compatible(const RunPlan& plan, const std::string& saved_yaml,
-                                                 const std::string& where, std::int64_t step) {
+                                                 const std::string& where, std::int64_t step, bool inputs_by_identity) {
   const Recipe saved = Recipe::parse(saved_yaml, where);
   const Recipe& now = plan.recipe;
   // Keys that change how a run is observed or how long it goes on, not what it computes.
@@ -17,11 +18,22 @@ std::vector<std::string> check_resume_compatible(const RunPlan& plan, const std:
       "output_dir",         "threads",           "logging.every_n_steps", "training.eval_every",
       "training.eval_batches", "checkpoint.every_n_steps", "checkpoint.keep_last", "data.eval",
       "training.max_steps", "training.epochs", "training.max_nonfinite_steps"};
+  // A schedule that decays over the run's length: a new length would bend the curve the
+  // checkpoint's steps were taken on.
+  const bool length_shapes_schedule = now.get_string("scheduler.name") != "constant";
   std::vector<std::string> notes;
   for (const auto& spec : recipe_schema()) {
     const std::string& before = saved.value_text(spec.key);
     const std::string& after = now.value_text(spec.key);
     if (before == after) continue;
+    const bool input = std::any_of(plan.inputs.begin(), plan.inputs.end(), [&](const auto& in) { return in.first == spec.key; });
+    if (inputs_by_identity && (input || spec.key == "tokenizer.path")) continue;
+    if ((spec.key == "training.max_steps" || spec.key == "training.epochs") && length_shapes_schedule) {
+      throw ConfigError(now.origin(spec.key) + ": `" + spec.key + "` differs from the checkpoint's recipe (checkpoint: " + before +
+                        ", now: " + after + "); the " + now.get_string("scheduler.name") +
+                        " schedule decays over the run's length, so the resumed steps would follow another learning-rate "
+                        "curve (to train longer, start a new run from the result, or use scheduler.name: constant)");
+    }
     if (!harmless.count(spec.key)) {
       throw ConfigError(now.origin(spec.key) + ": `" + spec.key + "` differs from the checkpoint's recipe (checkpoint: " +
                         before + ", now: " + after + "); a resumed run must compute the same thing (start a new run instead)");

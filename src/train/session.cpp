@@ -7,8 +7,10 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/stop_signal.h"
 #include "io/file.h"
 #include "io/manifest.h"
+#include "io/run_dir.h"
 #include "train/batches.h"
 #include "train/metrics.h"
 
@@ -50,8 +52,62 @@ void report_memory(const Ledger& ledger, MetricsLog& metrics, std::int64_t start
 
 Session::Session(RunPlan plan, SessionOptions options) : plan_(std::move(plan)), options_(std::move(options)) {
   if (options_.resume && options_.overwrite) throw ConfigError("--resume and --overwrite exclude each other");
-  if (options_.resume && !fs::exists(plan_.output_dir)) {
-    throw ConfigError("--resume: output_dir " + plan_.output_dir.string() + " does not exist");
+  check_run_dir();
+}
+
+// Where results may go, in every mode: see session.h.
+void Session::check_run_dir() const {
+  const fs::path& dir = plan_.output_dir;
+  io::refuse_unsafe_output(dir, "output_dir", plan_.inputs);
+  std::error_code ec;
+  const bool exists = fs::exists(dir, ec);
+  bool empty = true;  // nothing but our own lock file
+  for (const auto& e : fs::directory_iterator(dir, ec)) empty = empty && e.path().filename() == ".ctune.lock";
+  if (exists && !fs::is_directory(dir, ec)) throw ConfigError("output_dir " + dir.string() + ": exists and is not a directory");
+  if (options_.resume) {
+    if (!exists) throw ConfigError("--resume: output_dir " + dir.string() + " does not exist");
+    if (!io::is_run_dir(dir)) throw ConfigError("--resume: output_dir " + dir.string() + " is not a ctune run directory (no " + io::kRunMarker + ")");
+  } else if (!empty) {
+    if (!options_.overwrite) {
+      throw ConfigError("output_dir " + dir.string() +
+                        " already holds files (pass --resume to continue that run, --overwrite to replace it)");
+    }
+    if (!io::is_run_dir(dir)) {
+      throw ConfigError("output_dir " + dir.string() + " is not empty and is not a ctune run directory (no " + io::kRunMarker +
+                        "); --overwrite only replaces an earlier run");
+    }
+  }
+}
+
+// What this run reads, as checkpoints record it: absolute path and content fingerprint.
+Json Session::input_identities() const {
+  Json out = Json::object();
+  for (const auto& [name, path] : plan_.inputs) {
+    out[name] = {{"path", fs::absolute(path).lexically_normal().string()}, {"fingerprint", io::input_fingerprint(path)}};
+  }
+  return out;
+}
+
+// A checkpoint continues only the run that read the same inputs: same content (fingerprint),
+// and the same paths unless the user says the files moved.
+void Session::check_inputs(const Json& recorded, const Json& now, const fs::path& checkpoint) const {
+  for (auto it = recorded.begin(); it != recorded.end(); ++it) {
+    const std::string& name = it.key();
+    const std::string then_path = it->value("path", ""), then_print = it->value("fingerprint", "");
+    if (!now.contains(name)) {
+      throw ConfigError("--resume: the checkpoint " + checkpoint.string() + " was trained with " + name + " " + then_path +
+                        ", which this recipe does not set");
+    }
+    const std::string now_path = now[name]["path"], now_print = now[name]["fingerprint"];
+    if (now_print != then_print) {
+      throw ConfigError("--resume: " + name + " " + now_path + " holds other content than the checkpoint was trained on (" +
+                        then_path + ", fingerprint " + then_print + "; now " + now_print + "); start a new run instead");
+    }
+    if (now_path != then_path && !options_.inputs_moved) {
+      throw ConfigError("--resume: " + name + " is " + now_path + " but the checkpoint was trained on " + then_path +
+                        " (same content); pass --inputs-moved if the files were moved");
+    }
+    if (now_path != then_path) spdlog::info("note: {} moved from {} to {} (same content)", name, then_path, now_path);
   }
 }
 
@@ -68,24 +124,19 @@ std::optional<fs::path> Session::find_resume_point() const {
   return latest;
 }
 
-// A run directory is fresh, explicitly replaced, or the run being resumed (cut back to the
-// checkpoint): mixing two runs' metrics is never right.
+// The run directory, locked: fresh, explicitly replaced (an earlier run's files removed), or the
+// run being resumed (cut back to the checkpoint). Mixing two runs' metrics is never right.
 void Session::prepare_run_dir(std::int64_t resumed_step) {
   const fs::path& dir = plan_.output_dir;
   std::error_code ec;
   if (options_.resume) {
     truncate_metrics(dir, resumed_step);
-  } else if (fs::exists(dir, ec) && !fs::is_empty(dir, ec)) {
-    if (!options_.overwrite) {
-      throw ConfigError("output_dir " + dir.string() +
-                        " already holds files (pass --resume to continue that run, --overwrite to replace it)");
-    }
+  } else {
     for (const char* name : {"metrics.jsonl", "train.log", "recipe.yaml", "adapter", "model", "checkpoints"}) {
       fs::remove_all(dir / name, ec);
     }
   }
-  fs::create_directories(dir, ec);
-  if (ec) throw IoError(dir.string() + ": cannot create directory (" + ec.message() + ")");
+  io::mark_run_dir(dir);
 }
 
 TrainResult Session::run() {
@@ -97,16 +148,30 @@ TrainResult Session::run() {
   at::globalContext().setFlushDenormal(true);
   if (plan.exact_allocator) use_exact_allocator();
   at::manual_seed(plan.seed);
+  install_stop_handlers();
 
-  // 2. Where the run stands: a checkpoint to resume from (after every check), and the run
-  //    directory to match.
+  // 2. The run directory, locked for this process; where the run stands: a checkpoint to resume
+  //    from (after every check), and the directory to match.
+  std::error_code ec;
+  fs::create_directories(plan.output_dir, ec);
+  if (ec) throw IoError(plan.output_dir.string() + ": cannot create directory (" + ec.message() + ")");
+  const io::DirLock lock(plan.output_dir, "output_dir");
+  check_run_dir();  // again, now that no other writer can change the directory
+  const Json inputs = input_identities();
   std::optional<fs::path> resume_dir;
   std::optional<TrainingState> resumed;
   if (options_.resume) {
     resume_dir = find_resume_point();
     if (resume_dir) {
       resumed = read_training_state(*resume_dir);
-      const auto notes = check_resume_compatible(plan, resumed->recipe_yaml, (*resume_dir / "recipe.yaml").string(), resumed->step);
+      const bool identities = resumed->inputs.is_object();
+      if (identities) {
+        check_inputs(resumed->inputs, inputs, *resume_dir);
+      } else {
+        spdlog::warn("{} records no input identities (an older checkpoint): only the recipe is compared", resume_dir->string());
+      }
+      const auto notes = check_resume_compatible(plan, resumed->recipe_yaml, (*resume_dir / "recipe.yaml").string(),
+                                                 resumed->step, identities);
       for (const auto& note : notes) spdlog::info("note: {}", note);
     }
   }
@@ -147,9 +212,10 @@ TrainResult Session::run() {
 
   // 6. Train, checkpointing on cadence and at the end.
   CheckpointManager checkpoints(plan.output_dir, plan.checkpoint.keep_last);
+  if (resume_dir) checkpoints.protect(*resume_dir);
   checkpoints.apply_retention();
   const WeightFiles files{plan.model_dir, plan.tokenizer_dir, plan.checkpoint.shard_bytes};
-  CheckpointSources sources{lm, plan.method.get(), files, optimizer.get(), &sampler, plan.recipe_yaml(), &scaler};
+  CheckpointSources sources{lm, plan.method.get(), files, optimizer.get(), &sampler, plan.recipe_yaml(), &scaler, inputs};
   const auto every = plan.checkpoint.every_n_steps;
   std::int64_t last_checkpoint = resumed ? resumed->step : -1;
   MetricsLog metrics(plan.output_dir);
@@ -161,10 +227,27 @@ TrainResult Session::run() {
       last_checkpoint = step;
     }
   };
+  trainer.on_stop = [&](std::int64_t step, int signal) {
+    // Stopped by a signal after `step`: save it, so --resume continues exactly here.
+    if (last_checkpoint != step) checkpoints.write(step, sources);
+    last_checkpoint = step;
+    const std::string line = signal_name(signal) + " after step " + std::to_string(step) + " of " +
+                             std::to_string(plan.trainer.max_steps) + ": checkpoint " +
+                             CheckpointManager::dir_for(plan.output_dir, step).string() + " written; continue with --resume";
+    spdlog::warn("stopped by {}", line);
+    throw StoppedError(signal, line);
+  };
   const auto start_bytes = resident_bytes();
   reset_peak_resident();  // the measured peak is training's, not loading's
   const auto result = trainer.run();
   report_memory(ledger, metrics, start_bytes);
+  const std::int64_t steps_run = result.steps - plan.trainer.first_step;
+  if (steps_run > 0 && result.skipped_steps == steps_run) {
+    // Nothing was learned (every step overflowed or was NaN): an untrained result is no result.
+    throw Error("all " + std::to_string(steps_run) + " steps were skipped (non-finite loss or gradients" +
+                std::string(plan.loss_scaling.enabled ? ", fp16 overflow at every loss scale" : "") +
+                "); no result is written (lower optimizer.lr, use precision: bf16, or check the data)");
+  }
   if (last_checkpoint != plan.trainer.max_steps) checkpoints.write(plan.trainer.max_steps, sources);
 
   // 7. The result, in the ecosystem's layouts: output_dir/model or output_dir/adapter.

@@ -1,11 +1,14 @@
 // A training run from its plan to its artefacts, behind one object: `ctune train` parses its
 // arguments and calls Session(plan, options).run().
 //
-// The session owns the order of things: the run directory (fresh, replaced with --overwrite, or
-// continued with --resume), the checkpoint to resume from (found and verified, its recipe
-// checked against this one), the model and optimizer (from that checkpoint's weights when
+// The session owns the order of things: the run directory (never "/", the home directory, a
+// directory holding the run's inputs or a non-empty directory that is not a ctune run; locked
+// against a second writer; fresh, replaced with --overwrite, or continued with --resume), the
+// checkpoint to resume from (found and verified; its recipe and the identity of its inputs
+// checked against this run), the model and optimizer (from that checkpoint's weights when
 // resuming), the data, the restored state (step, optimizer, loss scale, data cursor, RNG), the
-// training loop with step checkpoints, and the result in the method's layout.
+// training loop with step checkpoints, and the result in the method's layout. SIGTERM and
+// SIGINT end the run after the current step with a checkpoint (core/stop_signal.h).
 //
 // Sharding will add ranks here: each rank restores and writes its own part of the state, one
 // rank prepares the run directory and writes a checkpoint's manifest after all parts are down
@@ -24,6 +27,7 @@ struct SessionOptions {
   bool overwrite = false;              // replace the results of an earlier run in output_dir
   bool resume = false;                 // continue the run in output_dir
   std::filesystem::path resume_from;   // that checkpoint; empty: the newest complete one
+  bool inputs_moved = false;           // resume although input paths changed (same content)
 };
 
 class Session {
@@ -35,7 +39,10 @@ class Session {
   TrainResult run();
 
  private:
+  void check_run_dir() const;
   std::optional<std::filesystem::path> find_resume_point() const;
+  Json input_identities() const;
+  void check_inputs(const Json& recorded, const Json& now, const std::filesystem::path& checkpoint) const;
   void prepare_run_dir(std::int64_t resumed_step);
 
   RunPlan plan_;

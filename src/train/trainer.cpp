@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/kill_point.h"
 #include "core/log.h"
+#include "core/stop_signal.h"
 
 namespace ctune::train {
 
@@ -50,6 +51,7 @@ TrainResult Trainer::run() {
   GradScaler no_scaling(GradScalerOptions{});
   GradScaler& scaler = this->scaler ? *this->scaler : no_scaling;
   std::int64_t nonfinite_in_a_row = 0;
+  stop_if_requested(options_.first_step, /*nothing_new=*/true);
 
   for (std::int64_t step = options_.first_step; step < options_.max_steps; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
@@ -128,10 +130,20 @@ TrainResult Trainer::run() {
       if (last) result.final_eval_loss = eval.loss;
     }
     if (on_step_end) on_step_end(m.step);
+
+    // 6. A stop request (SIGTERM/SIGINT) ends the run here, this step complete and saved.
+    if (m.step < options_.max_steps) stop_if_requested(m.step, /*nothing_new=*/false);
   }
   progress.finish();
   result.seconds = seconds_since(start);
   return result;
+}
+
+void Trainer::stop_if_requested(std::int64_t step, bool nothing_new) {
+  const int signal = stop_requested();
+  if (signal == 0) return;
+  if (on_stop && !nothing_new) on_stop(step, signal);  // saves the step and throws
+  throw StoppedError(signal, signal_name(signal) + " before the first step of this run: nothing new to save");
 }
 
 EvalLoss Trainer::evaluate() { return evaluate_loss(model_, eval_, options_.chunked_loss); }

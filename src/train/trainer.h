@@ -58,10 +58,15 @@ class Trainer {
 
   // Called after every optimizer step with the step number (1-based): checkpoints hook here.
   std::function<void(std::int64_t step)> on_step_end;
+  // Called when SIGTERM/SIGINT asked the run to stop (core/stop_signal.h), after the last
+  // complete step (`step`, 0 when none was taken yet): saves it and throws StoppedError.
+  std::function<void(std::int64_t step, int signal)> on_stop;
   // fp16 loss scaling; null: none (gradients are still checked for inf/NaN).
   GradScaler* scaler = nullptr;
 
  private:
+  void stop_if_requested(std::int64_t step, bool nothing_new);
+
   model::CausalLM model_;
   Optimizer& optimizer_;
   BatchSource& train_;

@@ -6,6 +6,8 @@
 // differs from the whole string.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -49,8 +51,30 @@ struct Counts {
   std::int64_t straddles = 0;
 };
 
+// The default (data.parse_special_in_content: false): special-token strings inside the data's
+// text stay text. Whatever the text holds, the only special ids are the format's own pieces, and
+// the ids decode to the same text as Hugging Face's tokenization of it.
+void check_content_stays_text(const std::string& label, const tok::Tokenizer& tok, const Rendered& r) {
+  const auto ids = ExampleBuilder(tok, false, 0).build(r).example.ids;
+  std::size_t format_specials = 0;
+  for (const auto& p : r.pieces()) format_specials += p.special;
+  std::set<std::int32_t> special_ids;
+  for (const auto& p : r.pieces())
+    if (p.special) special_ids.insert(*tok.token_to_id(p.text));
+  for (const char* t : {"<|eot_id|>", "<|im_end|>", "<|im_start|>", "<|start_header_id|>", "<|end_header_id|>", "<s>", "</s>"})
+    if (auto id = tok.token_to_id(t)) special_ids.insert(*id);
+  std::size_t found = 0;
+  for (auto id : ids) found += special_ids.count(id);
+  EXPECT_EQ(found, format_specials) << label << ": a special token was made from the data's text";
+  // The same text either way: only how it is cut into tokens differs.
+  if (tok.lossless()) EXPECT_EQ(tok.decode(ids), tok.decode(ExampleBuilder(tok, false, 0, true).build(r).example.ids)) << label;
+}
+
 void check(const std::string& label, const tok::Tokenizer& tok, const Rendered& r, Counts& c) {
-  const ExampleBuilder builder(tok, false, 0);
+  check_content_stays_text(label, tok, r);
+  // Hugging Face's behaviour (data.parse_special_in_content: true) against the whole string
+  // through Hugging Face's rules (special strings map to their ids).
+  const ExampleBuilder builder(tok, false, 0, /*parse_special_in_content=*/true);
   const std::string text = r.str();
   const auto whole = tok.encode(text, false);
   const BuildResult b = builder.build(r);
@@ -65,7 +89,7 @@ void check(const std::string& label, const tok::Tokenizer& tok, const Rendered& 
   // With every token trained there is no boundary at all; the ids cannot change.
   Rendered all = r;
   all.train_all();
-  EXPECT_EQ(ExampleBuilder(tok, true, 0).build(all).example.ids, whole) << label;
+  EXPECT_EQ(ExampleBuilder(tok, true, 0, true).build(all).example.ids, whole) << label;
 }
 
 void report(const std::string& what, const Counts& c) {

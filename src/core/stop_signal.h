@@ -1,0 +1,35 @@
+// SIGTERM and SIGINT as requests to stop, for long runs: schedulers preempt jobs with SIGTERM
+// (then SIGKILL after a grace period) and Ctrl-C sends SIGINT. After install_stop_handlers(), the
+// first such signal only sets a flag that the training loop reads between steps: it finishes the
+// step, writes a checkpoint and ends the run with StoppedError (exit status 128 + signal, as the
+// shell reports a killed process: 143 for SIGTERM, 130 for SIGINT). A second signal ends the
+// process at once with that status; an atomic checkpoint being written is then simply absent.
+#pragma once
+
+#include <string>
+
+#include "core/error.h"
+
+namespace ctune {
+
+// The run stopped on request after saving its work; status() is the process's exit status.
+class StoppedError : public Error {
+ public:
+  StoppedError(int signal, const std::string& what) : Error(what), signal_(signal) {}
+  const char* kind() const noexcept override { return "stopped"; }
+  int status() const noexcept { return 128 + signal_; }
+
+ private:
+  int signal_;
+};
+
+// Installs the handlers for SIGTERM and SIGINT (idempotent).
+void install_stop_handlers();
+
+// The signal that asked the process to stop (SIGTERM or SIGINT), or 0.
+int stop_requested();
+
+// "SIGTERM", "SIGINT", or "signal N".
+std::string signal_name(int signal);
+
+}  // namespace ctune

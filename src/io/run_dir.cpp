@@ -1,0 +1,108 @@
+#include "io/run_dir.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/error.h"
+#include "io/file.h"
+
+namespace ctune::io {
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path resolved(const fs::path& p) {
+  std::error_code ec;
+  fs::path r = fs::weakly_canonical(fs::absolute(p, ec), ec);
+  return ec ? fs::absolute(p).lexically_normal() : r;
+}
+
+bool process_alive(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
+
+}  // namespace
+
+bool holds(const fs::path& dir, const fs::path& path) {
+  const fs::path d = resolved(dir), p = resolved(path);
+  auto di = d.begin(), pi = p.begin();
+  for (; di != d.end(); ++di, ++pi) {
+    if (di->empty()) continue;  // a trailing separator
+    if (pi == p.end() || *di != *pi) return false;
+  }
+  return true;
+}
+
+void refuse_unsafe_output(const fs::path& out, const std::string& what, const NamedPaths& inputs) {
+  const fs::path r = resolved(out);
+  if (r == r.root_path()) throw ConfigError(what + " " + out.string() + ": refusing to write into the root directory");
+  if (const char* home = std::getenv("HOME"); home && *home && r == resolved(home)) {
+    throw ConfigError(what + " " + out.string() + ": refusing to write into the home directory (name a directory for the results)");
+  }
+  for (const auto& [name, path] : inputs) {
+    if (!path.empty() && holds(out, path)) {
+      throw ConfigError(what + " " + out.string() + ": holds this command's input " + name + " (" + path.string() +
+                        "); writing or replacing results there could destroy it (choose another directory)");
+    }
+  }
+}
+
+bool is_run_dir(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::exists(dir / kRunMarker, ec)) return true;
+  return fs::exists(dir / "recipe.yaml", ec) && (fs::exists(dir / "metrics.jsonl", ec) || fs::exists(dir / "checkpoints", ec));
+}
+
+void mark_run_dir(const fs::path& dir) { write_file_atomic(dir / kRunMarker, "{\"format\": \"ctune-run-1\"}\n"); }
+
+DirLock::DirLock(const fs::path& dir, const std::string& what) {
+  const fs::path path = dir / ".ctune.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw IoError(path.string() + ": cannot open lock file (" + std::strerror(errno) + ")");
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {0};
+    const auto n = ::pread(fd_, buf, sizeof(buf) - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    if (err == EWOULDBLOCK) {
+      const long pid = n > 0 ? std::strtol(buf, nullptr, 10) : 0;
+      throw ConfigError(what + " " + dir.string() + " is in use by another ctune process" +
+                        (pid > 0 ? " (pid " + std::to_string(pid) + ")" : std::string()) +
+                        "; wait for it to finish or choose another directory");
+    }
+    throw IoError(path.string() + ": cannot lock (" + std::strerror(err) + ")");
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    // The lock holds regardless; only the pid in messages to other writers is missing.
+  }
+}
+
+DirLock::~DirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+void remove_stale_siblings(const fs::path& target) {
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string base = target.filename().string();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(parent, ec)) {
+    const std::string name = entry.path().filename().string();
+    for (const char* tag : {".partial-", ".old-", ".unchecked-"}) {
+      const std::string prefix = base + tag;
+      if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+      char* end = nullptr;
+      const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+      if (end == nullptr || *end != '\0' || process_alive(pid)) continue;
+      std::error_code rm;
+      fs::remove_all(entry.path(), rm);
+    }
+  }
+}
+
+}  // namespace ctune::io

@@ -1,0 +1,48 @@
+// Guards for the directories and files commands write: never "/" or the home directory, never a
+// directory that holds the command's own inputs, never a non-empty directory that is not a ctune
+// run; one writer per run directory at a time; and leftovers of killed writes removed.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace ctune::io {
+
+// A named input of a command ("model.path", "--base", ...) and its path.
+using NamedPaths = std::vector<std::pair<std::string, std::filesystem::path>>;
+
+// Whether `dir` is `path` or one of its ancestors, after resolving ".", ".." and symbolic links.
+bool holds(const std::filesystem::path& dir, const std::filesystem::path& path);
+
+// Throws ConfigError naming `what` (e.g. "output_dir") when `out` is "/", the home directory, or
+// a directory that holds one of `inputs` (writing or replacing there could destroy them).
+void refuse_unsafe_output(const std::filesystem::path& out, const std::string& what, const NamedPaths& inputs);
+
+// The file that marks a directory as a ctune run (written when the run starts), and the test for
+// it: the marker, or an older run's recipe.yaml beside its metrics.jsonl or checkpoints/.
+inline constexpr const char* kRunMarker = ".ctune-run";
+bool is_run_dir(const std::filesystem::path& dir);
+void mark_run_dir(const std::filesystem::path& dir);
+
+// An exclusive lock on a directory for the life of the object: flock() on <dir>/.ctune.lock,
+// which holds the owner's pid. The kernel releases it when the process ends, however it ends,
+// so the lock of a killed run is simply free again. A second writer gets ConfigError naming the
+// holder's pid.
+class DirLock {
+ public:
+  DirLock(const std::filesystem::path& dir, const std::string& what);
+  ~DirLock();
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// Removes what killed writes of `target` left beside it: "<target>.partial-<pid>" (StagingDir),
+// "<target>.old-<pid>" and "<target>.unchecked-<pid>" (export), for pids no longer running.
+void remove_stale_siblings(const std::filesystem::path& target);
+
+}  // namespace ctune::io
