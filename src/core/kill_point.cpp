@@ -33,11 +33,14 @@ std::vector<std::pair<std::string, int>> parse_targets(const char* text) {
 }  // namespace
 
 void kill_point(const char* what, std::int64_t step, const char* where) {
-  static const auto targets = parse_targets(std::getenv("CTUNE_KILL_AT"));
+  static auto targets = parse_targets(std::getenv("CTUNE_KILL_AT"));
   if (targets.empty()) return;
   const std::string here = std::string(what) + ":" + std::to_string(step) + ":" + where;
-  for (const auto& [point, signal] : targets)
-    if (point == here) std::raise(signal);
+  for (auto& [point, signal] : targets) {
+    if (point != here) continue;
+    point.clear();  // each point fires once (a step passes "mid" once per micro-batch)
+    std::raise(signal);
+  }
 }
 
 }  // namespace ctune

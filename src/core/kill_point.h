@@ -2,7 +2,8 @@
 // names "<what>:<step>:<where>" (e.g. "step:8:mid", "checkpoint:6:state"), the process sends
 // itself SIGKILL on reaching that point: a real, uncatchable death at a chosen moment, so the
 // tests can prove that resume survives it. "<point>=TERM" or "=INT" sends that signal instead
-// (a scheduler's preemption, a Ctrl-C), and several points may be listed, separated by commas.
+// (a scheduler's preemption, a Ctrl-C), and several points may be listed, separated by commas;
+// each fires the first time it is reached.
 // Without the variable this costs one check of an empty list.
 #pragma once
 

@@ -276,7 +276,7 @@ Recipe Recipe::parse(const std::string& yaml, const std::string& source, const s
     });
   }
   for (const auto& item : overrides) {
-    const std::string where = "override `" + item + "`";
+    const std::string where = "override `" + (item.size() > 80 ? item.substr(0, 77) + "..." : item) + "`";
     auto eq = item.find('=');
     if (eq == std::string::npos || eq == 0) throw ConfigError(where + ": expected key.sub=value");
     const std::string key = item.substr(0, eq);

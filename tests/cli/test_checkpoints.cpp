@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "core/json.h"
+#include "io/run_dir.h"
 #include "model/weights.h"
 #include "run_ctune.h"
 
@@ -75,6 +76,14 @@ std::vector<std::string> losses(const fs::path& run) {
                                      : "step " + j["step"].dump() + " eval " + j["eval_loss"].dump());
   }
   return out;
+}
+
+// The last line a run printed on stderr (the one-line error of a failed run).
+std::string last_line(const std::string& err) {
+  std::string text = err;
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  const auto pos = text.rfind('\n');
+  return pos == std::string::npos ? text : text.substr(pos + 1);
 }
 
 ctune::testing::Run train_with_kill(const fs::path& recipe_path, const std::string& kill_at, bool resume,
@@ -169,6 +178,18 @@ TEST_F(Checkpoints, Fp16LossScalingRecoversFromOverflowAndResumesExactly) {
   EXPECT_LT(eval_losses.back(), eval_losses.front()) << "training went on after the overflow";
 }
 
+// An fp16 run whose every step overflowed learned nothing: it fails (status 1, one last line)
+// instead of writing an untrained adapter as its result.
+TEST_F(Checkpoints, RunWithEveryStepSkippedFails) {
+  const fs::path recipe_path = kDir / "all-skipped.yaml";
+  write(recipe_path, recipe("lora") + "precision: fp16\nloss_scaling: {init_scale: 16777216.0}\n");
+  const fs::path run = kDir / "all-skipped";
+  auto r = train_with_kill(recipe_path, "", false, {"output_dir=" + run.string(), "training.max_steps=3"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(last_line(r.err).find("all 3 steps were skipped"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(run / "adapter"));
+}
+
 // A model with a NaN in its final norm makes every loss non-finite: each such step is skipped
 // (no update, recorded in metrics.jsonl) and the run stops with one clear line after
 // training.max_nonfinite_steps of them in a row.
@@ -188,9 +209,9 @@ TEST_F(Checkpoints, NonFiniteLossesAreSkippedThenStopTheRun) {
                             "tokenizer.path=" + (kDir / "model").string(), "training.max_nonfinite_steps=3"});
   // Training had started, so stderr holds the run's log; the error is its last line.
   EXPECT_EQ(r.status, 1);
-  const auto last_line = r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1);
-  EXPECT_EQ(last_line.rfind("ctune: ", 0), 0u) << last_line;
-  EXPECT_NE(last_line.find("non-finite in 3 steps in a row (training.max_nonfinite_steps)"), std::string::npos) << last_line;
+  const auto last = last_line(r.err);
+  EXPECT_EQ(last.rfind("ctune: ", 0), 0u) << last;
+  EXPECT_NE(last.find("non-finite in 3 steps in a row (training.max_nonfinite_steps)"), std::string::npos) << last;
   int skipped = 0;
   std::ifstream in(run / "metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
@@ -258,6 +279,168 @@ TEST_F(Checkpoints, IncompatibleRecipeChangesAreRefused) {
   // --resume PATH with a damaged checkpoint is refused outright.
   auto bad = ctune({"train", recipe_path.string(), "output_dir=" + run.string(), "--resume", (run / "nope").string()});
   expect_one_line_failure(bad, "not a usable checkpoint", "--resume PATH");
+}
+
+// ---- Nothing lost, nothing clobbered ----
+
+// SIGTERM (a scheduler's preemption) inside a step of a run that writes no periodic
+// checkpoints: the step finishes, a checkpoint is written, the run ends with status 143 and a
+// line naming the checkpoint (also the last line of train.log). SIGINT (Ctrl-C) likewise with
+// 130. A second signal ends the process at once (no checkpoint of that step). Each resumed, the
+// run ends with the uninterrupted run's trajectory, bit for bit.
+TEST_F(Checkpoints, SignalsSaveWorkAndResumeExactly) {
+  const fs::path recipe_path = kDir / "signals.yaml";
+  write(recipe_path, recipe("lora"));
+  const std::vector<std::string> no_periodic = {"checkpoint.every_n_steps=0"};
+  auto with = [&](const fs::path& run) {
+    auto v = no_periodic;
+    v.push_back("output_dir=" + run.string());
+    return v;
+  };
+  const fs::path reference = kDir / "signals-reference", run = kDir / "signals";
+  ASSERT_EQ(train_with_kill(recipe_path, "", false, with(reference)).status, 0);
+
+  auto term = train_with_kill(recipe_path, "step:5:mid=TERM", false, with(run));
+  EXPECT_EQ(term.status, 143) << term.err;
+  EXPECT_NE(last_line(term.err).find("ctune: stopped: SIGTERM after step 5 of 12: checkpoint"), std::string::npos) << term.err;
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / "step_00000005" / "MANIFEST.json"));
+  EXPECT_NE(last_line(ctune::testing::slurp(run / "train.log")).find("SIGTERM after step 5"), std::string::npos);
+
+  auto interrupt = train_with_kill(recipe_path, "step:9:after=INT", true, with(run));
+  EXPECT_EQ(interrupt.status, 130) << interrupt.err;
+  EXPECT_NE(interrupt.err.find("resumed from " + (run / "checkpoints" / "step_00000005").string()), std::string::npos);
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / "step_00000009" / "MANIFEST.json"));
+
+  auto twice = train_with_kill(recipe_path, "step:10:mid=TERM,step:10:after=TERM", true, with(run));
+  EXPECT_EQ(twice.status, 143) << twice.err;
+  EXPECT_FALSE(fs::exists(run / "checkpoints" / "step_00000010")) << "the second signal must not wait for a checkpoint";
+
+  auto last = train_with_kill(recipe_path, "", true, with(run));
+  ASSERT_EQ(last.status, 0) << last.err;
+  EXPECT_EQ(losses(run), losses(reference)) << "resumed after signals, the trajectory differs from the uninterrupted run";
+}
+
+// A second writer on a run directory whose lock is held (here by this test process) is refused
+// with the holder's pid, and the directory is left as it was.
+TEST_F(Checkpoints, SecondWriterIsRefused) {
+  const fs::path recipe_path = kDir / "lock.yaml";
+  write(recipe_path, recipe("lora"));
+  const fs::path run = kDir / "locked";
+  ASSERT_EQ(train_with_kill(recipe_path, "", false, {"output_dir=" + run.string(), "training.max_steps=3"}).status, 0);
+  const std::string metrics = ctune::testing::slurp(run / "metrics.jsonl");
+  {
+    const ctune::io::DirLock lock(run, "test");
+    for (const char* mode : {"--overwrite", "--resume"}) {
+      auto r = ctune({"train", recipe_path.string(), "output_dir=" + run.string(), "training.max_steps=3", mode});
+      expect_one_line_failure(r, "is in use by another ctune process (pid " + std::to_string(::getpid()) + ")", mode);
+    }
+  }
+  EXPECT_EQ(ctune::testing::slurp(run / "metrics.jsonl"), metrics);
+  // Released (as a killed holder's lock is, by the kernel): the run can be replaced again.
+  EXPECT_EQ(ctune({"train", recipe_path.string(), "output_dir=" + run.string(), "training.max_steps=3", "--overwrite"}).status, 0);
+}
+
+// output_dir is never "/", the home directory, a directory that holds the run's inputs, or a
+// non-empty directory that is not a ctune run, whatever the flags.
+TEST_F(Checkpoints, OutputDirNeverClobbersInputsOrStrangers) {
+  const fs::path recipe_path = kDir / "outdir.yaml";
+  write(recipe_path, recipe("lora"));
+  auto train = [&](const std::string& out, const std::string& flag) {
+    std::vector<std::string> args = {"train", recipe_path.string(), "output_dir=" + out};
+    if (!flag.empty()) args.push_back(flag);
+    return ctune(args);
+  };
+  expect_one_line_failure(train("/", "--overwrite"), "refusing to write into the root directory", "/");
+  const fs::path home = kDir / "home";
+  fs::create_directories(home);
+  const char* saved_home = std::getenv("HOME");
+  ::setenv("HOME", home.c_str(), 1);
+  auto in_home = train(home.string(), "");
+  if (saved_home) ::setenv("HOME", saved_home, 1);
+  expect_one_line_failure(in_home, "refusing to write into the home directory", "home");
+  for (const char* flag : {"", "--overwrite", "--resume"}) {
+    expect_one_line_failure(train(kDir.string(), flag), "holds this command's input model.path", std::string("inputs ") + flag);
+  }
+  const fs::path stranger = kDir / "stranger";
+  write(stranger / "notes.txt", "precious");
+  expect_one_line_failure(train(stranger.string(), "--overwrite"), "is not a ctune run directory", "stranger --overwrite");
+  expect_one_line_failure(train(stranger.string(), "--resume"), "is not a ctune run directory", "stranger --resume");
+  EXPECT_EQ(ctune::testing::slurp(stranger / "notes.txt"), "precious");
+  EXPECT_FALSE(fs::exists(stranger / ".ctune.lock"));
+}
+
+// Resume onto something else: another base of the same shape is refused (its content differs);
+// the same files at another path need --inputs-moved; a cosine schedule's length cannot change;
+// `--resume key=value` is an override.
+TEST_F(Checkpoints, ResumeChecksWhatTheCheckpointWasTrainedOn) {
+  const fs::path recipe_path = kDir / "identity.yaml";
+  write(recipe_path, recipe("lora"));
+  fs::remove_all(kDir / "model-a");
+  fs::copy(kDir / "model", kDir / "model-a", fs::copy_options::recursive);
+  const fs::path run = kDir / "identity";
+  ASSERT_EQ(train_with_kill(recipe_path, "step:4:after", false, {"output_dir=" + run.string(), "model.path=" + (kDir / "model-a").string()}).status,
+            128 + 9);
+  ASSERT_EQ(ctune({"init", "--config", (kDir / "config.json").string(), "--out", (kDir / "model-b").string(), "--tokenizer", "byte",
+                   "--seed", "77"})
+                .status,
+            0);
+  auto other = train_with_kill(recipe_path, "", true, {"output_dir=" + run.string(), "model.path=" + (kDir / "model-b").string()});
+  expect_one_line_failure(other, "holds other content than the checkpoint was trained on", "another base");
+  fs::remove_all(kDir / "model-c");
+  fs::copy(kDir / "model-a", kDir / "model-c", fs::copy_options::recursive);
+  const std::string moved = "model.path=" + (kDir / "model-c").string();
+  expect_one_line_failure(train_with_kill(recipe_path, "", true, {"output_dir=" + run.string(), moved}),
+                          "pass --inputs-moved if the files were moved", "moved");
+  auto longer = train_with_kill(recipe_path, "", true, {"output_dir=" + run.string(), moved, "--inputs-moved", "training.max_steps=20"});
+  EXPECT_EQ(longer.status, 1);
+  EXPECT_NE(last_line(longer.err).find("the cosine schedule decays over the run's length"), std::string::npos) << longer.err;
+  auto accepted = ctune({"train", recipe_path.string(), "output_dir=" + run.string(), moved, "--inputs-moved", "--resume",
+                         "training.eval_every=3"});
+  ASSERT_EQ(accepted.status, 0) << accepted.err;
+  EXPECT_NE(accepted.err.find("note: model.path moved from"), std::string::npos) << accepted.err;
+  EXPECT_NE(accepted.err.find("note: `training.eval_every` changed from 4 to 3"), std::string::npos) << accepted.err;
+}
+
+// Retention counts only checkpoints that verify and never deletes the one resumed from: with a
+// damaged newest checkpoint and keep_last 1, the good one survives, and resume uses it.
+TEST_F(Checkpoints, RetentionKeepsTheGoodCheckpoint) {
+  const fs::path recipe_path = kDir / "retention.yaml";
+  write(recipe_path, recipe("lora"));
+  const fs::path run = kDir / "retention";
+  const std::vector<std::string> keep_one = {"output_dir=" + run.string(), "checkpoint.keep_last=1"};
+  ASSERT_EQ(train_with_kill(recipe_path, "checkpoint:9:renamed", false, keep_one).status, 128 + 9);  // 6 and 9 on disk
+  fs::resize_file(run / "checkpoints" / "step_00000009" / "optimizer.safetensors", 100);
+  auto r = train_with_kill(recipe_path, "step:8:mid", true, keep_one);
+  EXPECT_EQ(r.status, 128 + 9) << r.err;
+  EXPECT_NE(r.err.find("resumed from " + (run / "checkpoints" / "step_00000006").string()), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / "step_00000006" / "MANIFEST.json")) << "retention deleted the good checkpoint";
+  auto done = train_with_kill(recipe_path, "", true, keep_one);
+  ASSERT_EQ(done.status, 0) << done.err;
+  EXPECT_NE(done.err.find("resumed from " + (run / "checkpoints" / "step_00000006").string()), std::string::npos) << done.err;
+}
+
+// merge never writes into or over its inputs or a directory that holds no model; a stale
+// staging directory of a killed merge is removed; export replaces only an earlier GGUF file.
+TEST_F(Checkpoints, MergeAndExportNeverOverwriteInputs) {
+  const fs::path recipe_path = kDir / "merge-safety.yaml";
+  write(recipe_path, recipe("lora"));
+  const fs::path run = kDir / "merge-safety-run";
+  ASSERT_EQ(train_with_kill(recipe_path, "", false, {"output_dir=" + run.string(), "training.max_steps=3"}).status, 0);
+  const std::string base = (kDir / "model").string(), adapter = (run / "adapter").string();
+  auto merge = [&](const fs::path& out) {
+    return ctune({"merge", "--base", base, "--adapter", adapter, "--out", out.string(), "--overwrite"});
+  };
+  expect_one_line_failure(merge(kDir / "model"), "holds this command's input --base", "out = base");
+  expect_one_line_failure(merge(run), "holds this command's input --adapter", "out holds the adapter");
+  write(kDir / "not-a-model" / "notes.txt", "precious");
+  expect_one_line_failure(merge(kDir / "not-a-model"), "holds no model (config.json)", "stranger");
+  const fs::path out = kDir / "merged-safe";
+  fs::create_directories(out.string() + ".partial-999999999");  // a killed merge's leftover (no such pid)
+  ASSERT_EQ(merge(out).status, 0);
+  EXPECT_FALSE(fs::exists(out.string() + ".partial-999999999"));
+  EXPECT_TRUE(fs::exists(out / "tokenizer.json"));
+  expect_one_line_failure(ctune({"export", "--model", base, "--out", (kDir / "model" / "model.safetensors").string(), "--overwrite"}),
+                          "is not a GGUF file", "export over an input");
 }
 
 TEST_F(Checkpoints, MergeWritesAModelThatPassesItsSelfCheck) {

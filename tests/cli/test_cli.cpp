@@ -54,6 +54,18 @@ TEST(Cli, InitInfoScoreOnARandomModel) {
   EXPECT_EQ(j["parameters"], 320 * 64 + 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64) + 64);
   EXPECT_EQ(j["dtypes"]["BF16"]["bytes"], 2 * j["parameters"].get<std::int64_t>());
 
+  // Special-token strings in text: their ids by default (as Hugging Face), text with
+  // --special-as-text (as training data is tokenized by default).
+  auto ids = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"tokenize", "--tokenizer", dir.string(), "--text", "a</s>b", "--json", "--no-special"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto r = ctune(args);
+    EXPECT_EQ(r.status, 0) << r.err;
+    return Json::parse(r.out).get<std::vector<int>>();
+  };
+  EXPECT_EQ(ids({}).size(), 3u);                       // "a", </s>, "b"
+  EXPECT_EQ(ids({"--special-as-text"}).size(), 6u);    // a < / s > b, byte by byte
+
   // --json prints exactly {"nll": [T-1], "argmax": [T]} and nothing else on stdout.
   auto score = ctune({"score", "--model", dir.string(), "--text", "Hello, ctune!", "--json"});
   ASSERT_EQ(score.status, 0) << score.err;

@@ -163,6 +163,17 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
       {"nf4_blocksize_not_pow2", base, {"memory.quantize_base=nf4", "memory.nf4_blocksize=96"}, "power of two"},
       {"backoff_not_below_one", base, {"loss_scaling.backoff_factor=1.5"}, "`loss_scaling.backoff_factor`"},
       {"bad_int8_kernel", base, {"memory.int8_kernel=amx"}, "`memory.int8_kernel` expected one of dequantize, int8_gemm"},
+      // Nesting and size attacks: refused before the YAML parser (which recurses) sees them.
+      {"yaml_flow_nested_2e5", base + "seed: " + std::string(200000, '[') + std::string(200000, ']') + "\n", {},
+       "flow collections nested deeper than 64 levels"},
+      {"yaml_block_nested", base + "seed:\n" + [] {
+         std::string s;
+         for (int i = 0; i < 100; ++i) s += "- ";
+         return s + "1\n";
+       }(), {}, "block sequences nested deeper than 64 levels"},
+      {"recipe_too_large", base + "# " + std::string(2 << 20, 'x') + "\n", {}, "more than a recipe may have"},
+      // (an argument is at most 128 KiB on Linux)
+      {"override_nested_1e5", base, {"seed=" + std::string(100000, '[')}, "flow collections nested deeper than 64 levels"},
   };
   ASSERT_GE(cases.size(), 25u);
   for (const auto& c : cases) {

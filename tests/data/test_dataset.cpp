@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "data/records.h"
 #include "test_support.h"
 
 namespace ctune::data::test {
@@ -139,6 +140,26 @@ TEST_F(DatasetTest, SkipCountsMalformedRecords) {
   file("train.jsonl", R"({"messages": [{"role": "assistant", "content": "a"}]})" "\n"
                       R"({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]})");
   EXPECT_EQ(load().train_stats.skipped, 1);
+}
+
+// Size and nesting attacks in a dataset: a record nested a million deep and a line past
+// kMaxRecordBytes are each one malformed record (named file:line), skipped with on_error: skip
+// without stopping the load, and the too-long line is not read whole.
+TEST_F(DatasetTest, DeepAndHugeRecordsAreMalformedRecords) {
+  const std::string deep = "{\"instruction\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}";
+  const std::string huge = R"({"instruction": ")" + std::string(kMaxRecordBytes + 10, 'x') + R"(", "output": "y"})";
+  options_.train = file("attack.jsonl", instruct_line(0) + "\n" + deep + "\n" + huge + "\n" + instruct_line(3) + "\n");
+  const std::string path = (dir_ / "attack.jsonl").string();
+  const std::string first = error<FormatError>();
+  EXPECT_NE(first.find(path + ":2: JSON nested deeper than"), std::string::npos) << first;
+  options_.on_error = OnError::skip;
+  const Datasets ds = load();
+  EXPECT_EQ(ds.train_stats.skipped, 2);
+  EXPECT_EQ(ds.train->size(), 2u);
+  options_.on_error = OnError::error;
+  options_.train = file("huge.jsonl", instruct_line(0) + "\n" + huge + "\n");
+  const std::string second = error<FormatError>();
+  EXPECT_NE(second.find((dir_ / "huge.jsonl").string() + ":2: a record longer than"), std::string::npos) << second;
 }
 
 TEST_F(DatasetTest, EmptyDatasetsAreConfigErrors) {

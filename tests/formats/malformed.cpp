@@ -101,6 +101,12 @@ std::vector<MalformedCase> write_malformed_cases(const fs::path& root) {
        {shard, image(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 20)}});
   add("no_weights", Expect::Io, "no model.safetensors", "no_weights", {});
 
+  // Nesting attacks: a million levels would overflow the stack of any recursive reader.
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  add("header_nested_1e6", Expect::Format, "nested deeper than", st,
+      {{st, image("{\"a\":" + deep + "}", 0)}});
+  add("index_nested_1e6", Expect::Format, "nested deeper than", idx, {{idx, "{\"weight_map\":" + deep + "}"}});
+
   // config.json
   auto config_case = [&](const std::string& name, Expect kind, const std::string& part, const std::string& json) {
     add(name, kind, part, "config.json", {{"config.json", json}, {st, good}}, false);
@@ -123,6 +129,14 @@ std::vector<MalformedCase> write_malformed_cases(const fs::path& root) {
   config_case("config_llama3_rope_incomplete", Expect::Config, "requires low_freq_factor",
               R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"rope_scaling":{"rope_type":"llama3","factor":8.0}})");
   add("config_missing", Expect::Io, "cannot open", "config.json", {{st, good}}, false);
+  config_case("config_nested_1e6", Expect::Format, "nested deeper than",
+              R"({"model_type":"llama","rope_scaling":)" + deep + "}");
+  config_case("config_absurd_size", Expect::Config, "past any real model",
+              R"({"model_type":"llama","vocab_size":16,"hidden_size":1099511627776,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2})");
+  config_case("config_absurd_product", Expect::Config, "billion parameters",
+              R"({"model_type":"llama","vocab_size":262144,"hidden_size":16777216,"intermediate_size":16777216,"num_hidden_layers":4096,"num_attention_heads":2})");
+  config_case("config_max_positions_zero", Expect::Config, "\"max_position_embeddings\" must be positive, found 0",
+              R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"max_position_embeddings":0})");
   return cases;
 }
 

@@ -97,6 +97,17 @@ TEST(Malformed, MutatedFilesNeverCrash) {
   EXPECT_GT(loaded, 0u);
 }
 
+// Nested a million deep (in a component, in added_tokens, at the top): refused before parsing,
+// never a stack overflow.
+TEST(Malformed, DeepNestingIsRefused) {
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  expect_error<FormatError>([&] { load_text("n1", "{\"normalizer\": " + deep + "}"); }, "nested deeper than 128 levels");
+  expect_error<FormatError>([&] { load_text("n2", "{\"added_tokens\": " + deep + "}"); }, "nested deeper than");
+  expect_error<FormatError>([&] { load_text("n3", deep); }, "nested deeper than");
+  // Brackets inside strings are text, not nesting.
+  expect_error<FormatError>([&] { load_text("n4", "{\"x\": \"" + std::string(1000, '[') + "\", \"model\": 3}"); }, "model");
+}
+
 TEST(Malformed, WrongTypes) {
   Json root = small_tokenizer();
   root["model"]["vocab"]["a"] = "zero";
