@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "io/file.h"
 
@@ -132,9 +133,9 @@ void truncate_metrics(const std::filesystem::path& dir, std::int64_t step) {
     if (line.empty()) continue;
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error&) {
-      break;  // a line cut short by the kill: nothing after it can be trusted
+      j = parse_json(line, path.string());
+    } catch (const FormatError&) {
+      break;  // a line cut short by the kill (or tampered with): nothing after it can be trusted
     }
     if (!j.contains("step") || j["step"].get<std::int64_t>() > step) continue;
     kept += line + "\n";
