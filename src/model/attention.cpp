@@ -13,14 +13,10 @@ namespace ctune::model {
 
 AttentionImpl::AttentionImpl(const ModelConfig& c, at::ScalarType dtype)
     : num_heads(c.num_attention_heads), num_kv_heads(c.num_key_value_heads), head_dim(c.head_dim) {
-  auto linear = [&](const char* name) {
-    const auto p = c.projection(name);
-    return register_module(name, Linear(p.in, p.out, p.bias, dtype));
-  };
-  q_proj = linear("q_proj");
-  k_proj = linear("k_proj");
-  v_proj = linear("v_proj");
-  o_proj = linear("o_proj");
+  q_proj = register_module("q_proj", projection_linear(c, "q_proj", dtype));
+  k_proj = register_module("k_proj", projection_linear(c, "k_proj", dtype));
+  v_proj = register_module("v_proj", projection_linear(c, "v_proj", dtype));
+  o_proj = register_module("o_proj", projection_linear(c, "o_proj", dtype));
 }
 
 namespace {

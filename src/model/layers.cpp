@@ -37,4 +37,9 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
   return weight * x32.to(x.scalar_type());
 }
 
+Linear projection_linear(const ModelConfig& config, const std::string& name, at::ScalarType dtype) {
+  const auto p = config.projection(name);
+  return Linear(p.in, p.out, p.bias, dtype);
+}
+
 }  // namespace ctune::model

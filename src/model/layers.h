@@ -7,6 +7,9 @@
 #include <torch/nn/pimpl.h>
 
 #include <memory>
+#include <string>
+
+#include "model/config.h"
 
 namespace ctune::quant {
 struct QuantizedWeight;
@@ -33,12 +36,15 @@ class LinearImpl : public torch::nn::Module {
   std::int64_t in_features, out_features;
   at::Tensor weight, bias;
   std::shared_ptr<LinearAdapter> adapter;  // null: a plain linear layer
-  // Mixed precision (precision.h): the matmul's dtype; Undefined runs in the weight's dtype.
+  // Mixed precision (ops/compute.h): the matmul's dtype; Undefined runs in the weight's dtype.
   at::ScalarType compute_dtype = at::ScalarType::Undefined;
   // A frozen base stored quantised (model/quantize.h); `weight` is then empty.
   std::shared_ptr<const quant::QuantizedWeight> quantized;
 };
 TORCH_MODULE(Linear);
+
+// The decoder projection called `name` (q_proj ... down_proj) with the shape `config` gives it.
+Linear projection_linear(const ModelConfig& config, const std::string& name, at::ScalarType dtype);
 
 // weight: [num_embeddings, dim].
 class EmbeddingImpl : public torch::nn::Module {

@@ -9,13 +9,9 @@
 namespace ctune::model {
 
 MLPImpl::MLPImpl(const ModelConfig& c, at::ScalarType dtype) {
-  auto linear = [&](const char* name) {
-    const auto p = c.projection(name);
-    return register_module(name, Linear(p.in, p.out, p.bias, dtype));
-  };
-  gate_proj = linear("gate_proj");
-  up_proj = linear("up_proj");
-  down_proj = linear("down_proj");
+  gate_proj = register_module("gate_proj", projection_linear(c, "gate_proj", dtype));
+  up_proj = register_module("up_proj", projection_linear(c, "up_proj", dtype));
+  down_proj = register_module("down_proj", projection_linear(c, "down_proj", dtype));
 }
 
 at::Tensor MLPImpl::forward(const at::Tensor& x) {

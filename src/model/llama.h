@@ -86,7 +86,7 @@ class CausalLMImpl : public torch::nn::Module {
   KVCache new_cache() const;
   // Which layers recompute activations in backward (memory.activation_checkpointing).
   void set_recompute(const RecomputePolicy& policy);
-  // Runs every matmul (adapters and the head included) in `dtype` (precision.h); Undefined:
+  // Runs every matmul (adapters and the head included) in `dtype` (ops/compute.h); Undefined:
   // in each weight's own dtype. Weights keep their storage dtype.
   void set_compute_dtype(at::ScalarType dtype);
   at::ScalarType compute_dtype() const { return compute_dtype_; }

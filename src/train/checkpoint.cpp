@@ -137,9 +137,11 @@ void CheckpointManager::protect(const fs::path& checkpoint) {
   protected_ = fs::weakly_canonical(checkpoint, ec);
 }
 
+std::string verify_checkpoint(const fs::path& dir) { return io::verify_manifest(dir, {kStateFile}); }
+
 bool CheckpointManager::verified(const fs::path& dir) const {
   if (verified_.count(dir)) return true;
-  if (!io::verify_manifest(dir, {kStateFile}).empty()) return false;
+  if (!verify_checkpoint(dir).empty()) return false;
   verified_.insert(dir);
   return true;
 }
@@ -153,7 +155,7 @@ std::optional<fs::path> CheckpointManager::latest(std::vector<std::string>* skip
   }
   std::sort(candidates.begin(), candidates.end(), std::greater<>());
   for (const auto& [step, dir] : candidates) {
-    std::string problem = io::verify_manifest(dir, {kStateFile});
+    std::string problem = verify_checkpoint(dir);
     if (problem.empty()) {
       verified_.insert(dir);
       return dir;
@@ -185,7 +187,17 @@ TrainingState read_training_state(const fs::path& checkpoint) {
   s.optimizer = read_tensors(checkpoint / kOptimizerFile);
   s.rng = read_tensors(checkpoint / kRngFile);
   s.recipe_yaml = io::read_text_file(checkpoint / kRecipeFile);
-  if (state.contains("inputs")) s.inputs = state["inputs"];
+  if (state.contains("inputs")) {
+    s.inputs = state["inputs"];
+    if (!s.inputs.is_object()) throw FormatError(state_path.string() + ": \"inputs\" must be an object");
+    for (const auto& item : s.inputs.items()) {
+      const Json& v = item.value();
+      if (!v.is_object() || !v.contains("path") || !v["path"].is_string() || !v.contains("fingerprint") ||
+          !v["fingerprint"].is_string()) {
+        throw FormatError(state_path.string() + ": \"inputs\"." + item.key() + " must be {\"path\": string, \"fingerprint\": string}");
+      }
+    }
+  }
   return s;
 }
 

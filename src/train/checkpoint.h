@@ -77,6 +77,10 @@ class CheckpointManager {
   mutable std::set<std::filesystem::path> verified_;  // verified once per process (or written by it)
 };
 
+// "" when `dir` is a complete, intact checkpoint (its manifest verifies and lists the training
+// state); otherwise what is wrong, naming the file.
+std::string verify_checkpoint(const std::filesystem::path& dir);
+
 // Reads trainer_state.json, optimizer.safetensors, rng.safetensors and recipe.yaml of a
 // checkpoint. Throws FormatError naming the file.
 TrainingState read_training_state(const std::filesystem::path& checkpoint);
