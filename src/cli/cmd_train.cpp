@@ -5,10 +5,15 @@
 // layout, model/), with recipe.yaml (resolved), metrics.jsonl, train.log and checkpoints/. With
 // --resume it continues from the newest complete checkpoint (or the one given) exactly where
 // that run stood.
+//
+// Several ranks: `--nproc N` starts N ranks on this machine (dist/launcher.h); a process started
+// by torchrun or srun is one rank of the world its environment describes (dist/world.h).
 #include <filesystem>
 
 #include "cli/commands.h"
 #include "core/recipe.h"
+#include "dist/comm.h"
+#include "dist/launcher.h"
 #include "train/session.h"
 
 namespace ctune::cli {
@@ -19,7 +24,12 @@ struct TrainOptions {
   std::string recipe;
   std::vector<std::string> overrides;
   train::SessionOptions session;
+  int nproc = 0;  // 0: as the environment says (one process unless launched as a rank)
 };
+
+// How long the launcher lets the other ranks exit by themselves after one failed (they notice
+// within seconds: a dead peer closes its connections).
+constexpr std::chrono::seconds kLauncherGrace{5};
 
 int run_train(TrainOptions o) {
   // `--resume key=value` is an override after a bare --resume, not a checkpoint path.
@@ -29,7 +39,19 @@ int run_train(TrainOptions o) {
     o.overrides.push_back(from);
     o.session.resume_from.clear();
   }
-  train::Session(train::plan_run(Recipe::load(o.recipe, o.overrides)), o.session).run();
+  const dist::World world = dist::world_from_env();
+  if (o.nproc > 1 && !world.from_environment) {
+    (void)Recipe::load(o.recipe, o.overrides);  // a bad recipe fails once, here, not once per rank
+    return dist::launch_local(o.nproc, kLauncherGrace);
+  }
+  if (o.nproc > 0 && o.nproc != world.size) {
+    throw ConfigError("--nproc " + std::to_string(o.nproc) + " disagrees with the world of " + std::to_string(world.size) +
+                      " ranks that " + world.source + " describe");
+  }
+  // Join the other ranks before planning, so that a rank whose planning fails tells them at once.
+  Recipe recipe = Recipe::load(o.recipe, o.overrides);
+  dist::Comm comm(world, std::chrono::seconds(recipe.get_int("distributed.timeout_s")));
+  train::Session(train::plan_run(std::move(recipe), world), o.session, comm).run();
   return 0;
 }
 
@@ -50,6 +72,9 @@ CLI::App* add_train_command(CLI::App& app, Action& run) {
   cmd->add_flag("--inputs-moved", opts->session.inputs_moved,
                 "With --resume: accept inputs (model, tokenizer, data) found at other paths than the checkpoint recorded, "
                 "when their content is the same");
+  cmd->add_option("--nproc", opts->nproc,
+                  "Train with N ranks on this machine (data parallel over Gloo); under torchrun or srun, leave it out")
+      ->check(CLI::Range(1, 1024));
   cmd->callback([opts, resume_from, cmd, &run] {
     opts->session.resume = cmd->count("--resume") > 0;
     opts->session.resume_from = *resume_from;

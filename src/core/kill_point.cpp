@@ -1,6 +1,7 @@
 #include "core/kill_point.h"
 
 #include <csignal>
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -21,8 +22,13 @@ std::vector<std::pair<std::string, int>> parse_targets(const char* text) {
     int signal = SIGKILL;
     if (const auto eq = item.find('='); eq != std::string::npos) {
       const std::string name = item.substr(eq + 1);
-      signal = name == "TERM" ? SIGTERM : name == "INT" ? SIGINT : SIGKILL;
+      signal = name == "TERM" ? SIGTERM : name == "INT" ? SIGINT : name == "STOP" ? SIGSTOP : SIGKILL;
       item.resize(eq);
+    }
+    if (const auto at = item.find('@'); at != std::string::npos) {
+      const char* rank = std::getenv("RANK");
+      if (item.substr(at + 1) != (rank ? rank : "0")) item.clear();  // another rank's point
+      item.resize(std::min(at, item.size()));
     }
     if (!item.empty()) out.emplace_back(item, signal);
     start = end + 1;

@@ -116,6 +116,10 @@ std::vector<KeySpec> build_schema() {
       {"distributed.strategy", T::String, "no_shard", "Sharding of parameters, gradients, optimizer state",
        {"no_shard", "shard_grad_op", "full_shard", "hybrid_shard"}},
       {"distributed.cpu_offload", T::Bool, "false", "Keep parameters and optimizer state on the CPU"},
+      {"distributed.backend", T::String, "auto", "Collectives between ranks: gloo (CPU), nccl (CUDA); auto picks by device",
+       {"auto", "gloo", "nccl"}},
+      {"distributed.timeout_s", T::Int, "120", "A rank that dies or stops answering fails the run within this many seconds",
+       {}, 1, 86400},
 
       {"logging.every_n_steps", T::Int, "1", "Log a progress line every N steps", {}, 1, 1e12},
   };

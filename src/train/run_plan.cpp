@@ -36,6 +36,17 @@ void refuse_unimplemented(const Recipe& r) {
   if (r.get_bool("distributed.cpu_offload")) r.fail("distributed.cpu_offload", "CPU offload is not yet implemented in this build");
 }
 
+DistributedPlan distributed_plan(const Recipe& r) {
+  DistributedPlan d;
+  d.strategy = r.get_string("distributed.strategy");
+  d.timeout_s = r.get_int("distributed.timeout_s");
+  const std::string backend = r.get_string("distributed.backend");
+  // This build runs on the CPU: Gloo is the backend for CPU tensors.
+  if (backend == "nccl") r.fail("distributed.backend", "nccl needs a CUDA build of LibTorch; this build is CPU-only (use gloo or auto)");
+  d.backend = "gloo";
+  return d;
+}
+
 data::DataOptions data_options(const Recipe& r, const fs::path& tokenizer_dir) {
   data::DataOptions d;
   d.train = r.get_string("data.train");
@@ -64,12 +75,16 @@ data::DataOptions data_options(const Recipe& r, const fs::path& tokenizer_dir) {
 
 }  // namespace
 
-RunPlan plan_run(Recipe recipe) {
+RunPlan plan_run(Recipe recipe, const dist::World& world) {
   RunPlan p;
   p.recipe = std::move(recipe);
+  p.world = world;
   const Recipe& r = p.recipe;
   refuse_unimplemented(r);
   p.threads = parse_thread_count(r.get_string("threads"), "threads");
+  // Ranks on one machine share its cores: "auto" gives each its share, so they do not contend.
+  const std::string threads_value = r.get_string("threads");
+  if ((threads_value == "auto" || threads_value == "0") && world.local_size > 1) p.threads = std::max(1, p.threads / world.local_size);
   p.seed = static_cast<std::uint64_t>(r.get_int("seed"));
   p.output_dir = r.get_string("output_dir");
 
@@ -173,7 +188,8 @@ RunPlan plan_run(Recipe recipe) {
 
   auto& t = p.trainer;
   t.grad_accum = r.get_int("training.grad_accum");
-  const auto batches = data::Sampler(p.datasets.train, data::sampler_options(p.data, *p.tokenizer)).batches_per_epoch();
+  p.distributed = distributed_plan(r);
+  const auto batches = data::Sampler(p.datasets.train, p.sampler_options()).batches_per_epoch();
   p.steps_per_epoch = std::max<std::int64_t>(1, (batches + t.grad_accum - 1) / t.grad_accum);
   const auto max_steps = r.get_optional_int("training.max_steps");
   const auto epochs = r.get_optional_int("training.epochs");
@@ -221,6 +237,12 @@ model::CausalLM build_model(const RunPlan& plan, const fs::path& checkpoint) {
 
 std::string RunPlan::recipe_yaml() const { return recipe.to_yaml(); }
 
+data::SamplerOptions RunPlan::sampler_options() const {
+  auto options = data::sampler_options(data, *tokenizer);
+  options.batch.batch_size = data.batch_size * world.size;
+  return options;
+}
+
 LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   LedgerInputs in;
   in.config = p.model_config;
@@ -259,6 +281,11 @@ std::string RunPlan::summary() const {
     << "\n";
   s << "steps        " << trainer.max_steps << " (" << steps_per_epoch << " per epoch, batch "
     << data.batch_size << " x accumulation " << trainer.grad_accum << (data.packing ? ", packed" : "") << ")\n";
+  if (world.distributed()) {
+    s << "ranks        " << world.size << " (" << world.nodes() << " node" << (world.nodes() > 1 ? "s" : "") << ", "
+      << distributed.strategy << " over " << distributed.backend << "; global batch " << data.batch_size * world.size << " x "
+      << trainer.grad_accum << " rows)\n";
+  }
   s << "precision    " << model::dtype_to_hf(compute_dtype) << " matmuls"
     << (compute_dtype != at::kFloat ? ", fp32 master weights" + std::string(loss_scaling.enabled ? ", dynamic loss scaling" : "")
                                     : std::string())

@@ -14,6 +14,8 @@
 #include "core/recipe.h"
 #include "data/dataset.h"
 #include "data/options.h"
+#include "data/sampler.h"
+#include "dist/world.h"
 #include "io/run_dir.h"
 #include "model/config.h"
 #include "model/recompute.h"
@@ -33,6 +35,14 @@ struct CheckpointPolicy {
   std::int64_t every_n_steps = 0;  // 0: only at the end
   std::int64_t keep_last = 1;
   std::uint64_t shard_bytes = 5'000'000'000;  // checkpoint.shard_size (full-model checkpoints)
+};
+
+// How the run spreads over ranks (distributed.*; the world itself comes from the launcher's
+// environment, dist/world.h).
+struct DistributedPlan {
+  std::string strategy = "no_shard";
+  std::string backend = "gloo";  // resolved from distributed.backend: auto
+  std::int64_t timeout_s = 120;
 };
 
 // Everything a run needs, resolved from the recipe by plan_run(). Nothing reads the recipe after
@@ -61,19 +71,25 @@ struct RunPlan {
   std::int64_t steps_per_epoch = 0;
   std::int64_t eval_batches = -1;  // -1: the whole eval split
   CheckpointPolicy checkpoint;
+  dist::World world;  // this process's rank and the world size (1: a single process)
+  DistributedPlan distributed;
 
   // The model the run trains (and `eval` evaluates): model.path in the planned dtypes, with the
   // method's adapter, the quantised base and recomputation; from `checkpoint`'s weights when
   // resuming.
   peft::ModelSpec model_spec(const std::filesystem::path& checkpoint = {}) const;
+  // The training sampler's options: each micro-batch is the global batch, data.batch_size rows
+  // per rank (train/data_parallel.h gives each rank its rows).
+  data::SamplerOptions sampler_options() const;
   // The resolved recipe as YAML (written to output_dir/recipe.yaml and into checkpoints).
   std::string recipe_yaml() const;
   // One line per fact, for logs and `ctune validate`.
   std::string summary() const;
 };
 
-// Throws ConfigError (naming the recipe file/override and key), IoError, FormatError.
-RunPlan plan_run(Recipe recipe);
+// Throws ConfigError (naming the recipe file/override and key), IoError, FormatError. `world`:
+// where this process stands in a multi-process run.
+RunPlan plan_run(Recipe recipe, const dist::World& world = {});
 
 // The model of plan.model_spec(checkpoint), built (nothing trains yet: Method::make_trainable).
 model::CausalLM build_model(const RunPlan& plan, const std::filesystem::path& checkpoint = {});

@@ -12,6 +12,7 @@
 #include "io/manifest.h"
 #include "io/run_dir.h"
 #include "train/batches.h"
+#include "train/data_parallel.h"
 #include "train/metrics.h"
 
 namespace ctune::train {
@@ -50,9 +51,10 @@ void report_memory(const Ledger& ledger, MetricsLog& metrics, std::int64_t start
 
 }  // namespace
 
-Session::Session(RunPlan plan, SessionOptions options) : plan_(std::move(plan)), options_(std::move(options)) {
+Session::Session(RunPlan plan, SessionOptions options, dist::Comm& comm)
+    : plan_(std::move(plan)), options_(std::move(options)), comm_(comm) {
   if (options_.resume && options_.overwrite) throw ConfigError("--resume and --overwrite exclude each other");
-  check_run_dir();
+  if (writer()) check_run_dir();
 }
 
 // Where results may go, in every mode: see session.h.
@@ -113,7 +115,7 @@ void Session::check_inputs(const Json& recorded, const Json& now, const fs::path
 
 std::optional<fs::path> Session::find_resume_point() const {
   if (!options_.resume_from.empty()) {
-    const std::string problem = io::verify_manifest(options_.resume_from);
+    const std::string problem = verify_checkpoint(options_.resume_from);
     if (!problem.empty()) throw ConfigError("--resume " + options_.resume_from.string() + ": not a usable checkpoint: " + problem);
     return options_.resume_from;
   }
@@ -152,11 +154,18 @@ TrainResult Session::run() {
 
   // 2. The run directory, locked for this process; where the run stands: a checkpoint to resume
   //    from (after every check), and the directory to match.
-  std::error_code ec;
-  fs::create_directories(plan.output_dir, ec);
-  if (ec) throw IoError(plan.output_dir.string() + ": cannot create directory (" + ec.message() + ")");
-  const io::DirLock lock(plan.output_dir, "output_dir");
-  check_run_dir();  // again, now that no other writer can change the directory
+  //    Rank 0 owns the directory; the other ranks only read checkpoints, and log warnings and
+  //    errors (their progress lines would repeat rank 0's).
+  std::optional<io::DirLock> lock;
+  if (writer()) {
+    std::error_code ec;
+    fs::create_directories(plan.output_dir, ec);
+    if (ec) throw IoError(plan.output_dir.string() + ": cannot create directory (" + ec.message() + ")");
+    lock.emplace(plan.output_dir, "output_dir");
+    check_run_dir();  // again, now that no other writer can change the directory
+  } else {
+    spdlog::set_level(std::max(spdlog::default_logger()->level(), spdlog::level::warn));
+  }
   const Json inputs = input_identities();
   std::optional<fs::path> resume_dir;
   std::optional<TrainingState> resumed;
@@ -175,10 +184,13 @@ TrainResult Session::run() {
       for (const auto& note : notes) spdlog::info("note: {}", note);
     }
   }
-  prepare_run_dir(resumed ? resumed->step : 0);
-  log_to_run_dir(plan.output_dir);
-  io::write_file_atomic(plan.output_dir / "recipe.yaml", plan.recipe_yaml());
-  log_lines(plan.summary());
+  if (writer()) {
+    prepare_run_dir(resumed ? resumed->step : 0);
+    log_to_run_dir(plan.output_dir);
+    io::write_file_atomic(plan.output_dir / "recipe.yaml", plan.recipe_yaml());
+    log_lines(plan.summary());
+  }
+  comm_.barrier("waiting for rank 0 to prepare output_dir");
 
   // 3. Model (from the checkpoint when resuming), what trains, optimizer; the memory it should take.
   const auto ledger = estimate_memory(ledger_inputs(plan, resident_bytes()));
@@ -193,11 +205,15 @@ TrainResult Session::run() {
   auto optimizer = make_optimizer(make_param_groups(trainable, plan.optimizer), plan.optimizer);
 
   // 4. Data.
-  data::Sampler sampler(plan.datasets.train, data::sampler_options(plan.data, *plan.tokenizer));
-  SamplerSource source(sampler);
+  //    The sampler yields global batches; each rank trains on its rows and evaluates its share
+  //    of the eval batches (a world of one: all of them).
+  data::Sampler sampler(plan.datasets.train, plan.sampler_options());
+  SamplerSource global(sampler);
+  RankRows source(global, comm_.rank(), comm_.size());
   spdlog::debug("resident {:.1f} MB with optimizer and data", static_cast<double>(resident_bytes()) / 1e6);
-  auto eval = all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
-                          plan.eval_batches);
+  auto eval = rank_share(all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
+                                     plan.eval_batches),
+                         comm_.rank(), comm_.size());
 
   // 5. Where the checkpoint left off: step, optimizer, loss scale, data cursor, RNG.
   GradScaler scaler(plan.loss_scaling);
@@ -211,25 +227,35 @@ TrainResult Session::run() {
   }
 
   // 6. Train, checkpointing on cadence and at the end.
+  //    Checkpoints and metrics are rank 0's; with replicated state its copy is every rank's.
   CheckpointManager checkpoints(plan.output_dir, plan.checkpoint.keep_last);
   if (resume_dir) checkpoints.protect(*resume_dir);
-  checkpoints.apply_retention();
+  if (writer()) checkpoints.apply_retention();
   const WeightFiles files{plan.model_dir, plan.tokenizer_dir, plan.checkpoint.shard_bytes};
   CheckpointSources sources{lm, plan.method.get(), files, optimizer.get(), &sampler, plan.recipe_yaml(), &scaler, inputs};
+  auto checkpoint = [&](std::int64_t step) {
+    if (writer()) checkpoints.write(step, sources);
+    comm_.barrier("waiting for rank 0 to write a checkpoint");
+  };
   const auto every = plan.checkpoint.every_n_steps;
   std::int64_t last_checkpoint = resumed ? resumed->step : -1;
-  MetricsLog metrics(plan.output_dir);
-  Trainer trainer(lm, *optimizer, source, std::move(eval), plan.trainer, &metrics);
+  std::optional<MetricsLog> metrics;
+  if (writer()) metrics.emplace(plan.output_dir);
+  Trainer trainer(lm, *optimizer, source, std::move(eval), plan.trainer, metrics ? &*metrics : nullptr);
   trainer.scaler = &scaler;
+  std::unique_ptr<StepSync> sync =
+      plan.world.distributed() ? std::make_unique<ReplicatedSync>(comm_) : std::make_unique<StepSync>();
+  trainer.step_sync = sync.get();
   trainer.on_step_end = [&](std::int64_t step) {
     if ((every > 0 && step % every == 0) || step == plan.trainer.max_steps) {
-      checkpoints.write(step, sources);
+      checkpoint(step);
       last_checkpoint = step;
     }
   };
   trainer.on_stop = [&](std::int64_t step, int signal) {
-    // Stopped by a signal after `step`: save it, so --resume continues exactly here.
-    if (last_checkpoint != step) checkpoints.write(step, sources);
+    // Stopped by a signal after `step` (every rank after the same one): save it, so --resume
+    // continues exactly here.
+    if (last_checkpoint != step) checkpoint(step);
     last_checkpoint = step;
     const std::string line = signal_name(signal) + " after step " + std::to_string(step) + " of " +
                              std::to_string(plan.trainer.max_steps) + ": checkpoint " +
@@ -240,7 +266,7 @@ TrainResult Session::run() {
   const auto start_bytes = resident_bytes();
   reset_peak_resident();  // the measured peak is training's, not loading's
   const auto result = trainer.run();
-  report_memory(ledger, metrics, start_bytes);
+  if (metrics) report_memory(ledger, *metrics, start_bytes);
   const std::int64_t steps_run = result.steps - plan.trainer.first_step;
   if (steps_run > 0 && result.skipped_steps == steps_run) {
     // Nothing was learned (every step overflowed or was NaN): an untrained result is no result.
@@ -248,10 +274,11 @@ TrainResult Session::run() {
                 std::string(plan.loss_scaling.enabled ? ", fp16 overflow at every loss scale" : "") +
                 "); no result is written (lower optimizer.lr, use precision: bf16, or check the data)");
   }
-  if (last_checkpoint != plan.trainer.max_steps) checkpoints.write(plan.trainer.max_steps, sources);
+  if (last_checkpoint != plan.trainer.max_steps) checkpoint(plan.trainer.max_steps);
 
   // 7. The result, in the ecosystem's layouts: output_dir/model or output_dir/adapter.
-  plan.method->write_result(lm, plan.output_dir, files);
+  if (writer()) plan.method->write_result(lm, plan.output_dir, files);
+  comm_.barrier("waiting for rank 0 to write the result");
   spdlog::info("{} written to {}", plan.method->result_name(), (plan.output_dir / plan.method->result_name()).string());
   if (result.skipped_steps > 0) spdlog::info("{} steps were skipped (non-finite loss or gradients)", result.skipped_steps);
   spdlog::info("done: {} steps in {:.1f} s, last loss {:.4f}{}", result.steps, result.seconds, result.last_loss,

@@ -10,14 +10,17 @@
 // training loop with step checkpoints, and the result in the method's layout. SIGTERM and
 // SIGINT end the run after the current step with a checkpoint (core/stop_signal.h).
 //
-// Sharding will add ranks here: each rank restores and writes its own part of the state, one
-// rank prepares the run directory and writes a checkpoint's manifest after all parts are down
-// (CheckpointManager::write keeps that order: weights, state, manifest last).
+// With several ranks (dist/comm.h) every rank builds the model, restores the checkpoint and
+// trains on its rows of each global batch (train/data_parallel.h); rank 0 alone owns the run
+// directory: it locks and prepares it, writes logs, metrics, checkpoints and the result, and
+// the others wait for it at a barrier after each of those writes. Sharded strategies will add
+// a per-rank part of each checkpoint, written before rank 0's manifest.
 #pragma once
 
 #include <filesystem>
 #include <optional>
 
+#include "dist/comm.h"
 #include "train/checkpoint.h"
 #include "train/run_plan.h"
 
@@ -32,8 +35,9 @@ struct SessionOptions {
 
 class Session {
  public:
-  // Checks the options against the run directory; nothing is written yet.
-  Session(RunPlan plan, SessionOptions options);
+  // Checks the options against the run directory (rank 0); nothing is written yet. `comm`
+  // joins the ranks of plan.world and outlives the session.
+  Session(RunPlan plan, SessionOptions options, dist::Comm& comm);
 
   // Trains to the plan's last step and writes the result; returns what the loop reports.
   TrainResult run();
@@ -45,8 +49,11 @@ class Session {
   void check_inputs(const Json& recorded, const Json& now, const std::filesystem::path& checkpoint) const;
   void prepare_run_dir(std::int64_t resumed_step);
 
+  bool writer() const { return comm_.rank() == 0; }
+
   RunPlan plan_;
   SessionOptions options_;
+  dist::Comm& comm_;
 };
 
 }  // namespace ctune::train

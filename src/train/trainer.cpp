@@ -58,30 +58,37 @@ TrainResult Trainer::run() {
 
     // 1. This step's micro-batches, fetched first so the loss can be normalised by the
     //    step's total target count before any backward pass.
+    //    With several ranks, the count is the whole global batch's (every rank's rows).
     std::vector<TensorBatch> micro;
-    std::int64_t targets = 0, input_tokens = 0;
+    std::vector<double> counts = {0, 0};  // targets, input tokens
     for (std::int64_t i = 0; i < options_.grad_accum; ++i) {
       micro.push_back(train_.next());
-      targets += micro.back().target_tokens;
-      input_tokens += micro.back().input_ids.numel();
+      counts[0] += static_cast<double>(micro.back().target_tokens);
+      counts[1] += static_cast<double>(micro.back().input_ids.numel());
     }
+    sync().sum(counts);
+    const auto targets = static_cast<std::int64_t>(counts[0]), input_tokens = static_cast<std::int64_t>(counts[1]);
 
     // 2. Forward and backward per micro-batch: sum of token losses / step targets (times the
     //    loss scale under fp16).
     const double loss_scale = scaler.scale();
     double loss_sum = 0;
     for (const auto& batch : micro) {
+      if (batch.input_ids.size(0) == 0) continue;  // a rank with no rows in a short last batch
       auto loss = next_token_loss_sum(model_, batch, options_.chunked_loss);
       loss_sum += loss.item<double>();
       if (targets > 0) scaler.scale_loss(loss / static_cast<double>(targets)).backward();
       log_memory(step + 1, "after backward");
       kill_point("step", step + 1, "mid");
     }
-    const double loss = targets > 0 ? loss_sum / static_cast<double>(targets) : 0.0;
+    std::vector<double> sums = {loss_sum};
+    sync().sum(sums);
+    const double loss = targets > 0 ? sums[0] / static_cast<double>(targets) : 0.0;
 
-    // 3. Unscale and check the gradients, clip, update at the scheduled learning rate, clear
+    // 3. Gradients summed over ranks (one process: as they are). Unscale and check them, clip, update at the scheduled learning rate, clear
     //    gradients. A step with a non-finite loss or gradient applies no update (fp16: the
     //    scale backs off); too many non-finite losses in a row stop the run.
+    sync().reduce_gradients(optimizer_.groups());
     const bool found_inf = scaler.unscale_and_check(optimizer_.groups());
     const bool skip = found_inf || !std::isfinite(loss);
     const double lr = learning_rate(options_.schedule, step);
@@ -116,7 +123,7 @@ TrainResult Trainer::run() {
                   " steps in a row (training.max_nonfinite_steps); lower optimizer.lr, use bf16 instead of fp16, or check the data");
     }
     kill_point("step", m.step, "after");
-    if (m.step % options_.log_every == 0 || m.step == options_.max_steps) progress.step(m);
+    if (metrics_ && (m.step % options_.log_every == 0 || m.step == options_.max_steps)) progress.step(m);
     result.last_loss = loss;
     result.steps = m.step;
 
@@ -125,8 +132,10 @@ TrainResult Trainer::run() {
     if (!eval_.empty() && (last || (options_.eval_every > 0 && m.step % options_.eval_every == 0))) {
       const EvalLoss eval = evaluate();
       EvalMetrics e{m.step, eval.loss, eval.tokens};
-      if (metrics_) metrics_->write(e);
-      progress.eval(e);
+      if (metrics_) {
+        metrics_->write(e);
+        progress.eval(e);
+      }
       if (last) result.final_eval_loss = eval.loss;
     }
     if (on_step_end) on_step_end(m.step);
@@ -134,18 +143,28 @@ TrainResult Trainer::run() {
     // 6. A stop request (SIGTERM/SIGINT) ends the run here, this step complete and saved.
     if (m.step < options_.max_steps) stop_if_requested(m.step, /*nothing_new=*/false);
   }
-  progress.finish();
+  if (metrics_) progress.finish();
   result.seconds = seconds_since(start);
   return result;
 }
 
 void Trainer::stop_if_requested(std::int64_t step, bool nothing_new) {
-  const int signal = stop_requested();
+  const int signal = sync().agree_on_stop(stop_requested());
   if (signal == 0) return;
   if (on_stop && !nothing_new) on_stop(step, signal);  // saves the step and throws
   throw StoppedError(signal, signal_name(signal) + " before the first step of this run: nothing new to save");
 }
 
-EvalLoss Trainer::evaluate() { return evaluate_loss(model_, eval_, options_.chunked_loss); }
+StepSync& Trainer::sync() {
+  static StepSync alone;
+  return step_sync ? *step_sync : alone;
+}
+
+EvalLoss Trainer::evaluate() {
+  const EvalLoss mine = evaluate_loss(model_, eval_, options_.chunked_loss);
+  std::vector<double> sums = {mine.loss * static_cast<double>(mine.tokens), static_cast<double>(mine.tokens)};
+  sync().sum(sums);
+  return {sums[1] > 0 ? sums[0] / sums[1] : 0.0, static_cast<std::int64_t>(sums[1])};
+}
 
 }  // namespace ctune::train

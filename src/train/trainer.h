@@ -27,6 +27,21 @@ class BatchSource {
   virtual TensorBatch next() = 0;
 };
 
+// How the ranks of a data-parallel run agree at each step (train/data_parallel.h). Each rank
+// trains on its rows of the global batch; these make the result what one process would compute
+// on the whole batch. The base class is a world of one process: nothing to agree on.
+class StepSync {
+ public:
+  virtual ~StepSync() = default;
+  // In place: each value summed over all ranks (target counts, loss sums, token counts).
+  virtual void sum(std::vector<double>& /*values*/) {}
+  // The gradients of the trainable parameters, summed over all ranks.
+  virtual void reduce_gradients(const std::vector<ParamGroup>& /*groups*/) {}
+  // The stop signal every rank acts on (the highest any rank received; 0: none), so all ranks
+  // stop after the same step.
+  virtual int agree_on_stop(int signal) { return signal; }
+};
+
 struct TrainerOptions {
   std::int64_t max_steps = 1;
   std::int64_t grad_accum = 1;
@@ -49,11 +64,13 @@ struct TrainResult {
 
 class Trainer {
  public:
+  // `metrics`: where step and eval records go, with a progress line on stderr; null on the
+  // ranks of a multi-process run that do not report (rank 0 does).
   Trainer(model::CausalLM model, Optimizer& optimizer, BatchSource& train, std::vector<TensorBatch> eval,
           TrainerOptions options, MetricsLog* metrics);
 
   TrainResult run();
-  // evaluate_loss over the eval batches.
+  // evaluate_loss over the eval batches (each rank's share, combined over ranks).
   EvalLoss evaluate();
 
   // Called after every optimizer step with the step number (1-based): checkpoints hook here.
@@ -63,9 +80,12 @@ class Trainer {
   std::function<void(std::int64_t step, int signal)> on_stop;
   // fp16 loss scaling; null: none (gradients are still checked for inf/NaN).
   GradScaler* scaler = nullptr;
+  // The other ranks of a data-parallel run; null: this process alone.
+  StepSync* step_sync = nullptr;
 
  private:
   void stop_if_requested(std::int64_t step, bool nothing_new);
+  StepSync& sync();
 
   model::CausalLM model_;
   Optimizer& optimizer_;

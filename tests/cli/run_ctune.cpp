@@ -47,6 +47,52 @@ Run ctune(const std::vector<std::string>& args) {
   return r;
 }
 
+std::vector<Run> ctune_together(const std::vector<std::vector<std::string>>& envs, const std::vector<std::string>& args) {
+  const fs::path dir = CTUNE_TEST_DATA_DIR;
+  const std::string tag = std::to_string(::getpid());
+  std::string cmd;
+  auto file = [&](std::size_t i, const char* what) { return dir / ("cli-" + std::string(what) + "-" + tag + "-" + std::to_string(i)); };
+  for (std::size_t i = 0; i < envs.size(); ++i) {
+    std::string one = "env";
+    for (const auto& e : envs[i]) one += " " + quote(e);
+    one += " " + quote(CTUNE_BINARY) + " --threads 1";
+    for (const auto& a : args) one += " " + quote(a);
+    one += " >" + quote(file(i, "stdout").string()) + " 2>" + quote(file(i, "stderr").string());
+    cmd += "(" + one + "; echo $? >" + quote(file(i, "status").string()) + ") & ";
+  }
+  cmd += "wait";
+  std::system(cmd.c_str());
+  std::vector<Run> runs(envs.size());
+  for (std::size_t i = 0; i < envs.size(); ++i) {
+    const std::string status = slurp(file(i, "status"));
+    runs[i].status = status.empty() ? -1 : std::stoi(status);
+    runs[i].out = slurp(file(i, "stdout"));
+    runs[i].err = slurp(file(i, "stderr"));
+    for (const char* what : {"stdout", "stderr", "status"}) fs::remove(file(i, what));
+  }
+  return runs;
+}
+
+bool write_tiny_model_and_data(const fs::path& dir, int train_records, int eval_records) {
+  auto write = [](const fs::path& path, const std::string& text) {
+    fs::create_directories(path.parent_path());
+    std::ofstream(path, std::ios::binary) << text;
+  };
+  write(dir / "config.json", R"({"model_type": "llama", "vocab_size": 320, "hidden_size": 32, "intermediate_size": 64,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": true,
+      "torch_dtype": "float32"})");
+  const auto init = ctune({"init", "--config", (dir / "config.json").string(), "--out", (dir / "model").string(), "--tokenizer", "byte"});
+  EXPECT_EQ(init.status, 0) << init.err;
+  std::string train, eval;
+  for (int i = 0; i < train_records; ++i)
+    train += R"({"instruction": "Add )" + std::to_string(i) + R"( and 3", "output": ")" + std::to_string(i + 3) + "\"}\n";
+  for (int i = 0; i < eval_records; ++i)
+    eval += R"({"instruction": "Add )" + std::to_string(i) + R"( and 5", "output": ")" + std::to_string(i + 5) + "\"}\n";
+  write(dir / "train.jsonl", train);
+  write(dir / "eval.jsonl", eval);
+  return init.status == 0;
+}
+
 void expect_one_line_failure(const Run& r, const std::string& must_contain, const std::string& context) {
   EXPECT_EQ(r.status, 1) << context << ": " << r.err;
   EXPECT_EQ(count_lines(r.err), 1) << context << ": expected exactly one error line, got:\n" << r.err;

@@ -16,6 +16,15 @@ struct Run {
 // Runs CTUNE_BINARY --threads 2 <args...>.
 Run ctune(const std::vector<std::string>& args);
 
+// Runs one CTUNE_BINARY --threads 1 <args...> per entry of `envs` at the same time, each with
+// those extra VAR=value settings (the ranks of a multi-process run), and waits for all.
+std::vector<Run> ctune_together(const std::vector<std::vector<std::string>>& envs, const std::vector<std::string>& args);
+
+// The inputs of the small end-to-end runs: a random 2-layer Llama (hidden 32, byte tokenizer)
+// in dir/model and arithmetic instructions in dir/train.jsonl and dir/eval.jsonl ("Add i and 3"
+// -> "i+3", "Add i and 5" -> "i+5"). Returns false (with a gtest failure) when `init` fails.
+bool write_tiny_model_and_data(const std::filesystem::path& dir, int train_records, int eval_records);
+
 std::string slurp(const std::filesystem::path& path);
 int count_lines(const std::string& text);
 

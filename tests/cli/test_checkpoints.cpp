@@ -48,17 +48,7 @@ class Checkpoints : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     fs::remove_all(kDir);
-    write(kDir / "config.json", R"({"model_type": "llama", "vocab_size": 320, "hidden_size": 32, "intermediate_size": 64,
-      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": true,
-      "torch_dtype": "float32"})");
-    ASSERT_EQ(ctune({"init", "--config", (kDir / "config.json").string(), "--out", (kDir / "model").string(), "--tokenizer", "byte"})
-                  .status,
-              0);
-    std::string train, eval;
-    for (int i = 0; i < 60; ++i) train += R"({"instruction": "Add )" + std::to_string(i) + R"( and 3", "output": ")" + std::to_string(i + 3) + "\"}\n";
-    for (int i = 0; i < 6; ++i) eval += R"({"instruction": "Add )" + std::to_string(i) + R"( and 5", "output": ")" + std::to_string(i + 5) + "\"}\n";
-    write(kDir / "train.jsonl", train);
-    write(kDir / "eval.jsonl", eval);
+    ASSERT_TRUE(ctune::testing::write_tiny_model_and_data(kDir, 60, 6));
   }
   static void TearDownTestSuite() { if (!std::getenv("CTUNE_KEEP_TEST_DATA")) fs::remove_all(kDir); }
 };

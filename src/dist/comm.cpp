@@ -1,0 +1,226 @@
+#include "dist/comm.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <spdlog/spdlog.h>
+
+namespace ctune::dist {
+
+namespace {
+
+std::string heartbeat_key(int rank) { return "heartbeat/" + std::to_string(rank); }
+
+// How long fail() watches the heartbeats to tell a dead rank from a live one.
+constexpr std::chrono::milliseconds kProbe{3500};
+
+// Gloo's transport: the interface named by GLOO_SOCKET_IFNAME (as PyTorch reads it), the
+// loopback address for a run on one machine, else this host's address.
+std::shared_ptr<::gloo::transport::Device> gloo_device(const World& world) {
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  if (world.nodes() == 1) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+}  // namespace
+
+struct Comm::Group {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  std::thread heartbeat;
+  std::mutex mutex;
+  std::condition_variable stop_cv;
+  bool stopping = false;
+
+  ~Group() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    stop_cv.notify_all();
+    if (heartbeat.joinable()) heartbeat.join();
+  }
+
+  void beat(const std::string& key) {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!stop_cv.wait_for(lock, std::chrono::seconds(1), [this] { return stopping; })) {
+      try {
+        store->add(key, 1);
+      } catch (const std::exception&) {
+        return;  // the store is gone: the collectives will say so
+      }
+    }
+  }
+
+  void wait(const c10::intrusive_ptr<c10d::Work>& work) { work->wait(); }
+};
+
+Comm::Comm() = default;
+
+Comm::Comm(const World& world, std::chrono::milliseconds timeout) : world_(world), timeout_(timeout) {
+  if (!world.distributed()) return;
+  group_ = std::make_unique<Group>();
+  try {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<std::uint16_t>(world.master_port);
+    options.isServer = world.rank == 0 && !world.agent_store;
+    options.numWorkers = world.agent_store ? c10::nullopt : c10::optional<std::size_t>(world.size);
+    options.waitWorkers = false;
+    options.timeout = timeout;
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(world.master_addr, options);
+    group_->store = c10::make_intrusive<c10d::PrefixStore>(world.store_prefix, tcp);
+    // The probe after a failure counts against the timeout too.
+    auto pg_options = c10d::ProcessGroupGloo::Options::create(std::max(std::chrono::milliseconds(1000), timeout - kProbe));
+    pg_options->devices.push_back(gloo_device(world));
+    pg_options->threads = 2;
+    group_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(group_->store, world.rank, world.size, pg_options);
+  } catch (const std::exception& e) {
+    throw DistributedError("rank " + std::to_string(world.rank) + " of " + std::to_string(world.size) + ": cannot join the run at " +
+                           world.master_addr + ":" + std::to_string(world.master_port) + " within " +
+                           std::to_string(timeout.count() / 1000) + " s (" + world.source + "): " + e.what());
+  }
+  group_->heartbeat = std::thread([g = group_.get(), key = heartbeat_key(world.rank)] { g->beat(key); });
+}
+
+Comm::~Comm() {
+  if (!group_) return;
+  using Clock = std::chrono::steady_clock;
+  try {
+    if (std::uncaught_exceptions() > 0) {
+      const std::string me = std::to_string(rank());
+      group_->store->set("failed", std::vector<std::uint8_t>(me.begin(), me.end()));
+      const bool hosts_store = rank() == 0 && !world_.agent_store;
+      if (hosts_store) std::this_thread::sleep_for(std::chrono::seconds(1));  // time to read it
+      return;
+    }
+    group_->store->add("left", 1);
+    if (rank() != 0 || world_.agent_store) return;
+    for (const auto deadline = Clock::now() + timeout_; group_->store->add("left", 0) < size() && Clock::now() < deadline;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const std::exception&) {
+    // The store is gone: nobody is left to tell.
+  }
+}
+
+std::string Comm::failed_rank() const {
+  if (!group_->store->check({"failed"})) return "";
+  const auto value = group_->store->get("failed");
+  return std::string(value.begin(), value.end());
+}
+
+std::vector<std::int64_t> Comm::heartbeats() const {
+  std::vector<std::int64_t> beats(static_cast<std::size_t>(size()));
+  for (int r = 0; r < size(); ++r) beats[static_cast<std::size_t>(r)] = group_->store->add(heartbeat_key(r), 0);
+  return beats;
+}
+
+// Names the ranks that stopped beating over the next few seconds; they died or hang.
+void Comm::fail(const char* what, const std::string& cause) {
+  std::string who;
+  try {
+    if (const std::string failed = failed_rank(); !failed.empty()) {
+      throw DistributedError("rank " + std::to_string(rank()) + ": " + what + " failed: rank " + failed +
+                             " stopped with an error (see its output)");
+    }
+    const auto before = heartbeats();
+    std::this_thread::sleep_for(kProbe);
+    const auto after = heartbeats();
+    for (int r = 0; r < size(); ++r) {
+      if (r != rank() && after[r] == before[r]) who += (who.empty() ? "" : ", ") + std::to_string(r);
+    }
+    who = who.empty() ? "every rank still answers the store; one may be stuck or has left the collective"
+                      : "rank " + who + " died or stopped answering";
+  } catch (const DistributedError&) {
+    throw;
+  } catch (const std::exception&) {
+    who = world_.agent_store ? "the launcher's store is gone (the launcher died)"
+                             : "rank 0 is gone (it hosts the rendezvous store)";
+  }
+  std::string first_line = cause.substr(0, cause.find('\n'));
+  throw DistributedError("rank " + std::to_string(rank()) + ": " + what + " failed: " + who + " [" + first_line + "]");
+}
+
+void Comm::all_reduce_sum(at::Tensor& tensor, const char* what) {
+  if (!group_) return;
+  try {
+    std::vector<at::Tensor> tensors{tensor};
+    group_->wait(group_->pg->allreduce(tensors));
+  } catch (const std::exception& e) {
+    fail(what, e.what());
+  }
+}
+
+void Comm::all_reduce_max(at::Tensor& tensor, const char* what) {
+  if (!group_) return;
+  try {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::MAX;
+    group_->wait(group_->pg->allreduce(tensors, options));
+  } catch (const std::exception& e) {
+    fail(what, e.what());
+  }
+}
+
+void Comm::broadcast(at::Tensor& tensor, int root, const char* what) {
+  if (!group_) return;
+  try {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    group_->wait(group_->pg->broadcast(tensors, options));
+  } catch (const std::exception& e) {
+    fail(what, e.what());
+  }
+}
+
+// Through the store rather than Gloo, whose barrier would give up after the timeout even while
+// the rank it waits for is busy and well.
+void Comm::barrier(const char* what) {
+  if (!group_) return;
+  const std::string key = "barrier/" + std::to_string(barriers_++);
+  using Clock = std::chrono::steady_clock;
+  try {
+    group_->store->add(key, 1);
+    auto beats = heartbeats();
+    std::vector<Clock::time_point> last_seen(beats.size(), Clock::now());
+    auto next_look = Clock::now() + std::chrono::seconds(1);
+    for (auto pause = std::chrono::milliseconds(2);; pause = std::min(pause * 2, std::chrono::milliseconds(200))) {
+      // Arrivals first: a rank may pass the barrier and then fail (or stop) at once.
+      if (group_->store->add(key, 0) >= size()) break;
+      if (const std::string failed = failed_rank(); !failed.empty()) {
+        throw DistributedError("rank " + std::to_string(rank()) + ": " + what + " failed: rank " + failed +
+                               " stopped with an error (see its output)");
+      }
+      std::this_thread::sleep_for(pause);
+      if (Clock::now() < next_look) continue;
+      next_look = Clock::now() + std::chrono::seconds(1);
+      const auto now_beats = heartbeats();
+      std::string silent;
+      for (int r = 0; r < size(); ++r) {
+        if (now_beats[r] != beats[r]) last_seen[r] = Clock::now();
+        if (r != rank() && Clock::now() - last_seen[r] > timeout_) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+      }
+      beats = now_beats;
+      if (!silent.empty()) {
+        throw DistributedError("rank " + std::to_string(rank()) + ": " + what + " failed: rank " + silent +
+                               " died or stopped answering (no heartbeat for " + std::to_string(timeout_.count() / 1000) +
+                               " s, distributed.timeout_s)");
+      }
+    }
+  } catch (const DistributedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(what, e.what());
+  }
+}
+
+}  // namespace ctune::dist

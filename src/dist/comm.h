@@ -1,0 +1,72 @@
+// The ranks of a run talking to each other: collectives over a c10d process group (Gloo over
+// TCP on CPU builds), joined through a TCPStore rendezvous. A world of one process is the same
+// object with nothing to talk to: every collective returns its input, so callers need no
+// "if distributed" of their own.
+//
+// Failures never hang: a collective gives up once a rank has not answered for the timeout
+// (distributed.timeout_s), and throws DistributedError naming the rank(s) that died or stopped
+// answering. Each rank beats a counter in the store once a second from a thread of its own;
+// after a failure the ranks whose counter stands still are the ones named (docs/distributed.md).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/Tensor.h>
+
+#include "core/error.h"
+#include "dist/world.h"
+
+namespace ctune::dist {
+
+// A collective failed: a rank died, stopped answering, or the rendezvous did not complete.
+class DistributedError : public Error {
+ public:
+  using Error::Error;
+  const char* kind() const noexcept override { return "distributed error"; }
+};
+
+class Comm {
+ public:
+  // A world of one process.
+  Comm();
+  // Joins `world`'s process group: connects to (or, on rank 0 without an agent store, hosts)
+  // the store at master_addr:master_port and meets every other rank there within `timeout`.
+  Comm(const World& world, std::chrono::milliseconds timeout);
+  // Leaving: after a successful run the rank hosting the store waits (up to the timeout) until
+  // every rank has left, so none loses the store while finishing; while an exception unwinds,
+  // the rank tells the others it failed, so they stop at once instead of waiting out the timeout.
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  const World& world() const { return world_; }
+  int rank() const { return world_.rank; }
+  int size() const { return world_.size; }
+
+  // In place: the element-wise sum over all ranks (any dtype Gloo reduces: float, double, int).
+  void all_reduce_sum(at::Tensor& tensor, const char* what);
+  // In place: element-wise maximum over all ranks.
+  void all_reduce_max(at::Tensor& tensor, const char* what);
+  // In place: every rank ends with `root`'s tensor.
+  void broadcast(at::Tensor& tensor, int root, const char* what);
+  // Returns when every rank has called it. Waits as long as the missing ranks are alive (a
+  // rank writing a large checkpoint keeps the others here); fails once one of them has not
+  // answered for the timeout.
+  void barrier(const char* what);
+
+ private:
+  struct Group;
+  [[noreturn]] void fail(const char* what, const std::string& cause);
+  std::vector<std::int64_t> heartbeats() const;
+  std::string failed_rank() const;  // "" unless a rank announced that it failed
+
+  World world_;
+  std::chrono::milliseconds timeout_{0};
+  std::unique_ptr<Group> group_;  // null in a world of one
+  std::int64_t barriers_ = 0;
+};
+
+}  // namespace ctune::dist

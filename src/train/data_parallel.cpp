@@ -1,0 +1,64 @@
+#include "train/data_parallel.h"
+
+#include <ATen/ATen.h>
+
+namespace ctune::train {
+
+void ReplicatedSync::sum(std::vector<double>& values) {
+  at::Tensor t = at::tensor(values, at::kDouble);
+  comm_.all_reduce_sum(t, "summing the step's counts and losses");
+  const double* p = t.data_ptr<double>();
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = p[i];
+}
+
+void ReplicatedSync::reduce_gradients(const std::vector<ParamGroup>& groups) {
+  // Every rank has the same parameters with the same graph, so the same gradients are defined
+  // everywhere; their sum is one process's gradient of the global batch (each rank's loss is
+  // already divided by the global target count).
+  std::vector<at::Tensor> grads;
+  for (const auto& g : groups)
+    for (const auto& p : g.params)
+      if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return;
+  std::vector<at::Tensor> flat_parts;
+  for (const auto& g : grads) flat_parts.push_back(g.reshape({-1}).to(at::kFloat));
+  at::Tensor flat = at::cat(flat_parts);
+  comm_.all_reduce_sum(flat, "reducing gradients");
+  std::int64_t offset = 0;
+  for (auto& g : grads) {
+    const auto n = g.numel();
+    g.copy_(flat.narrow(0, offset, n).view(g.sizes()));
+    offset += n;
+  }
+}
+
+int ReplicatedSync::agree_on_stop(int signal) {
+  at::Tensor t = at::tensor({static_cast<std::int64_t>(signal)}, at::kLong);
+  comm_.all_reduce_max(t, "agreeing whether to stop");
+  return static_cast<int>(t.item<std::int64_t>());
+}
+
+TensorBatch RankRows::next() {
+  TensorBatch all = global_.next();
+  const std::int64_t rows = all.input_ids.size(0);
+  const std::int64_t begin = rows * rank_ / size_, end = rows * (rank_ + 1) / size_;
+  TensorBatch mine;
+  mine.input_ids = all.input_ids.narrow(0, begin, end - begin).contiguous();
+  mine.labels = all.labels.narrow(0, begin, end - begin).contiguous();
+  mine.position_ids = all.position_ids.narrow(0, begin, end - begin).contiguous();
+  mine.segment_ids = all.segment_ids.narrow(0, begin, end - begin).contiguous();
+  // Targets: label[t+1] of each position t that is not ignored (data::Batch::target_tokens).
+  const auto length = mine.labels.size(1);
+  mine.target_tokens = length > 1 ? mine.labels.narrow(1, 1, length - 1).ne(data::kIgnoreIndex).sum().item<std::int64_t>() : 0;
+  return mine;
+}
+
+std::vector<TensorBatch> rank_share(std::vector<TensorBatch> batches, int rank, int size) {
+  std::vector<TensorBatch> mine;
+  for (std::size_t i = static_cast<std::size_t>(rank); i < batches.size(); i += static_cast<std::size_t>(size)) {
+    mine.push_back(std::move(batches[i]));
+  }
+  return mine;
+}
+
+}  // namespace ctune::train
