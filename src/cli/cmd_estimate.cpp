@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/recipe.h"
+#include "dist/world.h"
 #include "train/run_plan.h"
 
 namespace ctune::cli {
@@ -15,15 +16,20 @@ struct EstimateOptions {
   std::string recipe;
   std::vector<std::string> overrides;
   bool json = false;
+  int nproc = 1;
 };
 
 int run_estimate(const EstimateOptions& o) {
-  const auto plan = train::plan_run(Recipe::load(o.recipe, o.overrides));
+  dist::World world;  // the world `train --nproc N` would run in (one node)
+  world.size = world.local_size = o.nproc;
+  const auto plan = train::plan_run(Recipe::load(o.recipe, o.overrides), world);
   const auto ledger = train::estimate_memory(train::ledger_inputs(plan, train::resident_bytes()));
   if (o.json) {
     std::cout << ledger.to_json().dump() << std::endl;
   } else {
-    std::cout << "memory ledger per rank for " << o.recipe << "\n" << ledger.to_text();
+    std::cout << "memory ledger per rank for " << o.recipe;
+    if (o.nproc > 1) std::cout << " on " << o.nproc << " ranks (" << plan.distributed.strategy << ")";
+    std::cout << "\n" << ledger.to_text();
   }
   return 0;
 }
@@ -36,6 +42,8 @@ CLI::App* add_estimate_command(CLI::App& app, Action& run) {
   cmd->add_option("recipe", opts->recipe, "Recipe file (YAML)")->required();
   cmd->add_option("overrides", opts->overrides, "key.sub=value overrides");
   cmd->add_flag("--json", opts->json, "Print the ledger as one JSON object");
+  cmd->add_option("--nproc", opts->nproc, "Per-rank figures for a run on N ranks (distributed.strategy decides what divides)")
+      ->check(CLI::Range(1, 1024));
   cmd->callback([opts, &run] { run = [opts] { return run_estimate(*opts); }; });
   return cmd;
 }

@@ -29,6 +29,19 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const World& world) {
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
+// Adds the lifetime of the guard to a running total.
+class Stopwatch {
+ public:
+  explicit Stopwatch(double& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~Stopwatch() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  Stopwatch(const Stopwatch&) = delete;
+  Stopwatch& operator=(const Stopwatch&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 }  // namespace
 
 struct Comm::Group {
@@ -150,6 +163,7 @@ void Comm::fail(const char* what, const std::string& cause) {
 
 void Comm::all_reduce_sum(at::Tensor& tensor, const char* what) {
   if (!group_) return;
+  const Stopwatch timed(seconds_);
   try {
     std::vector<at::Tensor> tensors{tensor};
     group_->wait(group_->pg->allreduce(tensors));
@@ -160,6 +174,7 @@ void Comm::all_reduce_sum(at::Tensor& tensor, const char* what) {
 
 void Comm::all_reduce_max(at::Tensor& tensor, const char* what) {
   if (!group_) return;
+  const Stopwatch timed(seconds_);
   try {
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions options;
@@ -170,8 +185,43 @@ void Comm::all_reduce_max(at::Tensor& tensor, const char* what) {
   }
 }
 
+at::Tensor Comm::reduce_scatter_sum(const at::Tensor& input, const char* what) {
+  if (!group_) return input;
+  const Stopwatch timed(seconds_);
+  const std::int64_t chunk = input.numel() / size();
+  TORCH_CHECK(chunk * size() == input.numel(), "reduce_scatter_sum: ", input.numel(), " elements in ", size(), " chunks");
+  at::Tensor received = at::empty_like(input);
+  try {
+    at::Tensor send = input.contiguous();
+    std::vector<std::int64_t> equal_splits;  // empty: equal chunks
+    group_->wait(group_->pg->alltoall_base(received, send, equal_splits, equal_splits));
+  } catch (const std::exception& e) {
+    fail(what, e.what());
+  }
+  // Chunk j of `received` is rank j's part of my chunk: sum them in rank order.
+  return received.view({size(), chunk}).sum(0);
+}
+
+void Comm::all_gather(const at::Tensor& chunk, at::Tensor& output, const char* what) {
+  if (!group_) {
+    output.copy_(chunk.reshape(output.sizes()));
+    return;
+  }
+  const Stopwatch timed(seconds_);
+  try {
+    std::vector<at::Tensor> parts;
+    for (int r = 0; r < size(); ++r) parts.push_back(output.view({-1}).narrow(0, r * chunk.numel(), chunk.numel()));
+    std::vector<std::vector<at::Tensor>> outputs{parts};
+    std::vector<at::Tensor> inputs{chunk.contiguous()};
+    group_->wait(group_->pg->allgather(outputs, inputs));
+  } catch (const std::exception& e) {
+    fail(what, e.what());
+  }
+}
+
 void Comm::broadcast(at::Tensor& tensor, int root, const char* what) {
   if (!group_) return;
+  const Stopwatch timed(seconds_);
   try {
     std::vector<at::Tensor> tensors{tensor};
     c10d::BroadcastOptions options;
@@ -186,6 +236,7 @@ void Comm::broadcast(at::Tensor& tensor, int root, const char* what) {
 // the rank it waits for is busy and well.
 void Comm::barrier(const char* what) {
   if (!group_) return;
+  const Stopwatch timed(seconds_);
   const std::string key = "barrier/" + std::to_string(barriers_++);
   using Clock = std::chrono::steady_clock;
   try {

@@ -43,6 +43,9 @@ class Comm {
   Comm& operator=(const Comm&) = delete;
 
   const World& world() const { return world_; }
+  // Seconds this rank has spent inside collectives and barriers (waiting for the others and
+  // moving bytes): the communication share of a step.
+  double seconds_communicating() const { return seconds_; }
   int rank() const { return world_.rank; }
   int size() const { return world_.size; }
 
@@ -50,6 +53,12 @@ class Comm {
   void all_reduce_sum(at::Tensor& tensor, const char* what);
   // In place: element-wise maximum over all ranks.
   void all_reduce_max(at::Tensor& tensor, const char* what);
+  // `input` holds n equal chunks (n = ranks); returns the sum over ranks of chunk `rank()`.
+  // LibTorch 1.13's Gloo has no reduce_scatter: all-to-all then a local sum, which moves the
+  // same bytes as a ring reduce-scatter (docs/build.md).
+  at::Tensor reduce_scatter_sum(const at::Tensor& input, const char* what);
+  // Every rank's `chunk`, in rank order, into `output` (n x chunk elements).
+  void all_gather(const at::Tensor& chunk, at::Tensor& output, const char* what);
   // In place: every rank ends with `root`'s tensor.
   void broadcast(at::Tensor& tensor, int root, const char* what);
   // Returns when every rank has called it. Waits as long as the missing ranks are alive (a
@@ -67,6 +76,7 @@ class Comm {
   std::chrono::milliseconds timeout_{0};
   std::unique_ptr<Group> group_;  // null in a world of one
   std::int64_t barriers_ = 0;
+  double seconds_ = 0;
 };
 
 }  // namespace ctune::dist

@@ -97,7 +97,7 @@ fs::path CheckpointManager::write(std::int64_t step, const CheckpointSources& s)
     state["loss_scaler"] = {{"scale", s.scaler->state().scale}, {"growth_tracker", s.scaler->state().growth_tracker}};
   }
   io::write_file_atomic(dir / kStateFile, state.dump(1) + "\n");
-  write_tensors(dir / kOptimizerFile, s.optimizer->state());
+  write_tensors(dir / kOptimizerFile, s.optimizer_state);
   write_tensors(dir / kRngFile, rng_states());
   io::write_file_atomic(dir / kRecipeFile, s.recipe_yaml);
   kill_point("checkpoint", step, "state");

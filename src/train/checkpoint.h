@@ -27,7 +27,8 @@ struct CheckpointSources {
   model::CausalLM model{nullptr};
   const Method* method = nullptr;  // writes the weights (model or adapter)
   WeightFiles files;
-  const Optimizer* optimizer = nullptr;
+  // Optimizer::state(), taken by every rank (a sharded optimizer gathers it) before rank 0 writes.
+  std::vector<std::pair<std::string, at::Tensor>> optimizer_state;
   const data::Sampler* sampler = nullptr;
   std::string recipe_yaml;             // the resolved recipe, saved as recipe.yaml
   const GradScaler* scaler = nullptr;  // fp16 loss scaling (its state is saved); null: none

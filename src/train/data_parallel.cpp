@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include "core/error.h"
+#include "train/zero.h"
+
 namespace ctune::train {
 
 void ReplicatedSync::sum(std::vector<double>& values) {
@@ -51,6 +54,21 @@ TensorBatch RankRows::next() {
   const auto length = mine.labels.size(1);
   mine.target_tokens = length > 1 ? mine.labels.narrow(1, 1, length - 1).ne(data::kIgnoreIndex).sum().item<std::int64_t>() : 0;
   return mine;
+}
+
+DataParallel make_data_parallel(const std::string& strategy, std::vector<ParamGroup> groups, const OptimizerOptions& options,
+                                dist::Comm& comm) {
+  DataParallel out;
+  if (strategy == "shard_grad_op") {
+    auto sharded = std::make_unique<ShardedOptimizer>(std::move(groups), options, comm);
+    out.sync = std::make_unique<ShardedSync>(comm, *sharded);
+    out.optimizer = std::move(sharded);
+    return out;
+  }
+  if (strategy != "no_shard") throw UnsupportedError("distributed.strategy: " + strategy + " is not implemented in this build");
+  out.optimizer = make_optimizer(std::move(groups), options);
+  out.sync = comm.size() > 1 ? std::make_unique<ReplicatedSync>(comm) : std::make_unique<StepSync>();
+  return out;
 }
 
 std::vector<TensorBatch> rank_share(std::vector<TensorBatch> batches, int rank, int size) {

@@ -5,6 +5,8 @@
 // rows per micro-batch). See docs/distributed.md.
 #pragma once
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "dist/comm.h"
@@ -35,6 +37,15 @@ class RankRows : public BatchSource {
   BatchSource& global_;
   int rank_, size_;
 };
+
+// The optimizer and step agreement for a strategy over `comm`'s ranks: one process (nothing to
+// agree on), no_shard (ReplicatedSync above), or shard_grad_op (train/zero.h).
+struct DataParallel {
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<StepSync> sync;
+};
+DataParallel make_data_parallel(const std::string& strategy, std::vector<ParamGroup> groups, const OptimizerOptions& options,
+                                dist::Comm& comm);
 
 // Rank r's share of the eval batches: every size-th batch from the r-th.
 std::vector<TensorBatch> rank_share(std::vector<TensorBatch> batches, int rank, int size);

@@ -87,7 +87,8 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const std::int64_t weights = frozen + 4 * trainable;
   const std::int64_t grads = 4 * trainable;
   const std::int64_t opt_per_param = in.optimizer == "adamw" ? 8 : (in.momentum > 0 ? 4 : 0);
-  const std::int64_t optimizer = opt_per_param * trainable;
+  // Sharded (train/zero.h): each rank keeps the state of its 1/N of the trainable elements.
+  const std::int64_t optimizer = opt_per_param * ((trainable + in.optimizer_shards - 1) / in.optimizer_shards);
   const std::string frozen_text =
       frozen == 0 ? std::string()
                   : mb(frozen) + " frozen" +
@@ -99,7 +100,9 @@ Ledger estimate_memory(const LedgerInputs& in) {
   led.lines.push_back({"weights", weights, frozen_text + "4 x " + std::to_string(trainable) + " trainable fp32 parameters"});
   led.lines.push_back({"gradients", grads, "4 x " + std::to_string(trainable) + " trainable (fp32)"});
   led.lines.push_back({"optimizer state", optimizer,
-                       std::to_string(opt_per_param) + " x " + std::to_string(trainable) + " trainable (" + in.optimizer + ")"});
+                       std::to_string(opt_per_param) + " x " + std::to_string(trainable) + " trainable" +
+                           (in.optimizer_shards > 1 ? " / " + std::to_string(in.optimizer_shards) + " ranks" : std::string()) +
+                           " (" + in.optimizer + ")"});
 
   // Activations kept for backward by one decoder layer without recompute.
   auto input_saved = [&](const char* name, std::int64_t in_dim) {
@@ -194,7 +197,9 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const std::int64_t backward_start = activations + loss_bytes + (in.grad_accum > 1 ? grads : 0);
   const std::int64_t backward_end = grads + recomputed_transient;
   const std::int64_t optimizer_step = grads + (in.optimizer == "adamw" ? 8 * largest_trainable : 0);
-  const std::int64_t live = base + std::max({backward_start, backward_end, optimizer_step});
+  // Sharded state is gathered whole for a checkpoint (rank 0 writes it), between steps.
+  const std::int64_t checkpoint_gather = in.optimizer_shards > 1 ? opt_per_param * trainable : 0;
+  const std::int64_t live = base + std::max({backward_start, backward_end, optimizer_step, checkpoint_gather});
   // glibc's heap keeps freed activation and gradient blocks for reuse and fragments around them.
   // The reserve is calibrated, not derived: 0.30 x the live bytes, the middle of what
   // scripts/bench_memory.sh measured over its grid (0.14-0.47; see README, Memory).
@@ -205,7 +210,9 @@ Ledger estimate_memory(const LedgerInputs& in) {
   led.peak_bytes = live + reserve + in.runtime_bytes;
   led.peak_formula = "weights + optimizer state + max(activations + loss buffers" +
                      std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
-                     ", gradients + one recomputed layer, gradients + optimizer-step temporaries) + allocator + runtime";
+                     ", gradients + one recomputed layer, gradients + optimizer-step temporaries" +
+                     std::string(in.optimizer_shards > 1 ? ", the whole optimizer state gathered for a checkpoint" : "") +
+                     ") + allocator + runtime";
   return led;
 }
 

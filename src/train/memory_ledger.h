@@ -34,6 +34,7 @@ struct LedgerInputs {
   std::int64_t seq_len = 512;  // the longest sequence a batch can hold (data.max_seq_len)
   std::int64_t grad_accum = 1;
   std::string optimizer = "adamw";  // adamw | sgd
+  std::int64_t optimizer_shards = 1;  // ranks sharing the optimizer state (shard_grad_op)
   double momentum = 0.9;
   std::int64_t runtime_bytes = 0;  // the process before training: libraries, tokenizer, data
   bool exact_allocator = false;    // memory.allocator: exact (no allocator reserve)

@@ -170,23 +170,24 @@ std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const 
   throw ConfigError("optimizer.name: expected adamw or sgd, found \"" + o.name + "\"");
 }
 
-double clip_grad_norm(const std::vector<ParamGroup>& groups, double max_norm) {
+double squared_grad_norm(const std::vector<ParamGroup>& groups) {
   at::NoGradGuard no_grad;
   double total_sq = 0;
   for (const auto& g : groups)
     for (const auto& p : g.params)
       if (p.grad().defined()) total_sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
-  const double norm = std::sqrt(total_sq);
-  if (max_norm > 0 && std::isfinite(norm)) {
-    // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), clamped to 1.
-    const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0) {
-      for (const auto& g : groups)
-        for (const auto& p : g.params)
-          if (p.grad().defined()) p.grad().mul_(coef);
-    }
-  }
-  return norm;
+  return total_sq;
+}
+
+void clip_gradients(const std::vector<ParamGroup>& groups, double max_norm, double norm) {
+  if (max_norm <= 0 || !std::isfinite(norm)) return;
+  // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), clamped to 1.
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef >= 1.0) return;
+  at::NoGradGuard no_grad;
+  for (const auto& g : groups)
+    for (const auto& p : g.params)
+      if (p.grad().defined()) p.grad().mul_(coef);
 }
 
 }  // namespace ctune::train

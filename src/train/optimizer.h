@@ -33,7 +33,9 @@ class Optimizer {
   void zero_grad();
   std::int64_t steps() const { return steps_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
-  // Optimizer state as named tensors ("adamw.exp_avg.3") and back, for checkpoints.
+  // Optimizer state as named tensors ("adamw.exp_avg.3", numbered over the parameters of all
+  // groups in order) and back, for checkpoints. A sharded optimizer gathers its state here: a
+  // collective that every rank calls (train/zero.h).
   virtual std::vector<std::pair<std::string, at::Tensor>> state() const = 0;
   virtual void load_state(const std::vector<std::pair<std::string, at::Tensor>>& state) = 0;
 
@@ -50,8 +52,10 @@ std::vector<ParamGroup> make_param_groups(const std::vector<std::pair<std::strin
 
 std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const OptimizerOptions& options);
 
-// Scales gradients so their global L2 norm is at most max_norm (when max_norm > 0) and returns
-// the norm before clipping, computed in fp64 over all gradients.
-double clip_grad_norm(const std::vector<ParamGroup>& groups, double max_norm);
+// The squared L2 norm of all gradients, summed in fp64.
+double squared_grad_norm(const std::vector<ParamGroup>& groups);
+// Scales gradients whose global L2 norm is `norm` so it is at most max_norm (when max_norm > 0),
+// as torch.nn.utils.clip_grad_norm_.
+void clip_gradients(const std::vector<ParamGroup>& groups, double max_norm, double norm);
 
 }  // namespace ctune::train

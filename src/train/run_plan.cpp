@@ -31,8 +31,9 @@ auto for_key(const Recipe& r, const std::string& key, F&& f) -> decltype(f()) {
 
 // Features whose recipe keys exist but whose implementation lands with a later issue.
 void refuse_unimplemented(const Recipe& r) {
-  if (r.get_string("distributed.strategy") != "no_shard")
-    r.fail("distributed.strategy", "sharded training is not yet implemented in this build (use no_shard)");
+  const std::string strategy = r.get_string("distributed.strategy");
+  if (strategy != "no_shard" && strategy != "shard_grad_op")
+    r.fail("distributed.strategy", strategy + " is not yet implemented in this build (use no_shard or shard_grad_op)");
   if (r.get_bool("distributed.cpu_offload")) r.fail("distributed.cpu_offload", "CPU offload is not yet implemented in this build");
 }
 
@@ -256,6 +257,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.seq_len = p.data.max_seq_len;
   in.grad_accum = p.trainer.grad_accum;
   in.optimizer = p.optimizer.name;
+  in.optimizer_shards = p.distributed.strategy == "shard_grad_op" ? p.world.size : 1;
   in.momentum = p.optimizer.momentum;
   in.runtime_bytes = runtime_bytes;
   in.exact_allocator = p.exact_allocator;

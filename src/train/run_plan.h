@@ -104,9 +104,12 @@ LedgerInputs ledger_inputs(const RunPlan& plan, std::int64_t runtime_bytes);
 // its length when it decays; saved vs now); returns one note per harmless change (logging,
 // evaluation and checkpoint cadence, a longer run on a constant schedule). With
 // `inputs_by_identity` the input paths (RunPlan::inputs) are not compared as text: the caller
-// compares what they hold (train/session.cpp). In run_plan_resume.cpp.
+// compares what they hold (train/session.cpp). `saved_global_rows`: the rows of one global
+// micro-batch when the checkpoint was written (its sampler state); training.batch_size may
+// change with the number of ranks as long as batch_size x ranks stays that. How the ranks
+// share the work (distributed.*) never changes what is computed. In run_plan_resume.cpp.
 std::vector<std::string> check_resume_compatible(const RunPlan& plan, const std::string& saved_yaml,
                                                  const std::string& where, std::int64_t checkpoint_step,
-                                                 bool inputs_by_identity);
+                                                 bool inputs_by_identity, std::int64_t saved_global_rows);
 
 }  // namespace ctune::train

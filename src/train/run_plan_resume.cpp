@@ -10,14 +10,16 @@
 namespace ctune::train {
 
 std::vector<std::string> check_resume_compatible(const RunPlan& plan, const std::string& saved_yaml,
-                                                 const std::string& where, std::int64_t step, bool inputs_by_identity) {
+                                                 const std::string& where, std::int64_t step, bool inputs_by_identity,
+                                                 std::int64_t saved_global_rows) {
   const Recipe saved = Recipe::parse(saved_yaml, where);
   const Recipe& now = plan.recipe;
   // Keys that change how a run is observed or how long it goes on, not what it computes.
   static const std::set<std::string> harmless = {
       "output_dir",         "threads",           "logging.every_n_steps", "training.eval_every",
       "training.eval_batches", "checkpoint.every_n_steps", "checkpoint.keep_last", "data.eval",
-      "training.max_steps", "training.epochs", "training.max_nonfinite_steps"};
+      "training.max_steps", "training.epochs", "training.max_nonfinite_steps",
+      "distributed.strategy", "distributed.backend", "distributed.timeout_s", "distributed.cpu_offload"};
   // A schedule that decays over the run's length: a new length would bend the curve the
   // checkpoint's steps were taken on.
   const bool length_shapes_schedule = now.get_string("scheduler.name") != "constant";
@@ -33,6 +35,11 @@ std::vector<std::string> check_resume_compatible(const RunPlan& plan, const std:
                         ", now: " + after + "); the " + now.get_string("scheduler.name") +
                         " schedule decays over the run's length, so the resumed steps would follow another learning-rate "
                         "curve (to train longer, start a new run from the result, or use scheduler.name: constant)");
+    }
+    if (spec.key == "training.batch_size" && plan.data.batch_size * plan.world.size == saved_global_rows) {
+      notes.push_back("`training.batch_size` changed from " + before + " to " + after + " on " + std::to_string(plan.world.size) +
+                      " ranks: the global batch stays " + std::to_string(saved_global_rows) + " rows");
+      continue;
     }
     if (!harmless.count(spec.key)) {
       throw ConfigError(now.origin(spec.key) + ": `" + spec.key + "` differs from the checkpoint's recipe (checkpoint: " +

@@ -180,7 +180,7 @@ TrainResult Session::run() {
         spdlog::warn("{} records no input identities (an older checkpoint): only the recipe is compared", resume_dir->string());
       }
       const auto notes = check_resume_compatible(plan, resumed->recipe_yaml, (*resume_dir / "recipe.yaml").string(),
-                                                 resumed->step, identities);
+                                                 resumed->step, identities, resumed->sampler.batch_size);
       for (const auto& note : notes) spdlog::info("note: {}", note);
     }
   }
@@ -199,10 +199,12 @@ TrainResult Session::run() {
   spdlog::debug("resident {:.1f} MB after the model is built", static_cast<double>(resident_bytes()) / 1e6);
   spdlog::info("trainable parameters {} of {} ({:.4f}%)", counts.trainable, counts.total,
                100.0 * static_cast<double>(counts.trainable) / static_cast<double>(std::max<std::int64_t>(1, counts.total)));
+  //    The optimizer and how the ranks agree each step follow distributed.strategy.
   std::vector<std::pair<std::string, at::Tensor>> trainable;
   for (const auto& item : lm->named_parameters(true))
     if (item.value().requires_grad()) trainable.emplace_back(item.key(), item.value());
-  auto optimizer = make_optimizer(make_param_groups(trainable, plan.optimizer), plan.optimizer);
+  auto parallel = make_data_parallel(plan.distributed.strategy, make_param_groups(trainable, plan.optimizer), plan.optimizer, comm_);
+  auto& optimizer = parallel.optimizer;
 
   // 4. Data.
   //    The sampler yields global batches; each rank trains on its rows and evaluates its share
@@ -232,9 +234,11 @@ TrainResult Session::run() {
   if (resume_dir) checkpoints.protect(*resume_dir);
   if (writer()) checkpoints.apply_retention();
   const WeightFiles files{plan.model_dir, plan.tokenizer_dir, plan.checkpoint.shard_bytes};
-  CheckpointSources sources{lm, plan.method.get(), files, optimizer.get(), &sampler, plan.recipe_yaml(), &scaler, inputs};
+  CheckpointSources sources{lm, plan.method.get(), files, {}, &sampler, plan.recipe_yaml(), &scaler, inputs};
   auto checkpoint = [&](std::int64_t step) {
+    sources.optimizer_state = optimizer->state();
     if (writer()) checkpoints.write(step, sources);
+    sources.optimizer_state.clear();
     comm_.barrier("waiting for rank 0 to write a checkpoint");
   };
   const auto every = plan.checkpoint.every_n_steps;
@@ -243,9 +247,7 @@ TrainResult Session::run() {
   if (writer()) metrics.emplace(plan.output_dir);
   Trainer trainer(lm, *optimizer, source, std::move(eval), plan.trainer, metrics ? &*metrics : nullptr);
   trainer.scaler = &scaler;
-  std::unique_ptr<StepSync> sync =
-      plan.world.distributed() ? std::make_unique<ReplicatedSync>(comm_) : std::make_unique<StepSync>();
-  trainer.step_sync = sync.get();
+  trainer.step_sync = parallel.sync.get();
   trainer.on_step_end = [&](std::int64_t step) {
     if ((every > 0 && step % every == 0) || step == plan.trainer.max_steps) {
       checkpoint(step);
@@ -265,8 +267,14 @@ TrainResult Session::run() {
   };
   const auto start_bytes = resident_bytes();
   reset_peak_resident();  // the measured peak is training's, not loading's
+  const double communicating_before = comm_.seconds_communicating();
   const auto result = trainer.run();
   if (metrics) report_memory(ledger, *metrics, start_bytes);
+  if (plan.world.distributed()) {
+    const double waited = comm_.seconds_communicating() - communicating_before;
+    spdlog::info("communication: rank 0 spent {:.2f} s of {:.2f} s training in collectives ({:.1f}%)", waited, result.seconds,
+                 100.0 * waited / std::max(1e-9, result.seconds));
+  }
   const std::int64_t steps_run = result.steps - plan.trainer.first_step;
   if (steps_run > 0 && result.skipped_steps == steps_run) {
     // Nothing was learned (every step overflowed or was NaN): an untrained result is no result.

@@ -89,12 +89,17 @@ TrainResult Trainer::run() {
     //    gradients. A step with a non-finite loss or gradient applies no update (fp16: the
     //    scale backs off); too many non-finite losses in a row stop the run.
     sync().reduce_gradients(optimizer_.groups());
-    const bool found_inf = scaler.unscale_and_check(optimizer_.groups());
+    std::vector<double> inf_found = {scaler.unscale_and_check(optimizer_.groups()) ? 1.0 : 0.0};
+    sync().sum_over_shards(inf_found);
+    const bool found_inf = inf_found[0] > 0;
     const bool skip = found_inf || !std::isfinite(loss);
     const double lr = learning_rate(options_.schedule, step);
     double grad_norm = std::nan("");
     if (!skip) {
-      grad_norm = clip_grad_norm(optimizer_.groups(), options_.clip_grad_norm);
+      std::vector<double> norm_sq = {squared_grad_norm(optimizer_.groups())};
+      sync().sum_over_shards(norm_sq);
+      grad_norm = std::sqrt(norm_sq[0]);
+      clip_gradients(optimizer_.groups(), options_.clip_grad_norm, grad_norm);
       optimizer_.step(lr);
     }
     scaler.update(found_inf);

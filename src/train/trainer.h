@@ -35,8 +35,12 @@ class StepSync {
   virtual ~StepSync() = default;
   // In place: each value summed over all ranks (target counts, loss sums, token counts).
   virtual void sum(std::vector<double>& /*values*/) {}
-  // The gradients of the trainable parameters, summed over all ranks.
+  // The gradients of the trainable parameters, summed over all ranks (into the optimizer's
+  // parameters: the model's own, or this rank's shard of them).
   virtual void reduce_gradients(const std::vector<ParamGroup>& /*groups*/) {}
+  // In place: figures computed over the optimizer's parameters (squared gradient norm, inf/NaN
+  // found) made global; only a sharded optimizer holds a part of them.
+  virtual void sum_over_shards(std::vector<double>& /*values*/) {}
   // The stop signal every rank acts on (the highest any rank received; 0: none), so all ranks
   // stop after the same step.
   virtual int agree_on_stop(int signal) { return signal; }
