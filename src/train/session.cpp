@@ -229,7 +229,8 @@ TrainResult Session::run() {
   }
 
   // 6. Train, checkpointing on cadence and at the end.
-  //    Checkpoints and metrics are rank 0's; with replicated state its copy is every rank's.
+  //    Checkpoints and metrics are rank 0's: the weights are whole on every rank and every rank
+  //    takes part in gathering the optimizer state (sharded or not), which rank 0 writes.
   CheckpointManager checkpoints(plan.output_dir, plan.checkpoint.keep_last);
   if (resume_dir) checkpoints.protect(*resume_dir);
   if (writer()) checkpoints.apply_retention();
