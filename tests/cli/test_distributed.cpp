@@ -163,11 +163,11 @@ TEST_F(Distributed, RanksComputeWhatOneProcessComputesOnTheGlobalBatch) {
   }
 }
 
-TEST_F(Distributed, ShardedStateWrittenByFourRanksResumesOnTwo) {
+TEST_F(Distributed, ShardedStateWrittenByFourRanksResumesOnTwoAndOnOne) {
   // Optimizer state sharded over 4 ranks (batch 1 each), killed inside step 5, resumed from
-  // step 4's checkpoint on 2 ranks (batch 2 each: the same global batch). Checkpoints hold the
-  // state as one process names it, so the 2 ranks take their halves of it and continue the
-  // 4-rank trajectory.
+  // step 4's checkpoint in one process (batch 4) and on 2 ranks (batch 2 each): the same global
+  // batch. Checkpoints hold the state as one process names it, so each resumed rank takes its
+  // part of it and the run continues the 4-rank trajectory.
   const std::string yaml = (kDir / "full.yaml").string();
   const std::vector<std::string> sharded = {"distributed.strategy=shard_grad_op", "checkpoint.every_n_steps=4"};
   const fs::path reference = kDir / "reshard-reference", run = kDir / "reshard";
@@ -178,6 +178,13 @@ TEST_F(Distributed, ShardedStateWrittenByFourRanksResumesOnTwo) {
   ::setenv("CTUNE_KILL_AT", "step:5:mid@2", 1);
   EXPECT_EQ(ctune(args).status, 137);
   ::unsetenv("CTUNE_KILL_AT");
+  // A copy of the interrupted run resumes in one process (batch 4) as well.
+  const fs::path alone = kDir / "reshard-alone";
+  fs::copy(run, alone, fs::copy_options::recursive);
+  const auto one = ctune({"train", yaml, "output_dir=" + alone.string(), "training.batch_size=4", "--resume"});
+  ASSERT_EQ(one.status, 0) << one.err;
+  EXPECT_TRUE(within("4 ranks resumed in one process: loss trajectory vs the 4-rank run",
+                     max_difference(trajectory(alone), trajectory(reference)), kSameNumbers));
   args = {"train", yaml, "output_dir=" + run.string(), "--nproc", "2", "training.batch_size=2", "--resume"};
   args.insert(args.end(), sharded.begin(), sharded.end());
   const auto r = ctune(args);
