@@ -12,5 +12,7 @@ if [ ${#files[@]} -eq 0 ]; then
   exit 0
 fi
 echo "== The $count tightest tolerance margins of this run (measured / tolerance; 1.0 fails; docs/testing.md)"
-cat "${files[@]}" | sort -t $'\t' -k1,1gr | awk -F '\t' '!seen[$2]++' | head -n "$count" |
-  awk -F '\t' '{ printf "  %6.3f  %s\n          %s: measured %s, %s %s\n", $1, $2, $3, $4, $5, $6 }'
+# No `head` in the pipeline: with pipefail, a reader that stops early can kill a writer with
+# SIGPIPE and turn a green run's exit status into 141. awk counts instead and reads to the end.
+cat "${files[@]}" | sort -t $'\t' -k1,1gr |
+  awk -F '\t' -v n="$count" '!seen[$2]++ && shown++ < n { printf "  %6.3f  %s\n          %s: measured %s, %s %s\n", $1, $2, $3, $4, $5, $6 }'

@@ -13,7 +13,7 @@ rm -rf "$CTUNE_MARGINS_DIR"
 mkdir -p "$CTUNE_MARGINS_DIR"
 status=0
 (cd build && ctest --output-on-failure -j "${CTUNE_TEST_JOBS:-2}") || status=$?
-bash scripts/margins.sh "$CTUNE_MARGINS_DIR"
+bash scripts/margins.sh "$CTUNE_MARGINS_DIR" || echo "margins: could not print the table (status $?)"
 [ "$status" -eq 0 ] || exit "$status"
 unset CTUNE_MARGINS_DIR
 

@@ -1,6 +1,7 @@
 // `ctune export` through the real binary: a successful export prints its self-check line and
 // leaves exactly the output file; every refusal is one line on stderr with exit status 1.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -17,16 +18,28 @@ namespace fs = std::filesystem;
 using ctune::testing::ctune;
 using ctune::testing::expect_one_line_failure;
 
-// One tiny model and adapter shared by the cases of this file.
+// One tiny model and adapter shared by the cases of this file, in a directory of this process:
+// CTest runs each case as its own process, two at a time, and a shared directory would be
+// recreated under a running case.
 const fs::path& base() {
   static const fs::path dir = [] {
-    const fs::path d = fresh_dir("cli");
+    const fs::path d = fresh_dir("cli-" + std::to_string(::getpid()));
     make_model(d / "model", TinyConfig{}, "byte", 50);
     make_adapter(d / "model", d / "adapter", {"q_proj", "v_proj"}, 51);
     return d;
   }();
   return dir;
 }
+
+// Removes this process's directory when its cases are done.
+class RemoveBase : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(data_dir() / ("cli-" + std::to_string(::getpid())), ec);
+  }
+};
+const auto* const kRemoveBase = ::testing::AddGlobalTestEnvironment(new RemoveBase);
 
 TEST(ExportCli, SuccessPrintsTheSelfCheck) {
   const fs::path out = base() / "ok.gguf";
