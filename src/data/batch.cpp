@@ -16,6 +16,18 @@ std::int64_t Batch::target_tokens() const {
   return n;
 }
 
+Batch Batch::slice_rows(std::int64_t begin, std::int64_t end) const {
+  Batch out;
+  out.rows = end - begin;
+  out.length = length;
+  const auto from = static_cast<std::ptrdiff_t>(begin * length), to = static_cast<std::ptrdiff_t>(end * length);
+  out.input_ids.assign(input_ids.begin() + from, input_ids.begin() + to);
+  out.labels.assign(labels.begin() + from, labels.begin() + to);
+  out.position_ids.assign(position_ids.begin() + from, position_ids.begin() + to);
+  out.segment_ids.assign(segment_ids.begin() + from, segment_ids.begin() + to);
+  return out;
+}
+
 BatchPlan::BatchPlan(const std::vector<Example>& examples, const std::vector<std::int64_t>& order,
                      const BatchOptions& options)
     : examples_(&examples), options_(options), order_(order) {

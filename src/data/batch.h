@@ -24,6 +24,8 @@ struct Batch {
   std::vector<std::int32_t> segment_ids;   // [rows * length], k > 0 = k-th document of the row, 0 = padding
   // The loss's token count: pairs (t, t+1) inside a row with labels[t + 1] != -100.
   std::int64_t target_tokens() const;
+  // Rows [begin, end) as a batch of their own (a rank's share of a global batch).
+  Batch slice_rows(std::int64_t begin, std::int64_t end) const;
 };
 
 struct BatchOptions {

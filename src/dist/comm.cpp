@@ -72,7 +72,6 @@ struct Comm::Group {
     }
   }
 
-  void wait(const c10::intrusive_ptr<c10d::Work>& work) { work->wait(); }
 };
 
 Comm::Comm() = default;
@@ -123,10 +122,11 @@ Comm::~Comm() {
   }
 }
 
-std::string Comm::failed_rank() const {
-  if (!group_->store->check({"failed"})) return "";
+void Comm::throw_if_a_rank_failed(const char* what) const {
+  if (!group_->store->check({"failed"})) return;
   const auto value = group_->store->get("failed");
-  return std::string(value.begin(), value.end());
+  throw DistributedError("rank " + std::to_string(rank()) + ": " + what + " failed: rank " + std::string(value.begin(), value.end()) +
+                         " stopped with an error (see its output)");
 }
 
 std::vector<std::int64_t> Comm::heartbeats() const {
@@ -139,10 +139,7 @@ std::vector<std::int64_t> Comm::heartbeats() const {
 void Comm::fail(const char* what, const std::string& cause) {
   std::string who;
   try {
-    if (const std::string failed = failed_rank(); !failed.empty()) {
-      throw DistributedError("rank " + std::to_string(rank()) + ": " + what + " failed: rank " + failed +
-                             " stopped with an error (see its output)");
-    }
+    throw_if_a_rank_failed(what);
     const auto before = heartbeats();
     std::this_thread::sleep_for(kProbe);
     const auto after = heartbeats();
@@ -161,43 +158,41 @@ void Comm::fail(const char* what, const std::string& cause) {
   throw DistributedError("rank " + std::to_string(rank()) + ": " + what + " failed: " + who + " [" + first_line + "]");
 }
 
-void Comm::all_reduce_sum(at::Tensor& tensor, const char* what) {
-  if (!group_) return;
+// One collective: timed, and any failure turned into a DistributedError naming who is gone.
+template <typename F>
+void Comm::run(const char* what, F&& collective) {
   const Stopwatch timed(seconds_);
   try {
-    std::vector<at::Tensor> tensors{tensor};
-    group_->wait(group_->pg->allreduce(tensors));
+    collective(*group_->pg);
   } catch (const std::exception& e) {
     fail(what, e.what());
   }
 }
 
-void Comm::all_reduce_max(at::Tensor& tensor, const char* what) {
+void Comm::all_reduce(at::Tensor& tensor, Reduce op, const char* what) {
   if (!group_) return;
-  const Stopwatch timed(seconds_);
-  try {
+  run(what, [&](c10d::ProcessGroupGloo& pg) {
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions options;
-    options.reduceOp = c10d::ReduceOp::MAX;
-    group_->wait(group_->pg->allreduce(tensors, options));
-  } catch (const std::exception& e) {
-    fail(what, e.what());
-  }
+    options.reduceOp = op == Reduce::max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+    pg.allreduce(tensors, options)->wait();
+  });
 }
+
+void Comm::all_reduce_sum(at::Tensor& tensor, const char* what) { all_reduce(tensor, Reduce::sum, what); }
+
+void Comm::all_reduce_max(at::Tensor& tensor, const char* what) { all_reduce(tensor, Reduce::max, what); }
 
 at::Tensor Comm::reduce_scatter_sum(const at::Tensor& input, const char* what) {
   if (!group_) return input;
-  const Stopwatch timed(seconds_);
   const std::int64_t chunk = input.numel() / size();
   TORCH_CHECK(chunk * size() == input.numel(), "reduce_scatter_sum: ", input.numel(), " elements in ", size(), " chunks");
   at::Tensor received = at::empty_like(input);
-  try {
+  run(what, [&](c10d::ProcessGroupGloo& pg) {
     at::Tensor send = input.contiguous();
     std::vector<std::int64_t> equal_splits;  // empty: equal chunks
-    group_->wait(group_->pg->alltoall_base(received, send, equal_splits, equal_splits));
-  } catch (const std::exception& e) {
-    fail(what, e.what());
-  }
+    pg.alltoall_base(received, send, equal_splits, equal_splits)->wait();
+  });
   // Chunk j of `received` is rank j's part of my chunk: sum them in rank order.
   return received.view({size(), chunk}).sum(0);
 }
@@ -207,29 +202,13 @@ void Comm::all_gather(const at::Tensor& chunk, at::Tensor& output, const char* w
     output.copy_(chunk.reshape(output.sizes()));
     return;
   }
-  const Stopwatch timed(seconds_);
-  try {
+  run(what, [&](c10d::ProcessGroupGloo& pg) {
     std::vector<at::Tensor> parts;
     for (int r = 0; r < size(); ++r) parts.push_back(output.view({-1}).narrow(0, r * chunk.numel(), chunk.numel()));
     std::vector<std::vector<at::Tensor>> outputs{parts};
     std::vector<at::Tensor> inputs{chunk.contiguous()};
-    group_->wait(group_->pg->allgather(outputs, inputs));
-  } catch (const std::exception& e) {
-    fail(what, e.what());
-  }
-}
-
-void Comm::broadcast(at::Tensor& tensor, int root, const char* what) {
-  if (!group_) return;
-  const Stopwatch timed(seconds_);
-  try {
-    std::vector<at::Tensor> tensors{tensor};
-    c10d::BroadcastOptions options;
-    options.rootRank = root;
-    group_->wait(group_->pg->broadcast(tensors, options));
-  } catch (const std::exception& e) {
-    fail(what, e.what());
-  }
+    pg.allgather(outputs, inputs)->wait();
+  });
 }
 
 // Through the store rather than Gloo, whose barrier would give up after the timeout even while
@@ -247,10 +226,7 @@ void Comm::barrier(const char* what) {
     for (auto pause = std::chrono::milliseconds(2);; pause = std::min(pause * 2, std::chrono::milliseconds(200))) {
       // Arrivals first: a rank may pass the barrier and then fail (or stop) at once.
       if (group_->store->add(key, 0) >= size()) break;
-      if (const std::string failed = failed_rank(); !failed.empty()) {
-        throw DistributedError("rank " + std::to_string(rank()) + ": " + what + " failed: rank " + failed +
-                               " stopped with an error (see its output)");
-      }
+      throw_if_a_rank_failed(what);
       std::this_thread::sleep_for(pause);
       if (Clock::now() < next_look) continue;
       next_look = Clock::now() + std::chrono::seconds(1);

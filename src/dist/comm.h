@@ -59,8 +59,6 @@ class Comm {
   at::Tensor reduce_scatter_sum(const at::Tensor& input, const char* what);
   // Every rank's `chunk`, in rank order, into `output` (n x chunk elements).
   void all_gather(const at::Tensor& chunk, at::Tensor& output, const char* what);
-  // In place: every rank ends with `root`'s tensor.
-  void broadcast(at::Tensor& tensor, int root, const char* what);
   // Returns when every rank has called it. Waits as long as the missing ranks are alive (a
   // rank writing a large checkpoint keeps the others here); fails once one of them has not
   // answered for the timeout.
@@ -70,7 +68,12 @@ class Comm {
   struct Group;
   [[noreturn]] void fail(const char* what, const std::string& cause);
   std::vector<std::int64_t> heartbeats() const;
-  std::string failed_rank() const;  // "" unless a rank announced that it failed
+  // Throws DistributedError when a rank announced that it failed (its exception unwinding).
+  void throw_if_a_rank_failed(const char* what) const;
+  template <typename F>
+  void run(const char* what, F&& collective);  // F(c10d::ProcessGroupGloo&); in comm.cpp
+  enum class Reduce { sum, max };
+  void all_reduce(at::Tensor& tensor, Reduce op, const char* what);
 
   World world_;
   std::chrono::milliseconds timeout_{0};

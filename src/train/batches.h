@@ -1,4 +1,5 @@
-// The data layer's flat batches as tensors for the trainer, and the sampler as a BatchSource.
+// The data layer's flat batches as tensors for the trainer (the sampler as a BatchSource is
+// train/data_parallel.h's RankRows: one process is rank 0 of 1).
 #pragma once
 
 #include <vector>
@@ -10,15 +11,6 @@
 namespace ctune::train {
 
 TensorBatch to_tensors(const data::Batch& batch);
-
-class SamplerSource : public BatchSource {
- public:
-  explicit SamplerSource(data::Sampler& sampler) : sampler_(sampler) {}
-  TensorBatch next() override { return to_tensors(sampler_.next()); }
-
- private:
-  data::Sampler& sampler_;
-};
 
 // Every batch of a plan (at most `limit` when limit >= 0), as tensors.
 std::vector<TensorBatch> all_batches(const data::BatchPlan& plan, std::int64_t limit = -1);

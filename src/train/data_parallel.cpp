@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "core/error.h"
+#include "train/batches.h"
 #include "train/zero.h"
 
 namespace ctune::train {
@@ -42,18 +43,8 @@ int ReplicatedSync::agree_on_stop(int signal) {
 }
 
 TensorBatch RankRows::next() {
-  TensorBatch all = global_.next();
-  const std::int64_t rows = all.input_ids.size(0);
-  const std::int64_t begin = rows * rank_ / size_, end = rows * (rank_ + 1) / size_;
-  TensorBatch mine;
-  mine.input_ids = all.input_ids.narrow(0, begin, end - begin).contiguous();
-  mine.labels = all.labels.narrow(0, begin, end - begin).contiguous();
-  mine.position_ids = all.position_ids.narrow(0, begin, end - begin).contiguous();
-  mine.segment_ids = all.segment_ids.narrow(0, begin, end - begin).contiguous();
-  // Targets: label[t+1] of each position t that is not ignored (data::Batch::target_tokens).
-  const auto length = mine.labels.size(1);
-  mine.target_tokens = length > 1 ? mine.labels.narrow(1, 1, length - 1).ne(data::kIgnoreIndex).sum().item<std::int64_t>() : 0;
-  return mine;
+  const data::Batch all = sampler_.next();
+  return to_tensors(all.slice_rows(all.rows * rank_ / size_, all.rows * (rank_ + 1) / size_));
 }
 
 DataParallel make_data_parallel(const std::string& strategy, std::vector<ParamGroup> groups, const OptimizerOptions& options,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "data/sampler.h"
 #include "dist/comm.h"
 #include "train/trainer.h"
 
@@ -26,15 +27,15 @@ class ReplicatedSync : public StepSync {
   dist::Comm& comm_;
 };
 
-// This rank's rows of each global batch from `global`: rank r of n takes rows
+// This rank's rows of each global batch of `sampler`: rank r of n takes rows
 // [r*R/n, (r+1)*R/n) of a batch of R rows (a short last batch may leave a rank none).
 class RankRows : public BatchSource {
  public:
-  RankRows(BatchSource& global, int rank, int size) : global_(global), rank_(rank), size_(size) {}
+  RankRows(data::Sampler& sampler, int rank, int size) : sampler_(sampler), rank_(rank), size_(size) {}
   TensorBatch next() override;
 
  private:
-  BatchSource& global_;
+  data::Sampler& sampler_;
   int rank_, size_;
 };
 

@@ -210,8 +210,7 @@ TrainResult Session::run() {
   //    The sampler yields global batches; each rank trains on its rows and evaluates its share
   //    of the eval batches (a world of one: all of them).
   data::Sampler sampler(plan.datasets.train, plan.sampler_options());
-  SamplerSource global(sampler);
-  RankRows source(global, comm_.rank(), comm_.size());
+  RankRows source(sampler, comm_.rank(), comm_.size());
   spdlog::debug("resident {:.1f} MB with optimizer and data", static_cast<double>(resident_bytes()) / 1e6);
   auto eval = rank_share(all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
                                      plan.eval_batches),
