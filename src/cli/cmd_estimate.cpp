@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "core/recipe.h"
 #include "dist/world.h"
 #include "train/run_plan.h"
@@ -17,18 +18,28 @@ struct EstimateOptions {
   std::vector<std::string> overrides;
   bool json = false;
   int nproc = 1;
+  int nodes = 1;
 };
 
 int run_estimate(const EstimateOptions& o) {
-  dist::World world;  // the world `train --nproc N` would run in (one node)
-  world.size = world.local_size = o.nproc;
+  // The world the run would have: N ranks over K nodes of N/K each.
+  if (o.nproc % o.nodes != 0) {
+    throw ctune::ConfigError("--nodes " + std::to_string(o.nodes) + " does not divide --nproc " + std::to_string(o.nproc) +
+                      " (ranks per node must be equal)");
+  }
+  dist::World world;
+  world.size = o.nproc;
+  world.local_size = o.nproc / o.nodes;
   const auto plan = train::plan_run(Recipe::load(o.recipe, o.overrides), world);
   const auto ledger = train::estimate_memory(train::ledger_inputs(plan, train::resident_bytes()));
   if (o.json) {
     std::cout << ledger.to_json().dump() << std::endl;
   } else {
     std::cout << "memory ledger per rank for " << o.recipe;
-    if (o.nproc > 1) std::cout << " on " << o.nproc << " ranks (" << plan.distributed.strategy << ")";
+    if (o.nproc > 1) {
+      std::cout << " on " << o.nproc << " ranks" << (o.nodes > 1 ? " in " + std::to_string(o.nodes) + " nodes" : "") << " ("
+                << plan.distributed.strategy << (plan.distributed.cpu_offload ? ", CPU offload" : "") << ")";
+    }
     std::cout << "\n" << ledger.to_text();
   }
   return 0;
@@ -44,6 +55,7 @@ CLI::App* add_estimate_command(CLI::App& app, Action& run) {
   cmd->add_flag("--json", opts->json, "Print the ledger as one JSON object");
   cmd->add_option("--nproc", opts->nproc, "Per-rank figures for a run on N ranks (distributed.strategy decides what divides)")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--nodes", opts->nodes, "...spread over K nodes (hybrid_shard shards within a node)")->check(CLI::Range(1, 1024));
   cmd->callback([opts, &run] { run = [opts] { return run_estimate(*opts); }; });
   return cmd;
 }

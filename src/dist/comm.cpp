@@ -25,7 +25,10 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const World& world) {
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
     return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
   }
-  if (world.nodes() == 1) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  // Every rank is on this machine when there is one node or the master is a loopback address
+  // (nodes simulated on one machine).
+  const bool loopback = world.master_addr == "localhost" || world.master_addr.rfind("127.", 0) == 0;
+  if (world.nodes() == 1 || loopback) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
@@ -101,8 +104,34 @@ Comm::Comm(const World& world, std::chrono::milliseconds timeout) : world_(world
   group_->heartbeat = std::thread([g = group_.get(), key = heartbeat_key(world.rank)] { g->beat(key); });
 }
 
+std::unique_ptr<Comm> Comm::subgroup(const std::string& name, const std::vector<int>& members) const {
+  auto sub = std::make_unique<Comm>();
+  sub->timeout_ = timeout_;
+  sub->world_ = world_;
+  sub->world_.size = static_cast<int>(members.size());
+  sub->world_.rank = -1;
+  for (std::size_t i = 0; i < members.size(); ++i)
+    if (members[i] == rank()) sub->world_.rank = static_cast<int>(i);
+  TORCH_CHECK(sub->world_.rank >= 0, "subgroup ", name, ": rank ", rank(), " is not a member");
+  for (int m : members) sub->members_.push_back(world_rank(m));
+  sub->keys_ = keys_ + "group/" + name + "/";
+  if (members.size() < 2 || !group_) return sub;  // a group of one: nothing to talk to
+  sub->group_ = std::make_unique<Group>();
+  sub->group_->store = group_->store;
+  try {
+    auto pg_options = c10d::ProcessGroupGloo::Options::create(std::max(std::chrono::milliseconds(1000), timeout_ - kProbe));
+    pg_options->devices.push_back(gloo_device(world_));
+    pg_options->threads = 2;
+    sub->group_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(c10::make_intrusive<c10d::PrefixStore>(sub->keys_, group_->store),
+                                                                 sub->world_.rank, sub->world_.size, pg_options);
+  } catch (const std::exception& e) {
+    throw DistributedError("rank " + std::to_string(world_rank(rank())) + ": cannot form the process group " + name + ": " + e.what());
+  }
+  return sub;
+}
+
 Comm::~Comm() {
-  if (!group_) return;
+  if (!group_ || !members_.empty()) return;  // a subgroup: its world says goodbye
   using Clock = std::chrono::steady_clock;
   try {
     if (std::uncaught_exceptions() > 0) {
@@ -125,13 +154,13 @@ Comm::~Comm() {
 void Comm::throw_if_a_rank_failed(const char* what) const {
   if (!group_->store->check({"failed"})) return;
   const auto value = group_->store->get("failed");
-  throw DistributedError("rank " + std::to_string(rank()) + ": " + what + " failed: rank " + std::string(value.begin(), value.end()) +
+  throw DistributedError("rank " + std::to_string(world_rank(rank())) + ": " + what + " failed: rank " + std::string(value.begin(), value.end()) +
                          " stopped with an error (see its output)");
 }
 
 std::vector<std::int64_t> Comm::heartbeats() const {
   std::vector<std::int64_t> beats(static_cast<std::size_t>(size()));
-  for (int r = 0; r < size(); ++r) beats[static_cast<std::size_t>(r)] = group_->store->add(heartbeat_key(r), 0);
+  for (int r = 0; r < size(); ++r) beats[static_cast<std::size_t>(r)] = group_->store->add(heartbeat_key(world_rank(r)), 0);
   return beats;
 }
 
@@ -144,7 +173,7 @@ void Comm::fail(const char* what, const std::string& cause) {
     std::this_thread::sleep_for(kProbe);
     const auto after = heartbeats();
     for (int r = 0; r < size(); ++r) {
-      if (r != rank() && after[r] == before[r]) who += (who.empty() ? "" : ", ") + std::to_string(r);
+      if (r != rank() && after[r] == before[r]) who += (who.empty() ? "" : ", ") + std::to_string(world_rank(r));
     }
     who = who.empty() ? "every rank still answers the store; one may be stuck or has left the collective"
                       : "rank " + who + " died or stopped answering";
@@ -155,7 +184,7 @@ void Comm::fail(const char* what, const std::string& cause) {
                              : "rank 0 is gone (it hosts the rendezvous store)";
   }
   std::string first_line = cause.substr(0, cause.find('\n'));
-  throw DistributedError("rank " + std::to_string(rank()) + ": " + what + " failed: " + who + " [" + first_line + "]");
+  throw DistributedError("rank " + std::to_string(world_rank(rank())) + ": " + what + " failed: " + who + " [" + first_line + "]");
 }
 
 // One collective: timed, and any failure turned into a DistributedError naming who is gone.
@@ -216,7 +245,7 @@ void Comm::all_gather(const at::Tensor& chunk, at::Tensor& output, const char* w
 void Comm::barrier(const char* what) {
   if (!group_) return;
   const Stopwatch timed(seconds_);
-  const std::string key = "barrier/" + std::to_string(barriers_++);
+  const std::string key = keys_ + "barrier/" + std::to_string(barriers_++);
   using Clock = std::chrono::steady_clock;
   try {
     group_->store->add(key, 1);
@@ -234,11 +263,11 @@ void Comm::barrier(const char* what) {
       std::string silent;
       for (int r = 0; r < size(); ++r) {
         if (now_beats[r] != beats[r]) last_seen[r] = Clock::now();
-        if (r != rank() && Clock::now() - last_seen[r] > timeout_) silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+        if (r != rank() && Clock::now() - last_seen[r] > timeout_) silent += (silent.empty() ? "" : ", ") + std::to_string(world_rank(r));
       }
       beats = now_beats;
       if (!silent.empty()) {
-        throw DistributedError("rank " + std::to_string(rank()) + ": " + what + " failed: rank " + silent +
+        throw DistributedError("rank " + std::to_string(world_rank(rank())) + ": " + what + " failed: rank " + silent +
                                " died or stopped answering (no heartbeat for " + std::to_string(timeout_.count() / 1000) +
                                " s, distributed.timeout_s)");
       }

@@ -42,6 +42,12 @@ class Comm {
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
 
+  // The ranks `members` (of this group, in order, this one among them) as a group of their own,
+  // for collectives among them only (hybrid_shard's node and replica groups). Every member
+  // calls it with the same `name` at the same point of the run. Its failures name world ranks.
+  std::unique_ptr<Comm> subgroup(const std::string& name, const std::vector<int>& members) const;
+
+  // Of a subgroup: rank() and size() within it.
   const World& world() const { return world_; }
   // Seconds this rank has spent inside collectives and barriers (waiting for the others and
   // moving bytes): the communication share of a step.
@@ -75,7 +81,11 @@ class Comm {
   enum class Reduce { sum, max };
   void all_reduce(at::Tensor& tensor, Reduce op, const char* what);
 
+  int world_rank(int r) const { return members_.empty() ? r : members_[static_cast<std::size_t>(r)]; }
+
   World world_;
+  std::vector<int> members_;  // a subgroup's world ranks; empty: the whole world
+  std::string keys_;          // prefix of this group's barrier keys in the store
   std::chrono::milliseconds timeout_{0};
   std::unique_ptr<Group> group_;  // null in a world of one
   std::int64_t barriers_ = 0;

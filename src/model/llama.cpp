@@ -48,13 +48,16 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, at::ScalarType dtype) {
 at::Tensor DecoderImpl::forward(const ForwardInputs& in) {
   const auto B = in.input_ids.size(0), T = in.input_ids.size(1);
   const auto past = in.cache ? in.cache->length() : 0;
-  auto x = embed_tokens->forward(in.input_ids);
+  scopes->enter(ParamScopes::kEmbedding, in.input_ids);
+  auto x = scopes->leave(ParamScopes::kEmbedding, embed_tokens->forward(in.input_ids));
   auto [cos, sin] = rope_cos_sin(inv_freq, in.position_ids, x.scalar_type());
   auto mask = build_attention_mask(B, T, past + T, in.attention_mask, in.segment_ids, in.input_ids.device());
   for (std::size_t i = 0; i < layers->size(); ++i) {
-    x = layers[i]->as<DecoderLayer>()->forward(x, cos, sin, mask, in.cache ? &in.cache->layers[i] : nullptr);
+    const auto scope = static_cast<std::int64_t>(i);
+    x = scopes->enter(scope, x);
+    x = scopes->leave(scope, layers[i]->as<DecoderLayer>()->forward(x, cos, sin, mask, in.cache ? &in.cache->layers[i] : nullptr));
   }
-  return norm->forward(x);
+  return norm->forward(scopes->enter(ParamScopes::kHead, x));
 }
 
 CausalLMImpl::CausalLMImpl(ModelConfig config, at::ScalarType dtype) : config_(std::move(config)) {

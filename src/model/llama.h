@@ -3,6 +3,8 @@
 // so checkpoints map one to one.
 #pragma once
 
+#include <memory>
+
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
@@ -10,6 +12,7 @@
 #include "model/attention.h"
 #include "model/config.h"
 #include "model/layers.h"
+#include "model/param_scopes.h"
 #include "model/recompute.h"
 
 namespace ctune::model {
@@ -66,6 +69,8 @@ class DecoderImpl : public torch::nn::Module {
   Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   RMSNorm norm{nullptr};
+  // Called around the embedding, each block and the final norm (a sharded run's gathers).
+  std::shared_ptr<ParamScopes> scopes = std::make_shared<ParamScopes>();
   at::Tensor inv_freq;  // [d/2] fp32; not a parameter and not saved (HF's non-persistent buffer)
 };
 TORCH_MODULE(Decoder);

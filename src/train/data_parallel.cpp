@@ -3,17 +3,25 @@
 #include <ATen/ATen.h>
 
 #include "core/error.h"
+#include "data/example.h"
 #include "train/batches.h"
+#include "train/full_shard.h"
 #include "train/zero.h"
 
 namespace ctune::train {
 
-void ReplicatedSync::sum(std::vector<double>& values) {
+namespace {
+
+void sum_over(dist::Comm& comm, std::vector<double>& values, const char* what) {
   at::Tensor t = at::tensor(values, at::kDouble);
-  comm_.all_reduce_sum(t, "summing the step's counts and losses");
+  comm.all_reduce_sum(t, what);
   const double* p = t.data_ptr<double>();
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = p[i];
 }
+
+}  // namespace
+
+void ReplicatedSync::sum(std::vector<double>& values) { sum_over(comm_, values, "summing the step's counts and losses"); }
 
 void ReplicatedSync::reduce_gradients(const std::vector<ParamGroup>& groups) {
   // Every rank has the same parameters with the same graph, so the same gradients are defined
@@ -44,16 +52,80 @@ int ReplicatedSync::agree_on_stop(int signal) {
 
 TensorBatch RankRows::next() {
   const data::Batch all = sampler_.next();
-  return to_tensors(all.slice_rows(all.rows * rank_ / size_, all.rows * (rank_ + 1) / size_));
+  const auto begin = all.rows * rank_ / size_, end = all.rows * (rank_ + 1) / size_;
+  return begin < end ? to_tensors(all.slice_rows(begin, end)) : idle_batch();
 }
 
-DataParallel make_data_parallel(const std::string& strategy, std::vector<ParamGroup> groups, const OptimizerOptions& options,
-                                dist::Comm& comm) {
+TensorBatch idle_batch() {
+  TensorBatch t;
+  t.input_ids = at::zeros({1, 2}, at::kLong);
+  t.labels = at::full({1, 2}, data::kIgnoreIndex, at::kLong);
+  t.position_ids = at::arange(2, at::kLong).view({1, 2});
+  t.segment_ids = at::ones({1, 2}, at::kInt);  // a real (if empty) document: padding-only rows mask everything
+  t.target_tokens = 0;
+  return t;
+}
+
+namespace {
+
+// full_shard's step agreement: what the backward nodes did not reduce, reduced at the end;
+// figures over the shards summed over the ranks that hold them (hybrid_shard: the node's).
+class FullShardSync : public ReplicatedSync {
+ public:
+  FullShardSync(dist::Comm& world, dist::Comm& shard_group, FullShard& shards)
+      : ReplicatedSync(world), shard_group_(shard_group), shards_(shards) {}
+  void reduce_gradients(const std::vector<ParamGroup>& /*shards*/) override { shards_.flush(); }
+  void sum_over_shards(std::vector<double>& values) override { sum_over(shard_group_, values, "summing over the shards"); }
+
+ private:
+  dist::Comm& shard_group_;
+  FullShard& shards_;
+};
+
+}  // namespace
+
+void DataParallel::with_whole_model(const std::function<void()>& use) {
+  if (!full_shard) {
+    use();
+    return;
+  }
+  full_shard->gather_all();
+  use();
+  full_shard->release_all();
+}
+
+void DataParallel::sample_memory_with(std::function<void()> sample) {
+  if (full_shard) full_shard->sample_memory = std::move(sample);
+}
+
+DataParallel make_data_parallel(const std::string& strategy, bool cpu_offload, model::CausalLM& model, std::vector<ParamGroup> groups,
+                                const OptimizerOptions& options, dist::Comm& comm) {
   DataParallel out;
   if (strategy == "shard_grad_op") {
-    auto sharded = std::make_unique<ShardedOptimizer>(std::move(groups), options, comm);
+    auto sharded = std::make_unique<ShardedOptimizer>(ShardedOptimizer::buckets(groups, comm), options, comm, /*gather_after_step=*/true);
     out.sync = std::make_unique<ShardedSync>(comm, *sharded);
     out.optimizer = std::move(sharded);
+    return out;
+  }
+  if (strategy == "full_shard" || strategy == "hybrid_shard") {
+    dist::Comm* shard_group = &comm;
+    dist::Comm* replicas = nullptr;
+    if (strategy == "hybrid_shard") {
+      // Ranks fill nodes in order: node k holds ranks [k*L, (k+1)*L); rank r's replicas are the
+      // ranks with its local rank in the other nodes.
+      const auto& w = comm.world();
+      std::vector<int> node, same_local;
+      for (int r = 0; r < w.local_size; ++r) node.push_back(w.node() * w.local_size + r);
+      for (int k = 0; k < w.nodes(); ++k) same_local.push_back(k * w.local_size + w.local_rank);
+      out.groups.push_back(comm.subgroup("node" + std::to_string(w.node()), node));
+      out.groups.push_back(comm.subgroup("local" + std::to_string(w.local_rank), same_local));
+      shard_group = out.groups[0].get();
+      replicas = out.groups[1]->size() > 1 ? out.groups[1].get() : nullptr;
+    }
+    out.full_shard = std::make_shared<FullShard>(model, groups, *shard_group, replicas, cpu_offload);
+    out.full_shard->install(model);
+    out.optimizer = std::make_unique<ShardedOptimizer>(out.full_shard->trainable(), options, *shard_group, /*gather_after_step=*/false);
+    out.sync = std::make_unique<FullShardSync>(comm, *shard_group, *out.full_shard);
     return out;
   }
   if (strategy != "no_shard") throw UnsupportedError("distributed.strategy: " + strategy + " is not implemented in this build");
@@ -67,6 +139,8 @@ std::vector<TensorBatch> rank_share(std::vector<TensorBatch> batches, int rank, 
   for (std::size_t i = static_cast<std::size_t>(rank); i < batches.size(); i += static_cast<std::size_t>(size)) {
     mine.push_back(std::move(batches[i]));
   }
+  const std::size_t each = (batches.size() + static_cast<std::size_t>(size) - 1) / static_cast<std::size_t>(size);
+  while (mine.size() < each) mine.push_back(idle_batch());
   return mine;
 }
 

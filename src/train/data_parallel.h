@@ -5,6 +5,7 @@
 // rows per micro-batch). See docs/distributed.md.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,7 +29,8 @@ class ReplicatedSync : public StepSync {
 };
 
 // This rank's rows of each global batch of `sampler`: rank r of n takes rows
-// [r*R/n, (r+1)*R/n) of a batch of R rows (a short last batch may leave a rank none).
+// [r*R/n, (r+1)*R/n) of a batch of R rows. A short last batch may leave a rank none: it gets
+// idle_batch() instead.
 class RankRows : public BatchSource {
  public:
   RankRows(data::Sampler& sampler, int rank, int size) : sampler_(sampler), rank_(rank), size_(size) {}
@@ -39,16 +41,35 @@ class RankRows : public BatchSource {
   int rank_, size_;
 };
 
+class FullShard;
+
 // The optimizer and step agreement for a strategy over `comm`'s ranks: one process (nothing to
-// agree on), no_shard (ReplicatedSync above), or shard_grad_op (train/zero.h).
+// agree on), no_shard (ReplicatedSync above), shard_grad_op (train/zero.h) or full_shard
+// (train/full_shard.h, which also installs itself in the model), and hybrid_shard: full_shard
+// within each node, the shards replicated across nodes (gradients reduce-scattered in the node,
+// then summed over the nodes).
 struct DataParallel {
+  std::vector<std::unique_ptr<dist::Comm>> groups;  // hybrid_shard: this node's ranks, and its replicas
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<StepSync> sync;
-};
-DataParallel make_data_parallel(const std::string& strategy, std::vector<ParamGroup> groups, const OptimizerOptions& options,
-                                dist::Comm& comm);
+  std::shared_ptr<FullShard> full_shard;  // null unless the parameters themselves are sharded
 
-// Rank r's share of the eval batches: every size-th batch from the r-th.
+  // Runs `use` with the whole model on this rank (to write a checkpoint or the result): under
+  // full_shard every part is gathered first and freed after; otherwise the model is whole.
+  void with_whole_model(const std::function<void()>& use);
+  // Where memory peaks inside backward (full_shard: a part whole with its gradients), `sample` is called.
+  void sample_memory_with(std::function<void()> sample);
+};
+DataParallel make_data_parallel(const std::string& strategy, bool cpu_offload, model::CausalLM& model, std::vector<ParamGroup> groups,
+                                const OptimizerOptions& options, dist::Comm& comm);
+
+// A batch that trains on nothing: one row of two tokens and no target. A rank with no rows
+// computes on it so that every rank runs the same forward and backward (under full_shard they
+// are full of collectives); it adds no target, no loss and exactly zero gradients.
+TensorBatch idle_batch();
+
+// Rank r's share of the eval batches: every size-th batch from the r-th, padded with idle
+// batches so every rank runs as many.
 std::vector<TensorBatch> rank_share(std::vector<TensorBatch> batches, int rank, int size);
 
 }  // namespace ctune::train

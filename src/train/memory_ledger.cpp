@@ -55,26 +55,32 @@ Ledger estimate_memory(const LedgerInputs& in) {
   // Weights, gradients, optimizer state. A weight that trains is an fp32 master with a gradient
   // and optimizer state; a frozen one is stored as it is; adapters train in fp32 (and are too
   // small for the optimizer step's temporaries to matter).
-  std::int64_t frozen = 0, trainable = 0, largest_trainable = 0;
+  // Under full_shard the parameters are counted per part (embedding, each block, final norm
+  // and head) too: one part is whole at a time while it computes.
+  std::int64_t frozen = 0, trainable = 0, largest_trainable = 0, unsharded = 0;
+  struct Part {
+    std::int64_t frozen = 0, trainable = 0;
+  };
+  std::vector<Part> parts(1);
   const std::int64_t sb = rb;
   auto add = [&](const std::string& module, std::int64_t count, std::int64_t frozen_bytes) {
     if (method.module(module).weight_trains) {
       trainable += count;
+      parts.back().trainable += count;
       largest_trainable = std::max(largest_trainable, count);
     } else {
       frozen += frozen_bytes;
+      parts.back().frozen += frozen_bytes;
+      if (in.quantize_base && frozen_bytes != count * sb) unsharded += frozen_bytes;  // quantised: kept whole
     }
   };
   auto add_adapter = [&](const std::string& module, std::int64_t in_dim, std::int64_t out_dim) {
     trainable += method.module(module).adapter_rank * (in_dim + out_dim);
+    parts.back().trainable += method.module(module).adapter_rank * (in_dim + out_dim);
   };
   add("embed_tokens", V * H, V * H * sb);
-  if (!c.tie_word_embeddings) {
-    add("lm_head", V * H, V * H * sb);  // never quantised
-    add_adapter("lm_head", H, V);
-  }
-  add("norm", H, H * sb);
   for (std::int64_t l = 0; l < L; ++l) {
+    parts.emplace_back();
     add("input_layernorm", H, H * sb);
     add("post_attention_layernorm", H, H * sb);
     for (const auto& name : projection_names()) {
@@ -84,11 +90,36 @@ Ledger estimate_memory(const LedgerInputs& in) {
       add_adapter(name, p.in, p.out);
     }
   }
-  const std::int64_t weights = frozen + 4 * trainable;
-  const std::int64_t grads = 4 * trainable;
+  parts.emplace_back();
+  add("norm", H, H * sb);
+  if (!c.tie_word_embeddings) {
+    add("lm_head", V * H, V * H * sb);  // never quantised
+    add_adapter("lm_head", H, V);
+  }
+  const std::int64_t P = in.parameter_shards, S = in.optimizer_shards;
+  auto per_rank = [](std::int64_t total, std::int64_t ranks) { return (total + ranks - 1) / ranks; };
+  const std::int64_t whole_weights = frozen + 4 * trainable;
+  // A part whole: its frozen bytes (a quantised base's stay whole anyway) and fp32 trainables;
+  // the head part of a tied model also uses the embedding matrix.
+  std::int64_t largest_part = 0, largest_part_grads = 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    std::int64_t bytes = parts[i].frozen + 4 * parts[i].trainable;
+    if (i + 1 == parts.size() && c.tie_word_embeddings) bytes += parts[0].frozen + 4 * parts[0].trainable;
+    largest_part = std::max(largest_part, bytes);
+    largest_part_grads = std::max(largest_part_grads, 4 * parts[i].trainable);
+  }
+  // Tied and trained, the embedding's gradient is whole from the head's backward to the
+  // embedding's (autograd sums both uses before handing it over).
+  if (c.tie_word_embeddings) largest_part_grads = std::max(largest_part_grads, 4 * parts[0].trainable);
+  const bool sharded_params = P > 1;
+  const std::int64_t weights = sharded_params ? per_rank(whole_weights - unsharded, P) + unsharded : whole_weights;
+  const std::int64_t gathered = sharded_params ? largest_part : 0;
+  const std::int64_t grads = S > 1 && sharded_params ? per_rank(4 * trainable, S) : 4 * trainable;
+  const std::int64_t gathered_grads = sharded_params ? largest_part_grads : 0;
   const std::int64_t opt_per_param = in.optimizer == "adamw" ? 8 : (in.momentum > 0 ? 4 : 0);
   // Sharded (train/zero.h): each rank keeps the state of its 1/N of the trainable elements.
-  const std::int64_t optimizer = opt_per_param * ((trainable + in.optimizer_shards - 1) / in.optimizer_shards);
+  const std::int64_t optimizer = opt_per_param * per_rank(trainable, S);
+  const std::string pool = in.cpu_offload ? "host" : "device";
   const std::string frozen_text =
       frozen == 0 ? std::string()
                   : mb(frozen) + " frozen" +
@@ -97,12 +128,24 @@ Ledger estimate_memory(const LedgerInputs& in) {
                                                             : " (projections nf4: n/2 + block scales)")
                                           : " (" + std::to_string(sb) + " B/param)") +
                         " + ";
-  led.lines.push_back({"weights", weights, frozen_text + "4 x " + std::to_string(trainable) + " trainable fp32 parameters"});
-  led.lines.push_back({"gradients", grads, "4 x " + std::to_string(trainable) + " trainable (fp32)"});
+  const std::string shard_text = " / " + std::to_string(P) + " ranks";
+  led.lines.push_back({"weights", weights,
+                       (sharded_params ? "(" : "") + frozen_text + "4 x " + std::to_string(trainable) + " trainable fp32 parameters" +
+                           (sharded_params ? ")" + shard_text + (unsharded > 0 ? " (the quantised base stays whole)" : "") : ""),
+                       pool});
+  if (sharded_params) {
+    led.lines.push_back({"gathered", gathered, "the largest part (embedding, block, or norm and head) whole while it computes"});
+  }
+  led.lines.push_back({"gradients", grads,
+                       "4 x " + std::to_string(trainable) + " trainable (fp32)" + (sharded_params ? " / " + std::to_string(S) + " ranks" : ""),
+                       sharded_params ? pool : "device"});
+  if (sharded_params) {
+    led.lines.push_back({"gathered grads", gathered_grads, "the largest part's gradients whole until reduce-scattered"});
+  }
   led.lines.push_back({"optimizer state", optimizer,
                        std::to_string(opt_per_param) + " x " + std::to_string(trainable) + " trainable" +
-                           (in.optimizer_shards > 1 ? " / " + std::to_string(in.optimizer_shards) + " ranks" : std::string()) +
-                           " (" + in.optimizer + ")"});
+                           (S > 1 ? " / " + std::to_string(S) + " ranks" : std::string()) + " (" + in.optimizer + ")",
+                       pool});
 
   // Activations kept for backward by one decoder layer without recompute.
   auto input_saved = [&](const char* name, std::int64_t in_dim) {
@@ -193,12 +236,17 @@ Ledger estimate_memory(const LedgerInputs& in) {
 
   // The peak: what is always there, plus the largest of the step's moments, plus what the
   // allocator holds on to.
-  const std::int64_t base = weights + optimizer;
-  const std::int64_t backward_start = activations + loss_bytes + (in.grad_accum > 1 ? grads : 0);
-  const std::int64_t backward_end = grads + recomputed_transient;
-  const std::int64_t optimizer_step = grads + (in.optimizer == "adamw" ? 8 * largest_trainable : 0);
-  // Sharded state is gathered whole for a checkpoint (rank 0 writes it), between steps.
-  const std::int64_t checkpoint_gather = in.optimizer_shards > 1 ? opt_per_param * trainable : 0;
+  // Under full_shard the sharded gradients stay through the step and one part is whole (with
+  // its gradients in backward) at a time.
+  const std::int64_t base = weights + optimizer + (sharded_params ? grads : 0);
+  const std::int64_t step_grads = sharded_params ? gathered + gathered_grads : grads;
+  const std::int64_t backward_start = activations + loss_bytes + gathered + (in.grad_accum > 1 ? step_grads : 0);
+  const std::int64_t backward_end = step_grads + recomputed_transient;
+  const std::int64_t optimizer_step = (sharded_params ? 0 : grads) + (in.optimizer == "adamw" ? 8 * std::min(largest_trainable, per_rank(trainable, S)) : 0);
+  // Sharded state is gathered whole for a checkpoint (rank 0 writes it), between steps; under
+  // full_shard the whole weights too (docs/distributed.md).
+  const std::int64_t checkpoint_gather =
+      (S > 1 ? opt_per_param * trainable : 0) + (sharded_params ? whole_weights - unsharded : 0);
   const std::int64_t live = base + std::max({backward_start, backward_end, optimizer_step, checkpoint_gather});
   // glibc's heap keeps freed activation and gradient blocks for reuse and fragments around them.
   // The reserve is calibrated, not derived: 0.30 x the live bytes, the middle of what
@@ -208,18 +256,22 @@ Ledger estimate_memory(const LedgerInputs& in) {
                        in.exact_allocator ? "memory.allocator: exact returns freed blocks at once"
                                           : "glibc heap reserve, calibrated at 0.30 x the live bytes (memory.allocator: exact makes it 0)"});
   led.peak_bytes = live + reserve + in.runtime_bytes;
+  for (const auto& l : led.lines)
+    if (l.pool == "host") led.host_bytes += l.bytes;
+  led.state_bytes = weights + gathered + grads + gathered_grads + optimizer;
   led.peak_formula = "weights + optimizer state + max(activations + loss buffers" +
                      std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
                      ", gradients + one recomputed layer, gradients + optimizer-step temporaries" +
-                     std::string(in.optimizer_shards > 1 ? ", the whole optimizer state gathered for a checkpoint" : "") +
+                     std::string(in.optimizer_shards > 1 ? ", the whole optimizer state" : "") +
+                     std::string(sharded_params ? " and weights" : "") + std::string(in.optimizer_shards > 1 ? " gathered for a checkpoint" : "") +
                      ") + allocator + runtime";
   return led;
 }
 
 Json Ledger::to_json() const {
   Json lines_json = Json::array();
-  for (const auto& l : lines) lines_json.push_back({{"name", l.name}, {"bytes", l.bytes}, {"formula", l.formula}});
-  return {{"lines", lines_json}, {"peak_bytes", peak_bytes}, {"peak_formula", peak_formula},
+  for (const auto& l : lines) lines_json.push_back({{"name", l.name}, {"bytes", l.bytes}, {"formula", l.formula}, {"pool", l.pool}});
+  return {{"lines", lines_json}, {"peak_bytes", peak_bytes}, {"peak_formula", peak_formula}, {"host_bytes", host_bytes}, {"state_bytes", state_bytes},
           {"activations_per_layer_bytes", activations_per_layer}, {"symbols", symbols}};
 }
 
@@ -228,10 +280,14 @@ std::string Ledger::to_text() const {
   char buf[64];
   for (const auto& l : lines) {
     std::snprintf(buf, sizeof(buf), "%-16s %12s  ", l.name.c_str(), mb(l.bytes).c_str());
-    s << buf << l.formula << "\n";
+    s << buf << (l.pool == "host" ? "[host] " : "") << l.formula << "\n";
   }
   std::snprintf(buf, sizeof(buf), "%-16s %12s  ", "peak", mb(peak_bytes).c_str());
   s << buf << peak_formula << "\n";
+  if (host_bytes > 0) {
+    std::snprintf(buf, sizeof(buf), "%-16s %12s  ", "of which host", mb(host_bytes).c_str());
+    s << buf << "distributed.cpu_offload: shards, their gradients and optimizer state (one pool with the device on a CPU build)\n";
+  }
   s << "symbols          " << symbols << "\n";
   return s.str();
 }

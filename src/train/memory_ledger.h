@@ -34,7 +34,9 @@ struct LedgerInputs {
   std::int64_t seq_len = 512;  // the longest sequence a batch can hold (data.max_seq_len)
   std::int64_t grad_accum = 1;
   std::string optimizer = "adamw";  // adamw | sgd
-  std::int64_t optimizer_shards = 1;  // ranks sharing the optimizer state (shard_grad_op)
+  std::int64_t optimizer_shards = 1;  // ranks sharing gradients and optimizer state (sharded strategies)
+  std::int64_t parameter_shards = 1;  // ranks sharing the parameters (full_shard, hybrid_shard)
+  bool cpu_offload = false;           // shards, their gradients and optimizer state in host memory
   double momentum = 0.9;
   std::int64_t runtime_bytes = 0;  // the process before training: libraries, tokenizer, data
   bool exact_allocator = false;    // memory.allocator: exact (no allocator reserve)
@@ -49,12 +51,17 @@ struct LedgerLine {
   std::string name;     // "weights", "gradients", ...
   std::int64_t bytes = 0;
   std::string formula;  // how `bytes` was computed, in the ledger's symbols
+  std::string pool = "device";  // "host" under distributed.cpu_offload (on a CPU build, the same memory)
 };
 
 struct Ledger {
   std::vector<LedgerLine> lines;
   std::int64_t peak_bytes = 0;
   std::string peak_formula;
+  std::int64_t host_bytes = 0;  // of the peak, the host pool's lines (cpu_offload)
+  // Parameters, gradients and optimizer state at their peak (weights, gathered, gradients,
+  // gathered grads and optimizer state together): what train/memory_report.h measures.
+  std::int64_t state_bytes = 0;
   std::int64_t activations_per_layer = 0;  // saved per decoder layer without recompute
   std::string symbols;  // what n, H, I, ... stand for in this run
 

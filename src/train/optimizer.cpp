@@ -6,6 +6,12 @@
 
 namespace ctune::train {
 
+std::int64_t Optimizer::state_bytes() const {
+  std::int64_t bytes = 0;
+  for (const auto& [name, t] : state()) bytes += static_cast<std::int64_t>(t.nbytes());
+  return bytes;
+}
+
 namespace {
 
 // AdamW exactly as torch.optim.AdamW (single-tensor path): decay first, then the moments,

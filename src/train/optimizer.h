@@ -38,6 +38,8 @@ class Optimizer {
   // collective that every rank calls (train/zero.h).
   virtual std::vector<std::pair<std::string, at::Tensor>> state() const = 0;
   virtual void load_state(const std::vector<std::pair<std::string, at::Tensor>>& state) = 0;
+  // Bytes of the state this rank holds (a sharded optimizer: its chunks'), without gathering.
+  virtual std::int64_t state_bytes() const;
 
  protected:
   explicit Optimizer(std::vector<ParamGroup> groups) : groups_(std::move(groups)) {}

@@ -29,18 +29,16 @@ auto for_key(const Recipe& r, const std::string& key, F&& f) -> decltype(f()) {
   }
 }
 
-// Features whose recipe keys exist but whose implementation lands with a later issue.
-void refuse_unimplemented(const Recipe& r) {
-  const std::string strategy = r.get_string("distributed.strategy");
-  if (strategy != "no_shard" && strategy != "shard_grad_op")
-    r.fail("distributed.strategy", strategy + " is not yet implemented in this build (use no_shard or shard_grad_op)");
-  if (r.get_bool("distributed.cpu_offload")) r.fail("distributed.cpu_offload", "CPU offload is not yet implemented in this build");
-}
-
 DistributedPlan distributed_plan(const Recipe& r) {
   DistributedPlan d;
   d.strategy = r.get_string("distributed.strategy");
   d.timeout_s = r.get_int("distributed.timeout_s");
+  d.cpu_offload = r.get_bool("distributed.cpu_offload");
+  // Offload keeps shards in host memory: there must be shards of the parameters.
+  if (d.cpu_offload && d.strategy != "full_shard" && d.strategy != "hybrid_shard") {
+    r.fail("distributed.cpu_offload", "offload moves parameter shards to host memory; it needs distributed.strategy full_shard or hybrid_shard, found " +
+                                          d.strategy);
+  }
   const std::string backend = r.get_string("distributed.backend");
   // This build runs on the CPU: Gloo is the backend for CPU tensors.
   if (backend == "nccl") r.fail("distributed.backend", "nccl needs a CUDA build of LibTorch; this build is CPU-only (use gloo or auto)");
@@ -81,7 +79,6 @@ RunPlan plan_run(Recipe recipe, const dist::World& world) {
   p.recipe = std::move(recipe);
   p.world = world;
   const Recipe& r = p.recipe;
-  refuse_unimplemented(r);
   p.threads = parse_thread_count(r.get_string("threads"), "threads");
   // Ranks on one machine share its cores: "auto" gives each its share, so they do not contend.
   const std::string threads_value = r.get_string("threads");
@@ -257,7 +254,9 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.seq_len = p.data.max_seq_len;
   in.grad_accum = p.trainer.grad_accum;
   in.optimizer = p.optimizer.name;
-  in.optimizer_shards = p.distributed.strategy == "shard_grad_op" ? p.world.size : 1;
+  in.optimizer_shards = p.distributed.optimizer_shards(p.world);
+  in.parameter_shards = p.distributed.parameter_shards(p.world);
+  in.cpu_offload = p.distributed.cpu_offload;
   in.momentum = p.optimizer.momentum;
   in.runtime_bytes = runtime_bytes;
   in.exact_allocator = p.exact_allocator;
@@ -285,7 +284,7 @@ std::string RunPlan::summary() const {
     << data.batch_size << " x accumulation " << trainer.grad_accum << (data.packing ? ", packed" : "") << ")\n";
   if (world.distributed()) {
     s << "ranks        " << world.size << " (" << world.nodes() << " node" << (world.nodes() > 1 ? "s" : "") << ", "
-      << distributed.strategy << " over " << distributed.backend << "; global batch " << data.batch_size * world.size << " x "
+      << distributed.strategy << (distributed.cpu_offload ? " with CPU offload" : "") << " over " << distributed.backend << "; global batch " << data.batch_size * world.size << " x "
       << trainer.grad_accum << " rows)\n";
   }
   s << "precision    " << model::dtype_to_hf(compute_dtype) << " matmuls"

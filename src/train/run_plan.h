@@ -43,6 +43,18 @@ struct DistributedPlan {
   std::string strategy = "no_shard";
   std::string backend = "gloo";  // resolved from distributed.backend: auto
   std::int64_t timeout_s = 120;
+  bool cpu_offload = false;
+
+  // How many ranks share the gradients and optimizer state, and the parameters, under this
+  // strategy in `world` (hybrid_shard shards within a node).
+  std::int64_t optimizer_shards(const dist::World& world) const {
+    if (strategy == "hybrid_shard") return world.local_size;
+    return strategy == "no_shard" ? 1 : world.size;
+  }
+  std::int64_t parameter_shards(const dist::World& world) const {
+    if (strategy == "hybrid_shard") return world.local_size;
+    return strategy == "full_shard" ? world.size : 1;
+  }
 };
 
 // Everything a run needs, resolved from the recipe by plan_run(). Nothing reads the recipe after

@@ -13,6 +13,7 @@
 #include "io/run_dir.h"
 #include "train/batches.h"
 #include "train/data_parallel.h"
+#include "train/memory_report.h"
 #include "train/metrics.h"
 
 namespace ctune::train {
@@ -35,18 +36,6 @@ void log_lines(const std::string& text) {
   for (std::size_t pos = 0, end; (end = text.find('\n', pos)) != std::string::npos; pos = end + 1) {
     spdlog::info("{}", text.substr(pos, end - pos));
   }
-}
-
-// Predicted against measured peak memory, in the log and as the last line of metrics.jsonl.
-void report_memory(const Ledger& ledger, MetricsLog& metrics, std::int64_t start_bytes) {
-  const auto measured = peak_resident_bytes();
-  const double ratio = static_cast<double>(measured) / static_cast<double>(std::max<std::int64_t>(1, ledger.peak_bytes));
-  spdlog::info("memory: predicted peak {:.1f} MB, measured {:.1f} MB (measured/predicted {:.3f})",
-               static_cast<double>(ledger.peak_bytes) / 1e6, static_cast<double>(measured) / 1e6, ratio);
-  Json line = {{"memory", ledger.to_json()}};
-  line["memory"]["measured_peak_bytes"] = measured;
-  line["memory"]["measured_start_bytes"] = start_bytes;  // resident when training began
-  metrics.write_line(line.dump());
 }
 
 }  // namespace
@@ -203,7 +192,7 @@ TrainResult Session::run() {
   std::vector<std::pair<std::string, at::Tensor>> trainable;
   for (const auto& item : lm->named_parameters(true))
     if (item.value().requires_grad()) trainable.emplace_back(item.key(), item.value());
-  auto parallel = make_data_parallel(plan.distributed.strategy, make_param_groups(trainable, plan.optimizer), plan.optimizer, comm_);
+  auto parallel = make_data_parallel(plan.distributed.strategy, plan.distributed.cpu_offload, lm, make_param_groups(trainable, plan.optimizer), plan.optimizer, comm_);
   auto& optimizer = parallel.optimizer;
 
   // 4. Data.
@@ -237,7 +226,9 @@ TrainResult Session::run() {
   CheckpointSources sources{lm, plan.method.get(), files, {}, &sampler, plan.recipe_yaml(), &scaler, inputs};
   auto checkpoint = [&](std::int64_t step) {
     sources.optimizer_state = optimizer->state();
-    if (writer()) checkpoints.write(step, sources);
+    parallel.with_whole_model([&] {
+      if (writer()) checkpoints.write(step, sources);
+    });
     sources.optimizer_state.clear();
     comm_.barrier("waiting for rank 0 to write a checkpoint");
   };
@@ -248,6 +239,9 @@ TrainResult Session::run() {
   Trainer trainer(lm, *optimizer, source, std::move(eval), plan.trainer, metrics ? &*metrics : nullptr);
   trainer.scaler = &scaler;
   trainer.step_sync = parallel.sync.get();
+  StateMeter meter(lm, *optimizer);
+  trainer.sample_memory = [&] { meter.sample(); };
+  parallel.sample_memory_with(trainer.sample_memory);
   trainer.on_step_end = [&](std::int64_t step) {
     if ((every > 0 && step % every == 0) || step == plan.trainer.max_steps) {
       checkpoint(step);
@@ -269,7 +263,7 @@ TrainResult Session::run() {
   reset_peak_resident();  // the measured peak is training's, not loading's
   const double communicating_before = comm_.seconds_communicating();
   const auto result = trainer.run();
-  if (metrics) report_memory(ledger, *metrics, start_bytes);
+  if (metrics) report_memory(ledger, *metrics, start_bytes, meter);
   if (plan.world.distributed()) {
     const double waited = comm_.seconds_communicating() - communicating_before;
     spdlog::info("communication: rank 0 spent {:.2f} s of {:.2f} s training in collectives ({:.1f}%)", waited, result.seconds,
@@ -285,7 +279,9 @@ TrainResult Session::run() {
   if (last_checkpoint != plan.trainer.max_steps) checkpoint(plan.trainer.max_steps);
 
   // 7. The result, in the ecosystem's layouts: output_dir/model or output_dir/adapter.
-  if (writer()) plan.method->write_result(lm, plan.output_dir, files);
+  parallel.with_whole_model([&] {
+    if (writer()) plan.method->write_result(lm, plan.output_dir, files);
+  });
   comm_.barrier("waiting for rank 0 to write the result");
   spdlog::info("{} written to {}", plan.method->result_name(), (plan.output_dir / plan.method->result_name()).string());
   if (result.skipped_steps > 0) spdlog::info("{} steps were skipped (non-finite loss or gradients)", result.skipped_steps);

@@ -74,11 +74,11 @@ TrainResult Trainer::run() {
     const double loss_scale = scaler.scale();
     double loss_sum = 0;
     for (const auto& batch : micro) {
-      if (batch.input_ids.size(0) == 0) continue;  // a rank with no rows in a short last batch
       auto loss = next_token_loss_sum(model_, batch, options_.chunked_loss);
       loss_sum += loss.item<double>();
       if (targets > 0) scaler.scale_loss(loss / static_cast<double>(targets)).backward();
       log_memory(step + 1, "after backward");
+      if (sample_memory) sample_memory();
       kill_point("step", step + 1, "mid");
     }
     std::vector<double> sums = {loss_sum};
@@ -89,6 +89,7 @@ TrainResult Trainer::run() {
     //    gradients. A step with a non-finite loss or gradient applies no update (fp16: the
     //    scale backs off); too many non-finite losses in a row stop the run.
     sync().reduce_gradients(optimizer_.groups());
+    if (sample_memory) sample_memory();
     std::vector<double> inf_found = {scaler.unscale_and_check(optimizer_.groups()) ? 1.0 : 0.0};
     sync().sum_over_shards(inf_found);
     const bool found_inf = inf_found[0] > 0;

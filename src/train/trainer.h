@@ -86,6 +86,9 @@ class Trainer {
   GradScaler* scaler = nullptr;
   // The other ranks of a data-parallel run; null: this process alone.
   StepSync* step_sync = nullptr;
+  // Called where parameters, gradients and optimizer state peak (after each backward, and after
+  // the gradients are reduced): a memory meter hooks here.
+  std::function<void()> sample_memory;
 
  private:
   void stop_if_requested(std::int64_t step, bool nothing_new);

@@ -29,80 +29,53 @@ bool split_index(const std::string& name, std::string& prefix, std::size_t& inde
 // flat gradient and what the all-to-all receives) stay this small. PyTorch's DDP buckets 25 MB.
 constexpr std::int64_t kBucketElements = 4 << 20;
 
-ShardedOptimizer::ShardedOptimizer(std::vector<ParamGroup> groups, const OptimizerOptions& options, dist::Comm& comm)
-    : Optimizer({}), comm_(comm) {
-  at::NoGradGuard no_grad;
-  const std::int64_t ranks = comm.size();
-  // Buckets: consecutive parameters of one group; each bucket is one optimizer group.
-  std::vector<ParamGroup> buckets;
+std::vector<FlatGroup> ShardedOptimizer::buckets(const std::vector<ParamGroup>& groups, const dist::Comm& comm) {
+  std::vector<FlatGroup> out;
+  std::vector<at::Tensor> params;
+  std::vector<std::size_t> indices;
+  std::size_t index = 0;
   for (const auto& g : groups) {
-    std::int64_t filled = kBucketElements;
+    std::int64_t filled = 0;
     for (const auto& p : g.params) {
-      TORCH_CHECK(p.scalar_type() == at::kFloat, "sharded optimizer state needs fp32 trainable parameters, found ", p.scalar_type());
-      if (filled + p.numel() > kBucketElements) {
-        buckets.push_back({{}, g.weight_decay});
+      if (!params.empty() && filled + p.numel() > kBucketElements) {
+        out.push_back({std::make_shared<FlatParam>(std::move(params), std::move(indices), comm, true), g.weight_decay});
+        params.clear();
+        indices.clear();
         filled = 0;
       }
-      buckets.back().params.push_back(p);
+      params.push_back(p);
+      indices.push_back(index++);
       filled += p.numel();
     }
+    if (!params.empty()) out.push_back({std::make_shared<FlatParam>(std::move(params), std::move(indices), comm, true), g.weight_decay});
+    params.clear();
+    indices.clear();
   }
-  std::size_t index = 0;
-  for (const auto& g : buckets) {
-    Flat f;
-    f.params = g.params;
-    f.first_index = index;
-    index += g.params.size();
-    for (const auto& p : g.params) f.numel += p.numel();
-    f.chunk = std::max<std::int64_t>(1, (f.numel + ranks - 1) / ranks);
-    f.buffer = at::zeros({f.chunk * ranks}, at::kFloat);
-    // Re-seat each parameter as a view of the flat buffer: the model computes with the same
-    // values, and updating a chunk of the buffer updates the parameters.
-    std::int64_t offset = 0;
-    for (auto& p : f.params) {
-      at::Tensor view = f.buffer.narrow(0, offset, p.numel()).view(p.sizes());
-      view.copy_(p);
-      p.set_data(view);
-      offset += p.numel();
-    }
-    flats_.push_back(std::move(f));
+  return out;
+}
+
+ShardedOptimizer::ShardedOptimizer(std::vector<FlatGroup> flats, const OptimizerOptions& options, dist::Comm& comm,
+                                   bool gather_after_step)
+    : Optimizer({}), comm_(comm), flats_(std::move(flats)), gather_after_step_(gather_after_step) {
+  for (const auto& f : flats_) {
+    TORCH_CHECK(f.flat->shard().scalar_type() == at::kFloat, "sharded optimizer state needs fp32 trainable parameters, found ",
+                f.flat->shard().scalar_type());
+    groups_.push_back({{f.flat->shard()}, f.weight_decay});
   }
-  groups_ = chunks_of(flats_, buckets, comm.rank());
   inner_ = make_optimizer(groups_, options);
 }
 
-std::vector<ParamGroup> ShardedOptimizer::chunks_of(std::vector<Flat>& flats, const std::vector<ParamGroup>& groups, int rank) {
-  std::vector<ParamGroup> chunks;
-  for (std::size_t i = 0; i < flats.size(); ++i) {
-    chunks.push_back({{flats[i].buffer.narrow(0, rank * flats[i].chunk, flats[i].chunk)}, groups[i].weight_decay});
-  }
-  return chunks;
-}
-
 void ShardedOptimizer::reduce_scatter_gradients() {
-  at::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < flats_.size(); ++i) {
-    Flat& f = flats_[i];
-    at::Tensor flat = at::zeros({f.chunk * comm_.size()}, at::kFloat);
-    std::int64_t offset = 0;
-    for (auto& p : f.params) {
-      // Every rank has the same graph, so the same gradients are defined on every rank.
-      if (p.grad().defined()) flat.narrow(0, offset, p.numel()).copy_(p.grad().reshape({-1}));
-      p.mutable_grad() = at::Tensor();  // released: this rank keeps only its chunk's sum
-      offset += p.numel();
-    }
-    groups_[i].params[0].mutable_grad() = comm_.reduce_scatter_sum(flat, "reduce-scattering gradients");
-  }
+  for (auto& f : flats_)
+    if (f.flat->has_gradients()) f.flat->reduce_scatter_gradients(comm_);
 }
 
 void ShardedOptimizer::step(double lr) {
   ++steps_;
   inner_->step(lr);
+  if (!gather_after_step_) return;
   at::NoGradGuard no_grad;
-  for (auto& f : flats_) {
-    const at::Tensor mine = f.buffer.narrow(0, comm_.rank() * f.chunk, f.chunk).clone();
-    comm_.all_gather(mine, f.buffer, "gathering updated parameters");
-  }
+  for (auto& f : flats_) f.flat->gather(comm_, "gathering updated parameters");
 }
 
 std::vector<std::pair<std::string, at::Tensor>> ShardedOptimizer::state() const {
@@ -114,13 +87,13 @@ std::vector<std::pair<std::string, at::Tensor>> ShardedOptimizer::state() const 
       out.emplace_back(name, t);
       continue;
     }
-    const Flat& f = flats_.at(i);
-    at::Tensor full = at::empty({f.chunk * comm_.size()}, t.options());
+    const FlatParam& f = *flats_.at(i).flat;
+    at::Tensor full = at::empty({f.chunk() * comm_.size()}, t.options());
     comm_.all_gather(t.reshape({-1}), full, "gathering optimizer state for a checkpoint");
     std::int64_t offset = 0;
-    for (std::size_t k = 0; k < f.params.size(); ++k) {
-      const auto n = f.params[k].numel();
-      out.emplace_back(prefix + "." + std::to_string(f.first_index + k), full.narrow(0, offset, n).view(f.params[k].sizes()));
+    for (std::size_t k = 0; k < f.params().size(); ++k) {
+      const auto n = f.params()[k].numel();
+      out.emplace_back(prefix + "." + std::to_string(f.indices()[k]), full.narrow(0, offset, n).view(f.params()[k].sizes()));
       offset += n;
     }
   }
@@ -143,22 +116,23 @@ void ShardedOptimizer::load_state(const std::vector<std::pair<std::string, at::T
   for (const auto& [prefix, entries] : per_parameter) {
     std::size_t used = 0;
     for (std::size_t g = 0; g < flats_.size(); ++g) {
-      const Flat& f = flats_[g];
+      const FlatParam& f = *flats_[g].flat;
       std::vector<at::Tensor> parts;
-      for (std::size_t k = 0; k < f.params.size(); ++k) {
-        const auto it = entries.find(f.first_index + k);
+      for (std::size_t k = 0; k < f.params().size(); ++k) {
+        const auto it = entries.find(f.indices()[k]);
         if (it == entries.end()) break;
-        if (it->second.numel() != f.params[k].numel()) {
+        if (it->second.numel() != f.params()[k].numel()) {
           throw ShapeError("optimizer state: \"" + prefix + "." + std::to_string(it->first) + "\" has " +
-                           std::to_string(it->second.numel()) + " elements, its parameter " + std::to_string(f.params[k].numel()));
+                           std::to_string(it->second.numel()) + " elements, its parameter " + std::to_string(f.params()[k].numel()));
         }
         parts.push_back(it->second.reshape({-1}).to(at::kFloat));
       }
       if (parts.empty()) continue;  // no state yet for this group (SGD before its first step)
-      if (parts.size() != f.params.size()) throw FormatError("optimizer state: \"" + prefix + "\" lacks entries for some parameters");
+      if (parts.size() != f.params().size()) throw FormatError("optimizer state: \"" + prefix + "\" lacks entries for some parameters");
       used += parts.size();
-      if (f.chunk * comm_.size() > f.numel) parts.push_back(at::zeros({f.chunk * comm_.size() - f.numel}, at::kFloat));
-      mine.emplace_back(prefix + "." + std::to_string(g), at::cat(parts).narrow(0, comm_.rank() * f.chunk, f.chunk).clone());
+      const auto whole = f.chunk() * comm_.size();
+      if (whole > f.numel()) parts.push_back(at::zeros({whole - f.numel()}, at::kFloat));
+      mine.emplace_back(prefix + "." + std::to_string(g), at::cat(parts).narrow(0, comm_.rank() * f.chunk(), f.chunk()).clone());
     }
     if (used != entries.size()) {
       throw ShapeError("optimizer state: " + std::to_string(entries.size()) + " \"" + prefix + "\" entries for " + std::to_string(used) +

@@ -1,12 +1,11 @@
-// Sharded optimizer state (distributed.strategy: shard_grad_op, as ZeRO-2 / FSDP SHARD_GRAD_OP):
-// every rank keeps whole parameters for forward and backward, but owns 1/N of each parameter
-// group's elements for the update. The group's parameters are re-seated as views of flat
-// buffers (buckets of at most 16 MiB), each split into N equal chunks (the last padded with
-// zeros); after backward each flat
-// gradient is reduce-scattered so rank r holds the summed gradient of chunk r only, the
-// optimizer (AdamW or SGD, unchanged) updates that chunk with its chunk of the state, and an
-// all-gather puts every rank's updated chunk back into the flat buffer. Optimizer state per
-// rank: 1/N of the single-process figure. See docs/distributed.md.
+// Sharded optimizer state (distributed.strategy shard_grad_op, full_shard, hybrid_shard; as
+// ZeRO-2/3 and FSDP): each rank owns 1/N of every trainable flat parameter (train/flat_param.h)
+// and updates only that chunk, with its chunk of the optimizer state. After backward each flat
+// gradient is reduce-scattered so rank r holds the summed gradient of chunk r; the optimizer
+// (AdamW or SGD, unchanged) steps the chunks. Under shard_grad_op the whole parameters stay on
+// every rank, so an all-gather puts every rank's updated chunk back into them after the step;
+// under full_shard they are gathered block by block when the model needs them
+// (train/full_shard.h). Optimizer state per rank: 1/N of one process's. See docs/distributed.md.
 #pragma once
 
 #include <memory>
@@ -14,38 +13,42 @@
 
 #include "dist/comm.h"
 #include "train/data_parallel.h"
+#include "train/flat_param.h"
 #include "train/optimizer.h"
 
 namespace ctune::train {
 
+// A trainable flat parameter and the weight decay of its parameters.
+struct FlatGroup {
+  std::shared_ptr<FlatParam> flat;
+  double weight_decay = 0.0;
+};
+
 class ShardedOptimizer : public Optimizer {
  public:
-  // `groups`: the model's trainable parameters (fp32), re-seated into flat buffers here.
-  ShardedOptimizer(std::vector<ParamGroup> groups, const OptimizerOptions& options, dist::Comm& comm);
+  // `flats`: every trainable parameter, in fp32, once. With `gather_after_step` the updated
+  // chunks are gathered into the whole parameters after each step (shard_grad_op).
+  ShardedOptimizer(std::vector<FlatGroup> flats, const OptimizerOptions& options, dist::Comm& comm, bool gather_after_step);
+  // shard_grad_op: `groups` (the model's trainable fp32 parameters) packed into flat buckets of
+  // at most 16 MiB that keep their whole buffers.
+  static std::vector<FlatGroup> buckets(const std::vector<ParamGroup>& groups, const dist::Comm& comm);
 
-  // The model's gradients summed over ranks into this rank's chunks (groups() hold the chunks
-  // with their gradients); the model's own gradients are released.
+  // Gradients still held by the parameters summed over ranks into this rank's chunks (groups()
+  // hold the chunks with their gradients).
   void reduce_scatter_gradients();
-  // Updates this rank's chunks, then gathers every rank's chunks into the parameters.
+  // Updates this rank's chunks (then gathers them into the parameters under shard_grad_op).
   void step(double lr) override;
   // The state of every parameter, gathered from all ranks, named as one process names it
   // (so a checkpoint resumes at any world size). A collective: every rank calls it.
   std::vector<std::pair<std::string, at::Tensor>> state() const override;
   // One process's state (any world size's checkpoint): this rank keeps its chunks.
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& state) override;
+  std::int64_t state_bytes() const override { return inner_->state_bytes(); }
 
  private:
-  struct Flat {
-    std::vector<at::Tensor> params;  // the model's parameters, views of `buffer`
-    at::Tensor buffer;               // [chunk * ranks] fp32
-    std::int64_t numel = 0;          // elements in use (the rest is padding)
-    std::int64_t chunk = 0;
-    std::size_t first_index = 0;     // the first parameter's index in one process's numbering
-  };
-  static std::vector<ParamGroup> chunks_of(std::vector<Flat>& flats, const std::vector<ParamGroup>& groups, int rank);
-
   dist::Comm& comm_;
-  std::vector<Flat> flats_;
+  std::vector<FlatGroup> flats_;
+  bool gather_after_step_;
   std::unique_ptr<Optimizer> inner_;  // steps groups_ (this rank's chunks)
 };
 

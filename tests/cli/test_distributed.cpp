@@ -141,7 +141,7 @@ std::vector<Record> one_process(const std::string& method, int ranks) {
 constexpr double kSameNumbers = 1e-5;
 
 TEST_F(Distributed, RanksComputeWhatOneProcessComputesOnTheGlobalBatch) {
-  for (const std::string strategy : {"no_shard", "shard_grad_op"})
+  for (const std::string strategy : {"no_shard", "shard_grad_op", "full_shard"})
   for (const std::string method : {"full", "lora"}) {
     for (int ranks : {2, 4}) {
       const std::string tag = strategy + " " + method + " x" + std::to_string(ranks);
@@ -163,13 +163,53 @@ TEST_F(Distributed, RanksComputeWhatOneProcessComputesOnTheGlobalBatch) {
   }
 }
 
+TEST_F(Distributed, ARankWithoutRowsComputesOnAnIdleBatch) {
+  // 70 rows in global batches of 4: step 9's second micro-batch is the epoch's short last batch
+  // of 2 rows, which leaves ranks 0 and 2 without rows, and the 7 eval batches leave rank 3 one
+  // short. Under full_shard every forward and backward is full of collectives, so those ranks
+  // compute on an idle batch (no target, zero gradient) instead of skipping; the numbers stay
+  // one process's.
+  const std::string yaml = (kDir / "full.yaml").string();
+  const fs::path run = kDir / "idle-ranks", alone = kDir / "idle-alone";
+  const auto r = ctune({"train", yaml, "output_dir=" + run.string(), "--nproc", "4", "training.batch_size=1",
+                        "training.max_steps=9", "distributed.strategy=full_shard"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  ASSERT_EQ(ctune({"train", yaml, "output_dir=" + alone.string(), "training.batch_size=4", "training.max_steps=9"}).status, 0);
+  const auto got = trajectory(run);
+  ASSERT_EQ(got.size(), 9u + 3u);
+  EXPECT_TRUE(within("full_shard x4 with idle ranks: loss trajectory vs one process", max_difference(got, trajectory(alone)), kSameNumbers));
+}
+
+TEST_F(Distributed, HybridShardOnTwoSimulatedNodesComputesWhatFullShardDoes) {
+  // 4 ranks as 2 nodes of 2 (LOCAL_WORLD_SIZE=2, started by hand as torchrun would): each node
+  // shards the parameters over its 2 ranks, the nodes hold the same shards, and each reduced
+  // gradient shard is summed over the nodes. With CPU offload on (shards and optimizer state in
+  // the host pool; on a CPU build the same memory). The numbers are full_shard's on 4 ranks.
+  const std::string yaml = (kDir / "full.yaml").string();
+  const fs::path reference = kDir / "hybrid-reference", run = kDir / "hybrid";
+  const auto full = ctune({"train", yaml, "output_dir=" + reference.string(), "--nproc", "4", "distributed.strategy=full_shard"});
+  ASSERT_EQ(full.status, 0) << full.err;
+  const std::string port = "MASTER_PORT=" + std::to_string(free_port());
+  std::vector<std::vector<std::string>> envs;
+  for (int r = 0; r < 4; ++r) {
+    envs.push_back({"RANK=" + std::to_string(r), "WORLD_SIZE=4", "LOCAL_RANK=" + std::to_string(r % 2), "LOCAL_WORLD_SIZE=2",
+                    "MASTER_ADDR=127.0.0.1", port});
+  }
+  const auto runs = ctune_together(envs, {"train", yaml, "output_dir=" + run.string(), "distributed.strategy=hybrid_shard",
+                                          "distributed.cpu_offload=true"});
+  for (const auto& r : runs) ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(runs[0].err.find("ranks        4 (2 nodes, hybrid_shard with CPU offload over gloo"), std::string::npos) << runs[0].err;
+  EXPECT_TRUE(within("hybrid_shard 2 nodes x 2: loss trajectory vs full_shard x4", max_difference(trajectory(run), trajectory(reference)),
+                     kSameNumbers));
+}
+
 TEST_F(Distributed, ShardedStateWrittenByFourRanksResumesOnTwoAndOnOne) {
-  // Optimizer state sharded over 4 ranks (batch 1 each), killed inside step 5, resumed from
+  // Parameters and optimizer state sharded over 4 ranks (full_shard, batch 1 each), killed inside step 5, resumed from
   // step 4's checkpoint in one process (batch 4) and on 2 ranks (batch 2 each): the same global
   // batch. Checkpoints hold the state as one process names it, so each resumed rank takes its
   // part of it and the run continues the 4-rank trajectory.
   const std::string yaml = (kDir / "full.yaml").string();
-  const std::vector<std::string> sharded = {"distributed.strategy=shard_grad_op", "checkpoint.every_n_steps=4"};
+  const std::vector<std::string> sharded = {"distributed.strategy=full_shard", "checkpoint.every_n_steps=4"};
   const fs::path reference = kDir / "reshard-reference", run = kDir / "reshard";
   std::vector<std::string> args = {"train", yaml, "output_dir=" + reference.string(), "--nproc", "4", "training.batch_size=1"};
   args.insert(args.end(), sharded.begin(), sharded.end());
@@ -303,6 +343,12 @@ TEST_F(Distributed, WrongLaunchesAreRefusedWithOneLine) {
   ctune::testing::expect_one_line_failure(runs[0], "WORLD_SIZE: expected an integer", "WORLD_SIZE text");
   const auto v = ctune({"validate", (kDir / "lora.yaml").string(), "output_dir=" + (kDir / "wrong").string(), "distributed.backend=nccl"});
   ctune::testing::expect_one_line_failure(v, "distributed.backend", "nccl on a CPU build");
+  const auto offload = ctune({"validate", (kDir / "lora.yaml").string(), "output_dir=" + (kDir / "wrong").string(),
+                              "distributed.cpu_offload=true", "distributed.strategy=shard_grad_op"});
+  ctune::testing::expect_one_line_failure(offload, "distributed.cpu_offload", "offload without parameter shards");
+  const auto unknown = ctune({"validate", (kDir / "lora.yaml").string(), "output_dir=" + (kDir / "wrong").string(),
+                              "distributed.strategy=zero3"});
+  ctune::testing::expect_one_line_failure(unknown, "distributed.strategy", "unknown strategy");
 }
 
 }  // namespace

@@ -1,0 +1,81 @@
+// Fully sharded parameters (distributed.strategy full_shard, as ZeRO-3 / FSDP FULL_SHARD): every
+// parameter of the model, trainable or frozen, lives on each rank only as its 1/N chunk of a
+// flat parameter (train/flat_param.h), one set of flats per part of the model (the embedding,
+// each block, the final norm with the output head). A part's whole parameters exist only while
+// it computes:
+//   forward:  gathered in enter(), freed in leave();
+//   backward: gathered again just before the part's backward (an autograd node on the part's
+//             output), and after it (a node on the part's input) the gradients are
+//             reduce-scattered into this rank's chunks and the whole parameters freed.
+// The final norm and head are not freed after forward: their backward comes next. Whatever a
+// node cannot catch (a part whose input needs no gradient, such as the first block of a LoRA
+// run, and the embedding) is reduce-scattered at the end of backward (flush()).
+// Every rank runs the same graph (a rank without rows computes on an idle batch,
+// train/data_parallel.h), so every rank issues the same collectives in the same order.
+// See docs/distributed.md.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "dist/comm.h"
+#include "model/llama.h"
+#include "model/param_scopes.h"
+#include "train/optimizer.h"
+#include "train/zero.h"
+
+namespace ctune::train {
+
+class FullShard : public model::ParamScopes, public std::enable_shared_from_this<FullShard> {
+ public:
+  // Shards every parameter of `model` over `comm`; `groups` are its trainable parameters as one
+  // process's optimizer numbers them (with their weight decay). With `replicas` (hybrid_shard:
+  // `comm` is this node's ranks, `replicas` the ranks of other nodes holding the same chunks)
+  // reduced gradients are also summed across nodes. Install with install().
+  // With `offload` the shards live in host memory (FlatParam).
+  FullShard(model::CausalLM& model, const std::vector<ParamGroup>& groups, dist::Comm& comm, dist::Comm* replicas, bool offload);
+  void install(model::CausalLM& model) { model->model->scopes = shared_from_this(); }
+
+  // The trainable flats, for the optimizer (which steps their shards).
+  std::vector<FlatGroup> trainable() const;
+
+  at::Tensor enter(std::int64_t scope, const at::Tensor& x) override;
+  at::Tensor leave(std::int64_t scope, const at::Tensor& y) override;
+  void pre_backward(std::int64_t scope);
+  void post_backward(std::int64_t scope);
+  // End of backward: gradients no node reduced, reduce-scattered; every part freed.
+  void flush();
+  // The whole model on this rank (to write a checkpoint or the result), and back.
+  void gather_all();
+  void release_all();
+
+  // Called while a part is whole in backward (before its gradients are reduced): a memory
+  // meter hooks here.
+  std::function<void()> sample_memory;
+
+ private:
+  struct Part {
+    std::vector<std::shared_ptr<FlatParam>> flats;
+    std::vector<double> weight_decay;  // per flat; frozen flats: 0
+    std::vector<bool> trainable;
+  };
+  struct Numbering {  // a trainable parameter's group and one-process optimizer index
+    std::size_t group = 0, index = 0;
+  };
+  using NumberingMap = std::unordered_map<const void*, Numbering>;  // by TensorImpl
+  Part make_part(const std::vector<at::Tensor>& params, const std::vector<ParamGroup>& groups, const NumberingMap& numbering);
+  std::vector<Part*> parts_of(std::int64_t scope);
+  void gather(Part& part);
+  static void release(Part& part);
+
+  dist::Comm& comm_;
+  dist::Comm* replicas_;
+  bool offload_;
+  Part embedding_, head_;
+  std::vector<Part> blocks_;
+  bool tied_ = false;
+};
+
+}  // namespace ctune::train
