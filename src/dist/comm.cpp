@@ -226,6 +226,19 @@ at::Tensor Comm::reduce_scatter_sum(const at::Tensor& input, const char* what) {
   return received.view({size(), chunk}).sum(0);
 }
 
+at::Tensor Comm::reduce_scatter_sum(const at::Tensor& input, const std::vector<std::int64_t>& splits, const char* what) {
+  if (!group_) return input;
+  TORCH_CHECK(splits.size() == static_cast<std::size_t>(size()), "reduce_scatter_sum: ", splits.size(), " splits for ", size(), " ranks");
+  const std::int64_t mine = splits[static_cast<std::size_t>(rank())];
+  at::Tensor received = at::empty({mine * size()}, input.options());
+  run(what, [&](c10d::ProcessGroupGloo& pg) {
+    at::Tensor send = input.contiguous();
+    std::vector<std::int64_t> send_splits = splits, receive_splits(static_cast<std::size_t>(size()), mine);
+    pg.alltoall_base(received, send, receive_splits, send_splits)->wait();
+  });
+  return received.view({size(), mine}).sum(0);
+}
+
 void Comm::all_gather(const at::Tensor& chunk, at::Tensor& output, const char* what) {
   if (!group_) {
     output.copy_(chunk.reshape(output.sizes()));
@@ -238,6 +251,35 @@ void Comm::all_gather(const at::Tensor& chunk, at::Tensor& output, const char* w
     std::vector<at::Tensor> inputs{chunk.contiguous()};
     pg.allgather(outputs, inputs)->wait();
   });
+}
+
+Comm::Pending Comm::all_gather_async(const at::Tensor& chunk, at::Tensor& output, const char* what) {
+  Pending pending;
+  if (!group_) {
+    output.copy_(chunk.reshape(output.sizes()));
+    return pending;
+  }
+  pending.comm_ = this;
+  pending.what_ = what;
+  pending.keep_ = {chunk.contiguous()};
+  try {
+    std::vector<at::Tensor> parts;
+    for (int r = 0; r < size(); ++r) parts.push_back(output.view({-1}).narrow(0, r * chunk.numel(), chunk.numel()));
+    std::vector<std::vector<at::Tensor>> outputs{parts};
+    pending.work_ = group_->pg->allgather(outputs, pending.keep_);
+  } catch (const std::exception& e) {
+    fail(what, e.what());
+  }
+  return pending;
+}
+
+void Comm::Pending::wait() {
+  if (comm_ == nullptr) return;
+  Comm* comm = comm_;
+  comm_ = nullptr;
+  comm->run(what_, [&](c10d::ProcessGroupGloo& /*pg*/) { work_->wait(); });
+  work_.reset();
+  keep_.clear();
 }
 
 // Through the store rather than Gloo, whose barrier would give up after the timeout even while

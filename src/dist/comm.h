@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <ATen/Tensor.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "core/error.h"
 #include "dist/world.h"
@@ -63,8 +64,27 @@ class Comm {
   // LibTorch 1.13's Gloo has no reduce_scatter: all-to-all then a local sum, which moves the
   // same bytes as a ring reduce-scatter (docs/build.md).
   at::Tensor reduce_scatter_sum(const at::Tensor& input, const char* what);
+  // Uneven: `input` is n consecutive parts of `splits[r]` elements (the same splits on every
+  // rank); returns the sum over ranks of part `rank()` (splits[rank()] elements, maybe none).
+  at::Tensor reduce_scatter_sum(const at::Tensor& input, const std::vector<std::int64_t>& splits, const char* what);
   // Every rank's `chunk`, in rank order, into `output` (n x chunk elements).
   void all_gather(const at::Tensor& chunk, at::Tensor& output, const char* what);
+  // The same, started now and finished by wait(), so computation can go on meanwhile (full_shard
+  // gathers the next block while this one computes). `output` must stay alive until then.
+  class Pending {
+   public:
+    Pending() = default;
+    bool active() const { return comm_ != nullptr; }
+    void wait();  // timed and failure-naming like the blocking collectives
+
+   private:
+    friend class Comm;
+    Comm* comm_ = nullptr;
+    const char* what_ = "";
+    c10::intrusive_ptr<c10d::Work> work_;
+    std::vector<at::Tensor> keep_;  // the chunk sent, while it travels
+  };
+  Pending all_gather_async(const at::Tensor& chunk, at::Tensor& output, const char* what);
   // Returns when every rank has called it. Waits as long as the missing ranks are alive (a
   // rank writing a large checkpoint keeps the others here); fails once one of them has not
   // answered for the timeout.

@@ -98,8 +98,9 @@ void DataParallel::sample_memory_with(std::function<void()> sample) {
   if (full_shard) full_shard->sample_memory = std::move(sample);
 }
 
-DataParallel make_data_parallel(const std::string& strategy, bool cpu_offload, model::CausalLM& model, std::vector<ParamGroup> groups,
+DataParallel make_data_parallel(const DistributedPlan& plan, model::CausalLM& model, std::vector<ParamGroup> groups,
                                 const OptimizerOptions& options, dist::Comm& comm) {
+  const std::string& strategy = plan.strategy;
   DataParallel out;
   if (strategy == "shard_grad_op") {
     auto sharded = std::make_unique<ShardedOptimizer>(ShardedOptimizer::buckets(groups, comm), options, comm, /*gather_after_step=*/true);
@@ -122,7 +123,7 @@ DataParallel make_data_parallel(const std::string& strategy, bool cpu_offload, m
       shard_group = out.groups[0].get();
       replicas = out.groups[1]->size() > 1 ? out.groups[1].get() : nullptr;
     }
-    out.full_shard = std::make_shared<FullShard>(model, groups, *shard_group, replicas, cpu_offload);
+    out.full_shard = std::make_shared<FullShard>(model, groups, *shard_group, replicas, FullShard::Options{plan.cpu_offload, plan.prefetch});
     out.full_shard->install(model);
     out.optimizer = std::make_unique<ShardedOptimizer>(out.full_shard->trainable(), options, *shard_group, /*gather_after_step=*/false);
     out.sync = std::make_unique<FullShardSync>(comm, *shard_group, *out.full_shard);

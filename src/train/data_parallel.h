@@ -12,6 +12,7 @@
 
 #include "data/sampler.h"
 #include "dist/comm.h"
+#include "train/distributed_plan.h"
 #include "train/trainer.h"
 
 namespace ctune::train {
@@ -60,7 +61,7 @@ struct DataParallel {
   // Where memory peaks inside backward (full_shard: a part whole with its gradients), `sample` is called.
   void sample_memory_with(std::function<void()> sample);
 };
-DataParallel make_data_parallel(const std::string& strategy, bool cpu_offload, model::CausalLM& model, std::vector<ParamGroup> groups,
+DataParallel make_data_parallel(const DistributedPlan& plan, model::CausalLM& model, std::vector<ParamGroup> groups,
                                 const OptimizerOptions& options, dist::Comm& comm);
 
 // A batch that trains on nothing: one row of two tokens and no target. A rank with no rows

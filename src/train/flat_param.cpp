@@ -31,6 +31,7 @@ FlatParam::FlatParam(std::vector<at::Tensor> params, std::vector<std::size_t> in
     at::Tensor view = whole_.narrow(0, offset, p.numel()).view(p.sizes());
     view.copy_(p);
     p.set_data(view);
+    offsets_.push_back(offset);
     offset += p.numel();
   }
   shard_ = whole_.narrow(0, rank_ * chunk_, chunk_);
@@ -42,6 +43,12 @@ FlatParam::FlatParam(std::vector<at::Tensor> params, std::vector<std::size_t> in
 }
 
 void FlatParam::gather(dist::Comm& comm, const char* what) {
+  start_gather(comm, what);
+  finish_gather();
+}
+
+void FlatParam::start_gather(dist::Comm& comm, const char* what) {
+  finish_gather();
   if (!gathered_) {
     auto* storage = whole_.storage().unsafeGetStorageImpl();
     const auto bytes = static_cast<std::size_t>(whole_bytes());
@@ -49,13 +56,14 @@ void FlatParam::gather(dist::Comm& comm, const char* what) {
     storage->set_nbytes(bytes);
     gathered_ = true;
   }
-  at::Tensor whole = as_gatherable(whole_);
+  whole_view_ = as_gatherable(whole_);
   const at::Tensor mine = keep_whole_ ? shard_.clone() : shard_.to(whole_.device(), /*non_blocking=*/true);
-  comm.all_gather(as_gatherable(mine), whole, what);
+  pending_ = comm.all_gather_async(as_gatherable(mine), whole_view_, what);
 }
 
 void FlatParam::release() {
   if (keep_whole_ || !gathered_) return;
+  finish_gather();
   auto* storage = whole_.storage().unsafeGetStorageImpl();
   storage->set_data_ptr_noswap(at::DataPtr(nullptr, whole_.device()));
   storage->set_nbytes(0);
@@ -86,6 +94,28 @@ void FlatParam::reduce_scatter_gradients(dist::Comm& comm, dist::Comm* replicas)
     grad.add_(mine);
   } else {
     grad = mine;
+  }
+}
+
+void FlatParam::reduce_scatter_gradient_of(std::size_t k, dist::Comm& comm, dist::Comm* replicas) {
+  at::NoGradGuard no_grad;
+  at::Tensor& whole_grad = params_[k].mutable_grad();
+  const std::int64_t begin = offsets_[k], end = begin + params_[k].numel();
+  // Rank r's share: the parameter's elements inside chunk r, [max(begin, r c), min(end, (r+1) c)).
+  std::vector<std::int64_t> splits;
+  for (int r = 0; r < ranks_; ++r) {
+    splits.push_back(std::max<std::int64_t>(0, std::min(end, (r + 1) * chunk_) - std::max(begin, r * chunk_)));
+  }
+  at::Tensor flat = whole_grad.defined() ? whole_grad.reshape({-1}).to(at::kFloat) : at::zeros({end - begin}, at::kFloat);
+  whole_grad = at::Tensor();
+  at::Tensor mine = comm.reduce_scatter_sum(flat, splits, "reduce-scattering gradients");
+  // Every rank of a replica group holds the same chunk, so the same share.
+  if (replicas != nullptr && mine.numel() > 0) replicas->all_reduce_sum(mine, "summing gradient shards over nodes");
+  at::Tensor& grad = shard_.mutable_grad();
+  if (!grad.defined()) grad = at::zeros({chunk_}, shard_.options());
+  if (mine.numel() > 0) {
+    const std::int64_t at_ = std::max(begin, rank_ * chunk_) - rank_ * chunk_;
+    grad.narrow(0, at_, mine.numel()).add_(mine.to(shard_.device(), shard_.scalar_type()));
   }
 }
 

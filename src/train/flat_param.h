@@ -39,7 +39,11 @@ class FlatParam {
 
   // The whole buffer from every rank's shard (the parameters hold whole values afterwards).
   void gather(dist::Comm& comm, const char* what);
-  // Frees the whole buffer's storage (not for keep_whole flats).
+  // The same in two halves: start_gather() allocates the buffer and starts the all-gather;
+  // finish_gather() waits for it (a no-op when none is under way).
+  void start_gather(dist::Comm& comm, const char* what);
+  void finish_gather() { pending_.wait(); }
+  // Frees the whole buffer's storage (not for keep_whole flats), after any gather under way.
   void release();
   // True when some parameter holds a gradient not yet reduced.
   bool has_gradients() const;
@@ -47,6 +51,10 @@ class FlatParam {
   // shard's gradient); the parameters' own gradients are released. With `replicas` (the ranks
   // holding the same chunk in other nodes: hybrid_shard) the chunk is then summed over them.
   void reduce_scatter_gradients(dist::Comm& comm, dist::Comm* replicas = nullptr);
+  // The same for parameter `k` alone, as soon as its gradient is complete (full_shard): each
+  // rank receives the sum of its chunk's share of that parameter, so only one parameter's
+  // whole gradient exists at a time.
+  void reduce_scatter_gradient_of(std::size_t k, dist::Comm& comm, dist::Comm* replicas);
 
  private:
   std::vector<at::Tensor> params_;
@@ -55,7 +63,10 @@ class FlatParam {
   bool keep_whole_ = true;
   bool gathered_ = true;
   std::int64_t numel_ = 0, chunk_ = 0;
+  std::vector<std::int64_t> offsets_;  // each parameter's first element in the buffer
   at::Tensor whole_;  // [chunk * ranks]
+  at::Tensor whole_view_;  // what the gather under way writes to
+  dist::Comm::Pending pending_;
   at::Tensor shard_;  // [chunk]
 };
 

@@ -29,6 +29,18 @@ struct BackwardHook : public torch::autograd::Function<BackwardHook<hook>> {
 using GatherBeforeBackward = BackwardHook<&FullShard::pre_backward>;
 using ReduceAfterBackward = BackwardHook<&FullShard::post_backward>;
 
+// After a parameter's AccumulateGrad node: its gradient is whole, reduce-scatter it.
+struct ReduceWhenAccumulated : public torch::autograd::FunctionPostHook {
+  ReduceWhenAccumulated(FullShard& owner, FlatParam& flat, std::size_t k) : owner_(owner), flat_(flat), k_(k) {}
+  variable_list operator()(const variable_list& outputs, const variable_list& /*inputs*/) override {
+    owner_.gradient_ready(flat_, k_);
+    return outputs;
+  }
+  FullShard& owner_;
+  FlatParam& flat_;
+  std::size_t k_;
+};
+
 bool records_graph(const at::Tensor& t) { return at::GradMode::is_enabled() && t.requires_grad(); }
 
 std::vector<at::Tensor> parameters_of(const torch::nn::Module& m) { return m.parameters(/*recurse=*/true); }
@@ -36,8 +48,8 @@ std::vector<at::Tensor> parameters_of(const torch::nn::Module& m) { return m.par
 }  // namespace
 
 FullShard::FullShard(model::CausalLM& model, const std::vector<ParamGroup>& groups, dist::Comm& comm, dist::Comm* replicas,
-                     bool offload)
-    : comm_(comm), replicas_(replicas), offload_(offload) {
+                     Options options)
+    : comm_(comm), replicas_(replicas), options_(options) {
   NumberingMap numbering;
   std::size_t index = 0;
   for (std::size_t g = 0; g < groups.size(); ++g)
@@ -59,6 +71,20 @@ FullShard::FullShard(model::CausalLM& model, const std::vector<ParamGroup>& grou
   for (const auto& part : blocks_)
     for (const auto& f : part.flats) sharded += f->indices().size();
   TORCH_CHECK(sharded == index, "full_shard: ", index - sharded, " trainable parameters lie outside the embedding, blocks and head");
+  // A parameter's accumulator lives as long as something holds it; holding it here keeps the
+  // same node (and its hook) for every step's graph.
+  for (const auto& group : trainable()) {
+    for (std::size_t k = 0; k < group.flat->params().size(); ++k) {
+      auto accumulator = torch::autograd::impl::grad_accumulator(group.flat->params()[k]);
+      accumulator->add_post_hook(std::make_unique<ReduceWhenAccumulated>(*this, *group.flat, k));
+      accumulators_.push_back(std::move(accumulator));
+    }
+  }
+}
+
+void FullShard::gradient_ready(FlatParam& flat, std::size_t k) {
+  if (sample_memory) sample_memory();  // the part whole, with this parameter's whole gradient
+  flat.reduce_scatter_gradient_of(k, comm_, replicas_);
 }
 
 FullShard::Part FullShard::make_part(const std::vector<at::Tensor>& params, const std::vector<ParamGroup>& groups,
@@ -81,12 +107,12 @@ FullShard::Part FullShard::make_part(const std::vector<at::Tensor>& params, cons
   }
   Part part;
   for (auto& [group, entry] : trainable) {
-    part.flats.push_back(std::make_shared<FlatParam>(std::move(entry.first), std::move(entry.second), comm_, /*keep_whole=*/false, offload_));
+    part.flats.push_back(std::make_shared<FlatParam>(std::move(entry.first), std::move(entry.second), comm_, /*keep_whole=*/false, options_.offload));
     part.weight_decay.push_back(groups[group].weight_decay);
     part.trainable.push_back(true);
   }
   for (auto& [dtype, list] : frozen) {
-    part.flats.push_back(std::make_shared<FlatParam>(std::move(list), std::vector<std::size_t>{}, comm_, /*keep_whole=*/false, offload_));
+    part.flats.push_back(std::make_shared<FlatParam>(std::move(list), std::vector<std::size_t>{}, comm_, /*keep_whole=*/false, options_.offload));
     part.weight_decay.push_back(0.0);
     part.trainable.push_back(false);
   }
@@ -113,8 +139,18 @@ std::vector<FullShard::Part*> FullShard::parts_of(std::int64_t scope) {
 
 void FullShard::gather(Part& part) {
   at::NoGradGuard no_grad;
-  for (auto& f : part.flats)
-    if (!f->gathered()) f->gather(comm_, "gathering a block's parameters");
+  for (auto& f : part.flats) {
+    if (!f->gathered()) f->start_gather(comm_, "gathering a block's parameters");
+    f->finish_gather();
+  }
+}
+
+void FullShard::prefetch(std::int64_t scope) {
+  if (!options_.prefetch) return;
+  at::NoGradGuard no_grad;
+  for (Part* part : parts_of(scope))
+    for (auto& f : part->flats)
+      if (!f->gathered()) f->start_gather(comm_, "gathering the next block's parameters");
 }
 
 void FullShard::release(Part& part) {
@@ -125,6 +161,9 @@ at::Tensor FullShard::enter(std::int64_t scope, const at::Tensor& x) {
   // A new forward: whatever the last one left whole (an eval pass's head) is freed first.
   if (scope == kEmbedding) release_all();
   for (Part* part : parts_of(scope)) gather(*part);
+  // Forward order: the embedding, blocks 0..L-1, the head.
+  const auto blocks = static_cast<std::int64_t>(blocks_.size());
+  if (scope != kHead) prefetch(scope + 1 < blocks ? scope + 1 : kHead);
   if (scope == kEmbedding || !records_graph(x)) return x;
   return ReduceAfterBackward::apply(x, this, scope);
 }
@@ -137,24 +176,18 @@ at::Tensor FullShard::leave(std::int64_t scope, const at::Tensor& y) {
 
 void FullShard::pre_backward(std::int64_t scope) {
   for (Part* part : parts_of(scope)) gather(*part);
+  // Backward order: blocks L-1..0 (the embedding's backward needs no weights).
+  if (scope > 0) prefetch(scope - 1);
 }
 
 void FullShard::post_backward(std::int64_t scope) {
-  // Only the part's own flats: under tied embeddings the head's use of the embedding matrix
-  // reaches its gradient only once the embedding's own backward has run (autograd sums both
-  // uses first), so that gradient is reduced in flush().
-  Part& own = scope == kHead ? head_ : *parts_of(scope).front();
-  if (sample_memory) sample_memory();
-  // Unconditionally: the nodes fire alike on every rank, and a rank that trained on nothing
-  // (an idle batch) must still take part with zeros.
-  for (std::size_t i = 0; i < own.flats.size(); ++i)
-    if (own.trainable[i]) own.flats[i]->reduce_scatter_gradients(comm_, replicas_);
   for (Part* part : parts_of(scope)) release(*part);
 }
 
 void FullShard::flush() {
-  // Which flats still hold gradients may differ between ranks (an idle batch leaves the head's
-  // unused); the ranks agree first, so each issues the same reduce-scatters.
+  // The hooks have reduced every gradient autograd produced. Should a gradient have arrived
+  // another way, it is reduced here; the ranks agree first which flats hold one, so each
+  // issues the same reduce-scatters.
   std::vector<FlatParam*> trainable;
   auto add = [&](Part& part) {
     for (std::size_t i = 0; i < part.flats.size(); ++i)

@@ -5,11 +5,16 @@
 // it computes:
 //   forward:  gathered in enter(), freed in leave();
 //   backward: gathered again just before the part's backward (an autograd node on the part's
-//             output), and after it (a node on the part's input) the gradients are
-//             reduce-scattered into this rank's chunks and the whole parameters freed.
-// The final norm and head are not freed after forward: their backward comes next. Whatever a
-// node cannot catch (a part whose input needs no gradient, such as the first block of a LoRA
-// run, and the embedding) is reduce-scattered at the end of backward (flush()).
+//             output) and freed after it (a node on the part's input; or at the end of
+//             backward, flush(), for a part whose input needs no gradient, such as the first
+//             block of a LoRA run, and the embedding).
+// Each trainable parameter's gradient is reduce-scattered into this rank's chunk the moment
+// autograd has accumulated it (a hook after the parameter's AccumulateGrad node, as FSDP does),
+// so no more than one parameter's whole gradient exists at a time.
+// The final norm and head are not freed after forward: their backward comes next.
+// With prefetch, entering a part in forward starts the next part's gather, and a part's backward
+// starts the gather of the part before it, so communication overlaps computation (at the cost
+// of two parts whole at once).
 // Every rank runs the same graph (a rank without rows computes on an idle batch,
 // train/data_parallel.h), so every rank issues the same collectives in the same order.
 // See docs/distributed.md.
@@ -19,6 +24,8 @@
 #include <memory>
 #include <unordered_map>
 #include <vector>
+
+#include <torch/csrc/autograd/function.h>
 
 #include "dist/comm.h"
 #include "model/llama.h"
@@ -34,8 +41,11 @@ class FullShard : public model::ParamScopes, public std::enable_shared_from_this
   // process's optimizer numbers them (with their weight decay). With `replicas` (hybrid_shard:
   // `comm` is this node's ranks, `replicas` the ranks of other nodes holding the same chunks)
   // reduced gradients are also summed across nodes. Install with install().
-  // With `offload` the shards live in host memory (FlatParam).
-  FullShard(model::CausalLM& model, const std::vector<ParamGroup>& groups, dist::Comm& comm, dist::Comm* replicas, bool offload);
+  struct Options {
+    bool offload = false;  // the shards in host memory (FlatParam)
+    bool prefetch = true;  // the next part's gather started while this one computes
+  };
+  FullShard(model::CausalLM& model, const std::vector<ParamGroup>& groups, dist::Comm& comm, dist::Comm* replicas, Options options);
   void install(model::CausalLM& model) { model->model->scopes = shared_from_this(); }
 
   // The trainable flats, for the optimizer (which steps their shards).
@@ -45,6 +55,8 @@ class FullShard : public model::ParamScopes, public std::enable_shared_from_this
   at::Tensor leave(std::int64_t scope, const at::Tensor& y) override;
   void pre_backward(std::int64_t scope);
   void post_backward(std::int64_t scope);
+  // Parameter `k` of `flat` has its whole gradient for this backward.
+  void gradient_ready(FlatParam& flat, std::size_t k);
   // End of backward: gradients no node reduced, reduce-scattered; every part freed.
   void flush();
   // The whole model on this rank (to write a checkpoint or the result), and back.
@@ -67,12 +79,14 @@ class FullShard : public model::ParamScopes, public std::enable_shared_from_this
   using NumberingMap = std::unordered_map<const void*, Numbering>;  // by TensorImpl
   Part make_part(const std::vector<at::Tensor>& params, const std::vector<ParamGroup>& groups, const NumberingMap& numbering);
   std::vector<Part*> parts_of(std::int64_t scope);
-  void gather(Part& part);
+  void gather(Part& part);        // whole now (finishing a prefetch under way)
+  void prefetch(std::int64_t scope);  // the gathers of `scope`'s parts started (with options_.prefetch)
   static void release(Part& part);
 
   dist::Comm& comm_;
   dist::Comm* replicas_;
-  bool offload_;
+  Options options_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: they carry the hooks
   Part embedding_, head_;
   std::vector<Part> blocks_;
   bool tied_ = false;

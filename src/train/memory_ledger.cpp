@@ -101,21 +101,18 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const std::int64_t whole_weights = frozen + 4 * trainable;
   // A part whole: its frozen bytes (a quantised base's stay whole anyway) and fp32 trainables;
   // the head part of a tied model also uses the embedding matrix.
-  std::int64_t largest_part = 0, largest_part_grads = 0;
+  std::int64_t largest_part = 0;
   for (std::size_t i = 0; i < parts.size(); ++i) {
     std::int64_t bytes = parts[i].frozen + 4 * parts[i].trainable;
     if (i + 1 == parts.size() && c.tie_word_embeddings) bytes += parts[0].frozen + 4 * parts[0].trainable;
     largest_part = std::max(largest_part, bytes);
-    largest_part_grads = std::max(largest_part_grads, 4 * parts[i].trainable);
   }
-  // Tied and trained, the embedding's gradient is whole from the head's backward to the
-  // embedding's (autograd sums both uses before handing it over).
-  if (c.tie_word_embeddings) largest_part_grads = std::max(largest_part_grads, 4 * parts[0].trainable);
   const bool sharded_params = P > 1;
   const std::int64_t weights = sharded_params ? per_rank(whole_weights - unsharded, P) + unsharded : whole_weights;
-  const std::int64_t gathered = sharded_params ? largest_part : 0;
+  const std::int64_t gathered = sharded_params ? (in.prefetch ? 2 : 1) * largest_part : 0;
   const std::int64_t grads = S > 1 && sharded_params ? per_rank(4 * trainable, S) : 4 * trainable;
-  const std::int64_t gathered_grads = sharded_params ? largest_part_grads : 0;
+  // Each parameter's gradient is reduce-scattered as soon as it is whole (train/full_shard.h).
+  const std::int64_t gathered_grads = sharded_params ? 4 * largest_trainable : 0;
   const std::int64_t opt_per_param = in.optimizer == "adamw" ? 8 : (in.momentum > 0 ? 4 : 0);
   // Sharded (train/zero.h): each rank keeps the state of its 1/N of the trainable elements.
   const std::int64_t optimizer = opt_per_param * per_rank(trainable, S);
@@ -134,13 +131,14 @@ Ledger estimate_memory(const LedgerInputs& in) {
                            (sharded_params ? ")" + shard_text + (unsharded > 0 ? " (the quantised base stays whole)" : "") : ""),
                        pool});
   if (sharded_params) {
-    led.lines.push_back({"gathered", gathered, "the largest part (embedding, block, or norm and head) whole while it computes"});
+    led.lines.push_back({"gathered", gathered, std::string(in.prefetch ? "two of the largest part (this one and the next, prefetched)" : "the largest part") +
+                                                    " (embedding, block, or norm and head) whole while it computes"});
   }
   led.lines.push_back({"gradients", grads,
                        "4 x " + std::to_string(trainable) + " trainable (fp32)" + (sharded_params ? " / " + std::to_string(S) + " ranks" : ""),
                        sharded_params ? pool : "device"});
   if (sharded_params) {
-    led.lines.push_back({"gathered grads", gathered_grads, "the largest part's gradients whole until reduce-scattered"});
+    led.lines.push_back({"gathered grads", gathered_grads, "the largest trainable parameter's gradient whole until reduce-scattered"});
   }
   led.lines.push_back({"optimizer state", optimizer,
                        std::to_string(opt_per_param) + " x " + std::to_string(trainable) + " trainable" +

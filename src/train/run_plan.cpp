@@ -34,6 +34,7 @@ DistributedPlan distributed_plan(const Recipe& r) {
   d.strategy = r.get_string("distributed.strategy");
   d.timeout_s = r.get_int("distributed.timeout_s");
   d.cpu_offload = r.get_bool("distributed.cpu_offload");
+  d.prefetch = r.get_bool("distributed.prefetch");
   // Offload keeps shards in host memory: there must be shards of the parameters.
   if (d.cpu_offload && d.strategy != "full_shard" && d.strategy != "hybrid_shard") {
     r.fail("distributed.cpu_offload", "offload moves parameter shards to host memory; it needs distributed.strategy full_shard or hybrid_shard, found " +
@@ -257,6 +258,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.optimizer_shards = p.distributed.optimizer_shards(p.world);
   in.parameter_shards = p.distributed.parameter_shards(p.world);
   in.cpu_offload = p.distributed.cpu_offload;
+  in.prefetch = p.distributed.prefetch;
   in.momentum = p.optimizer.momentum;
   in.runtime_bytes = runtime_bytes;
   in.exact_allocator = p.exact_allocator;

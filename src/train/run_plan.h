@@ -16,6 +16,7 @@
 #include "data/options.h"
 #include "data/sampler.h"
 #include "dist/world.h"
+#include "train/distributed_plan.h"
 #include "io/run_dir.h"
 #include "model/config.h"
 #include "model/recompute.h"
@@ -39,23 +40,6 @@ struct CheckpointPolicy {
 
 // How the run spreads over ranks (distributed.*; the world itself comes from the launcher's
 // environment, dist/world.h).
-struct DistributedPlan {
-  std::string strategy = "no_shard";
-  std::string backend = "gloo";  // resolved from distributed.backend: auto
-  std::int64_t timeout_s = 120;
-  bool cpu_offload = false;
-
-  // How many ranks share the gradients and optimizer state, and the parameters, under this
-  // strategy in `world` (hybrid_shard shards within a node).
-  std::int64_t optimizer_shards(const dist::World& world) const {
-    if (strategy == "hybrid_shard") return world.local_size;
-    return strategy == "no_shard" ? 1 : world.size;
-  }
-  std::int64_t parameter_shards(const dist::World& world) const {
-    if (strategy == "hybrid_shard") return world.local_size;
-    return strategy == "full_shard" ? world.size : 1;
-  }
-};
 
 // Everything a run needs, resolved from the recipe by plan_run(). Nothing reads the recipe after
 // planning: every value is here.

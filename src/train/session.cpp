@@ -192,7 +192,7 @@ TrainResult Session::run() {
   std::vector<std::pair<std::string, at::Tensor>> trainable;
   for (const auto& item : lm->named_parameters(true))
     if (item.value().requires_grad()) trainable.emplace_back(item.key(), item.value());
-  auto parallel = make_data_parallel(plan.distributed.strategy, plan.distributed.cpu_offload, lm, make_param_groups(trainable, plan.optimizer), plan.optimizer, comm_);
+  auto parallel = make_data_parallel(plan.distributed, lm, make_param_groups(trainable, plan.optimizer), plan.optimizer, comm_);
   auto& optimizer = parallel.optimizer;
 
   // 4. Data.
