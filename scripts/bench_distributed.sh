@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Several ranks on this machine, side by side: for N = 1, 2, 4 ranks and each implemented
-# strategy, full fine-tuning of a 4-layer model (hidden 512, 12.6M parameters, fp32, AdamW) on a
-# fixed global batch, and one table: median step time, the share of rank 0's training time spent
-# in collectives, and rank 0's memory measured against `ctune estimate --nproc N`'s prediction
-# (the optimizer-state line shows what sharding divides). Not part of the test run (minutes).
+# Several ranks on this machine, side by side: for N = 1, 2, 4 ranks and each strategy
+# (full_shard with and without prefetch; hybrid_shard as 2 simulated nodes of 2), full
+# fine-tuning of a 4-layer model (hidden 512, 12.6M parameters, fp32, AdamW) on a fixed global
+# batch, and one table: median step time, the share of rank 0's training time spent waiting in
+# collectives, rank 0's parameters + gradients + optimizer state at their peak (measured by
+# walking the tensors) against `ctune estimate`'s figure and against the full_shard bound
+# (1/N of one process's + one block whole + 10%), and the resident peak measured vs predicted.
+# full_shard runs without and with distributed.prefetch (which keeps two blocks whole).
+# Not part of the test run (about 20 minutes on 2 cores; CONFIGS="1 no_shard,4 full_shard" runs a
+# subset, the first being the baseline).
 #   bash scripts/bench_distributed.sh              # STEPS=6 GLOBAL_BATCH=8 SEQ=256
 # On one machine the ranks share its cores (threads: auto gives each its share), so step times
 # say what communication and splitting cost here, not what more machines would gain.
@@ -34,21 +39,46 @@ memory: {allocator: exact}
 YAML
 
 : >"$OUT/results.jsonl"
-for n in 1 2 4; do
-  for strategy in no_shard shard_grad_op; do
-    [[ $n -eq 1 && $strategy != no_shard ]] && continue
-    run="$OUT/run-$n-$strategy"
-    rm -rf "$run"
-    args=(train "$OUT/bench.yaml" output_dir="$run" training.batch_size=$((GLOBAL_BATCH / n)) distributed.strategy=$strategy)
+# hybrid_shard on one machine: 4 ranks started by hand as 2 nodes of 2 (LOCAL_WORLD_SIZE=2).
+run_hybrid() {  # run_dir args...
+  local run=$1 port pids=() r status=0
+  shift
+  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  for r in 0 1 2 3; do
+    RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+      $CTUNE "$@" >"$run.rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for r in "${pids[@]}"; do wait "$r" || status=1; done
+  cp "$run.rank0.log" "$run.log"
+  return $status
+}
+
+CONFIGS=${CONFIGS:-"1 no_shard,2 no_shard,2 shard_grad_op,2 full_shard,2 full_shard prefetch,4 no_shard,4 shard_grad_op,4 full_shard,4 full_shard prefetch,4 hybrid_shard"}
+IFS=, read -r -a configs <<<"$CONFIGS"
+for config in "${configs[@]}"; do
+  read -r n strategy variant <<<"$config"
+  prefetch=false
+  [[ ${variant:-} == prefetch ]] && prefetch=true
+  name="$strategy${variant:+-$variant}"
+  run="$OUT/run-$n-$name"
+  rm -rf "$run"
+  keys=(output_dir="$run" training.batch_size=$((GLOBAL_BATCH / n)) distributed.strategy=$strategy distributed.prefetch=$prefetch)
+  if [[ $strategy == hybrid_shard ]]; then
+    run_hybrid "$run" train "$OUT/bench.yaml" "${keys[@]}" || { echo "N=$n $name: ctune train failed, see $run.rank*.log" >&2; exit 1; }
+    nodes=2
+  else
+    args=(train "$OUT/bench.yaml" "${keys[@]}")
     [[ $n -gt 1 ]] && args+=(--nproc "$n")
     if ! $CTUNE "${args[@]}" >"$run.log" 2>&1; then
-      echo "N=$n $strategy: ctune train failed, see $run.log" >&2
+      echo "N=$n $name: ctune train failed, see $run.log" >&2
       exit 1
     fi
-    $CTUNE estimate "$OUT/bench.yaml" output_dir="$run" training.batch_size=$((GLOBAL_BATCH / n)) \
-      distributed.strategy=$strategy --nproc "$n" --json >"$run.estimate.json"
-    comm=$(grep -o "spent [0-9.]* s of [0-9.]* s" "$run.log" | head -1 || true)
-    /usr/bin/python3 - "$n" "$strategy" "$run/metrics.jsonl" "$run.estimate.json" "$comm" >>"$OUT/results.jsonl" <<'PY'
+    nodes=1
+  fi
+  $CTUNE estimate "$OUT/bench.yaml" "${keys[@]}" --nproc "$n" --nodes "$nodes" --json >"$run.estimate.json"
+  comm=$(grep -o "spent [0-9.]* s of [0-9.]* s" "$run.log" | head -1 || true)
+  /usr/bin/python3 - "$n" "$name" "$run/metrics.jsonl" "$run.estimate.json" "$comm" >>"$OUT/results.jsonl" <<'PY'
 import json, sys
 n, strategy, metrics, estimate, comm = sys.argv[1:6]
 steps, memory = [], None
@@ -61,20 +91,27 @@ est = json.load(open(estimate))
 lines = {l["name"]: l["bytes"] for l in est["lines"]}
 waited, total = (float(comm.split()[1]), float(comm.split()[4])) if comm else (0.0, 1.0)
 print(json.dumps({"n": int(n), "strategy": strategy, "step_s": times[len(times) // 2], "comm": waited / total,
-                  "measured": memory["measured_peak_bytes"], "start": memory["measured_start_bytes"],
-                  "predicted": est["peak_bytes"], "optimizer": lines["optimizer state"]}))
+                  "measured": memory["measured_peak_bytes"], "predicted": est["peak_bytes"],
+                  "state": memory["measured_state_bytes"], "state_predicted": est["state_bytes"]}))
 PY
-    echo "done: N=$n $strategy" >&2
-  done
+  echo "done: N=$n $name" >&2
 done
 
-/usr/bin/python3 - "$OUT/results.jsonl" "$GLOBAL_BATCH" "$SEQ" <<'PY'
+/usr/bin/python3 - "$OUT/results.jsonl" "$GLOBAL_BATCH" "$SEQ" "$OUT/config.json" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print(f"\n== distributed benchmark: 4 layers, hidden 512 (12.6M parameters), full fine-tuning fp32 AdamW, global batch {sys.argv[2]} x {sys.argv[3]} tokens; MB = 1e6 bytes; memory is rank 0's")
-print(f"{'N':>2} {'strategy':14}{'step s':>8}{'x N=1':>7}{'comm %':>8}{'optimizer MB':>13}{'predicted MB':>13}{'measured MB':>12}{'meas/pred':>10}")
+c = json.load(open(sys.argv[4]))
+H, I = c["hidden_size"], c["intermediate_size"]
+kv = H // c["num_attention_heads"] * c["num_key_value_heads"]
+block = 4 * (2 * H * H + 2 * H * kv + 3 * H * I + 2 * H)  # one decoder block's fp32 parameters
+print(f"\n== distributed benchmark: 4 layers, hidden 512 (12.6M parameters), full fine-tuning fp32 AdamW, global batch {sys.argv[2]} x {sys.argv[3]} tokens; MB = 1e6 bytes; figures are rank 0's")
+print("state = parameters + gradients + optimizer state at their peak, measured by walking the tensors (checkpoint writes excluded);")
+print("bound = one process's state / N + one block whole + 10% (the full_shard acceptance); peak = resident memory")
+print(f"{'N':>2} {'strategy':24}{'step s':>8}{'x N=1':>7}{'comm %':>8}{'state MB':>10}{'predicted':>10}{'bound':>8}{'peak MB':>9}{'predicted':>10}{'meas/pred':>10}")
 base = rows[0]
 for r in rows:
-    print(f"{r['n']:>2} {r['strategy']:14}{r['step_s']:8.3f}{r['step_s']/base['step_s']:7.2f}{100*r['comm']:8.1f}"
-          f"{r['optimizer']/1e6:13.1f}{r['predicted']/1e6:13.1f}{r['measured']/1e6:12.1f}{r['measured']/r['predicted']:10.3f}")
+    bound = (base["state"] / r["n"] + block) * 1.1
+    within = "" if r["n"] == 1 else (" ok" if r["state"] <= bound else " over")
+    print(f"{r['n']:>2} {r['strategy']:24}{r['step_s']:8.3f}{r['step_s']/base['step_s']:7.2f}{100*r['comm']:8.1f}"
+          f"{r['state']/1e6:10.1f}{r['state_predicted']/1e6:10.1f}{bound/1e6:8.1f}{within:5}{r['measured']/1e6:9.1f}{r['predicted']/1e6:10.1f}{r['measured']/r['predicted']:10.3f}")
 PY

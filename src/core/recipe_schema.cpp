@@ -116,7 +116,7 @@ std::vector<KeySpec> build_schema() {
       {"distributed.strategy", T::String, "no_shard", "Sharding of parameters, gradients, optimizer state",
        {"no_shard", "shard_grad_op", "full_shard", "hybrid_shard"}},
       {"distributed.cpu_offload", T::Bool, "false", "full_shard/hybrid_shard: parameter shards, their gradients and optimizer state in host memory"},
-      {"distributed.prefetch", T::Bool, "true", "full_shard/hybrid_shard: gather the next block while this one computes (two blocks whole at once)"},
+      {"distributed.prefetch", T::Bool, "false", "full_shard/hybrid_shard: gather the next block while this one computes (two blocks whole at once)"},
       {"distributed.backend", T::String, "auto", "Collectives between ranks: gloo (CPU), nccl (CUDA); auto picks by device",
        {"auto", "gloo", "nccl"}},
       {"distributed.timeout_s", T::Int, "120", "A rank that dies or stops answering fails the run within this many seconds",

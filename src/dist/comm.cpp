@@ -107,6 +107,7 @@ Comm::Comm(const World& world, std::chrono::milliseconds timeout) : world_(world
 std::unique_ptr<Comm> Comm::subgroup(const std::string& name, const std::vector<int>& members) const {
   auto sub = std::make_unique<Comm>();
   sub->timeout_ = timeout_;
+  sub->seconds_ = seconds_;  // time in the subgroups counts as this rank's communication
   sub->world_ = world_;
   sub->world_.size = static_cast<int>(members.size());
   sub->world_.rank = -1;
@@ -190,7 +191,7 @@ void Comm::fail(const char* what, const std::string& cause) {
 // One collective: timed, and any failure turned into a DistributedError naming who is gone.
 template <typename F>
 void Comm::run(const char* what, F&& collective) {
-  const Stopwatch timed(seconds_);
+  const Stopwatch timed(*seconds_);
   try {
     collective(*group_->pg);
   } catch (const std::exception& e) {
@@ -286,7 +287,7 @@ void Comm::Pending::wait() {
 // the rank it waits for is busy and well.
 void Comm::barrier(const char* what) {
   if (!group_) return;
-  const Stopwatch timed(seconds_);
+  const Stopwatch timed(*seconds_);
   const std::string key = keys_ + "barrier/" + std::to_string(barriers_++);
   using Clock = std::chrono::steady_clock;
   try {

@@ -52,7 +52,7 @@ class Comm {
   const World& world() const { return world_; }
   // Seconds this rank has spent inside collectives and barriers (waiting for the others and
   // moving bytes): the communication share of a step.
-  double seconds_communicating() const { return seconds_; }
+  double seconds_communicating() const { return *seconds_; }
   int rank() const { return world_.rank; }
   int size() const { return world_.size; }
 
@@ -109,7 +109,7 @@ class Comm {
   std::chrono::milliseconds timeout_{0};
   std::unique_ptr<Group> group_;  // null in a world of one
   std::int64_t barriers_ = 0;
-  double seconds_ = 0;
+  std::shared_ptr<double> seconds_ = std::make_shared<double>(0.0);  // shared with subgroups
 };
 
 }  // namespace ctune::dist

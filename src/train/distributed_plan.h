@@ -14,7 +14,7 @@ struct DistributedPlan {
   std::string backend = "gloo";  // resolved from distributed.backend: auto
   std::int64_t timeout_s = 120;
   bool cpu_offload = false;  // full_shard/hybrid_shard: shards in host memory
-  bool prefetch = true;      // full_shard/hybrid_shard: gather the next part while one computes
+  bool prefetch = false;     // full_shard/hybrid_shard: gather the next part while one computes
 
   // How many ranks share the gradients and optimizer state, and the parameters, under this
   // strategy in `world` (hybrid_shard shards within a node).

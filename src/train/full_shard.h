@@ -43,7 +43,7 @@ class FullShard : public model::ParamScopes, public std::enable_shared_from_this
   // reduced gradients are also summed across nodes. Install with install().
   struct Options {
     bool offload = false;  // the shards in host memory (FlatParam)
-    bool prefetch = true;  // the next part's gather started while this one computes
+    bool prefetch = false;  // the next part's gather started while this one computes
   };
   FullShard(model::CausalLM& model, const std::vector<ParamGroup>& groups, dist::Comm& comm, dist::Comm* replicas, Options options);
   void install(model::CausalLM& model) { model->model->scopes = shared_from_this(); }

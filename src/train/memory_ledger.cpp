@@ -238,7 +238,8 @@ Ledger estimate_memory(const LedgerInputs& in) {
   // its gradients in backward) at a time.
   const std::int64_t base = weights + optimizer + (sharded_params ? grads : 0);
   const std::int64_t step_grads = sharded_params ? gathered + gathered_grads : grads;
-  const std::int64_t backward_start = activations + loss_bytes + gathered + (in.grad_accum > 1 ? step_grads : 0);
+  const std::int64_t backward_start =
+      activations + loss_bytes + (sharded_params ? gathered + gathered_grads : (in.grad_accum > 1 ? grads : 0));
   const std::int64_t backward_end = step_grads + recomputed_transient;
   const std::int64_t optimizer_step = (sharded_params ? 0 : grads) + (in.optimizer == "adamw" ? 8 * std::min(largest_trainable, per_rank(trainable, S)) : 0);
   // Sharded state is gathered whole for a checkpoint (rank 0 writes it), between steps; under
@@ -257,12 +258,17 @@ Ledger estimate_memory(const LedgerInputs& in) {
   for (const auto& l : led.lines)
     if (l.pool == "host") led.host_bytes += l.bytes;
   led.state_bytes = weights + gathered + grads + gathered_grads + optimizer;
-  led.peak_formula = "weights + optimizer state + max(activations + loss buffers" +
-                     std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
-                     ", gradients + one recomputed layer, gradients + optimizer-step temporaries" +
-                     std::string(in.optimizer_shards > 1 ? ", the whole optimizer state" : "") +
-                     std::string(sharded_params ? " and weights" : "") + std::string(in.optimizer_shards > 1 ? " gathered for a checkpoint" : "") +
-                     ") + allocator + runtime";
+  if (sharded_params) {
+    led.peak_formula = std::string("weights + gradients + optimizer state (shards) + max(activations + loss buffers + gathered") +
+                       " + gathered grads, gathered + gathered grads + one recomputed layer, optimizer-step temporaries, the whole weights and "
+                       "optimizer state gathered for a checkpoint) + allocator + runtime";
+  } else {
+    led.peak_formula = "weights + optimizer state + max(activations + loss buffers" +
+                       std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
+                       ", gradients + one recomputed layer, gradients + optimizer-step temporaries" +
+                       std::string(in.optimizer_shards > 1 ? ", the whole optimizer state gathered for a checkpoint" : "") +
+                       ") + allocator + runtime";
+  }
   return led;
 }
 

@@ -172,7 +172,7 @@ TEST_F(Distributed, ARankWithoutRowsComputesOnAnIdleBatch) {
   const std::string yaml = (kDir / "full.yaml").string();
   const fs::path run = kDir / "idle-ranks", alone = kDir / "idle-alone";
   const auto r = ctune({"train", yaml, "output_dir=" + run.string(), "--nproc", "4", "training.batch_size=1",
-                        "training.max_steps=9", "distributed.strategy=full_shard"});
+                        "training.max_steps=9", "distributed.strategy=full_shard", "distributed.prefetch=true"});
   ASSERT_EQ(r.status, 0) << r.err;
   ASSERT_EQ(ctune({"train", yaml, "output_dir=" + alone.string(), "training.batch_size=4", "training.max_steps=9"}).status, 0);
   const auto got = trajectory(run);
@@ -184,7 +184,8 @@ TEST_F(Distributed, HybridShardOnTwoSimulatedNodesComputesWhatFullShardDoes) {
   // 4 ranks as 2 nodes of 2 (LOCAL_WORLD_SIZE=2, started by hand as torchrun would): each node
   // shards the parameters over its 2 ranks, the nodes hold the same shards, and each reduced
   // gradient shard is summed over the nodes. With CPU offload on (shards and optimizer state in
-  // the host pool; on a CPU build the same memory). The numbers are full_shard's on 4 ranks.
+  // the host pool; on a CPU build the same memory) and prefetch. The numbers are full_shard's
+  // on 4 ranks.
   const std::string yaml = (kDir / "full.yaml").string();
   const fs::path reference = kDir / "hybrid-reference", run = kDir / "hybrid";
   const auto full = ctune({"train", yaml, "output_dir=" + reference.string(), "--nproc", "4", "distributed.strategy=full_shard"});
@@ -196,7 +197,7 @@ TEST_F(Distributed, HybridShardOnTwoSimulatedNodesComputesWhatFullShardDoes) {
                     "MASTER_ADDR=127.0.0.1", port});
   }
   const auto runs = ctune_together(envs, {"train", yaml, "output_dir=" + run.string(), "distributed.strategy=hybrid_shard",
-                                          "distributed.cpu_offload=true"});
+                                          "distributed.cpu_offload=true", "distributed.prefetch=true"});
   for (const auto& r : runs) ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(runs[0].err.find("ranks        4 (2 nodes, hybrid_shard with CPU offload over gloo"), std::string::npos) << runs[0].err;
   EXPECT_TRUE(within("hybrid_shard 2 nodes x 2: loss trajectory vs full_shard x4", max_difference(trajectory(run), trajectory(reference)),

@@ -282,6 +282,25 @@ TEST_F(Recipes, EstimatePrintsTheLedger) {
   EXPECT_EQ(lora.at("KV cache"), 0);
   EXPECT_GT(lora.at("allocator"), 0);
   EXPECT_EQ(ledger({"memory.allocator=exact"}).at("allocator"), 0);
+
+  // Per rank: shard_grad_op divides the optimizer state, full_shard the weights and gradients
+  // too (plus what is whole for a while); hybrid_shard divides by the ranks of a node; offload
+  // moves the shards to the host pool.
+  const auto sgo = ledger({"peft.method=none", "distributed.strategy=shard_grad_op", "--nproc", "4"});
+  const auto fs4 = ledger({"peft.method=none", "distributed.strategy=full_shard", "--nproc", "4"});
+  const auto hy = ledger({"peft.method=none", "distributed.strategy=hybrid_shard", "--nproc", "4", "--nodes", "2"});
+  EXPECT_EQ(sgo.at("optimizer state"), full.at("optimizer state") / 4);
+  EXPECT_EQ(sgo.at("weights"), full.at("weights"));
+  EXPECT_EQ(fs4.at("weights"), full.at("weights") / 4);
+  EXPECT_EQ(fs4.at("gradients"), full.at("gradients") / 4);
+  EXPECT_GT(fs4.at("gathered"), 0);
+  EXPECT_EQ(hy.at("weights"), full.at("weights") / 2);
+  auto r = ctune({"estimate", recipe.string(), "peft.method=none", "distributed.strategy=full_shard", "distributed.cpu_offload=true",
+                  "--nproc", "2"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("on 2 ranks (full_shard, CPU offload)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[host]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("of which host"), std::string::npos) << r.out;
 }
 
 TEST_F(Recipes, TrainLoraAndFullEndToEnd) {
