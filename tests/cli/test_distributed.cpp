@@ -274,11 +274,15 @@ TEST_F(Distributed, RanksStartedByTorchrunOrSlurmVariablesTrain) {
 TEST_F(Distributed, ADeadRankStopsTheOthersAndTheRunResumesExactly) {
   const std::string yaml = (kDir / "full.yaml").string();
   const fs::path reference = kDir / "dead-reference", run = kDir / "dead";
-  ASSERT_EQ(ctune({"train", yaml, "output_dir=" + reference.string(), "--nproc", "2"}).status, 0);
+  // full_shard: every forward and backward is full of collectives (gathers, per-parameter
+  // reduce-scatters inside autograd), so a failure surfaces wherever rank 0 happens to be.
+  const std::string strategy = "distributed.strategy=full_shard";
+  ASSERT_EQ(ctune({"train", yaml, "output_dir=" + reference.string(), "--nproc", "2", strategy}).status, 0);
 
   // Rank 1 is killed inside step 5; rank 0 must notice, name it and exit non-zero in time.
   const auto start = std::chrono::steady_clock::now();
-  const auto runs = ctune_together(torchrun_env(2, {"CTUNE_KILL_AT=step:5:mid@1"}), {"train", yaml, "output_dir=" + run.string()});
+  const auto runs =
+      ctune_together(torchrun_env(2, {"CTUNE_KILL_AT=step:5:mid@1"}), {"train", yaml, "output_dir=" + run.string(), strategy});
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(runs[1].status, 137);
   EXPECT_EQ(runs[0].status, 1) << runs[0].err;
@@ -287,7 +291,7 @@ TEST_F(Distributed, ADeadRankStopsTheOthersAndTheRunResumesExactly) {
 
   // Resumed from step 4's checkpoint (by the launcher this time): the trajectory of the run
   // that never failed, bit for bit.
-  const auto r = ctune({"train", yaml, "output_dir=" + run.string(), "--nproc", "2", "--resume"});
+  const auto r = ctune({"train", yaml, "output_dir=" + run.string(), "--nproc", "2", "--resume", strategy});
   ASSERT_EQ(r.status, 0) << r.err;
   expect_identical(trajectory(run), trajectory(reference), "resumed after a dead rank");
 
