@@ -66,10 +66,7 @@ FullShard::FullShard(model::CausalLM& model, const std::vector<ParamGroup>& grou
   tied_ = !model->lm_head;
   head_ = make_part(head, groups, numbering);
   std::size_t sharded = 0;
-  for (const auto* part : {&embedding_, &head_})
-    for (const auto& f : part->flats) sharded += f->indices().size();
-  for (const auto& part : blocks_)
-    for (const auto& f : part.flats) sharded += f->indices().size();
+  for (const auto& group : trainable()) sharded += group.flat->indices().size();
   TORCH_CHECK(sharded == index, "full_shard: ", index - sharded, " trainable parameters lie outside the embedding, blocks and head");
   // A parameter's accumulator lives as long as something holds it; holding it here keeps the
   // same node (and its hook) for every step's graph.
@@ -119,15 +116,18 @@ FullShard::Part FullShard::make_part(const std::vector<at::Tensor>& params, cons
   return part;
 }
 
-std::vector<FlatGroup> FullShard::trainable() const {
+std::vector<FullShard::Part*> FullShard::all_parts() {
+  std::vector<Part*> parts{&embedding_};
+  for (auto& b : blocks_) parts.push_back(&b);
+  parts.push_back(&head_);
+  return parts;
+}
+
+std::vector<FlatGroup> FullShard::trainable() {
   std::vector<FlatGroup> out;
-  auto add = [&](const Part& part) {
-    for (std::size_t i = 0; i < part.flats.size(); ++i)
-      if (part.trainable[i]) out.push_back({part.flats[i], part.weight_decay[i]});
-  };
-  add(embedding_);
-  for (const auto& b : blocks_) add(b);
-  add(head_);
+  for (const Part* part : all_parts())
+    for (std::size_t i = 0; i < part->flats.size(); ++i)
+      if (part->trainable[i]) out.push_back({part->flats[i], part->weight_decay[i]});
   return out;
 }
 
@@ -188,33 +188,22 @@ void FullShard::flush() {
   // The hooks have reduced every gradient autograd produced. Should a gradient have arrived
   // another way, it is reduced here; the ranks agree first which flats hold one, so each
   // issues the same reduce-scatters.
-  std::vector<FlatParam*> trainable;
-  auto add = [&](Part& part) {
-    for (std::size_t i = 0; i < part.flats.size(); ++i)
-      if (part.trainable[i]) trainable.push_back(part.flats[i].get());
-  };
-  add(embedding_);
-  for (auto& b : blocks_) add(b);
-  add(head_);
-  at::Tensor pending = at::zeros({static_cast<std::int64_t>(trainable.size())}, at::kLong);
-  for (std::size_t i = 0; i < trainable.size(); ++i) pending[static_cast<std::int64_t>(i)] = trainable[i]->has_gradients() ? 1 : 0;
+  const auto flats = trainable();
+  at::Tensor pending = at::zeros({static_cast<std::int64_t>(flats.size())}, at::kLong);
+  for (std::size_t i = 0; i < flats.size(); ++i) pending[static_cast<std::int64_t>(i)] = flats[i].flat->has_gradients() ? 1 : 0;
   comm_.all_reduce_max(pending, "agreeing which gradients are left to reduce");
   const auto* p = pending.data_ptr<std::int64_t>();
-  for (std::size_t i = 0; i < trainable.size(); ++i)
-    if (p[i] != 0) trainable[i]->reduce_scatter_gradients(comm_, replicas_);
+  for (std::size_t i = 0; i < flats.size(); ++i)
+    if (p[i] != 0) flats[i].flat->reduce_scatter_gradients(comm_, replicas_);
   release_all();
 }
 
 void FullShard::gather_all() {
-  gather(embedding_);
-  for (auto& b : blocks_) gather(b);
-  gather(head_);
+  for (Part* part : all_parts()) gather(*part);
 }
 
 void FullShard::release_all() {
-  release(embedding_);
-  for (auto& b : blocks_) release(b);
-  release(head_);
+  for (Part* part : all_parts()) release(*part);
 }
 
 }  // namespace ctune::train

@@ -49,7 +49,7 @@ class FullShard : public model::ParamScopes, public std::enable_shared_from_this
   void install(model::CausalLM& model) { model->model->scopes = shared_from_this(); }
 
   // The trainable flats, for the optimizer (which steps their shards).
-  std::vector<FlatGroup> trainable() const;
+  std::vector<FlatGroup> trainable();
 
   at::Tensor enter(std::int64_t scope, const at::Tensor& x) override;
   at::Tensor leave(std::int64_t scope, const at::Tensor& y) override;
@@ -79,6 +79,7 @@ class FullShard : public model::ParamScopes, public std::enable_shared_from_this
   using NumberingMap = std::unordered_map<const void*, Numbering>;  // by TensorImpl
   Part make_part(const std::vector<at::Tensor>& params, const std::vector<ParamGroup>& groups, const NumberingMap& numbering);
   std::vector<Part*> parts_of(std::int64_t scope);
+  std::vector<Part*> all_parts();  // in forward order
   void gather(Part& part);        // whole now (finishing a prefetch under way)
   void prefetch(std::int64_t scope);  // the gathers of `scope`'s parts started (with options_.prefetch)
   static void release(Part& part);
