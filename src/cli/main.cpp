@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   ctune::cli::add_eval_command(app, run);
   ctune::cli::add_generate_command(app, run);
   ctune::cli::add_merge_command(app, run);
+  ctune::cli::add_consolidate_command(app, run);
   ctune::cli::add_estimate_command(app, run);
   ctune::cli::add_init_command(app, run);
   ctune::cli::add_score_command(app, run);

@@ -112,6 +112,9 @@ std::vector<KeySpec> build_schema() {
       {"checkpoint.every_n_steps", T::Int, "0", "Write a checkpoint every N steps (0: only at the end)", {}, 0, 1e12},
       {"checkpoint.keep_last", T::Int, "3", "Checkpoints kept", {}, 1, 1e6},
       {"checkpoint.shard_size", T::String, "5GB", "Largest safetensors shard of a full-model checkpoint (5GB, 500MB, 2GiB)"},
+      {"checkpoint.layout", T::String, "auto",
+       "whole: rank 0 writes the model/adapter and optimizer state whole; sharded: each rank writes its part (ctune consolidate makes it whole); auto: sharded when the optimizer state is",
+       {"auto", "whole", "sharded"}},
 
       {"distributed.strategy", T::String, "no_shard", "Sharding of parameters, gradients, optimizer state",
        {"no_shard", "shard_grad_op", "full_shard", "hybrid_shard"}},

@@ -120,7 +120,13 @@ void fsync_directory(const fs::path& dir) {
   ::close(fd);
 }
 
-StagingDir::StagingDir(fs::path target, bool overwrite) : target_(std::move(target)), overwrite_(overwrite) {
+fs::path StagingDir::staging_path(const fs::path& target, const std::string& tag) {
+  fs::path p = target;
+  p += ".partial-" + tag;
+  return p;
+}
+
+StagingDir::StagingDir(fs::path target, bool overwrite, const std::string& tag) : target_(std::move(target)), overwrite_(overwrite) {
   remove_stale_siblings(target_);  // staging directories of killed writes
   std::error_code ec;
   if (fs::exists(target_, ec)) {
@@ -129,8 +135,7 @@ StagingDir::StagingDir(fs::path target, bool overwrite) : target_(std::move(targ
       throw ConfigError(target_.string() + ": directory exists and is not empty (pass --overwrite to replace it)");
     }
   }
-  staging_ = target_;
-  staging_ += ".partial-" + std::to_string(::getpid());
+  staging_ = staging_path(target_, tag.empty() ? std::to_string(::getpid()) : tag);
   fs::remove_all(staging_, ec);
   fs::create_directories(staging_, ec);
   if (ec) throw IoError(staging_.string() + ": cannot create directory (" + ec.message() + ")");

@@ -61,8 +61,11 @@ void fsync_directory(const std::filesystem::path& dir);
 // checkpoint directory either exists complete or not at all. Without commit() it is removed.
 class StagingDir {
  public:
-  // Throws ConfigError when target exists and is not empty (unless overwrite is set).
-  StagingDir(std::filesystem::path target, bool overwrite);
+  // Throws ConfigError when target exists and is not empty (unless overwrite is set). The
+  // staging directory is target.partial-<tag>; the tag defaults to the process id. Several
+  // processes writing one directory (a sharded checkpoint) agree on a tag instead.
+  StagingDir(std::filesystem::path target, bool overwrite, const std::string& tag = {});
+  static std::filesystem::path staging_path(const std::filesystem::path& target, const std::string& tag);
   ~StagingDir();
   StagingDir(const StagingDir&) = delete;
   StagingDir& operator=(const StagingDir&) = delete;

@@ -73,6 +73,7 @@ CheckpointReader::CheckpointReader(const fs::path& dir) : dir_(dir) {
   }
   std::string hint;
   if (fs::exists(dir / "pytorch_model.bin", ec)) hint = " (pytorch_model.bin found: convert it to safetensors first)";
+  if (hint.empty()) hint = sharded_checkpoint_hint(dir);
   throw IoError(dir.string() + ": no " + kSingleFileName + " or " + kIndexFileName + hint);
 }
 
@@ -148,6 +149,12 @@ void write_checkpoint_tensors(const fs::path& dir, const std::vector<TensorBytes
 }  // namespace ctune::io
 
 namespace ctune::io {
+
+std::string sharded_checkpoint_hint(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir / kStateShardsDir, ec)) return "";
+  return " (a sharded checkpoint, one file per rank: make it whole with `ctune consolidate " + dir.string() + " --out DIR`)";
+}
 
 bool has_tokenizer_files(const fs::path& dir) {
   std::error_code ec;

@@ -55,6 +55,12 @@ std::vector<std::size_t> plan_shards(const std::vector<std::uint64_t>& sizes, st
 // "model-00002-of-00005.safetensors" (index 1 of 5); "model.safetensors" when count == 1.
 std::string shard_file_name(std::size_t index, std::size_t count);
 
+// A ctune checkpoint written one file per rank keeps its weight tensors in this folder
+// (train/sharded_checkpoint.h); readers of whole weights point users to `ctune consolidate`.
+inline constexpr const char* kStateShardsDir = "shards";
+// " (a sharded checkpoint: ...)" when `dir` is one; "" otherwise. Appended to "no weights" errors.
+std::string sharded_checkpoint_hint(const std::filesystem::path& dir);
+
 // Whether `dir` has a tokenizer (tokenizer.json or tokenizer.model).
 bool has_tokenizer_files(const std::filesystem::path& dir);
 

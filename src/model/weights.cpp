@@ -97,13 +97,20 @@ std::vector<std::pair<std::string, at::Tensor>> hf_state_dict(CausalLM& model) {
   return out;
 }
 
-void write_causal_lm_files(CausalLM& model, const fs::path& dir, std::uint64_t max_shard_bytes) {
-  auto state = hf_state_dict(model);
+void write_model_config(const ModelConfig& config, at::ScalarType dtype, const fs::path& dir) {
+  io::write_file_atomic(dir / "config.json", config_to_json(config, dtype_to_hf(dtype)).dump(2) + "\n");
+}
+
+void write_model_tensors(const std::vector<std::pair<std::string, at::Tensor>>& state, const fs::path& dir,
+                         std::uint64_t max_shard_bytes) {
   std::vector<at::Tensor> keep_alive;
-  auto tensors = io::describe_tensors(state, &keep_alive);
-  io::write_checkpoint_tensors(dir, tensors, max_shard_bytes);
-  const auto dtype = state.empty() ? at::kFloat : state.front().second.scalar_type();
-  io::write_file_atomic(dir / "config.json", config_to_json(model->config(), dtype_to_hf(dtype)).dump(2) + "\n");
+  io::write_checkpoint_tensors(dir, io::describe_tensors(state, &keep_alive), max_shard_bytes);
+}
+
+void write_causal_lm_files(CausalLM& model, const fs::path& dir, std::uint64_t max_shard_bytes) {
+  const auto state = hf_state_dict(model);
+  write_model_tensors(state, dir, max_shard_bytes);
+  write_model_config(model->config(), state.empty() ? at::kFloat : state.front().second.scalar_type(), dir);
 }
 
 void save_causal_lm(CausalLM& model, const fs::path& dir, const SaveOptions& options,

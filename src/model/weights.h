@@ -33,6 +33,12 @@ struct SaveOptions {
   std::uint64_t max_shard_bytes = 5'000'000'000;  // HF's default "5GB"
   bool overwrite = false;
 };
+// The two halves of write_causal_lm_files: config.json (torch_dtype `dtype`), and tensors
+// under HF names (sharded past max_shard_bytes, with the index when there are several files).
+void write_model_config(const ModelConfig& config, at::ScalarType dtype, const std::filesystem::path& dir);
+void write_model_tensors(const std::vector<std::pair<std::string, at::Tensor>>& state, const std::filesystem::path& dir,
+                         std::uint64_t max_shard_bytes);
+
 // Writes config.json and the weights (sharded past options.max_shard_bytes) into an existing
 // directory, e.g. a checkpoint being staged; no atomicity of its own.
 void write_causal_lm_files(CausalLM& model, const std::filesystem::path& dir, std::uint64_t max_shard_bytes);

@@ -6,6 +6,7 @@
 #include "core/json.h"
 #include "core/module_names.h"
 #include "io/file.h"
+#include "io/hf_checkpoint.h"
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
 
@@ -16,14 +17,15 @@ namespace {
 const std::string kPrefix = "base_model.model.";
 }
 
-void write_adapter_files(model::CausalLM& lm, const LoraOptions& o, const fs::path& dir, const std::string& base) {
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& item : lm->named_parameters(true)) {
-    if (item.key().find(".lora_") != std::string::npos) tensors.emplace_back(kPrefix + item.key(), item.value());
-  }
-  if (tensors.empty()) throw ConfigError("save_adapter: the model has no LoRA adapters");
+void write_adapter_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors, const fs::path& dir) {
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (const auto& [name, t] : tensors) named.emplace_back(kPrefix + name, t);
+  if (named.empty()) throw ConfigError("save_adapter: the model has no LoRA adapters");
   std::vector<at::Tensor> keep;
-  io::write_safetensors(dir / kAdapterWeights, io::describe_tensors(tensors, &keep));
+  io::write_safetensors(dir / kAdapterWeights, io::describe_tensors(named, &keep));
+}
+
+void write_adapter_config(const LoraOptions& o, const fs::path& dir, const std::string& base) {
   nlohmann::ordered_json config = {{"peft_type", "LORA"},
                                    {"task_type", "CAUSAL_LM"},
                                    {"base_model_name_or_path", base},
@@ -44,6 +46,20 @@ void write_adapter_files(model::CausalLM& lm, const LoraOptions& o, const fs::pa
                                    {"rank_pattern", Json::object()},
                                    {"alpha_pattern", Json::object()}};
   io::write_file_atomic(dir / kAdapterConfig, config.dump(2) + "\n");
+}
+
+
+std::vector<std::pair<std::string, at::Tensor>> adapter_state_dict(model::CausalLM& lm) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& item : lm->named_parameters(true)) {
+    if (item.key().find(".lora_") != std::string::npos) tensors.emplace_back(item.key(), item.value());
+  }
+  return tensors;
+}
+
+void write_adapter_files(model::CausalLM& lm, const LoraOptions& o, const fs::path& dir, const std::string& base) {
+  write_adapter_tensors(adapter_state_dict(lm), dir);
+  write_adapter_config(o, dir, base);
 }
 
 void save_adapter(model::CausalLM& lm, const LoraOptions& o, const fs::path& dir, const std::string& base, bool overwrite) {
@@ -96,6 +112,9 @@ LoraOptions read_adapter_config(const fs::path& dir) {
 LoraOptions load_adapter(model::CausalLM& lm, const fs::path& dir) {
   LoraOptions o = read_adapter_config(dir);
   apply_lora(lm, o);
+  std::error_code ec;
+  const std::string hint = io::sharded_checkpoint_hint(dir);
+  if (!hint.empty() && !fs::exists(dir / kAdapterWeights, ec)) throw IoError(dir.string() + ": no " + kAdapterWeights + hint);
   auto file = io::SafetensorsFile::open(dir / kAdapterWeights);
   // Tensor handles, not pointers: named_parameters() returns a temporary dict, and a handle
   // shares the parameter's storage, so copy_ below still writes into the model.

@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "model/llama.h"
 #include "peft/lora.h"
@@ -19,6 +21,14 @@ inline constexpr const char* kAdapterWeights = "adapter_model.safetensors";
 // checkpoint being staged); no atomicity of its own.
 void write_adapter_files(model::CausalLM& model, const LoraOptions& options, const std::filesystem::path& dir,
                          const std::string& base_model_name_or_path);
+
+// The model's LoRA parameters by name (what an adapter file holds, before PEFT's prefix).
+std::vector<std::pair<std::string, at::Tensor>> adapter_state_dict(model::CausalLM& model);
+
+// The two halves of write_adapter_files: adapter_config.json, and adapter_model.safetensors
+// from LoRA tensors under the model's parameter names (PEFT's base_model.model. prefix added).
+void write_adapter_config(const LoraOptions& options, const std::filesystem::path& dir, const std::string& base_model_name_or_path);
+void write_adapter_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors, const std::filesystem::path& dir);
 
 // Writes the model's LoRA weights (as fp32 unless they are stored otherwise) into `dir`,
 // atomically (staged, then renamed).

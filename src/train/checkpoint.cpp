@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <regex>
+#include <set>
 
 #include "core/error.h"
 #include "core/kill_point.h"
@@ -86,30 +87,69 @@ fs::path CheckpointManager::write(std::int64_t step, const CheckpointSources& s)
   kill_point("checkpoint", step, "weights");
 
   // 2. Training state: step, data cursor, optimizer, RNG, recipe.
+  write_state(dir, step, s, "whole", &s.optimizer_state);
+  kill_point("checkpoint", step, "state");
+
+  // 3. The manifest, last; then fsync and rename into place.
+  finish(staging, target, step);
+  return target;
+}
+
+void CheckpointManager::write_sharded(std::int64_t step, const CheckpointSources& s, const model::ModelConfig& config,
+                                      const ShardPart& part, dist::Comm& comm) {
+  // Every rank writes into the same staging directory: its name is agreed, not the process id.
+  const fs::path target = dir_for(root_.parent_path(), step);
+  const std::string tag = "ranks";
+  std::optional<io::StagingDir> staging;
+  if (comm.rank() == 0) {
+    std::error_code ec;
+    fs::create_directories(root_, ec);
+    staging.emplace(target, /*overwrite=*/true, tag);
+  }
+  comm.barrier("waiting for rank 0 to stage a checkpoint");
+
+  // 1. Each rank's shard of the weights and optimizer state.
+  const fs::path dir = io::StagingDir::staging_path(target, tag);
+  if (part.index >= 0) write_state_shard(dir, part.index, part.count, part.shard);
+  kill_point("checkpoint", step, "shard");
+  comm.barrier("waiting for every rank to write its checkpoint shard");
+  if (comm.rank() != 0) return;
+
+  // 2. Rank 0: what the weights hold besides their tensors, and the training state.
+  s.method->write_weight_metadata(config, dir, s.files);
+  write_state(dir, step, s, "sharded", nullptr);
+  kill_point("checkpoint", step, "state");
+
+  // 3. The manifest (over every shard), last; then fsync and rename into place.
+  finish(*staging, target, step);
+}
+
+void CheckpointManager::write_state(const fs::path& dir, std::int64_t step, const CheckpointSources& s, const char* layout,
+                                    const std::vector<std::pair<std::string, at::Tensor>>* optimizer) const {
   Json state = {{"format", "ctune-trainer-state-1"},
                 {"step", step},
                 {"epoch", s.sampler->epoch()},
                 {"accumulation_position", 0},  // checkpoints are taken between optimizer steps
                 {"sampler", s.sampler->state().to_json()},
                 {"method", s.method->name()},
+                {"layout", layout},
                 {"inputs", s.inputs}};
   if (s.scaler && s.scaler->enabled()) {
     state["loss_scaler"] = {{"scale", s.scaler->state().scale}, {"growth_tracker", s.scaler->state().growth_tracker}};
   }
   io::write_file_atomic(dir / kStateFile, state.dump(1) + "\n");
-  write_tensors(dir / kOptimizerFile, s.optimizer_state);
+  if (optimizer) write_tensors(dir / kOptimizerFile, *optimizer);
   write_tensors(dir / kRngFile, rng_states());
   io::write_file_atomic(dir / kRecipeFile, s.recipe_yaml);
-  kill_point("checkpoint", step, "state");
+}
 
-  // 3. The manifest, last; then fsync and rename into place.
-  io::write_manifest(dir);
+void CheckpointManager::finish(io::StagingDir& staging, const fs::path& target, std::int64_t step) {
+  io::write_manifest(staging.path());
   kill_point("checkpoint", step, "manifest");
   staging.commit();
   kill_point("checkpoint", step, "renamed");
   verified_.insert(target);
   apply_retention();
-  return target;
 }
 
 void CheckpointManager::apply_retention() const {
@@ -184,7 +224,7 @@ TrainingState read_training_state(const fs::path& checkpoint) {
     }
     s.scaler = GradScalerState{ls["scale"].get<double>(), ls["growth_tracker"].get<std::int64_t>()};
   }
-  s.optimizer = read_tensors(checkpoint / kOptimizerFile);
+  s.optimizer = is_sharded_checkpoint(checkpoint) ? ShardedState(checkpoint).optimizer() : read_tensors(checkpoint / kOptimizerFile);
   s.rng = read_tensors(checkpoint / kRngFile);
   s.recipe_yaml = io::read_text_file(checkpoint / kRecipeFile);
   if (state.contains("inputs")) {
@@ -199,6 +239,32 @@ TrainingState read_training_state(const fs::path& checkpoint) {
     }
   }
   return s;
+}
+
+Consolidated consolidate_checkpoint(const fs::path& checkpoint, const fs::path& dir, std::uint64_t max_shard_bytes) {
+  const std::string problem = verify_checkpoint(checkpoint);
+  if (!problem.empty()) throw FormatError(checkpoint.string() + ": not a usable checkpoint: " + problem);
+  if (!is_sharded_checkpoint(checkpoint)) {
+    throw FormatError(checkpoint.string() + ": not a sharded checkpoint (no " + kShardsDir + "/): its weights are whole already");
+  }
+  const fs::path state_path = checkpoint / kStateFile;
+  const Json state = read_json_file(state_path);
+  Consolidated out;
+  out.method = json_string(state, "method", state_path.string()).value_or("");
+  out.step = json_int(state, "step", state_path.string()).value_or(-1);
+  const ShardedState shards(checkpoint);
+  out.shards = shards.shard_count();
+  out.tensors = shards.weights();
+  // Rank 0's files of the weights: everything at the top but the training state and manifest.
+  const std::set<std::string> training = {kStateFile, kOptimizerFile, kRngFile, kRecipeFile, io::kManifestName};
+  for (const auto& e : fs::directory_iterator(checkpoint)) {
+    if (!e.is_regular_file() || training.count(e.path().filename().string())) continue;
+    std::error_code ec;
+    fs::copy_file(e.path(), dir / e.path().filename(), fs::copy_options::overwrite_existing, ec);
+    if (ec) throw IoError((dir / e.path().filename()).string() + ": cannot copy (" + ec.message() + ")");
+  }
+  write_weight_tensors(out.method, out.tensors, dir, max_shard_bytes);
+  return out;
 }
 
 void restore_rng(const std::vector<std::pair<std::string, at::Tensor>>& rng) {

@@ -3,7 +3,9 @@
 // recipe, the training state (step, data cursor, optimizer, RNG) and MANIFEST.json, written last.
 // Each checkpoint is staged under a temporary name, fsync'ed and renamed into place, so it either
 // exists complete or not at all; the newest usable one is found by verifying manifests, never
-// through a pointer file that can go stale.
+// through a pointer file that can go stale. A sharded checkpoint (train/sharded_checkpoint.h)
+// holds, instead of the weight tensors and optimizer.safetensors, one file per rank under
+// shards/; rank 0 writes the rest and the manifest once every rank's shard is written.
 #pragma once
 
 #include <cstdint>
@@ -14,11 +16,14 @@
 #include <vector>
 
 #include "core/json.h"
+#include "io/file.h"
 #include "data/sampler.h"
+#include "dist/comm.h"
 #include "model/llama.h"
 #include "train/grad_scaler.h"
 #include "train/method.h"
 #include "train/optimizer.h"
+#include "train/sharded_checkpoint.h"
 
 namespace ctune::train {
 
@@ -33,6 +38,13 @@ struct CheckpointSources {
   std::string recipe_yaml;             // the resolved recipe, saved as recipe.yaml
   const GradScaler* scaler = nullptr;  // fp16 loss scaling (its state is saved); null: none
   Json inputs = Json::object();        // what the run depends on: {name: {path, fingerprint}}
+};
+
+// This rank's part of a sharded checkpoint.
+struct ShardPart {
+  StateShard shard;    // what it holds of the trainable weights and the optimizer state
+  int index = 0;       // its shard file, of `count`; -1: it writes none
+  int count = 1;
 };
 
 // What read_training_state() returns.
@@ -66,11 +78,24 @@ class CheckpointManager {
   // is left for inspection), and a protected one is never deleted.
   void apply_retention() const;
 
+  // The same as a sharded checkpoint, written by every rank of `comm` (a collective): rank 0
+  // stages the directory, every rank with a shard writes it there, and after a barrier rank 0
+  // writes the weights' metadata (Method::write_weight_metadata), the training state and the
+  // manifest, and commits; `sources.optimizer_state` is not used. No rank gathers anything.
+  void write_sharded(std::int64_t step, const CheckpointSources& sources, const model::ModelConfig& config, const ShardPart& part,
+                     dist::Comm& comm);
+
   // The checkpoint this run resumed from: kept whatever keep_last says.
   void protect(const std::filesystem::path& checkpoint);
 
  private:
   bool verified(const std::filesystem::path& dir) const;
+  // trainer_state.json, rng.safetensors and recipe.yaml (and, when `optimizer` is given,
+  // optimizer.safetensors) into `dir`.
+  void write_state(const std::filesystem::path& dir, std::int64_t step, const CheckpointSources& s, const char* layout,
+                   const std::vector<std::pair<std::string, at::Tensor>>* optimizer) const;
+  // The manifest, then the rename into place and retention.
+  void finish(io::StagingDir& staging, const std::filesystem::path& target, std::int64_t step);
 
   std::filesystem::path root_;
   std::int64_t keep_last_;
@@ -82,9 +107,26 @@ class CheckpointManager {
 // state); otherwise what is wrong, naming the file.
 std::string verify_checkpoint(const std::filesystem::path& dir);
 
-// Reads trainer_state.json, optimizer.safetensors, rng.safetensors and recipe.yaml of a
-// checkpoint. Throws FormatError naming the file.
+// Reads trainer_state.json, optimizer.safetensors (of a sharded checkpoint: the optimizer
+// state assembled from its shards), rng.safetensors and recipe.yaml of a checkpoint. Throws
+// FormatError naming the file.
 TrainingState read_training_state(const std::filesystem::path& checkpoint);
+
+// What consolidate_checkpoint() wrote.
+struct Consolidated {
+  std::string method;  // "full" (a Hugging Face model) or "lora" (a PEFT adapter)
+  std::int64_t step = 0;
+  int shards = 0;
+  std::vector<std::pair<std::string, at::Tensor>> tensors;  // as written, by parameter name
+};
+
+// Writes a sharded checkpoint's weights whole into `dir` (an existing directory, e.g. staged):
+// the files rank 0 wrote beside the shards (config.json and the tokenizer files, or
+// adapter_config.json) and the tensors assembled from every shard, in the method's layout. The
+// result is what a whole checkpoint's weights are. FormatError when `checkpoint` does not
+// verify or is not sharded.
+Consolidated consolidate_checkpoint(const std::filesystem::path& checkpoint, const std::filesystem::path& dir,
+                                    std::uint64_t max_shard_bytes);
 
 // Restores the process RNG states saved by a checkpoint (CPU, and CUDA devices when present).
 void restore_rng(const std::vector<std::pair<std::string, at::Tensor>>& rng);

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <map>
+
 #include "core/error.h"
 #include "data/example.h"
 #include "train/batches.h"
@@ -94,6 +96,32 @@ void DataParallel::with_whole_model(const std::function<void()>& use) {
   full_shard->release_all();
 }
 
+StateShard DataParallel::state_shard(model::CausalLM& model) const {
+  StateShard out;
+  if (shard_index < 0) return out;
+  std::map<const void*, std::string> names;  // each parameter once, under its first name
+  std::vector<std::pair<std::string, at::Tensor>> trainable;
+  for (const auto& item : model->named_parameters(true)) {
+    if (names.emplace(item.value().unsafeGetTensorImpl(), item.key()).second && item.value().requires_grad()) {
+      trainable.emplace_back(item.key(), item.value());
+    }
+  }
+  if (sharded == nullptr) {
+    for (const auto& [name, p] : trainable) out.weights.push_back({name, p.sizes().vec(), 0, p.detach().reshape({-1})});
+    for (const auto& [name, t] : optimizer->state()) out.optimizer.push_back({name, t.sizes().vec(), 0, t.reshape({-1})});
+    return out;
+  }
+  for (const auto& g : sharded->flats()) {
+    const FlatParam& flat = *g.flat;
+    for (auto& piece : flat.pieces_of(flat.shard().detach())) {
+      const at::Tensor& p = flat.params()[piece.k];
+      out.weights.push_back({names.at(p.unsafeGetTensorImpl()), p.sizes().vec(), piece.offset, piece.data});
+    }
+  }
+  out.optimizer = sharded->state_slices();
+  return out;
+}
+
 void DataParallel::sample_memory_with(std::function<void()> sample) {
   if (full_shard) full_shard->sample_memory = std::move(sample);
 }
@@ -105,6 +133,9 @@ DataParallel make_data_parallel(const DistributedPlan& plan, model::CausalLM& mo
   if (strategy == "shard_grad_op") {
     auto sharded = std::make_unique<ShardedOptimizer>(ShardedOptimizer::buckets(groups, comm), options, comm, /*gather_after_step=*/true);
     out.sync = std::make_unique<ShardedSync>(comm, *sharded);
+    out.sharded = sharded.get();
+    out.shard_index = comm.rank();
+    out.shard_count = comm.size();
     out.optimizer = std::move(sharded);
     return out;
   }
@@ -125,12 +156,18 @@ DataParallel make_data_parallel(const DistributedPlan& plan, model::CausalLM& mo
     }
     out.full_shard = std::make_shared<FullShard>(model, groups, *shard_group, replicas, FullShard::Options{plan.cpu_offload, plan.prefetch});
     out.full_shard->install(model);
-    out.optimizer = std::make_unique<ShardedOptimizer>(out.full_shard->trainable(), options, *shard_group, /*gather_after_step=*/false);
+    auto sharded = std::make_unique<ShardedOptimizer>(out.full_shard->trainable(), options, *shard_group, /*gather_after_step=*/false);
+    out.sharded = sharded.get();
+    out.optimizer = std::move(sharded);
+    // Node 0's ranks write the shards; the other nodes hold copies of the same chunks.
+    out.shard_index = comm.rank() < shard_group->size() ? shard_group->rank() : -1;
+    out.shard_count = shard_group->size();
     out.sync = std::make_unique<FullShardSync>(comm, *shard_group, *out.full_shard);
     return out;
   }
   if (strategy != "no_shard") throw UnsupportedError("distributed.strategy: " + strategy + " is not implemented in this build");
   out.optimizer = make_optimizer(std::move(groups), options);
+  out.shard_index = comm.rank() == 0 ? 0 : -1;  // replicated: rank 0 holds it all
   out.sync = comm.size() > 1 ? std::make_unique<ReplicatedSync>(comm) : std::make_unique<StepSync>();
   return out;
 }

@@ -13,6 +13,7 @@
 #include "data/sampler.h"
 #include "dist/comm.h"
 #include "train/distributed_plan.h"
+#include "train/sharded_checkpoint.h"
 #include "train/trainer.h"
 
 namespace ctune::train {
@@ -43,6 +44,7 @@ class RankRows : public BatchSource {
 };
 
 class FullShard;
+class ShardedOptimizer;
 
 // The optimizer and step agreement for a strategy over `comm`'s ranks: one process (nothing to
 // agree on), no_shard (ReplicatedSync above), shard_grad_op (train/zero.h) or full_shard
@@ -54,10 +56,18 @@ struct DataParallel {
   std::unique_ptr<Optimizer> optimizer;
   std::unique_ptr<StepSync> sync;
   std::shared_ptr<FullShard> full_shard;  // null unless the parameters themselves are sharded
+  ShardedOptimizer* sharded = nullptr;    // `optimizer`, when its state is sharded
+  // The shard file of a sharded checkpoint this rank writes (train/sharded_checkpoint.h): one
+  // per rank holding distinct chunks; -1: none (rank > 0 of a replicated run, hybrid_shard's
+  // ranks outside the first node, whose chunks node 0 already writes).
+  int shard_index = 0, shard_count = 1;
 
   // Runs `use` with the whole model on this rank (to write a checkpoint or the result): under
   // full_shard every part is gathered first and freed after; otherwise the model is whole.
   void with_whole_model(const std::function<void()>& use);
+  // What this rank writes of a sharded checkpoint: its slices of the trainable weights (by
+  // `model`'s parameter names) and of the optimizer state; nothing is gathered.
+  StateShard state_shard(model::CausalLM& model) const;
   // Where memory peaks inside backward (full_shard: a part whole with its gradients), `sample` is called.
   void sample_memory_with(std::function<void()> sample);
 };

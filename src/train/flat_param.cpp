@@ -119,4 +119,16 @@ void FlatParam::reduce_scatter_gradient_of(std::size_t k, dist::Comm& comm, dist
   }
 }
 
+std::vector<FlatParam::Piece> FlatParam::pieces_of(const at::Tensor& chunk_like) const {
+  TORCH_CHECK(chunk_like.numel() == chunk_, "a tensor laid out like the chunk has ", chunk_, " elements, found ", chunk_like.numel());
+  const at::Tensor flat = chunk_like.reshape({-1});
+  const std::int64_t first = rank_ * chunk_, last = first + chunk_;
+  std::vector<Piece> out;
+  for (std::size_t k = 0; k < params_.size(); ++k) {
+    const std::int64_t begin = std::max(first, offsets_[k]), end = std::min(last, offsets_[k] + params_[k].numel());
+    if (begin < end) out.push_back({k, begin - offsets_[k], flat.narrow(0, begin - first, end - begin)});
+  }
+  return out;
+}
+
 }  // namespace ctune::train

@@ -56,6 +56,16 @@ class FlatParam {
   // whole gradient exists at a time.
   void reduce_scatter_gradient_of(std::size_t k, dist::Comm& comm, dist::Comm* replicas);
 
+  // What a tensor laid out like this rank's chunk (the shard itself, or optimizer state of it)
+  // holds of each parameter: parameter `k`'s flattened elements [offset, offset + data.numel()),
+  // as 1-D views of `chunk_like`. Parameters outside the chunk and the padding are left out.
+  struct Piece {
+    std::size_t k = 0;
+    std::int64_t offset = 0;
+    at::Tensor data;
+  };
+  std::vector<Piece> pieces_of(const at::Tensor& chunk_like) const;
+
  private:
   std::vector<at::Tensor> params_;
   std::vector<std::size_t> indices_;

@@ -242,10 +242,11 @@ Ledger estimate_memory(const LedgerInputs& in) {
       activations + loss_bytes + (sharded_params ? gathered + gathered_grads : (in.grad_accum > 1 ? grads : 0));
   const std::int64_t backward_end = step_grads + recomputed_transient;
   const std::int64_t optimizer_step = (sharded_params ? 0 : grads) + (in.optimizer == "adamw" ? 8 * std::min(largest_trainable, per_rank(trainable, S)) : 0);
-  // Sharded state is gathered whole for a checkpoint (rank 0 writes it), between steps; under
-  // full_shard the whole weights too (docs/distributed.md).
+  // Between steps, for a whole checkpoint, sharded optimizer state is gathered whole (rank 0
+  // writes it); a sharded checkpoint gathers nothing. Under full_shard the whole weights are
+  // gathered for the run's result (and for whole checkpoints) all the same (docs/distributed.md).
   const std::int64_t checkpoint_gather =
-      (S > 1 ? opt_per_param * trainable : 0) + (sharded_params ? whole_weights - unsharded : 0);
+      (S > 1 && !in.sharded_checkpoints ? opt_per_param * trainable : 0) + (sharded_params ? whole_weights - unsharded : 0);
   const std::int64_t live = base + std::max({backward_start, backward_end, optimizer_step, checkpoint_gather});
   // glibc's heap keeps freed activation and gradient blocks for reuse and fragments around them.
   // The reserve is calibrated, not derived: 0.30 x the live bytes, the middle of what
@@ -260,13 +261,14 @@ Ledger estimate_memory(const LedgerInputs& in) {
   led.state_bytes = weights + gathered + grads + gathered_grads + optimizer;
   if (sharded_params) {
     led.peak_formula = std::string("weights + gradients + optimizer state (shards) + max(activations + loss buffers + gathered") +
-                       " + gathered grads, gathered + gathered grads + one recomputed layer, optimizer-step temporaries, the whole weights and "
-                       "optimizer state gathered for a checkpoint) + allocator + runtime";
+                       " + gathered grads, gathered + gathered grads + one recomputed layer, optimizer-step temporaries, the whole weights" +
+                       (in.sharded_checkpoints ? " gathered for the result" : " and optimizer state gathered for a checkpoint") +
+                       ") + allocator + runtime";
   } else {
     led.peak_formula = "weights + optimizer state + max(activations + loss buffers" +
                        std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
                        ", gradients + one recomputed layer, gradients + optimizer-step temporaries" +
-                       std::string(in.optimizer_shards > 1 ? ", the whole optimizer state gathered for a checkpoint" : "") +
+                       std::string(in.optimizer_shards > 1 && !in.sharded_checkpoints ? ", the whole optimizer state gathered for a checkpoint" : "") +
                        ") + allocator + runtime";
   }
   return led;

@@ -37,6 +37,7 @@ struct LedgerInputs {
   std::int64_t optimizer_shards = 1;  // ranks sharing gradients and optimizer state (sharded strategies)
   std::int64_t parameter_shards = 1;  // ranks sharing the parameters (full_shard, hybrid_shard)
   bool cpu_offload = false;           // shards, their gradients and optimizer state in host memory
+  bool sharded_checkpoints = false;   // checkpoint.layout sharded: each rank writes its part, nothing is gathered
   bool prefetch = false;              // full_shard: the next part gathered while one computes
   double momentum = 0.9;
   std::int64_t runtime_bytes = 0;  // the process before training: libraries, tokenizer, data

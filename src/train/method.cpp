@@ -11,6 +11,22 @@
 namespace ctune::train {
 namespace fs = std::filesystem;
 
+void Method::write_weights(model::CausalLM& model, const fs::path& dir, const WeightFiles& files) const {
+  write_weight_metadata(model->config(), dir, files);
+  write_weight_tensors(name(), weight_tensors(model), dir, files.max_shard_bytes);
+}
+
+void write_weight_tensors(const std::string& method, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                          const fs::path& dir, std::uint64_t max_shard_bytes) {
+  if (method == "full") {
+    model::write_model_tensors(tensors, dir, max_shard_bytes);
+  } else if (method == "lora") {
+    peft::write_adapter_tensors(tensors, dir);
+  } else {
+    throw FormatError("weights of method \"" + method + "\": expected full or lora");
+  }
+}
+
 void Method::write_result(model::CausalLM& model, const fs::path& output_dir, const WeightFiles& files) const {
   io::StagingDir staging(output_dir / result_name(), /*overwrite=*/true);
   write_weights(model, staging.path(), files);
@@ -46,9 +62,12 @@ class FullFinetuning : public Method {
 
   ModuleTraining module(const std::string&) const override { return {true, 0, 0.0}; }
 
-  void write_weights(model::CausalLM& model, const fs::path& dir, const WeightFiles& files) const override {
-    model::write_causal_lm_files(model, dir, files.max_shard_bytes);
+  void write_weight_metadata(const model::ModelConfig& config, const fs::path& dir, const WeightFiles& files) const override {
+    model::write_model_config(config, at::kFloat, dir);  // fp32 masters (storage_dtype)
     io::copy_tokenizer_files(files.tokenizer_dir, dir);
+  }
+  std::vector<std::pair<std::string, at::Tensor>> weight_tensors(model::CausalLM& model) const override {
+    return model::hf_state_dict(model);
   }
   std::string result_name() const override { return "model"; }
 };
@@ -87,8 +106,11 @@ class Lora : public Method {
     return {false, targeted ? options_.rank : 0, targeted ? options_.dropout : 0.0};
   }
 
-  void write_weights(model::CausalLM& model, const fs::path& dir, const WeightFiles& files) const override {
-    peft::write_adapter_files(model, options_, dir, fs::absolute(files.base_model_dir).string());
+  void write_weight_metadata(const model::ModelConfig& /*config*/, const fs::path& dir, const WeightFiles& files) const override {
+    peft::write_adapter_config(options_, dir, fs::absolute(files.base_model_dir).string());
+  }
+  std::vector<std::pair<std::string, at::Tensor>> weight_tensors(model::CausalLM& model) const override {
+    return peft::adapter_state_dict(model);
   }
   std::string result_name() const override { return "adapter"; }
 

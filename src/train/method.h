@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "model/llama.h"
 #include "peft/lora.h"
@@ -55,13 +57,27 @@ class Method {
   // The ledger's view of one module by its leaf name (q_proj, ..., lm_head, embed_tokens, norm).
   virtual ModuleTraining module(const std::string& name) const = 0;
 
-  // The weights, as a checkpoint or the result holds them, written into an existing directory.
-  virtual void write_weights(model::CausalLM& model, const std::filesystem::path& dir, const WeightFiles& files) const = 0;
+  // The weights, as a checkpoint or the result holds them, written into an existing directory:
+  // write_weight_metadata, then write_weight_tensors of weight_tensors(model).
+  void write_weights(model::CausalLM& model, const std::filesystem::path& dir, const WeightFiles& files) const;
+  // What the weights hold besides their tensors: config.json and the tokenizer files, or
+  // adapter_config.json (a sharded checkpoint holds these; its tensors are in its shards).
+  virtual void write_weight_metadata(const model::ModelConfig& config, const std::filesystem::path& dir,
+                                     const WeightFiles& files) const = 0;
+  // The tensors of the weights, by the model's parameter names: every parameter of full
+  // fine-tuning, the adapters of LoRA; in both cases exactly the trainable parameters.
+  virtual std::vector<std::pair<std::string, at::Tensor>> weight_tensors(model::CausalLM& model) const = 0;
   // The result's directory name in output_dir: "model" or "adapter".
   virtual std::string result_name() const = 0;
   // Writes output_dir/result_name() atomically (staged, then renamed over an earlier one).
   void write_result(model::CausalLM& model, const std::filesystem::path& output_dir, const WeightFiles& files) const;
 };
+
+// Writes `tensors` (weight_tensors' names) into `dir` as the weights of method `name` ("full": a
+// Hugging Face model's safetensors, sharded past max_shard_bytes; "lora": PEFT's
+// adapter_model.safetensors). Needs no model: `ctune consolidate` writes assembled shards.
+void write_weight_tensors(const std::string& method, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                          const std::filesystem::path& dir, std::uint64_t max_shard_bytes);
 
 std::shared_ptr<const Method> full_finetuning();
 // LoRA with `options`; with `init_from`, training starts from that PEFT adapter (its config

@@ -205,6 +205,9 @@ RunPlan plan_run(Recipe recipe, const dist::World& world) {
   p.checkpoint.keep_last = r.get_int("checkpoint.keep_last");
   p.checkpoint.shard_bytes =
       io::parse_byte_size(r.get_string("checkpoint.shard_size"), r.origin("checkpoint.shard_size") + ": `checkpoint.shard_size`");
+  // auto: each rank writes its part when the ranks hold different parts of the optimizer state.
+  const std::string layout = r.get_string("checkpoint.layout");
+  p.checkpoint.sharded = layout == "sharded" || (layout == "auto" && p.distributed.optimizer_shards(world) > 1);
   if (t.eval_every > 0 && p.datasets.eval->empty()) {
     r.fail("training.eval_every", "evaluation is requested but there is no eval data (set data.eval or data.eval_fraction)");
   }
@@ -257,6 +260,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.optimizer = p.optimizer.name;
   in.optimizer_shards = p.distributed.optimizer_shards(p.world);
   in.parameter_shards = p.distributed.parameter_shards(p.world);
+  in.sharded_checkpoints = p.checkpoint.sharded;
   in.cpu_offload = p.distributed.cpu_offload;
   in.prefetch = p.distributed.prefetch;
   in.momentum = p.optimizer.momentum;
@@ -289,6 +293,9 @@ std::string RunPlan::summary() const {
       << distributed.strategy << (distributed.cpu_offload ? " with CPU offload" : "") << " over " << distributed.backend << "; global batch " << data.batch_size * world.size << " x "
       << trainer.grad_accum << " rows)\n";
   }
+  s << "checkpoints  " << (checkpoint.every_n_steps > 0 ? "every " + std::to_string(checkpoint.every_n_steps) + " steps" : std::string("at the end"))
+    << ", keep " << checkpoint.keep_last << ", "
+    << (checkpoint.sharded ? "sharded (each rank writes its part; ctune consolidate makes one whole)" : "whole") << "\n";
   s << "precision    " << model::dtype_to_hf(compute_dtype) << " matmuls"
     << (compute_dtype != at::kFloat ? ", fp32 master weights" + std::string(loss_scaling.enabled ? ", dynamic loss scaling" : "")
                                     : std::string())

@@ -36,6 +36,7 @@ struct CheckpointPolicy {
   std::int64_t every_n_steps = 0;  // 0: only at the end
   std::int64_t keep_last = 1;
   std::uint64_t shard_bytes = 5'000'000'000;  // checkpoint.shard_size (full-model checkpoints)
+  bool sharded = false;  // checkpoint.layout: one file per rank (train/sharded_checkpoint.h)
 };
 
 // How the run spreads over ranks (distributed.*; the world itself comes from the launcher's

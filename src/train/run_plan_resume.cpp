@@ -19,7 +19,8 @@ std::vector<std::string> check_resume_compatible(const RunPlan& plan, const std:
       "output_dir",         "threads",           "logging.every_n_steps", "training.eval_every",
       "training.eval_batches", "checkpoint.every_n_steps", "checkpoint.keep_last", "data.eval",
       "training.max_steps", "training.epochs", "training.max_nonfinite_steps",
-      "distributed.strategy", "distributed.backend", "distributed.timeout_s", "distributed.cpu_offload"};
+      "checkpoint.layout",  "checkpoint.shard_size",
+      "distributed.strategy", "distributed.backend", "distributed.timeout_s", "distributed.cpu_offload", "distributed.prefetch"};
   // A schedule that decays over the run's length: a new length would bend the curve the
   // checkpoint's steps were taken on.
   const bool length_shapes_schedule = now.get_string("scheduler.name") != "constant";

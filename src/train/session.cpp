@@ -183,8 +183,12 @@ TrainResult Session::run() {
 
   // 3. Model (from the checkpoint when resuming), what trains, optimizer; the memory it should take.
   const auto ledger = estimate_memory(ledger_inputs(plan, resident_bytes()));
-  auto lm = build_model(plan, resume_dir.value_or(fs::path()));
+  //    A sharded checkpoint's weights are slices: the model is built from model.path and each
+  //    trainable parameter filled from them (any world size wrote them).
+  const bool from_shards = resume_dir && is_sharded_checkpoint(*resume_dir);
+  auto lm = build_model(plan, from_shards ? fs::path() : resume_dir.value_or(fs::path()));
   const auto counts = plan.method->make_trainable(lm);
+  if (from_shards) ShardedState(*resume_dir).load_weights_into(lm);
   spdlog::debug("resident {:.1f} MB after the model is built", static_cast<double>(resident_bytes()) / 1e6);
   spdlog::info("trainable parameters {} of {} ({:.4f}%)", counts.trainable, counts.total,
                100.0 * static_cast<double>(counts.trainable) / static_cast<double>(std::max<std::int64_t>(1, counts.total)));
@@ -217,19 +221,25 @@ TrainResult Session::run() {
   }
 
   // 6. Train, checkpointing on cadence and at the end.
-  //    Checkpoints and metrics are rank 0's: the weights are whole on every rank and every rank
-  //    takes part in gathering the optimizer state (sharded or not), which rank 0 writes.
+  //    Metrics are rank 0's. A whole checkpoint is rank 0's too: the weights are whole on every
+  //    rank and every rank takes part in gathering the optimizer state. A sharded one holds
+  //    each rank's part, written by that rank (checkpoint.layout).
   CheckpointManager checkpoints(plan.output_dir, plan.checkpoint.keep_last);
   if (resume_dir) checkpoints.protect(*resume_dir);
   if (writer()) checkpoints.apply_retention();
   const WeightFiles files{plan.model_dir, plan.tokenizer_dir, plan.checkpoint.shard_bytes};
   CheckpointSources sources{lm, plan.method.get(), files, {}, &sampler, plan.recipe_yaml(), &scaler, inputs};
   auto checkpoint = [&](std::int64_t step) {
-    sources.optimizer_state = optimizer->state();
-    parallel.with_whole_model([&] {
-      if (writer()) checkpoints.write(step, sources);
-    });
-    sources.optimizer_state.clear();
+    if (plan.checkpoint.sharded) {
+      checkpoints.write_sharded(step, sources, plan.model_config, {parallel.state_shard(lm), parallel.shard_index, parallel.shard_count},
+                                comm_);
+    } else {
+      sources.optimizer_state = optimizer->state();
+      parallel.with_whole_model([&] {
+        if (writer()) checkpoints.write(step, sources);
+      });
+      sources.optimizer_state.clear();
+    }
     comm_.barrier("waiting for rank 0 to write a checkpoint");
   };
   const auto every = plan.checkpoint.every_n_steps;

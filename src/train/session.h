@@ -13,8 +13,8 @@
 // With several ranks (dist/comm.h) every rank builds the model, restores the checkpoint and
 // trains on its rows of each global batch (train/data_parallel.h); rank 0 alone owns the run
 // directory: it locks and prepares it, writes logs, metrics, checkpoints and the result, and
-// the others wait for it at a barrier after each of those writes. Sharded strategies will add
-// a per-rank part of each checkpoint, written before rank 0's manifest.
+// the others wait for it at a barrier after each of those writes. A sharded checkpoint
+// (checkpoint.layout) has every rank write its part before rank 0 writes the manifest.
 #pragma once
 
 #include <filesystem>

@@ -100,6 +100,24 @@ std::vector<std::pair<std::string, at::Tensor>> ShardedOptimizer::state() const 
   return out;
 }
 
+std::vector<TensorSlice> ShardedOptimizer::state_slices() const {
+  std::vector<TensorSlice> out;
+  for (const auto& [name, t] : inner_->state()) {
+    std::string prefix;
+    std::size_t i = 0;
+    if (!split_index(name, prefix, i)) {
+      if (comm_.rank() == 0) out.push_back({name, t.sizes().vec(), 0, t.reshape({-1})});
+      continue;
+    }
+    const FlatParam& f = *flats_.at(i).flat;
+    for (auto& piece : f.pieces_of(t)) {
+      const at::Tensor& p = f.params()[piece.k];
+      out.push_back({prefix + "." + std::to_string(f.indices()[piece.k]), p.sizes().vec(), piece.offset, piece.data});
+    }
+  }
+  return out;
+}
+
 void ShardedOptimizer::load_state(const std::vector<std::pair<std::string, at::Tensor>>& state) {
   // One process's entries per parameter, regrouped into this rank's chunk of each flat group.
   std::map<std::string, std::map<std::size_t, at::Tensor>> per_parameter;

@@ -15,6 +15,7 @@
 #include "train/data_parallel.h"
 #include "train/flat_param.h"
 #include "train/optimizer.h"
+#include "train/sharded_checkpoint.h"
 
 namespace ctune::train {
 
@@ -44,6 +45,12 @@ class ShardedOptimizer : public Optimizer {
   // One process's state (any world size's checkpoint): this rank keeps its chunks.
   void load_state(const std::vector<std::pair<std::string, at::Tensor>>& state) override;
   std::int64_t state_bytes() const override { return inner_->state_bytes(); }
+
+  // The trainable flats, each holding this rank's chunk of its parameters (shard()).
+  const std::vector<FlatGroup>& flats() const { return flats_; }
+  // This rank's part of state() for a sharded checkpoint, without gathering: each per-parameter
+  // entry sliced from this rank's chunk; entries not per parameter (the step count) from rank 0.
+  std::vector<TensorSlice> state_slices() const;
 
  private:
   dist::Comm& comm_;

@@ -1,6 +1,7 @@
 // Several ranks through the real binary: `--nproc N` and ranks started by hand with the torchrun
 // or Slurm variables, with replicated or sharded optimizer state, compute the loss trajectory of
 // one process with the same global batch; sharded state written by 4 ranks resumes on 2;
+// sharded checkpoints consolidate into what the run's whole result holds;
 // a rank that dies or freezes makes the others exit non-zero within distributed.timeout_s,
 // naming it; the run then resumes exactly; SIGTERM stops every rank after the same step with a
 // checkpoint.
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "core/json.h"
 #include "margins.h"
@@ -239,6 +241,63 @@ TEST_F(Distributed, ShardedStateWrittenByFourRanksResumesOnTwoAndOnOne) {
   const auto refused = ctune(args);
   EXPECT_EQ(refused.status, 1);
   EXPECT_NE(refused.err.find("differs from the checkpoint"), std::string::npos) << refused.err;
+}
+
+// Every file of a directory (not below it), by name: its bytes.
+std::map<std::string, std::string> files_of(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_regular_file()) out[e.path().filename().string()] = ctune::testing::slurp(e.path());
+  return out;
+}
+
+TEST_F(Distributed, ShardedCheckpointsConsolidateIntoTheWholeResult) {
+  // full_shard over 2 ranks writes sharded checkpoints (checkpoint.layout: auto): each rank its
+  // slices, no rank the whole model or state. The last one, consolidated, is byte for byte the
+  // result rank 0 wrote whole from the gathered model (a Hugging Face model or a PEFT adapter).
+  for (const std::string method : {"full", "lora"}) {
+    const fs::path run = kDir / ("consolidate-" + method);
+    const auto r = ctune({"train", (kDir / (method + ".yaml")).string(), "output_dir=" + run.string(), "--nproc", "2",
+                          "distributed.strategy=full_shard"});
+    ASSERT_EQ(r.status, 0) << r.err;
+    const fs::path last = run / "checkpoints" / "step_00000008";
+    EXPECT_TRUE(fs::exists(last / "shards" / "rank-00000-of-00002.safetensors")) << method;
+    EXPECT_TRUE(fs::exists(last / "shards" / "rank-00001-of-00002.safetensors")) << method;
+    EXPECT_FALSE(fs::exists(last / "optimizer.safetensors")) << method;
+
+    // Tools that read whole weights name the way out.
+    const auto refused = method == "full" ? ctune({"generate", "--model", last.string(), "--prompt", "hi"})
+                                          : ctune({"merge", "--base", (kDir / "model").string(), "--adapter", last.string(), "--out",
+                                                   (kDir / "never-merged").string()});
+    EXPECT_EQ(refused.status, 1) << method;
+    EXPECT_NE(refused.err.find("a sharded checkpoint, one file per rank: make it whole with `ctune consolidate"), std::string::npos)
+        << refused.err;
+
+    const fs::path whole = kDir / ("consolidated-" + method);
+    const auto c = ctune({"consolidate", last.string(), "--out", whole.string()});
+    ASSERT_EQ(c.status, 0) << c.err;
+    EXPECT_NE(c.err.find("assembled from 2 shard files"), std::string::npos) << c.err;
+    const auto result = files_of(run / (method == "full" ? "model" : "adapter"));
+    const auto consolidated = files_of(whole);
+    EXPECT_FALSE(result.empty());
+    EXPECT_EQ(consolidated.size(), result.size()) << method;
+    for (const auto& [name, bytes] : result) EXPECT_TRUE(consolidated.count(name) && consolidated.at(name) == bytes) << method << " " << name;
+  }
+
+  // A rank killed while writing its shard leaves no checkpoint of that step (rank 0 never writes
+  // the manifest); the run resumes from the one before and continues exactly.
+  const fs::path run = kDir / "shard-killed";
+  const std::string yaml = (kDir / "lora.yaml").string();
+  ::setenv("CTUNE_KILL_AT", "checkpoint:4:shard@1", 1);
+  const auto killed = ctune({"train", yaml, "output_dir=" + run.string(), "--nproc", "2", "distributed.strategy=full_shard"});
+  ::unsetenv("CTUNE_KILL_AT");
+  EXPECT_EQ(killed.status, 137) << killed.err;
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / "step_00000002" / "MANIFEST.json"));
+  EXPECT_FALSE(fs::exists(run / "checkpoints" / "step_00000004"));
+  const auto resumed = ctune({"train", yaml, "output_dir=" + run.string(), "--nproc", "2", "distributed.strategy=full_shard", "--resume"});
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("resumed from"), std::string::npos) << resumed.err;
+  expect_identical(trajectory(run), trajectory(kDir / "consolidate-lora"), "resumed after a rank died writing its shard");
 }
 
 TEST_F(Distributed, RanksStartedByTorchrunOrSlurmVariablesTrain) {
