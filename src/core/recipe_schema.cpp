@@ -101,7 +101,7 @@ std::vector<KeySpec> build_schema() {
       {"memory.chunked_loss", T::Bool, "true", "Project to the vocabulary a chunk of positions at a time (no full logits)"},
       {"memory.quantize_base", T::String, "none", "Frozen base weights in int8 or nf4 (LoRA only)", {"none", "int8", "nf4"}},
       {"memory.allocator", T::String, "fast",
-       "fast: glibc keeps freed tensor memory for reuse (resident memory runs above the ledger); exact: freed memory goes back at once (slower steps)",
+       "fast: tensors reuse the memory earlier steps freed (no mapping per tensor; resident memory stays at its peak); exact: freed memory goes back at once (slower steps)",
        {"fast", "exact"}},
       {"memory.int8_threshold", T::Float, "6.0", "int8_gemm kernel: activation outlier threshold of LLM.int8 (0: no outlier decomposition)", {}, 0, 1e9},
       {"memory.int8_kernel", T::String, "dequantize", "int8: dequantize to the compute dtype then matmul, or oneDNN's int8 GEMM (slower on the measured CPU)",

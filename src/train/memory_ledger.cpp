@@ -298,6 +298,12 @@ std::string Ledger::to_text() const {
   return s.str();
 }
 
+void use_fast_allocator() {
+  mallopt(M_MMAP_MAX, 0);                    // no block gets a mapping of its own
+  mallopt(M_TRIM_THRESHOLD, -1);             // never trimmed (mallopt(3)): freed memory stays for the next step
+  mallopt(M_TOP_PAD, 64 * 1024 * 1024);      // grow the heap in large steps (fewer brk calls)
+}
+
 void use_exact_allocator() {
   mallopt(M_MMAP_THRESHOLD, 256 * 1024);  // a fixed threshold also stops glibc from raising it
   mallopt(M_TRIM_THRESHOLD, 256 * 1024);

@@ -137,7 +137,11 @@ TrainResult Session::run() {
   //    them to zero (FTZ/DAZ), as torch.set_flush_denormal(True).
   at::set_num_threads(plan.threads);
   at::globalContext().setFlushDenormal(true);
-  if (plan.exact_allocator) use_exact_allocator();
+  if (plan.exact_allocator) {
+    use_exact_allocator();
+  } else {
+    use_fast_allocator();
+  }
   at::manual_seed(plan.seed);
   install_stop_handlers();
 
