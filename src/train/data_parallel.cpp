@@ -159,7 +159,8 @@ DataParallel make_data_parallel(const DistributedPlan& plan, model::CausalLM& mo
     auto sharded = std::make_unique<ShardedOptimizer>(out.full_shard->trainable(), options, *shard_group, /*gather_after_step=*/false);
     out.sharded = sharded.get();
     out.optimizer = std::move(sharded);
-    // Node 0's ranks write the shards; the other nodes hold copies of the same chunks.
+    // The first shard group's ranks write the shards (full_shard: every rank; hybrid_shard: node 0's,
+    // ranks [0, node size)); the other nodes hold copies of the same chunks.
     out.shard_index = comm.rank() < shard_group->size() ? shard_group->rank() : -1;
     out.shard_count = shard_group->size();
     out.sync = std::make_unique<FullShardSync>(comm, *shard_group, *out.full_shard);
