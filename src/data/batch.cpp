@@ -30,31 +30,119 @@ Batch Batch::slice_rows(std::int64_t begin, std::int64_t end) const {
 
 BatchPlan::BatchPlan(const std::vector<Example>& examples, const std::vector<std::int64_t>& order,
                      const BatchOptions& options)
-    : examples_(&examples), options_(options), order_(order) {
+    : examples_(&examples), options_(options) {
   if (options.batch_size < 1) throw ConfigError("batch_size: expected at least 1, found " + std::to_string(options.batch_size));
-  row_begin_.reserve(order_.size() + 1);
+  if (options.packing_window < 0)
+    throw ConfigError("data.packing_window: expected 0 or more documents, found " + std::to_string(options.packing_window));
+  pieces_.reserve(order.size());
+  row_begin_.reserve(order.size() + 1);
   if (!options.packing) {
-    for (std::size_t k = 1; k <= order_.size(); ++k) row_begin_.push_back(static_cast<std::int64_t>(k));
+    for (std::int64_t k : order) {
+      pieces_.push_back({k, 0, length_of(k)});
+      row_begin_.push_back(static_cast<std::int64_t>(pieces_.size()));
+    }
     return;
   }
+  if (options.packing_split) {
+    pack_split(order);
+  } else {
+    for (std::int64_t k : order) {
+      if (length_of(k) > options.max_seq_len)
+        throw ShapeError("packing: example " + std::to_string(k) + " has " + std::to_string(length_of(k)) +
+                         " tokens, more than max_seq_len " + std::to_string(options.max_seq_len));
+    }
+    if (options.packing_window > 0) {
+      pack_windows(order);
+    } else {
+      pack_in_order(order);
+    }
+  }
+}
+
+std::int64_t BatchPlan::length_of(std::int64_t example) const {
+  return static_cast<std::int64_t>((*examples_)[static_cast<std::size_t>(example)].ids.size());
+}
+
+void BatchPlan::pack_in_order(const std::vector<std::int64_t>& order) {
   std::int64_t used = 0;
-  for (std::size_t k = 0; k < order_.size(); ++k) {
-    const auto& ex = examples[static_cast<std::size_t>(order_[k])];
-    const auto len = static_cast<std::int64_t>(ex.ids.size());
-    if (len > options.max_seq_len)
-      throw ShapeError("packing: example " + std::to_string(order_[k]) + " has " + std::to_string(len) +
-                       " tokens, more than max_seq_len " + std::to_string(options.max_seq_len));
-    if (used > 0 && used + len > options.max_seq_len) {
-      row_begin_.push_back(static_cast<std::int64_t>(k));
+  for (std::int64_t k : order) {
+    const auto len = length_of(k);
+    if (used > 0 && used + len > options_.max_seq_len) {
+      row_begin_.push_back(static_cast<std::int64_t>(pieces_.size()));
       used = 0;
     }
+    pieces_.push_back({k, 0, len});
     used += len;
   }
-  if (!order_.empty()) row_begin_.push_back(static_cast<std::int64_t>(order_.size()));
+  if (!pieces_.empty()) row_begin_.push_back(static_cast<std::int64_t>(pieces_.size()));
+}
+
+void BatchPlan::pack_windows(const std::vector<std::int64_t>& order) {
+  const auto cap = options_.max_seq_len;
+  const auto window = static_cast<std::size_t>(options_.packing_window);
+  for (std::size_t first = 0; first < order.size(); first += window) {
+    const std::size_t last = std::min(order.size(), first + window);
+    // Positions in the window, longest document first; stable, so ties keep the given order.
+    std::vector<std::size_t> by_length(last - first);
+    std::iota(by_length.begin(), by_length.end(), first);
+    std::stable_sort(by_length.begin(), by_length.end(),
+                     [&](std::size_t a, std::size_t b) { return length_of(order[a]) > length_of(order[b]); });
+    // First fit: rows[r] lists its documents, room[r] what is left. Rows too full for the
+    // window's shortest document are closed, so the scan only visits rows that could take one.
+    const auto shortest = by_length.empty() ? cap : length_of(order[by_length.back()]);
+    std::vector<std::vector<std::int64_t>> rows;
+    std::vector<std::int64_t> room;
+    std::vector<std::size_t> open;
+    for (std::size_t at : by_length) {
+      const auto len = length_of(order[at]);
+      auto fits = std::find_if(open.begin(), open.end(), [&](std::size_t r) { return room[r] >= len; });
+      std::size_t r;
+      if (fits == open.end()) {
+        r = rows.size();
+        rows.emplace_back();
+        room.push_back(cap);
+        open.push_back(r);
+        fits = open.end() - 1;
+      } else {
+        r = *fits;
+      }
+      rows[r].push_back(order[at]);
+      room[r] -= len;
+      if (room[r] < shortest) open.erase(fits);
+    }
+    for (const auto& row : rows) {
+      for (std::int64_t k : row) pieces_.push_back({k, 0, length_of(k)});
+      row_begin_.push_back(static_cast<std::int64_t>(pieces_.size()));
+    }
+  }
+}
+
+void BatchPlan::pack_split(const std::vector<std::int64_t>& order) {
+  std::int64_t used = 0;
+  for (std::int64_t k : order) {
+    const auto len = length_of(k);
+    for (std::int64_t begin = 0; begin < len;) {
+      const auto end = std::min(len, begin + options_.max_seq_len - used);
+      pieces_.push_back({k, begin, end});
+      used += end - begin;
+      begin = end;
+      if (used == options_.max_seq_len) {
+        row_begin_.push_back(static_cast<std::int64_t>(pieces_.size()));
+        used = 0;
+      }
+    }
+  }
+  if (used > 0) row_begin_.push_back(static_cast<std::int64_t>(pieces_.size()));
 }
 
 std::int64_t BatchPlan::size() const {
   return (num_rows() + options_.batch_size - 1) / options_.batch_size;
+}
+
+std::int64_t BatchPlan::num_tokens() const {
+  std::int64_t n = 0;
+  for (const Piece& p : pieces_) n += p.end - p.begin;
+  return n;
 }
 
 Batch BatchPlan::batch(std::int64_t index) const {
@@ -63,16 +151,16 @@ Batch BatchPlan::batch(std::int64_t index) const {
                      " batches)");
   const std::int64_t first_row = index * options_.batch_size;
   const std::int64_t last_row = std::min(first_row + options_.batch_size, num_rows());
-  auto example = [&](std::int64_t k) -> const Example& {
-    return (*examples_)[static_cast<std::size_t>(order_[static_cast<std::size_t>(k)])];
-  };
+  auto piece = [&](std::int64_t k) -> const Piece& { return pieces_[static_cast<std::size_t>(k)]; };
   Batch b;
   b.rows = last_row - first_row;
   if (options_.packing) {
     b.length = options_.max_seq_len;
   } else {
-    for (std::int64_t r = first_row; r < last_row; ++r)
-      b.length = std::max<std::int64_t>(b.length, static_cast<std::int64_t>(example(row_begin_[r]).ids.size()));
+    for (std::int64_t r = first_row; r < last_row; ++r) {
+      const Piece& p = piece(row_begin_[static_cast<std::size_t>(r)]);
+      b.length = std::max<std::int64_t>(b.length, p.end - p.begin);
+    }
   }
   const auto cells = static_cast<std::size_t>(b.rows * b.length);
   b.input_ids.assign(cells, options_.pad_id);
@@ -82,13 +170,15 @@ Batch BatchPlan::batch(std::int64_t index) const {
   for (std::int64_t r = first_row; r < last_row; ++r) {
     auto at = static_cast<std::size_t>((r - first_row) * b.length);
     std::int32_t segment = 0;
-    for (std::int64_t k = row_begin_[r]; k < row_begin_[r + 1]; ++k) {
-      const Example& ex = example(k);
+    for (std::int64_t k = row_begin_[static_cast<std::size_t>(r)]; k < row_begin_[static_cast<std::size_t>(r + 1)]; ++k) {
+      const Piece& p = piece(k);
+      const Example& ex = (*examples_)[static_cast<std::size_t>(p.example)];
       ++segment;
-      for (std::size_t t = 0; t < ex.ids.size(); ++t, ++at) {
-        b.input_ids[at] = ex.ids[t];
-        b.labels[at] = ex.labels[t];
-        b.position_ids[at] = static_cast<std::int64_t>(t);
+      for (std::int64_t t = p.begin; t < p.end; ++t, ++at) {
+        b.input_ids[at] = ex.ids[static_cast<std::size_t>(t)];
+        // A continued document's first token here has nothing before it in the row.
+        b.labels[at] = t == p.begin ? kIgnoreIndex : ex.labels[static_cast<std::size_t>(t)];
+        b.position_ids[at] = t - p.begin;
         b.segment_ids[at] = segment;
       }
     }

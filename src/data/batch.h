@@ -2,10 +2,17 @@
 // BatchPlan that decides which examples go into which row of which batch.
 //
 // Unpacked: one example per row, rows right-padded to the longest row of the batch.
-// Packed: examples concatenated greedily, in the given order, into rows of exactly
-// max_seq_len; a document never spans two rows (the next row starts when it does not fit),
-// positions restart at 0 for each document, and segment ids number the documents of a row
-// 1, 2, ... (0 = padding) so attention can stay within a document.
+// Packed: examples concatenated into rows of exactly max_seq_len; positions restart at 0 for
+// each document, and segment ids number the documents of a row 1, 2, ... (0 = padding) so
+// attention stays within a document. Which documents share a row:
+//   packing_window 0: in the given order, the next row starting when a document does not fit;
+//   packing_window W: bin-packing over consecutive windows of W documents of the given order
+//     (first-fit decreasing: longest first, each into the first row with room; rows in the
+//     order they were opened; ties keep the given order), so short documents fill the gaps
+//     that long ones leave. Deterministic in the order, hence resumable;
+//   packing_split: in the given order, every row filled to its last token: a document that does
+//     not fit continues at the start of the next row as a document of its own (positions
+//     restart, its first token there is not a target). The window is then moot.
 // The last batch of a plan may have fewer rows; it is kept.
 #pragma once
 
@@ -33,6 +40,8 @@ struct BatchOptions {
   std::int64_t max_seq_len = 1024;  // packed row length; every example must be at most this long
   bool packing = false;
   std::int64_t pad_id = 0;
+  std::int64_t packing_window = 0;  // documents per bin-packing window (0: pack in order)
+  bool packing_split = false;       // documents may continue in the next row
 };
 
 class BatchPlan {
@@ -44,13 +53,24 @@ class BatchPlan {
 
   std::int64_t size() const;  // number of batches
   std::int64_t num_rows() const { return static_cast<std::int64_t>(row_begin_.size()) - 1; }
+  std::int64_t num_tokens() const;  // document tokens over all rows (padding not counted)
   Batch batch(std::int64_t index) const;
 
  private:
+  // Tokens [begin, end) of one example: a whole document, or a part of one under packing_split.
+  struct Piece {
+    std::int64_t example = 0;
+    std::int64_t begin = 0, end = 0;
+  };
+  void pack_in_order(const std::vector<std::int64_t>& order);
+  void pack_windows(const std::vector<std::int64_t>& order);
+  void pack_split(const std::vector<std::int64_t>& order);
+  std::int64_t length_of(std::int64_t example) const;
+
   const std::vector<Example>* examples_ = nullptr;
   BatchOptions options_;
-  std::vector<std::int64_t> order_;
-  // Row r holds order_[row_begin_[r] .. row_begin_[r + 1]).
+  std::vector<Piece> pieces_;
+  // Row r holds pieces_[row_begin_[r] .. row_begin_[r + 1]).
   std::vector<std::int64_t> row_begin_{0};
 };
 

@@ -55,6 +55,8 @@ struct DataOptions {
   bool parse_special_in_content = false;
   std::int64_t max_seq_len = 1024;  // longer examples are truncated (the start is kept)
   bool packing = false;             // concatenate examples into rows of exactly max_seq_len
+  std::int64_t packing_window = 1024;  // documents per bin-packing window; 0: in order (batch.h)
+  bool packing_split = false;       // a document may continue in the next row (batch.h)
   bool shuffle = true;              // shuffle the training examples each epoch (eval never is)
   OnError on_error = OnError::error;
   bool add_eos = true;  // text format: append the eos token to every document

@@ -15,6 +15,7 @@ BatchOptions batch_options(const DataOptions& options, const tok::Tokenizer& tok
   b.batch_size = options.batch_size;
   b.max_seq_len = options.max_seq_len;
   b.packing = options.packing;
+  b.packing_window = options.packing_window;
   b.pad_id = tokenizer.special().pad.value_or(0);
   return b;
 }
@@ -22,6 +23,7 @@ BatchOptions batch_options(const DataOptions& options, const tok::Tokenizer& tok
 SamplerOptions sampler_options(const DataOptions& options, const tok::Tokenizer& tokenizer) {
   SamplerOptions s;
   s.batch = batch_options(options, tokenizer);
+  s.batch.packing_split = options.packing && options.packing_split;
   s.shuffle = options.shuffle;
   s.seed = options.seed;
   return s;
@@ -83,6 +85,8 @@ SamplerState Sampler::state() const {
   s.seed = options_.seed;
   s.shuffle = options_.shuffle;
   s.packing = options_.batch.packing;
+  s.packing_window = options_.batch.packing_window;
+  s.packing_split = options_.batch.packing_split;
   s.batch_size = options_.batch.batch_size;
   s.max_seq_len = options_.batch.max_seq_len;
   s.num_examples = static_cast<std::int64_t>(examples_->size());
@@ -103,6 +107,10 @@ void Sampler::restore(const SamplerState& s) {
   check(s.seed == now.seed, "seed", std::to_string(s.seed), std::to_string(now.seed));
   check(s.shuffle == now.shuffle, "data.shuffle", s.shuffle ? "true" : "false", now.shuffle ? "true" : "false");
   check(s.packing == now.packing, "data.packing", s.packing ? "true" : "false", now.packing ? "true" : "false");
+  check(!now.packing || s.packing_window == now.packing_window, "data.packing_window", std::to_string(s.packing_window),
+        std::to_string(now.packing_window));
+  check(!now.packing || s.packing_split == now.packing_split, "data.packing_split", s.packing_split ? "true" : "false",
+        now.packing_split ? "true" : "false");
   check(s.batch_size == now.batch_size, "batch_size", std::to_string(s.batch_size), std::to_string(now.batch_size));
   check(!now.packing || s.max_seq_len == now.max_seq_len, "data.max_seq_len", std::to_string(s.max_seq_len),
         std::to_string(now.max_seq_len));
@@ -121,7 +129,8 @@ Json SamplerState::to_json() const {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fingerprint));
   return Json{{"epoch", epoch},       {"position", position},       {"seed", seed},
-              {"shuffle", shuffle},   {"packing", packing},         {"batch_size", batch_size},
+              {"shuffle", shuffle},   {"packing", packing},         {"packing_window", packing_window},
+              {"packing_split", packing_split}, {"batch_size", batch_size},
               {"max_seq_len", max_seq_len}, {"num_examples", num_examples}, {"fingerprint", hex}};
 }
 
@@ -146,6 +155,8 @@ SamplerState SamplerState::from_json(const Json& json, const std::string& where)
   s.seed = seed->get<std::uint64_t>();
   s.shuffle = need_bool("shuffle");
   s.packing = need_bool("packing");
+  s.packing_window = json_int(json, "packing_window", where).value_or(0);
+  s.packing_split = json_bool(json, "packing_split", where).value_or(false);
   s.batch_size = need_int("batch_size");
   s.max_seq_len = need_int("max_seq_len");
   s.num_examples = need_int("num_examples");

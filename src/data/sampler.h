@@ -32,7 +32,8 @@ struct SamplerOptions {
 // From the recipe: batch_size, max_seq_len, packing, shuffle, seed, and the pad id of the
 // tokenizer (0 when it has none).
 SamplerOptions sampler_options(const DataOptions& options, const tok::Tokenizer& tokenizer);
-// For eval batches: the same shape, never shuffled.
+// For eval batches: the same shape, never shuffled, and no document split over rows (so every
+// target is scored exactly once, whatever data.packing_split says).
 BatchOptions batch_options(const DataOptions& options, const tok::Tokenizer& tokenizer);
 
 struct SamplerState {
@@ -42,13 +43,15 @@ struct SamplerState {
   std::uint64_t seed = 0;
   bool shuffle = true;
   bool packing = false;
+  std::int64_t packing_window = 0;  // absent in checkpoints from before bin-packing: 0
+  bool packing_split = false;
   std::int64_t batch_size = 0;
   std::int64_t max_seq_len = 0;
   std::int64_t num_examples = 0;
   std::uint64_t fingerprint = 0;  // FNV-1a of every example's ids and labels
 
-  // {"epoch", "position", "seed", "shuffle", "packing", "batch_size", "max_seq_len",
-  //  "num_examples", "fingerprint": "0123abcd..."}
+  // {"epoch", "position", "seed", "shuffle", "packing", "packing_window", "packing_split",
+  //  "batch_size", "max_seq_len", "num_examples", "fingerprint": "0123abcd..."}
   Json to_json() const;
   // FormatError naming `where` for a missing or mistyped key.
   static SamplerState from_json(const Json& json, const std::string& where);
@@ -68,6 +71,8 @@ class Sampler {
   // Batches of the current epoch. Unpacked: ceil(examples / batch_size) in every epoch;
   // packed: depends on how the epoch's order packs, so it can differ slightly between epochs.
   std::int64_t batches_per_epoch() const { return plan_.size(); }
+  // The current epoch's rows (their count and document tokens: how full packing gets them).
+  const BatchPlan& plan() const { return plan_; }
   std::int64_t batches_in_epoch(std::int64_t epoch) const;
   // Indices of the examples in the order epoch `epoch` visits them.
   std::vector<std::int64_t> epoch_order(std::int64_t epoch) const;

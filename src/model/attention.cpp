@@ -19,16 +19,6 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, at::ScalarType dtype)
   o_proj = register_module("o_proj", projection_linear(c, "o_proj", dtype));
 }
 
-namespace {
-// [B, nkv, T, d] -> [B, nkv * groups, T, d]: KV head j serves query heads j*groups .. j*groups+groups-1.
-at::Tensor repeat_kv(const at::Tensor& x, std::int64_t groups) {
-  if (groups == 1) return x;
-  const auto B = x.size(0), nkv = x.size(1), T = x.size(2), d = x.size(3);
-  return x.unsqueeze(2).expand({B, nkv, groups, T, d}).reshape({B, nkv * groups, T, d});
-}
-
-}  // namespace
-
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                   const at::Tensor& mask, LayerCache* cache) {
   const auto B = x.size(0), T = x.size(1);
@@ -47,13 +37,9 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
     cache->k = k;
     cache->v = v;
   }
-  const auto groups = num_heads / num_kv_heads;
-  k = repeat_kv(k, groups);
-  v = repeat_kv(v, groups);
-
-  // softmax(q kᵀ / sqrt(d)) v over [B, nh, T, T_past + T] scores.
-  auto out = ops::attention_core(q, k, v, mask, 1.0 / std::sqrt(static_cast<double>(head_dim)),
-                            recompute_core && is_training());  // [B, nh, T, d]
+  // softmax(q kᵀ / sqrt(d)) v over [B, nh, T, T_past + T] scores; each KV head serves
+  // num_heads / num_kv_heads query heads.
+  auto out = ops::attention_core(q, k, v, mask, 1.0 / std::sqrt(static_cast<double>(head_dim)), kernel);  // [B, nh, T, d]
   out = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});
   return o_proj->forward(out);
 }

@@ -8,6 +8,7 @@
 
 #include "model/config.h"
 #include "model/layers.h"
+#include "ops/attention.h"
 
 namespace ctune::model {
 
@@ -26,7 +27,7 @@ class AttentionImpl : public torch::nn::Module {
                      LayerCache* cache = nullptr);
 
   std::int64_t num_heads, num_kv_heads, head_dim;
-  bool recompute_core = false;  // selective activation checkpointing (recompute.h)
+  ops::AttentionKernel kernel = ops::AttentionKernel::blocked;  // RecomputePolicy::attention_kernel
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 };
 TORCH_MODULE(Attention);

@@ -106,7 +106,7 @@ void CausalLMImpl::set_recompute(const RecomputePolicy& policy) {
   for (std::size_t i = 0; i < model->layers->size(); ++i) {
     auto layer = model->layers[i]->as<DecoderLayer>();
     layer->recompute = policy.recompute_block(static_cast<std::int64_t>(i));
-    layer->self_attn->recompute_core = policy.recompute_attention_core();
+    layer->self_attn->kernel = policy.attention_kernel();
   }
 }
 

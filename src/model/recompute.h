@@ -9,18 +9,28 @@
 
 #include <string>
 
+#include "ops/attention.h"
+
 namespace ctune::model {
 
 class DecoderLayerImpl;
 
-// Which layers recompute what; parsed from memory.activation_checkpointing.
+// Which layers recompute what; parsed from memory.activation_checkpointing, and how the
+// attention core keeps its scores (memory.attention, ops/attention.h).
 struct RecomputePolicy {
   enum class Mode { none, full, every_n, selective } mode = Mode::none;
   std::int64_t every = 1;  // every_n: layers 0, K, 2K, ... recompute
+  bool blocked_attention = true;  // false: materialized scores (memory.attention: materialized)
 
   static RecomputePolicy parse(const std::string& text);  // none | full | every_n:K | selective
   bool recompute_block(std::int64_t layer) const;
-  bool recompute_attention_core() const { return mode == Mode::selective; }
+  // The scores are not kept for backward: blocked attention never holds them, selective
+  // recomputes materialized ones.
+  bool recompute_attention_core() const { return blocked_attention || mode == Mode::selective; }
+  ops::AttentionKernel attention_kernel() const {
+    if (blocked_attention) return ops::AttentionKernel::blocked;
+    return mode == Mode::selective ? ops::AttentionKernel::recomputed : ops::AttentionKernel::materialized;
+  }
 };
 
 // layer->forward(x, cos, sin, mask) with only x kept for backward.

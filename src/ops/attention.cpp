@@ -3,7 +3,9 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "ops/compute.h"
 
@@ -23,23 +25,40 @@ double lowest_finite(at::ScalarType dtype) {
   }
 }
 
-at::Tensor attention_core_plain(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                                double scale) {
-  // Masked scores get the dtype's lowest value rather than -inf, so a fully masked row (a
-  // padding query) gives finite uniform weights instead of NaN.
-  auto scores = matmul_in(q, k.transpose(2, 3), q.scalar_type()) * scale;
-  scores = scores.masked_fill(mask.logical_not(), at::Scalar(lowest_finite(scores.scalar_type())));
-  // Softmax in fp32 at least (float64 stays float64 for the finite-difference tests).
-  auto probs = at::softmax(scores, -1, scores.scalar_type() == at::kDouble ? at::kDouble : at::kFloat).to(q.scalar_type());
-  return matmul_in(probs, v, v.scalar_type());
+// Softmax (and its statistics) in fp32 at least; float64 stays float64 for the finite-difference tests.
+at::ScalarType softmax_dtype(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat; }
+
+// [B, hkv, T, d] -> [B, hkv * groups, T, d]: KV head j serves query heads j*groups .. j*groups+groups-1.
+at::Tensor repeat_kv(const at::Tensor& x, std::int64_t groups) {
+  if (groups == 1) return x;
+  const auto B = x.size(0), hkv = x.size(1), T = x.size(2), d = x.size(3);
+  return x.unsqueeze(2).expand({B, hkv, groups, T, d}).reshape({B, hkv * groups, T, d});
 }
 
-struct AttentionCoreFunction : public torch::autograd::Function<AttentionCoreFunction> {
+at::Tensor materialized(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                        double scale) {
+  const auto groups = q.size(1) / k.size(1);
+  // Masked scores get the dtype's lowest value rather than -inf, so a fully masked row (a
+  // padding query) gives finite uniform weights instead of NaN.
+  auto scores = matmul_in(q, repeat_kv(k, groups).transpose(2, 3), q.scalar_type()) * scale;
+  scores = scores.masked_fill(mask.logical_not(), at::Scalar(lowest_finite(scores.scalar_type())));
+  auto probs = at::softmax(scores, -1, softmax_dtype(scores)).to(q.scalar_type());
+  return matmul_in(probs, repeat_kv(v, groups), v.scalar_type());
+}
+
+// Both custom functions keep only q, k, v and the mask for backward and run `forward` without a graph.
+template <typename Forward>
+at::Tensor keep_inputs_and_run(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const at::Tensor& mask, double scale, Forward forward) {
+  ctx->saved_data["scale"] = scale;
+  ctx->save_for_backward({q, k, v, mask});
+  at::NoGradGuard no_grad;
+  return forward(q, k, v, mask, scale);
+}
+
+struct RecomputedAttention : public torch::autograd::Function<RecomputedAttention> {
   static at::Tensor forward(AutogradContext* ctx, at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor mask, double scale) {
-    ctx->saved_data["scale"] = scale;
-    ctx->save_for_backward({q, k, v, mask});
-    at::NoGradGuard no_grad;
-    return attention_core_plain(q, k, v, mask, scale);
+    return keep_inputs_and_run(ctx, q, k, v, mask, scale, materialized);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
@@ -48,20 +67,143 @@ struct AttentionCoreFunction : public torch::autograd::Function<AttentionCoreFun
     auto k = saved[1].detach().requires_grad_(true);
     auto v = saved[2].detach().requires_grad_(true);
     at::AutoGradMode enable(true);
-    auto out = attention_core_plain(q, k, v, saved[3], ctx->saved_data["scale"].toDouble());
+    auto out = materialized(q, k, v, saved[3], ctx->saved_data["scale"].toDouble());
     auto grads = torch::autograd::grad({out}, {q, k, v}, {grad_out[0]});
     return {grads[0], grads[1], grads[2], at::Tensor(), at::Tensor()};
+  }
+};
+
+// ---- blocked ----------------------------------------------------------------------------------
+
+// One block: batch rows [b0, b0 + nb), queries [q0, q0 + m), keys [k0, k0 + n).
+struct Block {
+  std::int64_t b0, nb, q0, m, k0, n;
+};
+
+// The blocks of a call: one per kBlockQueries queries, all batch rows together (one set of
+// matmuls rather than one per row). A block's keys run from the first key any of its queries
+// may see to the last: the mask's own answer, so causal, padding and packed-document masks all
+// skip what they rule out. A block whose queries see nothing keeps every key (the materialized
+// result).
+std::vector<Block> plan_blocks(const at::Tensor& mask, std::int64_t B, std::int64_t Tq, std::int64_t Tk) {
+  auto m = mask.expand({B, 1, Tq, Tk}).select(1, 0).to(at::kByte);  // [B, Tq, Tk]
+  auto seen = m.amax(0);                                             // [Tq, Tk]: any row may see
+  auto first = seen.argmax(-1).contiguous();                         // first 1 (0 when none)
+  auto last = (Tk - 1 - seen.flip({-1}).argmax(-1)).contiguous();    // last 1 (Tk - 1 when none)
+  auto any = seen.amax(-1).contiguous();
+  const auto* f = first.data_ptr<std::int64_t>();
+  const auto* l = last.data_ptr<std::int64_t>();
+  const auto* a = any.data_ptr<std::uint8_t>();
+  std::vector<Block> blocks;
+  for (std::int64_t q0 = 0; q0 < Tq; q0 += kBlockQueries) {
+    const auto rows = std::min(kBlockQueries, Tq - q0);
+    std::int64_t lo = Tk, hi = -1;
+    for (std::int64_t i = q0; i < q0 + rows; ++i) {
+      if (!a[i]) continue;
+      lo = std::min(lo, f[i]);
+      hi = std::max(hi, l[i]);
+    }
+    if (hi < lo) lo = 0, hi = Tk - 1;
+    blocks.push_back({0, B, q0, rows, lo, hi - lo + 1});
+  }
+  return blocks;
+}
+
+// The tensors of one block, with query heads grouped under their KV head: q [nb, hkv, g m, d],
+// k/v [nb, hkv, n, d], mask [nb, 1, 1, m, n]; scores are [nb, hkv, g m, n].
+struct BlockView {
+  at::Tensor q, k, v, mask;
+  std::int64_t groups;
+};
+
+BlockView view_block(const Block& blk, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& mask) {
+  const auto hkv = k.size(1), d = q.size(3), groups = q.size(1) / hkv;
+  BlockView out;
+  out.groups = groups;
+  out.q = q.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).reshape({blk.nb, hkv, groups * blk.m, d});
+  out.k = k.narrow(0, blk.b0, blk.nb).narrow(2, blk.k0, blk.n);
+  out.v = v.narrow(0, blk.b0, blk.nb).narrow(2, blk.k0, blk.n);
+  out.mask = mask.expand({q.size(0), 1, q.size(2), k.size(2)})
+                 .narrow(0, blk.b0, blk.nb)
+                 .narrow(2, blk.q0, blk.m)
+                 .narrow(3, blk.k0, blk.n)
+                 .unsqueeze(1);
+  return out;
+}
+
+// The block's probabilities, in the softmax dtype: [nb, hkv, g m, n].
+at::Tensor block_probs(const BlockView& x, double scale) {
+  auto scores = matmul_in(x.q, x.k.transpose(2, 3), x.q.scalar_type()) * scale;
+  const auto nb = scores.size(0), hkv = scores.size(1), n = scores.size(3), m = x.mask.size(3);
+  scores.view({nb, hkv, x.groups, m, n})
+      .masked_fill_(x.mask.logical_not(), at::Scalar(lowest_finite(scores.scalar_type())));
+  return at::softmax(scores, -1, softmax_dtype(scores));
+}
+
+at::Tensor blocked_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                           double scale) {
+  const auto B = q.size(0), h = q.size(1), Tq = q.size(2), d = q.size(3);
+  auto out = at::empty({B, h, Tq, d}, q.options());
+  for (const Block& blk : plan_blocks(mask, B, Tq, k.size(2))) {
+    const BlockView x = view_block(blk, q, k, v, mask);
+    auto o = matmul_in(block_probs(x, scale).to(v.scalar_type()), x.v, v.scalar_type());  // [nb, hkv, g m, d]
+    out.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).copy_(o.view({blk.nb, h, blk.m, d}));
+  }
+  return out;
+}
+
+struct BlockedAttention : public torch::autograd::Function<BlockedAttention> {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor mask, double scale) {
+    return keep_inputs_and_run(ctx, q, k, v, mask, scale, blocked_forward);
+  }
+
+  // Per block, with P the probabilities recomputed and dO the output's gradient:
+  //   dP = dO vᵀ, dS = P ⊙ (dP - rowsum(P ⊙ dP)), dq = scale dS k, dk += scale dSᵀ q, dv += Pᵀ dO.
+  // dk and dv collect several blocks' shares, in fp32 (float64 for float64), rounded once.
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    at::NoGradGuard no_grad;
+    auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &mask = saved[3];
+    const double scale = ctx->saved_data["scale"].toDouble();
+    const auto dtype = q.scalar_type();
+    const auto acc = softmax_dtype(q);
+    const auto h = q.size(1), d = q.size(3), hkv = k.size(1);
+    auto grad = grad_out[0].to(dtype);
+    auto dq = at::empty_like(q, at::MemoryFormat::Contiguous);
+    auto dk = at::zeros(k.sizes(), k.options().dtype(acc));
+    auto dv = at::zeros(v.sizes(), v.options().dtype(acc));
+    for (const Block& blk : plan_blocks(mask, q.size(0), q.size(2), k.size(2))) {
+      const BlockView x = view_block(blk, q, k, v, mask);
+      auto probs = block_probs(x, scale);  // [nb, hkv, g m, n]
+      auto d_out = grad.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).reshape({blk.nb, hkv, x.groups * blk.m, d});
+      auto d_probs = matmul_in(d_out, x.v.transpose(2, 3), dtype).to(acc);
+      auto d_scores = (probs * (d_probs - (probs * d_probs).sum(-1, /*keepdim=*/true)) * scale).to(dtype);
+      dq.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).copy_(matmul_in(d_scores, x.k, dtype).view({blk.nb, h, blk.m, d}));
+      dk.narrow(0, blk.b0, blk.nb).narrow(2, blk.k0, blk.n).add_(matmul_in(d_scores.transpose(2, 3), x.q, dtype));
+      dv.narrow(0, blk.b0, blk.nb).narrow(2, blk.k0, blk.n).add_(matmul_in(probs.to(dtype).transpose(2, 3), d_out, dtype));
+    }
+    return {dq, dk.to(k.scalar_type()), dv.to(v.scalar_type()), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                          double scale, bool recompute) {
-  if (!recompute || !at::GradMode::is_enabled() || !(q.requires_grad() || k.requires_grad() || v.requires_grad())) {
-    return attention_core_plain(q, k, v, mask, scale);
+                          double scale, AttentionKernel kernel) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && q.size(0) == k.size(0) &&
+                  q.size(3) == k.size(3) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
+              "attention: q ", q.sizes(), " with k ", k.sizes(), " and v ", v.sizes(),
+              " (need [B, h, Tq, d] and [B, hkv, Tk, d] with h a multiple of hkv)");
+  const bool grads = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  switch (kernel) {
+    case AttentionKernel::blocked:
+      return grads ? BlockedAttention::apply(q, k, v, mask, scale) : blocked_forward(q, k, v, mask, scale);
+    case AttentionKernel::recomputed:
+      if (grads) return RecomputedAttention::apply(q, k, v, mask, scale);
+      [[fallthrough]];
+    default: return materialized(q, k, v, mask, scale);
   }
-  return AttentionCoreFunction::apply(q, k, v, mask, scale);
 }
 
 }  // namespace ctune::ops

@@ -1,17 +1,35 @@
 // The attention core, out = softmax(q kᵀ · scale, masked) v, shared by the model's attention
-// layer and (through it) every forward. The probabilities are computed in fp32 (float64 stays
-// float64), whatever the compute dtype. With `recompute` (Megatron's "selective
-// recomputation", memory.activation_checkpointing: selective) a custom autograd function keeps
-// only q, k, v for backward and recomputes the [B, heads, Tq, Tk] scores and probabilities
-// there, instead of saving them.
+// layer and (through it) every forward. Keys and values come once per KV head (grouped-query
+// attention): query head h reads KV head h / (heads / kv_heads). The probabilities are computed
+// in fp32 (float64 stays float64), whatever the compute dtype. Three kernels, one result:
+//   blocked       (memory.attention: blocked, the default) never holds the [B, heads, Tq, Tk]
+//                 scores: per batch row and block of kBlockQueries queries it computes scores
+//                 only against the keys the mask can let that block see (causal: none after
+//                 the block; packed rows: none before the first document the block touches),
+//                 with each KV head shared by its query heads without copying K or V. Backward
+//                 recomputes each block's probabilities from the saved q, k, v (FlashAttention's
+//                 backward, in ATen matmuls: docs/formats.md#blocked-attention).
+//   materialized  the textbook graph; autograd keeps the scores and probabilities.
+//   recomputed    materialized, but a custom autograd function keeps only q, k, v and recomputes
+//                 the whole scores in backward (Megatron's "selective recomputation",
+//                 memory.activation_checkpointing: selective with memory.attention: materialized).
+// A query that may see no key at all (a padding row) gets finite, meaningless weights: uniform
+// over all keys (materialized) or over its block's keys (blocked); no loss reads it.
 #pragma once
 
 #include <ATen/ATen.h>
 
 namespace ctune::ops {
 
-// q: [B, h, Tq, d], k/v: [B, h, Tk, d], mask: broadcastable to [B, h, Tq, Tk] (true: attend).
+enum class AttentionKernel { blocked, materialized, recomputed };
+
+// Queries per block of the blocked kernel: 128 keeps a block's fp32 scores of 9 heads against
+// 2048 keys at 9 MB while its matmuls stay large enough to run near the GEMM rate.
+inline constexpr std::int64_t kBlockQueries = 128;
+
+// q: [B, h, Tq, d], k/v: [B, hkv, Tk, d] with h % hkv == 0, mask: broadcastable to
+// [B, 1, Tq, Tk] (true: attend).
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                          double scale, bool recompute);
+                          double scale, AttentionKernel kernel);
 
 }  // namespace ctune::ops

@@ -173,7 +173,12 @@ Ledger estimate_memory(const LedgerInputs& in) {
   // value (for the product with 1/rms); the weight's gradient reads the latter, no extra copy.
   const std::int64_t norm = 8 * n * H;
   const std::int64_t qkv = shared_input({"q_proj", "k_proj", "v_proj"}, H);
-  const std::int64_t scores = B * nh * T * T * (4 + (cb != 4 ? cb : 0)) + B * T * T;
+  // Materialized attention keeps the fp32 probabilities (and their cast) and the mask; blocked
+  // attention keeps only the mask and needs one block's scores, probabilities and their
+  // gradients at a time (ops/attention.h).
+  const bool blocked = in.recompute.blocked_attention;
+  const std::int64_t scores = (blocked ? 0 : B * nh * T * T * (4 + (cb != 4 ? cb : 0))) + B * T * T;
+  const std::int64_t block_workspace = blocked ? nh * std::min<std::int64_t>(ops::kBlockQueries, T) * T * (12 + cb) : 0;
   const std::int64_t core = 3 * n * nh * d * cb;
   const std::int64_t o_in = input_saved("o_proj", nh * d);
   const std::int64_t mlp_in = shared_input({"gate_proj", "up_proj"}, H);
@@ -188,27 +193,30 @@ Ledger estimate_memory(const LedgerInputs& in) {
       kept += rb * n * H;  // only the block input
       recomputed_transient = layer;
       ++recomputing;
-    } else if (in.recompute.recompute_attention_core()) {
+    } else if (in.recompute.recompute_attention_core() && !blocked) {
       kept += layer - scores;
     } else {
       kept += layer;
     }
   }
   const std::int64_t top = 8 * n * H + rb * n * H;  // final norm, loss input
-  const std::int64_t activations = kept + top;
+  const std::int64_t activations = kept + top + block_workspace;
   {
     std::ostringstream s;
     s << "per layer " << mb(layer) << " = 2 norms (8nH) + q/k/v inputs " << mb(qkv)
-      << " + scores B nh T^2 (4" << (cb != 4 ? " + c" : "") << ") + mask B T^2 + q,k,v 3 n nh d c + o input " << mb(o_in)
+      << (blocked ? std::string(" + mask B T^2 (blocked attention keeps no scores)")
+                  : std::string(" + scores B nh T^2 (4") + (cb != 4 ? " + c" : "") + ") + mask B T^2")
+      << " + q,k,v 3 n nh d c + o input " << mb(o_in)
       << " + MLP inputs " << mb(mlp_in) << " + SwiGLU 3 n I c + down input " << mb(down_in) << "; ";
     if (recomputing > 0) {
       s << recomputing << " of " << L << " layers keep only their input (r nH) and recompute";
-    } else if (in.recompute.recompute_attention_core()) {
+    } else if (in.recompute.recompute_attention_core() && !blocked) {
       s << "selective: the attention scores are recomputed";
     } else {
       s << "x " << L << " layers";
     }
     s << "; + final norm and loss input " << mb(top);
+    if (blocked) s << " + one attention block's workspace " << mb(block_workspace) << " (nh x 128 x T x (12 + c))";
     led.lines.push_back({"activations", activations, s.str()});
   }
 

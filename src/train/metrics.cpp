@@ -41,7 +41,8 @@ void MetricsLog::write(const StepMetrics& m) {
   nlohmann::ordered_json j = {{"step", m.step},           {"loss", num(m.loss)},
                               {"lr", m.lr},               {"grad_norm", num(m.grad_norm)},
                               {"tokens", m.tokens},       {"tokens_per_s", num(m.tokens_per_s)},
-                              {"peak_mem_bytes", m.peak_mem_bytes}, {"elapsed_s", m.elapsed_s}};
+                              {"peak_mem_bytes", m.peak_mem_bytes}, {"elapsed_s", m.elapsed_s},
+                              {"cpu_s", m.cpu_s},         {"sys_s", m.sys_s}};
   if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale;
   if (m.skipped) j["skipped"] = true;
   write_line(j.dump());
@@ -117,6 +118,13 @@ std::int64_t peak_resident_bytes() {
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<std::int64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+CpuTimes process_cpu_times() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return {seconds(usage.ru_utime) + seconds(usage.ru_stime), seconds(usage.ru_stime)};
 }
 
 void reset_peak_resident() {

@@ -20,6 +20,9 @@ struct StepMetrics {
   double tokens_per_s = 0;  // input tokens (targets or not) per second of the step
   std::int64_t peak_mem_bytes = 0;
   double elapsed_s = 0;
+  double cpu_s = 0;         // CPU time of the process so far (user + system, every thread)
+  double sys_s = 0;         // of which in the kernel (page faults, thread wake-ups): the speed
+                            // benchmark reports its share of the steps (scripts/bench.sh)
   bool skipped = false;     // non-finite loss or gradients: no update was applied
   double loss_scale = 0;    // fp16 loss scale used for the step (0: no loss scaling)
 };
@@ -69,5 +72,12 @@ class Progress {
 std::int64_t resident_bytes();
 std::int64_t peak_resident_bytes();
 void reset_peak_resident();
+
+// CPU seconds this process has used so far: user + system, and system alone (getrusage).
+struct CpuTimes {
+  double total_s = 0;
+  double system_s = 0;
+};
+CpuTimes process_cpu_times();
 
 }  // namespace ctune::train

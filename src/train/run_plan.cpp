@@ -1,6 +1,7 @@
 #include "train/run_plan.h"
 
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include "core/error.h"
@@ -64,6 +65,9 @@ data::DataOptions data_options(const Recipe& r, const fs::path& tokenizer_dir) {
   d.parse_special_in_content = r.get_bool("data.parse_special_in_content");
   d.max_seq_len = r.get_int("data.max_seq_len");
   d.packing = r.get_bool("data.packing");
+  d.packing_window = r.get_int("data.packing_window");
+  d.packing_split = r.get_bool("data.packing_split");
+  if (d.packing_split && !d.packing) r.fail("data.packing_split", "needs data.packing: true");
   d.shuffle = r.get_bool("data.shuffle");
   d.on_error = data::parse_on_error(r.get_string("data.on_error"));
   d.add_eos = r.get_bool("data.add_eos");
@@ -157,6 +161,7 @@ RunPlan plan_run(Recipe recipe, const dist::World& world) {
   }
   p.recompute = for_key(r, "memory.activation_checkpointing",
                         [&] { return model::RecomputePolicy::parse(r.get_string("memory.activation_checkpointing")); });
+  p.recompute.blocked_attention = r.get_string("memory.attention") == "blocked";
   p.exact_allocator = r.get_string("memory.allocator") == "exact";
   p.loss_scaling.init_scale = r.get_float("loss_scaling.init_scale");
   p.loss_scaling.growth_factor = r.get_float("loss_scaling.growth_factor");
@@ -188,7 +193,12 @@ RunPlan plan_run(Recipe recipe, const dist::World& world) {
   auto& t = p.trainer;
   t.grad_accum = r.get_int("training.grad_accum");
   p.distributed = distributed_plan(r);
-  const auto batches = data::Sampler(p.datasets.train, p.sampler_options()).batches_per_epoch();
+  const data::Sampler sampler(p.datasets.train, p.sampler_options());
+  const auto batches = sampler.batches_per_epoch();
+  if (p.data.packing) {
+    p.packed_fill = static_cast<double>(sampler.plan().num_tokens()) /
+                    static_cast<double>(std::max<std::int64_t>(1, sampler.plan().num_rows() * p.data.max_seq_len));
+  }
   p.steps_per_epoch = std::max<std::int64_t>(1, (batches + t.grad_accum - 1) / t.grad_accum);
   const auto max_steps = r.get_optional_int("training.max_steps");
   const auto epochs = r.get_optional_int("training.epochs");
@@ -287,7 +297,14 @@ std::string RunPlan::summary() const {
   s << "eval data    " << (datasets.eval->empty() ? std::string("none") : std::to_string(datasets.eval->size()) + " examples")
     << "\n";
   s << "steps        " << trainer.max_steps << " (" << steps_per_epoch << " per epoch, batch "
-    << data.batch_size << " x accumulation " << trainer.grad_accum << (data.packing ? ", packed" : "") << ")\n";
+    << data.batch_size << " x accumulation " << trainer.grad_accum;
+  if (data.packing) {
+    char fill[96];
+    std::snprintf(fill, sizeof fill, ", packed rows %.1f%% full%s", 100.0 * packed_fill,
+                  data.packing_split ? ", documents split" : data.packing_window > 0 ? ", bin-packed" : "");
+    s << fill;
+  }
+  s << ")\n";
   if (world.distributed()) {
     s << "ranks        " << world.size << " (" << world.nodes() << " node" << (world.nodes() > 1 ? "s" : "") << ", "
       << distributed.strategy << (distributed.cpu_offload ? " with CPU offload" : "") << " over " << distributed.backend << "; global batch " << data.batch_size * world.size << " x "

@@ -66,6 +66,7 @@ struct RunPlan {
   OptimizerOptions optimizer;
   TrainerOptions trainer;
   std::int64_t steps_per_epoch = 0;
+  double packed_fill = 0;  // packing: document tokens over row capacity in the first epoch
   std::int64_t eval_batches = -1;  // -1: the whole eval split
   CheckpointPolicy checkpoint;
   dist::World world;  // this process's rank and the world size (1: a single process)

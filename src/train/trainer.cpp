@@ -121,6 +121,9 @@ TrainResult Trainer::run() {
     m.tokens_per_s = static_cast<double>(input_tokens) / std::max(1e-9, seconds_since(step_start));
     m.peak_mem_bytes = peak_resident_bytes();
     m.elapsed_s = seconds_since(start);
+    const auto cpu = process_cpu_times();
+    m.cpu_s = cpu.total_s;
+    m.sys_s = cpu.system_s;
     m.skipped = skip;
     m.loss_scale = scaler.enabled() ? loss_scale : 0.0;
     if (metrics_) metrics_->write(m);

@@ -1,6 +1,7 @@
-// Batching: packed and unpacked batches of the same documents carry the same (input, label,
-// position) triples per document and the same number of loss targets; packed rows are exactly
-// max_seq_len long, documents are never split, positions restart and segment ids count the
+// Batching: packed (in order or bin-packed) and unpacked batches of the same documents carry the
+// same (input, label, position) triples per document and the same number of loss targets;
+// packed rows are exactly max_seq_len long, documents are never split (unless packing_split,
+// whose rows are full and lose one target per cut), positions restart and segment ids count the
 // documents of a row; unpacked rows are padded to the longest row; the last partial batch is kept.
 #include <gtest/gtest.h>
 
@@ -94,6 +95,97 @@ TEST(Batching, PackedAndUnpackedCarryTheSameDocuments) {
   EXPECT_EQ(unpacked_targets, want_targets);
   EXPECT_EQ(packed_targets, want_targets);
   EXPECT_LT(packed.num_rows(), unpacked.num_rows());
+  for (std::int64_t window : {1, 4, 16, 1000}) {
+    opt.packing_window = window;
+    const BatchPlan binned(examples, order, opt);
+    std::int64_t binned_targets = 0;
+    EXPECT_EQ(documents(binned, binned_targets), want) << "window " << window;
+    EXPECT_EQ(binned_targets, want_targets) << "window " << window;
+    EXPECT_EQ(binned.num_tokens(), packed.num_tokens());
+    if (window >= 16) EXPECT_LT(binned.num_rows(), packed.num_rows()) << "window " << window;
+  }
+}
+
+TEST(Batching, BinPackingByHand) {
+  std::vector<Example> ex;
+  for (std::size_t len : {5, 3, 6, 2, 4, 7, 1}) {
+    Example e;
+    e.ids.assign(len, static_cast<std::int32_t>(len));  // the id tells the document
+    e.labels.assign(len, 1);
+    e.labels[0] = kIgnoreIndex;
+    ex.push_back(e);
+  }
+  // The documents of each row, as their lengths, in row order.
+  auto rows = [&](std::int64_t window) {
+    BatchOptions opt{1, 8, true, 0};
+    opt.packing_window = window;
+    const BatchPlan plan(ex, {0, 1, 2, 3, 4, 5, 6}, opt);
+    std::vector<std::vector<std::int64_t>> out;
+    for (std::int64_t b = 0; b < plan.size(); ++b) {
+      const Batch batch = plan.batch(b);
+      out.emplace_back();
+      for (std::int64_t t = 0; t < batch.length; ++t)
+        if (batch.position_ids[static_cast<std::size_t>(t)] == 0 && batch.segment_ids[static_cast<std::size_t>(t)] != 0)
+          out.back().push_back(batch.input_ids[static_cast<std::size_t>(t)]);
+    }
+    return out;
+  };
+  using Rows = std::vector<std::vector<std::int64_t>>;
+  // One window of 7, longest first into the first row with room: 7 6 5 4 open rows, 3 joins 5,
+  // 2 joins 6, 1 joins 7. Full rows: 4 instead of 5 in order ([5 3] [6 2] [4] [7 1]).
+  EXPECT_EQ(rows(7), (Rows{{7, 1}, {6, 2}, {5, 3}, {4}}));
+  EXPECT_EQ(rows(0), (Rows{{5, 3}, {6, 2}, {4}, {7, 1}}));
+  // Windows of 3: {5 3 6} -> [6] [5 3]; {2 4 7} -> [7] [4 2]; {1} -> [1].
+  EXPECT_EQ(rows(3), (Rows{{6}, {5, 3}, {7}, {4, 2}, {1}}));
+}
+
+TEST(Batching, SplitRowsAreFullAndLoseOneTargetPerCut) {
+  const std::int64_t max_len = 40;
+  const auto examples = make_examples(53, 30);
+  std::vector<std::int64_t> order(examples.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::reverse(order.begin(), order.end());
+  BatchOptions opt{3, max_len, true, 0};
+  opt.packing_split = true;
+  opt.packing_window = 8;  // moot under packing_split
+  const BatchPlan plan(examples, order, opt);
+  // The token stream of the order, and the targets it has.
+  std::vector<std::int64_t> stream_ids, stream_labels;
+  for (std::int64_t k : order) {
+    const Example& e = examples[static_cast<std::size_t>(k)];
+    stream_ids.insert(stream_ids.end(), e.ids.begin(), e.ids.end());
+    stream_labels.insert(stream_labels.end(), e.labels.begin(), e.labels.end());
+  }
+  const auto total = static_cast<std::int64_t>(stream_ids.size());
+  EXPECT_EQ(plan.num_tokens(), total);
+  EXPECT_EQ(plan.num_rows(), (total + max_len - 1) / max_len);
+  std::int64_t at = 0, targets = 0, cut_targets = 0;
+  for (std::int64_t b = 0; b < plan.size(); ++b) {
+    const Batch batch = plan.batch(b);
+    targets += batch.target_tokens();
+    for (std::int64_t r = 0; r < batch.rows; ++r) {
+      for (std::int64_t t = 0; t < batch.length; ++t, ++at) {
+        const auto cell = static_cast<std::size_t>(r * batch.length + t);
+        if (at >= total) {  // only the last row has padding
+          EXPECT_EQ(batch.segment_ids[cell], 0);
+          continue;
+        }
+        const auto k = static_cast<std::size_t>(at);
+        ASSERT_EQ(batch.input_ids[cell], stream_ids[k]) << "row tokens are the order's stream";
+        if (t == 0 && stream_labels[k] != kIgnoreIndex) {  // a document continued from the row before
+          EXPECT_EQ(batch.labels[cell], kIgnoreIndex);
+          EXPECT_EQ(batch.position_ids[cell], 0);
+          ++cut_targets;
+        } else {
+          EXPECT_EQ(batch.labels[cell], stream_labels[k]);
+        }
+      }
+    }
+  }
+  std::int64_t want_targets = 0;
+  for (std::int64_t l : stream_labels) want_targets += l != kIgnoreIndex;
+  EXPECT_EQ(targets, want_targets - cut_targets);
+  EXPECT_GT(cut_targets, 0);
 }
 
 TEST(Batching, PackedRowsLayout) {

@@ -35,6 +35,15 @@ SamplerOptions options(bool packing, std::int64_t batch_size = 3) {
   return o;
 }
 
+enum class Packing { none, in_order, bin_packed, split };
+
+SamplerOptions options(Packing mode) {
+  SamplerOptions o = options(mode != Packing::none);
+  o.batch.packing_window = mode == Packing::bin_packed ? 5 : 0;
+  o.batch.packing_split = mode == Packing::split;
+  return o;
+}
+
 void expect_same(const Batch& a, const Batch& b, const std::string& where) {
   EXPECT_EQ(a.rows, b.rows) << where;
   EXPECT_EQ(a.length, b.length) << where;
@@ -89,7 +98,16 @@ TEST(Sampler, EpochsRollOverAndKeepThePartialBatch) {
   EXPECT_EQ(Sampler(make_examples(4), fixed).epoch_order(3), (std::vector<std::int64_t>{0, 1, 2, 3}));
 }
 
-class SamplerResume : public ::testing::TestWithParam<bool> {};
+std::string packing_name(Packing mode) {
+  switch (mode) {
+    case Packing::none: return "unpacked";
+    case Packing::in_order: return "packed";
+    case Packing::bin_packed: return "bin_packed";
+    default: return "split";
+  }
+}
+
+class SamplerResume : public ::testing::TestWithParam<Packing> {};
 
 TEST_P(SamplerResume, RestoredCursorReproducesTheStream) {
   const auto examples = make_examples(23);
@@ -113,8 +131,9 @@ TEST_P(SamplerResume, RestoredCursorReproducesTheStream) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(PackedAndUnpacked, SamplerResume, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "packed" : "unpacked"; });
+INSTANTIATE_TEST_SUITE_P(PackedAndUnpacked, SamplerResume,
+                         ::testing::Values(Packing::none, Packing::in_order, Packing::bin_packed, Packing::split),
+                         [](const auto& info) { return packing_name(info.param); });
 
 TEST(Sampler, RestoreRefusesAnotherSetup) {
   const auto examples = make_examples(12);
@@ -123,6 +142,15 @@ TEST(Sampler, RestoreRefusesAnotherSetup) {
   const SamplerState state = s.state();
   EXPECT_THROW(Sampler(examples, options(false, 4)).restore(state), ConfigError);
   EXPECT_THROW(Sampler(examples, options(true)).restore(state), ConfigError);
+  Sampler packed(examples, options(Packing::bin_packed));
+  const SamplerState packed_state = packed.state();
+  EXPECT_THROW(Sampler(examples, options(Packing::in_order)).restore(packed_state), ConfigError);
+  Json old = packed_state.to_json();  // a checkpoint from before bin-packing: packed in order
+  old.erase("packing_window");
+  old.erase("packing_split");
+  EXPECT_NO_THROW(Sampler(examples, options(Packing::in_order)).restore(SamplerState::from_json(old, "state.json")));
+  EXPECT_THROW(Sampler(examples, options(Packing::bin_packed)).restore(SamplerState::from_json(old, "state.json")),
+               ConfigError);
   SamplerOptions other_seed = options(false);
   other_seed.seed = 43;
   EXPECT_THROW(Sampler(examples, other_seed).restore(state), ConfigError);

@@ -86,36 +86,4 @@ TEST_P(RecomputeModes, GradientsEqualThePlainGraph) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, RecomputeModes, ::testing::Values("full", "every_n:2", "selective"));
 
-// The recomputing attention core's backward against central finite differences (float64).
-TEST(Recompute, AttentionCoreMatchesFiniteDifferences) {
-  at::manual_seed(8);
-  auto q = at::randn({1, 2, 4, 3}, at::kDouble).requires_grad_(true);
-  auto k = at::randn({1, 2, 4, 3}, at::kDouble).requires_grad_(true);
-  auto v = at::randn({1, 2, 4, 3}, at::kDouble).requires_grad_(true);
-  auto mask = at::ones({4, 4}, at::kBool).tril().view({1, 1, 4, 4});
-  auto weights = at::randn({1, 2, 4, 3}, at::kDouble);  // a random linear functional of the output
-  (ops::attention_core(q, k, v, mask, 0.7, /*recompute=*/true) * weights).sum().backward();
-  const double eps = 1e-6;
-  double worst = 0;
-  for (auto* x : {&q, &k, &v}) {
-    auto flat = x->detach().view({-1});
-    auto grad = x->grad().view({-1});
-    for (std::int64_t i = 0; i < flat.numel(); ++i) {
-      const double saved = flat[i].item<double>();
-      auto f = [&] {
-        return (ops::attention_core(q.detach(), k.detach(), v.detach(), mask, 0.7, true) * weights).sum().item<double>();
-      };
-      flat[i] = saved + eps;
-      const double up = f();
-      flat[i] = saved - eps;
-      const double down = f();
-      flat[i] = saved;
-      worst = std::max(worst, std::abs((up - down) / (2 * eps) - grad[i].item<double>()));
-    }
-  }
-  // Central differences in float64, eps = 1e-6: truncation ~1e-12, rounding ~ u64 |f| / eps
-  // ~ 1e-9 for |f| ~ 5 (times the few roundings on a path); a wrong backward term is O(1).
-  EXPECT_TRUE(within("max |finite difference - gradient|", worst, 1e-7));
-}
-
 }  // namespace

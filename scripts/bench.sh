@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# The speed benchmark of ctune's training step, side by side with the same step in PyTorch eager
+# (scripts/bench_eager.py, python3-torch: the same LibTorch kernels) in the same invocation.
+# Not part of the test run (minutes). For each configuration it runs ctune and the eager peer in
+# turn, REPS times (interleaved, so a noisy neighbour hits both), and prints one table of medians:
+#   tokens/s       input tokens per second of a step (median over steps 2..STEPS)
+#   MFU            model FLOPs per second over the GEMM rate of the same dtype measured in this
+#                  run (bench_eager.py gemm); model FLOPs per token: forward 2 N + backward
+#                  2 N (input gradients) + 2 N_trainable (weight gradients), N the matmul
+#                  weights (head included, embedding not), plus attention 4 T nh d per layer
+#                  forward and twice that backward (no causal discount, as PaLM counts)
+#   sys            system time over the process's CPU time during the timed steps
+#   peak           resident high-water mark during training (VmHWM reset after loading, both)
+#   ratio          ctune tokens/s over eager's
+# Workloads: the SmolLM-135M shape of issue 15 (hidden 576, 30 layers, 9/3 heads, inter 1536,
+# vocab 49152, untied) with LoRA rank 8 on q,v and full fine-tuning, fp32 and bf16, packed (the
+# quickstart's short stories) and unpacked (rows filled by long documents), seq 512 batch 4; LoRA
+# bf16 at seq 2048 batch 1; the quickstart's tiny Llama (full fp32, seq 256, batch 16).
+#   bash scripts/bench.sh                    # every row, REPS=3 STEPS=4
+#   ONLY='lora bf16' REPS=1 bash scripts/bench.sh   # rows whose name contains the text
+#   CTUNE_ARGS='memory.attention=materialized' bash scripts/bench.sh   # recipe overrides for ctune
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CTUNE=${CTUNE:-./build/bin/ctune}
+[[ -x $CTUNE ]] || CTUNE_TARGETS=ctune bash scripts/build.sh build
+PY=/usr/bin/python3  # Debian's python3 with python3-torch (a pyenv python3 may shadow it)
+OUT=${OUT:-runs/bench}
+REPS=${REPS:-3}
+STEPS=${STEPS:-4}
+ONLY=${ONLY:-}
+CTUNE_ARGS=${CTUNE_ARGS:-}
+THREADS=${THREADS:-$(nproc)}
+mkdir -p "$OUT"
+
+# The models (random weights, fp32 files) and the data.
+$PY - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+smol = json.load(open("recipes/models/smollm2-135m.json"))
+smol["tie_word_embeddings"] = False
+json.dump(smol, open(f"{out}/smol.json", "w"), indent=1)
+stories = [json.loads(l)["text"] for l in open("recipes/quickstart/data/pretrain.jsonl")]
+with open(f"{out}/long.jsonl", "w") as f:  # documents longer than any row: unpacked rows are full
+    for i in range(0, len(stories) - 60, 20):  # 60 stories: ~8,500 bytes, past seq 2048
+        f.write(json.dumps({"text": " ".join(stories[i:i + 60])}) + "\n")
+with open(f"{out}/doc_lengths.txt", "w") as f:  # the packed rows' documents, for the eager peer
+    f.write(" ".join(str(len(s.encode()) + 2) for s in stories[:4000]))
+PY
+cp recipes/models/tiny-llama.json "$OUT/tiny.json"
+for m in smol tiny; do
+  [[ -f $OUT/$m/config.json ]] ||
+    $CTUNE init --config "$OUT/$m.json" --out "$OUT/$m" --tokenizer byte --seed 0 --dtype fp32 >/dev/null
+done
+
+# name | model | method | precision | seq | batch | packed
+GRID=(
+  "smol lora bf16|smol|lora|bf16|512|4|no"
+  "smol lora bf16 packed|smol|lora|bf16|512|4|yes"
+  "smol lora fp32|smol|lora|fp32|512|4|no"
+  "smol lora fp32 packed|smol|lora|fp32|512|4|yes"
+  "smol full bf16|smol|full|bf16|512|4|no"
+  "smol full bf16 packed|smol|full|bf16|512|4|yes"
+  "smol full fp32|smol|full|fp32|512|4|no"
+  "smol full fp32 packed|smol|full|fp32|512|4|yes"
+  "smol lora bf16 seq 2048|smol|lora|bf16|2048|1|no"
+  "quickstart full fp32|tiny|full|fp32|256|16|no"
+  "quickstart full fp32 packed|tiny|full|fp32|256|16|yes"
+)
+
+ctune_row() {  # name model method precision seq batch packed -> one JSON line
+  local run="$OUT/run" data=$OUT/long.jsonl peft=none
+  [[ $7 == yes ]] && data=recipes/quickstart/data/pretrain.jsonl
+  [[ $3 == lora ]] && peft=lora
+  rm -rf "$run"
+  cat >"$OUT/recipe.yaml" <<YAML
+output_dir: $run
+seed: 0
+threads: $THREADS
+model: {path: $OUT/$2, dtype: fp32}
+data: {train: $data, format: text, max_seq_len: $5, packing: $([[ $7 == yes ]] && echo true || echo false)}
+peft: {method: $peft, rank: 8, alpha: 16, target_modules: [q_proj, v_proj]}
+precision: $4
+optimizer: {name: adamw, lr: 1.0e-4}
+scheduler: {name: constant, warmup_steps: 0}
+training: {batch_size: $6, grad_accum: 1, max_steps: $STEPS, eval_every: 0}
+checkpoint: {every_n_steps: 0}
+logging: {every_n_steps: 1}
+YAML
+  # shellcheck disable=SC2086
+  if ! $CTUNE train "$OUT/recipe.yaml" $CTUNE_ARGS >"$OUT/ctune.log" 2>&1; then
+    echo "bench: ctune train failed on \"$1\", see $OUT/ctune.log" >&2
+    exit 1
+  fi
+  $PY - "$run/metrics.jsonl" <<'PY'
+import json, statistics, sys
+steps, memory = [], {}
+for line in open(sys.argv[1]):
+    j = json.loads(line)
+    if "memory" in j: memory = j["memory"]
+    elif "loss" in j: steps.append(j)
+timed = steps[1:] or steps
+cpu = timed[-1]["cpu_s"] - steps[0]["cpu_s"]
+sys_s = timed[-1]["sys_s"] - steps[0]["sys_s"]
+print(json.dumps({"tokens_per_s": statistics.median(s["tokens_per_s"] for s in timed), "sys_share": sys_s / cpu if cpu > 0 else 0,
+                  "peak_bytes": memory.get("measured_peak_bytes", 0), "predicted_bytes": memory.get("peak_bytes", 0)}))
+PY
+}
+
+eager_row() {
+  local lengths=()
+  [[ $7 == yes ]] && lengths=(--doc-lengths "$OUT/doc_lengths.txt")
+  $PY scripts/bench_eager.py step --config "$OUT/$2.json" --method "$3" --precision "$4" --seq "$5" --batch "$6" \
+    --steps "$STEPS" --threads "$THREADS" "${lengths[@]}"
+}
+
+: >"$OUT/results.jsonl"
+for dtype in fp32 bf16; do
+  $PY scripts/bench_eager.py gemm --dtype $dtype --threads "$THREADS" >>"$OUT/results.jsonl"
+done
+for row in "${GRID[@]}"; do
+  IFS='|' read -r name model method precision seq batch packed <<<"$row"
+  [[ -z $ONLY || $name == *"$ONLY"* ]] || continue
+  for ((rep = 0; rep < REPS; rep++)); do
+    c=$(ctune_row "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed")
+    e=$(eager_row "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed")
+    echo "{\"name\": \"$name\", \"model\": \"$model\", \"method\": \"$method\", \"precision\": \"$precision\", \"seq\": $seq, \"batch\": $batch, \"ctune\": $c, \"eager\": $e}" >>"$OUT/results.jsonl"
+    echo "done: $name ($((rep + 1))/$REPS)" >&2
+  done
+done
+for dtype in fp32 bf16; do  # the GEMM rate again: the median of before and after
+  $PY scripts/bench_eager.py gemm --dtype $dtype --threads "$THREADS" >>"$OUT/results.jsonl"
+done
+
+$PY - "$OUT" <<'PY'
+import json, statistics, sys
+out = sys.argv[1]
+rows, gemm = {}, {"fp32": [], "bf16": []}
+for line in open(f"{out}/results.jsonl"):
+    j = json.loads(line)
+    if "flops_per_s" in j: gemm[j["dtype"]].append(j["flops_per_s"])
+    else: rows.setdefault(j["name"], []).append(j)
+
+def model_flops_per_token(cfg, method, seq):
+    H, I, L, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    d = cfg.get("head_dim") or H // nh
+    n = L * (H * nh * d * 2 + H * nkv * d * 2 + 3 * H * I) + H * V
+    if method == "lora":  # rank 8 A and B on q and v
+        trainable = L * (8 * (H + nh * d) + 8 * (H + nkv * d))
+        n += trainable
+    else:
+        trainable = n
+    attention = L * 4 * seq * nh * d
+    return 2 * n + 2 * n + 2 * trainable + 3 * attention
+
+med = statistics.median
+print(f"GEMM 2048^3 in this run: fp32 {med(gemm['fp32']) / 1e9:.0f} GFLOP/s, bf16 {med(gemm['bf16']) / 1e9:.0f} GFLOP/s")
+print("| workload | ctune tok/s | eager tok/s | ratio | ctune MFU | eager MFU | ctune sys | eager sys | ctune peak MB | eager peak MB | runs |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for name, rs in rows.items():
+    r0 = rs[0]
+    cfg = json.load(open(f"{out}/{r0['model']}.json"))
+    per_token = model_flops_per_token(cfg, r0["method"], r0["seq"])
+    rate = med(gemm[r0["precision"]])
+    c = lambda key, side: med(r[side][key] for r in rs)
+    ct, et = c("tokens_per_s", "ctune"), c("tokens_per_s", "eager")
+    print(f"| {name} | {ct:.0f} | {et:.0f} | {med(r['ctune']['tokens_per_s'] / r['eager']['tokens_per_s'] for r in rs):.2f} | "
+          f"{ct * per_token / rate:.1%} | {et * per_token / rate:.1%} | {c('sys_share', 'ctune'):.1%} | {c('sys_share', 'eager'):.1%} | "
+          f"{c('peak_bytes', 'ctune') / 1e6:.0f} | {c('peak_bytes', 'eager') / 1e6:.0f} | {len(rs)} |")
+PY

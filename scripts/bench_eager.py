@@ -1,0 +1,260 @@
+#!/usr/bin/python3
+"""The PyTorch eager peer of ctune's training step, for scripts/bench.sh. Shares no code with ctune.
+
+A Llama decoder written the way Hugging Face transformers writes it (RMSNorm in fp32, rotate-half
+RoPE, repeated KV heads for GQA, materialised [B, heads, T, T] scores with a softmax in fp32,
+SwiGLU, logits upcast to fp32 for the cross entropy), PEFT-style LoRA (fp32 A and B beside a
+frozen base, scaling alpha / r), torch.optim.AdamW and clip_grad_norm_. Mixed precision is
+torch.autocast("cpu", bfloat16), with the frozen base of a LoRA run stored in bf16 (as
+`torch_dtype=torch.bfloat16` loads it) and fp32 weights for full fine-tuning. Packed rows restart
+positions per document and attend within it through a block-diagonal causal mask.
+
+Modes (one JSON line on stdout each):
+  bench_eager.py step --config CONFIG.json --method lora|full --precision fp32|bf16
+                      --seq T --batch B --steps N [--doc-lengths FILE]
+      median tokens/s over steps 2..N, system share of CPU time over them, peak resident
+      bytes (VmHWM, reset after the model is built, as ctune does) and the loss of step 1.
+  bench_eager.py gemm --dtype fp32|bf16 [--size N]
+      the best rate of an N x N x N matmul (FLOP/s): the denominator of model FLOP utilisation.
+"""
+import argparse
+import json
+import math
+import resource
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+class LoraLinear(nn.Module):
+    """PEFT's lora.Linear with dropout 0: base(x) + B(A(x)) * alpha / r, A and B in fp32."""
+
+    def __init__(self, base, rank, alpha):
+        super().__init__()
+        self.base = base
+        self.lora_A = nn.Linear(base.in_features, rank, bias=False, dtype=torch.float32)
+        self.lora_B = nn.Linear(rank, base.out_features, bias=False, dtype=torch.float32)
+        nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
+        nn.init.zeros_(self.lora_B.weight)
+        self.scaling = alpha / rank
+
+    def forward(self, x):
+        result = self.base(x)
+        x = x.to(self.lora_A.weight.dtype)
+        return result + self.lora_B(self.lora_A(x)) * self.scaling
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.nh, self.nkv = c["num_attention_heads"], c["num_key_value_heads"]
+        self.d = c.get("head_dim") or c["hidden_size"] // self.nh
+        H = c["hidden_size"]
+        self.q_proj = nn.Linear(H, self.nh * self.d, bias=False)
+        self.k_proj = nn.Linear(H, self.nkv * self.d, bias=False)
+        self.v_proj = nn.Linear(H, self.nkv * self.d, bias=False)
+        self.o_proj = nn.Linear(self.nh * self.d, H, bias=False)
+
+    def forward(self, x, cos, sin, mask):
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.nh, self.d).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.nkv, self.d).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.nkv, self.d).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        groups = self.nh // self.nkv
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.d) + mask
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        out = torch.matmul(probs, v).transpose(1, 2).reshape(B, T, self.nh * self.d)
+        return self.o_proj(out)
+
+
+class MLP(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        H, I = c["hidden_size"], c["intermediate_size"]
+        self.gate_proj = nn.Linear(H, I, bias=False)
+        self.up_proj = nn.Linear(H, I, bias=False)
+        self.down_proj = nn.Linear(I, H, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.self_attn = Attention(c)
+        self.mlp = MLP(c)
+        self.input_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+
+    def forward(self, x, cos, sin, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
+        self.layers = nn.ModuleList(Layer(c) for _ in range(c["num_hidden_layers"]))
+        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
+        if c.get("tie_word_embeddings"):
+            self.lm_head.weight = self.embed_tokens.weight
+        d = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+        self.inv_freq = 1.0 / (c.get("rope_theta", 10000.0) ** (torch.arange(0, d, 2).float() / d))
+
+    def forward(self, ids, positions, mask, labels):
+        x = self.embed_tokens(ids)
+        freqs = positions[:, :, None].float() * self.inv_freq[None, None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos()[:, None].to(x.dtype), emb.sin()[:, None].to(x.dtype)
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask)
+        logits = self.lm_head(self.norm(x)).float()
+        return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1))
+
+
+def rows(batch, seq, doc_lengths):
+    """Position ids and the additive mask: causal, and within each document when packed."""
+    if not doc_lengths:
+        positions = torch.arange(seq).expand(batch, seq)
+        causal = torch.ones(seq, seq, dtype=torch.bool).tril()
+        allowed = causal.expand(batch, 1, seq, seq)
+    else:
+        positions = torch.zeros(batch, seq, dtype=torch.long)
+        segments = torch.zeros(batch, seq, dtype=torch.long)
+        it = iter(doc_lengths * 1000)
+        for b in range(batch):
+            t, s = 0, 1
+            while t < seq:
+                n = min(next(it), seq - t)
+                positions[b, t:t + n] = torch.arange(n)
+                segments[b, t:t + n] = s
+                t, s = t + n, s + 1
+        causal = torch.ones(seq, seq, dtype=torch.bool).tril()
+        allowed = (causal & (segments[:, :, None] == segments[:, None, :]))[:, None]
+    mask = torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    return positions, mask
+
+
+def read_status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def cpu_times():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime, r.ru_stime
+
+
+def step_mode(a):
+    torch.manual_seed(0)
+    c = json.load(open(a.config))
+    model = Llama(c)
+    for p in model.parameters():
+        nn.init.normal_(p, std=0.02) if p.dim() > 1 else nn.init.ones_(p)
+    bf16 = a.precision == "bf16"
+    if a.method == "lora":
+        model.requires_grad_(False)
+        if bf16:
+            model.to(torch.bfloat16)
+        for layer in model.layers:
+            layer.self_attn.q_proj = LoraLinear(layer.self_attn.q_proj, a.rank, 2 * a.rank)
+            layer.self_attn.v_proj = LoraLinear(layer.self_attn.v_proj, a.rank, 2 * a.rank)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.0)
+    lengths = [int(x) for x in open(a.doc_lengths).read().split()] if a.doc_lengths else []
+    positions, mask = rows(a.batch, a.seq, lengths)
+    gen = torch.Generator().manual_seed(1)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    times, cpu, losses = [], [], []
+    for _ in range(a.steps):
+        ids = torch.randint(0, min(c["vocab_size"], 256), (a.batch, a.seq), generator=gen)
+        t0 = time.perf_counter()
+        cpu.append(cpu_times())
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss = model(ids, positions, mask.to(torch.bfloat16) if bf16 and a.method == "lora" else mask, ids)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        times.append(time.perf_counter() - t0)
+    cpu.append(cpu_times())
+    timed = times[1:] or times
+    total, system = cpu[-1][0] - cpu[1][0], cpu[-1][1] - cpu[1][1]
+    print(json.dumps({"tokens_per_s": a.batch * a.seq / statistics.median(timed), "step_s": statistics.median(timed),
+                      "sys_share": system / total if total > 0 else 0.0, "peak_bytes": read_status("VmHWM:"),
+                      "first_loss": losses[0], "threads": torch.get_num_threads()}))
+
+
+def gemm_mode(a):
+    dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    x = torch.randn(a.size, a.size).to(dtype)
+    y = torch.randn(a.size, a.size).to(dtype)
+    best = math.inf
+    for _ in range(a.repeats):
+        t0 = time.perf_counter()
+        torch.mm(x, y)
+        best = min(best, time.perf_counter() - t0)
+    print(json.dumps({"dtype": a.dtype, "size": a.size, "flops_per_s": 2 * a.size ** 3 / best,
+                      "threads": torch.get_num_threads()}))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="mode", required=True)
+    s = sub.add_parser("step")
+    s.add_argument("--config", required=True)
+    s.add_argument("--method", choices=["lora", "full"], required=True)
+    s.add_argument("--precision", choices=["fp32", "bf16"], required=True)
+    s.add_argument("--seq", type=int, required=True)
+    s.add_argument("--batch", type=int, required=True)
+    s.add_argument("--steps", type=int, default=4)
+    s.add_argument("--rank", type=int, default=8)
+    s.add_argument("--doc-lengths")
+    s.add_argument("--threads", type=int, default=0)
+    g = sub.add_parser("gemm")
+    g.add_argument("--dtype", choices=["fp32", "bf16"], required=True)
+    g.add_argument("--size", type=int, default=2048)
+    g.add_argument("--repeats", type=int, default=5)
+    g.add_argument("--threads", type=int, default=0)
+    a = p.parse_args()
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    step_mode(a) if a.mode == "step" else gemm_mode(a)
+
+
+if __name__ == "__main__":
+    main()

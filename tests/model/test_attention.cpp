@@ -1,0 +1,131 @@
+// The blocked attention kernel (ops/attention.h) against the textbook graph: the same output and
+// the same gradients of q, k and v in float64, for every mask the model builds (causal over
+// several blocks with a partial last one, packed documents, left padding, a KV cache's longer
+// keys) and grouped-query heads; and the backward of the blocked and recomputed kernels against
+// finite differences.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "model/attention.h"
+#include "ops/attention.h"
+#include "margins.h"
+
+namespace ctune {
+namespace {
+
+using test::within;
+
+struct Case {
+  const char* name;
+  std::int64_t B, h, hkv, Tq, Tk;
+  at::Tensor mask;
+};
+
+std::vector<Case> cases() {
+  const auto opt = at::TensorOptions().dtype(at::kLong);
+  std::vector<Case> out;
+  // Causal over 300 queries: blocks of 128, 128 and 44, each seeing keys up to its end.
+  out.push_back({"causal", 2, 6, 2, 300, 300, model::build_attention_mask(2, 300, 300, {}, {}, at::kCPU)});
+  // Packed rows: documents of 100, 90, 140 tokens in row 0 and 20, 250 (then padding) in row 1.
+  auto seg = at::zeros({2, 300}, opt);
+  seg[0].narrow(0, 0, 100).fill_(1), seg[0].narrow(0, 100, 90).fill_(2), seg[0].narrow(0, 190, 110).fill_(3);
+  seg[1].narrow(0, 0, 20).fill_(1), seg[1].narrow(0, 20, 250).fill_(2);
+  out.push_back({"packed", 2, 4, 4, 300, 300, model::build_attention_mask(2, 300, 300, {}, seg, at::kCPU)});
+  // Left padding (generation's prompt batch), with queries that see no key at all.
+  auto keys = at::ones({2, 140}, opt);
+  keys[1].narrow(0, 0, 37).fill_(0);
+  out.push_back({"left padded", 2, 6, 3, 140, 140, model::build_attention_mask(2, 140, 140, keys, {}, at::kCPU)});
+  // Decoding with a cache: 3 new queries over 200 keys.
+  out.push_back({"cached", 1, 6, 1, 3, 200, model::build_attention_mask(1, 3, 200, {}, {}, at::kCPU)});
+  return out;
+}
+
+TEST(Attention, BlockedEqualsMaterialized) {
+  at::manual_seed(3);
+  for (const Case& c : cases()) {
+    const std::int64_t d = 8;
+    auto q = at::randn({c.B, c.h, c.Tq, d}, at::kDouble).requires_grad_(true);
+    auto k = at::randn({c.B, c.hkv, c.Tk, d}, at::kDouble).requires_grad_(true);
+    auto v = at::randn({c.B, c.hkv, c.Tk, d}, at::kDouble).requires_grad_(true);
+    auto weights = at::randn({c.B, c.h, c.Tq, d}, at::kDouble);
+    // Padding queries (nothing to attend) differ by design and no loss reads them: compare
+    // the rows that see at least one key.
+    auto live = c.mask.expand({c.B, 1, c.Tq, c.Tk}).any(-1, /*keepdim=*/true).to(at::kDouble);
+    std::vector<at::Tensor> outs, grads;
+    for (auto kernel : {ops::AttentionKernel::materialized, ops::AttentionKernel::blocked}) {
+      auto out = ops::attention_core(q, k, v, c.mask, 0.35, kernel);
+      auto g = torch::autograd::grad({(out * weights * live).sum()}, {q, k, v});
+      outs.push_back(out * live);
+      grads.insert(grads.end(), g.begin(), g.end());
+    }
+    // float64 throughout: the two differ only in summation order (~1e-15 relative).
+    EXPECT_TRUE(within(std::string(c.name) + ": output", (outs[0] - outs[1]).abs().max().item<double>(), 1e-12));
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(within(std::string(c.name) + ": gradient " + "qkv"[i],
+                         (grads[i] - grads[i + 3]).abs().max().item<double>(), 1e-12));
+    }
+  }
+}
+
+TEST(Attention, BlockedNoGradForwardEqualsItsTrainingForward) {
+  at::manual_seed(4);
+  const Case c = cases()[1];
+  auto q = at::randn({c.B, c.h, c.Tq, 16});
+  auto k = at::randn({c.B, c.hkv, c.Tk, 16});
+  auto v = at::randn({c.B, c.hkv, c.Tk, 16});
+  auto trained = ops::attention_core(q.requires_grad_(true), k, v, c.mask, 0.25, ops::AttentionKernel::blocked);
+  at::NoGradGuard no_grad;
+  auto plain = ops::attention_core(q.detach(), k, v, c.mask, 0.25, ops::AttentionKernel::blocked);
+  EXPECT_TRUE(at::equal(trained.detach(), plain));
+}
+
+// The custom autograd functions' backward (blocked's hand-written one, recomputed's replay)
+// against central finite differences (float64), over two blocks with a packed mask and two
+// query heads per KV head.
+class AttentionBackward : public ::testing::TestWithParam<ops::AttentionKernel> {};
+
+TEST_P(AttentionBackward, MatchesFiniteDifferences) {
+  at::manual_seed(8);
+  const std::int64_t T = ops::kBlockQueries + 5, d = 3;
+  auto seg = at::ones({1, T}, at::kLong);
+  seg[0].narrow(0, 60, T - 60).fill_(2);
+  auto mask = model::build_attention_mask(1, T, T, {}, seg, at::kCPU);
+  auto q = at::randn({1, 4, T, d}, at::kDouble).requires_grad_(true);
+  auto k = at::randn({1, 2, T, d}, at::kDouble).requires_grad_(true);
+  auto v = at::randn({1, 2, T, d}, at::kDouble).requires_grad_(true);
+  auto weights = at::randn({1, 4, T, d}, at::kDouble);
+  auto f = [&] {
+    return (ops::attention_core(q.detach(), k.detach(), v.detach(), mask, 0.7, GetParam()) * weights).sum().item<double>();
+  };
+  (ops::attention_core(q, k, v, mask, 0.7, GetParam()) * weights).sum().backward();
+  const double eps = 1e-6;
+  double worst = 0;
+  for (auto* x : {&q, &k, &v}) {
+    auto flat = x->detach().view({-1});
+    auto grad = x->grad().view({-1});
+    // Every 7th element: all 3,000-odd would take seconds.
+    for (std::int64_t i = 0; i < flat.numel(); i += 7) {
+      const double saved = flat[i].item<double>();
+      flat[i] = saved + eps;
+      const double up = f();
+      flat[i] = saved - eps;
+      const double down = f();
+      flat[i] = saved;
+      worst = std::max(worst, std::abs((up - down) / (2 * eps) - grad[i].item<double>()));
+    }
+  }
+  // Central differences in float64, eps = 1e-6: truncation ~1e-12, rounding ~ u64 |f| / eps
+  // ~ 1e-9 for |f| ~ 30; a wrong backward term is O(1).
+  EXPECT_TRUE(within("max |finite difference - gradient|", worst, 1e-7));
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, AttentionBackward,
+                         ::testing::Values(ops::AttentionKernel::blocked, ops::AttentionKernel::recomputed),
+                         [](const auto& info) {
+                           return std::string(info.param == ops::AttentionKernel::blocked ? "blocked" : "recomputed");
+                         });
+
+}  // namespace
+}  // namespace ctune
