@@ -17,8 +17,9 @@
 # quickstart's short stories) and unpacked (rows filled by long documents), seq 512 batch 4; LoRA
 # bf16 at seq 2048 batch 1; the quickstart's tiny Llama (full fp32, seq 256, batch 16).
 #   bash scripts/bench.sh                    # every row, REPS=3 STEPS=4
-#   ONLY='lora bf16' REPS=1 bash scripts/bench.sh   # rows whose name contains the text
+#   ONLY='lora bf16,quickstart' REPS=1 bash scripts/bench.sh   # rows whose name contains one of these
 #   CTUNE_ARGS='memory.attention=materialized' bash scripts/bench.sh   # recipe overrides for ctune
+#   KEEP=1 ONLY=quickstart bash scripts/bench.sh   # add rows to the previous table (long runs in parts)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CTUNE=${CTUNE:-./build/bin/ctune}
@@ -113,13 +114,16 @@ eager_row() {
     --steps "$STEPS" --threads "$THREADS" "${lengths[@]}"
 }
 
-: >"$OUT/results.jsonl"
+[[ ${KEEP:-0} == 1 ]] || : >"$OUT/results.jsonl"  # KEEP=1: add to an earlier invocation's rows
 for dtype in fp32 bf16; do
   $PY scripts/bench_eager.py gemm --dtype $dtype --threads "$THREADS" >>"$OUT/results.jsonl"
 done
 for row in "${GRID[@]}"; do
   IFS='|' read -r name model method precision seq batch packed <<<"$row"
-  [[ -z $ONLY || $name == *"$ONLY"* ]] || continue
+  wanted=${ONLY:+no}
+  IFS=',' read -ra pieces <<<"$ONLY"
+  for piece in "${pieces[@]}"; do [[ $name == *"$piece"* ]] && wanted=; done
+  [[ -z $wanted ]] || continue
   for ((rep = 0; rep < REPS; rep++)); do
     c=$(ctune_row "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed")
     e=$(eager_row "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed")
@@ -167,4 +171,9 @@ for name, rs in rows.items():
     print(f"| {name} | {ct:.0f} | {et:.0f} | {med(r['ctune']['tokens_per_s'] / r['eager']['tokens_per_s'] for r in rs):.2f} | "
           f"{ct * per_token / rate:.1%} | {et * per_token / rate:.1%} | {c('sys_share', 'ctune'):.1%} | {c('sys_share', 'eager'):.1%} | "
           f"{c('peak_bytes', 'ctune') / 1e6:.0f} | {c('peak_bytes', 'eager') / 1e6:.0f} | {len(rs)} |")
+# Packed rows should cost what unpacked rows cost at the same tokens per batch.
+for name, rs in rows.items():
+    if name.endswith(" packed") and name[:-7] in rows:
+        unpacked = med(r["ctune"]["tokens_per_s"] for r in rows[name[:-7]])
+        print(f"{name}: ctune step time {unpacked / med(r['ctune']['tokens_per_s'] for r in rs):.2f}x the unpacked step's")
 PY

@@ -32,6 +32,8 @@ std::vector<KeySpec> build_schema() {
   std::vector<KeySpec> s = {
       {"output_dir", T::Path, "null", "Run directory: resolved recipe, metrics.jsonl, train.log, checkpoints", {}, {}, {}, false, true},
       {"seed", T::Int, "42", "Seed for initialisation, data order and dropout", {}, 0, 9.2e18},
+      {"device", T::String, "cpu", "Where the model and batches live: cpu, or cuda (needs a CUDA build of LibTorch)",
+       {"cpu", "cuda"}},
       {"threads", T::String, "auto", "Intra-op threads: \"auto\" (cores available) or a count", {}, {}, {}, false, false, 0, check_threads},
 
       {"model.path", T::Path, "null", "Hugging Face model directory (config.json + safetensors)", {}, {}, {}, false, true},

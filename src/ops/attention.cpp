@@ -178,7 +178,9 @@ struct BlockedAttention : public torch::autograd::Function<BlockedAttention> {
       auto probs = block_probs(x, scale);  // [nb, hkv, g m, n]
       auto d_out = grad.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).reshape({blk.nb, hkv, x.groups * blk.m, d});
       auto d_probs = matmul_in(d_out, x.v.transpose(2, 3), dtype).to(acc);
-      auto d_scores = (probs * (d_probs - (probs * d_probs).sum(-1, /*keepdim=*/true)) * scale).to(dtype);
+      // In place on d_probs (a fresh tensor): one block holds P, dP and one product at a time.
+      auto row_sums = (probs * d_probs).sum(-1, /*keepdim=*/true);
+      auto d_scores = d_probs.sub_(row_sums).mul_(probs).mul_(scale).to(dtype);
       dq.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).copy_(matmul_in(d_scores, x.k, dtype).view({blk.nb, h, blk.m, d}));
       dk.narrow(0, blk.b0, blk.nb).narrow(2, blk.k0, blk.n).add_(matmul_in(d_scores.transpose(2, 3), x.q, dtype));
       dv.narrow(0, blk.b0, blk.nb).narrow(2, blk.k0, blk.n).add_(matmul_in(probs.to(dtype).transpose(2, 3), d_out, dtype));

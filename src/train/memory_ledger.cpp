@@ -173,13 +173,15 @@ Ledger estimate_memory(const LedgerInputs& in) {
   // value (for the product with 1/rms); the weight's gradient reads the latter, no extra copy.
   const std::int64_t norm = 8 * n * H;
   const std::int64_t qkv = shared_input({"q_proj", "k_proj", "v_proj"}, H);
-  // Materialized attention keeps the fp32 probabilities (and their cast) and the mask; blocked
-  // attention keeps only the mask and needs one block's scores, probabilities and their
-  // gradients at a time (ops/attention.h).
+  // Materialized attention keeps the fp32 probabilities (and their cast), a negated mask and
+  // q with K and V repeated to every query head; blocked attention keeps q, the KV heads' K and
+  // V, and the model's one mask (shared by all layers, counted once below), and needs one
+  // block's scores, probabilities and their gradients at a time (ops/attention.h).
   const bool blocked = in.recompute.blocked_attention;
-  const std::int64_t scores = (blocked ? 0 : B * nh * T * T * (4 + (cb != 4 ? cb : 0))) + B * T * T;
-  const std::int64_t block_workspace = blocked ? nh * std::min<std::int64_t>(ops::kBlockQueries, T) * T * (12 + cb) : 0;
-  const std::int64_t core = 3 * n * nh * d * cb;
+  const std::int64_t scores = blocked ? 0 : B * nh * T * T * (4 + (cb != 4 ? cb : 0)) + B * T * T;
+  // A block spans every batch row: fp32 P, dP and one product, and P and dS in the matmul dtype.
+  const std::int64_t block_workspace = blocked ? B * nh * std::min<std::int64_t>(ops::kBlockQueries, T) * T * (12 + 2 * cb) : 0;
+  const std::int64_t core = n * (blocked ? nh + 2 * c.num_key_value_heads : 3 * nh) * d * cb;
   const std::int64_t o_in = input_saved("o_proj", nh * d);
   const std::int64_t mlp_in = shared_input({"gate_proj", "up_proj"}, H);
   const std::int64_t swiglu = 3 * n * I * cb;
@@ -199,14 +201,14 @@ Ledger estimate_memory(const LedgerInputs& in) {
       kept += layer;
     }
   }
-  const std::int64_t top = 8 * n * H + rb * n * H;  // final norm, loss input
+  const std::int64_t top = 8 * n * H + rb * n * H + (blocked ? B * T * T : 0);  // final norm, loss input, mask
   const std::int64_t activations = kept + top + block_workspace;
   {
     std::ostringstream s;
     s << "per layer " << mb(layer) << " = 2 norms (8nH) + q/k/v inputs " << mb(qkv)
-      << (blocked ? std::string(" + mask B T^2 (blocked attention keeps no scores)")
-                  : std::string(" + scores B nh T^2 (4") + (cb != 4 ? " + c" : "") + ") + mask B T^2")
-      << " + q,k,v 3 n nh d c + o input " << mb(o_in)
+      << (blocked ? std::string(" + q,k,v n (nh + 2 nkv) d c (blocked attention keeps no scores)")
+                  : std::string(" + scores B nh T^2 (4") + (cb != 4 ? " + c" : "") + ") + mask B T^2 + q,k,v 3 n nh d c")
+      << " + o input " << mb(o_in)
       << " + MLP inputs " << mb(mlp_in) << " + SwiGLU 3 n I c + down input " << mb(down_in) << "; ";
     if (recomputing > 0) {
       s << recomputing << " of " << L << " layers keep only their input (r nH) and recompute";
@@ -215,8 +217,8 @@ Ledger estimate_memory(const LedgerInputs& in) {
     } else {
       s << "x " << L << " layers";
     }
-    s << "; + final norm and loss input " << mb(top);
-    if (blocked) s << " + one attention block's workspace " << mb(block_workspace) << " (nh x 128 x T x (12 + c))";
+    s << "; + final norm, loss input" << (blocked ? " and the attention mask B T^2 " : " ") << mb(top);
+    if (blocked) s << " + one attention block's workspace " << mb(block_workspace) << " (B nh x 128 x T x (12 + 2c))";
     led.lines.push_back({"activations", activations, s.str()});
   }
 

@@ -1,5 +1,7 @@
 #include "train/run_plan.h"
 
+#include <ATen/Context.h>
+
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -95,6 +97,10 @@ RunPlan plan_run(Recipe recipe, const dist::World& world) {
   p.model_dir = r.get_string("model.path");
   p.model_dtype = model::parse_dtype(r.get_string("model.dtype"), "model.dtype");
   p.compute_dtype = model::parse_dtype(r.get_string("precision"), "precision");
+  if (r.get_string("device") == "cuda") {
+    r.fail("device", at::hasCUDA() ? "training on a CUDA device is not implemented yet; use device: cpu"
+                                   : "cuda needs a CUDA build of LibTorch; this build is CPU-only (use device: cpu)");
+  }
   p.model_config = for_key(r, "model.path", [&] { return model::load_model_config(p.model_dir); });
   for_key(r, "model.path", [&] {
     io::CheckpointReader checkpoint(p.model_dir);
