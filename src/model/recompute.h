@@ -24,9 +24,6 @@ struct RecomputePolicy {
 
   static RecomputePolicy parse(const std::string& text);  // none | full | every_n:K | selective
   bool recompute_block(std::int64_t layer) const;
-  // The scores are not kept for backward: blocked attention never holds them, selective
-  // recomputes materialized ones.
-  bool recompute_attention_core() const { return blocked_attention || mode == Mode::selective; }
   ops::AttentionKernel attention_kernel() const {
     if (blocked_attention) return ops::AttentionKernel::blocked;
     return mode == Mode::selective ? ops::AttentionKernel::recomputed : ops::AttentionKernel::materialized;

@@ -195,7 +195,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
       kept += rb * n * H;  // only the block input
       recomputed_transient = layer;
       ++recomputing;
-    } else if (in.recompute.recompute_attention_core() && !blocked) {
+    } else if (in.recompute.attention_kernel() == ops::AttentionKernel::recomputed) {
       kept += layer - scores;
     } else {
       kept += layer;
@@ -212,7 +212,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
       << " + MLP inputs " << mb(mlp_in) << " + SwiGLU 3 n I c + down input " << mb(down_in) << "; ";
     if (recomputing > 0) {
       s << recomputing << " of " << L << " layers keep only their input (r nH) and recompute";
-    } else if (in.recompute.recompute_attention_core() && !blocked) {
+    } else if (in.recompute.attention_kernel() == ops::AttentionKernel::recomputed) {
       s << "selective: the attention scores are recomputed";
     } else {
       s << "x " << L << " layers";
