@@ -6,6 +6,7 @@
 // quantised base and loss, so `eval` reports the eval_loss that training logged for the same
 // weights. --adapter DIR evaluates model.path with that adapter (its own adapter_config.json
 // replaces the recipe's LoRA settings); --model DIR evaluates that model instead of model.path.
+#include <ATen/core/grad_mode.h>
 #include <ATen/Parallel.h>
 
 #include <cstdio>
@@ -92,7 +93,7 @@ int run_eval(const EvalOptions& o) {
   }
   auto lm = train::build_model(plan);
   auto batches = train::all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
-                                    plan.eval_batches);
+                                    plan.eval_batches, plan.device);
   const auto eval = train::evaluate_loss(lm, batches, plan.trainer.chunked_loss);
   const double loss = eval.loss;
   const std::int64_t tokens = eval.tokens;

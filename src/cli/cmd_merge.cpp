@@ -3,6 +3,7 @@
 // safetensors sharded past --shard-size, tokenizer files) that loads wherever the base loads.
 // Then it reloads what it wrote and compares per-token NLL on a probe with base + adapter;
 // a difference past the tolerance is an error.
+#include <ATen/core/grad_mode.h>
 #include <ATen/ATen.h>
 
 #include <cmath>

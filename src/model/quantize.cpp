@@ -1,5 +1,6 @@
 #include "model/quantize.h"
 
+#include <ATen/core/grad_mode.h>
 #include <algorithm>
 #include <string>
 

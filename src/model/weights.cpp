@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <ATen/core/grad_mode.h>
 #include <set>
 
 #include <ATen/ATen.h>

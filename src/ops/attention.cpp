@@ -2,12 +2,16 @@
 
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <limits>
 #include <vector>
 
 #include "ops/compute.h"
+
+// scaled_dot_product_attention with grouped-query K/V arrived in LibTorch 2.5.
+#define CTUNE_FUSED_ATTENTION (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
 
 namespace ctune::ops {
 
@@ -88,9 +92,9 @@ struct Block {
 std::vector<Block> plan_blocks(const at::Tensor& mask, std::int64_t B, std::int64_t Tq, std::int64_t Tk) {
   auto m = mask.expand({B, 1, Tq, Tk}).select(1, 0).to(at::kByte);  // [B, Tq, Tk]
   auto seen = m.amax(0);                                             // [Tq, Tk]: any row may see
-  auto first = seen.argmax(-1).contiguous();                         // first 1 (0 when none)
-  auto last = (Tk - 1 - seen.flip({-1}).argmax(-1)).contiguous();    // last 1 (Tk - 1 when none)
-  auto any = seen.amax(-1).contiguous();
+  auto first = seen.argmax(-1).cpu().contiguous();                        // first 1 (0 when none)
+  auto last = (Tk - 1 - seen.flip({-1}).argmax(-1)).cpu().contiguous();   // last 1 (Tk - 1 when none)
+  auto any = seen.amax(-1).cpu().contiguous();
   const auto* f = first.data_ptr<std::int64_t>();
   const auto* l = last.data_ptr<std::int64_t>();
   const auto* a = any.data_ptr<std::uint8_t>();
@@ -191,6 +195,23 @@ struct BlockedAttention : public torch::autograd::Function<BlockedAttention> {
 
 }  // namespace
 
+#if CTUNE_FUSED_ATTENTION
+namespace {
+// The blocked kernel on an accelerator: LibTorch's fused attention (FlashAttention or
+// memory-efficient attention, chosen by LibTorch), which never holds the scores either and takes
+// K/V per KV head (enable_gqa). There a query that may see no key would come out NaN and poison
+// the weight gradients through 0 * NaN: such a query (a padding row, which no loss reads) is let
+// see its own position instead.
+at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scale) {
+  const auto Tq = q.size(2), Tk = k.size(2);
+  const auto positions = at::TensorOptions().dtype(at::kLong).device(q.device());
+  auto itself = at::arange(Tk - Tq, Tk, positions).view({1, 1, Tq, 1}) == at::arange(Tk, positions).view({1, 1, 1, Tk});
+  return at::scaled_dot_product_attention(q, k, v, mask.logical_or(itself), /*dropout_p=*/0.0, /*is_causal=*/false, scale,
+                                          /*enable_gqa=*/true);
+}
+}  // namespace
+#endif
+
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                           double scale, AttentionKernel kernel) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && q.size(0) == k.size(0) &&
@@ -200,6 +221,9 @@ at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Te
   const bool grads = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
   switch (kernel) {
     case AttentionKernel::blocked:
+#if CTUNE_FUSED_ATTENTION
+      if (!q.device().is_cpu()) return fused_attention(q, k, v, mask, scale);
+#endif
       return grads ? BlockedAttention::apply(q, k, v, mask, scale) : blocked_forward(q, k, v, mask, scale);
     case AttentionKernel::recomputed:
       if (grads) return RecomputedAttention::apply(q, k, v, mask, scale);

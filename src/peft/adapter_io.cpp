@@ -1,5 +1,6 @@
 #include "peft/adapter_io.h"
 
+#include <ATen/core/grad_mode.h>
 #include <set>
 
 #include "core/error.h"

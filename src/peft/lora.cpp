@@ -1,5 +1,6 @@
 #include "peft/lora.h"
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>

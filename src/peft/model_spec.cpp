@@ -20,6 +20,7 @@ model::CausalLM build_model(const ModelSpec& spec) {
     spdlog::info("base quantised to {}: {} projection weights, {:.1f} MB -> {:.1f} MB", spec.quantize_base->kind == quant::QuantSpec::Int8 ? "int8" : "nf4",
                  q.layers, static_cast<double>(q.bytes_before) / 1e6, static_cast<double>(q.bytes_after) / 1e6);
   }
+  lm->to(spec.device);  // loaded on the host; frozen copies in the compute dtype are made there
   lm->set_recompute(spec.recompute);
   if (spec.compute_dtype != at::kFloat) lm->set_compute_dtype(spec.compute_dtype);
   return lm;

@@ -22,10 +22,11 @@ struct ModelSpec {
   std::optional<LoraOptions> new_adapter;     // or a freshly initialised LoRA to attach
   std::optional<quant::QuantSpec> quantize_base;  // the projections quantised (frozen base)
   model::RecomputePolicy recompute;           // activation checkpointing (training only)
+  at::Device device = at::kCPU;               // where the model lives once built
 };
 
-// Loads the weights, attaches the adapter, quantises the base, sets recomputation and the compute
-// dtype, in that order. Nothing in the returned model trains (requires_grad is off everywhere):
+// Loads the weights, attaches the adapter, quantises the base, moves the model to its device, sets
+// recomputation and the compute dtype, in that order. Nothing in the returned model trains (requires_grad is off everywhere):
 // a training method marks what does (train/method.h).
 model::CausalLM build_model(const ModelSpec& spec);
 

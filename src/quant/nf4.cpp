@@ -1,5 +1,6 @@
 #include "quant/nf4.h"
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 

@@ -10,9 +10,10 @@
 
 namespace ctune::train {
 
-TensorBatch to_tensors(const data::Batch& batch);
+// On `device` (the recipe's; batches are built on the host and copied there).
+TensorBatch to_tensors(const data::Batch& batch, const at::Device& device = at::kCPU);
 
-// Every batch of a plan (at most `limit` when limit >= 0), as tensors.
-std::vector<TensorBatch> all_batches(const data::BatchPlan& plan, std::int64_t limit = -1);
+// Every batch of a plan (at most `limit` when limit >= 0), as tensors on `device`.
+std::vector<TensorBatch> all_batches(const data::BatchPlan& plan, std::int64_t limit = -1, const at::Device& device = at::kCPU);
 
 }  // namespace ctune::train

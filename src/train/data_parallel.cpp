@@ -55,7 +55,7 @@ int ReplicatedSync::agree_on_stop(int signal) {
 TensorBatch RankRows::next() {
   const data::Batch all = sampler_.next();
   const auto begin = all.rows * rank_ / size_, end = all.rows * (rank_ + 1) / size_;
-  return begin < end ? to_tensors(all.slice_rows(begin, end)) : idle_batch();
+  return begin < end ? to_tensors(all.slice_rows(begin, end), device_) : idle_batch();
 }
 
 TensorBatch idle_batch() {

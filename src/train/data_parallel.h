@@ -32,15 +32,17 @@ class ReplicatedSync : public StepSync {
 
 // This rank's rows of each global batch of `sampler`: rank r of n takes rows
 // [r*R/n, (r+1)*R/n) of a batch of R rows. A short last batch may leave a rank none: it gets
-// idle_batch() instead.
+// idle_batch() instead. Rows are placed on `device`.
 class RankRows : public BatchSource {
  public:
-  RankRows(data::Sampler& sampler, int rank, int size) : sampler_(sampler), rank_(rank), size_(size) {}
+  RankRows(data::Sampler& sampler, int rank, int size, at::Device device = at::kCPU)
+      : sampler_(sampler), rank_(rank), size_(size), device_(device) {}
   TensorBatch next() override;
 
  private:
   data::Sampler& sampler_;
   int rank_, size_;
+  at::Device device_;
 };
 
 class FullShard;

@@ -1,5 +1,6 @@
 #include "train/flat_param.h"
 
+#include <ATen/core/grad_mode.h>
 #include <c10/core/StorageImpl.h>
 
 namespace ctune::train {

@@ -1,5 +1,7 @@
 #include "train/loss.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include "train/chunked_loss.h"
 
 namespace ctune::train {

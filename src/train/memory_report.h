@@ -31,6 +31,8 @@ class StateMeter {
 };
 
 // Logs predicted against measured memory and writes the {"memory": ...} record.
-void report_memory(const Ledger& ledger, MetricsLog& metrics, std::int64_t start_bytes, const StateMeter& meter);
+// `device`: where the model lives, whose memory is measured (train/metrics.h memory_now).
+void report_memory(const Ledger& ledger, MetricsLog& metrics, std::int64_t start_bytes, const StateMeter& meter,
+                   const at::Device& device);
 
 }  // namespace ctune::train

@@ -14,6 +14,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "io/file.h"
+#include "ops/device.h"
 
 namespace ctune::train {
 
@@ -130,6 +131,22 @@ CpuTimes process_cpu_times() {
 void reset_peak_resident() {
   // "5" resets the peak resident set size (VmHWM) to the current RSS (Linux >= 4.0).
   std::ofstream("/proc/self/clear_refs") << "5";
+}
+
+std::int64_t memory_now(const at::Device& device) {
+  return device.is_cpu() ? resident_bytes() : ops::device_allocated_bytes(device);
+}
+
+std::int64_t peak_memory(const at::Device& device) {
+  return device.is_cpu() ? peak_resident_bytes() : ops::device_peak_bytes(device);
+}
+
+void reset_peak_memory(const at::Device& device) {
+  if (device.is_cpu()) {
+    reset_peak_resident();
+  } else {
+    ops::reset_device_peak(device);
+  }
 }
 
 void truncate_metrics(const std::filesystem::path& dir, std::int64_t step) {

@@ -9,6 +9,8 @@
 #include <optional>
 #include <string>
 
+#include <ATen/ATen.h>
+
 namespace ctune::train {
 
 struct StepMetrics {
@@ -72,6 +74,14 @@ class Progress {
 std::int64_t resident_bytes();
 std::int64_t peak_resident_bytes();
 void reset_peak_resident();
+
+// The memory a run's ledger describes and its metrics report, where the model lives: on the CPU
+// the process's resident memory (above); on a GPU the bytes its allocator hands out (as
+// torch.cuda.memory_allocated and max_memory_allocated count them), which is where the
+// weights, gradients, optimizer state and activations are.
+std::int64_t memory_now(const at::Device& device);
+std::int64_t peak_memory(const at::Device& device);
+void reset_peak_memory(const at::Device& device);
 
 // CPU seconds this process has used so far: user + system, and system alone (getrusage).
 struct CpuTimes {

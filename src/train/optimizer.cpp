@@ -1,5 +1,6 @@
 #include "train/optimizer.h"
 
+#include <ATen/core/grad_mode.h>
 #include <cmath>
 
 #include "core/error.h"

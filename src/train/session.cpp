@@ -186,7 +186,7 @@ TrainResult Session::run() {
   comm_.barrier("waiting for rank 0 to prepare output_dir");
 
   // 3. Model (from the checkpoint when resuming), what trains, optimizer; the memory it should take.
-  const auto ledger = estimate_memory(ledger_inputs(plan, resident_bytes()));
+  const auto ledger = estimate_memory(ledger_inputs(plan, memory_now(plan.device)));
   //    A sharded checkpoint's weights are slices: the model is built from model.path and each
   //    trainable parameter filled from them (any world size wrote them).
   const bool from_shards = resume_dir && is_sharded_checkpoint(*resume_dir);
@@ -207,10 +207,10 @@ TrainResult Session::run() {
   //    The sampler yields global batches; each rank trains on its rows and evaluates its share
   //    of the eval batches (a world of one: all of them).
   data::Sampler sampler(plan.datasets.train, plan.sampler_options());
-  RankRows source(sampler, comm_.rank(), comm_.size());
+  RankRows source(sampler, comm_.rank(), comm_.size(), plan.device);
   spdlog::debug("resident {:.1f} MB with optimizer and data", static_cast<double>(resident_bytes()) / 1e6);
   auto eval = rank_share(all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
-                                     plan.eval_batches),
+                                     plan.eval_batches, plan.device),
                          comm_.rank(), comm_.size());
 
   // 5. Where the checkpoint left off: step, optimizer, loss scale, data cursor, RNG.
@@ -273,11 +273,11 @@ TrainResult Session::run() {
     spdlog::warn("stopped by {}", line);
     throw StoppedError(signal, line);
   };
-  const auto start_bytes = resident_bytes();
-  reset_peak_resident();  // the measured peak is training's, not loading's
+  const auto start_bytes = memory_now(plan.device);
+  reset_peak_memory(plan.device);  // the measured peak is training's, not loading's
   const double communicating_before = comm_.seconds_communicating();
   const auto result = trainer.run();
-  if (metrics) report_memory(ledger, *metrics, start_bytes, meter);
+  if (metrics) report_memory(ledger, *metrics, start_bytes, meter, plan.device);
   if (plan.world.distributed()) {
     const double waited = comm_.seconds_communicating() - communicating_before;
     spdlog::info("communication: rank 0 spent {:.2f} s of {:.2f} s training in collectives ({:.1f}%)", waited, result.seconds,

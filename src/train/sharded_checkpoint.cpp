@@ -1,5 +1,6 @@
 #include "train/sharded_checkpoint.h"
 
+#include <ATen/core/grad_mode.h>
 #include <cstdio>
 #include <regex>
 #include <set>

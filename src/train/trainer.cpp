@@ -119,7 +119,7 @@ TrainResult Trainer::run() {
     m.grad_norm = grad_norm;
     m.tokens = targets;
     m.tokens_per_s = static_cast<double>(input_tokens) / std::max(1e-9, seconds_since(step_start));
-    m.peak_mem_bytes = peak_resident_bytes();
+    m.peak_mem_bytes = peak_memory(options_.device);
     m.elapsed_s = seconds_since(start);
     const auto cpu = process_cpu_times();
     m.cpu_s = cpu.total_s;

@@ -55,6 +55,7 @@ struct TrainerOptions {
   bool chunked_loss = true;  // memory.chunked_loss
   std::int64_t first_step = 0;  // steps already done (a resumed run starts after them)
   std::int64_t max_nonfinite_steps = 10;  // abort after this many non-finite losses in a row
+  at::Device device = at::kCPU;  // where the model lives: whose memory a step's peak is
   ScheduleOptions schedule;
 };
 

@@ -1,5 +1,6 @@
 #include "train/zero.h"
 
+#include <ATen/core/grad_mode.h>
 #include <map>
 
 #include <ATen/ATen.h>
