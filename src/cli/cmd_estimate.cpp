@@ -1,12 +1,18 @@
 // `ctune estimate RECIPE [key=value ...] [--json]`: the memory ledger of the run the recipe
 // describes, line by line with the formula behind each line, before any weight is loaded.
 // `ctune train` logs the same prediction next to the measured peak.
+// `ctune estimate --generate --model DIR [--batch B] [--prompt-tokens P] [--max-new-tokens N]`:
+// the generation view (weights, KV cache, the prompt pass), from config.json and the checkpoint
+// headers; `ctune generate --json` reports the measured peak.
 #include <iostream>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/recipe.h"
 #include "dist/world.h"
+#include "model/config.h"
+#include "model/llama.h"
+#include "train/memory_ledger.h"
 #include "train/run_plan.h"
 
 namespace ctune::cli {
@@ -14,14 +20,35 @@ namespace ctune::cli {
 namespace {
 
 struct EstimateOptions {
-  std::string recipe;
+  std::string recipe, model_dir, dtype;
+  bool generate = false;
+  std::int64_t batch = 1, prompt_tokens = 512, new_tokens = 256;
   std::vector<std::string> overrides;
   bool json = false;
   int nproc = 1;
   int nodes = 1;
 };
 
+int run_generation_estimate(const EstimateOptions& o) {
+  if (o.model_dir.empty()) throw ConfigError("--generate needs --model DIR");
+  train::GenerationLedgerInputs in;
+  in.config = model::load_model_config(o.model_dir);
+  in.storage_dtype = model::parse_dtype(o.dtype.empty() ? "fp32" : o.dtype, "--dtype");
+  in.batch = o.batch;
+  in.prompt_tokens = o.prompt_tokens;
+  in.new_tokens = o.new_tokens;
+  const auto ledger = train::estimate_generation_memory(in);
+  if (o.json) {
+    std::cout << ledger.to_json().dump() << std::endl;
+  } else {
+    std::cout << "memory ledger of ctune generate for " << o.model_dir << "\n" << ledger.to_text();
+  }
+  return 0;
+}
+
 int run_estimate(const EstimateOptions& o) {
+  if (o.generate) return run_generation_estimate(o);
+  if (o.recipe.empty()) throw ConfigError("give a recipe, or --generate --model DIR for the generation view");
   // The world the run would have: N ranks over K nodes of N/K each.
   if (o.nproc % o.nodes != 0) {
     throw ctune::ConfigError("--nodes " + std::to_string(o.nodes) + " does not divide --nproc " + std::to_string(o.nproc) +
@@ -50,12 +77,18 @@ int run_estimate(const EstimateOptions& o) {
 CLI::App* add_estimate_command(CLI::App& app, Action& run) {
   auto opts = std::make_shared<EstimateOptions>();
   auto* cmd = app.add_subcommand("estimate", "Predict a run's memory, line by line, before anything is allocated");
-  cmd->add_option("recipe", opts->recipe, "Recipe file (YAML)")->required();
+  cmd->add_option("recipe", opts->recipe, "Recipe file (YAML)");
   cmd->add_option("overrides", opts->overrides, "key.sub=value overrides");
   cmd->add_flag("--json", opts->json, "Print the ledger as one JSON object");
   cmd->add_option("--nproc", opts->nproc, "Per-rank figures for a run on N ranks (distributed.strategy decides what divides)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--nodes", opts->nodes, "...spread over K nodes (hybrid_shard shards within a node)")->check(CLI::Range(1, 1024));
+  cmd->add_flag("--generate", opts->generate, "The generation view: weights, KV cache and prompt pass of ctune generate");
+  cmd->add_option("--model", opts->model_dir, "--generate: the model directory");
+  cmd->add_option("--dtype", opts->dtype, "--generate: the dtype generate loads and computes in (default fp32)");
+  cmd->add_option("--batch", opts->batch, "--generate: prompts generated together")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--prompt-tokens", opts->prompt_tokens, "--generate: tokens of the longest prompt")->check(CLI::Range(1, 1 << 24));
+  cmd->add_option("--max-new-tokens", opts->new_tokens, "--generate: tokens generated at most")->check(CLI::Range(1, 1 << 24));
   cmd->callback([opts, &run] { run = [opts] { return run_estimate(*opts); }; });
   return cmd;
 }

@@ -9,6 +9,8 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -60,7 +62,8 @@ Accuracy exact_match(model::CausalLM& lm, const std::vector<data::Example>& exam
     g.stop_ids = {expected.back()};
     if (tokenizer.special().eos) g.stop_ids.push_back(*tokenizer.special().eos);
     expected.pop_back();
-    g.max_new_tokens = static_cast<std::int64_t>(expected.size()) + 4;
+    g.max_new_tokens = std::min(static_cast<std::int64_t>(expected.size()) + 4,
+                                lm->config().max_position_embeddings - static_cast<std::int64_t>(prompt.size()));
     auto got = infer::generate(lm, prompt, g);
     const bool ok = got == expected;
     a.correct += ok;
@@ -102,7 +105,9 @@ int run_eval(const EvalOptions& o) {
   Accuracy acc;
   if (o.accuracy) acc = exact_match(lm, *plan.datasets.eval, *plan.tokenizer, o.limit, o.show);
 
-  nlohmann::ordered_json out = {{"eval_loss", loss}, {"eval_tokens", tokens}};
+  // Perplexity is exp of the mean token NLL: exp of the mean of `ctune score`'s NLLs over the
+  // same target tokens.
+  nlohmann::ordered_json out = {{"eval_loss", loss}, {"eval_ppl", std::exp(loss)}, {"eval_tokens", tokens}};
   if (o.accuracy) {
     out["accuracy"] = acc.total ? static_cast<double>(acc.correct) / static_cast<double>(acc.total) : 0.0;
     out["correct"] = acc.correct;
@@ -111,7 +116,7 @@ int run_eval(const EvalOptions& o) {
   if (o.json) {
     std::cout << out.dump() << std::endl;
   } else {
-    std::printf("eval loss %.4f over %lld tokens", loss, static_cast<long long>(tokens));
+    std::printf("eval loss %.4f, perplexity %.3f over %lld tokens", loss, std::exp(loss), static_cast<long long>(tokens));
     if (o.accuracy) {
       std::printf("; exact-match accuracy %.1f%% (%lld/%lld)", 100.0 * out["accuracy"].get<double>(),
                   static_cast<long long>(acc.correct), static_cast<long long>(acc.total));

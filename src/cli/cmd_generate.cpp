@@ -1,8 +1,14 @@
-// `ctune generate --model DIR [--adapter DIR] --prompt TEXT`: continue a text with the KV-cache
-// decoder; greedy by default, sampling with the usual controls.
+// `ctune generate --model DIR [--adapter DIR] (--prompt T | --prompt-file F) [controls]`: continue
+// prompts with the KV-cache decoder, several at a time (left-padded batches of --batch-size).
+// Greedy by default and with --temperature 0; a positive temperature, --top-k, --top-p or
+// --sample sample with Hugging Face generate's processors in its order (docs/formats.md
+// "Sampling"). --json prints one object per prompt; --stream prints text as it is generated.
 #include <ATen/Parallel.h>
 
+#include <fstream>
 #include <iostream>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -11,36 +17,164 @@
 #include "model/weights.h"
 #include "peft/model_spec.h"
 #include "tokenizer/tokenizer.h"
+#include "train/metrics.h"
 
 namespace ctune::cli {
 
 namespace {
 
 struct GenerateCliOptions {
-  std::string model_dir, adapter, tokenizer_dir, prompt, dtype = "fp32";
+  std::string model_dir, adapter, tokenizer_dir, prompt, prompt_file, dtype = "fp32";
   infer::GenerateOptions g;
-  bool no_special = false;
+  std::vector<std::string> stop;
+  std::int64_t batch_size = 8;
+  bool sample = false, json = false, stream = false, no_special = false;
+  // Given on the command line (CLI11 leaves the defaults otherwise).
+  bool temperature_set = false, top_k_set = false, top_p_set = false;
 };
 
+// --prompt, or --prompt-file: a .jsonl file of {"prompt": "..."} objects, or else one prompt per
+// non-empty line.
+std::vector<std::string> read_prompts(const GenerateCliOptions& o) {
+  if (o.prompt_file.empty()) return {o.prompt};
+  std::ifstream in(o.prompt_file);
+  if (!in) throw IoError(o.prompt_file + ": cannot read the prompt file");
+  const bool jsonl = o.prompt_file.size() > 6 && o.prompt_file.compare(o.prompt_file.size() - 6, 6, ".jsonl") == 0;
+  std::vector<std::string> prompts;
+  std::int64_t line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.empty()) continue;
+    if (!jsonl) {
+      prompts.push_back(line);
+      continue;
+    }
+    const auto where = o.prompt_file + ":" + std::to_string(line_no);
+    const Json j = parse_json(line, where);
+    if (!j.is_object() || !j.contains("prompt") || !j["prompt"].is_string()) {
+      throw FormatError(where + ": expected an object with a string \"prompt\"");
+    }
+    prompts.push_back(j["prompt"].get<std::string>());
+  }
+  if (prompts.empty()) throw FormatError(o.prompt_file + ": no prompts");
+  return prompts;
+}
+
+// The sampling controls as Hugging Face generate reads them, from the flags; throws ConfigError
+// for values it would reject.
+void resolve_sampling(GenerateCliOptions& o) {
+  auto& s = o.g.sampling;
+  if (s.temperature < 0) throw ConfigError("--temperature: expected >= 0 (0: greedy), found " + std::to_string(s.temperature));
+  if (s.top_p < 0 || s.top_p > 1) throw ConfigError("--top-p: expected a probability in [0, 1], found " + std::to_string(s.top_p));
+  if (s.top_k < 0) throw ConfigError("--top-k: expected >= 0 (0: off), found " + std::to_string(s.top_k));
+  if (!(s.repetition_penalty > 0)) {
+    throw ConfigError("--repetition-penalty: expected > 0 (1: off), found " + std::to_string(s.repetition_penalty));
+  }
+  if (s.no_repeat_ngram_size < 0) throw ConfigError("--no-repeat-ngram-size: expected >= 0, found " + std::to_string(s.no_repeat_ngram_size));
+  if (o.batch_size < 1) throw ConfigError("--batch-size: expected >= 1, found " + std::to_string(o.batch_size));
+  // --temperature 0 is greedy whatever else is set (as llama.cpp); otherwise any sampling
+  // control, or --sample, samples.
+  s.do_sample = (o.sample || o.temperature_set || o.top_k_set || o.top_p_set) && !(o.temperature_set && s.temperature == 0);
+  if (!s.do_sample) s.temperature = 1.0;
+}
+
+// The longest prefix of `text` that ends on a whole UTF-8 character and before any stop string;
+// `stopped` tells whether a stop string was found.
+std::string printable(const std::string& text, const std::vector<std::string>& stop, bool* stopped) {
+  std::size_t end = text.size();
+  *stopped = false;
+  for (const auto& s : stop) {
+    const auto at = text.find(s);
+    if (!s.empty() && at != std::string::npos && at <= end) {
+      end = at;
+      *stopped = true;
+    }
+  }
+  if (*stopped) return text.substr(0, end);
+  // Hold back an incomplete trailing character: a lead byte whose continuation bytes have not
+  // all arrived.
+  std::size_t i = end;
+  std::size_t back = 0;
+  while (i > 0 && back < 4 && (static_cast<unsigned char>(text[i - 1]) & 0xC0) == 0x80) --i, ++back;
+  if (i > 0) {
+    const auto lead = static_cast<unsigned char>(text[i - 1]);
+    const std::size_t need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
+    if (need > back) end = i - 1;
+  }
+  return text.substr(0, end);
+}
+
 int run_generate(GenerateCliOptions o) {
+  resolve_sampling(o);
+  if (o.prompt.empty() == o.prompt_file.empty()) throw ConfigError("give one of --prompt and --prompt-file");
+  const auto texts = read_prompts(o);
   auto tokenizer = tok::load_tokenizer(o.tokenizer_dir.empty() ? o.model_dir : o.tokenizer_dir);
   peft::ModelSpec spec;
   spec.weights = o.model_dir;
   spec.storage_dtype = model::parse_dtype(o.dtype, "--dtype");  // and computed in as stored
   spec.adapter = o.adapter;
   auto lm = peft::build_model(spec);
-  std::vector<std::int64_t> prompt;
-  for (auto id : tokenizer->encode(o.prompt, !o.no_special)) prompt.push_back(id);
-  const auto length = static_cast<std::int64_t>(prompt.size()) + o.g.max_new_tokens;
-  if (length > lm->config().max_position_embeddings) {
-    spdlog::warn("prompt ({} tokens) + --max-new-tokens ({}) is past the model's max_position_embeddings {}: "
-                 "positions beyond it were never trained",
-                 prompt.size(), o.g.max_new_tokens, lm->config().max_position_embeddings);
+  o.g.stop_ids = model::generation_stop_ids(lm->config(), o.model_dir);
+  if (tokenizer->special().eos && std::find(o.g.stop_ids.begin(), o.g.stop_ids.end(), *tokenizer->special().eos) == o.g.stop_ids.end()) {
+    o.g.stop_ids.push_back(*tokenizer->special().eos);
   }
-  if (tokenizer->special().eos) o.g.stop_ids.push_back(*tokenizer->special().eos);
-  for (auto id : lm->config().eos_token_ids) o.g.stop_ids.push_back(id);
-  auto out = infer::generate(lm, prompt, o.g);
-  std::cout << tokenizer->decode(std::vector<std::int32_t>(out.begin(), out.end()), true) << std::endl;
+  std::vector<std::vector<std::int64_t>> prompts;
+  for (const auto& t : texts) {
+    const auto ids = tokenizer->encode(t, !o.no_special);
+    prompts.emplace_back(ids.begin(), ids.end());
+  }
+  // Ids past the tokenizer's vocabulary (embedding rows padded beyond it) decode to nothing, as
+  // in Hugging Face's tokenizers.
+  auto decode = [&](const std::vector<std::int64_t>& ids) {
+    std::vector<std::int32_t> known;
+    for (auto id : ids)
+      if (id < tokenizer->vocab_size()) known.push_back(static_cast<std::int32_t>(id));
+    return tokenizer->decode(known, true);
+  };
+  train::reset_peak_resident();  // the peak is generation's, not loading's
+  // Streaming prints one sequence at a time, as it grows.
+  const auto batch = o.stream ? 1 : o.batch_size;
+  for (std::size_t first = 0; first < prompts.size(); first += static_cast<std::size_t>(batch)) {
+    const auto last = std::min(prompts.size(), first + static_cast<std::size_t>(batch));
+    const std::vector<std::vector<std::int64_t>> group(prompts.begin() + static_cast<std::ptrdiff_t>(first),
+                                                        prompts.begin() + static_cast<std::ptrdiff_t>(last));
+    std::vector<std::string> shown(group.size());
+    infer::GenerateStats stats;
+    auto on_token = [&](std::size_t i, const std::vector<std::int64_t>& ids) {
+      if (o.stop.empty() && !o.stream) return true;
+      bool stopped = false;
+      const auto text = printable(decode(ids), o.stop, &stopped);
+      if (o.stream && text.size() > shown[i].size() && text.compare(0, shown[i].size(), shown[i]) == 0) {
+        std::cout << text.substr(shown[i].size()) << std::flush;
+      }
+      shown[i] = text;
+      return !stopped;
+    };
+    auto out = infer::generate(lm, group, o.g, &stats, on_token);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      bool stopped = false;
+      std::string text = printable(decode(out[i].ids), o.stop, &stopped);
+      if (out[i].stop_reason == "stop") out[i].stop_reason = "stop_string";
+      if (!stopped) text = decode(out[i].ids);  // the whole text, a trailing partial character included
+      if (o.json) {
+        nlohmann::ordered_json j = {{"prompt", texts[first + i]},
+                                    {"prompt_ids", group[i]},
+                                    {"generated_ids", out[i].ids},
+                                    {"text", text},
+                                    {"stop_reason", out[i].stop_reason},
+                                    {"batch", group.size()},
+                                    {"prefill_tokens_per_s", stats.prefill_tokens / std::max(1e-9, stats.prefill_s)},
+                                    {"decode_tokens_per_s", stats.decode_tokens / std::max(1e-9, stats.decode_s)},
+                                    {"peak_memory_bytes", train::peak_resident_bytes()}};
+        std::cout << j.dump() << std::endl;
+      } else if (o.stream) {
+        if (text.size() > shown[i].size()) std::cout << text.substr(shown[i].size());
+        std::cout << std::endl;
+      } else {
+        std::cout << text << std::endl;
+      }
+    }
+  }
   return 0;
 }
 
@@ -48,22 +182,28 @@ int run_generate(GenerateCliOptions o) {
 
 CLI::App* add_generate_command(CLI::App& app, Action& run) {
   auto o = std::make_shared<GenerateCliOptions>();
-  auto* cmd = app.add_subcommand("generate", "Continue a prompt (greedy, or sampled with --sample)");
+  auto* cmd = app.add_subcommand("generate", "Continue prompts (greedy, or sampled with the usual controls)");
   cmd->add_option("--model", o->model_dir, "Hugging Face model directory")->required();
   cmd->add_option("--adapter", o->adapter, "PEFT LoRA adapter directory");
   cmd->add_option("--tokenizer", o->tokenizer_dir, "Tokenizer directory (default: the model directory)");
-  cmd->add_option("--prompt", o->prompt, "Prompt text")->required();
+  cmd->add_option("--prompt", o->prompt, "Prompt text");
+  cmd->add_option("--prompt-file", o->prompt_file, "Prompts: one per line, or a .jsonl file of {\"prompt\": ...}");
   cmd->add_option("--max-new-tokens", o->g.max_new_tokens, "Tokens to generate at most")->check(CLI::Range(1, 1 << 20));
-  cmd->add_flag("--sample", o->g.sampling.do_sample, "Sample instead of greedy decoding");
-  cmd->add_option("--temperature", o->g.sampling.temperature, "Sampling temperature (> 0)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--top-k", o->g.sampling.top_k, "Keep the k most likely tokens (0: off)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", o->g.sampling.top_p, "Nucleus sampling mass in (0, 1]")->check(CLI::Range(1e-9, 1.0));
-  cmd->add_option("--repetition-penalty", o->g.sampling.repetition_penalty, "CTRL repetition penalty (1: off)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--no-repeat-ngram", o->g.sampling.no_repeat_ngram_size, "Ban repeating n-grams of this size")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--sample", o->sample, "Sample with the default settings (temperature 1, top-k 50)");
+  cmd->add_option_function<double>("--temperature", [o](double t) { o->g.sampling.temperature = t, o->temperature_set = true; },
+                                   "Sampling temperature; 0: greedy");
+  cmd->add_option_function<std::int64_t>("--top-k", [o](std::int64_t k) { o->g.sampling.top_k = k, o->top_k_set = true; },
+                                         "Keep the k most likely tokens (0: off; default 50 when sampling)");
+  cmd->add_option_function<double>("--top-p", [o](double p) { o->g.sampling.top_p = p, o->top_p_set = true; },
+                                   "Keep the smallest set of tokens with probability mass >= p, in [0, 1]");
+  cmd->add_option("--repetition-penalty", o->g.sampling.repetition_penalty, "CTRL repetition penalty (1: off)");
+  cmd->add_option("--no-repeat-ngram-size,--no-repeat-ngram", o->g.sampling.no_repeat_ngram_size,
+                  "Never repeat an n-gram of this size (0: off)");
+  cmd->add_option("--stop", o->stop, "Stop a sequence where this text appears (repeatable); the text is cut before it");
+  cmd->add_option("--batch-size", o->batch_size, "Prompts generated together (left-padded), default 8");
   cmd->add_option("--seed", o->g.seed, "Sampling seed");
+  cmd->add_flag("--json", o->json, "One JSON object per prompt: ids, text, stop reason, tokens/s, peak memory");
+  cmd->add_flag("--stream", o->stream, "Print the text as it is generated (one prompt at a time)");
   cmd->add_option("--dtype", o->dtype, "Compute dtype: fp32, bf16 or fp16");
   cmd->add_flag("--no-special", o->no_special, "Do not add BOS to the prompt");
   cmd->callback([o, &run] { run = [o] { return run_generate(*o); }; });

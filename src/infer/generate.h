@@ -1,8 +1,13 @@
-// Text generation with a KV cache: the prompt in one forward pass, then one token at a time
-// over the cached keys and values, until an end token or max_new_tokens.
+// Text generation with a KV cache: a batch of prompts, left-padded to one length, in one forward
+// pass (each sequence's positions count its own tokens), then one token per sequence per step
+// over the cached keys and values, until each sequence stops: on a stop id (the model's eos ids),
+// at max_new_tokens, or when the caller's callback says so (stop strings, docs/formats.md
+// "Sampling").
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "infer/sampling.h"
@@ -17,7 +22,32 @@ struct GenerateOptions {
   std::uint64_t seed = 0;
 };
 
-// Returns the generated ids (prompt excluded). The prompt must be non-empty and in vocabulary.
+struct Generation {
+  std::vector<std::int64_t> ids;  // generated ids, the stop token excluded
+  std::string stop_reason;        // "eos" (a stop id), "length" (max_new_tokens), "stop" (the callback)
+};
+
+// Wall time of the two phases and their token counts: the prefill (the prompts' forward pass,
+// which yields each sequence's first token) over the prompt tokens (padding excluded), and the
+// decode (every step after it) over the tokens it generated, all sequences together.
+struct GenerateStats {
+  double prefill_s = 0, decode_s = 0;
+  std::int64_t prefill_tokens = 0, decode_tokens = 0;
+};
+
+// Called with (sequence index, generated ids so far) after each token a sequence keeps; returns
+// false to stop that sequence there (stop reason "stop").
+using TokenCallback = std::function<bool(std::size_t, const std::vector<std::int64_t>&)>;
+
+// Generates for every prompt together. Each prompt must be non-empty and in vocabulary, and
+// prompt + max_new_tokens must fit the model's context (ConfigError otherwise). Sampled tokens
+// are drawn from one generator seeded with `seed`, sequence by sequence at each step: the same
+// seed and prompts give the same output.
+std::vector<Generation> generate(model::CausalLM& model, const std::vector<std::vector<std::int64_t>>& prompts,
+                                 const GenerateOptions& options, GenerateStats* stats = nullptr,
+                                 const TokenCallback& on_token = {});
+
+// One prompt: its generated ids.
 std::vector<std::int64_t> generate(model::CausalLM& model, const std::vector<std::int64_t>& prompt,
                                    const GenerateOptions& options);
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include <ATen/ATen.h>
 
@@ -19,6 +20,19 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, at::ScalarType dtype)
   o_proj = register_module("o_proj", projection_linear(c, "o_proj", dtype));
 }
 
+std::pair<at::Tensor, at::Tensor> LayerCache::append(const at::Tensor& k_new, const at::Tensor& v_new) {
+  const auto T = k_new.size(2);
+  TORCH_CHECK(length + T <= capacity, "KV cache: ", length, " positions held, ", T, " more do not fit its capacity of ", capacity);
+  if (!k.defined()) {
+    k = at::empty({k_new.size(0), k_new.size(1), capacity, k_new.size(3)}, k_new.options());
+    v = at::empty({v_new.size(0), v_new.size(1), capacity, v_new.size(3)}, v_new.options());
+  }
+  k.narrow(2, length, T).copy_(k_new);
+  v.narrow(2, length, T).copy_(v_new);
+  length += T;
+  return {k.narrow(2, 0, length), v.narrow(2, 0, length)};
+}
+
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                   const at::Tensor& mask, LayerCache* cache) {
   const auto B = x.size(0), T = x.size(1);
@@ -29,14 +43,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   // compute dtype) so the attention matmuls stay in low precision under mixed precision.
   q = apply_rope(q, cos, sin).to(v.scalar_type());
   k = apply_rope(k, cos, sin).to(v.scalar_type());
-  if (cache) {
-    if (cache->k.defined()) {
-      k = at::cat({cache->k, k}, 2);
-      v = at::cat({cache->v, v}, 2);
-    }
-    cache->k = k;
-    cache->v = v;
-  }
+  if (cache) std::tie(k, v) = cache->append(k, v);
   // softmax(q kᵀ / sqrt(d)) v over [B, nh, T, T_past + T] scores; each KV head serves
   // num_heads / num_kv_heads query heads.
   auto out = ops::attention_core(q, k, v, mask, 1.0 / std::sqrt(static_cast<double>(head_dim)), kernel);  // [B, nh, T, d]

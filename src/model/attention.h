@@ -12,9 +12,17 @@
 
 namespace ctune::model {
 
-// Keys and values of the positions seen so far, for incremental decoding.
+// Keys and values of the positions seen so far, for incremental decoding: one buffer each of
+// [B, nkv, capacity, d] (KV heads only, after RoPE), allocated at the first step in the
+// projections' dtype on their device and filled up to `length`. Appending writes in place, so
+// a step costs its own tokens, not a copy of everything before them.
 struct LayerCache {
-  at::Tensor k, v;  // [B, nkv, T_past, d] after rope; undefined before the first step
+  at::Tensor k, v;
+  std::int64_t length = 0;
+  std::int64_t capacity = 0;
+  // Writes [B, nkv, T, d] at positions length .. length + T - 1 and returns every position's
+  // keys and values so far (views of the buffers). Throws when the capacity is exceeded.
+  std::pair<at::Tensor, at::Tensor> append(const at::Tensor& k_new, const at::Tensor& v_new);
 };
 
 class AttentionImpl : public torch::nn::Module {

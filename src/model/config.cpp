@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -216,6 +217,17 @@ Json config_to_json(const ModelConfig& config, const std::string& dtype) {
   j["torch_dtype"] = dtype;  // transformers < 4.56 reads this key
   j["dtype"] = dtype;        // newer versions read this one
   return j;
+}
+
+std::vector<std::int64_t> generation_stop_ids(const ModelConfig& config, const std::filesystem::path& model_dir) {
+  std::vector<std::int64_t> ids = config.eos_token_ids;
+  const auto path = model_dir / "generation_config.json";
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    for (auto id : parse_eos(read_json_file(path), path.string()))
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  }
+  return ids;
 }
 
 }  // namespace ctune::model

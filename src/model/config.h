@@ -65,6 +65,10 @@ struct ModelConfig {
 ModelConfig parse_model_config(const Json& json, const std::string& where);
 ModelConfig load_model_config(const std::filesystem::path& model_dir);
 
+// The ids generation stops on: config.json's eos_token_id and, when `model_dir` has one,
+// generation_config.json's (Llama 3 instruct checkpoints list <|eot_id|> only there).
+std::vector<std::int64_t> generation_stop_ids(const ModelConfig& config, const std::filesystem::path& model_dir);
+
 // Refuses a sequence the model cannot attend over as configured (sliding window shorter
 // than the sequence: ctune implements full causal attention only).
 void check_sequence_length(const ModelConfig& config, std::int64_t length, const std::string& where);

@@ -117,9 +117,10 @@ void CausalLMImpl::set_compute_dtype(at::ScalarType dtype) {
   }
 }
 
-KVCache CausalLMImpl::new_cache() const {
+KVCache CausalLMImpl::new_cache(std::int64_t capacity) const {
   KVCache cache;
   cache.layers.resize(static_cast<std::size_t>(config_.num_hidden_layers));
+  for (auto& layer : cache.layers) layer.capacity = capacity;
   return cache;
 }
 

@@ -27,10 +27,10 @@ class MLPImpl : public torch::nn::Module {
 };
 TORCH_MODULE(MLP);
 
-// Keys and values of every layer for incremental decoding.
+// Keys and values of every layer for incremental decoding (CausalLM::new_cache).
 struct KVCache {
   std::vector<LayerCache> layers;
-  std::int64_t length() const { return layers.empty() || !layers[0].k.defined() ? 0 : layers[0].k.size(2); }
+  std::int64_t length() const { return layers.empty() ? 0 : layers[0].length; }
 };
 
 // What one forward pass sees.
@@ -88,7 +88,9 @@ class CausalLMImpl : public torch::nn::Module {
   at::Tensor logits(ForwardInputs in);
   // Final hidden states [B, T, H]; the loss applies the head itself, in chunks.
   at::Tensor hidden(ForwardInputs in);
-  KVCache new_cache() const;
+  // A KV cache for up to `capacity` positions (prompt and generated tokens) per sequence; its
+  // buffers are allocated by the first forward that uses it.
+  KVCache new_cache(std::int64_t capacity) const;
   // Which layers recompute activations in backward (memory.activation_checkpointing).
   void set_recompute(const RecomputePolicy& policy);
   // Runs every matmul (adapters and the head included) in `dtype` (ops/compute.h); Undefined:

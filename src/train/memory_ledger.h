@@ -83,4 +83,14 @@ struct Ledger {
 
 Ledger estimate_memory(const LedgerInputs& in);
 
+// The generation view: `ctune generate` on `batch` prompts of `prompt_tokens` each (the longest,
+// as they are left-padded to it) with up to `new_tokens` more, weights stored and computed in
+// `storage_dtype`: weights, the KV cache, the prompt pass's transient (generation_ledger.cpp).
+struct GenerationLedgerInputs {
+  model::ModelConfig config;
+  at::ScalarType storage_dtype = at::kFloat;
+  std::int64_t batch = 1, prompt_tokens = 512, new_tokens = 256;
+};
+Ledger estimate_generation_memory(const GenerationLedgerInputs& in);
+
 }  // namespace ctune::train

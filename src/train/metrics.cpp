@@ -50,7 +50,9 @@ void MetricsLog::write(const StepMetrics& m) {
 }
 
 void MetricsLog::write(const EvalMetrics& m) {
-  nlohmann::ordered_json j = {{"step", m.step}, {"eval_loss", num(m.eval_loss)}, {"eval_tokens", m.eval_tokens}};
+  // Perplexity: exp of the mean token NLL (what `ctune eval` prints too).
+  nlohmann::ordered_json j = {{"step", m.step}, {"eval_loss", num(m.eval_loss)}, {"eval_ppl", num(std::exp(m.eval_loss))},
+                              {"eval_tokens", m.eval_tokens}};
   write_line(j.dump());
 }
 
@@ -89,8 +91,8 @@ void Progress::step(const StepMetrics& m) {
 void Progress::eval(const EvalMetrics& m) {
   if (open_line_) std::fprintf(stderr, "\n");
   open_line_ = false;
-  std::fprintf(stderr, "eval at step %lld: loss %.4f over %lld tokens\n", static_cast<long long>(m.step), m.eval_loss,
-               static_cast<long long>(m.eval_tokens));
+  std::fprintf(stderr, "eval at step %lld: loss %.4f, perplexity %.3f over %lld tokens\n", static_cast<long long>(m.step),
+               m.eval_loss, std::exp(m.eval_loss), static_cast<long long>(m.eval_tokens));
   if (auto log = spdlog::get("train")) log->info("eval step {} loss {:.6f} tokens {}", m.step, m.eval_loss, m.eval_tokens);
 }
 

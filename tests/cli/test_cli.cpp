@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/json.h"
 #include "malformed.h"
@@ -154,6 +156,75 @@ TEST(Cli, BadArgumentsAreRefused) {
     EXPECT_EQ(lines(r.err), 1) << r.err;
     EXPECT_EQ(r.err.rfind("ctune: usage error: ", 0), 0u) << r.err;
   }
+}
+
+// generate: a batch of left-padded prompts gives each prompt what it gets alone; --json's
+// fields; a stop string cuts the text before it; bad values are refused with one line.
+TEST(Cli, GenerateBatchesStopsAndRefuses) {
+  const fs::path dir = kData / "cli-generate";
+  const fs::path config = kData / "cli-generate-config.json";
+  std::ofstream(config) << R"({"model_type": "llama", "vocab_size": 258, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": false,
+    "max_position_embeddings": 256, "torch_dtype": "float32"})";
+  fs::remove_all(dir);
+  ASSERT_EQ(ctune({"init", "--config", config.string(), "--out", dir.string(), "--seed", "3", "--tokenizer", "byte"}).status, 0);
+  const fs::path prompts = kData / "cli-generate-prompts.txt";
+  const std::vector<std::string> texts = {"Hi", "The quick brown fox", "Once upon a time, there"};
+  {
+    std::ofstream f(prompts);
+    for (const auto& t : texts) f << t << "\n";
+  }
+  const std::vector<std::string> common = {"generate", "--model", dir.string(), "--max-new-tokens", "24", "--json"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return ctune(args);
+  };
+  const auto batched = with({"--prompt-file", prompts.string(), "--batch-size", "3"});
+  ASSERT_EQ(batched.status, 0) << batched.err;
+  ASSERT_EQ(lines(batched.out), 3) << batched.out;
+  std::istringstream in(batched.out);
+  std::vector<Json> rows;
+  for (std::string line; std::getline(in, line);) rows.push_back(Json::parse(line));
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const Json& r = rows[i];
+    EXPECT_EQ(r["prompt"], texts[i]);
+    EXPECT_EQ(r["prompt_ids"].size(), texts[i].size() + 1);  // BOS + one id per byte
+    EXPECT_EQ(r["batch"], 3);
+    EXPECT_LE(r["generated_ids"].size(), 24u);
+    EXPECT_TRUE(r["stop_reason"] == "length" || r["stop_reason"] == "eos") << r.dump();
+    EXPECT_GT(r["prefill_tokens_per_s"].get<double>(), 0);
+    EXPECT_GT(r["peak_memory_bytes"].get<std::int64_t>(), 0);
+    const auto alone = with({"--prompt", texts[i]});
+    ASSERT_EQ(alone.status, 0) << alone.err;
+    EXPECT_EQ(Json::parse(alone.out)["generated_ids"], r["generated_ids"]) << "prompt " << i << " alone vs in a batch";
+  }
+  // A stop string: the first ASCII letter or digit after the first character of prompt 3's text.
+  const std::string text = rows[2]["text"];
+  std::size_t at = 1;
+  while (at < text.size() && !std::isalnum(static_cast<unsigned char>(text[at]))) ++at;
+  ASSERT_LT(at, text.size()) << "no ASCII letter or digit in " << text;
+  const std::string stop = text.substr(at, 1);
+  const auto stopped = with({"--prompt", texts[2], "--stop", stop});
+  ASSERT_EQ(stopped.status, 0) << stopped.err;
+  const Json st = Json::parse(stopped.out);
+  EXPECT_EQ(st["text"], text.substr(0, text.find(stop)));
+  EXPECT_EQ(st["stop_reason"], "stop_string");
+
+  const std::vector<std::string> model = {"generate", "--model", dir.string(), "--prompt", "x"};
+  auto refused = [&](std::vector<std::string> extra, const std::string& what) {
+    auto args = model;
+    args.insert(args.end(), extra.begin(), extra.end());
+    expect_one_line_failure(ctune(args), what, what);
+  };
+  refused({"--temperature", "-1"}, "--temperature: expected >= 0");
+  refused({"--top-p", "1.5"}, "--top-p: expected a probability in [0, 1]");
+  refused({"--top-k", "-2"}, "--top-k");
+  refused({"--max-new-tokens", "300"}, "past the model's context of 256");
+  expect_one_line_failure(ctune({"generate", "--model", dir.string()}), "give one of --prompt and --prompt-file", "no prompt");
+  const auto usage = ctune({"generate", "--model", dir.string(), "--prompt", "x", "--top-k", "many"});
+  EXPECT_EQ(usage.status, 2) << usage.err;
+  EXPECT_EQ(lines(usage.err), 1) << usage.err;
 }
 
 }  // namespace

@@ -373,4 +373,37 @@ TEST_F(Recipes, EvalReportsWhatTrainingLogged) {
   }
 }
 
+// Perplexity: `ctune eval` reports exp of the mean token NLL, and over plain text (BOS + text,
+// every token after the first a target) that mean is the mean of `ctune score`'s NLLs of the
+// same documents. Batched with padding against one document at a time: fp32 rounding apart.
+TEST_F(Recipes, PerplexityIsExpOfTheMeanScoreNll) {
+  const std::vector<std::string> docs = {"The cat sat on the mat.", "Perplexity is exp of the mean NLL!",
+                                         "Short one", "A somewhat longer document about nothing in particular."};
+  {
+    std::ofstream f(kDir / "ppl.jsonl");
+    for (const auto& d : docs) f << Json{{"text", d}}.dump() << "\n";
+  }
+  const fs::path recipe = kDir / "ppl.yaml";
+  const std::string d = kDir.string();
+  write(recipe, "output_dir: " + d + "/run-ppl\nmodel: {path: " + d + "/model}\n"
+                "data: {train: " + d + "/ppl.jsonl, eval: " + d + "/ppl.jsonl, format: text, add_eos: false, packing: false, max_seq_len: 128}\n"
+                "training: {batch_size: 3, max_steps: 1}\n");
+  const auto eval = ctune({"eval", recipe.string(), "--json"});
+  ASSERT_EQ(eval.status, 0) << eval.err;
+  const Json e = Json::parse(eval.out);
+  double sum = 0;
+  std::int64_t count = 0;
+  for (const auto& doc : docs) {
+    const auto score = ctune({"score", "--model", (kDir / "model").string(), "--text", doc, "--json"});
+    ASSERT_EQ(score.status, 0) << score.err;
+    const Json scored = Json::parse(score.out);
+    for (const auto& v : scored["nll"]) sum += v.get<double>(), ++count;
+  }
+  EXPECT_EQ(e["eval_tokens"].get<std::int64_t>(), count);
+  const double ppl = std::exp(sum / static_cast<double>(count));
+  EXPECT_TRUE(ctune::test::within("|eval_ppl - exp(mean score NLL)| / ppl", std::abs(e["eval_ppl"].get<double>() - ppl) / ppl, 1e-5))
+      << "eval_ppl " << e["eval_ppl"] << ", from score " << ppl;
+  EXPECT_NEAR(e["eval_ppl"].get<double>(), std::exp(e["eval_loss"].get<double>()), 1e-9 * ppl);
+}
+
 }  // namespace

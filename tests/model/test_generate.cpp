@@ -7,11 +7,14 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
+#include "core/error.h"
 #include "infer/generate.h"
 #include "model/weights.h"
+#include "train/memory_ledger.h"
 #include "margins.h"
 
 namespace fs = std::filesystem;
@@ -21,23 +24,83 @@ namespace {
 
 const fs::path kModels = fs::path(CTUNE_TEST_DATA_DIR) / "models";
 
-TEST(Generate, KvCacheMatchesFullRecompute) {
-  for (const std::string name : {"llama_gqa_tied_bf16", "qwen2_bias", "llama3_rope"}) {
-    auto lm = model::load_causal_lm(kModels / name, at::kFloat);
-    const std::vector<std::int64_t> prompt = {5, 17, 42, 9, 101, 77};
+// Batched, left-padded prompts of different lengths with the preallocated cache pick, for 256
+// new tokens, exactly the tokens of a full forward pass over each sequence alone at every step.
+// float64 weights keep the comparison about the cache, padding and positions, not about which of
+// two nearly tied logits rounding favours.
+TEST(Generate, BatchedKvCacheMatchesFullRecompute) {
+  for (const std::string name : {"llama_mha_fp32", "llama_gqa_tied_bf16", "qwen2_bias"}) {
+    auto lm = model::load_causal_lm(kModels / name, at::kDouble);
+    const std::vector<std::vector<std::int64_t>> prompts = {{5, 17, 42}, {9, 101, 77, 3, 250, 11, 64, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}};
     infer::GenerateOptions o;
-    o.max_new_tokens = 40;
-    auto cached = infer::generate(lm, prompt, o);
-    ASSERT_EQ(cached.size(), 40u) << name;
-    // Reference: argmax of a full forward over prompt + generated so far, one step at a time.
+    o.max_new_tokens = 256;
+    infer::GenerateStats stats;
+    const auto cached = infer::generate(lm, prompts, o, &stats);
+    ASSERT_EQ(cached.size(), prompts.size());
+    EXPECT_EQ(stats.prefill_tokens, 24);
+    EXPECT_EQ(stats.decode_tokens, 3 * 255);
     at::NoGradGuard no_grad;
-    std::vector<std::int64_t> seq = prompt;
-    for (std::size_t i = 0; i < cached.size(); ++i) {
-      auto logits = lm->forward(at::tensor(seq, at::kLong).view({1, -1}))[0];
-      auto last = logits[logits.size(0) - 1];
-      EXPECT_EQ(last.argmax().item<std::int64_t>(), cached[i]) << name << " step " << i;
-      seq.push_back(cached[i]);
+    for (std::size_t p = 0; p < prompts.size(); ++p) {
+      ASSERT_EQ(cached[p].ids.size(), 256u) << name;
+      EXPECT_EQ(cached[p].stop_reason, "length");
+      std::vector<std::int64_t> seq = prompts[p];
+      std::size_t agree = 0;
+      for (; agree < cached[p].ids.size(); ++agree) {
+        auto logits = lm->forward(at::tensor(seq, at::kLong).view({1, -1}))[0];
+        if (logits[logits.size(0) - 1].argmax().item<std::int64_t>() != cached[p].ids[agree]) break;
+        seq.push_back(cached[p].ids[agree]);
+      }
+      EXPECT_EQ(agree, 256u) << name << " prompt " << p << ": the cached decoder departs from full recompute at new token " << agree;
     }
+  }
+}
+
+// The cache holds only the KV heads, in the projections' dtype, for the requested capacity.
+TEST(Generate, CacheIsPreallocatedPerKvHead) {
+  auto lm = model::load_causal_lm(kModels / "llama_gqa_tied_bf16", at::kFloat);
+  lm->set_compute_dtype(at::kBFloat16);
+  auto cache = lm->new_cache(40);
+  at::NoGradGuard no_grad;
+  model::ForwardInputs in;
+  in.input_ids = at::tensor(std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}, at::kLong).view({2, 3});
+  in.cache = &cache;
+  lm->logits(in);
+  const auto& k = cache.layers[0].k;
+  EXPECT_EQ(k.sizes().vec(), (std::vector<std::int64_t>{2, lm->config().num_key_value_heads, 40, lm->config().head_dim}));
+  EXPECT_EQ(k.scalar_type(), at::kBFloat16);
+  EXPECT_EQ(cache.length(), 3);
+  const auto* before = k.data_ptr();
+  in.input_ids = at::tensor(std::vector<std::int64_t>{7, 8}, at::kLong).view({2, 1});
+  lm->logits(in);
+  EXPECT_EQ(cache.layers[0].k.data_ptr(), before) << "appending must write in place, not reallocate";
+  EXPECT_EQ(cache.length(), 4);
+
+  // The generation ledger's KV line is these buffers' bytes (bf16 storage, computed as stored).
+  auto stored = model::load_causal_lm(kModels / "llama_gqa_tied_bf16", at::kBFloat16);
+  auto bf16_cache = stored->new_cache(40);
+  model::ForwardInputs first;
+  first.input_ids = at::tensor(std::vector<std::int64_t>{1, 2, 3, 4, 5, 6}, at::kLong).view({2, 3});
+  first.cache = &bf16_cache;
+  stored->logits(first);
+  std::int64_t held = 0;
+  for (const auto& layer : bf16_cache.layers) held += static_cast<std::int64_t>(layer.k.nbytes() + layer.v.nbytes());
+  const train::GenerationLedgerInputs shape{stored->config(), at::kBFloat16, /*batch=*/2, /*prompt_tokens=*/3, /*new_tokens=*/37};
+  const auto ledger = train::estimate_generation_memory(shape);
+  const auto kv = std::find_if(ledger.lines.begin(), ledger.lines.end(), [](const auto& l) { return l.name == "kv_cache"; });
+  ASSERT_NE(kv, ledger.lines.end());
+  EXPECT_EQ(kv->bytes, held);
+}
+
+TEST(Generate, RefusesPromptsPastTheContext) {
+  auto lm = model::load_causal_lm(kModels / "llama_mha_fp32", at::kFloat);
+  infer::GenerateOptions o;
+  o.max_new_tokens = 10;
+  const std::vector<std::int64_t> long_prompt(static_cast<std::size_t>(lm->config().max_position_embeddings - 5), 7);
+  try {
+    infer::generate(lm, long_prompt, o);
+    FAIL() << "a prompt whose generation runs past the context was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("past the model's context"), std::string::npos) << e.what();
   }
 }
 
