@@ -128,7 +128,7 @@ int run_generate(GenerateCliOptions o) {
   auto decode = [&](const std::vector<std::int64_t>& ids) {
     std::vector<std::int32_t> known;
     for (auto id : ids)
-      if (id < tokenizer->vocab_size()) known.push_back(static_cast<std::int32_t>(id));
+      if (id < static_cast<std::int64_t>(tokenizer->vocab_size())) known.push_back(static_cast<std::int32_t>(id));
     return tokenizer->decode(known, true);
   };
   train::reset_peak_resident();  // the peak is generation's, not loading's
@@ -152,10 +152,12 @@ int run_generate(GenerateCliOptions o) {
     };
     auto out = infer::generate(lm, group, o.g, &stats, on_token);
     for (std::size_t i = 0; i < out.size(); ++i) {
+      // Cut before a stop string; otherwise the whole text, a trailing partial character included.
       bool stopped = false;
-      std::string text = printable(decode(out[i].ids), o.stop, &stopped);
+      std::string text = decode(out[i].ids);
+      const std::string cut = printable(text, o.stop, &stopped);
+      if (stopped) text = cut;
       if (out[i].stop_reason == "stop") out[i].stop_reason = "stop_string";
-      if (!stopped) text = decode(out[i].ids);  // the whole text, a trailing partial character included
       if (o.json) {
         nlohmann::ordered_json j = {{"prompt", texts[first + i]},
                                     {"prompt_ids", group[i]},

@@ -7,10 +7,6 @@
 
 namespace ctune::train {
 
-namespace {
-std::int64_t bytes_of(at::ScalarType t) { return static_cast<std::int64_t>(c10::elementSize(t)); }
-}  // namespace
-
 Ledger estimate_generation_memory(const GenerationLedgerInputs& in) {
   const auto& c = in.config;
   const std::int64_t B = in.batch, P = in.prompt_tokens, N = in.new_tokens, H = c.hidden_size, I = c.intermediate_size,
@@ -18,7 +14,7 @@ Ledger estimate_generation_memory(const GenerationLedgerInputs& in) {
                      d = c.head_dim;
   // generate computes in the dtype the weights are stored in, so activations and the cache are
   // in it too.
-  const std::int64_t s = bytes_of(in.storage_dtype);
+  const auto s = static_cast<std::int64_t>(c10::elementSize(in.storage_dtype));
   Ledger led;
   {
     std::ostringstream sym;
