@@ -1,7 +1,7 @@
 // `ctune estimate RECIPE [key=value ...] [--json]`: the memory ledger of the run the recipe
 // describes, line by line with the formula behind each line, before any weight is loaded.
 // `ctune train` logs the same prediction next to the measured peak.
-// `ctune estimate --generate --model DIR [--batch B] [--prompt-tokens P] [--max-new-tokens N]`:
+// `ctune estimate --generate --model DIR [--batch B] [--num-beams K] [--prompt-tokens P] [--max-new-tokens N]`:
 // the generation view (weights, KV cache, the prompt pass), from config.json and the checkpoint
 // headers; `ctune generate --json` reports the measured peak.
 #include <iostream>
@@ -22,7 +22,7 @@ namespace {
 struct EstimateOptions {
   std::string recipe, model_dir, dtype;
   bool generate = false;
-  std::int64_t batch = 1, prompt_tokens = 512, new_tokens = 256;
+  std::int64_t batch = 1, prompt_tokens = 512, new_tokens = 256, num_beams = 1;
   std::vector<std::string> overrides;
   bool json = false;
   int nproc = 1;
@@ -34,7 +34,7 @@ int run_generation_estimate(const EstimateOptions& o) {
   train::GenerationLedgerInputs in;
   in.config = model::load_model_config(o.model_dir);
   in.storage_dtype = model::parse_dtype(o.dtype.empty() ? "fp32" : o.dtype, "--dtype");
-  in.batch = o.batch;
+  in.batch = o.batch * o.num_beams;  // beam search keeps num_beams rows (and caches) per prompt
   in.prompt_tokens = o.prompt_tokens;
   in.new_tokens = o.new_tokens;
   const auto ledger = train::estimate_generation_memory(in);
@@ -87,6 +87,7 @@ CLI::App* add_estimate_command(CLI::App& app, Action& run) {
   cmd->add_option("--model", opts->model_dir, "--generate: the model directory");
   cmd->add_option("--dtype", opts->dtype, "--generate: the dtype generate loads and computes in (default fp32)");
   cmd->add_option("--batch", opts->batch, "--generate: prompts generated together")->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--num-beams", opts->num_beams, "--generate: beams per prompt (beam search)")->check(CLI::Range(1, 1 << 10));
   cmd->add_option("--prompt-tokens", opts->prompt_tokens, "--generate: tokens of the longest prompt")->check(CLI::Range(1, 1 << 24));
   cmd->add_option("--max-new-tokens", opts->new_tokens, "--generate: tokens generated at most")->check(CLI::Range(1, 1 << 24));
   cmd->callback([opts, &run] { run = [opts] { return run_estimate(*opts); }; });

@@ -2,7 +2,8 @@
 // prompts with the KV-cache decoder, several at a time (left-padded batches of --batch-size).
 // Greedy by default and with --temperature 0; a positive temperature, --top-k, --top-p or
 // --sample sample with Hugging Face generate's processors in its order (docs/formats.md
-// "Sampling"). --json prints one object per prompt; --stream prints text as it is generated.
+// "Sampling"); --num-beams > 1 runs beam search. --json prints one object per prompt; --stream
+// prints text as it is generated.
 #include <ATen/Parallel.h>
 
 #include <fstream>
@@ -27,6 +28,7 @@ struct GenerateCliOptions {
   std::string model_dir, adapter, tokenizer_dir, prompt, prompt_file, dtype = "fp32";
   infer::GenerateOptions g;
   std::vector<std::string> stop;
+  std::string early_stopping = "false";
   std::int64_t batch_size = 8;
   bool sample = false, json = false, stream = false, no_special = false;
   // Given on the command line (CLI11 leaves the defaults otherwise).
@@ -72,6 +74,17 @@ void resolve_sampling(GenerateCliOptions& o) {
   }
   if (s.no_repeat_ngram_size < 0) throw ConfigError("--no-repeat-ngram-size: expected >= 0, found " + std::to_string(s.no_repeat_ngram_size));
   if (o.batch_size < 1) throw ConfigError("--batch-size: expected >= 1, found " + std::to_string(o.batch_size));
+  if (o.g.num_beams < 1) throw ConfigError("--num-beams: expected >= 1, found " + std::to_string(o.g.num_beams));
+  if (o.early_stopping == "true") {
+    o.g.early_stopping = infer::EarlyStopping::first;
+  } else if (o.early_stopping == "never") {
+    o.g.early_stopping = infer::EarlyStopping::never;
+  } else if (o.early_stopping != "false") {
+    throw ConfigError("--early-stopping: expected true, false or never, found '" + o.early_stopping + "'");
+  }
+  if (o.g.num_beams > 1 && o.stream) {
+    throw ConfigError("--stream with --num-beams > 1: beam search settles the text only at the end; drop one of them");
+  }
   // --temperature 0 is greedy whatever else is set (as llama.cpp); otherwise any sampling
   // control, or --sample, samples.
   s.do_sample = (o.sample || o.temperature_set || o.top_k_set || o.top_p_set) && !(o.temperature_set && s.temperature == 0);
@@ -150,6 +163,7 @@ int run_generate(GenerateCliOptions o) {
       shown[i] = text;
       return !stopped;
     };
+    // Beam search calls no callback: its stop strings cut the final text only.
     auto out = infer::generate(lm, group, o.g, &stats, on_token);
     for (std::size_t i = 0; i < out.size(); ++i) {
       // Cut before a stop string; otherwise the whole text, a trailing partial character included.
@@ -157,7 +171,7 @@ int run_generate(GenerateCliOptions o) {
       std::string text = decode(out[i].ids);
       const std::string cut = printable(text, o.stop, &stopped);
       if (stopped) text = cut;
-      if (out[i].stop_reason == "stop") out[i].stop_reason = "stop_string";
+      if (out[i].stop_reason == "stop" || stopped) out[i].stop_reason = "stop_string";
       if (o.json) {
         nlohmann::ordered_json j = {{"prompt", texts[first + i]},
                                     {"prompt_ids", group[i]},
@@ -168,6 +182,7 @@ int run_generate(GenerateCliOptions o) {
                                     {"prefill_tokens_per_s", stats.prefill_tokens / std::max(1e-9, stats.prefill_s)},
                                     {"decode_tokens_per_s", stats.decode_tokens / std::max(1e-9, stats.decode_s)},
                                     {"peak_memory_bytes", train::peak_resident_bytes()}};
+        if (o.g.num_beams > 1) j["beam_score"] = out[i].score;
         std::cout << j.dump() << std::endl;
       } else if (o.stream) {
         if (text.size() > shown[i].size()) std::cout << text.substr(shown[i].size());
@@ -201,6 +216,12 @@ CLI::App* add_generate_command(CLI::App& app, Action& run) {
   cmd->add_option("--repetition-penalty", o->g.sampling.repetition_penalty, "CTRL repetition penalty (1: off)");
   cmd->add_option("--no-repeat-ngram-size,--no-repeat-ngram", o->g.sampling.no_repeat_ngram_size,
                   "Never repeat an n-gram of this size (0: off)");
+  cmd->add_option("--num-beams", o->g.num_beams, "Beam search with this many beams (1: greedy or sampled)");
+  cmd->add_option("--length-penalty", o->g.length_penalty,
+                  "Beam search: a finished beam scores sum log p / length^this (> 0 favours longer, < 0 shorter)");
+  cmd->add_option("--early-stopping", o->early_stopping,
+                  "Beam search: true (stop at num_beams finished), false (when no beam can win at this length), never")
+      ->check(CLI::IsMember({"true", "false", "never"}));
   cmd->add_option("--stop", o->stop, "Stop a sequence where this text appears (repeatable); the text is cut before it");
   cmd->add_option("--batch-size", o->batch_size, "Prompts generated together (left-padded), default 8");
   cmd->add_option("--seed", o->g.seed, "Sampling seed");

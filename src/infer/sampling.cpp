@@ -11,36 +11,47 @@ namespace {
 const double kNegInf = -std::numeric_limits<double>::infinity();
 
 // CTRL's penalty, once per distinct token seen: divide positive scores, multiply negative ones.
-void repetition_penalty(at::Tensor& scores, const std::vector<std::int64_t>& history, double theta) {
-  auto* s = scores.data_ptr<float>();
-  std::vector<bool> seen(static_cast<std::size_t>(scores.size(0)), false);
+template <typename T>
+void repetition_penalty(T* s, std::int64_t V, const std::vector<std::int64_t>& history, double theta) {
+  std::vector<bool> seen(static_cast<std::size_t>(V), false);
   for (auto id : history) {
-    if (id < 0 || id >= scores.size(0) || seen[id]) continue;
+    if (id < 0 || id >= V || seen[id]) continue;
     seen[id] = true;
-    s[id] = s[id] < 0 ? static_cast<float>(s[id] * theta) : static_cast<float>(s[id] / theta);
+    s[id] = s[id] < 0 ? static_cast<T>(s[id] * theta) : static_cast<T>(s[id] / theta);
   }
 }
 
 // Bans every token that followed the current last n-1 tokens earlier in the sequence.
-void no_repeat_ngram(at::Tensor& scores, const std::vector<std::int64_t>& history, std::int64_t n) {
+template <typename T>
+void no_repeat_ngram(T* s, std::int64_t V, const std::vector<std::int64_t>& history, std::int64_t n) {
   const auto len = static_cast<std::int64_t>(history.size());
   if (n <= 0 || len + 1 < n) return;
-  auto* s = scores.data_ptr<float>();
   for (std::int64_t start = 0; start + n <= len; ++start) {
     bool match = true;
     for (std::int64_t k = 0; k < n - 1 && match; ++k) match = history[start + k] == history[len - (n - 1) + k];
     if (match) {
       const auto banned = history[start + n - 1];
-      if (banned >= 0 && banned < scores.size(0)) s[banned] = -std::numeric_limits<float>::infinity();
+      if (banned >= 0 && banned < V) s[banned] = -std::numeric_limits<T>::infinity();
     }
   }
+}
+
+template <typename T>
+void penalise(at::Tensor& scores, const std::vector<std::int64_t>& history, const SamplingOptions& o) {
+  if (o.repetition_penalty != 1.0) repetition_penalty(scores.data_ptr<T>(), scores.size(0), history, o.repetition_penalty);
+  if (o.no_repeat_ngram_size > 0) no_repeat_ngram(scores.data_ptr<T>(), scores.size(0), history, o.no_repeat_ngram_size);
 }
 }  // namespace
 
 at::Tensor process_logits(at::Tensor logits, const std::vector<std::int64_t>& history, const SamplingOptions& o) {
-  auto scores = logits.to(at::kFloat).contiguous().clone();
-  if (o.repetition_penalty != 1.0) repetition_penalty(scores, history, o.repetition_penalty);
-  if (o.no_repeat_ngram_size > 0) no_repeat_ngram(scores, history, o.no_repeat_ngram_size);
+  // float64 stays float64 (beam search over a float64 model compares sums of log-probabilities
+  // exactly); everything else is processed in float32.
+  auto scores = logits.to(logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat).contiguous().clone();
+  if (scores.scalar_type() == at::kDouble) {
+    penalise<double>(scores, history, o);
+  } else {
+    penalise<float>(scores, history, o);
+  }
   if (!o.do_sample) return scores;
   if (!(o.temperature > 0)) throw ConfigError("temperature must be > 0 when sampling (use greedy decoding instead)");
   scores = scores / o.temperature;

@@ -19,8 +19,8 @@ struct SamplingOptions {
   std::int64_t no_repeat_ngram_size = 0;
 };
 
-// Applies the processors to `logits` [V] (fp32) for a sequence `history` (prompt + generated)
-// and returns the processed scores; filtered entries are -inf.
+// Applies the processors to `logits` [V] for a sequence `history` (prompt + generated) and
+// returns the processed scores (float32; float64 when `logits` is); filtered entries are -inf.
 at::Tensor process_logits(at::Tensor logits, const std::vector<std::int64_t>& history, const SamplingOptions& options);
 
 // Chooses the next token from processed scores: argmax, or a draw from softmax(scores).

@@ -124,6 +124,16 @@ KVCache CausalLMImpl::new_cache(std::int64_t capacity) const {
   return cache;
 }
 
+void KVCache::select_rows(const at::Tensor& rows) {
+  for (auto& layer : layers) {
+    if (!layer.k.defined()) continue;
+    for (auto* buffer : {&layer.k, &layer.v}) {
+      auto held = buffer->narrow(2, 0, layer.length);
+      held.copy_(held.index_select(0, rows));
+    }
+  }
+}
+
 at::ScalarType parse_dtype(const std::string& name, const std::string& where) {
   if (name == "fp32" || name == "float32" || name == "float") return at::kFloat;
   if (name == "bf16" || name == "bfloat16") return at::kBFloat16;

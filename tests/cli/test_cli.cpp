@@ -211,6 +211,18 @@ TEST(Cli, GenerateBatchesStopsAndRefuses) {
   EXPECT_EQ(st["text"], text.substr(0, text.find(stop)));
   EXPECT_EQ(st["stop_reason"], "stop_string");
 
+  // Beam search through the command line (its algorithm is checked against an independent
+  // reference in Generate.BeamSearchMatchesIndependentReference): a score, and the same output
+  // for a prompt in a batch as alone.
+  const auto beams = with({"--prompt-file", prompts.string(), "--batch-size", "3", "--num-beams", "3", "--length-penalty", "0.8"});
+  ASSERT_EQ(beams.status, 0) << beams.err;
+  ASSERT_EQ(lines(beams.out), 3) << beams.out;
+  const Json beam_first = Json::parse(beams.out.substr(0, beams.out.find('\n')));
+  EXPECT_TRUE(beam_first.contains("beam_score")) << beam_first.dump();
+  const auto beam_alone = with({"--prompt", texts[0], "--num-beams", "3", "--length-penalty", "0.8"});
+  ASSERT_EQ(beam_alone.status, 0) << beam_alone.err;
+  EXPECT_EQ(Json::parse(beam_alone.out)["generated_ids"], beam_first["generated_ids"]);
+
   const std::vector<std::string> model = {"generate", "--model", dir.string(), "--prompt", "x"};
   auto refused = [&](std::vector<std::string> extra, const std::string& what) {
     auto args = model;
@@ -221,6 +233,9 @@ TEST(Cli, GenerateBatchesStopsAndRefuses) {
   refused({"--top-p", "1.5"}, "--top-p: expected a probability in [0, 1]");
   refused({"--top-k", "-2"}, "--top-k");
   refused({"--max-new-tokens", "300"}, "past the model's context of 256");
+  refused({"--num-beams", "2", "--stream"}, "--stream with --num-beams > 1");
+  refused({"--num-beams", "2", "--temperature", "0.7"}, "beam sampling) is not implemented");
+  refused({"--num-beams", "0"}, "--num-beams: expected >= 1");
   expect_one_line_failure(ctune({"generate", "--model", dir.string()}), "give one of --prompt and --prompt-file", "no prompt");
   const auto usage = ctune({"generate", "--model", dir.string(), "--prompt", "x", "--top-k", "many"});
   EXPECT_EQ(usage.status, 2) << usage.err;

@@ -11,6 +11,8 @@ Usage: make_reference.py OUT_DIR
 Writes OUT_DIR/<name>/ (config.json + safetensors) and OUT_DIR/<name>.reference.json with
 {"ids": [...], "nll": [...], "argmax": [...], "min_margin": float, "nll_fp32_noise": float}: the
 last is how far float32 rounding alone moves these NLLs (largest |dNLL|, tests/fp32_noise.py).
+For the BEAM_CASES also OUT_DIR/<name>.beam.json: beam searches (beam_reference.py) over
+BEAM_PROMPTS for each of BEAM_SETTINGS, in float64.
 """
 import json
 import math
@@ -22,6 +24,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from fp32_noise import fp32_noise, max_abs  # noqa: E402
+from beam_reference import beam_search  # noqa: E402
 
 SEQ_LEN = 160
 MARGIN = 1e-4  # top-1 vs top-2 logit gap required at every position (keeps argmax well defined)
@@ -61,6 +64,19 @@ CASES = {
     "mistral_fp16": dict(model_type="mistral", num_key_value_heads=2, sliding_window=4096,
                          tie_word_embeddings=False, torch_dtype="float16", rope_theta=1000000.0),
 }
+
+# Beam search fixtures: MHA, GQA and Qwen2 biases. The eos ids are tokens greedy decoding picks
+# early, so hypotheses do finish and length penalty and early stopping matter.
+BEAM_CASES = ("llama_mha_fp32", "llama_gqa_tied_bf16", "qwen2_bias")
+BEAM_PROMPTS = ([5, 17, 42], [9, 101, 77, 3, 250, 11, 64, 2])
+BEAM_SETTINGS = (
+    dict(num_beams=4, length_penalty=1.0, early_stopping=False, max_new_tokens=12),
+    dict(num_beams=3, length_penalty=2.0, early_stopping=True, max_new_tokens=12),
+    dict(num_beams=4, length_penalty=-1.0, early_stopping="never", max_new_tokens=10),
+    dict(num_beams=2, length_penalty=0.5, early_stopping="never", max_new_tokens=12),
+    dict(num_beams=3, length_penalty=1.0, early_stopping=False, max_new_tokens=12, repetition=1.3, no_repeat_ngram=2),
+    dict(num_beams=5, length_penalty=1.0, early_stopping=False, max_new_tokens=16, eos=False),
+)
 
 ST_DTYPE = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
 TORCH_DTYPE = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -230,6 +246,27 @@ def forward(cfg, w, ids, dtype=torch.float64):
     return x @ head.T
 
 
+def write_beam_fixture(path, cfg, weights):
+    def logprobs(seq):
+        return torch.log_softmax(forward(cfg, weights, seq)[-1], dim=-1)
+
+    def greedy(prompt, n):
+        seq = list(prompt)
+        for _ in range(n):
+            seq.append(int(logprobs(seq).argmax()))
+        return seq[len(prompt):]
+
+    eos = sorted({greedy(p, 3)[2] for p in BEAM_PROMPTS})
+    runs = []
+    for setting in BEAM_SETTINGS:
+        s = dict(setting)
+        eos_ids = eos if s.pop("eos", True) else []
+        outs = [beam_search(logprobs, p, eos_ids=eos_ids, **s) for p in BEAM_PROMPTS]
+        runs.append(dict(setting, eos_ids=eos_ids, prompts=BEAM_PROMPTS, outputs=outs))
+    with open(path, "w") as f:
+        json.dump(runs, f)
+
+
 def main():
     out_root = sys.argv[1]
     os.makedirs(out_root, exist_ok=True)
@@ -260,6 +297,8 @@ def main():
         with open(os.path.join(out_root, name + ".reference.json"), "w") as f:
             json.dump({"ids": ids, "nll": nll, "argmax": logits.argmax(-1).tolist(), "min_margin": margin,
                        "nll_fp32_noise": noise}, f)
+        if name in BEAM_CASES:
+            write_beam_fixture(os.path.join(out_root, name + ".beam.json"), cfg, weights)
         print(f"{name}: {len(weights)} tensors, {dtype}, mean nll {sum(nll) / len(nll):.4f}, min margin {margin:.2e}, "
               f"fp32 noise {noise:.2e}")
 

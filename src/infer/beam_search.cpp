@@ -1,0 +1,194 @@
+#include "infer/beam_search.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <utility>
+
+#include "core/error.h"
+#include "infer/prompt_batch.h"
+
+namespace ctune::infer {
+
+namespace {
+
+// The num_beams best finished hypotheses of one prompt (Hugging Face's BeamHypotheses).
+class Hypotheses {
+ public:
+  explicit Hypotheses(const GenerateOptions& o) : options_(o) {}
+
+  void add(std::vector<std::int64_t> ids, double sum_logprobs, std::int64_t generated_len, bool eos) {
+    const double score = sum_logprobs / std::pow(static_cast<double>(generated_len), options_.length_penalty);
+    const auto n = static_cast<std::size_t>(options_.num_beams);
+    if (kept_.size() >= n && score <= worst_) return;
+    kept_.push_back({std::move(ids), eos ? "eos" : "length", score});
+    if (kept_.size() <= n) {
+      worst_ = std::min(score, worst_);
+      return;
+    }
+    // One too many: drop the worst (the earliest of equals) and remember the next worst.
+    std::vector<std::pair<double, std::size_t>> ranked;
+    for (std::size_t i = 0; i < kept_.size(); ++i) ranked.emplace_back(kept_[i].score, i);
+    std::sort(ranked.begin(), ranked.end());
+    kept_.erase(kept_.begin() + static_cast<std::ptrdiff_t>(ranked[0].second));
+    worst_ = ranked[1].first;
+  }
+
+  // Whether no running beam can still enter the kept set: `best_sum` is the best running sum,
+  // `generated_len` the length the hypotheses of this step have.
+  bool is_done(double best_sum, std::int64_t generated_len) const {
+    if (static_cast<std::int64_t>(kept_.size()) < options_.num_beams) return false;
+    if (options_.early_stopping == EarlyStopping::first) return true;
+    // A positive penalty rewards length: under `never` the best a running beam can reach is at
+    // max_new_tokens. The heuristic (and any penalty <= 0) judges it at the current length.
+    const bool longest = options_.early_stopping == EarlyStopping::never && options_.length_penalty > 0;
+    const auto length = static_cast<double>(longest ? options_.max_new_tokens : generated_len);
+    return worst_ >= best_sum / std::pow(length, options_.length_penalty);
+  }
+
+  // The best hypothesis; among equal scores the last added.
+  Generation best() const {
+    std::size_t at = 0;
+    for (std::size_t i = 1; i < kept_.size(); ++i)
+      if (kept_[i].score >= kept_[at].score) at = i;
+    return kept_[at];
+  }
+
+ private:
+  const GenerateOptions& options_;
+  std::vector<Generation> kept_;
+  double worst_ = 1e9;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+std::vector<Generation> beam_search(model::CausalLM& lm, const std::vector<std::vector<std::int64_t>>& prompts,
+                                    const GenerateOptions& o, GenerateStats* stats) {
+  const auto B = static_cast<std::int64_t>(prompts.size());
+  const auto nb = o.num_beams;
+  if (nb < 1) throw ConfigError("num_beams: expected >= 1, found " + std::to_string(nb));
+  if (o.sampling.do_sample) {
+    throw ConfigError("beam search samples nothing: sampling with num_beams > 1 (beam sampling) is not implemented; "
+                      "use --temperature 0 with --num-beams, or --num-beams 1 to sample");
+  }
+  std::vector<Generation> out(prompts.size());
+  if (B == 0) return out;
+  check_prompts(lm, prompts, o.max_new_tokens);
+  const auto V = lm->config().vocab_size;
+  if (nb > V) throw ConfigError("num_beams: " + std::to_string(nb) + " is more than the vocabulary of " + std::to_string(V));
+  at::NoGradGuard no_grad;
+  const bool was_training = lm->is_training();
+  lm->eval();
+  const at::Device device = lm->parameters().front().device();
+  GenerateStats local;
+  GenerateStats& s = stats ? *stats : local;
+
+  const auto rows = B * nb;
+  auto batch = left_pad(prompts, nb, o.max_new_tokens, device);
+  s.prefill_tokens += batch.prompt_tokens;
+  auto cache = lm->new_cache(batch.longest + o.max_new_tokens);
+  auto in = batch.prefill(cache);
+
+  // Row b * nb + j is beam j of prompt b: its tokens (prompt + generated) and running sum of
+  // log-probabilities. All beams start as the prompt; only the first may expand at first, so
+  // the first step's candidates are distinct.
+  std::vector<std::vector<std::int64_t>> seq;
+  std::vector<double> sums(static_cast<std::size_t>(rows), -1e9);
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t j = 0; j < nb; ++j) seq.push_back(prompts[static_cast<std::size_t>(b)]);
+    sums[static_cast<std::size_t>(b * nb)] = 0;
+  }
+  std::vector<Hypotheses> hyps(prompts.size(), Hypotheses(o));
+  std::vector<bool> done(prompts.size(), false);
+  // Enough candidates that num_beams of them are not eos even when every eos id ranks high.
+  const auto keep = std::min(nb * V, std::max<std::int64_t>(2, 1 + static_cast<std::int64_t>(o.stop_ids.size())) * nb);
+  auto is_stop = [&](std::int64_t t) { return std::find(o.stop_ids.begin(), o.stop_ids.end(), t) != o.stop_ids.end(); };
+  SamplingOptions penalties = o.sampling;  // the processors only; candidates are chosen below
+  const bool penalise = penalties.repetition_penalty != 1.0 || penalties.no_repeat_ngram_size > 0;
+
+  auto t0 = std::chrono::steady_clock::now();
+  for (std::int64_t step = 0; step < o.max_new_tokens; ++step) {
+    auto logp = at::log_softmax(last_logits(lm, in), -1);  // [rows, V]
+    if (penalise) {
+      std::vector<at::Tensor> processed;
+      for (std::int64_t r = 0; r < rows; ++r) processed.push_back(process_logits(logp[r], seq[static_cast<std::size_t>(r)], penalties));
+      logp = at::stack(processed);
+    }
+    auto total = (logp.to(at::kDouble) + at::tensor(sums, at::kDouble).unsqueeze(1)).view({B, nb * V});
+    auto [top, index] = total.topk(keep, /*dim=*/1, /*largest=*/true, /*sorted=*/true);
+    const auto top_a = top.accessor<double, 2>();
+    const auto index_a = index.accessor<std::int64_t, 2>();
+
+    std::vector<std::int64_t> source(static_cast<std::size_t>(rows)), token(static_cast<std::size_t>(rows), 0);
+    std::vector<double> next_sums(static_cast<std::size_t>(rows), 0);
+    for (std::int64_t b = 0; b < B; ++b) {
+      const auto bi = static_cast<std::size_t>(b);
+      std::int64_t filled = 0;
+      if (done[bi]) {
+        for (std::int64_t j = 0; j < nb; ++j) source[static_cast<std::size_t>(b * nb + j)] = b * nb + j;
+        continue;
+      }
+      const auto prompt_len = static_cast<std::ptrdiff_t>(prompts[bi].size());
+      for (std::int64_t rank = 0; rank < keep && filled < nb; ++rank) {
+        const auto row = b * nb + index_a[b][rank] / V;
+        const auto t = index_a[b][rank] % V;
+        const auto& from = seq[static_cast<std::size_t>(row)];
+        if (is_stop(t)) {
+          // Only an eos among the best num_beams candidates finishes a hypothesis.
+          if (rank < nb) hyps[bi].add({from.begin() + prompt_len, from.end()}, top_a[b][rank], step + 1, true);
+          continue;
+        }
+        const auto r = static_cast<std::size_t>(b * nb + filled++);
+        source[r] = row;
+        token[r] = t;
+        next_sums[r] = top_a[b][rank];
+      }
+      done[bi] = hyps[bi].is_done(top_a[b][0], step + 1);
+    }
+    if (step == 0) {
+      s.prefill_s = seconds_since(t0);
+      t0 = std::chrono::steady_clock::now();
+    } else {
+      s.decode_tokens += rows;
+    }
+    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
+
+    // The beams move: each row takes its source's tokens and cache, plus its new token.
+    std::vector<std::vector<std::int64_t>> next_seq(static_cast<std::size_t>(rows));
+    for (std::size_t r = 0; r < next_seq.size(); ++r) {
+      next_seq[r] = seq[static_cast<std::size_t>(source[r])];
+      next_seq[r].push_back(token[r]);
+    }
+    seq = std::move(next_seq);
+    sums = std::move(next_sums);
+    if (step + 1 == o.max_new_tokens) break;
+    cache.select_rows(at::tensor(source, at::kLong).to(device));
+    in.input_ids = at::tensor(token, at::kLong).view({rows, 1}).to(device);
+    in.attention_mask = batch.attention_mask.narrow(1, 0, cache.length() + 1);
+  }
+  s.decode_s = seconds_since(t0);
+
+  // Prompts still running: their beams join the hypotheses as they stand.
+  for (std::int64_t b = 0; b < B; ++b) {
+    const auto bi = static_cast<std::size_t>(b);
+    if (!done[bi]) {
+      const auto prompt_len = static_cast<std::ptrdiff_t>(prompts[bi].size());
+      for (std::int64_t j = 0; j < nb; ++j) {
+        const auto& row = seq[static_cast<std::size_t>(b * nb + j)];
+        hyps[bi].add({row.begin() + prompt_len, row.end()}, sums[static_cast<std::size_t>(b * nb + j)],
+                     static_cast<std::int64_t>(row.size()) - prompt_len, false);
+      }
+    }
+    out[bi] = hyps[bi].best();
+  }
+  if (was_training) lm->train();
+  return out;
+}
+
+}  // namespace ctune::infer

@@ -1,0 +1,39 @@
+// What greedy/sampled generation and beam search share: checking prompts against the model, and
+// laying them out as one left-padded batch whose attention mask covers the whole generation.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "model/llama.h"
+
+namespace ctune::infer {
+
+// Throws ConfigError for an empty prompt, a token outside the vocabulary, or prompt +
+// max_new_tokens past the model's context.
+void check_prompts(const model::CausalLM& model, const std::vector<std::vector<std::int64_t>>& prompts,
+                   std::int64_t max_new_tokens);
+
+// The prompts left-padded to the longest (padding: id 0, mask 0), so every row's next token comes
+// from the same last column; positions count each row's real tokens (from the mask). Each prompt
+// fills `copies` consecutive rows (beam search's beams).
+struct PromptBatch {
+  at::Tensor input_ids;       // [rows, longest] on the model's device
+  at::Tensor attention_mask;  // [rows, longest + max_new_tokens]: 1 token, 0 padding (later positions 1)
+  std::int64_t longest = 0;
+  std::int64_t prompt_tokens = 0;  // real tokens of all prompts, counted once
+
+  // The prompt pass's inputs, appending to `cache`.
+  model::ForwardInputs prefill(model::KVCache& cache) const;
+};
+PromptBatch left_pad(const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t copies, std::int64_t max_new_tokens,
+                     const at::Device& device);
+
+// The logits after the last position of every row, [rows, V] on the host in float32 (float64
+// when the model computes in float64). Only the last position goes through the head, a [V, H]
+// matmul and the largest of a small model.
+at::Tensor last_logits(model::CausalLM& model, const model::ForwardInputs& in);
+
+}  // namespace ctune::infer
