@@ -1,7 +1,10 @@
 // `ctune eval RECIPE [key=value ...] [--adapter DIR | --model DIR] [--accuracy]`: the held-out
-// metrics of a model as the recipe's run has it: eval loss over the eval split and, with
-// --accuracy, exact-match accuracy of greedy generations of the first response of each eval
-// example against the reference. The model is built and evaluated exactly as `train` builds and
+// metrics of a model as the recipe's run has it: eval loss (mean token NLL) and perplexity over
+// the eval split and, with --accuracy, exact-match accuracy of greedy generations of the first
+// response of each eval example against the reference.
+// `ctune eval --model DIR [--adapter DIR] --data FILE [--format F] [key=value ...]` needs no
+// recipe: FILE is the eval split, read and masked with the recipe defaults (overrides such as
+// data.max_seq_len=4096 or model.dtype=bf16 apply). The model is built and evaluated exactly as `train` builds and
 // evaluates it (train::build_model, train::evaluate_loss): the same storage and compute dtypes,
 // quantised base and loss, so `eval` reports the eval_loss that training logged for the same
 // weights. --adapter DIR evaluates model.path with that adapter (its own adapter_config.json
@@ -33,6 +36,7 @@ struct EvalOptions {
   std::vector<std::string> overrides;
   std::string adapter;
   std::string model;  // replaces model.path (e.g. a fully fine-tuned output)
+  std::string data, format;  // without a recipe: the data to evaluate and its format
   bool accuracy = false;
   std::int64_t limit = -1;
   std::int64_t show = 0;
@@ -81,18 +85,41 @@ Accuracy exact_match(model::CausalLM& lm, const std::vector<data::Example>& exam
   return a;
 }
 
-int run_eval(const EvalOptions& o) {
+// Without a recipe: the defaults, with the model and the data file (as both splits: eval reads
+// it, and the training split every recipe needs is the same examples, not read twice).
+Recipe recipe_for(const EvalOptions& o, std::vector<std::string> overrides) {
+  if (!o.recipe.empty()) {
+    if (!o.data.empty() || !o.format.empty()) {
+      throw ConfigError("--data/--format replace a recipe: give either RECIPE (its data.eval) or --data FILE");
+    }
+    return Recipe::load(o.recipe, overrides);
+  }
+  if (o.model.empty() || o.data.empty()) throw ConfigError("give RECIPE, or --model DIR and --data FILE");
+  auto quoted = [](const std::string& s) { return Json(s).dump(); };  // a YAML double-quoted scalar
+  std::vector<std::string> keys = {"output_dir=" + quoted("(ctune eval writes nothing)"), "data.train=" + quoted(o.data),
+                                   "data.eval=" + quoted(o.data), "training.max_steps=1"};  // a plan needs a length
+  if (!o.format.empty()) keys.push_back("data.format=" + quoted(o.format));
+  overrides.insert(overrides.begin(), keys.begin(), keys.end());
+  return Recipe::parse("", "ctune eval --model/--data", overrides);
+}
+
+int run_eval(EvalOptions o) {
+  // Without a recipe the first key=value lands in the recipe's place on the command line.
+  if (o.recipe.find('=') != std::string::npos && !fs::exists(o.recipe)) {
+    o.overrides.insert(o.overrides.begin(), o.recipe);
+    o.recipe.clear();
+  }
   auto overrides = o.overrides;
-  if (!o.model.empty()) overrides.push_back("model.path=" + o.model);
+  if (!o.model.empty()) overrides.push_back("model.path=" + Json(o.model).dump());
   if (!o.adapter.empty()) {
     // Start the run's LoRA from this adapter: its config and weights, over model.path.
     overrides.push_back("peft.method=lora");
-    overrides.push_back("peft.init_from=" + o.adapter);
+    overrides.push_back("peft.init_from=" + Json(o.adapter).dump());
   }
-  auto plan = train::plan_run(Recipe::load(o.recipe, overrides));
+  auto plan = train::plan_run(recipe_for(o, overrides));
   at::set_num_threads(plan.threads);
   if (plan.datasets.eval->empty()) {
-    throw ConfigError(o.recipe + ": no eval data to evaluate on (set data.eval or data.eval_fraction)");
+    throw ConfigError(o.recipe + ": no eval data to evaluate on (set data.eval or data.eval_fraction, or give --data FILE)");
   }
   auto lm = train::build_model(plan);
   auto batches = train::all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
@@ -115,13 +142,18 @@ int run_eval(const EvalOptions& o) {
   }
   if (o.json) {
     std::cout << out.dump() << std::endl;
-  } else {
-    std::printf("eval loss %.4f, perplexity %.3f over %lld tokens", loss, std::exp(loss), static_cast<long long>(tokens));
-    if (o.accuracy) {
-      std::printf("; exact-match accuracy %.1f%% (%lld/%lld)", 100.0 * out["accuracy"].get<double>(),
-                  static_cast<long long>(acc.correct), static_cast<long long>(acc.total));
-    }
-    std::printf("\n");
+    return 0;
+  }
+  // A table: what was evaluated, then the metrics.
+  std::printf("%-12s %s%s\n", "model", plan.model_dir.string().c_str(), o.adapter.empty() ? "" : (" + adapter " + o.adapter).c_str());
+  std::printf("%-12s %s: %zu examples (%s)\n", "data", plan.datasets.eval_stats.file.c_str(), plan.datasets.eval->size(),
+              data::to_string(plan.data.format).c_str());
+  std::printf("%-12s %lld\n", "tokens", static_cast<long long>(tokens));
+  std::printf("%-12s %.4f\n", "eval loss", loss);
+  std::printf("%-12s %.3f\n", "perplexity", std::exp(loss));
+  if (o.accuracy) {
+    std::printf("%-12s %.1f%% (%lld/%lld exact matches)\n", "accuracy", 100.0 * out["accuracy"].get<double>(),
+                static_cast<long long>(acc.correct), static_cast<long long>(acc.total));
   }
   return 0;
 }
@@ -130,11 +162,13 @@ int run_eval(const EvalOptions& o) {
 
 CLI::App* add_eval_command(CLI::App& app, Action& run) {
   auto opts = std::make_shared<EvalOptions>();
-  auto* cmd = app.add_subcommand("eval", "Eval loss (and exact-match accuracy) of a model on a recipe's eval split");
-  cmd->add_option("recipe", opts->recipe, "Recipe file (YAML)")->required();
+  auto* cmd = app.add_subcommand("eval", "Eval loss and perplexity (and exact-match accuracy) of a model on a recipe's eval split or a data file");
+  cmd->add_option("recipe", opts->recipe, "Recipe file (YAML); or give --model and --data instead");
   cmd->add_option("overrides", opts->overrides, "key.sub=value overrides");
   cmd->add_option("--adapter", opts->adapter, "PEFT LoRA adapter directory to apply to model.path");
   cmd->add_option("--model", opts->model, "Model directory to evaluate instead of model.path");
+  cmd->add_option("--data", opts->data, "Without a recipe: the data file to evaluate (JSONL or a JSON array)");
+  cmd->add_option("--format", opts->format, "Without a recipe: the data's format (instruct, chat, text; default instruct)");
   cmd->add_flag("--accuracy", opts->accuracy, "Also generate each example's response greedily and count exact matches");
   cmd->add_option("--limit", opts->limit, "Evaluate accuracy on the first N examples only");
   cmd->add_option("--show", opts->show, "Print the first N generations");

@@ -115,7 +115,13 @@ Datasets load_datasets(const DataOptions& options, const tok::Tokenizer& tokeniz
                         " is empty: " + summary(ds.eval_stats, options));
   } else {
     ds.train = std::make_shared<const std::vector<Example>>(take(train, ds.train_stats, nullptr, false));
-    if (!options.eval.empty()) {
+    if (!options.eval.empty() && options.eval == options.train) {
+      // Evaluating on the training file (`ctune eval --data FILE` names it as both): the same
+      // examples, built once.
+      ds.eval = ds.train;
+      ds.eval_stats = ds.train_stats;
+      ds.eval_stats.straddles = train.straddles;
+    } else if (!options.eval.empty()) {
       Built eval = build_file(options.eval, options, formatter, builder, ds.eval_stats);
       ds.eval = std::make_shared<const std::vector<Example>>(take(eval, ds.eval_stats, nullptr, false));
       ds.eval_stats.straddles = eval.straddles;

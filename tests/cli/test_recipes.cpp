@@ -404,6 +404,25 @@ TEST_F(Recipes, PerplexityIsExpOfTheMeanScoreNll) {
   EXPECT_TRUE(ctune::test::within("|eval_ppl - exp(mean score NLL)| / ppl", std::abs(e["eval_ppl"].get<double>() - ppl) / ppl, 1e-5))
       << "eval_ppl " << e["eval_ppl"] << ", from score " << ppl;
   EXPECT_NEAR(e["eval_ppl"].get<double>(), std::exp(e["eval_loss"].get<double>()), 1e-9 * ppl);
+
+  // Without a recipe: --model and --data (with the same data keys as overrides) give the same
+  // numbers; the text form is a table; a recipe with --data, or neither, is refused.
+  const std::vector<std::string> bare = {"eval", "--model", d + "/model", "--data", d + "/ppl.jsonl", "--format", "text",
+                                         "data.add_eos=false", "data.max_seq_len=128"};
+  auto direct = bare;
+  direct.push_back("--json");
+  const auto no_recipe = ctune(direct);
+  ASSERT_EQ(no_recipe.status, 0) << no_recipe.err;
+  const Json n = Json::parse(no_recipe.out);
+  EXPECT_EQ(n["eval_tokens"], e["eval_tokens"]);
+  // The default eval batch (not the recipe's 3 rows) rounds the fp32 sums differently.
+  EXPECT_NEAR(n["eval_loss"].get<double>(), e["eval_loss"].get<double>(), 1e-6 * e["eval_loss"].get<double>());
+  const auto table = ctune(bare);
+  ASSERT_EQ(table.status, 0) << table.err;
+  EXPECT_NE(table.out.find("perplexity"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("4 examples (text)"), std::string::npos) << table.out;
+  expect_one_line_failure(ctune({"eval", recipe.string(), "--data", d + "/ppl.jsonl"}), "--data/--format replace a recipe", "recipe and --data");
+  expect_one_line_failure(ctune({"eval", "--data", d + "/ppl.jsonl"}), "give RECIPE, or --model DIR and --data FILE", "no model");
 }
 
 }  // namespace
