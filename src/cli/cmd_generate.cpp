@@ -25,7 +25,7 @@ namespace ctune::cli {
 namespace {
 
 struct GenerateCliOptions {
-  std::string model_dir, adapter, tokenizer_dir, prompt, prompt_file, dtype = "fp32";
+  std::string model_dir, adapter, tokenizer_dir, prompt, prompt_file, dtype = "fp32", quantize = "none";
   infer::GenerateOptions g;
   std::vector<std::string> stop;
   std::string early_stopping = "false";
@@ -126,6 +126,11 @@ int run_generate(GenerateCliOptions o) {
   spec.weights = o.model_dir;
   spec.storage_dtype = model::parse_dtype(o.dtype, "--dtype");  // and computed in as stored
   spec.adapter = o.adapter;
+  if (o.quantize != "none") {  // the projections quantised as a QLoRA base is (recipe defaults)
+    quant::QuantSpec q;
+    q.kind = o.quantize == "int8" ? quant::QuantSpec::Int8 : quant::QuantSpec::Nf4;
+    spec.quantize_base = q;
+  }
   auto lm = peft::build_model(spec);
   o.g.stop_ids = model::generation_stop_ids(lm->config(), o.model_dir);
   if (tokenizer->special().eos && std::find(o.g.stop_ids.begin(), o.g.stop_ids.end(), *tokenizer->special().eos) == o.g.stop_ids.end()) {
@@ -228,6 +233,8 @@ CLI::App* add_generate_command(CLI::App& app, Action& run) {
   cmd->add_flag("--json", o->json, "One JSON object per prompt: ids, text, stop reason, tokens/s, peak memory");
   cmd->add_flag("--stream", o->stream, "Print the text as it is generated (one prompt at a time)");
   cmd->add_option("--dtype", o->dtype, "Compute dtype: fp32, bf16 or fp16");
+  cmd->add_option("--quantize", o->quantize, "Quantise the base's projections: int8 (LLM.int8) or nf4 (QLoRA); an adapter stays in full precision")
+      ->check(CLI::IsMember({"none", "int8", "nf4"}));
   cmd->add_flag("--no-special", o->no_special, "Do not add BOS to the prompt");
   cmd->callback([o, &run] { run = [o] { return run_generate(*o); }; });
   return cmd;
