@@ -171,4 +171,37 @@ Rendered render_chat(const Conversation& conv, const ChatSpec& spec, const ChatT
   throw ConfigError("data.chat_format: auto must be resolved before rendering");
 }
 
+void append_generation_prompt(Rendered& r, const ChatSpec& spec, bool conversation_empty) {
+  switch (spec.format) {
+    case ChatFormat::llama3:
+      if (spec.header_after_last) return;  // render_llama3 has already appended it
+      r.special("<|start_header_id|>", false);
+      r.text("assistant", false);
+      r.special("<|end_header_id|>", false);
+      r.text("\n\n", false);
+      return;
+    case ChatFormat::chatml:
+    case ChatFormat::qwen3:
+      r.special("<|im_start|>", false);
+      r.text("assistant\n", false);
+      return;
+    case ChatFormat::llama2: return;
+    case ChatFormat::plain:
+      // render_plain's assistant turn starts "Assistant:" and the answer " <content>".
+      r.text(conversation_empty ? "Assistant:" : "\nAssistant:", false);
+      return;
+    case ChatFormat::automatic: break;
+  }
+  throw ConfigError("data.chat_format: auto must be resolved before rendering");
+}
+
+std::optional<std::string> end_of_turn_token(const ChatSpec& spec) {
+  switch (spec.format) {
+    case ChatFormat::llama3: return "<|eot_id|>";
+    case ChatFormat::chatml:
+    case ChatFormat::qwen3: return "<|im_end|>";
+    default: return std::nullopt;
+  }
+}
+
 }  // namespace ctune::data

@@ -60,6 +60,16 @@ ChatSpec resolve_chat_format(ChatFormat requested, const std::optional<std::stri
 Rendered render_chat(const Conversation& conv, const ChatSpec& spec, const ChatTokens& tokens,
                      const std::string& where);
 
+// What the template adds with add_generation_prompt=True after a conversation that ends with a
+// user (or system) turn: the assistant header the model continues from (llama3: its header,
+// unless the template always appends it; chatml, qwen3: <|im_start|>assistant\n; llama2:
+// nothing, the user turn ends with [/INST]; plain: "\nAssistant:"). `ctune generate --chat`.
+void append_generation_prompt(Rendered& rendered, const ChatSpec& spec, bool conversation_empty);
+
+// The token that ends an assistant turn in this format when it is not eos: <|eot_id|> (llama3),
+// <|im_end|> (chatml, qwen3); nullopt for llama2 and plain, whose turns end with eos.
+std::optional<std::string> end_of_turn_token(const ChatSpec& spec);
+
 // Per-family renderers (chat_llama.cpp, chat_chatml.cpp).
 Rendered render_llama3(const Conversation& conv, const ChatSpec& spec, const ChatTokens& tokens);
 Rendered render_llama2(const Conversation& conv, const ChatTokens& tokens, const std::string& where);

@@ -7,7 +7,9 @@ string methods (strip/lstrip/rstrip ignore their argument, trim() strips JavaScr
 set), and the gtest uses this output to tell those engine differences from ctune bugs.
   python3 render_reference_jinja2.py JS_REFERENCE_JSON CONVERSATIONS OUT_JSON
 Templates, bos and eos are taken from the JavaScript reference file, so both render the same
-inputs. Needs the jinja2 module; exits with status 77 (skipped) when it is missing."""
+inputs. Each result also has "gen_text": the conversation up to its last user message rendered
+with add_generation_prompt=True. Needs the jinja2 module; exits with status 77 (skipped) when it
+is missing."""
 import json
 import os
 import sys
@@ -42,7 +44,15 @@ def main():
             try:
                 text = template.render(messages=conv["messages"], bos_token=t["bos"] or "", eos_token=t["eos"] or "",
                                        add_generation_prompt=False)
-                results.append({"text": text})
+                result_i = {"text": text}
+                # The generation prompt: the conversation up to its last user message, rendered
+                # with add_generation_prompt=True (what `ctune generate --chat` feeds the model).
+                users = [k for k, m in enumerate(conv["messages"]) if m["role"] == "user"]
+                if users:
+                    result_i["gen_text"] = template.render(messages=conv["messages"][:users[-1] + 1],
+                                                           bos_token=t["bos"] or "", eos_token=t["eos"] or "",
+                                                           add_generation_prompt=True)
+                results.append(result_i)
             except jinja2.exceptions.TemplateError as e:
                 results.append({"error": str(e)})
         result[name] = {"results": results}

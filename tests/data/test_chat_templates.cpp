@@ -61,7 +61,7 @@ TEST_P(ChatTemplateGolden, RenderingIsByteEqualToJinja) {
   tokens.bos = opt_string(t.at("bos"));
   tokens.eos = opt_string(t.at("eos"));
 
-  std::size_t equal_py = 0, equal_js = 0, refused = 0;
+  std::size_t equal_py = 0, equal_js = 0, refused = 0, equal_gen = 0;
   std::vector<std::string> engine_differences;
   for (std::size_t i = 0; i < convs.size(); ++i) {
     const Json& ref_py = py.at(name).at("results")[i];
@@ -90,6 +90,20 @@ TEST_P(ChatTemplateGolden, RenderingIsByteEqualToJinja) {
     else
       ADD_FAILURE() << name << " #" << i << " (" << convs[i].id << ")\n  ours:   " << show(*ours)
                     << "\n  jinja2: " << show(want_py);
+    // The generation prompt: the conversation up to its last user turn, plus the assistant
+    // header, as the template renders it with add_generation_prompt=True.
+    if (ref_py.contains("gen_text")) {
+      std::size_t last_user = convs[i].messages.size();
+      while (last_user > 0 && convs[i].messages[last_user - 1].role != Role::user) --last_user;
+      const Conversation head(convs[i].messages.begin(), convs[i].messages.begin() + static_cast<std::ptrdiff_t>(last_user));
+      Rendered prompt = render_chat(head, spec, tokens, "conversations.jsonl:" + std::to_string(i + 1));
+      append_generation_prompt(prompt, spec, head.empty());
+      if (prompt.str() == ref_py["gen_text"].get<std::string>())
+        ++equal_gen;
+      else
+        ADD_FAILURE() << name << " #" << i << " generation prompt\n  ours:   " << show(prompt.str())
+                      << "\n  jinja2: " << show(ref_py["gen_text"].get<std::string>());
+    }
     if (ref_js.contains("text") && ref_js["text"].get<std::string>() == *ours)
       ++equal_js;
     else
@@ -97,7 +111,9 @@ TEST_P(ChatTemplateGolden, RenderingIsByteEqualToJinja) {
   }
   std::cout << "[ template ] " << name << ": " << convs.size() << " conversations, " << refused
             << " refused by the template and by ctune; of the rendered ones " << equal_py
-            << " byte-equal to Jinja2 (transformers), " << equal_js << " byte-equal to @huggingface/jinja\n";
+            << " byte-equal to Jinja2 (transformers), " << equal_js << " byte-equal to @huggingface/jinja; "
+            << equal_gen << " generation prompts byte-equal to Jinja2's\n";
+  EXPECT_GE(equal_gen, 20u) << "fewer than 20 generation prompts checked for " << name;
   for (const auto& id : engine_differences)
     std::cout << "[ template ]   engine difference (@huggingface/jinja != Jinja2, ctune = Jinja2): " << id << "\n";
   EXPECT_GE(convs.size() - refused, 20u) << "fewer than 20 rendered conversations for " << name;
