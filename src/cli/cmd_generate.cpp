@@ -3,14 +3,18 @@
 // Greedy by default and with --temperature 0; a positive temperature, --top-k, --top-p or
 // --sample sample with Hugging Face generate's processors in its order (docs/formats.md
 // "Sampling"); --num-beams > 1 runs beam search. --json prints one object per prompt; --stream
-// prints text as it is generated.
+// prints text as it is generated. --chat wraps each prompt as a user turn in the model's chat
+// format (docs/formats.md "Chat prompts"); on a terminal with no prompt it is an interactive chat.
 #include <ATen/Parallel.h>
+#include <unistd.h>
 
 #include <fstream>
+#include <functional>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
+#include "cli/chat_prompt.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -31,6 +35,8 @@ struct GenerateCliOptions {
   std::string early_stopping = "false";
   std::int64_t batch_size = 8;
   bool sample = false, json = false, stream = false, no_special = false;
+  bool chat = false;  // prompts are user turns in the model's chat format
+  std::string system, chat_format = "auto";
   // Given on the command line (CLI11 leaves the defaults otherwise).
   bool temperature_set = false, top_k_set = false, top_p_set = false;
 };
@@ -117,11 +123,55 @@ std::string printable(const std::string& text, const std::vector<std::string>& s
   return text.substr(0, end);
 }
 
+// An interactive chat on a terminal: each line is a user turn; the reply streams as it is
+// generated and joins the conversation. /reset starts over, /exit (or end of input) ends.
+int chat_loop(model::CausalLM& lm, const ChatPrompt& chat, const GenerateCliOptions& o,
+              const std::function<std::string(const std::vector<std::int64_t>&)>& decode) {
+  data::Conversation start;
+  if (!o.system.empty()) start.push_back({data::Role::system, o.system});
+  data::Conversation conv = start;
+  std::cerr << "chat (" << chat.format_name() << " format): type a message; /reset starts over, /exit ends" << std::endl;
+  for (std::string line;;) {
+    std::cout << "> " << std::flush;
+    if (!std::getline(std::cin, line) || line == "/exit") break;
+    if (line == "/reset") {
+      conv = start;
+      continue;
+    }
+    conv.push_back({data::Role::user, line});
+    std::string shown;
+    auto on_token = [&](std::size_t, const std::vector<std::int64_t>& ids) {
+      bool stopped = false;
+      const auto text = printable(decode(ids), o.stop, &stopped);
+      if (text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0) std::cout << text.substr(shown.size()) << std::flush;
+      shown = text;
+      return !stopped;
+    };
+    try {
+      infer::generate(lm, {chat.ids(conv)}, o.g, nullptr, on_token);
+    } catch (const ConfigError& e) {  // the conversation outgrew the context: say so, keep chatting
+      std::cout << "\n[" << e.what() << "; /reset to start over]" << std::endl;
+      conv.pop_back();
+      continue;
+    }
+    std::cout << std::endl;
+    conv.push_back({data::Role::assistant, shown});
+  }
+  return 0;
+}
+
 int run_generate(GenerateCliOptions o) {
   resolve_sampling(o);
-  if (o.prompt.empty() == o.prompt_file.empty()) throw ConfigError("give one of --prompt and --prompt-file");
-  const auto texts = read_prompts(o);
-  auto tokenizer = tok::load_tokenizer(o.tokenizer_dir.empty() ? o.model_dir : o.tokenizer_dir);
+  const bool interactive = o.chat && o.prompt.empty() && o.prompt_file.empty() && isatty(STDIN_FILENO);
+  if (!interactive && o.prompt.empty() == o.prompt_file.empty()) {
+    throw ConfigError(o.chat ? "--chat: give --prompt or --prompt-file, or run it on a terminal to chat"
+                             : "give one of --prompt and --prompt-file");
+  }
+  if (interactive && o.g.num_beams > 1) throw ConfigError("--chat on a terminal streams its replies: not with --num-beams > 1");
+  if (!o.chat && (!o.system.empty() || o.chat_format != "auto")) throw ConfigError("--system and --chat-format need --chat");
+  const auto texts = interactive ? std::vector<std::string>{} : read_prompts(o);
+  const auto tokenizer_dir = o.tokenizer_dir.empty() ? o.model_dir : o.tokenizer_dir;
+  auto tokenizer = tok::load_tokenizer(tokenizer_dir);
   peft::ModelSpec spec;
   spec.weights = o.model_dir;
   spec.storage_dtype = model::parse_dtype(o.dtype, "--dtype");  // and computed in as stored
@@ -133,13 +183,14 @@ int run_generate(GenerateCliOptions o) {
   }
   auto lm = peft::build_model(spec);
   o.g.stop_ids = model::generation_stop_ids(lm->config(), o.model_dir);
-  if (tokenizer->special().eos && std::find(o.g.stop_ids.begin(), o.g.stop_ids.end(), *tokenizer->special().eos) == o.g.stop_ids.end()) {
-    o.g.stop_ids.push_back(*tokenizer->special().eos);
-  }
-  std::vector<std::vector<std::int64_t>> prompts;
-  for (const auto& t : texts) {
-    const auto ids = tokenizer->encode(t, !o.no_special);
-    prompts.emplace_back(ids.begin(), ids.end());
+  auto add_stop = [&](std::int64_t id) {
+    if (std::find(o.g.stop_ids.begin(), o.g.stop_ids.end(), id) == o.g.stop_ids.end()) o.g.stop_ids.push_back(id);
+  };
+  if (tokenizer->special().eos) add_stop(*tokenizer->special().eos);
+  std::optional<ChatPrompt> chat;
+  if (o.chat) {
+    chat.emplace(*tokenizer, tokenizer_dir, o.chat_format);
+    if (const auto eot = chat->end_of_turn_id()) add_stop(*eot);  // the assistant's turn ends there
   }
   // Ids past the tokenizer's vocabulary (embedding rows padded beyond it) decode to nothing, as
   // in Hugging Face's tokenizers.
@@ -149,6 +200,19 @@ int run_generate(GenerateCliOptions o) {
       if (id < static_cast<std::int64_t>(tokenizer->vocab_size())) known.push_back(static_cast<std::int32_t>(id));
     return tokenizer->decode(known, true);
   };
+  if (interactive) return chat_loop(lm, *chat, o, decode);
+  std::vector<std::vector<std::int64_t>> prompts;
+  for (const auto& t : texts) {
+    if (chat) {  // one user turn (after the --system message) and the assistant header
+      data::Conversation conv;
+      if (!o.system.empty()) conv.push_back({data::Role::system, o.system});
+      conv.push_back({data::Role::user, t});
+      prompts.push_back(chat->ids(conv));
+      continue;
+    }
+    const auto ids = tokenizer->encode(t, !o.no_special);
+    prompts.emplace_back(ids.begin(), ids.end());
+  }
   train::reset_peak_resident();  // the peak is generation's, not loading's
   // Streaming prints one sequence at a time, as it grows.
   const auto batch = o.stream ? 1 : o.batch_size;
@@ -210,6 +274,10 @@ CLI::App* add_generate_command(CLI::App& app, Action& run) {
   cmd->add_option("--tokenizer", o->tokenizer_dir, "Tokenizer directory (default: the model directory)");
   cmd->add_option("--prompt", o->prompt, "Prompt text");
   cmd->add_option("--prompt-file", o->prompt_file, "Prompts: one per line, or a .jsonl file of {\"prompt\": ...}");
+  cmd->add_flag("--chat", o->chat,
+                "Prompts are user messages in the model's chat format; with no prompt on a terminal, chat interactively");
+  cmd->add_option("--system", o->system, "--chat: a system message first");
+  cmd->add_option("--chat-format", o->chat_format, "--chat: auto (the tokenizer's chat template), llama3, llama2, chatml, qwen3 or plain");
   cmd->add_option("--max-new-tokens", o->g.max_new_tokens, "Tokens to generate at most")->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--sample", o->sample, "Sample with the default settings (temperature 1, top-k 50)");
   cmd->add_option_function<double>("--temperature", [o](double t) { o->g.sampling.temperature = t, o->temperature_set = true; },

@@ -47,6 +47,24 @@ Run ctune(const std::vector<std::string>& args) {
   return r;
 }
 
+Run ctune_on_terminal(const std::vector<std::string>& args, const std::string& input) {
+  const fs::path dir = CTUNE_TEST_DATA_DIR;
+  const std::string tag = std::to_string(::getpid());
+  const fs::path in = dir / ("tty-stdin-" + tag + ".txt"), out = dir / ("tty-out-" + tag + ".txt");
+  std::ofstream(in, std::ios::binary) << input;
+  std::string inner = quote(CTUNE_BINARY) + " --threads 2";
+  for (const auto& a : args) inner += " " + quote(a);
+  // -e: script exits with the command's status; -q: no banner; the log file is not needed.
+  const std::string cmd = "script -qec " + quote(inner) + " /dev/null <" + quote(in.string()) + " >" + quote(out.string()) + " 2>&1";
+  const int raw = std::system(cmd.c_str());
+  Run r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  r.out = slurp(out);
+  fs::remove(in);
+  fs::remove(out);
+  return r;
+}
+
 std::vector<Run> ctune_together(const std::vector<std::vector<std::string>>& envs, const std::vector<std::string>& args) {
   const fs::path dir = CTUNE_TEST_DATA_DIR;
   const std::string tag = std::to_string(::getpid());

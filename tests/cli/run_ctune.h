@@ -16,6 +16,10 @@ struct Run {
 // Runs CTUNE_BINARY --threads 2 <args...>.
 Run ctune(const std::vector<std::string>& args);
 
+// Runs CTUNE_BINARY --threads 2 <args...> on a pseudo-terminal (util-linux `script`), typing
+// `input` into it: `out` is what the terminal shows (stdout and stderr, the typed input echoed).
+Run ctune_on_terminal(const std::vector<std::string>& args, const std::string& input);
+
 // Runs one CTUNE_BINARY --threads 1 <args...> per entry of `envs` at the same time, each with
 // those extra VAR=value settings (the ranks of a multi-process run), and waits for all.
 std::vector<Run> ctune_together(const std::vector<std::vector<std::string>>& envs, const std::vector<std::string>& args);

@@ -23,6 +23,7 @@ namespace {
 
 const fs::path kData = CTUNE_TEST_DATA_DIR;
 using ctune::testing::ctune;
+using ctune::testing::ctune_on_terminal;
 using ctune::testing::expect_one_line_failure;
 using ctune::testing::slurp;
 int lines(const std::string& s) { return ctune::testing::count_lines(s); }
@@ -253,6 +254,40 @@ TEST(Cli, GenerateBatchesStopsAndRefuses) {
   const auto usage = ctune({"generate", "--model", dir.string(), "--prompt", "x", "--top-k", "many"});
   EXPECT_EQ(usage.status, 2) << usage.err;
   EXPECT_EQ(lines(usage.err), 1) << usage.err;
+}
+
+// --chat: a prompt becomes a user turn in the model's chat format plus the assistant header
+// (byte tokenizer, no chat template: the plain format, "User: ...\nAssistant:"); a format whose
+// markers are not in the vocabulary is refused; on a terminal it is an interactive chat.
+TEST(Cli, GenerateChat) {
+  const fs::path dir = kData / "cli-chat";
+  const fs::path config = kData / "cli-chat-config.json";
+  std::ofstream(config) << R"({"model_type": "llama", "vocab_size": 258, "hidden_size": 32, "intermediate_size": 64,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256})";
+  fs::remove_all(dir);
+  ASSERT_EQ(ctune({"init", "--config", config.string(), "--out", dir.string(), "--seed", "5", "--tokenizer", "byte"}).status, 0);
+  const std::vector<std::string> model = {"generate", "--model", dir.string(), "--max-new-tokens", "6", "--json"};
+  auto with = [&](std::vector<std::string> extra) {
+    auto args = model;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return ctune(args);
+  };
+  const auto chat = with({"--chat", "--system", "Be brief.", "--prompt", "Hi"});
+  ASSERT_EQ(chat.status, 0) << chat.err;
+  const auto plain = with({"--prompt", "System: Be brief.\nUser: Hi\nAssistant:"});
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  EXPECT_EQ(Json::parse(chat.out)["prompt_ids"], Json::parse(plain.out)["prompt_ids"]);
+  EXPECT_EQ(Json::parse(chat.out)["generated_ids"], Json::parse(plain.out)["generated_ids"]);
+  expect_one_line_failure(with({"--chat", "--chat-format", "chatml", "--prompt", "Hi"}), "<|im_start|>", "chatml markers");
+  expect_one_line_failure(with({"--system", "x", "--prompt", "Hi"}), "--system and --chat-format need --chat", "no --chat");
+
+  // Interactive: two turns, then /exit. The second reply follows the whole conversation.
+  const auto session = ctune_on_terminal({"generate", "--model", dir.string(), "--max-new-tokens", "4", "--chat"}, "Hi\nAgain\n/exit\n");
+  EXPECT_EQ(session.status, 0) << session.out;
+  EXPECT_NE(session.out.find("chat (plain format)"), std::string::npos) << session.out;
+  std::size_t prompts = 0;
+  for (std::size_t at = session.out.find("> "); at != std::string::npos; at = session.out.find("> ", at + 2)) ++prompts;
+  EXPECT_GE(prompts, 3u) << "expected a prompt before each of the three lines:\n" << session.out;
 }
 
 }  // namespace
