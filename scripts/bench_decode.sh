@@ -68,7 +68,7 @@ for ((rep = 0; rep < REPS; rep++)); do
 done
 
 $PY - "$OUT" "$BATCHES" "$REPS" "$PROMPT_TOKENS" "$NEW_TOKENS" "$THREADS" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 out, batches, reps, P, N, threads = sys.argv[1], [int(b) for b in sys.argv[2].split()], int(sys.argv[3]), *sys.argv[4:7]
 med = statistics.median
 
@@ -114,6 +114,12 @@ for B in batches:
     print(f"tokens, batch {B}: {same}/{len(rows)} sequences identical; leading tokens in agreement per sequence: "
           + " ".join(f"{k}/{max(lc, le)}" for _, k, lc, le in rows))
 if 1 in ratios:
+    # At batch 1 a decode step is a chain of matrix-vector products that read every weight once:
+    # its rate in weight bytes per second says how near either side is to the memory's.
+    w = os.path.getsize(f"{out}/model/model.safetensors")
+    rates = {s: med(f(1, r)["decode"] for r in range(reps)) for s, f in (("ctune", ctune), ("eager", eager))}
+    print(f"batch 1 decode reads the {w / 1e6:.0f} MB of weights per token: "
+          + ", ".join(f"{s} {v * w / 1e9:.1f} GB/s" for s, v in rates.items()))
     print(f"goal: decode >= 1.5x eager at batch 1: {'met' if ratios[1] >= 1.5 else 'not met'} ({ratios[1]:.2f}x)")
 else:
     print("goal: decode >= 1.5x eager at batch 1: not measured (batch 1 not in BATCHES)")

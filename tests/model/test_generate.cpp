@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "core/error.h"
 #include "core/json.h"
@@ -290,6 +291,38 @@ TEST(Sampling, FrequenciesMatchTheFilteredSoftmax) {
     EXPECT_TRUE(ctune::test::within("chi-square (T " + std::to_string(c.T) + ", k " + std::to_string(c.k) + ", p " +
                                         std::to_string(c.top_p) + ", " + std::to_string(categories - 1) + " dof)",
                                     chi2, critical[categories - 2]));
+  }
+}
+
+// Output generated under no_repeat_ngram_size n never holds the same n-gram twice (prompt
+// included), greedy and sampled, where unconstrained greedy decoding of this model loops.
+TEST(Sampling, NoRepeatNgramOutputNeverRepeats) {
+  auto lm = model::load_causal_lm(kModels / "llama_mha_fp32", at::kFloat);
+  const std::vector<std::int64_t> prompt = {5, 17, 42, 17, 42};
+  auto repeats = [](const std::vector<std::int64_t>& seq, std::size_t n) {
+    std::set<std::vector<std::int64_t>> seen;
+    for (std::size_t i = 0; i + n <= seq.size(); ++i)
+      if (!seen.insert(std::vector<std::int64_t>(seq.begin() + static_cast<std::ptrdiff_t>(i), seq.begin() + static_cast<std::ptrdiff_t>(i + n))).second) return true;
+    return false;
+  };
+  infer::GenerateOptions o;
+  o.max_new_tokens = 150;
+  auto with_prompt = [&](const std::vector<std::int64_t>& ids) {
+    auto seq = prompt;
+    seq.insert(seq.end(), ids.begin(), ids.end());
+    return seq;
+  };
+  EXPECT_TRUE(repeats(with_prompt(infer::generate(lm, prompt, o)), 3)) << "greedy decoding alone should repeat (else the test shows nothing)";
+  for (const std::int64_t n : {2, 3}) {
+    o.sampling.no_repeat_ngram_size = n;
+    o.sampling.do_sample = false;
+    // The prompt repeats the bigram (17, 42) itself; generated text must add no repeat beyond it.
+    const auto greedy = with_prompt(infer::generate(lm, prompt, o));
+    EXPECT_FALSE(repeats(std::vector<std::int64_t>(greedy.begin() + (n == 2 ? 3 : 0), greedy.end()), static_cast<std::size_t>(n))) << "greedy, n " << n;
+    o.sampling.do_sample = true;
+    o.seed = 11;
+    const auto sampled = with_prompt(infer::generate(lm, prompt, o));
+    EXPECT_FALSE(repeats(std::vector<std::int64_t>(sampled.begin() + (n == 2 ? 3 : 0), sampled.end()), static_cast<std::size_t>(n))) << "sampled, n " << n;
   }
 }
 
