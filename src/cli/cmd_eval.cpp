@@ -47,39 +47,68 @@ struct Accuracy {
   std::int64_t correct = 0, total = 0;
 };
 
-// Greedy generation of each example's first trained span from the tokens before it.
-Accuracy exact_match(model::CausalLM& lm, const std::vector<data::Example>& examples, const tok::Tokenizer& tokenizer,
-                     std::int64_t limit, std::int64_t show) {
-  Accuracy a;
+// One accuracy case: the tokens before an example's first trained span, the span without its
+// closing end-of-turn token, and that token.
+struct MatchCase {
+  std::vector<std::int64_t> prompt, expected;
+  std::int64_t end = 0;
+};
+
+std::vector<MatchCase> match_cases(const std::vector<data::Example>& examples, std::int64_t limit) {
+  std::vector<MatchCase> cases;
   for (const auto& ex : examples) {
-    if (limit >= 0 && a.total >= limit) break;
+    if (limit >= 0 && static_cast<std::int64_t>(cases.size()) >= limit) break;
     std::size_t first = 0;
     while (first < ex.labels.size() && ex.labels[first] == data::kIgnoreIndex) ++first;
     if (first == 0 || first >= ex.ids.size()) continue;
     std::size_t end = first;
     while (end < ex.labels.size() && ex.labels[end] != data::kIgnoreIndex) ++end;
-    std::vector<std::int64_t> prompt(ex.ids.begin(), ex.ids.begin() + static_cast<std::ptrdiff_t>(first));
-    std::vector<std::int64_t> expected(ex.ids.begin() + static_cast<std::ptrdiff_t>(first),
-                                       ex.ids.begin() + static_cast<std::ptrdiff_t>(end));
-    // The span ends with the end-of-turn token; generation stops there (or at eos).
+    MatchCase c;
+    c.prompt.assign(ex.ids.begin(), ex.ids.begin() + static_cast<std::ptrdiff_t>(first));
+    c.expected.assign(ex.ids.begin() + static_cast<std::ptrdiff_t>(first), ex.ids.begin() + static_cast<std::ptrdiff_t>(end));
+    c.end = c.expected.back();
+    c.expected.pop_back();
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+// Greedy generation of each example's first trained span from the tokens before it, 16
+// examples per batch. A generation stops at an end-of-turn token of its batch (or eos) or a few
+// tokens past the longest expected answer; either way only an exact answer followed by a stop
+// counts, so batching does not change what matches.
+Accuracy exact_match(model::CausalLM& lm, const std::vector<data::Example>& examples, const tok::Tokenizer& tokenizer,
+                     std::int64_t limit, std::int64_t show) {
+  const auto cases = match_cases(examples, limit);
+  const std::size_t kBatch = 16;
+  Accuracy a;
+  for (std::size_t first = 0; first < cases.size(); first += kBatch) {
+    const auto last = std::min(cases.size(), first + kBatch);
     infer::GenerateOptions g;
-    g.stop_ids = {expected.back()};
+    std::vector<std::vector<std::int64_t>> prompts;
+    std::int64_t longest_answer = 0, room = lm->config().max_position_embeddings;
+    for (auto i = first; i < last; ++i) {
+      prompts.push_back(cases[i].prompt);
+      g.stop_ids.push_back(cases[i].end);
+      longest_answer = std::max(longest_answer, static_cast<std::int64_t>(cases[i].expected.size()));
+      room = std::min(room, lm->config().max_position_embeddings - static_cast<std::int64_t>(cases[i].prompt.size()));
+    }
     if (tokenizer.special().eos) g.stop_ids.push_back(*tokenizer.special().eos);
-    expected.pop_back();
-    g.max_new_tokens = std::min(static_cast<std::int64_t>(expected.size()) + 4,
-                                lm->config().max_position_embeddings - static_cast<std::int64_t>(prompt.size()));
-    auto got = infer::generate(lm, prompt, g);
-    const bool ok = got == expected;
-    a.correct += ok;
-    ++a.total;
-    if (a.total <= show) {
+    g.max_new_tokens = std::max<std::int64_t>(1, std::min(longest_answer + 4, room));
+    const auto got = infer::generate(lm, prompts, g);
+    for (auto i = first; i < last; ++i) {
+      const auto& out = got[i - first];
+      const bool ok = out.stop_reason == "eos" && out.ids == cases[i].expected;
+      a.correct += ok;
+      ++a.total;
+      if (a.total > show) continue;
       auto text = [&](const std::vector<std::int64_t>& ids) {
         return Json(tokenizer.decode(std::vector<std::int32_t>(ids.begin(), ids.end()), true)).dump();
       };
-      std::string p = text(prompt);
+      std::string p = text(cases[i].prompt);
       if (p.size() > 70) p = "..." + p.substr(p.size() - 67);
       std::printf("  %s  prompt %s\n      expected %s\n      got      %s\n", ok ? "ok  " : "MISS", p.c_str(),
-                  text(expected).c_str(), text(got).c_str());
+                  text(cases[i].expected).c_str(), text(out.ids).c_str());
     }
   }
   return a;
