@@ -137,6 +137,7 @@ std::vector<KeySpec> build_schema() {
        {}, 1, 86400},
 
       {"logging.every_n_steps", T::Int, "1", "Log a progress line every N steps", {}, 1, 1e12},
+      {"logging.tensorboard", T::Bool, "true", "Also write the metrics as TensorBoard event files in output_dir/tb"},
   };
   return s;
 }

@@ -3,6 +3,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <optional>
@@ -18,9 +20,10 @@
 
 namespace ctune::train {
 
-MetricsLog::MetricsLog(const std::filesystem::path& dir) : path_(dir / "metrics.jsonl") {
+MetricsLog::MetricsLog(const std::filesystem::path& dir, bool tensorboard) : path_(dir / "metrics.jsonl") {
   file_ = std::fopen(path_.c_str(), "a");
   if (!file_) throw IoError(path_.string() + ": cannot open for appending");
+  if (tensorboard) events_.emplace(dir / "tb");
 }
 
 MetricsLog::~MetricsLog() {
@@ -36,10 +39,22 @@ void MetricsLog::write_line(const std::string& json) {
 namespace {
 // JSON has no NaN/Inf: non-finite values are written as null.
 nlohmann::ordered_json num(double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); }
+
+// Wall-clock time, Unix seconds: the "time" of a record and its TensorBoard wall_time.
+double unix_time() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The finite values among `all` (a skipped step's loss is not a point of the curve).
+std::vector<std::pair<std::string, double>> finite(std::vector<std::pair<std::string, double>> all) {
+  all.erase(std::remove_if(all.begin(), all.end(), [](const auto& kv) { return !std::isfinite(kv.second); }), all.end());
+  return all;
+}
 }  // namespace
 
 void MetricsLog::write(const StepMetrics& m) {
-  nlohmann::ordered_json j = {{"step", m.step},           {"loss", num(m.loss)},
+  const double time = unix_time();
+  nlohmann::ordered_json j = {{"step", m.step},           {"time", time},                 {"loss", num(m.loss)},
                               {"lr", m.lr},               {"grad_norm", num(m.grad_norm)},
                               {"tokens", m.tokens},       {"tokens_per_s", num(m.tokens_per_s)},
                               {"peak_mem_bytes", m.peak_mem_bytes}, {"elapsed_s", m.elapsed_s},
@@ -47,13 +62,20 @@ void MetricsLog::write(const StepMetrics& m) {
   if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale;
   if (m.skipped) j["skipped"] = true;
   write_line(j.dump());
+  if (events_) {
+    events_->scalars(m.step, time, finite({{"train/loss", m.loss}, {"train/lr", m.lr}, {"train/grad_norm", m.grad_norm},
+                                           {"train/tokens_per_s", m.tokens_per_s},
+                                           {"train/peak_mem_bytes", static_cast<double>(m.peak_mem_bytes)}}));
+  }
 }
 
 void MetricsLog::write(const EvalMetrics& m) {
   // Perplexity: exp of the mean token NLL (what `ctune eval` prints too).
-  nlohmann::ordered_json j = {{"step", m.step}, {"eval_loss", num(m.eval_loss)}, {"eval_ppl", num(std::exp(m.eval_loss))},
+  const double time = unix_time();
+  nlohmann::ordered_json j = {{"step", m.step}, {"time", time}, {"eval_loss", num(m.eval_loss)}, {"eval_ppl", num(std::exp(m.eval_loss))},
                               {"eval_tokens", m.eval_tokens}};
   write_line(j.dump());
+  if (events_) events_->scalars(m.step, time, finite({{"eval/loss", m.eval_loss}, {"eval/ppl", std::exp(m.eval_loss)}}));
 }
 
 Progress::Progress(std::int64_t total_steps) : total_(total_steps), tty_(::isatty(STDERR_FILENO) != 0) {}
@@ -152,6 +174,7 @@ void reset_peak_memory(const at::Device& device) {
 }
 
 void truncate_metrics(const std::filesystem::path& dir, std::int64_t step) {
+  truncate_events(dir / "tb", step);
   const std::filesystem::path path = dir / "metrics.jsonl";
   std::ifstream in(path);
   if (!in) return;

@@ -1,6 +1,7 @@
 // What a run reports: metrics.jsonl (one JSON object per optimizer step and per evaluation,
-// flushed as written so a killed run keeps everything up to its last step) and the progress
-// line on stderr (rewritten in place on a terminal, plain lines otherwise).
+// flushed as written so a killed run keeps everything up to its last step), the same scalars as
+// TensorBoard event files in tb/ (train/tensorboard.h), and the progress line on stderr
+// (rewritten in place on a terminal, plain lines otherwise).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,8 @@
 #include <string>
 
 #include <ATen/ATen.h>
+
+#include "train/tensorboard.h"
 
 namespace ctune::train {
 
@@ -37,8 +40,9 @@ struct EvalMetrics {
 
 class MetricsLog {
  public:
-  // Appends to dir/metrics.jsonl (created when missing).
-  explicit MetricsLog(const std::filesystem::path& dir);
+  // Appends to dir/metrics.jsonl (created when missing); with `tensorboard`, also writes a new
+  // event file in dir/tb.
+  explicit MetricsLog(const std::filesystem::path& dir, bool tensorboard = false);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
@@ -49,10 +53,11 @@ class MetricsLog {
  private:
   std::filesystem::path path_;
   std::FILE* file_ = nullptr;
+  std::optional<EventWriter> events_;
 };
 
-// Keeps the lines of dir/metrics.jsonl whose "step" is <= step (rewritten atomically), so a
-// resumed run appends where its checkpoint left off.
+// Keeps the lines of dir/metrics.jsonl and the TensorBoard records in dir/tb whose step is <=
+// step (rewritten atomically), so a resumed run appends where its checkpoint left off.
 void truncate_metrics(const std::filesystem::path& dir, std::int64_t step);
 
 class Progress {

@@ -212,6 +212,7 @@ RunPlan plan_run(Recipe recipe, const dist::World& world) {
   t.clip_grad_norm = r.get_optional_float("training.clip_grad_norm").value_or(0.0);
   t.eval_every = r.get_int("training.eval_every");
   t.log_every = r.get_int("logging.every_n_steps");
+  p.tensorboard = r.get_bool("logging.tensorboard");
   t.chunked_loss = r.get_bool("memory.chunked_loss");
   t.max_nonfinite_steps = r.get_int("training.max_nonfinite_steps");
   t.device = p.device;

@@ -70,6 +70,7 @@ struct RunPlan {
   double packed_fill = 0;  // packing: document tokens over row capacity in the first epoch
   std::int64_t eval_batches = -1;  // -1: the whole eval split
   CheckpointPolicy checkpoint;
+  bool tensorboard = true;  // logging.tensorboard: event files beside metrics.jsonl
   dist::World world;  // this process's rank and the world size (1: a single process)
   DistributedPlan distributed;
 

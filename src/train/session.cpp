@@ -123,7 +123,7 @@ void Session::prepare_run_dir(std::int64_t resumed_step) {
   if (options_.resume) {
     truncate_metrics(dir, resumed_step);
   } else {
-    for (const char* name : {"metrics.jsonl", "train.log", "recipe.yaml", "adapter", "model", "checkpoints"}) {
+    for (const char* name : {"metrics.jsonl", "tb", "train.log", "recipe.yaml", "adapter", "model", "checkpoints"}) {
       fs::remove_all(dir / name, ec);
     }
   }
@@ -249,7 +249,7 @@ TrainResult Session::run() {
   const auto every = plan.checkpoint.every_n_steps;
   std::int64_t last_checkpoint = resumed ? resumed->step : -1;
   std::optional<MetricsLog> metrics;
-  if (writer()) metrics.emplace(plan.output_dir);
+  if (writer()) metrics.emplace(plan.output_dir, plan.tensorboard);
   Trainer trainer(lm, *optimizer, source, std::move(eval), plan.trainer, metrics ? &*metrics : nullptr);
   trainer.scaler = &scaler;
   trainer.step_sync = parallel.sync.get();

@@ -91,6 +91,46 @@ ctune::testing::Run train_with_kill(const fs::path& recipe_path, const std::stri
   return r;
 }
 
+// The TensorBoard event files of a run, read by the independent reader
+// tests/train/read_tfevents.py (which checks every CRC and refuses a torn record), against
+// metrics.jsonl: each step and eval record is one event with the same step, wall time and values
+// (as float32), nothing twice, nothing missing; one file per session, each with its version.
+void expect_events_match_metrics(const fs::path& run, std::size_t sessions) {
+  const fs::path out = kDir / "tfevents.json";
+  const std::string cmd = "/usr/bin/python3 '" CTUNE_SOURCE_DIR "/tests/train/read_tfevents.py' '" + (run / "tb").string() + "' > '" + out.string() + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in_json(out);
+  const Json tb = Json::parse(in_json);
+  ASSERT_EQ(tb["files"].size(), sessions);
+  std::vector<Json> events;
+  for (const auto& f : tb["files"]) {
+    EXPECT_EQ(f["file_version"], "brain.Event:2");
+    for (const auto& e : f["events"]) events.push_back(e);
+  }
+  std::size_t records = 0;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (j.contains("memory")) continue;
+    ++records;
+    const bool eval = j.contains("eval_loss");
+    const std::vector<std::pair<std::string, std::string>> tags =
+        eval ? std::vector<std::pair<std::string, std::string>>{{"eval/loss", "eval_loss"}, {"eval/ppl", "eval_ppl"}}
+             : std::vector<std::pair<std::string, std::string>>{{"train/loss", "loss"}, {"train/lr", "lr"}, {"train/grad_norm", "grad_norm"},
+                                                                {"train/tokens_per_s", "tokens_per_s"}, {"train/peak_mem_bytes", "peak_mem_bytes"}};
+    std::size_t found = 0;
+    for (const auto& e : events) {
+      if (e["step"] != j["step"] || e["values"].contains("eval/loss") != eval) continue;
+      ++found;
+      EXPECT_EQ(e["wall_time"].get<double>(), j["time"].get<double>()) << line;
+      for (const auto& [tag, key] : tags)
+        EXPECT_EQ(e["values"][tag].get<float>(), static_cast<float>(j[key].get<double>())) << tag << " in " << line;
+    }
+    EXPECT_EQ(found, 1u) << "events for " << line;
+  }
+  EXPECT_EQ(events.size(), records) << "event records vs metrics.jsonl records";
+}
+
 void kill_and_resume_is_exact(const std::string& method, const std::string& more_recipe = "", const std::string& name = "") {
   const std::string tag = name.empty() ? method : name;
   const fs::path recipe_path = kDir / (tag + ".yaml");
@@ -115,10 +155,17 @@ void kill_and_resume_is_exact(const std::string& method, const std::string& more
     EXPECT_EQ(r.status, 128 + 9) << method << " " << kill << ": expected death by SIGKILL\n" << r.err;
     resume = true;
   }
+  // A record torn by a kill in the middle of a write: the resume drops it.
+  fs::path newest;
+  for (const auto& e : fs::directory_iterator(run / "tb"))
+    if (newest.empty() || fs::last_write_time(e.path()) > fs::last_write_time(newest)) newest = e.path();
+  std::ofstream(newest, std::ios::binary | std::ios::app) << std::string("\x2a\x00\x00\x00\x00", 5);
   auto last = train_with_kill(recipe_path, "", true, {"output_dir=" + run.string()});
   ASSERT_EQ(last.status, 0) << last.err;
   EXPECT_NE(last.err.find("resumed from"), std::string::npos) << last.err;
   EXPECT_EQ(losses(run), expected) << method << ": resumed trajectory differs from the uninterrupted run";
+  expect_events_match_metrics(run, kills.size() + 1);
+  expect_events_match_metrics(reference, 1);
   // Retention: the newest two complete checkpoints, no leftovers of killed writes.
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(run / "checkpoints")) left.push_back(e.path().filename().string());
