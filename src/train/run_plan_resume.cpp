@@ -16,7 +16,7 @@ std::vector<std::string> check_resume_compatible(const RunPlan& plan, const std:
   const Recipe& now = plan.recipe;
   // Keys that change how a run is observed or how long it goes on, not what it computes.
   static const std::set<std::string> harmless = {
-      "output_dir",         "threads",           "logging.every_n_steps", "training.eval_every",
+      "output_dir",         "threads",           "logging.every_n_steps", "logging.tensorboard", "training.eval_every",
       "training.eval_batches", "checkpoint.every_n_steps", "checkpoint.keep_last", "data.eval",
       "training.max_steps", "training.epochs", "training.max_nonfinite_steps",
       "checkpoint.layout",  "checkpoint.shard_size",
