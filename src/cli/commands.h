@@ -17,6 +17,7 @@ CLI::App* add_info_command(CLI::App& app, Action& run);
 CLI::App* add_train_command(CLI::App& app, Action& run);
 CLI::App* add_validate_command(CLI::App& app, Action& run);
 CLI::App* add_eval_command(CLI::App& app, Action& run);
+CLI::App* add_report_command(CLI::App& app, Action& run);
 CLI::App* add_generate_command(CLI::App& app, Action& run);
 CLI::App* add_merge_command(CLI::App& app, Action& run);
 CLI::App* add_estimate_command(CLI::App& app, Action& run);

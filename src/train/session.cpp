@@ -11,6 +11,7 @@
 #include "io/file.h"
 #include "io/manifest.h"
 #include "io/run_dir.h"
+#include "report/html_report.h"
 #include "train/batches.h"
 #include "train/data_parallel.h"
 #include "train/memory_report.h"
@@ -233,6 +234,16 @@ TrainResult Session::run() {
   if (writer()) checkpoints.apply_retention();
   const WeightFiles files{plan.model_dir, plan.tokenizer_dir, plan.checkpoint.shard_bytes};
   CheckpointSources sources{lm, plan.method.get(), files, {}, &sampler, plan.recipe_yaml(), &scaler, inputs};
+  // The run report (report.html) follows each checkpoint and the result; a report that cannot be
+  // written costs a warning, never the run.
+  auto write_report = [&] {
+    if (!writer()) return;
+    try {
+      report::write_report(plan.output_dir);
+    } catch (const std::exception& e) {
+      spdlog::warn("report.html not written: {}", e.what());
+    }
+  };
   auto checkpoint = [&](std::int64_t step) {
     if (plan.checkpoint.sharded) {
       checkpoints.write_sharded(step, sources, plan.model_config, {parallel.state_shard(lm), parallel.shard_index, parallel.shard_count},
@@ -244,6 +255,7 @@ TrainResult Session::run() {
       });
       sources.optimizer_state.clear();
     }
+    write_report();
     comm_.barrier("waiting for rank 0 to write a checkpoint");
   };
   const auto every = plan.checkpoint.every_n_steps;
@@ -298,6 +310,7 @@ TrainResult Session::run() {
   });
   comm_.barrier("waiting for rank 0 to write the result");
   spdlog::info("{} written to {}", plan.method->result_name(), (plan.output_dir / plan.method->result_name()).string());
+  write_report();
   if (result.skipped_steps > 0) spdlog::info("{} steps were skipped (non-finite loss or gradients)", result.skipped_steps);
   spdlog::info("done: {} steps in {:.1f} s, last loss {:.4f}{}", result.steps, result.seconds, result.last_loss,
                result.final_eval_loss ? fmt::format(", eval loss {:.4f}", *result.final_eval_loss) : std::string());

@@ -5,6 +5,9 @@
 // fine-tuning; a corrupted newest checkpoint (flipped byte, truncated file, missing manifest)
 // is skipped and named; incompatible recipe changes are refused.
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -123,12 +126,64 @@ void expect_events_match_metrics(const fs::path& run, std::size_t sessions) {
       if (e["step"] != j["step"] || e["values"].contains("eval/loss") != eval) continue;
       ++found;
       EXPECT_EQ(e["wall_time"].get<double>(), j["time"].get<double>()) << line;
-      for (const auto& [tag, key] : tags)
+      for (const auto& [tag, key] : tags) {
+        if (j[key].is_null()) {  // non-finite (a skipped step): no point in the curve
+          EXPECT_FALSE(e["values"].contains(tag)) << tag << " in " << line;
+          continue;
+        }
         EXPECT_EQ(e["values"][tag].get<float>(), static_cast<float>(j[key].get<double>())) << tag << " in " << line;
+      }
     }
     EXPECT_EQ(found, 1u) << "events for " << line;
   }
   EXPECT_EQ(events.size(), records) << "event records vs metrics.jsonl records";
+}
+
+// The run's report.html (written by train at its end): one line plot per series with one point
+// per metrics.jsonl record, the header's final and best eval loss as metrics.jsonl has them, the
+// resumes counted, the status finished; `ctune report` rewrites it and can overlay a run.
+void expect_report_matches_metrics(const fs::path& run, std::size_t resumes, const fs::path& other) {
+  const std::string page = ctune::testing::slurp(run / "report.html");
+  ASSERT_FALSE(page.empty()) << "no report.html in " << run;
+  std::size_t steps = 0, finite_losses = 0, finite_norms = 0;
+  std::vector<double> evals;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (j.contains("loss")) ++steps, finite_losses += !j["loss"].is_null(), finite_norms += !j["grad_norm"].is_null();
+    if (j.contains("eval_loss")) evals.push_back(j["eval_loss"].get<double>());
+  }
+  auto points = [&](const std::string& html, const std::string& series) {
+    std::vector<int> counts;
+    const std::string key = "data-series=\"" + series + "\" data-points=\"";
+    for (auto at = html.find(key); at != std::string::npos; at = html.find(key, at + 1)) counts.push_back(std::stoi(html.substr(at + key.size())));
+    return counts;
+  };
+  const int n = static_cast<int>(steps);
+  // Loss, lr and gradient norm are drawn twice (linear and log scale, which leaves out the lr
+  // of 0 at the first warmup step); throughput and memory once.
+  // Skipped steps (non-finite) have no point.
+  const int losses = static_cast<int>(finite_losses), norms = static_cast<int>(finite_norms);
+  EXPECT_EQ(points(page, "train loss"), (std::vector<int>{losses, losses}));
+  EXPECT_EQ(points(page, "eval loss"), (std::vector<int>{static_cast<int>(evals.size()), static_cast<int>(evals.size())}));
+  EXPECT_EQ(points(page, "lr"), (std::vector<int>{n, n - 1}));
+  EXPECT_EQ(points(page, "grad norm"), (std::vector<int>{norms, norms}));
+  EXPECT_EQ(points(page, "tokens/s"), (std::vector<int>{n}));
+  EXPECT_EQ(points(page, "measured peak"), (std::vector<int>{n}));
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.4f at step 12", evals.back());
+  EXPECT_NE(page.find(std::string("<th>final eval loss</th><td>") + buf), std::string::npos);
+  std::snprintf(buf, sizeof(buf), "%.4f", *std::min_element(evals.begin(), evals.end()));
+  EXPECT_NE(page.find(std::string("<th>best eval loss</th><td>") + buf), std::string::npos);
+  EXPECT_NE(page.find("<th>status</th><td>finished" + (resumes ? ", resumed " + std::to_string(resumes) + " times" : std::string())),
+            std::string::npos);
+  EXPECT_EQ(page.find("src=\"http"), std::string::npos);
+  EXPECT_EQ(page.find("<script"), std::string::npos);
+
+  const fs::path out = kDir / "compare.html";
+  const auto r = ctune({"report", run.string(), "--out", out.string(), "--compare", other.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(points(ctune::testing::slurp(out), other.filename().string() + ": train loss").size(), 2u);
 }
 
 void kill_and_resume_is_exact(const std::string& method, const std::string& more_recipe = "", const std::string& name = "") {
@@ -166,6 +221,9 @@ void kill_and_resume_is_exact(const std::string& method, const std::string& more
   EXPECT_EQ(losses(run), expected) << method << ": resumed trajectory differs from the uninterrupted run";
   expect_events_match_metrics(run, kills.size() + 1);
   expect_events_match_metrics(reference, 1);
+  // Five sessions found a checkpoint to resume from; the second (killed at step 2, before any
+  // checkpoint) started over.
+  expect_report_matches_metrics(run, 5, reference);
   // Retention: the newest two complete checkpoints, no leftovers of killed writes.
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(run / "checkpoints")) left.push_back(e.path().filename().string());
@@ -501,6 +559,24 @@ TEST_F(Checkpoints, MergeWritesAModelThatPassesItsSelfCheck) {
                                  (kDir / "merged-x").string()}),
                           "adapter_config.json", "missing adapter");
   EXPECT_FALSE(fs::exists(kDir / "merged-x"));
+}
+
+// A report of what is known: a metrics.jsonl whose last line a kill cut short and a recipe that
+// cannot be read still give a page (saying so); a directory that is no run gives one error line.
+TEST_F(Checkpoints, ReportOfDamagedRunsSaysWhatIsMissing) {
+  const fs::path run = kDir / "damaged-run";
+  write(run / "metrics.jsonl", "{\"step\": 1, \"time\": 1.0, \"loss\": 2.5, \"lr\": 0.001, \"grad_norm\": 1.0, \"tokens\": 10}\n"
+                               "{\"step\": 2, \"time\": 2.0, \"loss\": 2.25, \"lr\": 0.001, \"grad_norm\": 0.9, \"tokens\": 10}\n"
+                               "{\"step\": 3, \"time\": 3.0, \"lo");
+  write(run / "recipe.yaml", "model: [unclosed\n");
+  const auto r = ctune({"report", run.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string page = ctune::testing::slurp(run / "report.html");
+  EXPECT_NE(page.find("metrics.jsonl line 3 is cut short"), std::string::npos);
+  EXPECT_NE(page.find("recipe.yaml cannot be read"), std::string::npos);
+  EXPECT_NE(page.find("data-series=\"train loss\" data-points=\"2\""), std::string::npos);
+  fs::create_directories(kDir / "not-a-run");
+  expect_one_line_failure(ctune({"report", (kDir / "not-a-run").string()}), "not a run directory", "empty directory");
 }
 
 }  // namespace

@@ -1,0 +1,187 @@
+#include "report/html_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "io/file.h"
+#include "report/svg_plot.h"
+
+namespace ctune::report {
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"};
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof(b), f, v);
+  return b;
+}
+
+std::string duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "unknown";
+  const long t = std::lround(s);
+  char b[32];
+  std::snprintf(b, sizeof(b), "%ldh %02ldm %02lds", t / 3600, (t / 60) % 60, t % 60);
+  return b;
+}
+
+template <typename F>
+Points series_of(const RunData& r, F value) {
+  Points p;
+  for (const auto& s : r.steps) p.emplace_back(static_cast<double>(s.step), value(s));
+  return p;
+}
+
+std::string label(const RunData& r, std::size_t i) {
+  return i == 0 && r.dir.filename().empty() ? r.dir.string() : r.dir.filename().string();
+}
+
+std::string row(const std::string& key, const std::string& value) {
+  return "<tr><th>" + html_escape(key) + "</th><td>" + html_escape(value) + "</td></tr>\n";
+}
+
+std::string header(const RunData& r) {
+  std::string h = "<table class=\"header\">\n";
+  h += row("run", fs::absolute(r.dir).string());
+  std::string status = r.status;
+  if (!r.resumes.empty()) {
+    status += ", resumed " + std::to_string(r.resumes.size()) + (r.resumes.size() == 1 ? " time" : " times") + " (from step";
+    for (auto s : r.resumes) status += " " + std::to_string(s);
+    status += ")";
+  }
+  h += row("status", status);
+  h += row("model", r.model.empty() ? "unknown" : r.model);
+  h += row("method", r.method.empty() ? "unknown" : r.method);
+  h += row("precision", r.precision.empty() ? "unknown" : r.precision);
+  h += row("data", (r.train_data.empty() ? std::string("unknown") : r.train_data) + (r.eval_data.empty() ? "" : "; eval " + r.eval_data));
+  const std::int64_t last = r.steps.empty() ? 0 : r.steps.back().step;
+  std::int64_t tokens = 0;
+  for (const auto& s : r.steps) tokens += s.tokens;
+  h += row("steps", std::to_string(last) + (r.max_steps > 0 ? " of " + std::to_string(r.max_steps) : "") + " (" +
+                        std::to_string(tokens) + " target tokens)");
+  double wall = std::nan("");
+  if (!r.steps.empty()) {
+    const double first = r.steps.front().time - r.steps.front().elapsed_s;  // the first session's start
+    wall = std::isfinite(first) ? r.steps.back().time - first : r.steps.back().elapsed_s;
+  }
+  h += row("wall time", duration(wall));
+  if (!r.steps.empty()) h += row("final train loss", fmt("%.4f", r.steps.back().loss));
+  if (!r.evals.empty()) {
+    const auto best = std::min_element(r.evals.begin(), r.evals.end(), [](const auto& a, const auto& b) { return a.loss < b.loss; });
+    h += row("final eval loss", fmt("%.4f", r.evals.back().loss) + " at step " + std::to_string(r.evals.back().step));
+    h += row("best eval loss", fmt("%.4f", best->loss) + " at step " + std::to_string(best->step));
+  }
+  std::string ckpt;
+  for (const auto& c : r.checkpoints) ckpt += (ckpt.empty() ? "" : ", ") + (r.dir / "checkpoints" / c).string();
+  h += row("checkpoints", ckpt.empty() ? "none" : ckpt);
+  h += row("result", r.result.empty() ? "not written yet" : (r.dir / r.result).string());
+  return h + "</table>\n";
+}
+
+std::string ledger_table(const RunData& r) {
+  if (!r.memory || !r.memory->contains("lines")) return "<p>No memory ledger in metrics.jsonl yet.</p>\n";
+  const Json& m = *r.memory;
+  std::string t = "<table class=\"ledger\"><tr><th>line</th><th>MB</th><th>formula</th></tr>\n";
+  for (const auto& l : m["lines"]) {
+    t += "<tr><td>" + html_escape(l.value("name", "")) + "</td><td class=\"num\">" + fmt("%.1f", l.value("bytes", 0.0) / 1e6) +
+         "</td><td>" + html_escape(l.value("formula", "")) + "</td></tr>\n";
+  }
+  t += "<tr><th>predicted peak</th><td class=\"num\">" + fmt("%.1f", m.value("peak_bytes", 0.0) / 1e6) + "</td><td>" +
+       html_escape(m.value("peak_formula", "")) + "</td></tr>\n";
+  if (m.contains("measured_peak_bytes")) {
+    t += "<tr><th>measured peak</th><td class=\"num\">" + fmt("%.1f", m["measured_peak_bytes"].get<double>() / 1e6) +
+         "</td><td>resident memory high-water mark of training</td></tr>\n";
+  }
+  return t + "</table>\n<p class=\"note\">symbols: " + html_escape(m.value("symbols", "")) + "</p>\n";
+}
+
+const char* kStyle = R"(
+body{font-family:sans-serif;margin:24px;color:#222;max-width:1340px}
+h1{font-size:20px}h2{font-size:16px;margin-top:28px}
+table{border-collapse:collapse;font-size:13px}th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.plots{display:flex;flex-wrap:wrap;gap:8px}
+svg.plot{background:#fff}svg .frame{fill:none;stroke:#999}svg .grid{stroke:#eee}
+svg text{font-size:11px;fill:#444}svg .title{font-size:13px;font-weight:bold;fill:#222}
+svg .ytick{text-anchor:end}svg .xtick,svg .xlabel{text-anchor:middle}svg .ylabel{text-anchor:middle}
+svg .resume{stroke:#888;stroke-dasharray:3 3}svg .reference{stroke:#d62728;stroke-dasharray:6 3}
+svg .reflabel{text-anchor:end;fill:#d62728}svg .skipped{stroke:#d62728;stroke-width:2}
+svg.log{display:none}#logscale:checked~.plots svg.log{display:inline}#logscale:checked~.plots svg.lin{display:none}
+pre{background:#f6f6f6;padding:8px;font-size:12px;overflow:auto}.note{font-size:12px;color:#666}.problem{color:#b00}
+)";
+
+}  // namespace
+
+std::string render_report(const RunData& run, const std::vector<RunData>& others) {
+  std::vector<const RunData*> runs = {&run};
+  for (const auto& o : others) runs.push_back(&o);
+  const bool many = runs.size() > 1;
+  std::vector<Series> loss, lr, grad, speed, memory;
+  auto plot = [](std::string title, std::string y_label, bool log_toggle) {
+    PlotOptions o;
+    o.title = std::move(title);
+    o.y_label = std::move(y_label);
+    o.log_toggle = log_toggle;
+    return o;
+  };
+  PlotOptions loss_o = plot("loss", "mean token loss", true), lr_o = plot("learning rate", "lr", true),
+              grad_o = plot("gradient norm", "norm (before clipping)", true), speed_o = plot("throughput", "tokens/s", false),
+              memory_o = plot("memory", "MB", false);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const RunData& r = *runs[i];
+    const std::string c = kColours[i % 8];
+    const std::string name = many ? label(r, i) + ": " : "";
+    const Points raw = series_of(r, [](const StepRecord& s) { return s.loss; });
+    loss.push_back({name + "train loss", c, downsample(raw), false, true});
+    loss.push_back({name + "train loss (smoothed)", c, downsample(smoothed(raw))});
+    Points eval;
+    for (const auto& e : r.evals) eval.emplace_back(static_cast<double>(e.step), e.loss);
+    if (!eval.empty()) loss.push_back({name + "eval loss", c, downsample(eval), true});
+    lr.push_back({name + "lr", c, downsample(series_of(r, [](const StepRecord& s) { return s.lr; }))});
+    grad.push_back({name + "grad norm", c, downsample(series_of(r, [](const StepRecord& s) { return s.grad_norm; }))});
+    speed.push_back({name + "tokens/s", c, downsample(series_of(r, [](const StepRecord& s) { return s.tokens_per_s; }))});
+    memory.push_back({name + "measured peak", c,
+                      downsample(series_of(r, [](const StepRecord& s) { return static_cast<double>(s.peak_mem_bytes) / 1e6; }))});
+    if (r.memory && r.memory->contains("peak_bytes")) {
+      memory_o.y_lines.emplace_back((*r.memory)["peak_bytes"].get<double>() / 1e6, name + "predicted peak (ledger)");
+    }
+    for (const auto& s : r.steps)
+      if (s.skipped) grad_o.markers.emplace_back(static_cast<double>(s.step), 0.0);
+    if (i == 0) {
+      for (auto step : r.resumes)
+        for (auto* o : {&loss_o, &lr_o, &grad_o, &speed_o, &memory_o}) o->x_marks.push_back(static_cast<double>(step));
+    }
+  }
+  std::string h = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>ctune run report: " +
+                  html_escape(fs::absolute(run.dir).string()) + "</title>\n<style>" + kStyle + "</style></head><body>\n";
+  h += "<h1>ctune run report</h1>\n" + header(run);
+  if (many) {
+    h += "<p>Compared with:";
+    for (std::size_t i = 1; i < runs.size(); ++i) {
+      h += " <span style=\"color:" + std::string(kColours[i % 8]) + "\">" + html_escape(fs::absolute(runs[i]->dir).string()) + "</span>";
+    }
+    h += "</p>\n";
+  }
+  for (const auto* r : runs)
+    for (const auto& p : r->problems) h += "<p class=\"problem\">" + html_escape(label(*r, 0) + ": " + p) + "</p>\n";
+  h += "<h2>Curves</h2>\n<input type=\"checkbox\" id=\"logscale\"><label for=\"logscale\"> log scale (loss, lr, gradient norm)</label>\n";
+  h += "<div class=\"plots\">\n" + line_plot(loss, loss_o) + line_plot(lr, lr_o) + line_plot(grad, grad_o) + line_plot(speed, speed_o) +
+       line_plot(memory, memory_o) + "</div>\n";
+  if (!run.resumes.empty()) h += "<p class=\"note\">Dashed vertical lines: steps the run was resumed from.</p>\n";
+  h += "<h2>Memory ledger</h2>\n" + ledger_table(run);
+  h += "<h2>Recipe (resolved)</h2>\n<pre>" + html_escape(run.recipe_yaml.empty() ? "(no recipe.yaml)" : run.recipe_yaml) + "</pre>\n";
+  return h + "</body></html>\n";
+}
+
+void write_report(const fs::path& run_dir, fs::path out, const std::vector<fs::path>& compare) {
+  const RunData run = read_run(run_dir);
+  std::vector<RunData> others;
+  for (const auto& c : compare) others.push_back(read_run(c));
+  if (out.empty()) out = run_dir / "report.html";
+  io::write_file_atomic(out, render_report(run, others));
+}
+
+}  // namespace ctune::report

@@ -1,0 +1,48 @@
+// What a run directory says about its run, read for the report: metrics.jsonl (steps,
+// evaluations, the memory ledger record), recipe.yaml, train.log (resumes), checkpoints/ and the
+// result. Whatever cannot be read is listed in `problems` rather than thrown, so a report shows
+// what is known.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+
+namespace ctune::report {
+
+struct StepRecord {
+  std::int64_t step = 0;
+  double time = 0, loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, elapsed_s = 0;
+  std::int64_t tokens = 0, peak_mem_bytes = 0;
+  bool skipped = false;
+};
+
+struct EvalRecord {
+  std::int64_t step = 0;
+  double time = 0, loss = 0;
+};
+
+struct RunData {
+  std::filesystem::path dir;
+  std::vector<StepRecord> steps;
+  std::vector<EvalRecord> evals;
+  std::optional<Json> memory;  // the ledger record of metrics.jsonl ({"memory": ...})
+  std::string recipe_yaml;     // empty when missing
+  // From the recipe (empty when it cannot be read).
+  std::string model, method, precision, train_data, eval_data;
+  std::int64_t max_steps = 0;  // 0: unknown
+  std::vector<std::int64_t> resumes;  // steps a session resumed from (train.log)
+  std::vector<std::string> checkpoints;
+  std::string result;  // "adapter/" or "model/" when the run wrote its result
+  std::string status;  // "finished", "running" or "stopped"
+  std::vector<std::string> problems;
+};
+
+// IoError when `dir` is not a directory or holds neither metrics.jsonl nor recipe.yaml.
+RunData read_run(const std::filesystem::path& dir);
+
+}  // namespace ctune::report
