@@ -180,6 +180,20 @@ void expect_report_matches_metrics(const fs::path& run, std::size_t resumes, con
   EXPECT_EQ(page.find("src=\"http"), std::string::npos);
   EXPECT_EQ(page.find("<script"), std::string::npos);
 
+  // Rendered by headless Chromium: a screenshot is taken, and the DOM it built holds the same
+  // plots (the page parses as HTML with inline SVG, with nothing loaded from outside).
+  const fs::path shot = kDir / "report.png", dom = kDir / "report-dom.html";
+  const std::string chromium = "chromium --headless=new --no-sandbox --disable-gpu --hide-scrollbars --window-size=1360,1900 "
+                               "--host-resolver-rules='MAP * ~NOTFOUND' ";
+  const std::string url = "'file://" + fs::absolute(run / "report.html").string() + "'";
+  ASSERT_EQ(std::system((chromium + "--screenshot='" + shot.string() + "' " + url + " >/dev/null 2>&1").c_str()), 0)
+      << "headless chromium (apt: chromium) could not render the report";
+  EXPECT_GT(fs::file_size(shot), 20000u) << "a blank screenshot?";
+  ASSERT_EQ(std::system((chromium + "--dump-dom " + url + " > '" + dom.string() + "' 2>/dev/null").c_str()), 0);
+  const std::string rendered = ctune::testing::slurp(dom);
+  EXPECT_EQ(points(rendered, "train loss"), points(page, "train loss"));
+  EXPECT_EQ(points(rendered, "measured peak"), (std::vector<int>{n}));
+
   const fs::path out = kDir / "compare.html";
   const auto r = ctune({"report", run.string(), "--out", out.string(), "--compare", other.string()});
   ASSERT_EQ(r.status, 0) << r.err;
