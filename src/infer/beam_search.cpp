@@ -7,6 +7,7 @@
 #include <cmath>
 #include <utility>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "infer/prompt_batch.h"
 
@@ -61,10 +62,6 @@ class Hypotheses {
   std::vector<Generation> kept_;
   double worst_ = 1e9;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 }  // namespace
 

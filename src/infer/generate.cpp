@@ -6,16 +6,11 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/clock.h"
 #include "infer/beam_search.h"
 #include "infer/prompt_batch.h"
 
 namespace ctune::infer {
-
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
 
 std::vector<Generation> generate(model::CausalLM& lm, const std::vector<std::vector<std::int64_t>>& prompts,
                                  const GenerateOptions& o, GenerateStats* stats, const TokenCallback& on_token) {

@@ -59,8 +59,21 @@ bool is_run_dir(const fs::path& dir) {
 
 void mark_run_dir(const fs::path& dir) { write_file_atomic(dir / kRunMarker, "{\"format\": \"ctune-run-1\"}\n"); }
 
+namespace {
+constexpr const char* kLockFile = ".ctune.lock";
+}  // namespace
+
+bool is_locked(const fs::path& dir) {
+  const int fd = ::open((dir / kLockFile).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0;
+  if (!held) ::flock(fd, LOCK_UN);
+  ::close(fd);
+  return held;
+}
+
 DirLock::DirLock(const fs::path& dir, const std::string& what) {
-  const fs::path path = dir / ".ctune.lock";
+  const fs::path path = dir / kLockFile;
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) throw IoError(path.string() + ": cannot open lock file (" + std::strerror(errno) + ")");
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {

@@ -41,6 +41,9 @@ class DirLock {
   int fd_ = -1;
 };
 
+// Whether a process (this one included, through another DirLock) holds `dir`'s lock now.
+bool is_locked(const std::filesystem::path& dir);
+
 // Removes what killed writes of `target` left beside it: "<target>.partial-<pid>" (StagingDir),
 // "<target>.old-<pid>" and "<target>.unchecked-<pid>" (export), for pids no longer running.
 void remove_stale_siblings(const std::filesystem::path& target);

@@ -1,9 +1,5 @@
 #include "report/run_data.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -11,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/recipe.h"
+#include "io/run_dir.h"
 
 namespace ctune::report {
 namespace fs = std::filesystem;
@@ -94,16 +91,6 @@ void read_resumes(RunData& r) {
     if (std::regex_search(line, m, resumed)) r.resumes.push_back(std::stoll(m[1].str()));
 }
 
-// Whether another process (or this one, through another descriptor) holds the run's lock.
-bool locked(const fs::path& dir) {
-  const int fd = ::open((dir / ".ctune.lock").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0;
-  if (!held) ::flock(fd, LOCK_UN);
-  ::close(fd);
-  return held;
-}
-
 }  // namespace
 
 RunData read_run(const fs::path& dir) {
@@ -128,7 +115,7 @@ RunData read_run(const fs::path& dir) {
   if (!r.result.empty() && (r.max_steps == 0 || last >= r.max_steps)) {
     r.status = "finished";
   } else {
-    r.status = locked(dir) ? "running" : "stopped";
+    r.status = io::is_locked(dir) ? "running" : "stopped";
   }
   return r;
 }

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <optional>
@@ -12,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/log.h"
@@ -40,11 +40,6 @@ namespace {
 // JSON has no NaN/Inf: non-finite values are written as null.
 nlohmann::ordered_json num(double v) { return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json(); }
 
-// Wall-clock time, Unix seconds: the "time" of a record and its TensorBoard wall_time.
-double unix_time() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 // The finite values among `all` (a skipped step's loss is not a point of the curve).
 std::vector<std::pair<std::string, double>> finite(std::vector<std::pair<std::string, double>> all) {
   all.erase(std::remove_if(all.begin(), all.end(), [](const auto& kv) { return !std::isfinite(kv.second); }), all.end());
@@ -53,7 +48,7 @@ std::vector<std::pair<std::string, double>> finite(std::vector<std::pair<std::st
 }  // namespace
 
 void MetricsLog::write(const StepMetrics& m) {
-  const double time = unix_time();
+  const double time = unix_seconds();  // the record's "time" and its TensorBoard wall_time
   nlohmann::ordered_json j = {{"step", m.step},           {"time", time},                 {"loss", num(m.loss)},
                               {"lr", m.lr},               {"grad_norm", num(m.grad_norm)},
                               {"tokens", m.tokens},       {"tokens_per_s", num(m.tokens_per_s)},
@@ -71,7 +66,7 @@ void MetricsLog::write(const StepMetrics& m) {
 
 void MetricsLog::write(const EvalMetrics& m) {
   // Perplexity: exp of the mean token NLL (what `ctune eval` prints too).
-  const double time = unix_time();
+  const double time = unix_seconds();  // the record's "time" and its TensorBoard wall_time
   nlohmann::ordered_json j = {{"step", m.step}, {"time", time}, {"eval_loss", num(m.eval_loss)}, {"eval_ppl", num(std::exp(m.eval_loss))},
                               {"eval_tokens", m.eval_tokens}};
   write_line(j.dump());

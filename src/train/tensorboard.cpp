@@ -3,9 +3,9 @@
 #include <unistd.h>
 
 #include <array>
-#include <chrono>
 #include <cstring>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "io/file.h"
 
@@ -63,10 +63,6 @@ std::string event(double wall_time, std::int64_t step) {
   return e;
 }
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 // The step of an encoded Event (0 when absent); false when the bytes are not a well-formed message.
 bool event_step(const std::string& e, std::int64_t* step) {
   *step = 0;
@@ -122,7 +118,7 @@ EventWriter::EventWriter(const fs::path& dir) {
   if (ec) throw IoError(dir.string() + ": cannot create the TensorBoard directory (" + ec.message() + ")");
   char host[256] = "localhost";
   ::gethostname(host, sizeof(host) - 1);
-  const double now = unix_now();
+  const double now = unix_seconds();
   // One file per session; a second session within the same second gets a suffix.
   const std::string base = "events.out.tfevents." + std::to_string(static_cast<long long>(now)) + "." + host;
   path_ = dir / base;

@@ -5,15 +5,13 @@
 
 #include "core/error.h"
 #include "core/kill_point.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
 
 namespace ctune::train {
 
 namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // At debug level only: reading /proc costs a file read, kept off the loop otherwise.
 void log_memory(std::int64_t step, const char* when) {
