@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "io/file.h"
 #include "io/hf_checkpoint.h"
 #include "io/run_dir.h"
@@ -57,7 +58,9 @@ int run_consolidate(const ConsolidateOptions& o) {
   io::refuse_unsafe_output(o.out, "--out", {{"CHECKPOINT", o.checkpoint}});
   const auto max_shard_bytes = io::parse_byte_size(o.shard_size, "--shard-size");
   io::StagingDir staging(o.out, o.overwrite);
+  Stage stage("writing " + o.out, 0, "tensors");
   const auto c = train::consolidate_checkpoint(o.checkpoint, staging.path(), max_shard_bytes);
+  stage.finish();
   std::uint64_t bytes = 0;
   for (const auto& [name, t] : c.tensors) bytes += t.nbytes();
   spdlog::info("step {}: {} tensors ({:.1f} MB) assembled from {} shard files", c.step, c.tensors.size(),

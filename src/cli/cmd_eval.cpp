@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "core/progress.h"
 #include "core/recipe.h"
 #include "infer/generate.h"
 #include "train/batches.h"
@@ -82,6 +83,7 @@ Accuracy exact_match(model::CausalLM& lm, const std::vector<data::Example>& exam
   const auto cases = match_cases(examples, limit);
   const std::size_t kBatch = 16;
   Accuracy a;
+  Stage stage("exact match", static_cast<std::int64_t>(cases.size()), "examples");
   for (std::size_t first = 0; first < cases.size(); first += kBatch) {
     const auto last = std::min(cases.size(), first + kBatch);
     infer::GenerateOptions g;
@@ -107,10 +109,15 @@ Accuracy exact_match(model::CausalLM& lm, const std::vector<data::Example>& exam
       };
       std::string p = text(cases[i].prompt);
       if (p.size() > 70) p = "..." + p.substr(p.size() - 67);
-      std::printf("  %s  prompt %s\n      expected %s\n      got      %s\n", ok ? "ok  " : "MISS", p.c_str(),
-                  text(cases[i].expected).c_str(), text(out.ids).c_str());
+      print_above([&] {  // stdout may be the terminal the live line is on
+        std::printf("  %s  prompt %s\n      expected %s\n      got      %s\n", ok ? "ok  " : "MISS", p.c_str(),
+                    text(cases[i].expected).c_str(), text(out.ids).c_str());
+        std::fflush(stdout);
+      });
     }
+    stage.update(a.total, 0, [&] { return std::to_string(a.correct) + " correct"; });
   }
+  stage.finish();
   return a;
 }
 
@@ -153,7 +160,9 @@ int run_eval(EvalOptions o) {
   auto lm = train::build_model(plan);
   auto batches = train::all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
                                     plan.eval_batches, plan.device);
-  const auto eval = train::evaluate_loss(lm, batches, plan.trainer.chunked_loss);
+  Stage stage("evaluating " + plan.datasets.eval_stats.file, static_cast<std::int64_t>(batches.size()), "batches");
+  const auto eval = train::evaluate_loss(lm, batches, plan.trainer.chunked_loss, &stage);
+  stage.finish();
   const double loss = eval.loss;
   const std::int64_t tokens = eval.tokens;
   lm->eval();

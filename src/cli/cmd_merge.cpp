@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "infer/score.h"
 #include "io/file.h"
 #include "io/hf_checkpoint.h"
@@ -85,7 +86,11 @@ int run_merge(const MergeOptions& o) {
     for (auto& p : lm->parameters()) p.set_data(p.to(out_dtype));
   }
   io::StagingDir staging(o.out, o.overwrite);
-  model::write_causal_lm_files(lm, staging.path(), max_shard_bytes);
+  {
+    Stage stage("writing " + o.out, static_cast<std::int64_t>(model::hf_state_dict(lm).size()), "tensors");
+    model::write_causal_lm_files(lm, staging.path(), max_shard_bytes);
+    stage.finish();
+  }
   if (io::has_tokenizer_files(o.base)) {
     io::copy_tokenizer_files(o.base, staging.path());  // a failed copy (a full disk) fails the merge
   } else {
@@ -96,10 +101,12 @@ int run_merge(const MergeOptions& o) {
 
   // Self-check: what was written, reloaded, against base + adapter; only a model that passes
   // is renamed into place.
+  Stage checking("self-check of " + o.out);
   peft::ModelSpec written;
   written.weights = staging.path();
   auto reloaded = peft::build_model(written);
   const double diff = max_abs_difference(infer::score_tokens(reloaded, probe, "probe").nll, reference.nll);
+  checking.finish();
   spdlog::info("self-check: max |NLL(merged) - NLL(base + adapter)| = {:.3g} over {} tokens (tolerance {:.3g})", diff,
                probe.size() - 1, tolerance);
   if (!(diff <= tolerance)) {

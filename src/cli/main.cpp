@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "core/stop_signal.h"
 #include "core/threads.h"
 
@@ -22,7 +23,7 @@ std::string first_line(const std::string& text) {
 // The one error line on stderr; a training run also keeps it at the end of its train.log.
 int fail(const std::string& kind, const std::string& message, int status = 1) {
   const std::string line = "ctune: " + kind + ": " + first_line(message);
-  std::cerr << line << std::endl;
+  ctune::print_line(line);  // above a live progress line, if one is still drawn
   if (auto log = spdlog::get("train")) {
     log->error("{}", line);
     log->flush();

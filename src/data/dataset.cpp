@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "data/example_builder.h"
 #include "data/formatter.h"
 #include "data/records.h"
@@ -28,12 +29,18 @@ Built build_file(const std::filesystem::path& path, const DataOptions& options, 
   Built out;
   stats.file = path.string();
   RecordReader reader(path);
+  // Reading, rendering and tokenising are one pass: one stage, by bytes of the file.
+  Stage stage(path.string(), static_cast<std::int64_t>(reader.file_bytes()), "bytes");
+  std::int64_t tokens = 0;
+  auto counts = [&] { return std::to_string(stats.records) + " records, " + std::to_string(tokens) + " tokens"; };
   Record rec;
   for (;;) {
     try {
       if (!reader.next(rec)) break;
       BuildResult b = builder.build(formatter.render(rec.value, rec.where));
       const std::int64_t index = stats.records++;
+      tokens += static_cast<std::int64_t>(b.example.ids.size());
+      stage.update(static_cast<std::int64_t>(reader.bytes_read()), 0, counts);
       out.straddles += b.straddles;
       if (b.truncated) out.truncated_records.push_back(index);
       if (!b.has_target()) {
@@ -48,6 +55,8 @@ Built build_file(const std::filesystem::path& path, const DataOptions& options, 
       if (stats.first_errors.size() < 10) stats.first_errors.emplace_back(e.what());
     }
   }
+  stage.finish(path.string() + ": " + counts() + (stats.skipped ? ", " + std::to_string(stats.skipped) + " skipped" : "") +
+               " (" + format_bytes(reader.file_bytes()) + ") in " + format_duration(stage.seconds()));
   return out;
 }
 

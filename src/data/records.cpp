@@ -31,8 +31,9 @@ char first_byte(std::ifstream& in) {
 }
 
 // std::getline with a cap: false at the end of input; a line longer than `cap` is read to its
-// end but not stored (`*too_long` set, `line` holds its first `cap` bytes).
-bool read_line(std::istream& in, std::string& line, std::size_t cap, bool* too_long) {
+// end but not stored (`*too_long` set, `line` holds its first `cap` bytes). Adds the bytes it
+// consumed to `*consumed`.
+bool read_line(std::istream& in, std::string& line, std::size_t cap, bool* too_long, std::uint64_t* consumed) {
   line.clear();
   *too_long = false;
   std::streambuf* buf = in.rdbuf();
@@ -42,12 +43,14 @@ bool read_line(std::istream& in, std::string& line, std::size_t cap, bool* too_l
     return false;
   }
   for (; c != std::char_traits<char>::eof() && c != '\n'; c = buf->sbumpc()) {
+    ++*consumed;
     if (line.size() < cap) {
       line.push_back(static_cast<char>(c));
     } else {
       *too_long = true;
     }
   }
+  *consumed += c == '\n';
   return true;
 }
 
@@ -63,11 +66,13 @@ RecordReader::RecordReader(const std::filesystem::path& path) : name_(path.strin
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw IoError(name_ + ": is a directory, expected a dataset file");
   if (!in_) throw IoError(name_ + ": cannot open for reading");
+  std::error_code size_ec;
+  file_bytes_ = std::filesystem::file_size(path, size_ec);
+  if (size_ec) file_bytes_ = 0;
   if (first_byte(in_) == '[') {
     array_mode_ = true;
-    std::error_code size_ec;
-    if (const auto size = std::filesystem::file_size(path, size_ec); !size_ec && size > kMaxJsonArrayFileBytes) {
-      throw FormatError(name_ + ": a JSON array dataset of " + std::to_string(size) + " bytes is read whole; more than " +
+    if (file_bytes_ > kMaxJsonArrayFileBytes) {
+      throw FormatError(name_ + ": a JSON array dataset of " + std::to_string(file_bytes_) + " bytes is read whole; more than " +
                         std::to_string(kMaxJsonArrayFileBytes) + " is refused (write it as JSONL, one record per line)");
     }
     std::ostringstream ss;
@@ -90,7 +95,7 @@ bool RecordReader::next(Record& out) {
   }
   std::string line;
   bool too_long = false;
-  while (read_line(in_, line, kMaxRecordBytes, &too_long)) {
+  while (read_line(in_, line, kMaxRecordBytes, &too_long, &bytes_read_)) {
     ++line_;
     if (too_long) {
       throw FormatError(name_ + ":" + std::to_string(line_) + ": a record longer than " + std::to_string(kMaxRecordBytes) +
@@ -105,6 +110,11 @@ bool RecordReader::next(Record& out) {
   }
   if (in_.bad()) throw IoError(name_ + ": read failed after line " + std::to_string(line_));
   return false;
+}
+
+std::uint64_t RecordReader::bytes_read() const {
+  if (!array_mode_) return bytes_read_;
+  return array_.empty() ? file_bytes_ : static_cast<std::uint64_t>(static_cast<double>(file_bytes_) * static_cast<double>(index_) / static_cast<double>(array_.size()));
 }
 
 std::optional<std::string> string_column(const Json& record, const std::string& key, std::string_view option,

@@ -39,6 +39,10 @@ class RecordReader {
   bool next(Record& out);
 
   bool is_json_array() const { return array_mode_; }
+  // How far the reader is through the file, in bytes (a JSON array: in proportion to the records
+  // read), and the file's size: the dataset's progress (core/progress.h).
+  std::uint64_t bytes_read() const;
+  std::uint64_t file_bytes() const { return file_bytes_; }
 
  private:
   std::string name_;  // the path as given, for messages
@@ -47,6 +51,7 @@ class RecordReader {
   bool array_mode_ = false;
   Json array_;
   std::size_t index_ = 0;
+  std::uint64_t file_bytes_ = 0, bytes_read_ = 0;
 };
 
 // record[key] as a string, for the dataset columns. `option` is the recipe key that names the

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "core/log.h"
+#include "core/progress.h"
 #include "io/file.h"
 #include "io/run_dir.h"
 #include "tokenizer/tokenizer.h"
@@ -105,8 +106,14 @@ CheckResult write_checked(const io::GgufWriter& writer, const fs::path& out, boo
       if (!keep) fs::remove(path, e);
     }
   } cleanup{staged};
-  writer.write(staged);
+  {
+    Stage stage("writing " + out.string(), static_cast<std::int64_t>(writer.tensor_count()), "tensors");
+    writer.write(staged);
+    stage.finish();
+  }
+  Stage checking("self-check of " + out.string());
   CheckResult result = check(staged);
+  checking.finish();
   fs::rename(staged, out, ec);
   if (ec) throw IoError(out.string() + ": rename failed (" + ec.message() + ")");
   cleanup.keep = true;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace ctune::io {
 
@@ -104,6 +105,7 @@ void GgufWriter::emit(const Sink& sink) const {
       throw FormatError("GGUF tensor " + t.info.name + ": produced " + std::to_string(bytes.size()) +
                         " bytes (expected " + std::to_string(t.info.nbytes) + ")");
     sink(bytes.data(), bytes.size());
+    count_tensor_written(bytes.size());
     const std::uint64_t pad = align_up(bytes.size(), alignment_) - bytes.size();
     if (pad) sink(kZeros, pad);
   }

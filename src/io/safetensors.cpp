@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "core/progress.h"
 
 namespace ctune::io {
 
@@ -232,7 +233,10 @@ void write_safetensors(const std::filesystem::path& path, std::vector<TensorByte
   AtomicFile out(path);
   out.write(len, 8);
   out.write(text);
-  for (const auto& t : tensors) out.write(t.data, t.nbytes);
+  for (const auto& t : tensors) {
+    out.write(t.data, t.nbytes);
+    count_tensor_written(t.nbytes);
+  }
   out.commit();
 }
 

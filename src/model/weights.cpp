@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "io/file.h"
 #include "io/tensor_io.h"
 
@@ -74,11 +75,16 @@ void check_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
 void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
   check_weights(model, checkpoint);
   at::NoGradGuard no_grad;
-  for (auto& item : model->named_parameters(/*recurse=*/true)) {
-    if (is_adapter_parameter(item.key())) continue;
-    const io::TensorRef* ref = checkpoint.find(item.key());
-    item.value().set_data(io::load_tensor(*ref->file, *ref->info, item.value().scalar_type()));
+  const auto params = model->named_parameters(/*recurse=*/true);
+  Stage stage("loading " + checkpoint.dir().string(), static_cast<std::int64_t>(params.size()), "tensors");
+  for (auto& item : params) {
+    if (!is_adapter_parameter(item.key())) {
+      const io::TensorRef* ref = checkpoint.find(item.key());
+      item.value().set_data(io::load_tensor(*ref->file, *ref->info, item.value().scalar_type()));
+    }
+    stage.advance(1, static_cast<std::uint64_t>(item.value().nbytes()));
   }
+  stage.finish();
 }
 
 CausalLM load_causal_lm(const fs::path& dir, at::ScalarType dtype) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "ops/compute.h"
 
 namespace ctune::peft {
@@ -86,18 +87,21 @@ LoraSummary apply_lora(model::CausalLM& lm, const LoraOptions& o) {
 
 std::size_t merge_lora(model::CausalLM& lm) {
   at::NoGradGuard no_grad;
-  std::size_t merged = 0;
+  std::vector<std::pair<model::LinearImpl*, LoraAdapter*>> layers;
   for (const auto& item : lm->named_modules("", /*include_self=*/false)) {
     auto* linear = dynamic_cast<model::LinearImpl*>(item.value().get());
     if (!linear || !linear->adapter) continue;
-    auto* lora = dynamic_cast<LoraAdapter*>(linear->adapter.get());
-    if (!lora) continue;
+    if (auto* lora = dynamic_cast<LoraAdapter*>(linear->adapter.get())) layers.emplace_back(linear, lora);
+  }
+  Stage stage("merging LoRA", static_cast<std::int64_t>(layers.size()), "layers");
+  for (auto& [linear, lora] : layers) {
     auto delta = at::matmul(lora->lora_B->weight.to(at::kFloat), lora->lora_A->weight.to(at::kFloat)) * lora->scale;
     linear->weight.set_data((linear->weight.to(at::kFloat) + delta).to(linear->weight.scalar_type()));
     linear->adapter.reset();
-    ++merged;
+    stage.advance(1, static_cast<std::uint64_t>(linear->weight.nbytes()));
   }
-  return merged;
+  stage.finish();
+  return layers.size();
 }
 
 LoraSummary enable_lora_training(model::CausalLM& lm) {

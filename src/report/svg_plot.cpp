@@ -9,7 +9,8 @@ namespace ctune::report {
 
 namespace {
 
-constexpr double kWidth = 640, kHeight = 260, kLeft = 64, kRight = 16, kTop = 30, kBottom = 38;
+// The legend has its own band between the title and the plot, so it never covers a curve.
+constexpr double kWidth = 640, kHeight = 260, kLeft = 64, kRight = 16, kTop = 42, kBottom = 38;
 
 std::string num(double v) {
   char b[32];
@@ -131,8 +132,8 @@ std::string draw(const std::vector<Series>& series, const PlotOptions& o, bool l
          "\" fill=\"none\" stroke=\"" + ser.colour + "\" stroke-width=\"" + (ser.thin ? "1" : "1.8") + "\"" +
          (ser.thin ? " stroke-opacity=\"0.35\"" : "") + (ser.dashed ? " stroke-dasharray=\"5 3\"" : "") + "/>\n";
     if (!ser.thin || series.size() == 1) {
-      s += "<rect x=\"" + px(legend_x) + "\" y=\"" + px(y1 + 6) + "\" width=\"10\" height=\"3\" fill=\"" + ser.colour + "\"/>";
-      s += "<text x=\"" + px(legend_x + 14) + "\" y=\"" + px(y1 + 11) + "\" class=\"legend\">" + html_escape(ser.name) + "</text>\n";
+      s += "<rect x=\"" + px(legend_x) + "\" y=\"" + px(y1 - 11) + "\" width=\"10\" height=\"3\" fill=\"" + ser.colour + "\"/>";
+      s += "<text x=\"" + px(legend_x + 14) + "\" y=\"" + px(y1 - 6) + "\" class=\"legend\">" + html_escape(ser.name) + "</text>\n";
       legend_x += 22 + 6.5 * static_cast<double>(ser.name.size());
     }
   }

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/kill_point.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "io/file.h"
 #include "io/hf_checkpoint.h"
 #include "io/manifest.h"
@@ -78,6 +79,7 @@ fs::path CheckpointManager::write(std::int64_t step, const CheckpointSources& s)
   std::error_code ec;
   fs::create_directories(root_, ec);
   const fs::path target = dir_for(root_.parent_path(), step);
+  Stage stage("checkpoint " + target.filename().string(), 0, "tensors");
   io::StagingDir staging(target, /*overwrite=*/true);
   const fs::path& dir = staging.path();
 
@@ -92,6 +94,7 @@ fs::path CheckpointManager::write(std::int64_t step, const CheckpointSources& s)
 
   // 3. The manifest, last; then fsync and rename into place.
   finish(staging, target, step);
+  stage.finish();
   return target;
 }
 
@@ -99,6 +102,7 @@ void CheckpointManager::write_sharded(std::int64_t step, const CheckpointSources
                                       const ShardPart& part, dist::Comm& comm) {
   // Every rank writes into the same staging directory: its name is agreed, not the process id.
   const fs::path target = dir_for(root_.parent_path(), step);
+  Stage stage("checkpoint " + target.filename().string(), 0, "tensors");  // each rank's own count
   const std::string tag = "ranks";
   std::optional<io::StagingDir> staging;
   if (comm.rank() == 0) {
@@ -122,6 +126,7 @@ void CheckpointManager::write_sharded(std::int64_t step, const CheckpointSources
 
   // 3. The manifest (over every shard), last; then fsync and rename into place.
   finish(*staging, target, step);
+  stage.finish();
 }
 
 void CheckpointManager::write_state(const fs::path& dir, std::int64_t step, const CheckpointSources& s, const char* layout,

@@ -2,6 +2,9 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
+#include <cstdio>
+
 #include "train/chunked_loss.h"
 
 namespace ctune::train {
@@ -30,7 +33,7 @@ at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b, bool c
   return at::nll_loss(at::log_softmax(logits, -1), targets, {}, at::Reduction::Sum);
 }
 
-EvalLoss evaluate_loss(model::CausalLM& lm, const std::vector<TensorBatch>& batches, bool chunked) {
+EvalLoss evaluate_loss(model::CausalLM& lm, const std::vector<TensorBatch>& batches, bool chunked, Stage* stage) {
   at::NoGradGuard no_grad;
   const bool was_training = lm->is_training();
   lm->eval();
@@ -39,6 +42,13 @@ EvalLoss evaluate_loss(model::CausalLM& lm, const std::vector<TensorBatch>& batc
   for (const auto& batch : batches) {
     sum += next_token_loss_sum(lm, batch, chunked).item<double>();
     out.tokens += batch.target_tokens;
+    if (stage) {
+      stage->update(stage->done() + 1, 0, [&] {
+        char text[48];
+        std::snprintf(text, sizeof(text), "loss %.4f", sum / static_cast<double>(std::max<std::int64_t>(1, out.tokens)));
+        return std::string(text);
+      });
+    }
   }
   if (was_training) lm->train();
   out.loss = out.tokens > 0 ? sum / static_cast<double>(out.tokens) : 0.0;

@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 
+#include "core/progress.h"
 #include "data/example.h"  // data::kIgnoreIndex marks the positions that are not targets
 #include "model/llama.h"
 
@@ -27,11 +28,12 @@ at::Tensor next_token_loss_sum(model::CausalLM& model, const TensorBatch& batch,
 
 // The evaluation every door uses (training's eval steps, `ctune eval`): the mean token loss
 // over `batches` (the sum of next_token_loss_sum over the total target count), in eval mode
-// without gradients; the model's training mode is restored afterwards.
+// without gradients; the model's training mode is restored afterwards. `stage`, when given,
+// counts the batches and shows the running loss (core/progress.h).
 struct EvalLoss {
   double loss = 0;          // mean NLL per target token
   std::int64_t tokens = 0;  // target tokens
 };
-EvalLoss evaluate_loss(model::CausalLM& model, const std::vector<TensorBatch>& batches, bool chunked);
+EvalLoss evaluate_loss(model::CausalLM& model, const std::vector<TensorBatch>& batches, bool chunked, Stage* stage = nullptr);
 
 }  // namespace ctune::train

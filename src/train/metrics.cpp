@@ -73,50 +73,38 @@ void MetricsLog::write(const EvalMetrics& m) {
   if (events_) events_->scalars(m.step, time, finite({{"eval/loss", m.eval_loss}, {"eval/ppl", std::exp(m.eval_loss)}}));
 }
 
-Progress::Progress(std::int64_t total_steps) : total_(total_steps), tty_(::isatty(STDERR_FILENO) != 0) {}
-
-namespace {
-std::string duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  char buf[32];
-  const long t = static_cast<long>(s + 0.5);
-  if (t >= 3600) {
-    std::snprintf(buf, sizeof(buf), "%ldh%02ldm", t / 3600, (t / 60) % 60);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%ldm%02lds", t / 60, t % 60);
-  }
-  return buf;
+Progress::Progress(std::int64_t first_step, std::int64_t total_steps, std::int64_t log_every)
+    : first_(first_step), total_(total_steps), every_(std::max<std::int64_t>(1, log_every)), stage_("train", total_steps, "steps", false) {
+  stage_.resume_at(first_step);
 }
-}  // namespace
 
 void Progress::step(const StepMetrics& m) {
-  const double eta = m.step > 0 ? m.elapsed_s / static_cast<double>(m.step) * static_cast<double>(total_ - m.step) : 0;
-  char line[256];
-  std::snprintf(line, sizeof(line), "step %lld/%lld  loss %.4f  lr %.3g  grad %.3g  %.0f tok/s  eta %s",
-                static_cast<long long>(m.step), static_cast<long long>(total_), m.loss, m.lr, m.grad_norm, m.tokens_per_s,
-                duration(eta).c_str());
-  if (tty_) {
-    std::fprintf(stderr, "\r\033[K%s", line);
-    open_line_ = true;
-  } else {
-    std::fprintf(stderr, "%s\n", line);
-  }
-  std::fflush(stderr);
-  spdlog::get("train") ? spdlog::get("train")->info(line) : void();
+  // The ETA from this session's steps: a resumed run's earlier ones took another process's time.
+  const std::int64_t run = m.step - first_;
+  const double eta = run > 0 ? m.elapsed_s / static_cast<double>(run) * static_cast<double>(total_ - m.step) : 0;
+  // The loss and ETA first: a narrow terminal cuts the live line's end.
+  char head[96], tail[224];
+  std::snprintf(head, sizeof(head), "step %lld/%lld  loss %.4f", static_cast<long long>(m.step), static_cast<long long>(total_), m.loss);
+  std::snprintf(tail, sizeof(tail), "lr %.3g  grad %.3g  %.0f tok/s  mem %s", m.lr, m.grad_norm, m.tokens_per_s,
+                format_bytes(static_cast<std::uint64_t>(std::max<std::int64_t>(0, m.peak_mem_bytes))).c_str());
+  body_ = std::string(head) + "  " + tail;
+  last_ = std::string(head) + "  eta " + format_duration(eta) + "  " + tail;
+  stage_.show(m.step, [&] { return last_; });
+  if (m.step % every_ != 0 && m.step != total_) return;
+  if (!stage_.live()) print_line(last_);
+  if (auto log = spdlog::get("train")) log->info("{}", last_);
 }
 
-void Progress::eval(const EvalMetrics& m) {
-  if (open_line_) std::fprintf(stderr, "\n");
-  open_line_ = false;
-  std::fprintf(stderr, "eval at step %lld: loss %.4f, perplexity %.3f over %lld tokens\n", static_cast<long long>(m.step),
-               m.eval_loss, std::exp(m.eval_loss), static_cast<long long>(m.eval_tokens));
+void Progress::eval(const EvalMetrics& m, Stage& stage) {
+  char line[256];
+  std::snprintf(line, sizeof(line), "eval at step %lld: loss %.4f, perplexity %.3f over %lld tokens", static_cast<long long>(m.step),
+                m.eval_loss, std::exp(m.eval_loss), static_cast<long long>(m.eval_tokens));
+  stage.finish(line, /*plain=*/true);
   if (auto log = spdlog::get("train")) log->info("eval step {} loss {:.6f} tokens {}", m.step, m.eval_loss, m.eval_tokens);
 }
 
-void Progress::finish() {
-  if (open_line_) std::fprintf(stderr, "\n");
-  open_line_ = false;
-}
+// The final line: the last step's, with the time the session took in place of the ETA.
+void Progress::finish() { stage_.finish(body_.empty() ? std::string() : body_ + "  in " + format_duration(stage_.seconds())); }
 
 namespace {
 // A "Field:   N kB" line of /proc/self/status in bytes; nullopt where there is none.

@@ -12,6 +12,7 @@
 
 #include <ATen/ATen.h>
 
+#include "core/progress.h"
 #include "train/tensorboard.h"
 
 namespace ctune::train {
@@ -60,17 +61,21 @@ class MetricsLog {
 // step (rewritten atomically), so a resumed run appends where its checkpoint left off.
 void truncate_metrics(const std::filesystem::path& dir, std::int64_t step);
 
+// Training's progress line: on a terminal a live line (core/progress.h) redrawn as steps end;
+// off it a plain line every log_every steps, as today's logs have it. train.log gets the plain
+// line either way.
 class Progress {
  public:
-  explicit Progress(std::int64_t total_steps);
+  Progress(std::int64_t first_step, std::int64_t total_steps, std::int64_t log_every);
   void step(const StepMetrics& m);
-  void eval(const EvalMetrics& m);
+  // Ends an evaluation's stage with the eval line (printed off a terminal too).
+  void eval(const EvalMetrics& m, Stage& stage);
   void finish();
 
  private:
-  std::int64_t total_;
-  bool tty_;
-  bool open_line_ = false;
+  std::int64_t first_, total_, every_;
+  Stage stage_;
+  std::string body_, last_;  // the latest step line without and with its ETA
 };
 
 // Resident memory of this process now, and its high-water mark since the last reset (bytes,

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "core/stop_signal.h"
 #include "io/file.h"
 #include "io/manifest.h"
@@ -306,7 +307,10 @@ TrainResult Session::run() {
 
   // 7. The result, in the ecosystem's layouts: output_dir/model or output_dir/adapter.
   parallel.with_whole_model([&] {
-    if (writer()) plan.method->write_result(lm, plan.output_dir, files);
+    if (!writer()) return;
+    Stage stage("writing " + (plan.output_dir / plan.method->result_name()).string(), 0, "tensors");
+    plan.method->write_result(lm, plan.output_dir, files);
+    stage.finish();
   });
   comm_.barrier("waiting for rank 0 to write the result");
   spdlog::info("{} written to {}", plan.method->result_name(), (plan.output_dir / plan.method->result_name()).string());

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include "core/error.h"
 #include "core/kill_point.h"
@@ -42,7 +43,9 @@ Trainer::Trainer(model::CausalLM model, Optimizer& optimizer, BatchSource& train
 
 TrainResult Trainer::run() {
   TrainResult result;
-  Progress progress(options_.max_steps);
+  // Rank 0's (the one with metrics) progress line.
+  std::optional<Progress> progress;
+  if (metrics_) progress.emplace(options_.first_step, options_.max_steps, options_.log_every);
   const auto start = std::chrono::steady_clock::now();
   model_->train();
 
@@ -130,18 +133,19 @@ TrainResult Trainer::run() {
                   " steps in a row (training.max_nonfinite_steps); lower optimizer.lr, use bf16 instead of fp16, or check the data");
     }
     kill_point("step", m.step, "after");
-    if (metrics_ && (m.step % options_.log_every == 0 || m.step == options_.max_steps)) progress.step(m);
+    if (progress) progress->step(m);
     result.last_loss = loss;
     result.steps = m.step;
 
     // 5. Evaluate on cadence and at the end.
     const bool last = m.step == options_.max_steps;
     if (!eval_.empty() && (last || (options_.eval_every > 0 && m.step % options_.eval_every == 0))) {
-      const EvalLoss eval = evaluate();
+      Stage stage("eval at step " + std::to_string(m.step), static_cast<std::int64_t>(eval_.size()), "batches");
+      const EvalLoss eval = evaluate(&stage);
       EvalMetrics e{m.step, eval.loss, eval.tokens};
       if (metrics_) {
         metrics_->write(e);
-        progress.eval(e);
+        progress->eval(e, stage);
       }
       if (last) result.final_eval_loss = eval.loss;
     }
@@ -150,7 +154,7 @@ TrainResult Trainer::run() {
     // 6. A stop request (SIGTERM/SIGINT) ends the run here, this step complete and saved.
     if (m.step < options_.max_steps) stop_if_requested(m.step, /*nothing_new=*/false);
   }
-  if (metrics_) progress.finish();
+  if (progress) progress->finish();
   result.seconds = seconds_since(start);
   return result;
 }
@@ -167,8 +171,8 @@ StepSync& Trainer::sync() {
   return step_sync ? *step_sync : alone;
 }
 
-EvalLoss Trainer::evaluate() {
-  const EvalLoss mine = evaluate_loss(model_, eval_, options_.chunked_loss);
+EvalLoss Trainer::evaluate(Stage* stage) {
+  const EvalLoss mine = evaluate_loss(model_, eval_, options_.chunked_loss, stage);
   std::vector<double> sums = {mine.loss * static_cast<double>(mine.tokens), static_cast<double>(mine.tokens)};
   sync().sum(sums);
   return {sums[1] > 0 ? sums[0] / sums[1] : 0.0, static_cast<std::int64_t>(sums[1])};

@@ -75,8 +75,9 @@ class Trainer {
           TrainerOptions options, MetricsLog* metrics);
 
   TrainResult run();
-  // evaluate_loss over the eval batches (each rank's share, combined over ranks).
-  EvalLoss evaluate();
+  // evaluate_loss over the eval batches (each rank's share, combined over ranks); `stage`
+  // shows its progress.
+  EvalLoss evaluate(Stage* stage = nullptr);
 
   // Called after every optimizer step with the step number (1-based): checkpoints hook here.
   std::function<void(std::int64_t step)> on_step_end;

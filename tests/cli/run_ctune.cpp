@@ -47,12 +47,14 @@ Run ctune(const std::vector<std::string>& args) {
   return r;
 }
 
-Run ctune_on_terminal(const std::vector<std::string>& args, const std::string& input) {
+Run ctune_on_terminal(const std::vector<std::string>& args, const std::string& input, const std::vector<std::string>& env) {
   const fs::path dir = CTUNE_TEST_DATA_DIR;
   const std::string tag = std::to_string(::getpid());
   const fs::path in = dir / ("tty-stdin-" + tag + ".txt"), out = dir / ("tty-out-" + tag + ".txt");
   std::ofstream(in, std::ios::binary) << input;
-  std::string inner = quote(CTUNE_BINARY) + " --threads 2";
+  std::string inner = "env";
+  for (const auto& e : env) inner += " " + quote(e);
+  inner += " " + quote(CTUNE_BINARY) + " --threads 2";
   for (const auto& a : args) inner += " " + quote(a);
   // -e: script exits with the command's status; -q: no banner; the log file is not needed.
   const std::string cmd = "script -qec " + quote(inner) + " /dev/null <" + quote(in.string()) + " >" + quote(out.string()) + " 2>&1";

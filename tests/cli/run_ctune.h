@@ -18,7 +18,8 @@ Run ctune(const std::vector<std::string>& args);
 
 // Runs CTUNE_BINARY --threads 2 <args...> on a pseudo-terminal (util-linux `script`), typing
 // `input` into it: `out` is what the terminal shows (stdout and stderr, the typed input echoed).
-Run ctune_on_terminal(const std::vector<std::string>& args, const std::string& input);
+// `env`: extra VAR=value settings (COLUMNS: the terminal's width, which no one set).
+Run ctune_on_terminal(const std::vector<std::string>& args, const std::string& input, const std::vector<std::string>& env = {});
 
 // Runs one CTUNE_BINARY --threads 1 <args...> per entry of `envs` at the same time, each with
 // those extra VAR=value settings (the ranks of a multi-process run), and waits for all.

@@ -7,12 +7,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/json.h"
 #include "io/run_dir.h"
@@ -591,6 +594,60 @@ TEST_F(Checkpoints, ReportOfDamagedRunsSaysWhatIsMissing) {
   EXPECT_NE(page.find("data-series=\"train loss\" data-points=\"2\""), std::string::npos);
   fs::create_directories(kDir / "not-a-run");
   expect_one_line_failure(ctune({"report", (kDir / "not-a-run").string()}), "not a run directory", "empty directory");
+}
+
+// The bound of the report's acceptance: a 100 000-step run (with 100 evaluations) in under 2 s of
+// CPU time and 5 MB; curves downsampled for drawing with their extremes kept, so a one-step loss
+// spike is still drawn. CPU time rather than wall time: a loaded CI machine stretches the latter.
+TEST_F(Checkpoints, ReportOfA100000StepRunIsQuickAndSmall) {
+  const fs::path run = kDir / "long-run";
+  fs::create_directories(run);
+  {
+    std::ofstream out(run / "metrics.jsonl");
+    char line[320];
+    for (int step = 1; step <= 100000; ++step) {
+      const double loss = step == 54321 ? 40.0 : 2.0 + 0.3 * std::sin(step * 0.013) + 0.2 * std::cos(step * 0.71);
+      std::snprintf(line, sizeof(line),
+                    "{\"step\": %d, \"time\": %.3f, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.4f, \"tokens\": 4096, "
+                    "\"tokens_per_s\": %.1f, \"peak_mem_bytes\": %d}\n",
+                    step, 1.7e9 + 0.25 * step, loss, 2e-4 * (1.0 - step / 1e5), 1.0 + 0.1 * std::sin(step * 0.1), 16000.0 + step % 97,
+                    900000000 + step % 1000);
+      out << line;
+      if (step % 1000 == 0) {
+        std::snprintf(line, sizeof(line), "{\"step\": %d, \"time\": %.3f, \"eval_loss\": %.6f, \"eval_ppl\": %.6f, \"eval_tokens\": 50000}\n",
+                      step, 1.7e9 + 0.25 * step, 2.1 - step / 1e6, std::exp(2.1 - step / 1e6));
+        out << line;
+      }
+    }
+  }
+  ASSERT_GT(fs::file_size(run / "metrics.jsonl"), 10u << 20);
+  rusage before{}, after{};
+  getrusage(RUSAGE_CHILDREN, &before);
+  const auto r = ctune({"report", run.string()});
+  getrusage(RUSAGE_CHILDREN, &after);
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto seconds = [](const rusage& u) {
+    return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  };
+  const double cpu = seconds(after) - seconds(before);
+  const auto bytes = fs::file_size(run / "report.html");
+  std::printf("report of 100 000 steps: %.2f s CPU, %ju bytes\n", cpu, static_cast<std::uintmax_t>(bytes));
+  EXPECT_LT(cpu, 2.0);
+  EXPECT_LT(bytes, 5u * 1000 * 1000);
+
+  // The raw loss curve: at most 1,500 points, and the spike is its single highest point by far.
+  const std::string page = ctune::testing::slurp(run / "report.html");
+  const std::string head = "data-series=\"train loss\" data-points=\"";
+  const auto at = page.find(head);
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_LE(std::stoul(page.substr(at + head.size())), 1500u);
+  const auto from = page.find("points=\"", at + head.size()) + 8;
+  std::istringstream points(page.substr(from, page.find('"', from) - from));
+  std::vector<double> ys;
+  for (std::string xy; points >> xy;) ys.push_back(std::stod(xy.substr(xy.find(',') + 1)));
+  ASSERT_GE(ys.size(), 3u);
+  std::sort(ys.begin(), ys.end());  // SVG y grows downwards: the highest loss first
+  EXPECT_GT(ys[1] - ys[0], 0.5 * (ys.back() - ys[0])) << "the spike at step 54321 was not drawn";
 }
 
 }  // namespace
