@@ -199,17 +199,15 @@ void Stage::finish(const std::string& summary, bool plain) {
   const std::string text = summary.empty() ? label_ + counts_text(true) : summary;
   Terminal& t = Terminal::get();
   std::lock_guard<std::mutex> lock(t.mu);
-  const bool top = !t.stack.empty() && t.stack.back() == this;
   t.remove(this);
   if (live_) {
-    // The final line replaces the live one; one below the top goes above it.
+    // The final line takes the live line's place, and the stage now innermost is drawn below.
     t.clear();
     write_stderr(text + "\n");
-    if (!top) t.redraw_top();
+    t.redraw_top();
   } else if (plain_ && plain) {
     write_stderr(text + "\n");
   }
-  if (top) t.redraw_top();
 }
 
 std::string Stage::counts_text(bool final) const {
