@@ -59,10 +59,6 @@ bool is_run_dir(const fs::path& dir) {
 
 void mark_run_dir(const fs::path& dir) { write_file_atomic(dir / kRunMarker, "{\"format\": \"ctune-run-1\"}\n"); }
 
-namespace {
-constexpr const char* kLockFile = ".ctune.lock";
-}  // namespace
-
 bool is_locked(const fs::path& dir) {
   const int fd = ::open((dir / kLockFile).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;

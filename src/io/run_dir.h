@@ -26,6 +26,9 @@ inline constexpr const char* kRunMarker = ".ctune-run";
 bool is_run_dir(const std::filesystem::path& dir);
 void mark_run_dir(const std::filesystem::path& dir);
 
+// The lock file of a locked directory (DirLock); a directory holding nothing else is empty.
+inline constexpr const char* kLockFile = ".ctune.lock";
+
 // An exclusive lock on a directory for the life of the object: flock() on <dir>/.ctune.lock,
 // which holds the owner's pid. The kernel releases it when the process ends, however it ends,
 // so the lock of a killed run is simply free again. A second writer gets ConfigError naming the

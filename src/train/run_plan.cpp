@@ -82,6 +82,19 @@ data::DataOptions data_options(const Recipe& r, const fs::path& tokenizer_dir) {
 
 }  // namespace
 
+quant::QuantSpec quant_spec(const Recipe& r) {
+  quant::QuantSpec spec;
+  spec.kind = r.get_string("memory.quantize_base") == "int8" ? quant::QuantSpec::Int8 : quant::QuantSpec::Nf4;
+  spec.threshold = r.get_float("memory.int8_threshold");
+  spec.int8_kernel = quant::parse_int8_kernel(r.get_string("memory.int8_kernel"));
+  spec.blocksize = r.get_int("memory.nf4_blocksize");
+  if ((spec.blocksize & (spec.blocksize - 1)) != 0) {
+    r.fail("memory.nf4_blocksize", "expected a power of two from 64 to 4096, found " + std::to_string(spec.blocksize));
+  }
+  spec.double_quant = r.get_bool("memory.nf4_double_quant");
+  return spec;
+}
+
 RunPlan plan_run(Recipe recipe, const dist::World& world) {
   RunPlan p;
   p.recipe = std::move(recipe);
@@ -152,16 +165,7 @@ RunPlan plan_run(Recipe recipe, const dist::World& world) {
     if (!p.method->freezes_base()) {
       r.fail("memory.quantize_base", "a quantised base is frozen, so it needs LoRA (peft.method: lora), found peft.method: none");
     }
-    quant::QuantSpec spec;
-    spec.kind = q == "int8" ? quant::QuantSpec::Int8 : quant::QuantSpec::Nf4;
-    spec.threshold = r.get_float("memory.int8_threshold");
-    spec.int8_kernel = quant::parse_int8_kernel(r.get_string("memory.int8_kernel"));
-    spec.blocksize = r.get_int("memory.nf4_blocksize");
-    if ((spec.blocksize & (spec.blocksize - 1)) != 0) {
-      r.fail("memory.nf4_blocksize", "expected a power of two from 64 to 4096, found " + std::to_string(spec.blocksize));
-    }
-    spec.double_quant = r.get_bool("memory.nf4_double_quant");
-    p.quantize_base = spec;
+    p.quantize_base = quant_spec(r);
   }
   p.recompute = for_key(r, "memory.activation_checkpointing",
                         [&] { return model::RecomputePolicy::parse(r.get_string("memory.activation_checkpointing")); });

@@ -91,6 +91,9 @@ struct RunPlan {
 // where this process stands in a multi-process run.
 RunPlan plan_run(Recipe recipe, const dist::World& world = {});
 
+// The quantised base that memory.quantize_base (int8 or nf4) and its memory.* settings describe.
+quant::QuantSpec quant_spec(const Recipe& recipe);
+
 // The model of plan.model_spec(checkpoint), built (nothing trains yet: Method::make_trainable).
 model::CausalLM build_model(const RunPlan& plan, const std::filesystem::path& checkpoint = {});
 

@@ -55,7 +55,7 @@ void Session::check_run_dir() const {
   std::error_code ec;
   const bool exists = fs::exists(dir, ec);
   bool empty = true;  // nothing but our own lock file
-  for (const auto& e : fs::directory_iterator(dir, ec)) empty = empty && e.path().filename() == ".ctune.lock";
+  for (const auto& e : fs::directory_iterator(dir, ec)) empty = empty && e.path().filename() == io::kLockFile;
   if (exists && !fs::is_directory(dir, ec)) throw ConfigError("output_dir " + dir.string() + ": exists and is not a directory");
   if (options_.resume) {
     if (!exists) throw ConfigError("--resume: output_dir " + dir.string() + " does not exist");
