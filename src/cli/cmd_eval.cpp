@@ -22,7 +22,9 @@
 #include "core/json.h"
 #include "core/progress.h"
 #include "core/recipe.h"
+#include "core/recipe_schema.h"
 #include "infer/generate.h"
+#include "model/config.h"
 #include "train/batches.h"
 #include "train/loss.h"
 #include "train/run_plan.h"
@@ -135,6 +137,14 @@ Recipe recipe_for(const EvalOptions& o, std::vector<std::string> overrides) {
   std::vector<std::string> keys = {"output_dir=" + quoted("(ctune eval writes nothing)"), "data.train=" + quoted(o.data),
                                    "data.eval=" + quoted(o.data), "training.max_steps=1"};  // a plan needs a length
   if (!o.format.empty()) keys.push_back("data.format=" + quoted(o.format));
+  // data.max_seq_len's default, but never past the model's context: a recipe-less eval should
+  // not warn about positions the model was never trained on.
+  const bool length_given = std::any_of(overrides.begin(), overrides.end(),
+                                        [](const std::string& kv) { return kv.rfind("data.max_seq_len=", 0) == 0; });
+  if (!length_given) {
+    const std::int64_t context = model::load_model_config(o.model).max_position_embeddings;
+    if (context < std::stoll(find_key_spec("data.max_seq_len")->default_yaml)) keys.push_back("data.max_seq_len=" + std::to_string(context));
+  }
   overrides.insert(overrides.begin(), keys.begin(), keys.end());
   return Recipe::parse("", "ctune eval --model/--data", overrides);
 }

@@ -421,6 +421,11 @@ TEST_F(Recipes, PerplexityIsExpOfTheMeanScoreNll) {
   ASSERT_EQ(table.status, 0) << table.err;
   EXPECT_NE(table.out.find("perplexity"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("4 examples (text)"), std::string::npos) << table.out;
+  // The model's context (512) is shorter than data.max_seq_len's default (1024): without a
+  // recipe or the key, eval stays within it and warns about nothing.
+  const auto within_context = ctune({"eval", "--model", d + "/model", "--data", d + "/ppl.jsonl", "--format", "text", "data.add_eos=false"});
+  ASSERT_EQ(within_context.status, 0) << within_context.err;
+  EXPECT_EQ(within_context.err.find("max_position_embeddings"), std::string::npos) << within_context.err;
   expect_one_line_failure(ctune({"eval", recipe.string(), "--data", d + "/ppl.jsonl"}), "--data/--format replace a recipe", "recipe and --data");
   expect_one_line_failure(ctune({"eval", "--data", d + "/ppl.jsonl"}), "give RECIPE, or --model DIR and --data FILE", "no model");
 }
