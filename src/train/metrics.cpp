@@ -82,11 +82,11 @@ void Progress::step(const StepMetrics& m) {
   // The ETA from this session's steps: a resumed run's earlier ones took another process's time.
   const std::int64_t run = m.step - first_;
   const double eta = run > 0 ? m.elapsed_s / static_cast<double>(run) * static_cast<double>(total_ - m.step) : 0;
-  // The loss and ETA first: a narrow terminal cuts the live line's end.
+  // Most wanted first (loss, ETA, speed, memory): a narrow terminal cuts the live line's end.
   char head[96], tail[224];
   std::snprintf(head, sizeof(head), "step %lld/%lld  loss %.4f", static_cast<long long>(m.step), static_cast<long long>(total_), m.loss);
-  std::snprintf(tail, sizeof(tail), "lr %.3g  grad %.3g  %.0f tok/s  mem %s", m.lr, m.grad_norm, m.tokens_per_s,
-                format_bytes(static_cast<std::uint64_t>(std::max<std::int64_t>(0, m.peak_mem_bytes))).c_str());
+  std::snprintf(tail, sizeof(tail), "%.0f tok/s  mem %s  lr %.3g  grad %.3g", m.tokens_per_s,
+                format_bytes(static_cast<std::uint64_t>(std::max<std::int64_t>(0, m.peak_mem_bytes))).c_str(), m.lr, m.grad_norm);
   body_ = std::string(head) + "  " + tail;
   last_ = std::string(head) + "  eta " + format_duration(eta) + "  " + tail;
   stage_.show(m.step, [&] { return last_; });
