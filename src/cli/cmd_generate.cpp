@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "infer/generate.h"
 #include "model/weights.h"
 #include "peft/model_spec.h"
@@ -214,8 +216,12 @@ int run_generate(GenerateCliOptions o) {
     prompts.emplace_back(ids.begin(), ids.end());
   }
   train::reset_peak_resident();  // the peak is generation's, not loading's
-  // Streaming prints one sequence at a time, as it grows.
+  // Streaming prints one sequence at a time, as it grows. Many prompts have a progress line
+  // (core/progress.h); the results are printed above it.
   const auto batch = o.stream ? 1 : o.batch_size;
+  std::optional<Stage> stage;
+  if (!o.stream && prompts.size() > 1) stage.emplace("generating", static_cast<std::int64_t>(prompts.size()), "prompts");
+  auto print = [](const std::string& line) { print_above([&] { std::cout << line << std::endl; }); };
   for (std::size_t first = 0; first < prompts.size(); first += static_cast<std::size_t>(batch)) {
     const auto last = std::min(prompts.size(), first + static_cast<std::size_t>(batch));
     const std::vector<std::vector<std::int64_t>> group(prompts.begin() + static_cast<std::ptrdiff_t>(first),
@@ -252,15 +258,21 @@ int run_generate(GenerateCliOptions o) {
                                     {"decode_tokens_per_s", stats.decode_tokens / std::max(1e-9, stats.decode_s)},
                                     {"peak_memory_bytes", train::peak_resident_bytes()}};
         if (o.g.num_beams > 1) j["beam_score"] = out[i].score;
-        std::cout << j.dump() << std::endl;
+        print(j.dump());
       } else if (o.stream) {
         if (text.size() > shown[i].size()) std::cout << text.substr(shown[i].size());
         std::cout << std::endl;
       } else {
-        std::cout << text << std::endl;
+        print(text);
       }
     }
+    if (stage) {
+      stage->update(static_cast<std::int64_t>(last), 0, [&] {
+        return std::to_string(static_cast<long long>(stats.decode_tokens / std::max(1e-9, stats.decode_s))) + " tok/s decode";
+      });
+    }
   }
+  if (stage) stage->finish();
   return 0;
 }
 

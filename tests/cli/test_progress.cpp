@@ -215,6 +215,23 @@ TEST_F(Progress, EvalOnATerminalAndHeartbeatsOffIt) {
   EXPECT_NE(find_line(screen, "evaluating " + data + "  "), -1) << joined(screen);
   EXPECT_NE(find_line(screen, "exact match  40/40 examples (100%)"), -1) << joined(screen);
 
+  // Many prompts: a progress line, the results printed whole above it.
+  std::ofstream(dir_ / "prompts.txt") << "Add 1 and 3\nAdd 2 and 3\nAdd 3 and 3\n";
+  const auto gen = ctune_on_terminal({"generate", "--model", model, "--prompt-file", (dir_ / "prompts.txt").string(), "--batch-size",
+                                      "1", "--max-new-tokens", "3", "--json"},
+                                     "", {"COLUMNS=" + std::to_string(kColumns)});
+  ASSERT_EQ(gen.status, 0) << gen.out;
+  const auto gen_screen = render(gen.out);
+  EXPECT_NE(find_line(gen_screen, "generating  3/3 prompts (100%)  in "), -1) << joined(gen_screen);
+  std::size_t results = 0;
+  for (const auto& line : gen_screen) {
+    if (line.find("\"prompt\"") == std::string::npos) continue;
+    ++results;
+    EXPECT_EQ(line.rfind("{\"prompt\":\"Add ", 0), 0u) << "a result line drawn into the live line: " << line;
+    EXPECT_NO_THROW(Json::parse(line)) << line;
+  }
+  EXPECT_EQ(results, 3u) << joined(gen_screen);
+
   // Off a terminal a long stage prints a plain line now and then (every update here).
   const auto beats = ctune_together({{"CTUNE_HEARTBEAT_SECONDS=0"}}, {"eval", "--model", model, "--data", data, "data.max_seq_len=256"});
   ASSERT_EQ(beats[0].status, 0) << beats[0].err;
