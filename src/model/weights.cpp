@@ -75,14 +75,17 @@ void check_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
 void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
   check_weights(model, checkpoint);
   at::NoGradGuard no_grad;
-  const auto params = model->named_parameters(/*recurse=*/true);
+  std::vector<at::Tensor> params;
+  std::vector<const io::TensorRef*> refs;
+  for (auto& item : model->named_parameters(/*recurse=*/true)) {
+    if (is_adapter_parameter(item.key())) continue;
+    params.push_back(item.value());
+    refs.push_back(checkpoint.find(item.key()));
+  }
   Stage stage("loading " + checkpoint.dir().string(), static_cast<std::int64_t>(params.size()), "tensors");
-  for (auto& item : params) {
-    if (!is_adapter_parameter(item.key())) {
-      const io::TensorRef* ref = checkpoint.find(item.key());
-      item.value().set_data(io::load_tensor(*ref->file, *ref->info, item.value().scalar_type()));
-    }
-    stage.advance(1, static_cast<std::uint64_t>(item.value().nbytes()));
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    params[i].set_data(io::load_tensor(*refs[i]->file, *refs[i]->info, params[i].scalar_type()));
+    stage.advance(1, static_cast<std::uint64_t>(params[i].nbytes()));
   }
   stage.finish();
 }
