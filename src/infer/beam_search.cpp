@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 #include <utility>
 
 #include "core/clock.h"
@@ -86,17 +87,20 @@ std::vector<Generation> beam_search(model::CausalLM& lm, const std::vector<std::
   GenerateStats local;
   GenerateStats& s = stats ? *stats : local;
 
-  const auto rows = B * nb;
   auto batch = left_pad(prompts, nb, o.max_new_tokens, device);
   s.prefill_tokens += batch.prompt_tokens;
   auto cache = lm->new_cache(batch.longest + o.max_new_tokens);
   auto in = batch.prefill(cache);
+  at::Tensor mask = batch.attention_mask;  // the rows of the prompts still running
 
-  // Row b * nb + j is beam j of prompt b: its tokens (prompt + generated) and running sum of
-  // log-probabilities. All beams start as the prompt; only the first may expand at first, so
-  // the first step's candidates are distinct.
+  // Row k * nb + j is beam j of live[k], the k-th prompt still running: its tokens (prompt +
+  // generated) and running sum of log-probabilities. All beams start as the prompt; only the
+  // first may expand at first, so the first step's candidates are distinct. A prompt whose
+  // hypotheses are done leaves the batch: its rows stop computing.
+  std::vector<std::int64_t> live(static_cast<std::size_t>(B));
+  std::iota(live.begin(), live.end(), 0);
   std::vector<std::vector<std::int64_t>> seq;
-  std::vector<double> sums(static_cast<std::size_t>(rows), -1e9);
+  std::vector<double> sums(static_cast<std::size_t>(B * nb), -1e9);
   for (std::int64_t b = 0; b < B; ++b) {
     for (std::int64_t j = 0; j < nb; ++j) seq.push_back(prompts[static_cast<std::size_t>(b)]);
     sums[static_cast<std::size_t>(b * nb)] = 0;
@@ -111,42 +115,39 @@ std::vector<Generation> beam_search(model::CausalLM& lm, const std::vector<std::
 
   auto t0 = std::chrono::steady_clock::now();
   for (std::int64_t step = 0; step < o.max_new_tokens; ++step) {
+    const auto L = static_cast<std::int64_t>(live.size()), rows = L * nb;
     auto logp = at::log_softmax(last_logits(lm, in), -1);  // [rows, V]
     if (penalise) {
       std::vector<at::Tensor> processed;
       for (std::int64_t r = 0; r < rows; ++r) processed.push_back(process_logits(logp[r], seq[static_cast<std::size_t>(r)], penalties));
       logp = at::stack(processed);
     }
-    auto total = (logp.to(at::kDouble) + at::tensor(sums, at::kDouble).unsqueeze(1)).view({B, nb * V});
+    auto total = (logp.to(at::kDouble) + at::tensor(sums, at::kDouble).unsqueeze(1)).view({L, nb * V});
     auto [top, index] = total.topk(keep, /*dim=*/1, /*largest=*/true, /*sorted=*/true);
     const auto top_a = top.accessor<double, 2>();
     const auto index_a = index.accessor<std::int64_t, 2>();
 
     std::vector<std::int64_t> source(static_cast<std::size_t>(rows)), token(static_cast<std::size_t>(rows), 0);
     std::vector<double> next_sums(static_cast<std::size_t>(rows), 0);
-    for (std::int64_t b = 0; b < B; ++b) {
-      const auto bi = static_cast<std::size_t>(b);
+    for (std::int64_t k = 0; k < L; ++k) {
+      const auto bi = static_cast<std::size_t>(live[static_cast<std::size_t>(k)]);
       std::int64_t filled = 0;
-      if (done[bi]) {
-        for (std::int64_t j = 0; j < nb; ++j) source[static_cast<std::size_t>(b * nb + j)] = b * nb + j;
-        continue;
-      }
       const auto prompt_len = static_cast<std::ptrdiff_t>(prompts[bi].size());
       for (std::int64_t rank = 0; rank < keep && filled < nb; ++rank) {
-        const auto row = b * nb + index_a[b][rank] / V;
-        const auto t = index_a[b][rank] % V;
+        const auto row = k * nb + index_a[k][rank] / V;
+        const auto t = index_a[k][rank] % V;
         const auto& from = seq[static_cast<std::size_t>(row)];
         if (is_stop(t)) {
           // Only an eos among the best num_beams candidates finishes a hypothesis.
-          if (rank < nb) hyps[bi].add({from.begin() + prompt_len, from.end()}, top_a[b][rank], step + 1, true);
+          if (rank < nb) hyps[bi].add({from.begin() + prompt_len, from.end()}, top_a[k][rank], step + 1, true);
           continue;
         }
-        const auto r = static_cast<std::size_t>(b * nb + filled++);
+        const auto r = static_cast<std::size_t>(k * nb + filled++);
         source[r] = row;
         token[r] = t;
-        next_sums[r] = top_a[b][rank];
+        next_sums[r] = top_a[k][rank];
       }
-      done[bi] = hyps[bi].is_done(top_a[b][0], step + 1);
+      done[bi] = hyps[bi].is_done(top_a[k][0], step + 1);
     }
     if (step == 0) {
       s.prefill_s = seconds_since(t0);
@@ -154,36 +155,51 @@ std::vector<Generation> beam_search(model::CausalLM& lm, const std::vector<std::
     } else {
       s.decode_tokens += rows;
     }
-    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
 
-    // The beams move: each row takes its source's tokens and cache, plus its new token.
-    std::vector<std::vector<std::int64_t>> next_seq(static_cast<std::size_t>(rows));
-    for (std::size_t r = 0; r < next_seq.size(); ++r) {
-      next_seq[r] = seq[static_cast<std::size_t>(source[r])];
-      next_seq[r].push_back(token[r]);
+    // The beams move: each row of a prompt still running takes its source's tokens and cache,
+    // plus its new token.
+    std::vector<std::int64_t> kept, next_live;  // rows (this step's numbering) and prompts that go on
+    for (std::int64_t k = 0; k < L; ++k) {
+      const auto b = live[static_cast<std::size_t>(k)];
+      if (done[static_cast<std::size_t>(b)]) continue;
+      next_live.push_back(b);
+      for (std::int64_t j = 0; j < nb; ++j) kept.push_back(k * nb + j);
+    }
+    if (next_live.empty()) break;
+    std::vector<std::vector<std::int64_t>> next_seq;
+    std::vector<double> kept_sums;
+    std::vector<std::int64_t> kept_source, kept_token;
+    for (const auto r : kept) {
+      const auto ri = static_cast<std::size_t>(r);
+      next_seq.push_back(seq[static_cast<std::size_t>(source[ri])]);
+      next_seq.back().push_back(token[ri]);
+      kept_sums.push_back(next_sums[ri]);
+      kept_source.push_back(source[ri]);
+      kept_token.push_back(token[ri]);
     }
     seq = std::move(next_seq);
-    sums = std::move(next_sums);
+    sums = std::move(kept_sums);
+    const bool shrunk = next_live.size() != live.size();
+    live = std::move(next_live);
     if (step + 1 == o.max_new_tokens) break;
-    cache.select_rows(at::tensor(source, at::kLong).to(device));
-    in.input_ids = at::tensor(token, at::kLong).view({rows, 1}).to(device);
-    in.attention_mask = batch.attention_mask.narrow(1, 0, cache.length() + 1);
+    cache.select_rows(at::tensor(kept_source, at::kLong).to(device));
+    if (shrunk) mask = mask.index_select(0, at::tensor(kept, at::kLong).to(device));  // a row keeps its prompt's padding
+    in.input_ids = at::tensor(kept_token, at::kLong).view({static_cast<std::int64_t>(kept_token.size()), 1}).to(device);
+    in.attention_mask = mask.narrow(1, 0, cache.length() + 1);
   }
   s.decode_s = seconds_since(t0);
 
   // Prompts still running: their beams join the hypotheses as they stand.
-  for (std::int64_t b = 0; b < B; ++b) {
-    const auto bi = static_cast<std::size_t>(b);
-    if (!done[bi]) {
-      const auto prompt_len = static_cast<std::ptrdiff_t>(prompts[bi].size());
-      for (std::int64_t j = 0; j < nb; ++j) {
-        const auto& row = seq[static_cast<std::size_t>(b * nb + j)];
-        hyps[bi].add({row.begin() + prompt_len, row.end()}, sums[static_cast<std::size_t>(b * nb + j)],
-                     static_cast<std::int64_t>(row.size()) - prompt_len, false);
-      }
+  for (std::size_t k = 0; k < live.size(); ++k) {
+    const auto bi = static_cast<std::size_t>(live[k]);
+    if (done[bi]) continue;
+    const auto prompt_len = static_cast<std::ptrdiff_t>(prompts[bi].size());
+    for (std::int64_t j = 0; j < nb; ++j) {
+      const auto r = static_cast<std::size_t>(static_cast<std::int64_t>(k) * nb + j);
+      hyps[bi].add({seq[r].begin() + prompt_len, seq[r].end()}, sums[r], static_cast<std::int64_t>(seq[r].size()) - prompt_len, false);
     }
-    out[bi] = hyps[bi].best();
   }
+  for (std::size_t bi = 0; bi < prompts.size(); ++bi) out[bi] = hyps[bi].best();
   if (was_training) lm->train();
   return out;
 }

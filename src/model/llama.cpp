@@ -128,8 +128,12 @@ void KVCache::select_rows(const at::Tensor& rows) {
   for (auto& layer : layers) {
     if (!layer.k.defined()) continue;
     for (auto* buffer : {&layer.k, &layer.v}) {
-      auto held = buffer->narrow(2, 0, layer.length);
-      held.copy_(held.index_select(0, rows));
+      if (rows.numel() == buffer->size(0)) {
+        auto held = buffer->narrow(2, 0, layer.length);
+        held.copy_(held.index_select(0, rows));
+      } else {
+        *buffer = buffer->index_select(0, rows);  // fewer rows: a smaller buffer, its length kept
+      }
     }
   }
 }

@@ -31,7 +31,8 @@ TORCH_MODULE(MLP);
 struct KVCache {
   std::vector<LayerCache> layers;
   std::int64_t length() const { return layers.empty() ? 0 : layers[0].length; }
-  // Row r takes what row rows[r] holds (beam search's beams moving), in the same buffers.
+  // Row r takes what row rows[r] holds (beam search's beams moving): in the same buffers, or in
+  // smaller ones when `rows` is shorter (the beams of finished prompts dropped).
   void select_rows(const at::Tensor& rows);
 };
 

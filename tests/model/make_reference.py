@@ -68,7 +68,7 @@ CASES = {
 # Beam search fixtures: MHA, GQA and Qwen2 biases. The eos ids are tokens greedy decoding picks
 # early, so hypotheses do finish and length penalty and early stopping matter.
 BEAM_CASES = ("llama_mha_fp32", "llama_gqa_tied_bf16", "qwen2_bias")
-BEAM_PROMPTS = ([5, 17, 42], [9, 101, 77, 3, 250, 11, 64, 2])
+BEAM_PROMPTS = ([5, 17, 42], [9, 101, 77, 3, 250, 11, 64, 2], [250, 3])
 BEAM_SETTINGS = (
     dict(num_beams=4, length_penalty=1.0, early_stopping=False, max_new_tokens=12),
     dict(num_beams=3, length_penalty=2.0, early_stopping=True, max_new_tokens=12),
