@@ -34,6 +34,7 @@ void init_logging(const std::string& level) {
   logger->set_level(lvl);
   spdlog::register_logger(logger);
   spdlog::set_default_logger(logger);
+  check_progress_settings();
 }
 
 }  // namespace ctune

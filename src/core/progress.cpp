@@ -14,6 +14,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/error.h"
+
 namespace ctune {
 namespace {
 
@@ -21,12 +23,19 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kRedrawEvery = std::chrono::milliseconds(100);
 
 // Off a terminal, a long stage's plain line every 30 s; CTUNE_HEARTBEAT_SECONDS changes that
-// (0: at every update, as the tests use it).
+// (0: at every update, as the tests use it). Anything but a number >= 0 is a ConfigError.
 Clock::duration heartbeat_every() {
   static const Clock::duration every = [] {
     const char* env = std::getenv("CTUNE_HEARTBEAT_SECONDS");
-    const double s = env && *env ? std::atof(env) : 30.0;
-    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(0.0, s)));
+    double s = 30.0;
+    if (env && *env) {
+      char* end = nullptr;
+      s = std::strtod(env, &end);
+      if (*end != '\0' || !std::isfinite(s) || s < 0) {
+        throw ConfigError("CTUNE_HEARTBEAT_SECONDS: expected a number of seconds >= 0, found \"" + std::string(env) + "\"");
+      }
+    }
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
   }();
   return every;
 }
@@ -230,6 +239,8 @@ std::string Stage::counts_text(bool final) const {
   }
   return s;
 }
+
+void check_progress_settings() { heartbeat_every(); }
 
 void count_tensor_written(std::uint64_t bytes) {
   Stage* stage = nullptr;

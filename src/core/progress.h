@@ -74,6 +74,10 @@ class Stage {
   std::chrono::steady_clock::time_point start_, last_draw_, last_beat_;
 };
 
+// Reads the progress settings of the environment (CTUNE_HEARTBEAT_SECONDS) once, at start-up:
+// ConfigError for a bad value, before any work. init_logging calls it.
+void check_progress_settings();
+
 // One tensor of `bytes` written: counted into the innermost open stage whose unit is "tensors"
 // (nothing when there is none). The file writers (safetensors, GGUF) call it, so every stage
 // that writes tensors shows them without a callback through each layer between.

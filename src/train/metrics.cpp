@@ -1,7 +1,6 @@
 #include "train/metrics.h"
 
 #include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>

@@ -239,6 +239,9 @@ TEST_F(Progress, EvalOnATerminalAndHeartbeatsOffIt) {
   EXPECT_GE(std::distance(std::sregex_iterator(beats[0].err.begin(), beats[0].err.end(), beat), std::sregex_iterator()), 10)
       << beats[0].err;
   EXPECT_EQ(beats[0].err.find('\r'), std::string::npos);
+  const auto bad = ctune_together({{"CTUNE_HEARTBEAT_SECONDS=soon"}}, {"eval", "--model", model, "--data", data});
+  ctune::testing::expect_one_line_failure(bad[0], "CTUNE_HEARTBEAT_SECONDS: expected a number of seconds >= 0, found \"soon\"",
+                                          "bad heartbeat");
   // Without the setting, the same short run prints none.
   const auto quiet = ctune({"eval", "--model", model, "--data", data, "data.max_seq_len=256"});
   ASSERT_EQ(quiet.status, 0) << quiet.err;
