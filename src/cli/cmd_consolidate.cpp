@@ -55,7 +55,11 @@ std::vector<std::pair<std::string, at::Tensor>> read_back(const std::string& met
 }
 
 int run_consolidate(const ConsolidateOptions& o) {
-  io::refuse_unsafe_output(o.out, "--out", {{"CHECKPOINT", o.checkpoint}});
+  // Never onto the checkpoint, nor onto what its run read: --out BASE --overwrite would replace
+  // the base model the checkpoint needs.
+  io::NamedPaths inputs{{"CHECKPOINT", o.checkpoint}};
+  for (const auto& [name, path] : train::checkpoint_inputs(o.checkpoint)) inputs.emplace_back(name + " of the checkpoint's run", path);
+  io::refuse_unsafe_output(o.out, "--out", inputs);
   const auto max_shard_bytes = io::parse_byte_size(o.shard_size, "--shard-size");
   io::StagingDir staging(o.out, o.overwrite);
   Stage stage("writing " + o.out, 0, "tensors");
@@ -72,6 +76,7 @@ int run_consolidate(const ConsolidateOptions& o) {
     std::map<std::string, at::Tensor> by_name(written.begin(), written.end());
     for (const auto& [name, t] : c.tensors) {
       const auto it = by_name.find(name);
+      if (!at::isfinite(t).all().item<bool>()) throw Error("self-check failed: \"" + name + "\" holds non-finite values (the checkpoint's run diverged?)");
       if (it == by_name.end() || !at::equal(it->second.to(t.scalar_type()), t)) {
         throw Error("self-check failed: \"" + name + "\" reads back " + (it == by_name.end() ? "missing" : "different") + " from " + o.out);
       }

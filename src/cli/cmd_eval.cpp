@@ -107,7 +107,7 @@ Accuracy exact_match(model::CausalLM& lm, const std::vector<data::Example>& exam
       ++a.total;
       if (a.total > show) continue;
       auto text = [&](const std::vector<std::int64_t>& ids) {
-        return Json(tokenizer.decode(std::vector<std::int32_t>(ids.begin(), ids.end()), true)).dump();
+        return Json(tokenizer.decode(std::vector<std::int32_t>(ids.begin(), ids.end()), true)).dump(-1, ' ', false, Json::error_handler_t::replace);
       };
       std::string p = text(cases[i].prompt);
       if (p.size() > 70) p = "..." + p.substr(p.size() - 67);

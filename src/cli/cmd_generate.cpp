@@ -8,6 +8,7 @@
 #include <ATen/Parallel.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -20,6 +21,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
+#include "core/regular_file.h"
 #include "infer/generate.h"
 #include "model/weights.h"
 #include "peft/model_spec.h"
@@ -47,6 +49,7 @@ struct GenerateCliOptions {
 // non-empty line.
 std::vector<std::string> read_prompts(const GenerateCliOptions& o) {
   if (o.prompt_file.empty()) return {o.prompt};
+  require_regular_file(o.prompt_file, "a prompt file");
   std::ifstream in(o.prompt_file);
   if (!in) throw IoError(o.prompt_file + ": cannot read the prompt file");
   const bool jsonl = o.prompt_file.size() > 6 && o.prompt_file.compare(o.prompt_file.size() - 6, 6, ".jsonl") == 0;
@@ -74,8 +77,12 @@ std::vector<std::string> read_prompts(const GenerateCliOptions& o) {
 // for values it would reject.
 void resolve_sampling(GenerateCliOptions& o) {
   auto& s = o.g.sampling;
-  if (s.temperature < 0) throw ConfigError("--temperature: expected >= 0 (0: greedy), found " + std::to_string(s.temperature));
-  if (s.top_p < 0 || s.top_p > 1) throw ConfigError("--top-p: expected a probability in [0, 1], found " + std::to_string(s.top_p));
+  // Written as negations, so that NaN fails them too.
+  if (!(s.temperature >= 0 && std::isfinite(s.temperature)))
+    throw ConfigError("--temperature: expected a finite number >= 0 (0: greedy), found " + std::to_string(s.temperature));
+  if (!(s.top_p >= 0 && s.top_p <= 1)) throw ConfigError("--top-p: expected a probability in [0, 1], found " + std::to_string(s.top_p));
+  for (const auto& stop : o.stop)
+    if (stop.empty()) throw ConfigError("--stop: expected a non-empty text (an empty stop string would match before any token)");
   if (s.top_k < 0) throw ConfigError("--top-k: expected >= 0 (0: off), found " + std::to_string(s.top_k));
   if (!(s.repetition_penalty > 0)) {
     throw ConfigError("--repetition-penalty: expected > 0 (1: off), found " + std::to_string(s.repetition_penalty));
@@ -258,7 +265,8 @@ int run_generate(GenerateCliOptions o) {
                                     {"decode_tokens_per_s", stats.decode_tokens / std::max(1e-9, stats.decode_s)},
                                     {"peak_memory_bytes", train::peak_resident_bytes()}};
         if (o.g.num_beams > 1) j["beam_score"] = out[i].score;
-        print(j.dump());
+        // Invalid UTF-8 in a prompt or a cut token is shown as U+FFFD, as the decoder shows it.
+        print(j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
       } else if (o.stream) {
         if (text.size() > shown[i].size()) std::cout << text.substr(shown[i].size());
         std::cout << std::endl;

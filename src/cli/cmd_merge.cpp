@@ -50,12 +50,6 @@ std::vector<std::int64_t> probe_ids(const fs::path& model_dir, std::int64_t voca
   return ids;
 }
 
-double max_abs_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
-  return worst;
-}
-
 int run_merge(const MergeOptions& o) {
   // Never into "/", the home directory or an input; --overwrite replaces an earlier model only.
   io::refuse_unsafe_output(o.out, "--out", {{"--base", o.base}, {"--adapter", o.adapter}});
@@ -83,7 +77,13 @@ int run_merge(const MergeOptions& o) {
   const auto merged = peft::merge_lora(lm);
   {
     at::NoGradGuard no_grad;
-    for (auto& p : lm->parameters()) p.set_data(p.to(out_dtype));
+    for (auto& p : lm->named_parameters()) {
+      p.value().set_data(p.value().to(out_dtype));
+      if (!at::isfinite(p.value()).all().item<bool>()) {
+        throw FormatError("merge: " + p.key() + " holds non-finite values in " + model::dtype_to_hf(out_dtype) +
+                          " (past the dtype's range?); nothing was written");
+      }
+    }
   }
   io::StagingDir staging(o.out, o.overwrite);
   {
@@ -105,7 +105,7 @@ int run_merge(const MergeOptions& o) {
   peft::ModelSpec written;
   written.weights = staging.path();
   auto reloaded = peft::build_model(written);
-  const double diff = max_abs_difference(infer::score_tokens(reloaded, probe, "probe").nll, reference.nll);
+  const double diff = infer::max_abs_difference(infer::score_tokens(reloaded, probe, "probe").nll, reference.nll);
   checking.finish();
   spdlog::info("self-check: max |NLL(merged) - NLL(base + adapter)| = {:.3g} over {} tokens (tolerance {:.3g})", diff,
                probe.size() - 1, tolerance);

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "core/json.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,6 +28,7 @@ int run_tokenize(const TokenizeOptions& o) {
   auto tokenizer = tok::load_tokenizer(o.tokenizer_dir);
   const bool special = !o.no_special;
   if (!o.file.empty()) {
+    require_regular_file(o.file, "a text file");
     std::ifstream in(o.file, std::ios::binary);
     if (!in) throw IoError(o.file + ": cannot open for reading");
     std::string line;

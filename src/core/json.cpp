@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace ctune {
 
@@ -47,6 +48,7 @@ Json parse_json(const std::string& text, const std::string& where) {
 }
 
 Json read_json_file(const std::filesystem::path& path, std::uint64_t max_bytes) {
+  require_regular_file(path, "a JSON file");  // before the size cap: /dev/zero has no size
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path.string() + ": cannot open for reading");
   std::error_code ec;

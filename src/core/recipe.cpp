@@ -8,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "core/recipe_schema.h"
 
 namespace ctune {
@@ -249,6 +250,7 @@ YAML::Node load_yaml(const std::string& text, const std::string& where) {
 }  // namespace
 
 Recipe Recipe::load(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
+  require_regular_file(path, "a recipe file");  // before the size cap: /dev/zero has no size
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path.string() + ": cannot open recipe for reading");
   std::error_code ec;

@@ -20,7 +20,7 @@ int available_cores() {
 }
 
 int parse_thread_count(const std::string& value, const std::string& where) {
-  if (value == "auto" || value == "0") return available_cores();
+  if (value == "auto") return available_cores();
   std::size_t used = 0;
   long n = -1;
   try {

@@ -9,7 +9,7 @@ namespace ctune {
 // Cores available to this process (sched affinity), at least 1.
 int available_cores();
 
-// Parses a thread setting: "auto" or "0" -> available_cores(); a positive integer -> itself.
+// Parses a thread setting: "auto" -> available_cores(); an integer in 1..4096 -> itself.
 // Throws ConfigError naming `where` otherwise.
 int parse_thread_count(const std::string& value, const std::string& where);
 

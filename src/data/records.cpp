@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace ctune::data {
 namespace {
@@ -62,9 +63,8 @@ void require_object(const Json& value, const std::string& where) {
 }  // namespace
 
 RecordReader::RecordReader(const std::filesystem::path& path) : name_(path.string()) {
+  require_regular_file(path, "a dataset file");  // a FIFO or /dev/zero would never end
   in_.open(path, std::ios::binary);
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw IoError(name_ + ": is a directory, expected a dataset file");
   if (!in_) throw IoError(name_ + ": cannot open for reading");
   std::error_code size_ec;
   file_bytes_ = std::filesystem::file_size(path, size_ec);

@@ -1,5 +1,7 @@
 #include "dist/comm.h"
 
+#include <cstdlib>
+
 #include <atomic>
 #include <condition_variable>
 #include <thread>
@@ -9,6 +11,8 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <spdlog/spdlog.h>
+
+#include "dist/local_store.h"
 
 namespace ctune::dist {
 
@@ -83,22 +87,32 @@ Comm::Comm(const World& world, std::chrono::milliseconds timeout) : world_(world
   if (!world.distributed()) return;
   group_ = std::make_unique<Group>();
   try {
-    c10d::TCPStoreOptions options;
-    options.port = static_cast<std::uint16_t>(world.master_port);
-    options.isServer = world.rank == 0 && !world.agent_store;
-    options.numWorkers = world.agent_store ? c10::nullopt : c10::optional<std::size_t>(world.size);
-    options.waitWorkers = false;
-    options.timeout = timeout;
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(world.master_addr, options);
-    group_->store = c10::make_intrusive<c10d::PrefixStore>(world.store_prefix, tcp);
+    c10::intrusive_ptr<c10d::Store> store;
+    if (!world.store_socket.empty()) {
+      store = connect_local_store(world.store_socket, world.store_secret, timeout);
+    } else {
+      c10d::TCPStoreOptions options;
+      options.port = static_cast<std::uint16_t>(world.master_port);
+      options.isServer = world.rank == 0 && !world.agent_store;
+      options.numWorkers = world.agent_store ? c10::nullopt : c10::optional<std::size_t>(world.size);
+      options.waitWorkers = false;
+      options.timeout = timeout;
+      store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, options);
+      if (world.rank == 0 && !world.keys_secret) {
+        spdlog::warn("distributed: CTUNE_RUN_SECRET is not set: any host that reaches {}:{} can disturb this run's keys "
+                     "(docs/distributed.md, trust model)", world.master_addr, world.master_port);
+      }
+    }
+    group_->store = c10::make_intrusive<c10d::PrefixStore>(world.store_prefix, store);
     // The probe after a failure counts against the timeout too.
     auto pg_options = c10d::ProcessGroupGloo::Options::create(std::max(std::chrono::milliseconds(1000), timeout - kProbe));
     pg_options->devices.push_back(gloo_device(world));
     pg_options->threads = 2;
     group_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(group_->store, world.rank, world.size, pg_options);
   } catch (const std::exception& e) {
+    const std::string where = world.store_socket.empty() ? world.master_addr + ":" + std::to_string(world.master_port) : world.store_socket;
     throw DistributedError("rank " + std::to_string(world.rank) + " of " + std::to_string(world.size) + ": cannot join the run at " +
-                           world.master_addr + ":" + std::to_string(world.master_port) + " within " +
+                           where + " within " +
                            std::to_string(timeout.count() / 1000) + " s (" + world.source + "): " + e.what());
   }
   group_->heartbeat = std::thread([g = group_.get(), key = heartbeat_key(world.rank)] { g->beat(key); });
@@ -108,6 +122,7 @@ std::unique_ptr<Comm> Comm::subgroup(const std::string& name, const std::vector<
   auto sub = std::make_unique<Comm>();
   sub->timeout_ = timeout_;
   sub->seconds_ = seconds_;  // time in the subgroups counts as this rank's communication
+  sub->stranger_reported_ = stranger_reported_;
   sub->world_ = world_;
   sub->world_.size = static_cast<int>(members.size());
   sub->world_.rank = -1;
@@ -152,10 +167,25 @@ Comm::~Comm() {
   }
 }
 
+// A rank that fails writes its world rank, in decimal, as "failed". Anything else there was
+// written by a process outside the run: it is reported once and changes nothing.
 void Comm::throw_if_a_rank_failed(const char* what) const {
   if (!group_->store->check({"failed"})) return;
   const auto value = group_->store->get("failed");
-  throw DistributedError("rank " + std::to_string(world_rank(rank())) + ": " + what + " failed: rank " + std::string(value.begin(), value.end()) +
+  const std::string text(value.begin(), value.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(value.size(), 12)));
+  char* end = nullptr;
+  const long failed = value.size() <= 7 && !text.empty() ? std::strtol(text.c_str(), &end, 10) : -1;
+  const bool ours = end != nullptr && *end == '\0' && text.find_first_not_of("0123456789") == std::string::npos && failed >= 0 &&
+                    failed != world_rank(rank());
+  if (!ours) {
+    if (!*stranger_reported_) {
+      *stranger_reported_ = true;
+      spdlog::warn("distributed: the store's \"failed\" key holds {} bytes that no rank of this run wrote; ignored "
+                   "(another process is writing to the run's store: docs/distributed.md, trust model)", value.size());
+    }
+    return;
+  }
+  throw DistributedError("rank " + std::to_string(world_rank(rank())) + ": " + what + " failed: rank " + std::to_string(failed) +
                          " stopped with an error (see its output)");
 }
 

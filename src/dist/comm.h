@@ -110,6 +110,7 @@ class Comm {
   std::unique_ptr<Group> group_;  // null in a world of one
   std::int64_t barriers_ = 0;
   std::shared_ptr<double> seconds_ = std::make_shared<double>(0.0);  // shared with subgroups
+  std::shared_ptr<bool> stranger_reported_ = std::make_shared<bool>(false);  // a foreign "failed" value, once
 };
 
 }  // namespace ctune::dist

@@ -15,9 +15,8 @@
 #include <string>
 #include <vector>
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include "core/error.h"
+#include "dist/local_store.h"
 
 namespace ctune::dist {
 
@@ -74,7 +73,7 @@ bool pump(int fd, std::string& buf, int to, const std::string& prefix, bool flus
   return n > 0 || (n < 0 && errno == EINTR);
 }
 
-pid_t start_rank(int rank, int nproc, int port, const std::vector<std::string>& args, int out_w, int err_w) {
+pid_t start_rank(int rank, int nproc, const StoreServer& store, const std::vector<std::string>& args, int out_w, int err_w) {
   const pid_t pid = ::fork();
   if (pid != 0) return pid;
   // The child: its own process group (a terminal's Ctrl-C reaches it once, through the
@@ -86,8 +85,9 @@ pid_t start_rank(int rank, int nproc, int port, const std::vector<std::string>& 
   const std::pair<const char*, std::string> vars[] = {
       {"RANK", std::to_string(rank)},        {"WORLD_SIZE", std::to_string(nproc)},
       {"LOCAL_RANK", std::to_string(rank)},  {"LOCAL_WORLD_SIZE", std::to_string(nproc)},
-      {"MASTER_ADDR", "127.0.0.1"},          {"MASTER_PORT", std::to_string(port)},
-      {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RESTART_COUNT", "0"}};
+      {"MASTER_ADDR", "127.0.0.1"},          {"CTUNE_STORE_SOCKET", store.socket_path()},
+      {"CTUNE_STORE_SECRET", store.secret()}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+      {"TORCHELASTIC_RESTART_COUNT", "0"}};
   for (const auto& [name, value] : vars) ::setenv(name, value.c_str(), 1);
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -105,27 +105,25 @@ int exit_status(int wait_status) {
 }  // namespace
 
 int launch_local(int nproc, std::chrono::milliseconds grace) {
-  // The store every rank meets at, hosted here for the launcher's lifetime (port chosen by the
-  // kernel, so concurrent runs on one machine do not collide).
-  c10d::TCPStoreOptions options;
-  options.port = 0;
-  options.isServer = true;
-  options.waitWorkers = false;
-  c10d::TCPStore store("127.0.0.1", options);
-  const int port = store.getPort();
+  // The store every rank meets at, hosted here for the launcher's lifetime: a Unix socket in a
+  // private directory, reachable by this user with the run's secret only (dist/local_store.h).
+  const StoreServer store;
 
   struct sigaction sa {};
   sa.sa_handler = remember_signal;
   ::sigemptyset(&sa.sa_mask);
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
+  // Ctrl-Z: ranks stopped mid-collective would time each other out when continued, so the run
+  // is saved and stopped as for SIGTERM instead (docs/distributed.md).
+  ::sigaction(SIGTSTP, &sa, nullptr);
 
   const auto args = own_command_line();
   std::vector<Rank> ranks(static_cast<std::size_t>(nproc));
   for (int r = 0; r < nproc; ++r) {
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw IoError(std::string("--nproc: pipe: ") + std::strerror(errno));
-    ranks[r].pid = start_rank(r, nproc, port, args, out[1], err[1]);
+    ranks[r].pid = start_rank(r, nproc, store, args, out[1], err[1]);
     ::close(out[1]);
     ::close(err[1]);
     ranks[r].out = out[0];
@@ -135,7 +133,12 @@ int launch_local(int nproc, std::chrono::milliseconds grace) {
   int first_failure = 0;
   std::chrono::steady_clock::time_point kill_at = std::chrono::steady_clock::time_point::max();
   for (int live = nproc; live > 0;) {
-    if (const int sig = g_signal.exchange(0); sig != 0) {
+    if (int sig = g_signal.exchange(0); sig != 0) {
+      if (sig == SIGTSTP) {
+        write_all(STDERR_FILENO, "ctune: Ctrl-Z (SIGTSTP): a run of several processes cannot be suspended; the ranks save a "
+                                 "checkpoint and stop (continue with --resume)\n");
+        sig = SIGTERM;
+      }
       for (const auto& rk : ranks)
         if (rk.running) ::kill(rk.pid, sig);
     }

@@ -1,6 +1,8 @@
 #include "dist/world.h"
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -41,6 +43,39 @@ void check(const World& w) {
                       std::to_string(w.local_size) + ")" + from);
   if (w.master_port < 1 || w.master_port > 65535)
     throw ConfigError("master port " + std::to_string(w.master_port) + " is not a TCP port" + from);
+}
+
+// FNV-1a over the secret, twice with different seeds: a stable 32-hex-digit name for it.
+std::string digest(const std::string& secret) {
+  std::string hex;
+  for (std::uint64_t seed : {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull}) {
+    std::uint64_t h = seed;
+    for (unsigned char c : secret) h = (h ^ c) * 0x100000001b3ull;
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+    hex += buf;
+  }
+  return hex;
+}
+
+// The run's secret from the launch, if any: the built-in launcher's store secret, or a
+// CTUNE_RUN_SECRET the user set for every rank of a multi-node run.
+void read_secrets(const EnvReader& get, World& w) {
+  const char* socket = get("CTUNE_STORE_SOCKET");
+  const char* secret = get("CTUNE_STORE_SECRET");
+  if ((socket != nullptr) != (secret != nullptr))
+    throw ConfigError("environment: CTUNE_STORE_SOCKET and CTUNE_STORE_SECRET must be set together (the --nproc launcher sets both)");
+  if (socket != nullptr) {
+    w.store_socket = socket;
+    w.store_secret = secret;
+  }
+  if (const char* run = get("CTUNE_RUN_SECRET"); run != nullptr) {
+    if (std::strlen(run) < 16)
+      throw ConfigError("environment variable CTUNE_RUN_SECRET: expected at least 16 characters (a random string every rank shares), found " +
+                        std::to_string(std::strlen(run)));
+    w.store_prefix += digest(run) + "/";
+    w.keys_secret = true;
+  }
 }
 
 }  // namespace
@@ -104,6 +139,7 @@ World world_from(const EnvReader& get) {
     return w;
   }
   w.from_environment = true;
+  read_secrets(get, w);
   if (const char* addr = get("MASTER_ADDR"); addr != nullptr && *addr != '\0') w.master_addr = addr;
   w.master_port = int_var(get, "MASTER_PORT", w.master_port, 0);
   check(w);

@@ -4,7 +4,8 @@
 // TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_RESTART_COUNT) or of Slurm (SLURM_PROCID,
 // SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE or SLURM_STEP_TASKS_PER_NODE, and the
 // master from MASTER_ADDR or the first host of SLURM_STEP_NODELIST / SLURM_JOB_NODELIST). With
-// neither, a world of one process. See docs/distributed.md.
+// neither, a world of one process. CTUNE_RUN_SECRET, when set, names the run's keys (see
+// World::keys_secret). See docs/distributed.md.
 #pragma once
 
 #include <functional>
@@ -20,7 +21,13 @@ struct World {
   // The launcher (torchrun's agent, or `ctune train --nproc`) hosts the store: every rank is
   // a client. Otherwise rank 0 hosts it.
   bool agent_store = false;
-  std::string store_prefix = "ctune/0/";  // keys of this attempt (restart count)
+  std::string store_prefix = "ctune/0/";  // keys of this attempt (restart count, run secret)
+  // `ctune train --nproc`: the launcher's store on a Unix socket, and the secret it asks for
+  // (CTUNE_STORE_SOCKET, CTUNE_STORE_SECRET). Empty: the TCP store at master_addr:master_port.
+  std::string store_socket, store_secret;
+  // CTUNE_RUN_SECRET was given (a multi-node launch): the run's keys carry a digest of it, so a
+  // process that reaches the TCP store without it cannot address them (docs/distributed.md).
+  bool keys_secret = false;
   std::string source = "single process";  // which variables described it, for messages
   bool from_environment = false;  // a launcher's variables describe it (even a world of one)
 

@@ -44,10 +44,7 @@ std::vector<std::int64_t> probe_ids(const fs::path& model_dir, std::int64_t voca
 ScoreDiff diff_scores(const infer::ScoreResult& a, const infer::ScoreResult& b) {
   ScoreDiff r;
   r.positions = a.nll.size();
-  for (std::size_t i = 0; i < a.nll.size() && i < b.nll.size(); ++i) {
-    const double d = std::fabs(a.nll[i] - b.nll[i]);
-    if (!(d <= r.max_diff)) r.max_diff = d;  // NaN propagates (and fails any tolerance)
-  }
+  r.max_diff = infer::max_abs_difference(a.nll, b.nll);  // +inf for any non-finite score
   for (std::size_t i = 0; i < a.argmax.size() && i < b.argmax.size(); ++i) r.argmax_agree += a.argmax[i] == b.argmax[i];
   return r;
 }
@@ -97,7 +94,7 @@ CheckResult write_checked(const io::GgufWriter& writer, const fs::path& out, boo
   io::remove_stale_siblings(out);  // staged files of killed exports
   std::error_code ec;
   fs::path staged = out;
-  staged += ".unchecked-" + std::to_string(::getpid());
+  staged += ".unchecked-" + io::unique_tag();  // fresh and unguessable: nothing planted there
   struct Remove {
     const fs::path& path;
     bool keep = false;

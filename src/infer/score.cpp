@@ -3,6 +3,10 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "core/error.h"
 
 namespace ctune::infer {
@@ -32,6 +36,17 @@ ScoreResult score_tokens(model::CausalLM& model, const std::vector<std::int64_t>
     r.nll.assign(nll.data_ptr<double>(), nll.data_ptr<double>() + (T - 1));
   }
   return r;
+}
+
+double max_abs_difference(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = std::fabs(a[i] - b[i]);
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i]) || !std::isfinite(d)) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, d);
+  }
+  return worst;
 }
 
 }  // namespace ctune::infer

@@ -17,4 +17,8 @@ struct ScoreResult {
 // ids must be non-empty and inside the vocabulary (throws ConfigError naming `where`).
 ScoreResult score_tokens(model::CausalLM& model, const std::vector<std::int64_t>& ids, const std::string& where);
 
+// The largest |a[i] - b[i]|, +infinity when the lengths differ or any value is not finite:
+// every self-check's measure, so that a model scoring NaN never passes one.
+double max_abs_difference(const std::vector<double>& a, const std::vector<double>& b);
+
 }  // namespace ctune::infer

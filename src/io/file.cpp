@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "io/run_dir.h"
 
 namespace ctune::io {
@@ -21,7 +23,42 @@ std::string errno_text(int err) {
   if (err == ENOSPC) return "no space left on device";
   return std::strerror(err);
 }
+
+// How many fresh names a staging write tries before it gives up: each is new and unguessable,
+// so only something planted in a race with every try could make them all collide.
+constexpr int kNameTries = 16;
 }  // namespace
+
+namespace {
+std::FILE* open_file(const fs::path& path, int flags, const char* mode, const char* what) {
+  const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == ELOOP) throw IoError(path.string() + ": is a symbolic link; refusing to write through it");
+  if (fd < 0) throw IoError(path.string() + ": cannot " + what + " (" + errno_text(errno) + ")");
+  std::FILE* f = ::fdopen(fd, mode);
+  if (f == nullptr) {
+    ::close(fd);
+    throw IoError(path.string() + ": cannot " + what);
+  }
+  return f;
+}
+}  // namespace
+
+std::FILE* open_for_append(const fs::path& path) { return open_file(path, O_WRONLY | O_CREAT | O_APPEND, "a", "open for appending"); }
+std::FILE* create_exclusive(const fs::path& path) { return open_file(path, O_WRONLY | O_CREAT | O_EXCL, "wb", "create"); }
+
+std::string unique_tag() {
+  unsigned char raw[8];
+  std::size_t got = 0;
+  while (got < sizeof raw) {
+    const ssize_t n = ::getrandom(raw + got, sizeof raw - got, 0);
+    if (n < 0 && errno != EINTR) throw IoError(std::string("getrandom: ") + std::strerror(errno));
+    if (n > 0) got += static_cast<std::size_t>(n);
+  }
+  static const char* digits = "0123456789abcdef";
+  std::string tag = std::to_string(::getpid()) + "-";
+  for (unsigned char c : raw) tag += {digits[c >> 4], digits[c & 15]};
+  return tag;
+}
 
 std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -57,6 +94,7 @@ MappedFile::~MappedFile() {
 }
 
 std::string read_text_file(const fs::path& path) {
+  require_regular_file(path, "a text file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path.string() + ": cannot open for reading");
   std::ostringstream ss;
@@ -64,10 +102,15 @@ std::string read_text_file(const fs::path& path) {
   return ss.str();
 }
 
+// The temporary file is created exclusively under a fresh, unguessable name: whatever another
+// user planted beside the target (a symbolic link above all) is never opened or written.
 AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)) {
-  temp_ = target_;
-  temp_ += ".tmp-" + std::to_string(::getpid());
-  fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  for (int attempt = 0; attempt < kNameTries && fd_ < 0; ++attempt) {
+    temp_ = target_;
+    temp_ += ".tmp-" + unique_tag();
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd_ < 0 && errno != EEXIST) break;
+  }
   if (fd_ < 0) throw IoError(temp_.string() + ": cannot create (" + errno_text(errno) + ")");
 }
 
@@ -135,10 +178,19 @@ StagingDir::StagingDir(fs::path target, bool overwrite, const std::string& tag) 
       throw ConfigError(target_.string() + ": directory exists and is not empty (pass --overwrite to replace it)");
     }
   }
-  staging_ = staging_path(target_, tag.empty() ? std::to_string(::getpid()) : tag);
-  fs::remove_all(staging_, ec);
-  fs::create_directories(staging_, ec);
-  if (ec) throw IoError(staging_.string() + ": cannot create directory (" + ec.message() + ")");
+  const fs::path parent = target_.parent_path().empty() ? fs::path(".") : target_.parent_path();
+  fs::create_directories(parent, ec);
+  // Created exclusively (mkdir never follows a link, nor reuses what is there): a directory this
+  // process made, not one another user planted or linked to under a name they guessed.
+  int err = 0;
+  for (int attempt = 0; attempt < kNameTries; ++attempt) {
+    staging_ = staging_path(target_, tag.empty() ? unique_tag() : tag);
+    if (::mkdir(staging_.c_str(), 0755) == 0) return;
+    err = errno;
+    if (err != EEXIST || !tag.empty()) break;
+  }
+  throw IoError(staging_.string() + ": cannot create the staging directory (" +
+                (err == EEXIST ? std::string("something is already there") : errno_text(err)) + ")");
 }
 
 StagingDir::~StagingDir() {
@@ -164,7 +216,7 @@ void StagingDir::commit() {
   if (fs::exists(target_, ec)) {
     // Move the old directory aside first so the target is never a mix of both.
     old = target_;
-    old += ".old-" + std::to_string(::getpid());
+    old += ".old-" + unique_tag();
     fs::rename(target_, old, ec);
     if (ec) throw IoError(target_.string() + ": cannot move existing directory aside (" + ec.message() + ")");
   }

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -54,16 +55,29 @@ class AtomicFile {
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view contents);
 
+// Files appended to or created in place (metrics.jsonl, TensorBoard event files), opened never
+// through a symbolic link: IoError for a link, or when the file cannot be opened. create_exclusive
+// also fails when anything is already there.
+std::FILE* open_for_append(const std::filesystem::path& path);
+std::FILE* create_exclusive(const std::filesystem::path& path);
+
+// "<pid>-<16 random hex digits>": the suffix of every staging name, fresh and unguessable, so
+// no other user can plant a link where a write is about to stage (remove_stale_siblings reads
+// the pid back).
+std::string unique_tag();
+
 // Flushes a directory entry (after renames into it) so the rename survives a crash.
 void fsync_directory(const std::filesystem::path& dir);
 
-// A directory built under "<target>.partial-<pid>" and renamed to <target> by commit(), so a
-// checkpoint directory either exists complete or not at all. Without commit() it is removed.
+// A directory built under "<target>.partial-<unique_tag()>" and renamed to <target> by commit(),
+// so a checkpoint directory either exists complete or not at all. Without commit() it is removed.
+// The staging directory is created exclusively: never one that was already there.
 class StagingDir {
  public:
   // Throws ConfigError when target exists and is not empty (unless overwrite is set). The
-  // staging directory is target.partial-<tag>; the tag defaults to the process id. Several
-  // processes writing one directory (a sharded checkpoint) agree on a tag instead.
+  // staging directory is target.partial-<tag>; the tag defaults to unique_tag(). Several
+  // processes writing one directory (a sharded checkpoint) agree on a tag instead: one that
+  // starts with the creator's pid and is as unguessable (IoError when it exists already).
   StagingDir(std::filesystem::path target, bool overwrite, const std::string& tag = {});
   static std::filesystem::path staging_path(const std::filesystem::path& target, const std::string& tag);
   ~StagingDir();

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,10 +18,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Absolute, links resolved as far as the path exists, "." and ".." folded, and no trailing
+// separator: "$HOME/y/.." (y not yet there) is "$HOME", not "$HOME/".
 fs::path resolved(const fs::path& p) {
   std::error_code ec;
   fs::path r = fs::weakly_canonical(fs::absolute(p, ec), ec);
-  return ec ? fs::absolute(p).lexically_normal() : r;
+  r = (ec ? fs::absolute(p) : r).lexically_normal();
+  while (r.has_relative_path() && r.filename().empty()) r = r.parent_path();
+  return r;
 }
 
 bool process_alive(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
@@ -60,7 +65,7 @@ bool is_run_dir(const fs::path& dir) {
 void mark_run_dir(const fs::path& dir) { write_file_atomic(dir / kRunMarker, "{\"format\": \"ctune-run-1\"}\n"); }
 
 bool is_locked(const fs::path& dir) {
-  const int fd = ::open((dir / kLockFile).c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open((dir / kLockFile).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return false;
   const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0;
   if (!held) ::flock(fd, LOCK_UN);
@@ -70,8 +75,17 @@ bool is_locked(const fs::path& dir) {
 
 DirLock::DirLock(const fs::path& dir, const std::string& what) {
   const fs::path path = dir / kLockFile;
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Never through a link: a lock file that is a symbolic link (or a second name of another
+  // file) would have its target truncated and overwritten with this pid.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd_ < 0 && errno == ELOOP) throw IoError(path.string() + ": is a symbolic link; refusing to use it as the lock file (remove it)");
   if (fd_ < 0) throw IoError(path.string() + ": cannot open lock file (" + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1) {
+    ::close(fd_);
+    fd_ = -1;
+    throw IoError(path.string() + ": is not a plain file of its own (a link to another file?); refusing to use it as the lock file (remove it)");
+  }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     char buf[32] = {0};
@@ -107,7 +121,7 @@ void remove_stale_siblings(const fs::path& target) {
       if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
       char* end = nullptr;
       const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
-      if (end == nullptr || *end != '\0' || process_alive(pid)) continue;
+      if (end == nullptr || (*end != '\0' && *end != '-') || process_alive(pid)) continue;
       std::error_code rm;
       fs::remove_all(entry.path(), rm);
     }

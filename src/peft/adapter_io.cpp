@@ -1,6 +1,7 @@
 #include "peft/adapter_io.h"
 
 #include <ATen/core/grad_mode.h>
+#include <cmath>
 #include <set>
 
 #include "core/error.h"
@@ -93,6 +94,8 @@ LoraOptions read_adapter_config(const fs::path& dir) {
   o.dropout = json_number(j, "lora_dropout", where).value_or(0.0);
   o.rslora = json_bool(j, "use_rslora", where).value_or(false);
   if (o.rank <= 0) throw ConfigError(where + ": r must be positive, found " + std::to_string(o.rank));
+  if (!std::isfinite(o.alpha)) throw ConfigError(where + ": lora_alpha must be a finite number, found " + std::to_string(o.alpha));
+  if (!(o.dropout >= 0 && o.dropout < 1)) throw ConfigError(where + ": lora_dropout must be in [0, 1), found " + std::to_string(o.dropout));
   auto targets = j.find("target_modules");
   if (targets == j.end() || targets->is_null()) {
     o.targets = {"q_proj", "v_proj"};  // PEFT's default for llama and qwen2
@@ -112,11 +115,22 @@ LoraOptions read_adapter_config(const fs::path& dir) {
 
 LoraOptions load_adapter(model::CausalLM& lm, const fs::path& dir) {
   LoraOptions o = read_adapter_config(dir);
-  apply_lora(lm, o);
   std::error_code ec;
   const std::string hint = io::sharded_checkpoint_hint(dir);
   if (!hint.empty() && !fs::exists(dir / kAdapterWeights, ec)) throw IoError(dir.string() + ": no " + kAdapterWeights + hint);
   auto file = io::SafetensorsFile::open(dir / kAdapterWeights);
+  // The config's r against the tensors before any adapter is allocated: "r": 1000000000 must
+  // not reserve gigabytes to find out.
+  for (const auto& info : file->header().tensors) {
+    const bool a = info.name.find(".lora_A.") != std::string::npos, b = info.name.find(".lora_B.") != std::string::npos;
+    if (!a && !b) continue;
+    if (info.shape.size() != 2 || info.shape[a ? 0 : 1] != o.rank) {
+      throw ShapeError(file->path().string() + ": tensor \"" + info.name + "\" has rank " +
+                       (info.shape.size() == 2 ? std::to_string(info.shape[a ? 0 : 1]) : std::string("(not a matrix)")) + ", but " +
+                       kAdapterConfig + " says r = " + std::to_string(o.rank));
+    }
+  }
+  apply_lora(lm, o);
   // Tensor handles, not pointers: named_parameters() returns a temporary dict, and a handle
   // shares the parameter's storage, so copy_ below still writes into the model.
   std::map<std::string, at::Tensor> params;

@@ -87,16 +87,29 @@ LoraSummary apply_lora(model::CausalLM& lm, const LoraOptions& o) {
 
 std::size_t merge_lora(model::CausalLM& lm) {
   at::NoGradGuard no_grad;
-  std::vector<std::pair<model::LinearImpl*, LoraAdapter*>> layers;
+  struct Layer {
+    std::string name;
+    model::LinearImpl* linear;
+    LoraAdapter* lora;
+  };
+  std::vector<Layer> layers;
   for (const auto& item : lm->named_modules("", /*include_self=*/false)) {
     auto* linear = dynamic_cast<model::LinearImpl*>(item.value().get());
     if (!linear || !linear->adapter) continue;
-    if (auto* lora = dynamic_cast<LoraAdapter*>(linear->adapter.get())) layers.emplace_back(linear, lora);
+    if (auto* lora = dynamic_cast<LoraAdapter*>(linear->adapter.get())) layers.push_back({item.key(), linear, lora});
   }
   Stage stage("merging LoRA", static_cast<std::int64_t>(layers.size()), "layers");
-  for (auto& [linear, lora] : layers) {
+  for (auto& [name, linear, lora] : layers) {
     auto delta = at::matmul(lora->lora_B->weight.to(at::kFloat), lora->lora_A->weight.to(at::kFloat)) * lora->scale;
-    linear->weight.set_data((linear->weight.to(at::kFloat) + delta).to(linear->weight.scalar_type()));
+    auto merged = (linear->weight.to(at::kFloat) + delta).to(linear->weight.scalar_type());
+    // A merged model with inf/NaN weights scores NaN everywhere: refuse it, naming the tensor
+    // (an absurd lora_alpha, a diverged adapter, or a sum past the storage dtype's range).
+    if (!at::isfinite(merged).all().item<bool>()) {
+      throw FormatError("merging LoRA: " + name + ".weight holds non-finite values after merging (scale alpha/r = " +
+                        std::to_string(lora->scale) + ", largest |B A| " + std::to_string(delta.abs().max().item<float>() / lora->scale) +
+                        "); the adapter cannot be merged into this base");
+    }
+    linear->weight.set_data(merged);
     linear->adapter.reset();
     stage.advance(1, static_cast<std::uint64_t>(linear->weight.nbytes()));
   }

@@ -18,77 +18,119 @@ double number(const Json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<double>() : std::nan("");
 }
 
+// A run's files are read only when they are regular files, and line by line with a cap: a
+// metrics.jsonl linked to /dev/zero or a FIFO must not make the report read forever.
+constexpr std::size_t kMaxLine = 1 << 20;
+constexpr std::uint64_t kMaxRecipeBytes = 1 << 20;
+
+bool open_regular(const fs::path& path, std::ifstream& in, RunData& r, bool required) {
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (ec || !fs::exists(status)) {
+    if (required) r.problems.push_back("no " + path.filename().string() + (path.filename() == "metrics.jsonl" ? ": the run has not logged a step" : ""));
+    return false;
+  }
+  if (!fs::is_regular_file(status)) {
+    r.problems.push_back(path.filename().string() + " is not a regular file: left out");
+    return false;
+  }
+  in.open(path, std::ios::binary);
+  if (!in) r.problems.push_back(path.filename().string() + " cannot be opened: left out");
+  return static_cast<bool>(in);
+}
+
+// The next line (without its newline), at most kMaxLine bytes kept; `cut` says whether it was
+// longer. False at the end of the file.
+bool next_line(std::istream& in, std::string& line, bool& cut) {
+  line.clear();
+  cut = false;
+  char c = 0;
+  bool any = false;
+  while (in.get(c)) {
+    any = true;
+    if (c == '\n') return true;
+    if (line.size() < kMaxLine) line += c;
+    else cut = true;
+  }
+  return any;
+}
+
 void read_metrics(RunData& r) {
-  std::ifstream in(r.dir / "metrics.jsonl");
-  if (!in) {
-    r.problems.push_back("no metrics.jsonl: the run has not logged a step");
-    return;
-  }
-  std::int64_t line_no = 0;
-  for (std::string line; std::getline(in, line);) {
+  std::ifstream in;
+  if (!open_regular(r.dir / "metrics.jsonl", in, r, true)) return;
+  std::int64_t line_no = 0, bad = 0;
+  std::string first_bad;
+  bool cut = false;
+  for (std::string line; next_line(in, line, cut);) {
     ++line_no;
-    if (line.empty()) continue;
-    Json j;
+    if (line.empty() && !cut) continue;
+    // One bad line is skipped and counted: the lines after it are still the run's.
     try {
-      j = parse_json(line, "metrics.jsonl");
-    } catch (const FormatError&) {
-      r.problems.push_back("metrics.jsonl line " + std::to_string(line_no) + " is cut short or malformed: it and what follows are left out");
-      break;
+      if (cut) throw FormatError("longer than " + std::to_string(kMaxLine) + " bytes");
+      const Json j = parse_json(line, "metrics.jsonl");
+      if (!j.is_object()) throw FormatError("not a JSON object");
+      if (j.contains("memory")) {
+        r.memory = j["memory"];
+        continue;
+      }
+      if (!j.contains("step") || !j["step"].is_number_integer()) throw FormatError("no integer \"step\"");
+      if (j.contains("eval_loss")) {
+        r.evals.push_back({j["step"].get<std::int64_t>(), number(j, "time"), number(j, "eval_loss")});
+        continue;
+      }
+      StepRecord s;
+      s.step = j["step"].get<std::int64_t>();
+      s.time = number(j, "time");
+      s.loss = number(j, "loss");
+      s.lr = number(j, "lr");
+      s.grad_norm = number(j, "grad_norm");
+      s.tokens_per_s = number(j, "tokens_per_s");
+      s.elapsed_s = number(j, "elapsed_s");
+      s.tokens = j.value("tokens", std::int64_t{0});
+      s.peak_mem_bytes = j.value("peak_mem_bytes", std::int64_t{0});
+      s.skipped = j.value("skipped", false);
+      r.steps.push_back(s);
+    } catch (const std::exception& e) {
+      if (bad++ == 0) first_bad = "metrics.jsonl line " + std::to_string(line_no) + " is cut short or malformed (" + std::string(e.what()).substr(0, 160) + ")";
     }
-    if (!j.is_object()) continue;
-    if (j.contains("memory")) {
-      r.memory = j["memory"];
-      continue;
-    }
-    if (!j.contains("step") || !j["step"].is_number_integer()) continue;
-    if (j.contains("eval_loss")) {
-      r.evals.push_back({j["step"].get<std::int64_t>(), number(j, "time"), number(j, "eval_loss")});
-      continue;
-    }
-    StepRecord s;
-    s.step = j["step"].get<std::int64_t>();
-    s.time = number(j, "time");
-    s.loss = number(j, "loss");
-    s.lr = number(j, "lr");
-    s.grad_norm = number(j, "grad_norm");
-    s.tokens_per_s = number(j, "tokens_per_s");
-    s.elapsed_s = number(j, "elapsed_s");
-    s.tokens = j.value("tokens", std::int64_t{0});
-    s.peak_mem_bytes = j.value("peak_mem_bytes", std::int64_t{0});
-    s.skipped = j.value("skipped", false);
-    r.steps.push_back(s);
   }
+  if (bad > 0) r.problems.push_back(first_bad + ": left out" + (bad > 1 ? ", with " + std::to_string(bad - 1) + " more bad lines" : std::string()));
 }
 
 void read_recipe(RunData& r) {
   const fs::path path = r.dir / "recipe.yaml";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    r.problems.push_back("no recipe.yaml");
+  std::ifstream in;
+  if (!open_regular(path, in, r, true)) return;
+  std::error_code ec;
+  if (fs::file_size(path, ec) > kMaxRecipeBytes) {
+    r.problems.push_back("recipe.yaml is larger than " + std::to_string(kMaxRecipeBytes) + " bytes: left out");
     return;
   }
   r.recipe_yaml.assign(std::istreambuf_iterator<char>(in), {});
   try {
     const Recipe recipe = Recipe::parse(r.recipe_yaml, path.string());
-    r.model = recipe.get_string("model.path");
-    r.method = recipe.get_string("peft.method") == "lora" ? "LoRA" : "full fine-tuning";
-    if (recipe.get_string("memory.quantize_base") != "none") r.method += " (" + recipe.get_string("memory.quantize_base") + " base)";
-    r.precision = recipe.get_string("precision");
-    r.train_data = recipe.get_string("data.train");
-    r.eval_data = recipe.get_string("data.eval");
+    const auto text = [&](const char* key) { return recipe.get_optional_string(key).value_or(""); };
+    r.model = text("model.path");
+    r.method = text("peft.method") == "lora" ? "LoRA" : "full fine-tuning";
+    if (text("memory.quantize_base") != "none" && !text("memory.quantize_base").empty()) r.method += " (" + text("memory.quantize_base") + " base)";
+    r.precision = text("precision");
+    r.train_data = text("data.train");
+    r.eval_data = text("data.eval");  // null in a run without an eval split (the default)
     if (const auto steps = recipe.get_optional_int("training.max_steps")) r.max_steps = *steps;
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     r.problems.push_back(std::string("recipe.yaml cannot be read: ") + e.what());
   }
 }
 
-// "resumed from <dir> at step N" lines of train.log.
+// "resumed from <dir> at step N" lines of train.log; a step past 18 digits is no step of ours.
 void read_resumes(RunData& r) {
-  std::ifstream in(r.dir / "train.log");
-  static const std::regex resumed("resumed from .* at step ([0-9]+)");
+  std::ifstream in;
+  if (!open_regular(r.dir / "train.log", in, r, false)) return;
+  static const std::regex resumed("resumed from .* at step ([0-9]{1,18})(?![0-9])");
   std::smatch m;
-  for (std::string line; std::getline(in, line);)
-    if (std::regex_search(line, m, resumed)) r.resumes.push_back(std::stoll(m[1].str()));
+  bool cut = false;
+  for (std::string line; next_line(in, line, cut);)
+    if (!cut && std::regex_search(line, m, resumed)) r.resumes.push_back(std::stoll(m[1].str()));
 }
 
 }  // namespace

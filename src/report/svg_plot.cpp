@@ -23,6 +23,13 @@ std::string px(double v) {
   return b;
 }
 
+// More ticks than this is a degenerate axis (a range at the ends of double precision): the
+// loops stop there instead of running on.
+constexpr std::size_t kMaxTicks = 64;
+// The smallest value a log axis shows: below it powers of ten are denormal or zero, and
+// multiplying zero by ten never reaches the top of the axis.
+constexpr double kLogFloor = 1e-300;
+
 // Round tick values covering [lo, hi]: steps of 1, 2 or 5 times a power of ten.
 std::vector<double> linear_ticks(double lo, double hi) {
   const double raw = (hi - lo) / 5;
@@ -34,7 +41,8 @@ std::vector<double> linear_ticks(double lo, double hi) {
       break;
     }
   std::vector<double> t;
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+  if (!(step > 0) || !std::isfinite(step)) return t;
+  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9 && t.size() < kMaxTicks; v += step) t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
   return t;
 }
 
@@ -42,14 +50,14 @@ struct Axis {
   double lo, hi;
   bool log;
   double map(double v, double from, double to) const {
-    const double a = log ? std::log10(lo) : lo, b = log ? std::log10(hi) : hi, x = log ? std::log10(v) : v;
+    const double a = log ? std::log10(lo) : lo, b = log ? std::log10(hi) : hi, x = log ? std::log10(std::max(v, kLogFloor)) : v;
     return from + (x - a) / (b - a) * (to - from);
   }
   std::vector<double> ticks() const {
     if (!log) return linear_ticks(lo, hi);
     std::vector<double> t;
     const int decades = static_cast<int>(std::ceil(std::log10(hi)) - std::floor(std::log10(lo)));
-    for (double p = std::pow(10.0, std::floor(std::log10(lo))); p <= hi * 1.0001; p *= 10)
+    for (double p = std::pow(10.0, std::floor(std::log10(lo))); p > 0 && p <= hi * 1.0001 && t.size() < kMaxTicks; p *= 10)
       for (double m : decades <= 2 ? std::vector<double>{1, 2, 5} : std::vector<double>{1})
         if (p * m >= lo * 0.9999 && p * m <= hi * 1.0001) t.push_back(p * m);
     return t;
@@ -61,6 +69,7 @@ Axis y_axis(const std::vector<Series>& series, const PlotOptions& o, bool log) {
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   auto take = [&](double y) {
     if (!std::isfinite(y) || (log && y <= 0)) return;
+    if (log) y = std::max(y, kLogFloor);
     lo = std::min(lo, y);
     hi = std::max(hi, y);
   };

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "io/file.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -21,28 +22,6 @@ namespace {
 
 // Insertion-ordered JSON, so the written vocabulary reads in id order.
 using OJson = nlohmann::ordered_json;
-
-void write_file_atomic(const std::filesystem::path& path, const std::string& data) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw IoError(tmp.string() + ": cannot create (" + std::strerror(errno) + ")");
-  std::size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int e = errno;
-      ::close(fd);
-      throw IoError(tmp.string() + ": write failed (" + std::strerror(e) + ")");
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0)
-    throw IoError(tmp.string() + ": fsync/close failed (" + std::strerror(errno) + ")");
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw IoError(path.string() + ": rename failed (" + ec.message() + ")");
-}
 
 OJson added_token(const char* content, int id) {
   return OJson{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
@@ -101,8 +80,8 @@ void write_byte_tokenizer(const std::filesystem::path& dir) {
       {"clean_up_tokenization_spaces", false},
       {"model_max_length", 1000000},
   };
-  write_file_atomic(dir / "tokenizer.json", tokenizer.dump(2, ' ', false) + "\n");
-  write_file_atomic(dir / "tokenizer_config.json", config.dump(2) + "\n");
+  io::write_file_atomic(dir / "tokenizer.json", tokenizer.dump(2, ' ', false) + "\n");
+  io::write_file_atomic(dir / "tokenizer_config.json", config.dump(2) + "\n");
 }
 
 }  // namespace ctune::tok

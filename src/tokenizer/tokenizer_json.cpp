@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace ctune::tok {
 namespace {
@@ -162,6 +163,7 @@ class Reader {
 }  // namespace
 
 TokenizerJson read_tokenizer_json(const std::filesystem::path& path) {
+  require_regular_file(path, "a tokenizer.json");  // before the size cap: /dev/zero has no size
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path.string() + ": cannot open for reading");
   std::error_code ec;

@@ -100,10 +100,16 @@ fs::path CheckpointManager::write(std::int64_t step, const CheckpointSources& s)
 
 void CheckpointManager::write_sharded(std::int64_t step, const CheckpointSources& s, const model::ModelConfig& config,
                                       const ShardPart& part, dist::Comm& comm) {
-  // Every rank writes into the same staging directory: its name is agreed, not the process id.
+  // Every rank writes into the same staging directory: rank 0's unguessable tag, agreed by a
+  // sum in which the other ranks add nothing (io::unique_tag: a planted name is never used).
   const fs::path target = dir_for(root_.parent_path(), step);
   Stage stage("checkpoint " + target.filename().string(), 0, "tensors");  // each rank's own count
-  const std::string tag = "ranks";
+  std::string tag = comm.rank() == 0 ? io::unique_tag() : std::string();
+  at::Tensor agreed = at::zeros({32}, at::kLong);
+  for (std::size_t i = 0; i < tag.size() && i < 32; ++i) agreed[static_cast<std::int64_t>(i)] = static_cast<std::int64_t>(tag[i]);
+  comm.all_reduce_sum(agreed, "agreeing on the checkpoint's staging directory");
+  tag.clear();
+  for (std::int64_t i = 0; i < 32 && agreed[i].item<std::int64_t>() != 0; ++i) tag += static_cast<char>(agreed[i].item<std::int64_t>());
   std::optional<io::StagingDir> staging;
   if (comm.rank() == 0) {
     std::error_code ec;
@@ -118,6 +124,15 @@ void CheckpointManager::write_sharded(std::int64_t step, const CheckpointSources
   kill_point("checkpoint", step, "shard");
   comm.barrier("waiting for every rank to write its checkpoint shard");
   if (comm.rank() != 0) return;
+  // Published only with every shard in place: the barrier counts arrivals, not files.
+  for (int i = 0; i < part.count; ++i) {
+    const fs::path shard = dir / kShardsDir / state_shard_file_name(i, part.count);
+    std::error_code ec;
+    if (!fs::is_regular_file(shard, ec)) {
+      throw IoError("checkpoint " + target.filename().string() + ": " + state_shard_file_name(i, part.count) +
+                    " is missing after every rank reported its shard written; the checkpoint is not published");
+    }
+  }
 
   // 2. Rank 0: what the weights hold besides their tensors, and the training state.
   s.method->write_weight_metadata(config, dir, s.files);
@@ -182,7 +197,20 @@ void CheckpointManager::protect(const fs::path& checkpoint) {
   protected_ = fs::weakly_canonical(checkpoint, ec);
 }
 
-std::string verify_checkpoint(const fs::path& dir) { return io::verify_manifest(dir, {kStateFile}); }
+// A sharded checkpoint must list every shard its shard files name (rank-i-of-N for each i < N),
+// not only the files that happen to be there.
+std::string verify_checkpoint(const fs::path& dir) {
+  std::vector<std::string> required{kStateFile};
+  std::error_code ec;
+  int count = 0;
+  for (const auto& e : fs::directory_iterator(dir / kShardsDir, ec)) {
+    int index = 0, n = 0;
+    char tail = 0;
+    if (std::sscanf(e.path().filename().c_str(), "rank-%5d-of-%5d.safetensor%c", &index, &n, &tail) == 3 && n > count) count = n;
+  }
+  for (int i = 0; i < count; ++i) required.push_back(std::string(kShardsDir) + "/" + state_shard_file_name(i, count));
+  return io::verify_manifest(dir, required);
+}
 
 bool CheckpointManager::verified(const fs::path& dir) const {
   if (verified_.count(dir)) return true;
@@ -208,6 +236,20 @@ std::optional<fs::path> CheckpointManager::latest(std::vector<std::string>* skip
     if (skipped) skipped->push_back(dir.string() + ": " + problem);
   }
   return std::nullopt;
+}
+
+io::NamedPaths checkpoint_inputs(const fs::path& checkpoint) {
+  io::NamedPaths out;
+  try {
+    const Json state = read_json_file(checkpoint / kStateFile);
+    if (!state.is_object() || !state.contains("inputs") || !state["inputs"].is_object()) return out;
+    for (const auto& [name, input] : state["inputs"].items()) {
+      if (input.is_object() && input.contains("path") && input["path"].is_string()) out.emplace_back(name, input["path"].get<std::string>());
+    }
+  } catch (const Error&) {
+    // Unreadable: the command reading the checkpoint reports it.
+  }
+  return out;
 }
 
 TrainingState read_training_state(const fs::path& checkpoint) {

@@ -17,6 +17,7 @@
 
 #include "core/json.h"
 #include "io/file.h"
+#include "io/run_dir.h"
 #include "data/sampler.h"
 #include "dist/comm.h"
 #include "model/llama.h"
@@ -111,6 +112,11 @@ std::string verify_checkpoint(const std::filesystem::path& dir);
 // state assembled from its shards), rng.safetensors and recipe.yaml of a checkpoint. Throws
 // FormatError naming the file.
 TrainingState read_training_state(const std::filesystem::path& checkpoint);
+
+// The inputs a checkpoint's run read (model.path, data.train, ...), by name, from its trainer
+// state: what a command writing results from the checkpoint must not overwrite. Empty when the
+// state records none (an older checkpoint) or cannot be read.
+io::NamedPaths checkpoint_inputs(const std::filesystem::path& checkpoint);
 
 // What consolidate_checkpoint() wrote.
 struct Consolidated {

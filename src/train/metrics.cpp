@@ -20,8 +20,7 @@
 namespace ctune::train {
 
 MetricsLog::MetricsLog(const std::filesystem::path& dir, bool tensorboard) : path_(dir / "metrics.jsonl") {
-  file_ = std::fopen(path_.c_str(), "a");
-  if (!file_) throw IoError(path_.string() + ": cannot open for appending");
+  file_ = io::open_for_append(path_);
   if (tensorboard) events_.emplace(dir / "tb");
 }
 

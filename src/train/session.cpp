@@ -25,6 +25,7 @@ namespace {
 
 // Logs go to output_dir/train.log as well as stderr; step lines go to the file only.
 void log_to_run_dir(const fs::path& dir) {
+  std::fclose(io::open_for_append(dir / "train.log"));  // created here, never through a link
   auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((dir / "train.log").string());
   spdlog::default_logger()->sinks().push_back(file);
   auto train_log = std::make_shared<spdlog::logger>("train", file);

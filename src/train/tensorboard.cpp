@@ -123,8 +123,7 @@ EventWriter::EventWriter(const fs::path& dir) {
   const std::string base = "events.out.tfevents." + std::to_string(static_cast<long long>(now)) + "." + host;
   path_ = dir / base;
   for (int n = 1; fs::exists(path_); ++n) path_ = dir / (base + "." + std::to_string(n));
-  file_ = std::fopen(path_.c_str(), "wb");
-  if (!file_) throw IoError(path_.string() + ": cannot create the event file");
+  file_ = io::create_exclusive(path_);
   std::string first = event(now, 0);
   bytes_field(first, 3, "brain.Event:2");
   record(first);
