@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/sentencepiece_tokenizer.h"
 
@@ -37,11 +38,15 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path) {
   if (std::filesystem::is_directory(path, ec)) {
     const auto json = path / "tokenizer.json";
     const auto model = path / "tokenizer.model";
+    // Present but not a regular file (a link to /dev/zero, a FIFO): said so, never read.
+    for (const auto& file : {json, model})
+      if (std::filesystem::exists(file, ec)) require_regular_file(file, "a tokenizer file");
     if (std::filesystem::is_regular_file(json, ec)) return std::make_unique<HfTokenizer>(json);
     if (std::filesystem::is_regular_file(model, ec)) return std::make_unique<SentencePieceTokenizer>(model);
     throw IoError(path.string() + ": no tokenizer.json or tokenizer.model in this directory");
   }
   if (!std::filesystem::exists(path, ec)) throw IoError(path.string() + ": no such file or directory");
+  require_regular_file(path, "a tokenizer file");
   if (path.extension() == ".json" || (path.extension() != ".model" && looks_like_json(path))) {
     return std::make_unique<HfTokenizer>(path);
   }

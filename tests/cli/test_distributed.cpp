@@ -4,11 +4,18 @@
 // sharded checkpoints consolidate into what the run's whole result holds;
 // a rank that dies or freezes makes the others exit non-zero within distributed.timeout_s,
 // naming it; the run then resumes exactly; SIGTERM stops every rank after the same step with a
-// checkpoint.
+// checkpoint, and so does Ctrl-Z on the launcher; the launcher's store is a private socket that a
+// stranger cannot change, a stranger's keys on a torchrun store are harmless, and a checkpoint
+// that lacks a rank's shard is skipped on resume.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +23,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
+#include <sstream>
+#include <thread>
 
 #include "core/json.h"
 #include "margins.h"
@@ -413,6 +423,208 @@ TEST_F(Distributed, WrongLaunchesAreRefusedWithOneLine) {
   const auto unknown = ctune({"validate", (kDir / "lora.yaml").string(), "output_dir=" + (kDir / "wrong").string(),
                               "distributed.strategy=zero3"});
   ctune::testing::expect_one_line_failure(unknown, "distributed.strategy", "unknown strategy");
+}
+
+// The processes (launcher and ranks) whose command line holds `needle`.
+std::vector<int> pids_with(const std::string& needle) {
+  std::vector<int> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos || std::stoi(name) == ::getpid()) continue;
+    std::string cmdline = ctune::testing::slurp(e.path() / "cmdline");
+    for (char& c : cmdline) c = c == '\0' ? ' ' : c;
+    if (cmdline.find(needle) != std::string::npos && cmdline.find("ctune") != std::string::npos) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+// One variable of a process's environment ("" when unset or gone).
+std::string env_of(int pid, const std::string& name) {
+  const std::string env = ctune::testing::slurp("/proc/" + std::to_string(pid) + "/environ");
+  for (std::size_t pos = 0, end; pos < env.size(); pos = end + 1) {
+    end = env.find('\0', pos);
+    if (end == std::string::npos) end = env.size();
+    if (env.compare(pos, name.size() + 1, name + "=") == 0) return env.substr(pos + name.size() + 1, end - pos - name.size() - 1);
+  }
+  return "";
+}
+
+// The TCP sockets `pids` listen on, as /proc/net/tcp{,6} spell their local addresses (hex).
+std::vector<std::string> listening(const std::vector<int>& pids) {
+  std::set<std::string> inodes;
+  for (int pid : pids) {
+    std::error_code ec;
+    for (const auto& fd : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+      const std::string target = fs::read_symlink(fd.path(), ec).string();
+      if (target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+    }
+  }
+  std::vector<std::string> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      f >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+      if (state == "0A" && inodes.count(inode)) out.push_back(local);
+    }
+  }
+  return out;
+}
+
+// A rank-sized run, long enough (200 steps) to be attacked or stopped while it trains.
+std::vector<std::string> long_run(const fs::path& out) {
+  return {"train", (kDir / "lora.yaml").string(), "output_dir=" + out.string(), "--nproc", "2", "training.max_steps=200",
+          "training.eval_every=100", "checkpoint.every_n_steps=0"};
+}
+
+TEST_F(Distributed, TheLaunchersStoreIsPrivateAndAStrangerChangesNothing) {
+  const fs::path reference = kDir / "store-reference", run = kDir / "store-attacked";
+  ASSERT_EQ(ctune(long_run(reference)).status, 0);
+
+  ctune::testing::Run attacked;
+  std::thread training([&] { attacked = ctune(long_run(run)); });
+  // The ranks' environment names the store's socket (and its secret, which a stranger lacks).
+  std::string socket;
+  std::vector<int> pids;
+  for (int i = 0; i < 3000 && socket.empty(); ++i) {
+    pids = pids_with("output_dir=" + run.string());
+    for (int pid : pids)
+      if (socket.empty()) socket = env_of(pid, "CTUNE_STORE_SOCKET");
+    if (socket.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_FALSE(socket.empty()) << "no rank of the run was seen";
+  // The store is a socket in a directory of this user's only; no TCP port of the run listens
+  // beyond loopback (Gloo's own listeners, while ranks connect, are on 127.0.0.1).
+  struct stat st {};
+  ASSERT_EQ(::stat(fs::path(socket).parent_path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  for (const auto& local : listening(pids)) {
+    const bool loopback = local.rfind("0100007F:", 0) == 0 || local.rfind("00000000000000000000000001000000:", 0) == 0;
+    EXPECT_TRUE(loopback) << "a rank listens on " << local;
+  }
+  // A stranger: a wrong secret, then "failed" set without any, then a 4 GB frame header.
+  write(kDir / "stranger.py", R"(import socket, struct, sys
+def frame(body): return struct.pack('<I', len(body)) + body
+def text(b): return struct.pack('<I', len(b)) + b
+answers = []
+for message in [frame(b'\x01' + text(b'0' * 64)) + frame(b'\x02' + text(b'ctune/0//failed') + text(b'1')),
+                frame(b'\x02' + text(b'ctune/0//failed') + text(b'1')), struct.pack('<I', 0xffffffff)]:
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    s.sendall(message)
+    answers.append(s.recv(16))
+sys.exit(0 if answers == [b'', b'', b''] else 1)
+)");
+  const int stranger = std::system(("/usr/bin/python3 " + (kDir / "stranger.py").string() + " " + socket).c_str());
+  training.join();
+  EXPECT_EQ(stranger, 0) << "each stranger's connection is closed without an answer (and the run was still training)";
+  ASSERT_EQ(attacked.status, 0) << attacked.err;
+  EXPECT_NE(attacked.err.find("ctune: the run's store refused a connection from pid"), std::string::npos) << attacked.err;
+  EXPECT_NE(attacked.err.find("wrong secret"), std::string::npos) << attacked.err;
+  expect_identical(trajectory(run), trajectory(reference), "a run whose store a stranger tried to write");
+  EXPECT_FALSE(fs::exists(socket)) << "the launcher removes its socket";
+}
+
+// torchrun's agent hosts a TCP store any host may reach: a stranger's "failed" key there is
+// ignored when it is no rank's (and reported), and unreachable when the run has a secret.
+TEST_F(Distributed, AStrangersKeysOnATorchrunStoreAreHarmless) {
+  write(kDir / "agent.py", R"(import sys, time, os
+from datetime import timedelta
+import torch.distributed as dist
+port, key, value, ready = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+store = dist.TCPStore("127.0.0.1", port, None, True, timedelta(seconds=60), wait_for_workers=False)
+store.set(key, value)
+open(ready, "w").close()
+for _ in range(1200):
+    if os.path.exists(ready + ".stop"): break
+    time.sleep(0.1)
+)");
+  for (const bool secret : {false, true}) {
+    const std::string port = std::to_string(free_port());
+    const fs::path ready = kDir / ("agent-ready-" + std::to_string(secret));
+    const std::string key = "ctune/0//failed", value = secret ? "1" : "evil";
+    std::system(("/usr/bin/python3 " + (kDir / "agent.py").string() + " " + port + " " + key + " " + value + " " + ready.string() + " &").c_str());
+    for (int i = 0; i < 600 && !fs::exists(ready); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_TRUE(fs::exists(ready)) << "the stand-in agent store did not start";
+    std::vector<std::vector<std::string>> envs;
+    for (int r = 0; r < 2; ++r) {
+      envs.push_back({"RANK=" + std::to_string(r), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=2",
+                      "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port, "TORCHELASTIC_USE_AGENT_STORE=True"});
+      if (secret) envs.back().push_back("CTUNE_RUN_SECRET=a-secret-every-rank-of-the-job-shares");
+    }
+    const fs::path run = kDir / ("agent-run-" + std::to_string(secret));
+    const auto runs = ctune_together(envs, {"train", (kDir / "lora.yaml").string(), "output_dir=" + run.string()});
+    write(ready.string() + ".stop", "");
+    ASSERT_EQ(runs[0].status, 0) << runs[0].err;
+    ASSERT_EQ(runs[1].status, 0) << runs[1].err;
+    const bool reported = runs[0].err.find("holds 4 bytes that no rank of this run wrote; ignored") != std::string::npos;
+    EXPECT_EQ(reported, !secret) << runs[0].err;
+    EXPECT_EQ(runs[0].err.find("CTUNE_RUN_SECRET is not set") != std::string::npos, !secret) << runs[0].err;
+    EXPECT_TRUE(within(secret ? "ranks with CTUNE_RUN_SECRET beside a stranger's key: loss trajectory vs one process"
+                              : "ranks beside a stranger's key: loss trajectory vs one process",
+                       max_difference(trajectory(run), one_process("lora", 2)), kSameNumbers));
+  }
+}
+
+TEST_F(Distributed, ACheckpointThatLacksARanksShardIsSkippedOnResume) {
+  const std::string yaml = (kDir / "lora.yaml").string();
+  const fs::path run = kDir / "missing-shard";
+  const std::vector<std::string> args = {"train", yaml, "output_dir=" + run.string(), "--nproc", "2", "distributed.strategy=full_shard"};
+  ASSERT_EQ(ctune(args).status, 0);
+  const auto finished = trajectory(run);
+  // What a store with inflated barrier counters once made rank 0 publish: a manifest without
+  // rank 1's shard (and no such file).
+  const fs::path last = run / "checkpoints" / "step_00000008";
+  fs::remove(last / "shards" / "rank-00001-of-00002.safetensors");
+  Json manifest = ctune::read_json_file(last / "MANIFEST.json");
+  Json kept = Json::array();
+  for (const auto& f : manifest["files"])
+    if (f["file"].get<std::string>().find("rank-00001") == std::string::npos) kept.push_back(f);
+  manifest["files"] = kept;
+  write(last / "MANIFEST.json", manifest.dump(1));
+  std::vector<std::string> resume = args;
+  resume.push_back("--resume");
+  const auto r = ctune(resume);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("skipping checkpoint " + last.string()), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank-00001-of-00002.safetensors"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("resumed from " + (run / "checkpoints" / "step_00000006").string()), std::string::npos) << r.err;
+  expect_identical(trajectory(run), finished, "resumed from the checkpoint before the damaged one");
+}
+
+TEST_F(Distributed, CtrlZOnTheLauncherSavesACheckpointAndStopsEveryRank) {
+  const fs::path reference = kDir / "tstp-reference", run = kDir / "tstp";
+  ASSERT_EQ(ctune(long_run(reference)).status, 0);
+  std::vector<std::string> args = {CTUNE_BINARY, "--threads", "1"};
+  for (const auto& a : long_run(run)) args.push_back(a);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  const std::string err_path = (kDir / "tstp.err").string();
+  posix_spawn_file_actions_addopen(&files, STDOUT_FILENO, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&files, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t launcher = -1;
+  ASSERT_EQ(posix_spawn(&launcher, CTUNE_BINARY, &files, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&files);
+  for (int i = 0; i < 3000 && ctune::testing::count_lines(ctune::testing::slurp(run / "metrics.jsonl")) < 20; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ::kill(launcher, SIGTSTP);  // what a terminal's Ctrl-Z sends to the foreground process
+  int status = 0;
+  ASSERT_EQ(::waitpid(launcher, &status, 0), launcher);
+  const std::string err = ctune::testing::slurp(err_path);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 143) << err;
+  EXPECT_NE(err.find("ctune: Ctrl-Z (SIGTSTP): a run of several processes cannot be suspended"), std::string::npos) << err;
+  EXPECT_NE(err.find("[rank 1] ctune: stopped: SIGTERM after step"), std::string::npos) << err;
+  std::vector<std::string> resume = long_run(run);
+  resume.push_back("--resume");
+  const auto r = ctune(resume);
+  ASSERT_EQ(r.status, 0) << r.err;
+  expect_identical(trajectory(run), trajectory(reference), "resumed after Ctrl-Z");
 }
 
 }  // namespace
