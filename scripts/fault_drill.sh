@@ -8,7 +8,10 @@
 #   a relative path from another directory, retention with a damaged checkpoint, merge/export
 #   onto their inputs, a disk filling during merge (root only: tmpfs), stale staging leftovers,
 #   JSON nested a million deep in every reader, a 10^8-byte dataset line, a damaged manifest,
-#   `--resume key=value`, an fp16 run whose every step overflows.
+#   `--resume key=value`, an fp16 run whose every step overflows; the --nproc store against a
+#   stranger (and `ss -ltnp`), links planted at staging names and the lock, a merge whose weights
+#   are inf/NaN, a sharded checkpoint without a rank's shard, consolidate onto the base, reports
+#   of default runs and of hostile metrics, Ctrl-Z on the --nproc launcher.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -86,10 +89,13 @@ one_line_error $s2 "$W/w2.log" && grep -q "in use by another ctune process (pid 
 result "two writers" $? "second refused: $(tail -n 1 "$W/w2.log" | cut -c1-80)...; after SIGKILL, resume took the lock"
 
 # 2. SIGTERM at a random moment of a run with no periodic checkpoints, then --resume.
+t0=$(date +%s.%N)
 ct train "$R" output_dir="$W/reference" >/dev/null 2>&1
+took=$(/usr/bin/python3 -c "print($(date +%s.%N) - $t0)")
 "$CTUNE" --threads 2 train "$R" output_dir="$W/preempted" >"$W/t1.log" 2>&1 &
 pid=$!
-sleep "$(/usr/bin/python3 -c 'import random; print(round(random.uniform(1.0, 4.0), 2))')"
+# A moment inside the run, whatever this machine's speed: 20-80% of the reference run's time.
+sleep "$(/usr/bin/python3 -c "import random; print(round(random.uniform(0.2, 0.8) * $took, 2))")"
 kill -TERM $pid
 wait $pid
 st=$?
@@ -233,6 +239,94 @@ ct train "$R" output_dir="$W/fp16" precision=fp16 loss_scaling.init_scale=1.0e30
 sf=$?
 [ $sf -eq 1 ] && grep -q "all 3 steps were skipped" "$W/fp16.log" && [ ! -e "$W/fp16/adapter" ]
 result "fp16 run that never updates" $? "$(tail -n 1 "$W/fp16.log" | cut -c1-90)..."
+
+# 11. The --nproc store: no TCP port of the run off loopback; a stranger without the secret is
+#     refused and reported, and the run finishes.
+P="--nproc 2 training.max_steps=300 training.eval_every=1000"
+"$CTUNE" --threads 1 train "$R" output_dir="$W/store" $P >"$W/store.log" 2>&1 &
+launcher=$!
+sock=""
+for _ in $(seq 300); do
+  for p in $(pgrep -f "output_dir=$W/store"); do
+    sock=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | sed -n 's/^CTUNE_STORE_SOCKET=//p')
+    [ -n "$sock" ] && break
+  done
+  [ -n "$sock" ] && break
+  sleep 0.02
+done
+pids=$(pgrep -f "output_dir=$W/store" | paste -sd'|')
+open=$(ss -ltnp 2>/dev/null | grep -E "pid=($pids)," | awk '{print $4}' | grep -vE '^(127\.0\.0\.1|\[::1\]):' | head -n 3)
+/usr/bin/python3 -c '
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+body = b"\x02" + struct.pack("<I", 15) + b"ctune/0//failed" + struct.pack("<I", 1) + b"1"
+s.sendall(struct.pack("<I", len(body)) + body); s.recv(4)' "$sock" >/dev/null 2>&1
+wait $launcher
+sst=$?
+[ -n "$sock" ] && [ -z "$open" ] && [ $sst -eq 0 ] && grep -q "store refused a connection" "$W/store.log"
+result "open rendezvous port" $? "store: ${sock:-not found} (a Unix socket), TCP off loopback: ${open:-none}; stranger refused, exit $sst"
+
+# 12. Links planted at every pid-named staging name of export and at the lock: never written.
+echo precious >"$W/victim"
+last=$(cat /proc/sys/kernel/ns_last_pid)
+for pid in $(seq $((last + 1)) $((last + 200))); do
+  for suffix in ".tmp-$pid" ".unchecked-$pid" ".unchecked-$pid.tmp-$pid"; do ln -sf "$W/victim" "$W/planted.gguf$suffix"; done
+done
+ct export --model "$W/model" --out "$W/planted.gguf" >"$W/pl1.log" 2>&1
+spe=$?
+mkdir -p "$W/lock-run" && ln -sf "$W/victim" "$W/lock-run/.ctune.lock"
+ct train "$R" output_dir="$W/lock-run" >"$W/pl2.log" 2>&1
+spl=$?
+[ $spe -eq 0 ] && [ ! -L "$W/planted.gguf" ] && one_line_error $spl "$W/pl2.log" && [ "$(cat "$W/victim")" = precious ]
+result "links at staging names and the lock" $? "export wrote a plain file; lock: $(tail -n 1 "$W/pl2.log" | cut -c8-70)..."
+
+# 13. An adapter whose merge is inf/NaN (lora_alpha 1e308): refused, naming the tensor.
+cp -r "$W/lora/adapter" "$W/nan-adapter"
+/usr/bin/python3 -c 'import json,sys; p=sys.argv[1]; c=json.load(open(p)); c["lora_alpha"]=1e308; json.dump(c, open(p,"w"))' "$W/nan-adapter/adapter_config.json"
+ct merge --base "$W/model" --adapter "$W/nan-adapter" --out "$W/nan-merged" >"$W/nan.log" 2>&1
+one_line_error $? "$W/nan.log" && [ ! -e "$W/nan-merged" ] && grep -q "non-finite" "$W/nan.log"
+result "merge that would ship NaNs" $? "$(tail -n 1 "$W/nan.log" | cut -c8-90)..."
+
+# 14. A sharded checkpoint whose manifest lacks a rank's shard: skipped on resume.
+S="--nproc 2 distributed.strategy=full_shard training.max_steps=20 checkpoint.every_n_steps=10"
+ct train "$R" output_dir="$W/shards" $S >/dev/null 2>&1
+ck="$W/shards/checkpoints/step_00000020"
+rm -f "$ck/shards/rank-00001-of-00002.safetensors"
+/usr/bin/python3 -c 'import json,sys; p=sys.argv[1]; m=json.load(open(p)); m["files"]=[f for f in m["files"] if "rank-00001" not in f["file"]]; json.dump(m, open(p,"w"))' "$ck/MANIFEST.json"
+ct train "$R" output_dir="$W/shards" $S --resume >"$W/shards.log" 2>&1
+ssh=$?
+[ $ssh -eq 0 ] && grep -q "skipping checkpoint $ck" "$W/shards.log" && grep -q "resumed from $W/shards/checkpoints/step_00000010" "$W/shards.log"
+result "checkpoint without a rank's shard" $? "skipped and named; resumed from step 10"
+
+# 15. consolidate onto the base its checkpoint was trained on.
+before=$(md5sum <"$W/model/model.safetensors")
+ct consolidate "$W/shards/checkpoints/step_00000010" --out "$W/model" --overwrite >"$W/cons.log" 2>&1
+one_line_error $? "$W/cons.log" && [ "$before" = "$(md5sum <"$W/model/model.safetensors")" ]
+result "consolidate onto the base" $? "$(tail -n 1 "$W/cons.log" | cut -c8-90)..."
+
+# 16. Reports: a default run (no data.eval) and hostile metrics files end, with a page.
+ct train "$R" output_dir="$W/no-eval" data.eval=null training.eval_every=0 training.max_steps=10 >/dev/null 2>&1
+mkdir -p "$W/hostile-report" && cp "$W/no-eval/recipe.yaml" "$W/hostile-report/"
+printf '{"step": 1, "loss": 1e-320}\n{"step": 2, "loss": 1e999}\n{"step": 3, "lo\n{"step": 4, "loss": 2.0}\n' >"$W/hostile-report/metrics.jsonl"
+timeout 20 "$CTUNE" report "$W/hostile-report" >/dev/null 2>&1
+sh1=$?
+rm "$W/hostile-report/metrics.jsonl" && ln -s /dev/zero "$W/hostile-report/metrics.jsonl"
+timeout 20 "$CTUNE" report "$W/hostile-report" >/dev/null 2>&1
+sh2=$?
+[ -s "$W/no-eval/report.html" ] && [ $sh1 -eq 0 ] && [ $sh2 -eq 0 ]
+result "reports of default runs, hostile metrics" $? "default run's report written; denormal/1e999/cut lines: exit $sh1; /dev/zero: exit $sh2"
+
+# 17. Ctrl-Z on the --nproc launcher: the ranks save a checkpoint and stop; --resume continues.
+"$CTUNE" --threads 1 train "$R" output_dir="$W/tstp" $P >"$W/tstp.log" 2>&1 &
+launcher=$!
+for _ in $(seq 300); do [ "$(cat "$W/tstp/metrics.jsonl" 2>/dev/null | wc -l)" -ge 20 ] && break; sleep 0.02; done
+kill -TSTP $launcher
+wait $launcher
+stz=$?
+ct train "$R" output_dir="$W/tstp" $P --resume >/dev/null 2>&1
+sres=$?
+[ $stz -eq 143 ] && [ $sres -eq 0 ] && grep -q "Ctrl-Z (SIGTSTP)" "$W/tstp.log"
+result "Ctrl-Z on the launcher" $? "exit $stz with a checkpoint, resume exit $sres"
 
 echo "fault drill: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/random_hex.h"
 
 namespace ctune::dist {
 
@@ -75,19 +75,6 @@ struct Reader {
   }
   bool done() const { return !bad && pos == body.size(); }
 };
-
-std::string random_hex(std::size_t bytes) {
-  std::vector<unsigned char> raw(bytes);
-  for (std::size_t got = 0; got < bytes;) {
-    const ssize_t n = ::getrandom(raw.data() + got, bytes - got, 0);
-    if (n < 0 && errno != EINTR) throw IoError(std::string("--nproc: getrandom: ") + std::strerror(errno));
-    if (n > 0) got += static_cast<std::size_t>(n);
-  }
-  static const char* digits = "0123456789abcdef";
-  std::string hex;
-  for (unsigned char c : raw) hex += {digits[c >> 4], digits[c & 15]};
-  return hex;
-}
 
 bool equal_secret(const std::string& a, const std::string& b) {
   if (a.size() != b.size()) return false;

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/random_hex.h"
 #include "core/regular_file.h"
 #include "io/run_dir.h"
 
@@ -46,19 +46,7 @@ std::FILE* open_file(const fs::path& path, int flags, const char* mode, const ch
 std::FILE* open_for_append(const fs::path& path) { return open_file(path, O_WRONLY | O_CREAT | O_APPEND, "a", "open for appending"); }
 std::FILE* create_exclusive(const fs::path& path) { return open_file(path, O_WRONLY | O_CREAT | O_EXCL, "wb", "create"); }
 
-std::string unique_tag() {
-  unsigned char raw[8];
-  std::size_t got = 0;
-  while (got < sizeof raw) {
-    const ssize_t n = ::getrandom(raw + got, sizeof raw - got, 0);
-    if (n < 0 && errno != EINTR) throw IoError(std::string("getrandom: ") + std::strerror(errno));
-    if (n > 0) got += static_cast<std::size_t>(n);
-  }
-  static const char* digits = "0123456789abcdef";
-  std::string tag = std::to_string(::getpid()) + "-";
-  for (unsigned char c : raw) tag += {digits[c >> 4], digits[c & 15]};
-  return tag;
-}
+std::string unique_tag() { return std::to_string(::getpid()) + "-" + random_hex(8); }
 
 std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
