@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/method_names.h"
 #include "core/progress.h"
 #include "io/file.h"
 #include "io/hf_checkpoint.h"
@@ -34,8 +35,8 @@ struct ConsolidateOptions {
 
 // The written weights, loaded as their users load them: the model from its directory; the
 // adapter onto its base (when the base it names is there).
-std::vector<std::pair<std::string, at::Tensor>> read_back(const std::string& method, const fs::path& dir) {
-  if (method == "full") {
+std::vector<std::pair<std::string, at::Tensor>> read_back(MethodKind method, const fs::path& dir) {
+  if (method == MethodKind::full) {
     auto lm = model::load_causal_lm(dir, at::kFloat);
     return model::hf_state_dict(lm);
   }
@@ -71,7 +72,8 @@ int run_consolidate(const ConsolidateOptions& o) {
                static_cast<double>(bytes) / 1e6, c.shards);
 
   // Self-check: what was written, read back, equals what was assembled, tensor by tensor.
-  const auto written = read_back(c.method, staging.path());
+  const MethodKind method = find_method(c.method)->kind;  // consolidate_checkpoint refuses unknown names
+  const auto written = read_back(method, staging.path());
   if (!written.empty()) {
     std::map<std::string, at::Tensor> by_name(written.begin(), written.end());
     for (const auto& [name, t] : c.tensors) {
@@ -88,7 +90,7 @@ int run_consolidate(const ConsolidateOptions& o) {
     spdlog::info("self-check: {} tensors read back identical", written.size());
   }
   staging.commit();
-  spdlog::info("wrote {} ({})", o.out, c.method == "full" ? "a Hugging Face model" : "a PEFT LoRA adapter");
+  spdlog::info("wrote {} ({})", o.out, method == MethodKind::full ? "a Hugging Face model" : "a PEFT LoRA adapter");
   return 0;
 }
 

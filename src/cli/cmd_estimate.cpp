@@ -12,6 +12,7 @@
 #include "dist/world.h"
 #include "model/config.h"
 #include "model/llama.h"
+#include "ops/memory.h"
 #include "train/memory_ledger.h"
 #include "train/run_plan.h"
 
@@ -58,7 +59,7 @@ int run_estimate(const EstimateOptions& o) {
   world.size = o.nproc;
   world.local_size = o.nproc / o.nodes;
   const auto plan = train::plan_run(Recipe::load(o.recipe, o.overrides), world);
-  const auto ledger = train::estimate_memory(train::ledger_inputs(plan, train::memory_now(plan.device)));
+  const auto ledger = train::estimate_memory(train::ledger_inputs(plan, ops::memory_now(plan.device)));
   if (o.json) {
     std::cout << ledger.to_json().dump() << std::endl;
   } else {

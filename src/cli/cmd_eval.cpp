@@ -18,6 +18,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/parse.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "core/progress.h"
@@ -151,7 +152,7 @@ Recipe recipe_for(const EvalOptions& o, std::vector<std::string> overrides) {
 
 int run_eval(EvalOptions o) {
   // Without a recipe the first key=value lands in the recipe's place on the command line.
-  if (o.recipe.find('=') != std::string::npos && !fs::exists(o.recipe)) {
+  if (is_override_in_path_slot(o.recipe)) {
     o.overrides.insert(o.overrides.begin(), o.recipe);
     o.recipe.clear();
   }

@@ -24,6 +24,7 @@
 #include "core/regular_file.h"
 #include "infer/generate.h"
 #include "model/weights.h"
+#include "ops/memory.h"
 #include "peft/model_spec.h"
 #include "tokenizer/tokenizer.h"
 #include "train/metrics.h"
@@ -79,7 +80,7 @@ void resolve_sampling(GenerateCliOptions& o) {
   auto& s = o.g.sampling;
   // Written as negations, so that NaN fails them too.
   if (!(s.temperature >= 0 && std::isfinite(s.temperature)))
-    throw ConfigError("--temperature: expected a finite number >= 0 (0: greedy), found " + std::to_string(s.temperature));
+    throw ConfigError("--temperature: expected >= 0 (0: greedy) and finite, found " + std::to_string(s.temperature));
   if (!(s.top_p >= 0 && s.top_p <= 1)) throw ConfigError("--top-p: expected a probability in [0, 1], found " + std::to_string(s.top_p));
   for (const auto& stop : o.stop)
     if (stop.empty()) throw ConfigError("--stop: expected a non-empty text (an empty stop string would match before any token)");
@@ -222,7 +223,9 @@ int run_generate(GenerateCliOptions o) {
     const auto ids = tokenizer->encode(t, !o.no_special);
     prompts.emplace_back(ids.begin(), ids.end());
   }
-  train::reset_peak_resident();  // the peak is generation's, not loading's
+  // The peak is generation's, not loading's, measured where the model lives (ops/memory.h).
+  const at::Device device = lm->parameters().front().device();
+  ops::reset_peak_memory(device);
   // Streaming prints one sequence at a time, as it grows. Many prompts have a progress line
   // (core/progress.h); the results are printed above it.
   const auto batch = o.stream ? 1 : o.batch_size;
@@ -263,7 +266,7 @@ int run_generate(GenerateCliOptions o) {
                                     {"batch", group.size()},
                                     {"prefill_tokens_per_s", stats.prefill_tokens / std::max(1e-9, stats.prefill_s)},
                                     {"decode_tokens_per_s", stats.decode_tokens / std::max(1e-9, stats.decode_s)},
-                                    {"peak_memory_bytes", train::peak_resident_bytes()}};
+                                    {"peak_memory_bytes", ops::peak_memory(device)}};
         if (o.g.num_beams > 1) j["beam_score"] = out[i].score;
         // Invalid UTF-8 in a prompt or a cut token is shown as U+FFFD, as the decoder shows it.
         print(j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));

@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "io/run_layout.h"
 #include "report/html_report.h"
 
 namespace ctune::cli {
@@ -25,7 +26,7 @@ CLI::App* add_report_command(CLI::App& app, Action& run) {
   cmd->callback([o, &run] {
     run = [o] {
       std::vector<std::filesystem::path> compare(o->compare.begin(), o->compare.end());
-      const std::filesystem::path out = o->out.empty() ? std::filesystem::path(o->run_dir) / "report.html" : std::filesystem::path(o->out);
+      const std::filesystem::path out = o->out.empty() ? std::filesystem::path(o->run_dir) / io::kReportFile : std::filesystem::path(o->out);
       report::write_report(o->run_dir, out, compare);
       std::cout << out.string() << std::endl;
       return 0;

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/parse.h"
 #include "core/recipe.h"
 #include "dist/comm.h"
 #include "dist/launcher.h"
@@ -33,9 +34,8 @@ constexpr std::chrono::seconds kLauncherGrace{5};
 
 int run_train(TrainOptions o) {
   // `--resume key=value` is an override after a bare --resume, not a checkpoint path.
-  const std::string& from = o.session.resume_from.string();
-  std::error_code ec;
-  if (from.find('=') != std::string::npos && !std::filesystem::exists(from, ec)) {
+  const std::string from = o.session.resume_from.string();
+  if (is_override_in_path_slot(from)) {
     o.overrides.push_back(from);
     o.session.resume_from.clear();
   }
@@ -50,7 +50,7 @@ int run_train(TrainOptions o) {
   }
   // Join the other ranks before planning, so that a rank whose planning fails tells them at once.
   Recipe recipe = Recipe::load(o.recipe, o.overrides);
-  dist::Comm comm(world, std::chrono::seconds(recipe.get_int("distributed.timeout_s")));
+  dist::Comm comm(world, train::distributed_timeout(recipe));
   train::Session(train::plan_run(std::move(recipe), world), o.session, comm).run();
   return 0;
 }

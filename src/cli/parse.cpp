@@ -1,6 +1,7 @@
 #include "cli/parse.h"
 
 #include <cctype>
+#include <filesystem>
 
 #include "core/error.h"
 
@@ -30,6 +31,11 @@ std::vector<std::int64_t> parse_id_list(const std::string& text, const std::stri
     start = comma + 1;
   }
   return ids;
+}
+
+bool is_override_in_path_slot(const std::string& word) {
+  std::error_code ec;
+  return word.find('=') != std::string::npos && !std::filesystem::exists(word, ec);
 }
 
 }  // namespace ctune::cli

@@ -1,4 +1,5 @@
 #include "core/recipe_schema.h"
+#include "core/method_names.h"
 #include "core/module_names.h"
 
 #include <algorithm>
@@ -8,6 +9,13 @@
 namespace ctune {
 
 namespace {
+
+// Keys that change how a run is observed, how long it goes on or how the work is shared among
+// ranks, not what it computes: --resume accepts a new value for them (train/run_plan_resume.cpp).
+KeySpec may_change_on_resume(KeySpec spec) {
+  spec.resumable = true;
+  return spec;
+}
 
 std::string check_threads(const std::string& v) {
   if (v == "auto") return "";
@@ -30,18 +38,18 @@ std::string check_checkpointing(const std::string& v) {
 std::vector<KeySpec> build_schema() {
   using T = KeyType;
   std::vector<KeySpec> s = {
-      {"output_dir", T::Path, "null", "Run directory: resolved recipe, metrics.jsonl, train.log, checkpoints", {}, {}, {}, false, true},
+      may_change_on_resume({"output_dir", T::Path, "null", "Run directory: resolved recipe, metrics.jsonl, train.log, checkpoints", {}, {}, {}, false, true}),
       {"seed", T::Int, "42", "Seed for initialisation, data order and dropout", {}, 0, 9.2e18},
       {"device", T::String, "cpu", "Where the model and batches live: cpu, or cuda (needs a CUDA build of LibTorch)",
        {"cpu", "cuda"}},
-      {"threads", T::String, "auto", "Intra-op threads: \"auto\" (cores available) or a count", {}, {}, {}, false, false, 0, check_threads},
+      may_change_on_resume({"threads", T::String, "auto", "Intra-op threads: \"auto\" (cores available) or a count", {}, {}, {}, false, false, 0, check_threads}),
 
       {"model.path", T::Path, "null", "Hugging Face model directory (config.json + safetensors)", {}, {}, {}, false, true},
       {"model.dtype", T::String, "fp32", "Dtype the base weights are loaded in", {"fp32", "bf16", "fp16"}},
       {"tokenizer.path", T::Path, "null", "Directory with tokenizer.json or tokenizer.model (default: model.path)", {}, {}, {}, true},
 
       {"data.train", T::Path, "null", "Training data: JSONL or a JSON array", {}, {}, {}, false, true},
-      {"data.eval", T::Path, "null", "Evaluation data (or use data.eval_fraction)", {}, {}, {}, true},
+      may_change_on_resume({"data.eval", T::Path, "null", "Evaluation data (or use data.eval_fraction)", {}, {}, {}, true}),
       {"data.eval_fraction", T::Float, "0.0", "Share of the training data held out for evaluation", {}, 0.0, 0.9},
       {"data.format", T::String, "instruct", "Example format", {"instruct", "chat", "text"}},
       {"data.columns.instruction", T::String, "instruction", "instruct: column holding the instruction"},
@@ -68,7 +76,7 @@ std::vector<KeySpec> build_schema() {
       {"data.on_error", T::String, "error", "A malformed example stops the run, or is skipped and counted", {"error", "skip"}},
       {"data.add_eos", T::Bool, "true", "text format: append the eos token to each document"},
 
-      {"peft.method", T::String, "none", "none = full fine-tuning; lora = LoRA adapters on a frozen base", {"none", "lora"}},
+      {"peft.method", T::String, "none", "none = full fine-tuning; lora = LoRA adapters on a frozen base", recipe_method_names()},
       {"peft.rank", T::Int, "8", "LoRA rank r", {}, 1, 4096},
       {"peft.alpha", T::Float, "16.0", "LoRA alpha (scale alpha/r, or alpha/sqrt(r) with rslora)", {}, 1e-9, 1e9},
       {"peft.dropout", T::Float, "0.0", "Dropout on the LoRA input", {}, 0.0, 0.99},
@@ -90,13 +98,13 @@ std::vector<KeySpec> build_schema() {
 
       {"training.batch_size", T::Int, "4", "Sequences per micro-batch", {}, 1, 65536},
       {"training.grad_accum", T::Int, "1", "Micro-batches per optimizer step", {}, 1, 65536},
-      {"training.max_steps", T::Int, "null", "Optimizer steps (or training.epochs)", {}, 1, 1e12, true},
-      {"training.epochs", T::Int, "null", "Passes over the training data (or training.max_steps)", {}, 1, 1e6, true},
+      may_change_on_resume({"training.max_steps", T::Int, "null", "Optimizer steps (or training.epochs)", {}, 1, 1e12, true}),
+      may_change_on_resume({"training.epochs", T::Int, "null", "Passes over the training data (or training.max_steps)", {}, 1, 1e6, true}),
       {"training.clip_grad_norm", T::Float, "1.0", "Clip the global gradient norm (null: no clipping)", {}, 1e-9, 1e9, true},
-      {"training.eval_every", T::Int, "0", "Evaluate every N steps (0: only at the end)", {}, 0, 1e12},
-      {"training.eval_batches", T::Int, "null", "Limit evaluation to N batches (null: whole split)", {}, 1, 1e12, true},
+      may_change_on_resume({"training.eval_every", T::Int, "0", "Evaluate every N steps (0: only at the end)", {}, 0, 1e12}),
+      may_change_on_resume({"training.eval_batches", T::Int, "null", "Limit evaluation to N batches (null: whole split)", {}, 1, 1e12, true}),
 
-      {"training.max_nonfinite_steps", T::Int, "10", "Abort after this many steps in a row with a non-finite loss (each is skipped)", {}, 1, 1e9},
+      may_change_on_resume({"training.max_nonfinite_steps", T::Int, "10", "Abort after this many steps in a row with a non-finite loss (each is skipped)", {}, 1, 1e9}),
 
       {"precision", T::String, "fp32", "Matmul precision; bf16/fp16 keep fp32 master copies of trainable weights", {"fp32", "bf16", "fp16"}},
       {"loss_scaling.init_scale", T::Float, "65536.0", "fp16: initial loss scale (GradScaler's init_scale)", {}, 1e-30, 1e30},
@@ -120,24 +128,24 @@ std::vector<KeySpec> build_schema() {
       {"memory.nf4_blocksize", T::Int, "64", "nf4: weights per absmax block (64, 128, ... 4096)", {}, 64, 4096},
       {"memory.nf4_double_quant", T::Bool, "true", "nf4: quantise the block absmax values too (QLoRA's double quantisation)"},
 
-      {"checkpoint.every_n_steps", T::Int, "0", "Write a checkpoint every N steps (0: only at the end)", {}, 0, 1e12},
-      {"checkpoint.keep_last", T::Int, "3", "Checkpoints kept", {}, 1, 1e6},
-      {"checkpoint.shard_size", T::String, "5GB", "Largest safetensors shard of a full-model checkpoint (5GB, 500MB, 2GiB)"},
-      {"checkpoint.layout", T::String, "auto",
+      may_change_on_resume({"checkpoint.every_n_steps", T::Int, "0", "Write a checkpoint every N steps (0: only at the end)", {}, 0, 1e12}),
+      may_change_on_resume({"checkpoint.keep_last", T::Int, "3", "Checkpoints kept", {}, 1, 1e6}),
+      may_change_on_resume({"checkpoint.shard_size", T::String, "5GB", "Largest safetensors shard of a full-model checkpoint (5GB, 500MB, 2GiB)"}),
+      may_change_on_resume({"checkpoint.layout", T::String, "auto",
        "whole: rank 0 writes the model/adapter and optimizer state whole; sharded: each rank writes its part (ctune consolidate makes it whole); auto: sharded when the optimizer state is",
-       {"auto", "whole", "sharded"}},
+       {"auto", "whole", "sharded"}}),
 
-      {"distributed.strategy", T::String, "no_shard", "Sharding of parameters, gradients, optimizer state",
-       {"no_shard", "shard_grad_op", "full_shard", "hybrid_shard"}},
-      {"distributed.cpu_offload", T::Bool, "false", "full_shard/hybrid_shard: parameter shards, their gradients and optimizer state in host memory"},
-      {"distributed.prefetch", T::Bool, "false", "full_shard/hybrid_shard: gather the next block while this one computes (two blocks whole at once)"},
-      {"distributed.backend", T::String, "auto", "Collectives between ranks: gloo (CPU), nccl (CUDA); auto picks by device",
-       {"auto", "gloo", "nccl"}},
-      {"distributed.timeout_s", T::Int, "120", "A rank that dies or stops answering fails the run within this many seconds",
-       {}, 1, 86400},
+      may_change_on_resume({"distributed.strategy", T::String, "no_shard", "Sharding of parameters, gradients, optimizer state",
+       {"no_shard", "shard_grad_op", "full_shard", "hybrid_shard"}}),
+      may_change_on_resume({"distributed.cpu_offload", T::Bool, "false", "full_shard/hybrid_shard: parameter shards, their gradients and optimizer state in host memory"}),
+      may_change_on_resume({"distributed.prefetch", T::Bool, "false", "full_shard/hybrid_shard: gather the next block while this one computes (two blocks whole at once)"}),
+      may_change_on_resume({"distributed.backend", T::String, "auto", "Collectives between ranks: gloo (CPU), nccl (CUDA); auto picks by device",
+       {"auto", "gloo", "nccl"}}),
+      may_change_on_resume({"distributed.timeout_s", T::Int, "120", "A rank that dies or stops answering fails the run within this many seconds",
+       {}, 1, 86400}),
 
-      {"logging.every_n_steps", T::Int, "1", "Log a progress line every N steps", {}, 1, 1e12},
-      {"logging.tensorboard", T::Bool, "true", "Also write the metrics as TensorBoard event files in output_dir/tb"},
+      may_change_on_resume({"logging.every_n_steps", T::Int, "1", "Log a progress line every N steps", {}, 1, 1e12}),
+      may_change_on_resume({"logging.tensorboard", T::Bool, "true", "Also write the metrics as TensorBoard event files in output_dir/tb"}),
   };
   return s;
 }

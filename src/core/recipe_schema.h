@@ -35,6 +35,7 @@ struct KeySpec {
   bool required = false;     // must be given (no default)
   std::size_t length = 0;    // FloatList: exact element count
   KeyCheck check = nullptr;  // String: custom validation
+  bool resumable = false;    // --resume may change it (observation, length, sharing; not what is computed)
 };
 
 const std::vector<KeySpec>& recipe_schema();

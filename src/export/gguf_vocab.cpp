@@ -135,22 +135,22 @@ void from_spm_model(const fs::path& file, std::int64_t vocab_size, GgufVocab& v,
 }  // namespace
 
 GgufVocab read_gguf_vocab(const fs::path& model_dir, const model::ModelConfig& config) {
-  const auto json_file = model_dir / "tokenizer.json";
-  const auto spm_file = model_dir / "tokenizer.model";
-  std::error_code ec;
-  const bool has_json = fs::is_regular_file(json_file, ec);
-  if (!has_json && !fs::is_regular_file(spm_file, ec))
-    throw IoError(model_dir.string() + ": no tokenizer.json or tokenizer.model (a GGUF file carries the tokenizer)");
+  fs::path file;
+  try {
+    file = tok::tokenizer_file(model_dir);  // the file the tokenizer itself is read from
+  } catch (const IoError& e) {
+    throw IoError(std::string(e.what()) + " (a GGUF file carries the tokenizer)");
+  }
   const auto tokenizer = tok::load_tokenizer(model_dir);
 
   GgufVocab v;
-  v.source = (has_json ? json_file : spm_file).string();
+  v.source = file.string();
   const std::int64_t vocab_size = config.vocab_size;
   Slots s(static_cast<std::size_t>(vocab_size));
-  if (has_json)
-    from_tokenizer_json(json_file, tokenizer->kind() == "bpe-byte-level", vocab_size, v, s);
+  if (file.filename() == "tokenizer.json")
+    from_tokenizer_json(file, tokenizer->kind() == "bpe-byte-level", vocab_size, v, s);
   else
-    from_spm_model(spm_file, vocab_size, v, s);
+    from_spm_model(file, vocab_size, v, s);
 
   // Ids the tokenizer leaves unused, up to the embedding size.
   std::size_t padded = 0;

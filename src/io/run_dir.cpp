@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "io/file.h"
 
 namespace ctune::io {
@@ -59,10 +60,32 @@ void refuse_unsafe_output(const fs::path& out, const std::string& what, const Na
 bool is_run_dir(const fs::path& dir) {
   std::error_code ec;
   if (fs::exists(dir / kRunMarker, ec)) return true;
-  return fs::exists(dir / "recipe.yaml", ec) && (fs::exists(dir / "metrics.jsonl", ec) || fs::exists(dir / "checkpoints", ec));
+  return fs::exists(dir / kRecipeFile, ec) && (fs::exists(dir / kMetricsFile, ec) || fs::exists(dir / kCheckpointsDir, ec));
 }
 
-void mark_run_dir(const fs::path& dir) { write_file_atomic(dir / kRunMarker, "{\"format\": \"ctune-run-1\"}\n"); }
+void mark_run_dir(const fs::path& dir, const std::vector<ResumeRecord>& resumes) {
+  Json marker = {{"format", "ctune-run-1"}};
+  if (!resumes.empty()) {
+    marker["resumes"] = Json::array();
+    for (const auto& r : resumes) marker["resumes"].push_back({{"step", r.step}, {"from", r.from}, {"time", r.time}});
+  }
+  write_file_atomic(dir / kRunMarker, marker.dump() + "\n");
+}
+
+std::vector<ResumeRecord> read_resume_records(const fs::path& dir) {
+  std::vector<ResumeRecord> out;
+  try {
+    const Json marker = read_json_file(dir / kRunMarker, 16 << 20);
+    if (!marker.is_object() || !marker.contains("resumes") || !marker["resumes"].is_array()) return out;
+    for (const auto& r : marker["resumes"]) {
+      if (!r.is_object() || !r.contains("step") || !r["step"].is_number_integer()) continue;
+      out.push_back({r["step"].get<std::int64_t>(), r.value("from", std::string()), r.value("time", 0.0)});
+    }
+  } catch (const std::exception&) {
+    // No marker, or not one this reads: no records.
+  }
+  return out;
+}
 
 bool is_locked(const fs::path& dir) {
   const int fd = ::open((dir / kLockFile).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);

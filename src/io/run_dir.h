@@ -3,10 +3,13 @@
 // run; one writer per run directory at a time; and leftovers of killed writes removed.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "io/run_layout.h"
 
 namespace ctune::io {
 
@@ -20,14 +23,22 @@ bool holds(const std::filesystem::path& dir, const std::filesystem::path& path);
 // a directory that holds one of `inputs` (writing or replacing there could destroy them).
 void refuse_unsafe_output(const std::filesystem::path& out, const std::string& what, const NamedPaths& inputs);
 
-// The file that marks a directory as a ctune run (written when the run starts), and the test for
-// it: the marker, or an older run's recipe.yaml beside its metrics.jsonl or checkpoints/.
-inline constexpr const char* kRunMarker = ".ctune-run";
+// The file that marks a directory as a ctune run (io::kRunMarker, written when the run starts),
+// and the test for it: the marker, or an older run's recipe.yaml beside its metrics.jsonl or
+// checkpoints/.
 bool is_run_dir(const std::filesystem::path& dir);
-void mark_run_dir(const std::filesystem::path& dir);
 
-// The lock file of a locked directory (DirLock); a directory holding nothing else is empty.
-inline constexpr const char* kLockFile = ".ctune.lock";
+// A session that resumed the run: from which checkpoint, at which step, when (unix seconds).
+// The marker keeps them in order, so the report reads resumes as records, not from the log.
+struct ResumeRecord {
+  std::int64_t step = 0;
+  std::string from;
+  double time = 0;
+};
+// Writes the marker with `resumes` (atomically).
+void mark_run_dir(const std::filesystem::path& dir, const std::vector<ResumeRecord>& resumes = {});
+// The marker's resume records: none for a run never resumed, an older marker or an unreadable one.
+std::vector<ResumeRecord> read_resume_records(const std::filesystem::path& dir);
 
 // An exclusive lock on a directory for the life of the object: flock() on <dir>/.ctune.lock,
 // which holds the owner's pid. The kernel releases it when the process ends, however it ends,

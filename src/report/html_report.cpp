@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "io/file.h"
+#include "io/run_layout.h"
 #include "report/svg_plot.h"
 
 namespace ctune::report {
@@ -75,7 +76,7 @@ std::string header(const RunData& r) {
     h += row("best eval loss", fmt("%.4f", best->loss) + " at step " + std::to_string(best->step));
   }
   std::string ckpt;
-  for (const auto& c : r.checkpoints) ckpt += (ckpt.empty() ? "" : ", ") + (r.dir / "checkpoints" / c).string();
+  for (const auto& c : r.checkpoints) ckpt += (ckpt.empty() ? "" : ", ") + (r.dir / io::kCheckpointsDir / c).string();
   h += row("checkpoints", ckpt.empty() ? "none" : ckpt);
   h += row("result", r.result.empty() ? "not written yet" : (r.dir / r.result).string());
   return h + "</table>\n";
@@ -180,7 +181,7 @@ void write_report(const fs::path& run_dir, fs::path out, const std::vector<fs::p
   const RunData run = read_run(run_dir);
   std::vector<RunData> others;
   for (const auto& c : compare) others.push_back(read_run(c));
-  if (out.empty()) out = run_dir / "report.html";
+  if (out.empty()) out = run_dir / io::kReportFile;
   io::write_file_atomic(out, render_report(run, others));
 }
 

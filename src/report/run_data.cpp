@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
-#include <regex>
 
 #include "core/error.h"
+#include "core/method_names.h"
 #include "core/recipe.h"
 #include "io/run_dir.h"
 
@@ -27,7 +27,7 @@ bool open_regular(const fs::path& path, std::ifstream& in, RunData& r, bool requ
   std::error_code ec;
   const auto status = fs::status(path, ec);
   if (ec || !fs::exists(status)) {
-    if (required) r.problems.push_back("no " + path.filename().string() + (path.filename() == "metrics.jsonl" ? ": the run has not logged a step" : ""));
+    if (required) r.problems.push_back("no " + path.filename().string() + (path.filename() == io::kMetricsFile ? ": the run has not logged a step" : ""));
     return false;
   }
   if (!fs::is_regular_file(status)) {
@@ -57,7 +57,7 @@ bool next_line(std::istream& in, std::string& line, bool& cut) {
 
 void read_metrics(RunData& r) {
   std::ifstream in;
-  if (!open_regular(r.dir / "metrics.jsonl", in, r, true)) return;
+  if (!open_regular(r.dir / io::kMetricsFile, in, r, true)) return;
   std::int64_t line_no = 0, bad = 0;
   std::string first_bad;
   bool cut = false;
@@ -67,7 +67,7 @@ void read_metrics(RunData& r) {
     // One bad line is skipped and counted: the lines after it are still the run's.
     try {
       if (cut) throw FormatError("longer than " + std::to_string(kMaxLine) + " bytes");
-      const Json j = parse_json(line, "metrics.jsonl");
+      const Json j = parse_json(line, io::kMetricsFile);
       if (!j.is_object()) throw FormatError("not a JSON object");
       if (j.contains("memory")) {
         r.memory = j["memory"];
@@ -98,7 +98,7 @@ void read_metrics(RunData& r) {
 }
 
 void read_recipe(RunData& r) {
-  const fs::path path = r.dir / "recipe.yaml";
+  const fs::path path = r.dir / io::kRecipeFile;
   std::ifstream in;
   if (!open_regular(path, in, r, true)) return;
   std::error_code ec;
@@ -111,7 +111,8 @@ void read_recipe(RunData& r) {
     const Recipe recipe = Recipe::parse(r.recipe_yaml, path.string());
     const auto text = [&](const char* key) { return recipe.get_optional_string(key).value_or(""); };
     r.model = text("model.path");
-    r.method = text("peft.method") == "lora" ? "LoRA" : "full fine-tuning";
+    const MethodNames* method = find_method(text("peft.method"));
+    r.method = method ? method->title : text("peft.method");
     if (text("memory.quantize_base") != "none" && !text("memory.quantize_base").empty()) r.method += " (" + text("memory.quantize_base") + " base)";
     r.precision = text("precision");
     r.train_data = text("data.train");
@@ -122,37 +123,27 @@ void read_recipe(RunData& r) {
   }
 }
 
-// "resumed from <dir> at step N" lines of train.log; a step past 18 digits is no step of ours.
-void read_resumes(RunData& r) {
-  std::ifstream in;
-  if (!open_regular(r.dir / "train.log", in, r, false)) return;
-  static const std::regex resumed("resumed from .* at step ([0-9]{1,18})(?![0-9])");
-  std::smatch m;
-  bool cut = false;
-  for (std::string line; next_line(in, line, cut);)
-    if (!cut && std::regex_search(line, m, resumed)) r.resumes.push_back(std::stoll(m[1].str()));
-}
-
 }  // namespace
 
 RunData read_run(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw IoError(dir.string() + ": not a directory");
-  if (!fs::exists(dir / "metrics.jsonl", ec) && !fs::exists(dir / "recipe.yaml", ec)) {
+  if (!fs::exists(dir / io::kMetricsFile, ec) && !fs::exists(dir / io::kRecipeFile, ec)) {
     throw IoError(dir.string() + ": not a run directory (no metrics.jsonl, no recipe.yaml)");
   }
   RunData r;
   r.dir = dir;
   read_metrics(r);
   read_recipe(r);
-  read_resumes(r);
-  if (fs::is_directory(dir / "checkpoints", ec)) {
-    for (const auto& e : fs::directory_iterator(dir / "checkpoints", ec))
-      if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0) r.checkpoints.push_back(e.path().filename().string());
+  for (const auto& resume : io::read_resume_records(dir)) r.resumes.push_back(resume.step);  // the run marker's records
+  if (fs::is_directory(dir / io::kCheckpointsDir, ec)) {
+    for (const auto& e : fs::directory_iterator(dir / io::kCheckpointsDir, ec))
+      if (e.is_directory() && io::checkpoint_step(e.path()) >= 0) r.checkpoints.push_back(e.path().filename().string());
     std::sort(r.checkpoints.begin(), r.checkpoints.end());
   }
-  if (fs::exists(dir / "adapter" / "adapter_config.json", ec)) r.result = "adapter/";
-  if (fs::exists(dir / "model" / "config.json", ec)) r.result = "model/";
+  // The result: whichever method's directory holds its weights' config.
+  for (const auto& m : method_table())
+    if (fs::exists(dir / m.result_dir / m.result_config, ec)) r.result = std::string(m.result_dir) + "/";
   const std::int64_t last = r.steps.empty() ? 0 : r.steps.back().step;
   if (!r.result.empty() && (r.max_steps == 0 || last >= r.max_steps)) {
     r.status = "finished";

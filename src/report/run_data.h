@@ -1,5 +1,5 @@
 // What a run directory says about its run, read for the report: metrics.jsonl (steps,
-// evaluations, the memory ledger record), recipe.yaml, train.log (resumes), checkpoints/ and the
+// evaluations, the memory ledger record), recipe.yaml, the run marker (resume records), checkpoints/ and the
 // result. Whatever cannot be read is listed in `problems` rather than thrown, so a report shows
 // what is known.
 #pragma once
@@ -35,7 +35,7 @@ struct RunData {
   // From the recipe (empty when it cannot be read).
   std::string model, method, precision, train_data, eval_data;
   std::int64_t max_steps = 0;  // 0: unknown
-  std::vector<std::int64_t> resumes;  // steps a session resumed from (train.log)
+  std::vector<std::int64_t> resumes;  // steps a session resumed from (the run marker's records)
   std::vector<std::string> checkpoints;
   std::string result;  // "adapter/" or "model/" when the run wrote its result
   std::string status;  // "finished", "running" or "stopped"

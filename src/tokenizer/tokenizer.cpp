@@ -33,20 +33,27 @@ bool looks_like_json(const std::filesystem::path& file) {
 }
 }  // namespace
 
+std::filesystem::path tokenizer_file(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+    const auto file = dir / name;
+    if (!std::filesystem::exists(file, ec)) continue;
+    require_regular_file(file, "a tokenizer file");  // a link to /dev/zero or a FIFO: said so, never read
+    return file;
+  }
+  throw IoError(dir.string() + ": no tokenizer.json or tokenizer.model in this directory");
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    const auto json = path / "tokenizer.json";
-    const auto model = path / "tokenizer.model";
-    // Present but not a regular file (a link to /dev/zero, a FIFO): said so, never read.
-    for (const auto& file : {json, model})
-      if (std::filesystem::exists(file, ec)) require_regular_file(file, "a tokenizer file");
-    if (std::filesystem::is_regular_file(json, ec)) return std::make_unique<HfTokenizer>(json);
-    if (std::filesystem::is_regular_file(model, ec)) return std::make_unique<SentencePieceTokenizer>(model);
-    throw IoError(path.string() + ": no tokenizer.json or tokenizer.model in this directory");
+  const bool dir = std::filesystem::is_directory(path, ec);
+  if (!dir && !std::filesystem::exists(path, ec)) throw IoError(path.string() + ": no such file or directory");
+  const auto file = dir ? tokenizer_file(path) : path;
+  require_regular_file(file, "a tokenizer file");
+  if (dir) {
+    if (file.filename() == "tokenizer.json") return std::make_unique<HfTokenizer>(file);
+    return std::make_unique<SentencePieceTokenizer>(file);
   }
-  if (!std::filesystem::exists(path, ec)) throw IoError(path.string() + ": no such file or directory");
-  require_regular_file(path, "a tokenizer file");
   if (path.extension() == ".json" || (path.extension() != ".model" && looks_like_json(path))) {
     return std::make_unique<HfTokenizer>(path);
   }

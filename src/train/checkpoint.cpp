@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <regex>
 #include <set>
 
 #include "core/error.h"
@@ -25,15 +24,7 @@ namespace {
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kRngFile = "rng.safetensors";
-constexpr const char* kRecipeFile = "recipe.yaml";
-
-// step_00000012 -> 12; -1 for anything else (staging leftovers, foreign files).
-std::int64_t step_of(const fs::path& dir) {
-  static const std::regex pattern("step_([0-9]{8})");
-  std::smatch m;
-  const std::string name = dir.filename().string();
-  return std::regex_match(name, m, pattern) ? std::stoll(m[1].str()) : -1;
-}
+using io::kRecipeFile;  // a checkpoint keeps its recipe under the run's name for it
 
 std::vector<std::pair<std::string, at::Tensor>> rng_states() {
   std::vector<std::pair<std::string, at::Tensor>> out;
@@ -67,13 +58,9 @@ std::vector<std::pair<std::string, at::Tensor>> read_tensors(const fs::path& pat
 }  // namespace
 
 CheckpointManager::CheckpointManager(fs::path output_dir, std::int64_t keep_last)
-    : root_(output_dir / "checkpoints"), keep_last_(keep_last) {}
+    : root_(output_dir / io::kCheckpointsDir), keep_last_(keep_last) {}
 
-fs::path CheckpointManager::dir_for(const fs::path& output_dir, std::int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
-  return output_dir / "checkpoints" / name;
-}
+fs::path CheckpointManager::dir_for(const fs::path& output_dir, std::int64_t step) { return io::checkpoint_dir(output_dir, step); }
 
 fs::path CheckpointManager::write(std::int64_t step, const CheckpointSources& s) {
   std::error_code ec;
@@ -176,7 +163,7 @@ void CheckpointManager::apply_retention() const {
   std::error_code ec;
   std::vector<std::pair<std::int64_t, fs::path>> complete;
   for (const auto& e : fs::directory_iterator(root_, ec)) {
-    const std::int64_t step = step_of(e.path());
+    const std::int64_t step = io::checkpoint_step(e.path());
     if (step < 0) {
       // A staging directory left by a killed write.
       if (e.path().filename().string().find(".partial-") != std::string::npos) fs::remove_all(e.path(), ec);
@@ -223,7 +210,7 @@ std::optional<fs::path> CheckpointManager::latest(std::vector<std::string>* skip
   std::error_code ec;
   std::vector<std::pair<std::int64_t, fs::path>> candidates;
   for (const auto& e : fs::directory_iterator(root_, ec)) {
-    const std::int64_t step = step_of(e.path());
+    const std::int64_t step = io::checkpoint_step(e.path());
     if (step >= 0 && e.is_directory()) candidates.emplace_back(step, e.path());
   }
   std::sort(candidates.begin(), candidates.end(), std::greater<>());
@@ -310,7 +297,9 @@ Consolidated consolidate_checkpoint(const fs::path& checkpoint, const fs::path& 
     fs::copy_file(e.path(), dir / e.path().filename(), fs::copy_options::overwrite_existing, ec);
     if (ec) throw IoError((dir / e.path().filename()).string() + ": cannot copy (" + ec.message() + ")");
   }
-  write_weight_tensors(out.method, out.tensors, dir, max_shard_bytes);
+  const MethodNames* method = find_method(out.method);
+  if (method == nullptr) throw FormatError(state_path.string() + ": unknown \"method\" \"" + out.method + "\" (expected full or lora)");
+  write_weight_tensors(method->kind, out.tensors, dir, max_shard_bytes);
   return out;
 }
 

@@ -12,7 +12,6 @@ namespace ctune::train {
 struct DistributedPlan {
   std::string strategy = "no_shard";
   std::string backend = "gloo";  // resolved from distributed.backend: auto
-  std::int64_t timeout_s = 120;
   bool cpu_offload = false;  // full_shard/hybrid_shard: shards in host memory
   bool prefetch = false;     // full_shard/hybrid_shard: gather the next part while one computes
 

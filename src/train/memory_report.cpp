@@ -4,6 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "ops/memory.h"
+
 namespace ctune::train {
 
 void StateMeter::sample() {
@@ -29,7 +31,7 @@ void StateMeter::sample() {
 
 void report_memory(const Ledger& ledger, MetricsLog& metrics, std::int64_t start_bytes, const StateMeter& meter,
                    const at::Device& device) {
-  const auto measured = peak_memory(device);
+  const auto measured = ops::peak_memory(device);
   const double ratio = static_cast<double>(measured) / static_cast<double>(std::max<std::int64_t>(1, ledger.peak_bytes));
   spdlog::info("memory: predicted peak {:.1f} MB, measured {:.1f} MB (measured/predicted {:.3f})",
                static_cast<double>(ledger.peak_bytes) / 1e6, static_cast<double>(measured) / 1e6, ratio);

@@ -13,17 +13,18 @@ namespace fs = std::filesystem;
 
 void Method::write_weights(model::CausalLM& model, const fs::path& dir, const WeightFiles& files) const {
   write_weight_metadata(model->config(), dir, files);
-  write_weight_tensors(name(), weight_tensors(model), dir, files.max_shard_bytes);
+  write_weight_tensors(kind(), weight_tensors(model), dir, files.max_shard_bytes);
 }
 
-void write_weight_tensors(const std::string& method, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+void write_weight_tensors(MethodKind method, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                           const fs::path& dir, std::uint64_t max_shard_bytes) {
-  if (method == "full") {
-    model::write_model_tensors(tensors, dir, max_shard_bytes);
-  } else if (method == "lora") {
-    peft::write_adapter_tensors(tensors, dir);
-  } else {
-    throw FormatError("weights of method \"" + method + "\": expected full or lora");
+  switch (method) {
+    case MethodKind::full:
+      model::write_model_tensors(tensors, dir, max_shard_bytes);
+      return;
+    case MethodKind::lora:
+      peft::write_adapter_tensors(tensors, dir);
+      return;
   }
 }
 
@@ -39,8 +40,8 @@ namespace {
 // directory with the tokenizer files, and so is a checkpoint's weights.
 class FullFinetuning : public Method {
  public:
-  std::string name() const override { return "full"; }
-  std::string describe() const override { return "full fine-tuning"; }
+  MethodKind kind() const override { return MethodKind::full; }
+  std::string describe() const override { return method_names(kind()).title; }
 
   at::ScalarType storage_dtype(at::ScalarType requested, at::ScalarType compute) const override {
     if (compute != at::kFloat) return at::kFloat;  // fp32 masters, low-precision matmuls
@@ -69,7 +70,6 @@ class FullFinetuning : public Method {
   std::vector<std::pair<std::string, at::Tensor>> weight_tensors(model::CausalLM& model) const override {
     return model::hf_state_dict(model);
   }
-  std::string result_name() const override { return "model"; }
 };
 
 // Only the adapters train, in fp32, over a frozen base stored in the compute dtype (or
@@ -80,7 +80,7 @@ class Lora : public Method {
     if (!init_from_.empty()) options_ = peft::read_adapter_config(init_from_);
   }
 
-  std::string name() const override { return "lora"; }
+  MethodKind kind() const override { return MethodKind::lora; }
   std::string describe() const override {
     return "LoRA r=" + std::to_string(options_.rank) + " alpha=" + std::to_string(options_.alpha) +
            (options_.rslora ? " (rsLoRA)" : "") + " on " + std::to_string(options_.targets.size()) + " target kinds" +
@@ -112,7 +112,6 @@ class Lora : public Method {
   std::vector<std::pair<std::string, at::Tensor>> weight_tensors(model::CausalLM& model) const override {
     return peft::adapter_state_dict(model);
   }
-  std::string result_name() const override { return "adapter"; }
 
  private:
   peft::LoraOptions options_;
@@ -121,10 +120,21 @@ class Lora : public Method {
 
 }  // namespace
 
-std::shared_ptr<const Method> full_finetuning() { return std::make_shared<FullFinetuning>(); }
-
-std::shared_ptr<const Method> lora(peft::LoraOptions options, fs::path init_from) {
-  return std::make_shared<Lora>(std::move(options), std::move(init_from));
+std::shared_ptr<const Method> make_method(const std::string& name, peft::LoraOptions lora, fs::path init_from) {
+  const MethodNames* method = find_method(name);
+  if (method == nullptr) throw ConfigError("method \"" + name + "\": expected one of " + [] {
+    std::string list;
+    for (const auto& m : method_table()) list += (list.empty() ? "" : ", ") + std::string(m.recipe);
+    return list;
+  }());
+  switch (method->kind) {
+    case MethodKind::full:
+      if (!init_from.empty()) throw ConfigError("an adapter to start from needs peft.method: lora");
+      return std::make_shared<FullFinetuning>();
+    case MethodKind::lora:
+      return std::make_shared<Lora>(std::move(lora), std::move(init_from));
+  }
+  return nullptr;  // unreachable: every kind is a case
 }
 
 }  // namespace ctune::train

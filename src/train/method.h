@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/method_names.h"
 #include "model/llama.h"
 #include "peft/lora.h"
 #include "peft/model_spec.h"
@@ -36,7 +37,9 @@ class Method {
  public:
   virtual ~Method() = default;
 
-  virtual std::string name() const = 0;      // "full" | "lora" (trainer_state.json, logs)
+  virtual MethodKind kind() const = 0;
+  // How a checkpoint records it ("full" | "lora", trainer_state.json): core/method_names.h.
+  std::string name() const { return method_names(kind()).state; }
   virtual std::string describe() const = 0;  // one line for the plan's summary
 
   // The dtype the weights are loaded in, given model.dtype and the compute dtype (precision).
@@ -67,21 +70,22 @@ class Method {
   // The tensors of the weights, by the model's parameter names: every parameter of full
   // fine-tuning, the adapters of LoRA; in both cases exactly the trainable parameters.
   virtual std::vector<std::pair<std::string, at::Tensor>> weight_tensors(model::CausalLM& model) const = 0;
-  // The result's directory name in output_dir: "model" or "adapter".
-  virtual std::string result_name() const = 0;
+  // The result's directory name in output_dir: "model" or "adapter" (core/method_names.h).
+  std::string result_name() const { return method_names(kind()).result_dir; }
   // Writes output_dir/result_name() atomically (staged, then renamed over an earlier one).
   void write_result(model::CausalLM& model, const std::filesystem::path& output_dir, const WeightFiles& files) const;
 };
 
-// Writes `tensors` (weight_tensors' names) into `dir` as the weights of method `name` ("full": a
-// Hugging Face model's safetensors, sharded past max_shard_bytes; "lora": PEFT's
+// Writes `tensors` (weight_tensors' names) into `dir` as the weights of `method` (full: a
+// Hugging Face model's safetensors, sharded past max_shard_bytes; lora: PEFT's
 // adapter_model.safetensors). Needs no model: `ctune consolidate` writes assembled shards.
-void write_weight_tensors(const std::string& method, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+void write_weight_tensors(MethodKind method, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                           const std::filesystem::path& dir, std::uint64_t max_shard_bytes);
 
-std::shared_ptr<const Method> full_finetuning();
-// LoRA with `options`; with `init_from`, training starts from that PEFT adapter (its config
-// replaces `options`, see peft::read_adapter_config).
-std::shared_ptr<const Method> lora(peft::LoraOptions options, std::filesystem::path init_from = {});
+// The one factory: the method named `name` (the recipe's peft.method or a checkpoint's "method",
+// core/method_names.h). LoRA takes `lora`; with `init_from`, training starts from that PEFT
+// adapter (its config replaces `lora`, see peft::read_adapter_config). Throws ConfigError for an
+// unknown name, or an adapter to start from without LoRA.
+std::shared_ptr<const Method> make_method(const std::string& name, peft::LoraOptions lora = {}, std::filesystem::path init_from = {});
 
 }  // namespace ctune::train

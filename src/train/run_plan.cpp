@@ -36,7 +36,6 @@ auto for_key(const Recipe& r, const std::string& key, F&& f) -> decltype(f()) {
 DistributedPlan distributed_plan(const Recipe& r) {
   DistributedPlan d;
   d.strategy = r.get_string("distributed.strategy");
-  d.timeout_s = r.get_int("distributed.timeout_s");
   d.cpu_offload = r.get_bool("distributed.cpu_offload");
   d.prefetch = r.get_bool("distributed.prefetch");
   // Offload keeps shards in host memory: there must be shards of the parameters.
@@ -81,6 +80,8 @@ data::DataOptions data_options(const Recipe& r, const fs::path& tokenizer_dir) {
 }
 
 }  // namespace
+
+std::chrono::milliseconds distributed_timeout(const Recipe& r) { return std::chrono::seconds(r.get_int("distributed.timeout_s")); }
 
 quant::QuantSpec quant_spec(const Recipe& r) {
   quant::QuantSpec spec;
@@ -138,25 +139,22 @@ RunPlan plan_run(Recipe recipe, const dist::World& world) {
   }
 
   // The method: what trains, and the dtype the weights are stored in for it.
-  if (r.get_string("peft.method") == "lora") {
-    peft::LoraOptions lora;
-    lora.rank = r.get_int("peft.rank");
-    lora.alpha = r.get_float("peft.alpha");
-    lora.dropout = r.get_float("peft.dropout");
-    lora.rslora = r.get_bool("peft.rslora");
-    lora.targets = r.get_strings("peft.target_modules");
-    lora.seed = p.seed;
-    const fs::path init_from = r.get_optional_string("peft.init_from").value_or("");
-    p.method = for_key(r, init_from.empty() ? "peft.rank" : "peft.init_from", [&] { return train::lora(lora, init_from); });
-    for_key(r, "peft.target_modules", [&] {
-      model::CausalLM shape_only(p.model_config, p.model_dtype);  // uninitialised: no memory touched
-      p.method->check_targets(shape_only);
-    });
-  } else if (!r.is_null("peft.init_from")) {
-    r.fail("peft.init_from", "an adapter to start from needs peft.method: lora");
-  } else {
-    p.method = full_finetuning();
-  }
+  //    One factory by name (train/method.h); the LoRA keys are read whatever the method, as
+  //    the schema has validated them.
+  peft::LoraOptions lora;
+  lora.rank = r.get_int("peft.rank");
+  lora.alpha = r.get_float("peft.alpha");
+  lora.dropout = r.get_float("peft.dropout");
+  lora.rslora = r.get_bool("peft.rslora");
+  lora.targets = r.get_strings("peft.target_modules");
+  lora.seed = p.seed;
+  const fs::path init_from = r.get_optional_string("peft.init_from").value_or("");
+  p.method = for_key(r, init_from.empty() ? "peft.method" : "peft.init_from",
+                     [&] { return make_method(r.get_string("peft.method"), lora, init_from); });
+  for_key(r, "peft.target_modules", [&] {
+    model::CausalLM shape_only(p.model_config, p.model_dtype);  // uninitialised: no memory touched
+    p.method->check_targets(shape_only);
+  });
   // Mixed precision: weights that train are fp32 masters; a frozen LoRA base is stored in the
   // compute dtype, with no fp32 copy.
   p.model_dtype = for_key(r, "model.dtype", [&] { return p.method->storage_dtype(p.model_dtype, p.compute_dtype); });

@@ -5,6 +5,7 @@
 // `ctune validate` stops here; `ctune train` and `ctune eval` go on to build the model.
 #pragma once
 
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -93,6 +94,10 @@ RunPlan plan_run(Recipe recipe, const dist::World& world = {});
 
 // The quantised base that memory.quantize_base (int8 or nf4) and its memory.* settings describe.
 quant::QuantSpec quant_spec(const Recipe& recipe);
+
+// distributed.timeout_s, for joining the ranks (before the run is planned, so that a rank whose
+// planning fails can tell the others at once).
+std::chrono::milliseconds distributed_timeout(const Recipe& recipe);
 
 // The model of plan.model_spec(checkpoint), built (nothing trains yet: Method::make_trainable).
 model::CausalLM build_model(const RunPlan& plan, const std::filesystem::path& checkpoint = {});

@@ -1,7 +1,6 @@
 // check_resume_compatible (run_plan.h): which recipe changes keep a resumed run the same run.
 // Here, beside plan_run, because it compares recipes key by key through the schema.
 #include <algorithm>
-#include <set>
 
 #include "core/error.h"
 #include "core/recipe_schema.h"
@@ -14,13 +13,6 @@ std::vector<std::string> check_resume_compatible(const RunPlan& plan, const std:
                                                  std::int64_t saved_global_rows) {
   const Recipe saved = Recipe::parse(saved_yaml, where);
   const Recipe& now = plan.recipe;
-  // Keys that change how a run is observed or how long it goes on, not what it computes.
-  static const std::set<std::string> harmless = {
-      "output_dir",         "threads",           "logging.every_n_steps", "logging.tensorboard", "training.eval_every",
-      "training.eval_batches", "checkpoint.every_n_steps", "checkpoint.keep_last", "data.eval",
-      "training.max_steps", "training.epochs", "training.max_nonfinite_steps",
-      "checkpoint.layout",  "checkpoint.shard_size",
-      "distributed.strategy", "distributed.backend", "distributed.timeout_s", "distributed.cpu_offload", "distributed.prefetch"};
   // A schedule that decays over the run's length: a new length would bend the curve the
   // checkpoint's steps were taken on.
   const bool length_shapes_schedule = now.get_string("scheduler.name") != "constant";
@@ -42,7 +34,7 @@ std::vector<std::string> check_resume_compatible(const RunPlan& plan, const std:
                       " ranks: the global batch stays " + std::to_string(saved_global_rows) + " rows");
       continue;
     }
-    if (!harmless.count(spec.key)) {
+    if (!spec.resumable) {  // the schema says which keys may change (KeySpec::resumable)
       throw ConfigError(now.origin(spec.key) + ": `" + spec.key + "` differs from the checkpoint's recipe (checkpoint: " +
                         before + ", now: " + after + "); a resumed run must compute the same thing (start a new run instead)");
     }

@@ -5,6 +5,7 @@
 
 #include <spdlog/sinks/basic_file_sink.h>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
@@ -12,6 +13,7 @@
 #include "io/file.h"
 #include "io/manifest.h"
 #include "io/run_dir.h"
+#include "ops/memory.h"
 #include "report/html_report.h"
 #include "train/batches.h"
 #include "train/data_parallel.h"
@@ -25,8 +27,8 @@ namespace {
 
 // Logs go to output_dir/train.log as well as stderr; step lines go to the file only.
 void log_to_run_dir(const fs::path& dir) {
-  std::fclose(io::open_for_append(dir / "train.log"));  // created here, never through a link
-  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((dir / "train.log").string());
+  std::fclose(io::open_for_append(dir / io::kTrainLog));  // created here, never through a link
+  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((dir / io::kTrainLog).string());
   spdlog::default_logger()->sinks().push_back(file);
   auto train_log = std::make_shared<spdlog::logger>("train", file);
   train_log->set_pattern("[%Y-%m-%d %H:%M:%S.%e] %v");
@@ -114,23 +116,25 @@ std::optional<fs::path> Session::find_resume_point() const {
   std::vector<std::string> skipped;
   auto latest = CheckpointManager(plan_.output_dir, 1).latest(&skipped);
   for (const auto& s : skipped) spdlog::warn("skipping checkpoint {}", s);
-  if (!latest) spdlog::warn("no complete checkpoint in {}: starting from the beginning", (plan_.output_dir / "checkpoints").string());
+  if (!latest) spdlog::warn("no complete checkpoint in {}: starting from the beginning", (plan_.output_dir / io::kCheckpointsDir).string());
   return latest;
 }
 
 // The run directory, locked: fresh, explicitly replaced (an earlier run's files removed), or the
-// run being resumed (cut back to the checkpoint). Mixing two runs' metrics is never right.
-void Session::prepare_run_dir(std::int64_t resumed_step) {
+// run being resumed (cut back to the checkpoint, and the resume recorded in the run marker).
+// Mixing two runs' metrics is never right.
+void Session::prepare_run_dir(const std::optional<fs::path>& resume_dir, std::int64_t resumed_step) {
   const fs::path& dir = plan_.output_dir;
   std::error_code ec;
+  std::vector<io::ResumeRecord> resumes;
   if (options_.resume) {
     truncate_metrics(dir, resumed_step);
+    resumes = io::read_resume_records(dir);
+    if (resume_dir) resumes.push_back({resumed_step, fs::absolute(*resume_dir).lexically_normal().string(), unix_seconds()});
   } else {
-    for (const char* name : {"metrics.jsonl", "tb", "train.log", "recipe.yaml", "adapter", "model", "checkpoints"}) {
-      fs::remove_all(dir / name, ec);
-    }
+    for (const auto& name : io::run_outputs()) fs::remove_all(dir / name, ec);
   }
-  io::mark_run_dir(dir);
+  io::mark_run_dir(dir, resumes);
 }
 
 TrainResult Session::run() {
@@ -175,28 +179,28 @@ TrainResult Session::run() {
       } else {
         spdlog::warn("{} records no input identities (an older checkpoint): only the recipe is compared", resume_dir->string());
       }
-      const auto notes = check_resume_compatible(plan, resumed->recipe_yaml, (*resume_dir / "recipe.yaml").string(),
+      const auto notes = check_resume_compatible(plan, resumed->recipe_yaml, (*resume_dir / io::kRecipeFile).string(),
                                                  resumed->step, identities, resumed->sampler.batch_size);
       for (const auto& note : notes) spdlog::info("note: {}", note);
     }
   }
   if (writer()) {
-    prepare_run_dir(resumed ? resumed->step : 0);
+    prepare_run_dir(resume_dir, resumed ? resumed->step : 0);
     log_to_run_dir(plan.output_dir);
-    io::write_file_atomic(plan.output_dir / "recipe.yaml", plan.recipe_yaml());
+    io::write_file_atomic(plan.output_dir / io::kRecipeFile, plan.recipe_yaml());
     log_lines(plan.summary());
   }
   comm_.barrier("waiting for rank 0 to prepare output_dir");
 
   // 3. Model (from the checkpoint when resuming), what trains, optimizer; the memory it should take.
-  const auto ledger = estimate_memory(ledger_inputs(plan, memory_now(plan.device)));
+  const auto ledger = estimate_memory(ledger_inputs(plan, ops::memory_now(plan.device)));
   //    A sharded checkpoint's weights are slices: the model is built from model.path and each
   //    trainable parameter filled from them (any world size wrote them).
   const bool from_shards = resume_dir && is_sharded_checkpoint(*resume_dir);
   auto lm = build_model(plan, from_shards ? fs::path() : resume_dir.value_or(fs::path()));
   const auto counts = plan.method->make_trainable(lm);
   if (from_shards) ShardedState(*resume_dir).load_weights_into(lm);
-  spdlog::debug("resident {:.1f} MB after the model is built", static_cast<double>(resident_bytes()) / 1e6);
+  spdlog::debug("resident {:.1f} MB after the model is built", static_cast<double>(ops::resident_bytes()) / 1e6);
   spdlog::info("trainable parameters {} of {} ({:.4f}%)", counts.trainable, counts.total,
                100.0 * static_cast<double>(counts.trainable) / static_cast<double>(std::max<std::int64_t>(1, counts.total)));
   //    The optimizer and how the ranks agree each step follow distributed.strategy.
@@ -211,7 +215,7 @@ TrainResult Session::run() {
   //    of the eval batches (a world of one: all of them).
   data::Sampler sampler(plan.datasets.train, plan.sampler_options());
   RankRows source(sampler, comm_.rank(), comm_.size(), plan.device);
-  spdlog::debug("resident {:.1f} MB with optimizer and data", static_cast<double>(resident_bytes()) / 1e6);
+  spdlog::debug("resident {:.1f} MB with optimizer and data", static_cast<double>(ops::resident_bytes()) / 1e6);
   auto eval = rank_share(all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
                                      plan.eval_batches, plan.device),
                          comm_.rank(), comm_.size());
@@ -287,8 +291,8 @@ TrainResult Session::run() {
     spdlog::warn("stopped by {}", line);
     throw StoppedError(signal, line);
   };
-  const auto start_bytes = memory_now(plan.device);
-  reset_peak_memory(plan.device);  // the measured peak is training's, not loading's
+  const auto start_bytes = ops::memory_now(plan.device);
+  ops::reset_peak_memory(plan.device);  // the measured peak is training's, not loading's
   const double communicating_before = comm_.seconds_communicating();
   const auto result = trainer.run();
   if (metrics) report_memory(ledger, *metrics, start_bytes, meter, plan.device);

@@ -47,7 +47,7 @@ class Session {
   std::optional<std::filesystem::path> find_resume_point() const;
   Json input_identities() const;
   void check_inputs(const Json& recorded, const Json& now, const std::filesystem::path& checkpoint) const;
-  void prepare_run_dir(std::int64_t resumed_step);
+  void prepare_run_dir(const std::optional<std::filesystem::path>& resume_dir, std::int64_t resumed_step);
 
   bool writer() const { return comm_.rank() == 0; }
 

@@ -9,6 +9,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
+#include "ops/memory.h"
 
 namespace ctune::train {
 
@@ -17,8 +18,8 @@ namespace {
 // At debug level only: reading /proc costs a file read, kept off the loop otherwise.
 void log_memory(std::int64_t step, const char* when) {
   if (!spdlog::should_log(spdlog::level::debug)) return;
-  spdlog::debug("step {}: resident {:.1f} MB, peak {:.1f} MB {}", step, static_cast<double>(resident_bytes()) / 1e6,
-                static_cast<double>(peak_resident_bytes()) / 1e6, when);
+  spdlog::debug("step {}: resident {:.1f} MB, peak {:.1f} MB {}", step, static_cast<double>(ops::resident_bytes()) / 1e6,
+                static_cast<double>(ops::peak_resident_bytes()) / 1e6, when);
 }
 
 void log_skipped_step(std::int64_t step, double loss, bool found_inf, const GradScaler& scaler) {
@@ -120,7 +121,7 @@ TrainResult Trainer::run() {
     m.grad_norm = grad_norm;
     m.tokens = targets;
     m.tokens_per_s = static_cast<double>(input_tokens) / std::max(1e-9, seconds_since(step_start));
-    m.peak_mem_bytes = peak_memory(options_.device);
+    m.peak_mem_bytes = ops::peak_memory(options_.device);
     m.elapsed_s = seconds_since(start);
     const auto cpu = process_cpu_times();
     m.cpu_s = cpu.total_s;
