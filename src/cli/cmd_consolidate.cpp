@@ -1,5 +1,5 @@
 // `ctune consolidate CHECKPOINT --out DIR [--shard-size 5GB] [--overwrite]`: a sharded
-// checkpoint (one file per rank, train/sharded_checkpoint.h) made whole: a Hugging Face model
+// checkpoint (one file per rank, train/state/sharded_checkpoint.h) made whole: a Hugging Face model
 // directory (full fine-tuning) or a PEFT adapter (LoRA), as a whole checkpoint's or the run's
 // result's weights are, for `merge`, `export`, `generate`, `eval` or other tools. Each tensor is
 // assembled from every rank's slices; then what was written is read back the way its users
@@ -21,7 +21,7 @@
 #include "model/weights.h"
 #include "peft/adapter_io.h"
 #include "peft/model_spec.h"
-#include "train/checkpoint.h"
+#include "train/state/checkpoint.h"
 
 namespace ctune::cli {
 namespace fs = std::filesystem;

@@ -9,12 +9,12 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/recipe.h"
-#include "dist/world.h"
+#include "distributed/world.h"
 #include "model/config.h"
 #include "model/llama.h"
 #include "ops/memory.h"
-#include "train/memory_ledger.h"
-#include "train/run_plan.h"
+#include "train/observe/memory_ledger.h"
+#include "train/run/run_plan.h"
 
 namespace ctune::cli {
 
@@ -55,7 +55,7 @@ int run_estimate(const EstimateOptions& o) {
     throw ctune::ConfigError("--nodes " + std::to_string(o.nodes) + " does not divide --nproc " + std::to_string(o.nproc) +
                       " (ranks per node must be equal)");
   }
-  dist::World world;
+  distributed::World world;
   world.size = o.nproc;
   world.local_size = o.nproc / o.nodes;
   const auto plan = train::plan_run(Recipe::load(o.recipe, o.overrides), world);

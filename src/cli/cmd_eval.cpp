@@ -24,11 +24,11 @@
 #include "core/progress.h"
 #include "core/recipe.h"
 #include "core/recipe_schema.h"
-#include "infer/generate.h"
+#include "infer/exact_match.h"
 #include "model/config.h"
-#include "train/batches.h"
-#include "train/loss.h"
-#include "train/run_plan.h"
+#include "train/run/run_plan.h"
+#include "train/step/batches.h"
+#include "train/step/loss.h"
 
 namespace ctune::cli {
 namespace fs = std::filesystem;
@@ -47,81 +47,24 @@ struct EvalOptions {
   bool json = false;
 };
 
-struct Accuracy {
-  std::int64_t correct = 0, total = 0;
-};
-
-// One accuracy case: the tokens before an example's first trained span, the span without its
-// closing end-of-turn token, and that token.
-struct MatchCase {
-  std::vector<std::int64_t> prompt, expected;
-  std::int64_t end = 0;
-};
-
-std::vector<MatchCase> match_cases(const std::vector<data::Example>& examples, std::int64_t limit) {
-  std::vector<MatchCase> cases;
-  for (const auto& ex : examples) {
-    if (limit >= 0 && static_cast<std::int64_t>(cases.size()) >= limit) break;
-    std::size_t first = 0;
-    while (first < ex.labels.size() && ex.labels[first] == data::kIgnoreIndex) ++first;
-    if (first == 0 || first >= ex.ids.size()) continue;
-    std::size_t end = first;
-    while (end < ex.labels.size() && ex.labels[end] != data::kIgnoreIndex) ++end;
-    MatchCase c;
-    c.prompt.assign(ex.ids.begin(), ex.ids.begin() + static_cast<std::ptrdiff_t>(first));
-    c.expected.assign(ex.ids.begin() + static_cast<std::ptrdiff_t>(first), ex.ids.begin() + static_cast<std::ptrdiff_t>(end));
-    c.end = c.expected.back();
-    c.expected.pop_back();
-    cases.push_back(std::move(c));
-  }
-  return cases;
-}
-
-// Greedy generation of each example's first trained span from the tokens before it, 16
-// examples per batch. A generation stops at an end-of-turn token of its batch (or eos) or a few
-// tokens past the longest expected answer; either way only an exact answer followed by a stop
-// counts, so batching does not change what matches.
-Accuracy exact_match(model::CausalLM& lm, const std::vector<data::Example>& examples, const tok::Tokenizer& tokenizer,
-                     std::int64_t limit, std::int64_t show) {
-  const auto cases = match_cases(examples, limit);
-  const std::size_t kBatch = 16;
-  Accuracy a;
-  Stage stage("exact match", static_cast<std::int64_t>(cases.size()), "examples");
-  for (std::size_t first = 0; first < cases.size(); first += kBatch) {
-    const auto last = std::min(cases.size(), first + kBatch);
-    infer::GenerateOptions g;
-    std::vector<std::vector<std::int64_t>> prompts;
-    std::int64_t longest_answer = 0, room = lm->config().max_position_embeddings;
-    for (auto i = first; i < last; ++i) {
-      prompts.push_back(cases[i].prompt);
-      g.stop_ids.push_back(cases[i].end);
-      longest_answer = std::max(longest_answer, static_cast<std::int64_t>(cases[i].expected.size()));
-      room = std::min(room, lm->config().max_position_embeddings - static_cast<std::int64_t>(cases[i].prompt.size()));
-    }
-    if (tokenizer.special().eos) g.stop_ids.push_back(*tokenizer.special().eos);
-    g.max_new_tokens = std::max<std::int64_t>(1, std::min(longest_answer + 4, room));
-    const auto got = infer::generate(lm, prompts, g);
-    for (auto i = first; i < last; ++i) {
-      const auto& out = got[i - first];
-      const bool ok = out.stop_reason == "eos" && out.ids == cases[i].expected;
-      a.correct += ok;
-      ++a.total;
-      if (a.total > show) continue;
-      auto text = [&](const std::vector<std::int64_t>& ids) {
-        return Json(tokenizer.decode(std::vector<std::int32_t>(ids.begin(), ids.end()), true)).dump(-1, ' ', false, Json::error_handler_t::replace);
-      };
-      std::string p = text(cases[i].prompt);
-      if (p.size() > 70) p = "..." + p.substr(p.size() - 67);
-      print_above([&] {  // stdout may be the terminal the live line is on
-        std::printf("  %s  prompt %s\n      expected %s\n      got      %s\n", ok ? "ok  " : "MISS", p.c_str(),
-                    text(cases[i].expected).c_str(), text(out.ids).c_str());
-        std::fflush(stdout);
-      });
-    }
-    stage.update(a.total, 0, [&] { return std::to_string(a.correct) + " correct"; });
-  }
-  stage.finish();
-  return a;
+// Exact matches (infer/exact_match.h), the first `show` of them printed.
+infer::Accuracy exact_match(model::CausalLM& lm, const std::vector<data::Example>& examples, const tok::Tokenizer& tokenizer,
+                            std::int64_t limit, std::int64_t show) {
+  std::int64_t seen = 0;
+  auto text = [&](const std::vector<std::int64_t>& ids) {
+    return Json(tokenizer.decode(std::vector<std::int32_t>(ids.begin(), ids.end()), true)).dump(-1, ' ', false, Json::error_handler_t::replace);
+  };
+  return infer::exact_match(lm, examples, tokenizer.special().eos, limit,
+                            [&](const infer::MatchCase& c, const std::vector<std::int64_t>& got, bool ok) {
+    if (++seen > show) return;
+    std::string p = text(c.prompt);
+    if (p.size() > 70) p = "..." + p.substr(p.size() - 67);
+    print_above([&] {  // stdout may be the terminal the live line is on
+      std::printf("  %s  prompt %s\n      expected %s\n      got      %s\n", ok ? "ok  " : "MISS", p.c_str(), text(c.expected).c_str(),
+                  text(got).c_str());
+      std::fflush(stdout);
+    });
+  });
 }
 
 // Without a recipe: the defaults, with the model and the data file (as both splits: eval reads
@@ -178,7 +121,7 @@ int run_eval(EvalOptions o) {
   const std::int64_t tokens = eval.tokens;
   lm->eval();
   at::NoGradGuard no_grad;
-  Accuracy acc;
+  infer::Accuracy acc;
   if (o.accuracy) acc = exact_match(lm, *plan.datasets.eval, *plan.tokenizer, o.limit, o.show);
 
   // Perplexity is exp of the mean token NLL: exp of the mean of `ctune score`'s NLLs over the

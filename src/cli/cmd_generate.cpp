@@ -22,12 +22,14 @@
 #include "core/log.h"
 #include "core/progress.h"
 #include "core/regular_file.h"
+#include "infer/batched.h"
 #include "infer/generate.h"
 #include "model/weights.h"
 #include "ops/memory.h"
 #include "peft/model_spec.h"
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
-#include "train/metrics.h"
+#include "train/observe/metrics.h"
 
 namespace ctune::cli {
 
@@ -107,32 +109,6 @@ void resolve_sampling(GenerateCliOptions& o) {
   if (!s.do_sample) s.temperature = 1.0;
 }
 
-// The longest prefix of `text` that ends on a whole UTF-8 character and before any stop string;
-// `stopped` tells whether a stop string was found.
-std::string printable(const std::string& text, const std::vector<std::string>& stop, bool* stopped) {
-  std::size_t end = text.size();
-  *stopped = false;
-  for (const auto& s : stop) {
-    const auto at = text.find(s);
-    if (!s.empty() && at != std::string::npos && at <= end) {
-      end = at;
-      *stopped = true;
-    }
-  }
-  if (*stopped) return text.substr(0, end);
-  // Hold back an incomplete trailing character: a lead byte whose continuation bytes have not
-  // all arrived.
-  std::size_t i = end;
-  std::size_t back = 0;
-  while (i > 0 && back < 4 && (static_cast<unsigned char>(text[i - 1]) & 0xC0) == 0x80) --i, ++back;
-  if (i > 0) {
-    const auto lead = static_cast<unsigned char>(text[i - 1]);
-    const std::size_t need = lead >= 0xF0 ? 3 : lead >= 0xE0 ? 2 : lead >= 0xC0 ? 1 : 0;
-    if (need > back) end = i - 1;
-  }
-  return text.substr(0, end);
-}
-
 // An interactive chat on a terminal: each line is a user turn; the reply streams as it is
 // generated and joins the conversation. /reset starts over, /exit (or end of input) ends.
 int chat_loop(model::CausalLM& lm, const ChatPrompt& chat, const GenerateCliOptions& o,
@@ -152,7 +128,7 @@ int chat_loop(model::CausalLM& lm, const ChatPrompt& chat, const GenerateCliOpti
     std::string shown;
     auto on_token = [&](std::size_t, const std::vector<std::int64_t>& ids) {
       bool stopped = false;
-      const auto text = printable(decode(ids), o.stop, &stopped);
+      const auto text = infer::cut_at_stop(decode(ids), o.stop, &stopped);
       if (text.size() > shown.size() && text.compare(0, shown.size(), shown) == 0) std::cout << text.substr(shown.size()) << std::flush;
       shown = text;
       return !stopped;
@@ -228,62 +204,36 @@ int run_generate(GenerateCliOptions o) {
   ops::reset_peak_memory(device);
   // Streaming prints one sequence at a time, as it grows. Many prompts have a progress line
   // (core/progress.h); the results are printed above it.
-  const auto batch = o.stream ? 1 : o.batch_size;
-  std::optional<Stage> stage;
-  if (!o.stream && prompts.size() > 1) stage.emplace("generating", static_cast<std::int64_t>(prompts.size()), "prompts");
+  infer::BatchedGeneration batched{o.g, o.stream ? 1 : static_cast<std::size_t>(o.batch_size), o.stop, decode, !o.stream};
   auto print = [](const std::string& line) { print_above([&] { std::cout << line << std::endl; }); };
-  for (std::size_t first = 0; first < prompts.size(); first += static_cast<std::size_t>(batch)) {
-    const auto last = std::min(prompts.size(), first + static_cast<std::size_t>(batch));
-    const std::vector<std::vector<std::int64_t>> group(prompts.begin() + static_cast<std::ptrdiff_t>(first),
-                                                        prompts.begin() + static_cast<std::ptrdiff_t>(last));
-    std::vector<std::string> shown(group.size());
-    infer::GenerateStats stats;
-    auto on_token = [&](std::size_t i, const std::vector<std::int64_t>& ids) {
-      if (o.stop.empty() && !o.stream) return true;
-      bool stopped = false;
-      const auto text = printable(decode(ids), o.stop, &stopped);
-      if (o.stream && text.size() > shown[i].size() && text.compare(0, shown[i].size(), shown[i]) == 0) {
-        std::cout << text.substr(shown[i].size()) << std::flush;
-      }
-      shown[i] = text;
-      return !stopped;
-    };
-    // Beam search calls no callback: its stop strings cut the final text only.
-    auto out = infer::generate(lm, group, o.g, &stats, on_token);
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      // Cut before a stop string; otherwise the whole text, a trailing partial character included.
-      bool stopped = false;
-      std::string text = decode(out[i].ids);
-      const std::string cut = printable(text, o.stop, &stopped);
-      if (stopped) text = cut;
-      if (out[i].stop_reason == "stop" || stopped) out[i].stop_reason = "stop_string";
-      if (o.json) {
-        nlohmann::ordered_json j = {{"prompt", texts[first + i]},
-                                    {"prompt_ids", group[i]},
-                                    {"generated_ids", out[i].ids},
-                                    {"text", text},
-                                    {"stop_reason", out[i].stop_reason},
-                                    {"batch", group.size()},
-                                    {"prefill_tokens_per_s", stats.prefill_tokens / std::max(1e-9, stats.prefill_s)},
-                                    {"decode_tokens_per_s", stats.decode_tokens / std::max(1e-9, stats.decode_s)},
-                                    {"peak_memory_bytes", ops::peak_memory(device)}};
-        if (o.g.num_beams > 1) j["beam_score"] = out[i].score;
-        // Invalid UTF-8 in a prompt or a cut token is shown as U+FFFD, as the decoder shows it.
-        print(j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
-      } else if (o.stream) {
-        if (text.size() > shown[i].size()) std::cout << text.substr(shown[i].size());
-        std::cout << std::endl;
-      } else {
-        print(text);
-      }
+  std::vector<std::string> shown(prompts.size());  // what streaming has printed of each
+  auto on_text = [&](std::size_t i, const std::string& text) {
+    if (text.size() > shown[i].size() && text.compare(0, shown[i].size(), shown[i]) == 0) std::cout << text.substr(shown[i].size()) << std::flush;
+    shown[i] = text;
+  };
+  infer::generate_in_batches(lm, prompts, batched, o.stream ? std::function<void(std::size_t, const std::string&)>(on_text) : nullptr,
+                             [&](const infer::PromptResult& r) {
+    const auto& out = r.generation;
+    if (o.json) {
+      nlohmann::ordered_json j = {{"prompt", texts[r.prompt]},
+                                  {"prompt_ids", prompts[r.prompt]},
+                                  {"generated_ids", out.ids},
+                                  {"text", r.text},
+                                  {"stop_reason", out.stop_reason},
+                                  {"batch", r.batch_rows},
+                                  {"prefill_tokens_per_s", r.stats->prefill_tokens / std::max(1e-9, r.stats->prefill_s)},
+                                  {"decode_tokens_per_s", r.stats->decode_tokens / std::max(1e-9, r.stats->decode_s)},
+                                  {"peak_memory_bytes", ops::peak_memory(device)}};
+      if (o.g.num_beams > 1) j["beam_score"] = out.score;
+      // Invalid UTF-8 in a prompt or a cut token is shown as U+FFFD, as the decoder shows it.
+      print(j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+    } else if (o.stream) {
+      if (r.text.size() > shown[r.prompt].size()) std::cout << r.text.substr(shown[r.prompt].size());
+      std::cout << std::endl;
+    } else {
+      print(r.text);
     }
-    if (stage) {
-      stage->update(static_cast<std::int64_t>(last), 0, [&] {
-        return std::to_string(static_cast<long long>(stats.decode_tokens / std::max(1e-9, stats.decode_s))) + " tok/s decode";
-      });
-    }
-  }
-  if (stage) stage->finish();
+  });
   return 0;
 }
 

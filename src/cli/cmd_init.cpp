@@ -10,6 +10,7 @@
 #include "io/file.h"
 #include "io/hf_checkpoint.h"
 #include "model/weights.h"
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ctune::cli {

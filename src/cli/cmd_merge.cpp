@@ -20,6 +20,7 @@
 #include "model/weights.h"
 #include "peft/adapter_io.h"
 #include "peft/model_spec.h"
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ctune::cli {

@@ -11,6 +11,7 @@
 #include "infer/score.h"
 #include "model/weights.h"
 #include "peft/model_spec.h"
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ctune::cli {

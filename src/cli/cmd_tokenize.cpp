@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/regular_file.h"
 #include "core/json.h"
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ctune::cli {

@@ -1,6 +1,6 @@
 // `ctune train RECIPE [key=value ...] [--overwrite] [--resume [CHECKPOINT]]`: the main job.
 // Resolves and checks the recipe (every error before any weight is loaded), then runs the
-// training session (train/session.h): the model, training with step checkpoints, and the result
+// training session (train/run/session.h): the model, training with step checkpoints, and the result
 // in output_dir (the LoRA adapter in PEFT layout, adapter/, or the full model in Hugging Face
 // layout, model/), with recipe.yaml (resolved), metrics.jsonl, train.log and checkpoints/. With
 // --resume it continues from the newest complete checkpoint (or the one given) exactly where
@@ -13,9 +13,9 @@
 #include "cli/commands.h"
 #include "cli/parse.h"
 #include "core/recipe.h"
-#include "dist/comm.h"
-#include "dist/launcher.h"
-#include "train/session.h"
+#include "distributed/comm.h"
+#include "distributed/launcher.h"
+#include "train/run/session.h"
 
 namespace ctune::cli {
 
@@ -39,10 +39,10 @@ int run_train(TrainOptions o) {
     o.overrides.push_back(from);
     o.session.resume_from.clear();
   }
-  const dist::World world = dist::world_from_env();
+  const distributed::World world = distributed::world_from_env();
   if (o.nproc > 1 && !world.from_environment) {
     (void)Recipe::load(o.recipe, o.overrides);  // a bad recipe fails once, here, not once per rank
-    return dist::launch_local(o.nproc, kLauncherGrace);
+    return distributed::launch_local(o.nproc, kLauncherGrace);
   }
   if (o.nproc > 0 && o.nproc != world.size) {
     throw ConfigError("--nproc " + std::to_string(o.nproc) + " disagrees with the world of " + std::to_string(world.size) +
@@ -50,7 +50,7 @@ int run_train(TrainOptions o) {
   }
   // Join the other ranks before planning, so that a rank whose planning fails tells them at once.
   Recipe recipe = Recipe::load(o.recipe, o.overrides);
-  dist::Comm comm(world, train::distributed_timeout(recipe));
+  distributed::Comm comm(world, train::distributed_timeout(recipe));
   train::Session(train::plan_run(std::move(recipe), world), o.session, comm).run();
   return 0;
 }

@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/recipe.h"
-#include "train/run_plan.h"
+#include "train/run/run_plan.h"
 
 namespace ctune::cli {
 

@@ -1,4 +1,5 @@
 #include "core/recipe_schema.h"
+
 #include "core/method_names.h"
 #include "core/module_names.h"
 
@@ -11,7 +12,7 @@ namespace ctune {
 namespace {
 
 // Keys that change how a run is observed, how long it goes on or how the work is shared among
-// ranks, not what it computes: --resume accepts a new value for them (train/run_plan_resume.cpp).
+// ranks, not what it computes: --resume accepts a new value for them (train/run/run_plan_resume.cpp).
 KeySpec may_change_on_resume(KeySpec spec) {
   spec.resumable = true;
   return spec;

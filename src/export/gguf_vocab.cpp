@@ -12,6 +12,7 @@
 #include "data/chat_format.h"
 #include "export/pre_tokenizer_names.h"
 #include "export/spm_model_file.h"
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_json.h"
 

@@ -11,6 +11,7 @@
 #include "core/progress.h"
 #include "io/file.h"
 #include "io/run_dir.h"
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ctune::exporter {

@@ -8,7 +8,8 @@
 // hypotheses and the best one is returned.
 #pragma once
 
-#include "infer/generate.h"
+#include "infer/generation_types.h"
+#include "model/llama.h"
 
 namespace ctune::infer {
 

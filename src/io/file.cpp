@@ -1,6 +1,7 @@
 #include "io/file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,7 +14,6 @@
 #include "core/error.h"
 #include "core/random_hex.h"
 #include "core/regular_file.h"
-#include "io/run_dir.h"
 
 namespace ctune::io {
 namespace fs = std::filesystem;
@@ -30,6 +30,8 @@ constexpr int kNameTries = 16;
 }  // namespace
 
 namespace {
+bool process_alive(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
+
 std::FILE* open_file(const fs::path& path, int flags, const char* mode, const char* what) {
   const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0 && errno == ELOOP) throw IoError(path.string() + ": is a symbolic link; refusing to write through it");
@@ -213,6 +215,24 @@ void StagingDir::commit() {
   committed_ = true;
   fsync_directory(target_.parent_path().empty() ? fs::path(".") : target_.parent_path());
   if (!old.empty()) fs::remove_all(old, ec);
+}
+
+void remove_stale_siblings(const fs::path& target) {
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const std::string base = target.filename().string();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(parent, ec)) {
+    const std::string name = entry.path().filename().string();
+    for (const char* tag : {".partial-", ".old-", ".unchecked-"}) {
+      const std::string prefix = base + tag;
+      if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+      char* end = nullptr;
+      const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+      if (end == nullptr || (*end != '\0' && *end != '-') || process_alive(pid)) continue;
+      std::error_code rm;
+      fs::remove_all(entry.path(), rm);
+    }
+  }
 }
 
 }  // namespace ctune::io

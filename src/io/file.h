@@ -93,4 +93,9 @@ class StagingDir {
   bool committed_ = false;
 };
 
+// Removes what killed writes of `target` left beside it: "<target>.partial-<tag>" (StagingDir),
+// "<target>.old-<tag>" and "<target>.unchecked-<tag>" (export), whose tag starts with the pid of
+// a process no longer running (io::unique_tag).
+void remove_stale_siblings(const std::filesystem::path& target);
+
 }  // namespace ctune::io

@@ -56,7 +56,7 @@ std::vector<std::size_t> plan_shards(const std::vector<std::uint64_t>& sizes, st
 std::string shard_file_name(std::size_t index, std::size_t count);
 
 // A ctune checkpoint written one file per rank keeps its weight tensors in this folder
-// (train/sharded_checkpoint.h); readers of whole weights point users to `ctune consolidate`.
+// (train/state/sharded_checkpoint.h); readers of whole weights point users to `ctune consolidate`.
 inline constexpr const char* kStateShardsDir = "shards";
 // " (a sharded checkpoint: ...)" when `dir` is one; "" otherwise. Appended to "no weights" errors.
 std::string sharded_checkpoint_hint(const std::filesystem::path& dir);

@@ -1,7 +1,6 @@
 #include "io/run_dir.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,8 +27,6 @@ fs::path resolved(const fs::path& p) {
   while (r.has_relative_path() && r.filename().empty()) r = r.parent_path();
   return r;
 }
-
-bool process_alive(long pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
 
 }  // namespace
 
@@ -133,22 +130,5 @@ DirLock::~DirLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the flock
 }
 
-void remove_stale_siblings(const fs::path& target) {
-  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  const std::string base = target.filename().string();
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(parent, ec)) {
-    const std::string name = entry.path().filename().string();
-    for (const char* tag : {".partial-", ".old-", ".unchecked-"}) {
-      const std::string prefix = base + tag;
-      if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
-      char* end = nullptr;
-      const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
-      if (end == nullptr || (*end != '\0' && *end != '-') || process_alive(pid)) continue;
-      std::error_code rm;
-      fs::remove_all(entry.path(), rm);
-    }
-  }
-}
 
 }  // namespace ctune::io

@@ -58,9 +58,4 @@ class DirLock {
 // Whether a process (this one included, through another DirLock) holds `dir`'s lock now.
 bool is_locked(const std::filesystem::path& dir);
 
-// Removes what killed writes of `target` left beside it: "<target>.partial-<tag>" (StagingDir),
-// "<target>.old-<tag>" and "<target>.unchecked-<tag>" (export), whose tag starts with the pid of
-// a process no longer running (io::unique_tag).
-void remove_stale_siblings(const std::filesystem::path& target);
-
 }  // namespace ctune::io

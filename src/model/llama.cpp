@@ -27,7 +27,10 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, at::ScalarType dtype) {
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                      const at::Tensor& mask, LayerCache* cache) {
-  if (recompute && !cache && is_training() && at::GradMode::is_enabled()) return checkpointed_block(*this, x, cos, sin, mask);
+  if (recompute && !cache && is_training() && at::GradMode::is_enabled()) {
+    // The layer outlives the backward pass (it belongs to the model being trained).
+    return checkpointed_block([this, cos, sin, mask](const at::Tensor& h) { return forward_block(h, cos, sin, mask); }, x);
+  }
   return forward_block(x, cos, sin, mask, cache);
 }
 

@@ -1,5 +1,5 @@
 // The seam where a sharded run gathers and frees parameters (distributed.strategy full_shard,
-// train/full_shard.h): the decoder calls enter() before a part that owns parameters computes
+// train/parallel/full_shard.h): the decoder calls enter() before a part that owns parameters computes
 // and leave() after it, passing the activation that flows through, which the implementation may
 // wrap in autograd nodes that act again in backward. The parts, in forward order: the embedding
 // (kEmbedding), each block (its index), and the final norm with the output head (kHead: from

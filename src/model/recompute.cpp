@@ -5,7 +5,6 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "core/error.h"
-#include "model/llama.h"
 
 namespace ctune::model {
 
@@ -54,41 +53,45 @@ struct RngReplay {
   at::Tensor saved_;
 };
 
+// The block, kept with the autograd node until its backward has run (an opaque capsule: no
+// type registration needed), and freed with the node.
+struct BlockHolder : torch::CustomClassHolder {
+  explicit BlockHolder(Block f) : fn(std::move(f)) {}
+  Block fn;
+};
+
 struct BlockFunction : public torch::autograd::Function<BlockFunction> {
-  static at::Tensor forward(AutogradContext* ctx, at::Tensor x, at::Tensor cos, at::Tensor sin, at::Tensor mask,
-                            DecoderLayerImpl* layer) {
-    // The layer outlives the backward pass (it belongs to the model being trained).
-    ctx->saved_data["layer"] = reinterpret_cast<std::int64_t>(layer);
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor x, c10::intrusive_ptr<BlockHolder> block) {
+    ctx->saved_data["block"] = c10::IValue::make_capsule(block);
     ctx->saved_data["rng"] = cpu_rng_state();
-    ctx->save_for_backward({x, cos, sin, mask});
+    ctx->save_for_backward({x});
     at::NoGradGuard no_grad;
-    return layer->forward_block(x, cos, sin, mask);
+    return block->fn(x);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
-    auto* layer = reinterpret_cast<DecoderLayerImpl*>(ctx->saved_data["layer"].toInt());
+    auto block = c10::static_intrusive_pointer_cast<BlockHolder>(ctx->saved_data["block"].toCapsule());
     auto saved = ctx->get_saved_variables();
     auto x = saved[0].detach().requires_grad_(true);
     {
       RngReplay replay(ctx->saved_data["rng"].toTensor());
       at::AutoGradMode enable(true);
-      auto out = layer->forward_block(x, saved[1], saved[2], saved[3]);
+      auto out = block->fn(x);
       // Re-entrant backward through the recomputed block: parameter gradients accumulate in
       // place as in the plain graph; the input's gradient is returned to the outer graph.
       torch::autograd::backward({out}, {grad_out[0]});
     }
-    return {x.grad(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {x.grad(), at::Tensor()};
   }
 };
 
 }  // namespace
 
-at::Tensor checkpointed_block(DecoderLayerImpl& layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                              const at::Tensor& mask) {
+at::Tensor checkpointed_block(Block block, const at::Tensor& x) {
   // The function's output must require grad for its backward to run even when x does not
   // (a frozen embedding under LoRA): an input leaf that requires grad guarantees that.
   auto input = x.requires_grad() ? x : x.detach().requires_grad_(true);
-  return BlockFunction::apply(input, cos, sin, mask, &layer);
+  return BlockFunction::apply(input, c10::make_intrusive<BlockHolder>(std::move(block)));
 }
 
 }  // namespace ctune::model

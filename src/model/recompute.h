@@ -7,13 +7,12 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <string>
 
 #include "ops/attention.h"
 
 namespace ctune::model {
-
-class DecoderLayerImpl;
 
 // Which layers recompute what; parsed from memory.activation_checkpointing, and how the
 // attention core keeps its scores (memory.attention, ops/attention.h).
@@ -30,8 +29,12 @@ struct RecomputePolicy {
   }
 };
 
-// layer->forward(x, cos, sin, mask) with only x kept for backward.
-at::Tensor checkpointed_block(DecoderLayerImpl& layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                              const at::Tensor& mask);
+// A block's forward from its input alone (what else it reads, such as the rope tables and the
+// mask, it captures): any family's decoder block, as the caller writes it.
+using Block = std::function<at::Tensor(const at::Tensor& x)>;
+
+// block(x) with only x kept for backward, where it is recomputed (replaying the forward's
+// random draws) and differentiated.
+at::Tensor checkpointed_block(Block block, const at::Tensor& x);
 
 }  // namespace ctune::model

@@ -19,7 +19,7 @@ bool built_with_cuda();
 
 // The accelerator allocator's high-water mark of allocated bytes since the last reset (what
 // torch.cuda.max_memory_allocated reports); 0 on the CPU, whose peak is the process's resident
-// high-water mark (train/metrics.h).
+// high-water mark (train/observe/metrics.h).
 std::int64_t device_peak_bytes(const at::Device& device);
 std::int64_t device_allocated_bytes(const at::Device& device);  // now
 void reset_device_peak(const at::Device& device);

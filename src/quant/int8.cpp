@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "quant/int8_gemm.h"
 #include "ops/compute.h"
-#include "ops/quant_bytes.h"
+#include "quant/int8_gemm.h"
+#include "quant/storage_bytes.h"
 
 namespace ctune::quant {
 
@@ -27,9 +27,8 @@ Int8Kernel parse_int8_kernel(const std::string& text) {
   throw ConfigError("int8 kernel: expected dequantize or int8_gemm, found \"" + text + "\"");
 }
 
-std::int64_t Int8Weight::bytes() const { return ops::int8_weight_bytes(cb.size(0), cb.size(1)); }
+std::int64_t Int8Weight::bytes() const { return int8_weight_bytes(cb.size(0), cb.size(1)); }
 
-std::int64_t Int8Weight::packed_bytes() const { return packed ? packed->bytes : 0; }
 
 namespace {
 

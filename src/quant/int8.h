@@ -13,6 +13,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+
+#include "quant/int8_gemm.h"
+#include "quant/int8_weight.h"
 
 namespace ctune::quant {
 
@@ -21,22 +25,6 @@ enum class Int8Kernel { Dequantize, Int8Gemm };
 const char* int8_kernel_name(Int8Kernel kernel);
 Int8Kernel parse_int8_kernel(const std::string& text);  // "dequantize" | "int8_gemm"; ConfigError otherwise
 
-namespace detail {
-struct PackedInt8;  // oneDNN-prepacked weight, built lazily (int8_gemm.h)
-}
-
-struct Int8Weight {
-  at::Tensor cb;   // int8 [out, in]: round(w · (127 / scb)) per row, half to even
-  at::Tensor scb;  // fp32 [out]: row absmax of w (0 for an all-zero row, whose cb is 0)
-  std::shared_ptr<detail::PackedInt8> packed;  // shared by copies; built on the first Int8Gemm call
-
-  std::int64_t out_features() const { return cb.size(0); }
-  std::int64_t in_features() const { return cb.size(1); }
-  // Stored bytes: out·in + 4·out (the format; excludes the Int8Gemm prepack, see packed_bytes()).
-  std::int64_t bytes() const;
-  // Extra bytes held by the oneDNN prepacked weight if it has been built (0 otherwise).
-  std::int64_t packed_bytes() const;
-};
 
 // w: [out, in], any floating dtype (computed in fp32).
 Int8Weight quantize_int8(const at::Tensor& w);
@@ -51,7 +39,5 @@ at::Tensor dequantize_columns(const Int8Weight& w, const at::Tensor& cols, at::S
 // |x| >= threshold are outlier columns (Int8Gemm only; 0 disables).
 at::Tensor int8_matmul(const at::Tensor& x, const Int8Weight& w, double threshold, Int8Kernel kernel);
 
-// Whether Int8Kernel::Int8Gemm can run in this process (the oneDNN quantized engine is compiled in).
-bool int8_gemm_available();
 
 }  // namespace ctune::quant

@@ -14,6 +14,8 @@ bool int8_gemm_available() {
   return std::find(engines.begin(), engines.end(), at::QEngine::ONEDNN) != engines.end();
 }
 
+std::int64_t Int8Weight::packed_bytes() const { return packed ? packed->bytes : 0; }
+
 namespace detail {
 
 namespace {

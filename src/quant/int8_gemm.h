@@ -1,14 +1,21 @@
 // The int8×int8→int32 GEMM LibTorch 1.13 CPU offers: the quantized engine's dynamic linear
 // (`quantized::linear_prepack` + `quantized::linear_dynamic`, oneDNN engine; on this CPU oneDNN
 // uses AMX/VNNI int8 instructions), reached through the c10 dispatcher (no fbgemm in Debian's
-// build, and ATen has no plain int8 mm in 1.13). Internal to quant/.
+// build, and ATen has no plain int8 mm in 1.13). Internal to quant/ but for int8_gemm_available().
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <mutex>
 
-#include "quant/int8.h"
+#include "quant/int8_weight.h"
+
+namespace ctune::quant {
+
+// Whether Int8Kernel::Int8Gemm can run in this process (the oneDNN quantized engine is compiled in).
+bool int8_gemm_available();
+
+}  // namespace ctune::quant
 
 namespace ctune::quant::detail {
 

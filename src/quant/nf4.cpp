@@ -7,9 +7,9 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "ops/quant_bytes.h"
 #include "quant/codebook.h"
 #include "quant/dynamic_map.h"
+#include "quant/storage_bytes.h"
 
 namespace ctune::quant {
 
@@ -46,11 +46,11 @@ double nf4_max_half_gap() {
   return gap / 2.0;
 }
 
-std::int64_t Nf4Weight::bytes() const { return ops::nf4_weight_bytes(numel, blocksize, double_quant); }
+std::int64_t Nf4Weight::bytes() const { return nf4_weight_bytes(numel, blocksize, double_quant); }
 
 at::Tensor Nf4Weight::block_absmax() const {
   if (!double_quant) return absmax;
-  return dequantize_blockwise8({qabsmax, nested_absmax}, ops::kNf4NestedBlocksize) + offset;
+  return dequantize_blockwise8({qabsmax, nested_absmax}, kNf4NestedBlocksize) + offset;
 }
 
 Nf4Weight quantize_nf4(const at::Tensor& w, std::int64_t blocksize, bool double_quant) {
@@ -92,7 +92,7 @@ Nf4Weight quantize_nf4(const at::Tensor& w, std::int64_t blocksize, bool double_
     return q;
   }
   q.offset = static_cast<float>(absmax.to(at::kDouble).mean().item<double>());
-  auto nested = quantize_blockwise8((absmax - q.offset).contiguous(), ops::kNf4NestedBlocksize);
+  auto nested = quantize_blockwise8((absmax - q.offset).contiguous(), kNf4NestedBlocksize);
   q.qabsmax = nested.codes;
   q.nested_absmax = nested.absmax;
   return q;

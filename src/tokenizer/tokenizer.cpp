@@ -1,14 +1,5 @@
-// The Tokenizer base (encode = encode_ordinary + bos/eos) and load_tokenizer, which picks the
-// implementation from what the path holds: tokenizer.json (preferred) or tokenizer.model in a
-// directory, or a file of either kind (recognised by its first non-blank byte: '{' is JSON).
+// The Tokenizer base: encode = encode_ordinary + bos/eos.
 #include "tokenizer/tokenizer.h"
-
-#include <fstream>
-
-#include "core/error.h"
-#include "core/regular_file.h"
-#include "tokenizer/hf_tokenizer.h"
-#include "tokenizer/sentencepiece_tokenizer.h"
 
 namespace ctune::tok {
 
@@ -18,46 +9,6 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool add_spec
   if (special_.add_bos && special_.bos) ids.insert(ids.begin(), *special_.bos);
   if (special_.add_eos && special_.eos) ids.push_back(*special_.eos);
   return ids;
-}
-
-namespace {
-bool looks_like_json(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw IoError(file.string() + ": cannot open for reading");
-  char c;
-  while (in.get(c)) {
-    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
-    return c == '{';
-  }
-  return false;
-}
-}  // namespace
-
-std::filesystem::path tokenizer_file(const std::filesystem::path& dir) {
-  std::error_code ec;
-  for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
-    const auto file = dir / name;
-    if (!std::filesystem::exists(file, ec)) continue;
-    require_regular_file(file, "a tokenizer file");  // a link to /dev/zero or a FIFO: said so, never read
-    return file;
-  }
-  throw IoError(dir.string() + ": no tokenizer.json or tokenizer.model in this directory");
-}
-
-std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path) {
-  std::error_code ec;
-  const bool dir = std::filesystem::is_directory(path, ec);
-  if (!dir && !std::filesystem::exists(path, ec)) throw IoError(path.string() + ": no such file or directory");
-  const auto file = dir ? tokenizer_file(path) : path;
-  require_regular_file(file, "a tokenizer file");
-  if (dir) {
-    if (file.filename() == "tokenizer.json") return std::make_unique<HfTokenizer>(file);
-    return std::make_unique<SentencePieceTokenizer>(file);
-  }
-  if (path.extension() == ".json" || (path.extension() != ".model" && looks_like_json(path))) {
-    return std::make_unique<HfTokenizer>(path);
-  }
-  return std::make_unique<SentencePieceTokenizer>(path);
 }
 
 }  // namespace ctune::tok

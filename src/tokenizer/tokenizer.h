@@ -55,15 +55,7 @@ class Tokenizer {
   SpecialTokens special_;
 };
 
-// The file a model directory's tokenizer is read from: tokenizer.json when there is one, else
-// tokenizer.model. Throws IoError naming `dir` when it has neither, or one that is not a
-// regular file. Every reader of a directory's tokenizer (load_tokenizer, GGUF export) asks here.
-std::filesystem::path tokenizer_file(const std::filesystem::path& dir);
 
-// Loads from a directory holding tokenizer.json (preferred) or tokenizer.model, or from a path
-// to either file. Reads tokenizer_config.json and special_tokens_map.json beside it.
-// Throws IoError (missing files) or FormatError/UnsupportedError (content) naming the file.
-std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path);
 
 // Writes a byte-level BPE tokenizer.json with no merges (256 byte tokens + <s>, </s>) and its
 // tokenizer_config.json into `dir`: a lossless tokenizer for random-initialised models.

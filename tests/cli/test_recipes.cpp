@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 
 #include "core/json.h"
 #include "core/recipe.h"
@@ -301,6 +303,115 @@ TEST_F(Recipes, EstimatePrintsTheLedger) {
   EXPECT_NE(r.out.find("on 2 ranks (full_shard, CPU offload)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[host]"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("of which host"), std::string::npos) << r.out;
+}
+
+// An evaluator of the ledger's printed formulas, written here from their grammar (sums,
+// products, integer /, ceil_div(a, b), max(...), min(...), symbols and integers), not from the
+// code that prints them.
+class FormulaEvaluator {
+ public:
+  FormulaEvaluator(std::string text, const Json& symbols) : text_(std::move(text)), symbols_(symbols) {}
+  std::int64_t value() {
+    const auto v = sum();
+    skip();
+    if (pos_ != text_.size()) throw std::runtime_error("unparsed rest: " + text_.substr(pos_));
+    return v;
+  }
+
+ private:
+  void skip() {
+    while (pos_ < text_.size() && text_[pos_] == ' ') ++pos_;
+  }
+  bool take(const std::string& token) {
+    skip();
+    if (text_.compare(pos_, token.size(), token) != 0) return false;
+    pos_ += token.size();
+    return true;
+  }
+  std::int64_t sum() {
+    std::int64_t v = product();
+    for (;;) {
+      if (take("+")) v += product();
+      else if (take("- ")) v -= product();
+      else return v;
+    }
+  }
+  std::int64_t product() {
+    std::int64_t v = atom();
+    for (;;) {
+      if (take("x ")) v *= atom();
+      else if (take("/")) v /= atom();
+      else return v;
+    }
+  }
+  std::int64_t atom() {
+    skip();
+    if (take("(")) {
+      const auto v = sum();
+      if (!take(")")) throw std::runtime_error("expected ) in " + text_);
+      return v;
+    }
+    for (const std::string f : {"ceil_div(", "max(", "min("}) {
+      if (!take(f)) continue;
+      std::vector<std::int64_t> args{sum()};
+      while (take(",")) args.push_back(sum());
+      if (!take(")")) throw std::runtime_error("expected ) in " + text_);
+      if (f == "ceil_div(") {
+        if (args.size() != 2) throw std::runtime_error("ceil_div takes two arguments in " + text_);
+        return (args[0] + args[1] - 1) / args[1];
+      }
+      return f == "max(" ? *std::max_element(args.begin(), args.end()) : *std::min_element(args.begin(), args.end());
+    }
+    std::size_t end = pos_;
+    while (end < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[end])) || text_[end] == '_')) ++end;
+    const std::string word = text_.substr(pos_, end - pos_);
+    if (word.empty()) throw std::runtime_error("expected a symbol or a number at '" + text_.substr(pos_) + "'");
+    pos_ = end;
+    if (std::isdigit(static_cast<unsigned char>(word[0]))) return std::stoll(word);
+    if (!symbols_.contains(word)) throw std::runtime_error("unknown symbol " + word + " in " + text_);
+    return symbols_[word].get<std::int64_t>();
+  }
+
+  std::string text_;
+  const Json& symbols_;
+  std::size_t pos_ = 0;
+};
+
+// Every line's printed formula, evaluated with the printed symbol values, is the line's bytes:
+// the text is the computation, across the techniques that change the formulas.
+TEST_F(Recipes, LedgerFormulasEvaluateToTheirBytes) {
+  const fs::path recipe = kDir / "formulas.yaml";
+  write(recipe, base_recipe());
+  const std::vector<std::vector<std::string>> settings = {
+      {},
+      {"peft.method=none"},
+      {"memory.activation_checkpointing=every_n:2"},
+      {"memory.activation_checkpointing=selective"},
+      {"memory.attention=blocked", "precision=bf16"},
+      {"precision=bf16", "memory.quantize_base=nf4", "peft.dropout=0.1"},
+      {"memory.chunked_loss=false", "training.grad_accum=2"},
+      {"peft.method=none", "distributed.strategy=full_shard", "distributed.prefetch=true", "--nproc", "4"},
+      {"peft.method=none", "distributed.strategy=shard_grad_op", "--nproc", "2"}};
+  int lines = 0;
+  for (const auto& extra : settings) {
+    std::vector<std::string> args = {"estimate", recipe.string(), "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = ctune(args);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const Json j = Json::parse(r.out);
+    for (const auto& l : j["lines"]) {
+      const std::string formula = l["formula"].get<std::string>();
+      std::int64_t evaluated = -1;
+      try {
+        evaluated = FormulaEvaluator(formula, j["symbol_values"]).value();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << l["name"] << ": " << e.what();
+      }
+      EXPECT_EQ(evaluated, l["bytes"].get<std::int64_t>()) << l["name"] << " = " << formula;
+      ++lines;
+    }
+  }
+  EXPECT_GE(lines, 9 * 7);
 }
 
 TEST_F(Recipes, TrainLoraAndFullEndToEnd) {

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "tokenizer/load.h"
 
 namespace ctune::data::test {
 

@@ -12,6 +12,7 @@
 #include "export_test_support.h"
 #include "io/file.h"
 #include "run_ctune.h"
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ctune::exporter::test {

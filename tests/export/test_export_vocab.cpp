@@ -12,6 +12,7 @@
 #include "export/gguf_vocab.h"
 #include "export/spm_model_file.h"
 #include "export_test_support.h"
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ctune::exporter::test {

@@ -50,6 +50,7 @@
 #include "model/rope.h"
 #include "model/weights.h"
 #include "peft/adapter_io.h"
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 #include "margins.h"
 

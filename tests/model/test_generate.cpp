@@ -17,7 +17,7 @@
 #include "infer/beam_search.h"
 #include "infer/generate.h"
 #include "model/weights.h"
-#include "train/memory_ledger.h"
+#include "train/observe/memory_ledger.h"
 #include "margins.h"
 
 namespace fs = std::filesystem;

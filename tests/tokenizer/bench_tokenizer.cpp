@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 
 int main(int argc, char** argv) {

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "test_support.h"
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "test_support.h"
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "test_support.h"
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ctune::tok::test {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "test_support.h"
+#include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ctune::tok::test {

@@ -4,7 +4,7 @@
 
 #include <ATen/ATen.h>
 
-#include "train/chunked_loss.h"
+#include "train/step/chunked_loss.h"
 #include "margins.h"
 
 using namespace ctune;

@@ -16,12 +16,12 @@
 #include <optional>
 
 #include "model/config.h"
-#include "ops/compute.h"
 #include "model/quantize.h"
 #include "model/weights.h"
+#include "ops/compute.h"
 #include "peft/lora.h"
-#include "train/grad_scaler.h"
-#include "train/loss.h"
+#include "train/step/grad_scaler.h"
+#include "train/step/loss.h"
 #include "margins.h"
 
 namespace fs = std::filesystem;

@@ -9,10 +9,10 @@
 
 #include "core/json.h"
 #include "model/recompute.h"
-#include "ops/attention.h"
 #include "model/weights.h"
+#include "ops/attention.h"
 #include "peft/lora.h"
-#include "train/loss.h"
+#include "train/step/loss.h"
 #include "margins.h"
 
 namespace fs = std::filesystem;

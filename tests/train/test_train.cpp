@@ -17,9 +17,9 @@
 #include "io/tensor_io.h"
 #include "model/weights.h"
 #include "peft/lora.h"
-#include "train/loss.h"
-#include "train/optimizer.h"
-#include "train/trainer.h"
+#include "train/step/loss.h"
+#include "train/step/optimizer.h"
+#include "train/step/trainer.h"
 #include "margins.h"
 
 namespace fs = std::filesystem;

@@ -1,0 +1,415 @@
+#include "train/observe/memory_ledger.h"
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "core/module_names.h"
+#include "quant/storage_bytes.h"
+#include "train/observe/ledger_term.h"
+#include "train/step/chunked_loss.h"
+
+namespace ctune::train {
+
+namespace {
+
+std::int64_t bytes_of(at::ScalarType t) { return static_cast<std::int64_t>(c10::elementSize(t)); }
+
+std::string mb(std::int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f MB", static_cast<double>(bytes) / 1e6);
+  return buf;
+}
+
+// The run's symbols: their values, in the order the ledger's table lists them.
+struct Symbols {
+  std::vector<std::pair<std::string, std::int64_t>> values;
+  Term operator()(const std::string& name, std::int64_t value) {
+    values.emplace_back(name, value);
+    return Term::sym(name, value);
+  }
+};
+
+// The shapes and dtypes every term is written in.
+struct Shape {
+  Term B, T, n, H, I, L, V, nh, nkv, d, c, r;
+  bool dropout = false;  // some adapter drops out its input
+};
+
+Shape shape_symbols(const LedgerInputs& in, Symbols& sym) {
+  const auto& cfg = in.config;
+  // Residual-stream bytes (r): the weights' storage dtype (full fine-tuning keeps fp32 masters,
+  // a LoRA base is stored in the compute dtype). Matmul bytes (c): the compute dtype, or in fp32
+  // precision whatever the weights are stored in. When r != c every matmul input is a fresh cast.
+  const std::int64_t rb = bytes_of(in.storage_dtype);
+  const std::int64_t cb = in.compute_dtype != at::kFloat ? bytes_of(in.compute_dtype) : rb;
+  Shape s;
+  s.B = sym("B", in.batch_size);
+  s.T = sym("T", in.seq_len);
+  s.n = sym("n", in.batch_size * in.seq_len);
+  s.H = sym("H", cfg.hidden_size);
+  s.I = sym("I", cfg.intermediate_size);
+  s.L = sym("L", cfg.num_hidden_layers);
+  s.V = sym("V", cfg.vocab_size);
+  s.nh = sym("nh", cfg.num_attention_heads);
+  s.nkv = sym("nkv", cfg.num_key_value_heads);
+  s.d = sym("d", cfg.head_dim);
+  s.c = sym("c", cb);
+  s.r = sym("r", rb);
+  s.dropout = std::any_of(linear_module_names().begin(), linear_module_names().end(),
+                          [&](const std::string& m) { return in.method->module(m).adapter_dropout > 0; });
+  return s;
+}
+
+// Bytes of one frozen projection weight as stored.
+std::int64_t frozen_weight_bytes(const LedgerInputs& in, std::int64_t rows, std::int64_t cols) {
+  if (!in.quantize_base) return rows * cols * bytes_of(in.storage_dtype);
+  if (in.quantize_base->kind == quant::QuantSpec::Int8) return quant::int8_weight_bytes(rows, cols);
+  return quant::nf4_weight_bytes(rows * cols, in.quantize_base->blocksize, in.quantize_base->double_quant);
+}
+
+// The parameters, counted per module as the method trains them: frozen bytes as stored, the
+// trainable elements (fp32 masters and adapters), and per part (embedding, each block, final
+// norm and head), one of which is whole at a time under full_shard.
+struct StateCount {
+  std::int64_t frozen = 0, trainable = 0, largest_trainable = 0, unsharded = 0, largest_part = 0;
+};
+
+StateCount count_state(const LedgerInputs& in) {
+  const auto& c = in.config;
+  const Method& method = *in.method;
+  const std::int64_t H = c.hidden_size, V = c.vocab_size, sb = bytes_of(in.storage_dtype);
+  StateCount s;
+  struct Part {
+    std::int64_t frozen = 0, trainable = 0;
+  };
+  std::vector<Part> parts(1);
+  auto add = [&](const std::string& module, std::int64_t count, std::int64_t frozen_bytes) {
+    if (method.module(module).weight_trains) {
+      s.trainable += count;
+      parts.back().trainable += count;
+      s.largest_trainable = std::max(s.largest_trainable, count);
+    } else {
+      s.frozen += frozen_bytes;
+      parts.back().frozen += frozen_bytes;
+      if (in.quantize_base && frozen_bytes != count * sb) s.unsharded += frozen_bytes;  // quantised: kept whole
+    }
+  };
+  auto add_adapter = [&](const std::string& module, std::int64_t in_dim, std::int64_t out_dim) {
+    s.trainable += method.module(module).adapter_rank * (in_dim + out_dim);
+    parts.back().trainable += method.module(module).adapter_rank * (in_dim + out_dim);
+  };
+  add("embed_tokens", V * H, V * H * sb);
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    parts.emplace_back();
+    add("input_layernorm", H, H * sb);
+    add("post_attention_layernorm", H, H * sb);
+    for (const auto& name : projection_names()) {
+      const auto p = c.projection(name);
+      add(name, p.in * p.out, frozen_weight_bytes(in, p.out, p.in));
+      if (p.bias) add(name, p.out, p.out * sb);
+      add_adapter(name, p.in, p.out);
+    }
+  }
+  parts.emplace_back();
+  add("norm", H, H * sb);
+  if (!c.tie_word_embeddings) {
+    add("lm_head", V * H, V * H * sb);  // never quantised
+    add_adapter("lm_head", H, V);
+  }
+  // A part whole: its frozen bytes (a quantised base's stay whole anyway) and fp32 trainables;
+  // the head part of a tied model also uses the embedding matrix.
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    std::int64_t bytes = parts[i].frozen + 4 * parts[i].trainable;
+    if (i + 1 == parts.size() && c.tie_word_embeddings) bytes += parts[0].frozen + 4 * parts[0].trainable;
+    s.largest_part = std::max(s.largest_part, bytes);
+  }
+  return s;
+}
+
+// Weights, gradients and optimizer state (and under full_shard what is whole for a while), as
+// terms. A weight that trains is an fp32 master with a gradient and optimizer state; a frozen
+// one is stored as it is; adapters train in fp32.
+struct StateTerms {
+  Term weights, gathered, grads, gathered_grads, optimizer, whole_weights, unsharded, trainable, largest;
+  std::int64_t opt_per_param = 0;
+  bool sharded_params = false;
+};
+
+StateTerms state_lines(const LedgerInputs& in, Symbols& sym, Ledger& led) {
+  const StateCount count = count_state(in);
+  StateTerms t;
+  const Term F = sym("F", count.frozen), N = sym("N", count.trainable), P = sym("P", in.parameter_shards),
+             S = sym("S", in.optimizer_shards), four = Term::num(4);
+  t.trainable = N;
+  t.sharded_params = in.parameter_shards > 1;
+  t.unsharded = t.sharded_params && count.unsharded > 0 ? sym("U", count.unsharded) : Term();
+  t.whole_weights = F + four * N;
+  t.weights = t.sharded_params ? Term::ceil_div(t.whole_weights - t.unsharded, P) + t.unsharded : t.whole_weights;
+  const Term part = t.sharded_params ? sym("Wpart", count.largest_part) : Term();
+  const Term largest = sym("Nmax", count.largest_trainable);
+  t.largest = largest;
+  t.gathered = t.sharded_params ? Term::num(in.prefetch ? 2 : 1) * part : Term();
+  t.grads = in.optimizer_shards > 1 && t.sharded_params ? Term::ceil_div(four * N, S) : four * N;
+  // Each parameter's gradient is reduce-scattered as soon as it is whole (train/parallel/full_shard.h).
+  t.gathered_grads = t.sharded_params ? four * largest : Term();
+  t.opt_per_param = in.optimizer == "adamw" ? 8 : (in.momentum > 0 ? 4 : 0);
+  // Sharded (train/parallel/zero.h): each rank keeps the state of its 1/S of the trainable elements.
+  t.optimizer = Term::num(t.opt_per_param) * Term::ceil_div(N, S);
+
+  const std::string pool = in.cpu_offload ? "host" : "device";
+  const std::string frozen_note =
+      count.frozen == 0 ? std::string()
+                        : "F: frozen weights" + std::string(in.quantize_base ? in.quantize_base->kind == quant::QuantSpec::Int8
+                                                                                   ? ", projections int8 (out*in + 4*out)"
+                                                                                   : ", projections nf4 (n/2 + block scales)"
+                                                                             : " at r B/param") +
+                              "; ";
+  led.lines.push_back({"weights", t.weights.value(), t.weights.text(),
+                       frozen_note + "N: trainable parameters (fp32 masters, adapters)" +
+                           (t.sharded_params ? std::string(", P ranks share them") + (count.unsharded > 0 ? " (U: the quantised base, kept whole)" : "")
+                                             : ""),
+                       pool});
+  if (t.sharded_params) {
+    led.lines.push_back({"gathered", t.gathered.value(), t.gathered.text(),
+                         std::string(in.prefetch ? "two of the largest part (this one and the next, prefetched)" : "the largest part") +
+                             " (embedding, block, or norm and head) whole while it computes"});
+  }
+  led.lines.push_back({"gradients", t.grads.value(), t.grads.text(), "fp32, of the trainable parameters",
+                       t.sharded_params ? pool : "device"});
+  if (t.sharded_params) {
+    led.lines.push_back({"gathered grads", t.gathered_grads.value(), t.gathered_grads.text(),
+                         "the largest trainable parameter's gradient (Nmax) whole until reduce-scattered"});
+  }
+  led.lines.push_back({"optimizer state", t.optimizer.value(), t.optimizer.text(),
+                       in.optimizer + (in.optimizer_shards > 1 ? ", S ranks share it" : ""), pool});
+  return t;
+}
+
+// Activations kept for backward by one decoder layer without recompute, and what the run keeps
+// of them; adapted from Korthikanti et al.'s per-layer accounting (docs/formats.md#memory-formulas).
+struct ActivationTerms {
+  Term total, scores, layer, recomputed_transient;
+  std::int64_t recomputing = 0;  // layers that recompute (Lr)
+};
+
+ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Ledger& led) {
+  const Method& method = *in.method;
+  const Term& n = s.n;
+  const Term& c = s.c;
+  auto input_saved = [&](const char* name, const Term& in_dim) {
+    // The base keeps its input when its weight trains; an adapter keeps its (dropped-out) input,
+    // which without dropout is the very tensor the base sees; and its rank-r intermediate.
+    const ModuleTraining m = method.module(name);
+    Term b = m.weight_trains ? c * n * in_dim : Term();
+    if (m.adapter_rank > 0) {
+      b += (m.adapter_dropout > 0 ? Term::num(2) * c * n * in_dim : (m.weight_trains ? Term() : c * n * in_dim)) +
+           c * n * Term::num(m.adapter_rank);
+    }
+    return b;
+  };
+  auto shared_input = [&](std::initializer_list<const char*> names, const Term& in_dim) {
+    // Without dropout, projections that read the same norm output share one saved copy when the
+    // norm output already has the matmul dtype; with r != c (fp32 masters, low-precision
+    // matmuls) each projection casts (and keeps) its own copy, as autocast does.
+    Term sum, first;
+    for (const char* name : names) {
+      const Term b = input_saved(name, in_dim);
+      sum += b;
+      if (b.value() > first.value()) first = b;
+    }
+    return !s.dropout && s.r.value() == c.value() ? first : sum;
+  };
+  // RMSNorm keeps two fp32 [n, H] tensors: its input as fp32 (for the square) and the normalised
+  // value (for the product with 1/rms); the weight's gradient reads the latter, no extra copy.
+  const Term norm = Term::num(8) * n * s.H;
+  const Term qkv = shared_input({"q_proj", "k_proj", "v_proj"}, s.H);
+  // Materialized attention keeps the fp32 probabilities (and their cast), a negated mask and q
+  // with K and V repeated to every query head; blocked attention keeps q, the KV heads' K and V,
+  // and the model's one mask (shared by all layers, counted once below), and needs one block's
+  // scores, probabilities and their gradients at a time (ops/attention.h).
+  const bool blocked = in.recompute.blocked_attention;
+  const Term TT = s.T * s.T;
+  ActivationTerms a;
+  a.scores = blocked ? Term() : s.B * s.nh * TT * (Term::num(4) + (c.value() != 4 ? c : Term())) + s.B * TT;
+  // A block spans every batch row: fp32 P, dP and one product, and P and dS in the matmul dtype.
+  const Term block_rows = Term::sym("bq", std::min<std::int64_t>(ops::kBlockQueries, s.T.value()));
+  const Term workspace = blocked ? s.B * s.nh * block_rows * s.T * (Term::num(12) + Term::num(2) * c) : Term();
+  const Term core = n * (blocked ? s.nh + Term::num(2) * s.nkv : Term::num(3) * s.nh) * s.d * c;
+  const Term o_in = input_saved("o_proj", s.nh * s.d);
+  const Term mlp_in = shared_input({"gate_proj", "up_proj"}, s.H);
+  const Term swiglu = Term::num(3) * n * s.I * c;
+  const Term down_in = input_saved("down_proj", s.I);
+  a.layer = Term::num(2) * norm + qkv + a.scores + core + o_in + mlp_in + swiglu + down_in;
+  led.activations_per_layer = a.layer.value();
+
+  std::int64_t& recomputing = a.recomputing;
+  for (std::int64_t l = 0; l < s.L.value(); ++l) recomputing += in.recompute.recompute_block(l);
+  const Term Lr = Term::sym("Lr", recomputing);
+  Term kept;
+  if (recomputing > 0) {
+    kept = (s.L - Lr) * a.layer + Lr * s.r * n * s.H;  // a recomputed layer keeps only its input
+    a.recomputed_transient = a.layer;
+  } else if (in.recompute.attention_kernel() == ops::AttentionKernel::recomputed) {
+    kept = s.L * (a.layer - a.scores);
+  } else {
+    kept = s.L * a.layer;
+  }
+  const Term top = Term::num(8) * n * s.H + s.r * n * s.H + (blocked ? s.B * TT : Term());  // final norm, loss input, mask
+  a.total = kept + top + workspace;
+  std::string note = "per layer " + mb(a.layer.value()) + ": 2 norms, q/k/v inputs, " +
+                     (blocked ? std::string("q, k, v (blocked attention keeps no scores)") : std::string("scores, mask, q, k, v")) +
+                     ", o input, MLP inputs, SwiGLU, down input";
+  if (recomputing > 0) {
+    note += "; Lr of L layers keep only their input (r n H) and recompute";
+  } else if (in.recompute.attention_kernel() == ops::AttentionKernel::recomputed) {
+    note += "; selective: the attention scores are recomputed";
+  }
+  note += "; then the final norm, the loss input" + std::string(blocked ? ", the attention mask B T^2 and one attention block's workspace (bq query rows)" : "");
+  led.lines.push_back({"activations", a.total.value(), a.total.text(), note});
+  return a;
+}
+
+// Logits and loss buffers: the largest moment is the loss's backward. Chunked, the rows per
+// chunk are the loss's own choice (train/step/chunked_loss.h).
+Term loss_line(const LedgerInputs& in, const Shape& s, Symbols& sym, Ledger& led) {
+  const ModuleTraining head = in.method->module("lm_head");
+  const bool head_trains = head.weight_trains || head.adapter_rank > 0;
+  const Term VH = s.V * s.H;
+  if (in.chunked_loss && head.adapter_rank == 0) {
+    const Term rows = sym("rows", std::min<std::int64_t>(s.n.value(), default_chunk_rows(s.V.value())));
+    const Term t = rows * s.V * (Term::num(2) * s.c + Term::num(8)) + (head_trains ? Term::num(8) * VH : Term());
+    led.lines.push_back({"logits and loss", t.value(), t.text(),
+                         "chunked: one chunk of rows (fp32 logits near 16 MiB)" +
+                             std::string(head_trains ? ", the head gradient and its accumulator" : "")});
+    return t;
+  }
+  const Term t = s.n * s.V * (Term::num(4 + 8) + s.c) + (head_trains ? Term::num(4) * VH : Term());
+  led.lines.push_back({"logits and loss", t.value(), t.text(),
+                       "full logits: saved log-softmax, its gradient, the head output" + std::string(head_trains ? ", the head gradient" : "")});
+  return t;
+}
+
+// What each symbol stands for, for the table `ctune estimate` prints.
+std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>& values) {
+  static const std::vector<std::pair<std::string, std::string>> meaning = {
+      {"B", "batch rows"}, {"T", "sequence"}, {"n", "tokens = B T"}, {"H", "hidden"}, {"I", "intermediate"}, {"L", "layers"},
+      {"V", "vocabulary"}, {"nh", "query heads"}, {"nkv", "KV heads"}, {"d", "head dim"}, {"c", "bytes, matmul dtype"},
+      {"r", "bytes, residual stream"}, {"F", "frozen weight bytes"}, {"N", "trainable parameters"}, {"P", "ranks sharing parameters"},
+      {"S", "ranks sharing gradients and optimizer state"}, {"U", "bytes of a quantised base kept whole"},
+      {"Wpart", "bytes of the largest part whole"}, {"Nmax", "largest trainable parameter"}, {"rows", "loss rows per chunk"},
+      {"runtime", "bytes before training"}, {"live", "live bytes at the peak"}, {"bq", "attention block query rows"},
+      {"Lr", "layers that recompute"}};
+  std::string out;
+  for (const auto& [name, value] : values) {
+    std::string what;
+    for (const auto& [n, m] : meaning)
+      if (n == name) what = m;
+    out += (out.empty() ? "" : ", ") + name + " = " + std::to_string(value) + (what.empty() ? "" : " (" + what + ")");
+  }
+  return out;
+}
+
+}  // namespace
+
+Ledger estimate_memory(const LedgerInputs& in) {
+  Ledger led;
+  Symbols sym;
+  const Shape s = shape_symbols(in, sym);
+  const StateTerms st = state_lines(in, sym, led);
+  const ActivationTerms act = activation_lines(in, s, led);
+  const Term loss = loss_line(in, s, sym, led);
+  const Term kv = Term::num(2) * s.L * s.nkv * s.d * s.T * s.B * s.c;
+  led.lines.push_back({"KV cache", 0, "0", "none in training (generation at this batch and length: " + kv.text() + " = " + mb(kv.value()) + ")"});
+  const Term runtime = sym("runtime", in.runtime_bytes);
+  led.lines.push_back({"runtime", in.runtime_bytes, runtime.text(), "this process before training: LibTorch, tokenizer, datasets"});
+
+  // The peak: what is always there, plus the largest of the step's moments, plus what the
+  // allocator holds on to. Under full_shard the sharded gradients stay through the step and
+  // one part is whole (with its gradients in backward) at a time.
+  const bool sharded = st.sharded_params;
+  const Term base = st.weights + st.optimizer + (sharded ? st.grads : Term());
+  const Term step_grads = sharded ? st.gathered + st.gathered_grads : st.grads;
+  const Term backward_start = act.total + loss + (sharded ? st.gathered + st.gathered_grads : (in.grad_accum > 1 ? st.grads : Term()));
+  const Term backward_end = step_grads + act.recomputed_transient;
+  const Term S = Term::sym("S", in.optimizer_shards);
+  const Term optimizer_step =
+      (sharded ? Term() : st.grads) + (in.optimizer == "adamw" ? Term::num(8) * Term::min({st.largest, Term::ceil_div(st.trainable, S)}) : Term());
+  // Between steps, for a whole checkpoint, sharded optimizer state is gathered whole (rank 0
+  // writes it); a sharded checkpoint gathers nothing. Under full_shard the whole weights are
+  // gathered for the run's result (and for whole checkpoints) all the same (docs/distributed.md).
+  const Term checkpoint_gather = (in.optimizer_shards > 1 && !in.sharded_checkpoints ? Term::num(st.opt_per_param) * st.trainable : Term()) +
+                                 (sharded ? st.whole_weights - st.unsharded : Term());
+  const Term live = base + Term::max({backward_start, backward_end, optimizer_step, checkpoint_gather});
+  // glibc's heap keeps freed activation and gradient blocks for reuse and fragments around them.
+  // The reserve is calibrated, not derived: 0.30 x the live bytes, the middle of what
+  // scripts/bench_memory.sh measured over its grid (0.14-0.47; see README, Memory).
+  const Term reserve = in.exact_allocator ? Term() : Term::num(3) * sym("live", live.value()) / Term::num(10);
+  led.lines.push_back({"allocator", reserve.value(), reserve.text(),
+                       in.exact_allocator ? "memory.allocator: exact returns freed blocks at once"
+                                          : "glibc heap reserve, calibrated at 0.3 x the live bytes (memory.allocator: exact makes it 0)"});
+  const Term peak = live + reserve + runtime;
+  led.peak_bytes = peak.value();
+  for (const auto& l : led.lines)
+    if (l.pool == "host") led.host_bytes += l.bytes;
+  led.state_bytes = (st.weights + st.gathered + st.grads + st.gathered_grads + st.optimizer).value();
+  if (sharded) {
+    led.peak_formula = std::string("weights + gradients + optimizer state (shards) + max(activations + loss buffers + gathered") +
+                       " + gathered grads, gathered + gathered grads + one recomputed layer, optimizer-step temporaries, the whole weights" +
+                       (in.sharded_checkpoints ? " gathered for the result" : " and optimizer state gathered for a checkpoint") +
+                       ") + allocator + runtime";
+  } else {
+    led.peak_formula = "weights + optimizer state + max(activations + loss buffers" +
+                       std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
+                       ", gradients + one recomputed layer, gradients + optimizer-step temporaries" +
+                       std::string(in.optimizer_shards > 1 && !in.sharded_checkpoints ? ", the whole optimizer state gathered for a checkpoint" : "") +
+                       ") + allocator + runtime";
+  }
+  led.symbol_values = sym.values;
+  led.symbol_values.emplace_back("bq", std::min<std::int64_t>(ops::kBlockQueries, in.seq_len));
+  led.symbol_values.emplace_back("Lr", act.recomputing);
+  led.symbols = symbol_table(led.symbol_values);
+  return led;
+}
+
+Json Ledger::to_json() const {
+  Json lines_json = Json::array();
+  for (const auto& l : lines)
+    lines_json.push_back({{"name", l.name}, {"bytes", l.bytes}, {"formula", l.formula}, {"note", l.note}, {"pool", l.pool}});
+  Json values = Json::object();
+  for (const auto& [name, value] : symbol_values) values[name] = value;
+  return {{"lines", lines_json}, {"peak_bytes", peak_bytes}, {"peak_formula", peak_formula}, {"host_bytes", host_bytes}, {"state_bytes", state_bytes},
+          {"activations_per_layer_bytes", activations_per_layer}, {"symbols", symbols}, {"symbol_values", values}};
+}
+
+std::string Ledger::to_text() const {
+  std::ostringstream s;
+  char buf[64];
+  for (const auto& l : lines) {
+    std::snprintf(buf, sizeof(buf), "%-16s %12s  ", l.name.c_str(), mb(l.bytes).c_str());
+    s << buf << (l.pool == "host" ? "[host] " : "") << l.formula << (l.note.empty() ? "" : "  (" + l.note + ")") << "\n";
+  }
+  std::snprintf(buf, sizeof(buf), "%-16s %12s  ", "peak", mb(peak_bytes).c_str());
+  s << buf << peak_formula << "\n";
+  if (host_bytes > 0) {
+    std::snprintf(buf, sizeof(buf), "%-16s %12s  ", "of which host", mb(host_bytes).c_str());
+    s << buf << "distributed.cpu_offload: shards, their gradients and optimizer state (one pool with the device on a CPU build)\n";
+  }
+  s << "symbols          " << symbols << "\n";
+  return s.str();
+}
+
+void use_fast_allocator() {
+  mallopt(M_MMAP_MAX, 0);                    // no block gets a mapping of its own
+  mallopt(M_TRIM_THRESHOLD, -1);             // never trimmed (mallopt(3)): freed memory stays for the next step
+  mallopt(M_TOP_PAD, 64 * 1024 * 1024);      // grow the heap in large steps (fewer brk calls)
+}
+
+void use_exact_allocator() {
+  mallopt(M_MMAP_THRESHOLD, 256 * 1024);  // a fixed threshold also stops glibc from raising it
+  mallopt(M_TRIM_THRESHOLD, 256 * 1024);
+}
+
+}  // namespace ctune::train

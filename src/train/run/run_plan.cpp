@@ -1,0 +1,371 @@
+#include "train/run/run_plan.h"
+
+#include <ATen/Context.h>
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/threads.h"
+#include "data/batch.h"
+#include "data/sampler.h"
+#include "io/hf_checkpoint.h"
+#include "model/llama.h"
+#include "model/quantize.h"
+#include "model/weights.h"
+#include "ops/device.h"
+#include "peft/adapter_io.h"
+#include "tokenizer/load.h"
+
+namespace ctune::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Runs `f`; a ctune error from a lower layer is re-raised with the recipe key that led there.
+template <typename F>
+auto for_key(const Recipe& r, const std::string& key, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    r.fail(key, e.what());
+  }
+}
+
+DistributedPlan distributed_plan(const Recipe& r) {
+  DistributedPlan d;
+  d.strategy = r.get_string("distributed.strategy");
+  d.cpu_offload = r.get_bool("distributed.cpu_offload");
+  d.prefetch = r.get_bool("distributed.prefetch");
+  // Offload keeps shards in host memory: there must be shards of the parameters.
+  if (d.cpu_offload && d.strategy != "full_shard" && d.strategy != "hybrid_shard") {
+    r.fail("distributed.cpu_offload", "offload moves parameter shards to host memory; it needs distributed.strategy full_shard or hybrid_shard, found " +
+                                          d.strategy);
+  }
+  const std::string backend = r.get_string("distributed.backend");
+  // This build runs on the CPU: Gloo is the backend for CPU tensors.
+  if (backend == "nccl") r.fail("distributed.backend", "nccl needs a CUDA build of LibTorch; this build is CPU-only (use gloo or auto)");
+  d.backend = "gloo";
+  return d;
+}
+
+data::DataOptions data_options(const Recipe& r, const fs::path& tokenizer_dir) {
+  data::DataOptions d;
+  d.train = r.get_string("data.train");
+  if (auto eval = r.get_optional_string("data.eval")) d.eval = *eval;
+  d.eval_fraction = r.get_float("data.eval_fraction");
+  d.format = data::parse_data_format(r.get_string("data.format"));
+  d.columns.instruction = r.get_string("data.columns.instruction");
+  d.columns.input = r.get_string("data.columns.input");
+  d.columns.output = r.get_string("data.columns.output");
+  d.columns.messages = r.get_string("data.columns.messages");
+  d.columns.text = r.get_string("data.columns.text");
+  d.chat_format = data::parse_chat_format(r.get_string("data.chat_format"));
+  d.instruct_template = data::parse_instruct_template(r.get_string("data.instruct_template"));
+  d.train_on_input = r.get_bool("data.train_on_input");
+  d.parse_special_in_content = r.get_bool("data.parse_special_in_content");
+  d.max_seq_len = r.get_int("data.max_seq_len");
+  d.packing = r.get_bool("data.packing");
+  d.packing_window = r.get_int("data.packing_window");
+  d.packing_split = r.get_bool("data.packing_split");
+  if (d.packing_split && !d.packing) r.fail("data.packing_split", "needs data.packing: true");
+  d.shuffle = r.get_bool("data.shuffle");
+  d.on_error = data::parse_on_error(r.get_string("data.on_error"));
+  d.add_eos = r.get_bool("data.add_eos");
+  d.seed = static_cast<std::uint64_t>(r.get_int("seed"));  // the run's seed (RunPlan::seed)
+  d.batch_size = r.get_int("training.batch_size");
+  d.tokenizer_dir = tokenizer_dir;
+  return d;
+}
+
+}  // namespace
+
+std::chrono::milliseconds distributed_timeout(const Recipe& r) { return std::chrono::seconds(r.get_int("distributed.timeout_s")); }
+
+quant::QuantSpec quant_spec(const Recipe& r) {
+  quant::QuantSpec spec;
+  spec.kind = r.get_string("memory.quantize_base") == "int8" ? quant::QuantSpec::Int8 : quant::QuantSpec::Nf4;
+  spec.threshold = r.get_float("memory.int8_threshold");
+  spec.int8_kernel = quant::parse_int8_kernel(r.get_string("memory.int8_kernel"));
+  spec.blocksize = r.get_int("memory.nf4_blocksize");
+  if ((spec.blocksize & (spec.blocksize - 1)) != 0) {
+    r.fail("memory.nf4_blocksize", "expected a power of two from 64 to 4096, found " + std::to_string(spec.blocksize));
+  }
+  spec.double_quant = r.get_bool("memory.nf4_double_quant");
+  return spec;
+}
+
+namespace {
+
+// Model: config, checkpoint headers, and their agreement (no weight is read); the tokenizer, and
+// whether its ids fit the embedding.
+void plan_model(RunPlan& p) {
+  const Recipe& r = p.recipe;
+  p.model_dir = r.get_string("model.path");
+  p.model_dtype = model::parse_dtype(r.get_string("model.dtype"), "model.dtype");
+  p.compute_dtype = model::parse_dtype(r.get_string("precision"), "precision");
+  p.device = for_key(r, "device", [&] { return ops::parse_device(r.get_string("device")); });
+  p.model_config = for_key(r, "model.path", [&] { return model::load_model_config(p.model_dir); });
+  for_key(r, "model.path", [&] {
+    io::CheckpointReader checkpoint(p.model_dir);
+    model::CausalLM shape_only(p.model_config, p.model_dtype);  // uninitialised: no memory touched
+    model::check_weights(shape_only, checkpoint);
+  });
+  for_key(r, "data.max_seq_len", [&] {
+    model::check_sequence_length(p.model_config, r.get_int("data.max_seq_len"), (p.model_dir / "config.json").string());
+  });
+  if (r.get_int("data.max_seq_len") > p.model_config.max_position_embeddings) {
+    spdlog::warn("{}: `data.max_seq_len` {} is past the model's max_position_embeddings {}: positions beyond it were "
+                 "never trained, and the model's own config says not to use them",
+                 r.origin("data.max_seq_len"), r.get_int("data.max_seq_len"), p.model_config.max_position_embeddings);
+  }
+
+  // Tokenizer, and whether its ids fit the embedding.
+  p.tokenizer_dir = r.is_null("tokenizer.path") ? p.model_dir : fs::path(r.get_string("tokenizer.path"));
+  p.tokenizer = for_key(r, r.is_null("tokenizer.path") ? "model.path" : "tokenizer.path",
+                        [&] { return tok::load_tokenizer(p.tokenizer_dir); });
+  if (static_cast<std::int64_t>(p.tokenizer->vocab_size()) > p.model_config.vocab_size) {
+    r.fail(r.is_null("tokenizer.path") ? "model.path" : "tokenizer.path",
+           "tokenizer has " + std::to_string(p.tokenizer->vocab_size()) + " tokens but the model's embedding has " +
+               std::to_string(p.model_config.vocab_size) + " rows (expected tokenizer size <= vocab_size)");
+  }
+}
+
+// The method: what trains, and the dtype the weights are stored in for it; memory techniques.
+void plan_method(RunPlan& p) {
+  const Recipe& r = p.recipe;
+  //    One factory by name (train/run/method.h); the LoRA keys are read whatever the method, as
+  //    the schema has validated them.
+  peft::LoraOptions lora;
+  lora.rank = r.get_int("peft.rank");
+  lora.alpha = r.get_float("peft.alpha");
+  lora.dropout = r.get_float("peft.dropout");
+  lora.rslora = r.get_bool("peft.rslora");
+  lora.targets = r.get_strings("peft.target_modules");
+  lora.seed = p.seed;
+  const fs::path init_from = r.get_optional_string("peft.init_from").value_or("");
+  p.method = for_key(r, init_from.empty() ? "peft.method" : "peft.init_from",
+                     [&] { return make_method(r.get_string("peft.method"), lora, init_from); });
+  for_key(r, "peft.target_modules", [&] {
+    model::CausalLM shape_only(p.model_config, p.model_dtype);  // uninitialised: no memory touched
+    p.method->check_targets(shape_only);
+  });
+  // Mixed precision: weights that train are fp32 masters; a frozen LoRA base is stored in the
+  // compute dtype, with no fp32 copy.
+  p.model_dtype = for_key(r, "model.dtype", [&] { return p.method->storage_dtype(p.model_dtype, p.compute_dtype); });
+  p.loss_scaling.enabled = p.compute_dtype == at::kHalf;
+  if (const auto q = r.get_string("memory.quantize_base"); q != "none") {
+    if (!p.method->freezes_base()) {
+      r.fail("memory.quantize_base", "a quantised base is frozen, so it needs LoRA (peft.method: lora), found peft.method: none");
+    }
+    p.quantize_base = quant_spec(r);
+  }
+  p.recompute = for_key(r, "memory.activation_checkpointing",
+                        [&] { return model::RecomputePolicy::parse(r.get_string("memory.activation_checkpointing")); });
+  p.recompute.blocked_attention = r.get_string("memory.attention") == "blocked";
+  p.exact_allocator = r.get_string("memory.allocator") == "exact";
+  p.loss_scaling.init_scale = r.get_float("loss_scaling.init_scale");
+  p.loss_scaling.growth_factor = r.get_float("loss_scaling.growth_factor");
+  p.loss_scaling.backoff_factor = r.get_float("loss_scaling.backoff_factor");
+  p.loss_scaling.growth_interval = r.get_int("loss_scaling.growth_interval");
+}
+
+// Data: parsed, rendered, tokenized now, so a broken line stops the run before training.
+void plan_data(RunPlan& p) {
+  const Recipe& r = p.recipe;
+  p.data = data_options(r, p.tokenizer_dir);
+  p.inputs = {{"model.path", p.model_dir}, {"tokenizer.path", p.tokenizer_dir}, {"data.train", p.data.train}};
+  if (!p.data.eval.empty()) p.inputs.emplace_back("data.eval", p.data.eval);
+  if (auto init = r.get_optional_string("peft.init_from")) p.inputs.emplace_back("peft.init_from", *init);
+  // Data errors name their own key or file:line; they only need the recipe in front.
+  try {
+    p.datasets = data::load_datasets(p.data, *p.tokenizer);
+  } catch (const Error& e) {
+    throw ConfigError(r.source() + ": " + e.what());
+  }
+}
+
+// Optimizer, schedule, step counts, evaluation, checkpoints.
+void plan_steps(RunPlan& p, const distributed::World& world) {
+  const Recipe& r = p.recipe;
+  p.optimizer.name = r.get_string("optimizer.name");
+  p.optimizer.weight_decay = r.get_float("optimizer.weight_decay");
+  const auto betas = r.get_floats("optimizer.betas");
+  p.optimizer.beta1 = betas[0];
+  p.optimizer.beta2 = betas[1];
+  p.optimizer.eps = r.get_float("optimizer.eps");
+  p.optimizer.momentum = r.get_float("optimizer.momentum");
+  p.optimizer.decay_norms_and_biases = r.get_bool("optimizer.decay_norms_and_biases");
+
+  auto& t = p.trainer;
+  t.grad_accum = r.get_int("training.grad_accum");
+  p.distributed = distributed_plan(r);
+  const data::Sampler sampler(p.datasets.train, p.sampler_options());
+  const auto batches = sampler.batches_per_epoch();
+  if (p.data.packing) {
+    p.packed_fill = static_cast<double>(sampler.plan().num_tokens()) /
+                    static_cast<double>(std::max<std::int64_t>(1, sampler.plan().num_rows() * p.data.max_seq_len));
+  }
+  p.steps_per_epoch = std::max<std::int64_t>(1, (batches + t.grad_accum - 1) / t.grad_accum);
+  const auto max_steps = r.get_optional_int("training.max_steps");
+  const auto epochs = r.get_optional_int("training.epochs");
+  if (max_steps && epochs) r.fail("training.epochs", "set training.max_steps or training.epochs, not both");
+  if (!max_steps && !epochs) r.fail("training.max_steps", "set training.max_steps or training.epochs");
+  t.max_steps = max_steps ? *max_steps : *epochs * p.steps_per_epoch;
+  t.clip_grad_norm = r.get_optional_float("training.clip_grad_norm").value_or(0.0);
+  t.eval_every = r.get_int("training.eval_every");
+  t.log_every = r.get_int("logging.every_n_steps");
+  p.tensorboard = r.get_bool("logging.tensorboard");
+  t.chunked_loss = r.get_bool("memory.chunked_loss");
+  t.max_nonfinite_steps = r.get_int("training.max_nonfinite_steps");
+  t.device = p.device;
+  if (auto n = r.get_optional_int("training.eval_batches")) p.eval_batches = *n;
+  p.checkpoint.every_n_steps = r.get_int("checkpoint.every_n_steps");
+  p.checkpoint.keep_last = r.get_int("checkpoint.keep_last");
+  p.checkpoint.shard_bytes =
+      io::parse_byte_size(r.get_string("checkpoint.shard_size"), r.origin("checkpoint.shard_size") + ": `checkpoint.shard_size`");
+  // auto: each rank writes its part when the ranks hold different parts of the optimizer state.
+  const std::string layout = r.get_string("checkpoint.layout");
+  p.checkpoint.sharded = layout == "sharded" || (layout == "auto" && p.distributed.optimizer_shards(world) > 1);
+  if (t.eval_every > 0 && p.datasets.eval->empty()) {
+    r.fail("training.eval_every", "evaluation is requested but there is no eval data (set data.eval or data.eval_fraction)");
+  }
+  t.schedule.name = r.get_string("scheduler.name");
+  t.schedule.peak_lr = r.get_float("optimizer.lr");
+  t.schedule.warmup_steps = r.get_int("scheduler.warmup_steps");
+  t.schedule.total_steps = t.max_steps;
+  t.schedule.min_lr_ratio = r.get_float("scheduler.min_lr_ratio");
+  if (t.schedule.warmup_steps >= t.max_steps) {
+    r.fail("scheduler.warmup_steps", "warmup of " + std::to_string(t.schedule.warmup_steps) +
+                                         " steps does not end before the run's " + std::to_string(t.max_steps) + " steps");
+  }
+}
+
+// What the CUDA path does not do yet (docs/gpu.md): quantised bases (their kernels are the CPU's)
+// and several processes (that needs NCCL).
+void refuse_what_cuda_lacks(RunPlan& p, const distributed::World& world) {
+  const Recipe& r = p.recipe;
+  if (p.device.is_cuda() && p.quantize_base) {
+    r.fail("memory.quantize_base", "int8 and nf4 bases run on the CPU only for now; with device: cuda use memory.quantize_base: none");
+  }
+  if (p.device.is_cuda() && world.distributed()) {
+    r.fail("device", "several processes on cuda need the nccl backend, which is not implemented yet; train on one GPU (one process)");
+  }
+}
+
+}  // namespace
+
+RunPlan plan_run(Recipe recipe, const distributed::World& world) {
+  RunPlan p;
+  p.recipe = std::move(recipe);
+  p.world = world;
+  const Recipe& r = p.recipe;
+  p.threads = parse_thread_count(r.get_string("threads"), "threads");
+  // Ranks on one machine share its cores: "auto" gives each its share, so they do not contend.
+  const std::string threads_value = r.get_string("threads");
+  if (threads_value == "auto" && world.local_size > 1) p.threads = std::max(1, p.threads / world.local_size);
+  p.seed = static_cast<std::uint64_t>(r.get_int("seed"));
+  p.output_dir = r.get_string("output_dir");
+
+  plan_model(p);
+  plan_method(p);
+  plan_data(p);
+  plan_steps(p, world);
+  refuse_what_cuda_lacks(p, world);
+  return p;
+}
+
+peft::ModelSpec RunPlan::model_spec(const fs::path& checkpoint) const {
+  peft::ModelSpec base;
+  base.weights = model_dir;
+  base.storage_dtype = model_dtype;
+  base.compute_dtype = compute_dtype;
+  base.quantize_base = quantize_base;
+  base.recompute = recompute;
+  base.device = device;
+  return method->model_spec(std::move(base), checkpoint);
+}
+
+model::CausalLM build_model(const RunPlan& plan, const fs::path& checkpoint) {
+  return peft::build_model(plan.model_spec(checkpoint));
+}
+
+std::string RunPlan::recipe_yaml() const { return recipe.to_yaml(); }
+
+data::SamplerOptions RunPlan::sampler_options() const {
+  auto options = data::sampler_options(data, *tokenizer);
+  options.batch.batch_size = data.batch_size * world.size;
+  return options;
+}
+
+LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
+  LedgerInputs in;
+  in.config = p.model_config;
+  in.method = p.method;
+  in.storage_dtype = p.model_dtype;
+  in.compute_dtype = p.compute_dtype;
+  in.quantize_base = p.quantize_base;
+  in.recompute = p.recompute;
+  in.chunked_loss = p.trainer.chunked_loss;
+  in.batch_size = p.data.batch_size;
+  in.seq_len = p.data.max_seq_len;
+  in.grad_accum = p.trainer.grad_accum;
+  in.optimizer = p.optimizer.name;
+  in.optimizer_shards = p.distributed.optimizer_shards(p.world);
+  in.parameter_shards = p.distributed.parameter_shards(p.world);
+  in.sharded_checkpoints = p.checkpoint.sharded;
+  in.cpu_offload = p.distributed.cpu_offload;
+  in.prefetch = p.distributed.prefetch;
+  in.momentum = p.optimizer.momentum;
+  in.runtime_bytes = runtime_bytes;
+  in.exact_allocator = p.exact_allocator;
+  return in;
+}
+
+std::string RunPlan::summary() const {
+  std::ostringstream s;
+  const auto& c = model_config;
+  s << "model        " << model_dir.string() << " (" << c.model_type << ", " << c.num_hidden_layers << " layers, hidden "
+    << c.hidden_size << ", " << c.parameter_count() << " parameters, " << model::dtype_to_hf(model_dtype) << ")\n";
+  s << "tokenizer    " << tokenizer_dir.string() << " (" << tokenizer->kind() << ", " << tokenizer->vocab_size()
+    << " tokens)\n";
+  s << "method       " << method->describe() << "\n";
+  const auto& ts = datasets.train_stats;
+  s << "train data   " << ts.file << ": " << datasets.train->size() << " examples, " << ts.tokens << " tokens ("
+    << ts.target_tokens << " trained)";
+  if (ts.skipped) s << ", " << ts.skipped << " malformed records skipped";
+  if (ts.truncated) s << ", " << ts.truncated << " truncated";
+  if (ts.dropped) s << ", " << ts.dropped << " dropped (nothing left to train)";
+  s << "\n";
+  s << "eval data    " << (datasets.eval->empty() ? std::string("none") : std::to_string(datasets.eval->size()) + " examples")
+    << "\n";
+  s << "steps        " << trainer.max_steps << " (" << steps_per_epoch << " per epoch, batch "
+    << data.batch_size << " x accumulation " << trainer.grad_accum;
+  if (data.packing) {
+    char fill[96];
+    std::snprintf(fill, sizeof fill, ", packed rows %.1f%% full%s", 100.0 * packed_fill,
+                  data.packing_split ? ", documents split" : data.packing_window > 0 ? ", bin-packed" : "");
+    s << fill;
+  }
+  s << ")\n";
+  if (world.distributed()) {
+    s << "ranks        " << world.size << " (" << world.nodes() << " node" << (world.nodes() > 1 ? "s" : "") << ", "
+      << distributed.strategy << (distributed.cpu_offload ? " with CPU offload" : "") << " over " << distributed.backend << "; global batch " << data.batch_size * world.size << " x "
+      << trainer.grad_accum << " rows)\n";
+  }
+  s << "checkpoints  " << (checkpoint.every_n_steps > 0 ? "every " + std::to_string(checkpoint.every_n_steps) + " steps" : std::string("at the end"))
+    << ", keep " << checkpoint.keep_last << ", "
+    << (checkpoint.sharded ? "sharded (each rank writes its part; ctune consolidate makes one whole)" : "whole") << "\n";
+  s << "precision    " << model::dtype_to_hf(compute_dtype) << " matmuls"
+    << (compute_dtype != at::kFloat ? ", fp32 master weights" + std::string(loss_scaling.enabled ? ", dynamic loss scaling" : "")
+                                    : std::string())
+    << "\n";
+  s << "optimizer    " << optimizer.name << " lr " << trainer.schedule.peak_lr << ", " << trainer.schedule.name
+    << " schedule, warmup " << trainer.schedule.warmup_steps << "\n";
+  s << "output       " << output_dir.string() << "\n";
+  return s.str();
+}
+
+}  // namespace ctune::train

@@ -1,0 +1,123 @@
+// From a resolved recipe to everything a run needs, with every cross-layer rule checked before
+// any weight is loaded: the model directory and its config, checkpoint tensor names and shapes,
+// the tokenizer and whether it fits the embedding, LoRA targets, the datasets (parsed and
+// tokenized, errors naming file:line), step counts, and the techniques this build implements.
+// `ctune validate` stops here; `ctune train` and `ctune eval` go on to build the model.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/recipe.h"
+#include "data/dataset.h"
+#include "data/options.h"
+#include "data/sampler.h"
+#include "distributed/world.h"
+#include "io/run_dir.h"
+#include "model/config.h"
+#include "model/recompute.h"
+#include "peft/model_spec.h"
+#include "quant/quantized_linear.h"
+#include "tokenizer/tokenizer.h"
+#include "train/observe/memory_ledger.h"
+#include "train/run/distributed_plan.h"
+#include "train/run/method.h"
+#include "train/step/grad_scaler.h"
+#include "train/step/optimizer.h"
+#include "train/step/trainer.h"
+
+namespace ctune::train {
+
+// When checkpoints are written and how many are kept (checkpoint.*).
+struct CheckpointPolicy {
+  std::int64_t every_n_steps = 0;  // 0: only at the end
+  std::int64_t keep_last = 1;
+  std::uint64_t shard_bytes = 5'000'000'000;  // checkpoint.shard_size (full-model checkpoints)
+  bool sharded = false;  // checkpoint.layout: one file per rank (train/state/sharded_checkpoint.h)
+};
+
+// How the run spreads over ranks (distributed.*; the world itself comes from the launcher's
+// environment, dist/world.h).
+
+// Everything a run needs, resolved from the recipe by plan_run(). Nothing reads the recipe after
+// planning: every value is here.
+struct RunPlan {
+  Recipe recipe;  // the resolved recipe, read only by plan_run (run_plan*.cpp)
+  std::filesystem::path output_dir, model_dir, tokenizer_dir;
+  // What the run reads, by recipe key: model.path, tokenizer.path, data.train, data.eval (when
+  // set), peft.init_from (when set). Nothing may write over them; checkpoints record them.
+  io::NamedPaths inputs;
+  model::ModelConfig model_config;
+  std::shared_ptr<const Method> method;       // full fine-tuning or LoRA
+  at::ScalarType model_dtype = at::kFloat;    // storage dtype of the loaded weights
+  at::ScalarType compute_dtype = at::kFloat;  // precision: the matmuls' dtype
+  GradScalerOptions loss_scaling;             // enabled for fp16
+  std::optional<quant::QuantSpec> quantize_base;  // memory.quantize_base (LoRA only)
+  model::RecomputePolicy recompute;           // memory.activation_checkpointing
+  bool exact_allocator = false;               // memory.allocator: exact
+  at::Device device = at::kCPU;               // device: where the model and batches live
+  int threads = 1;
+  std::uint64_t seed = 42;
+  std::unique_ptr<tok::Tokenizer> tokenizer;
+  data::DataOptions data;
+  data::Datasets datasets;
+  OptimizerOptions optimizer;
+  TrainerOptions trainer;
+  std::int64_t steps_per_epoch = 0;
+  double packed_fill = 0;  // packing: document tokens over row capacity in the first epoch
+  std::int64_t eval_batches = -1;  // -1: the whole eval split
+  CheckpointPolicy checkpoint;
+  bool tensorboard = true;  // logging.tensorboard: event files beside metrics.jsonl
+  distributed::World world;  // this process's rank and the world size (1: a single process)
+  DistributedPlan distributed;
+
+  // The model the run trains (and `eval` evaluates): model.path in the planned dtypes, with the
+  // method's adapter, the quantised base and recomputation; from `checkpoint`'s weights when
+  // resuming.
+  peft::ModelSpec model_spec(const std::filesystem::path& checkpoint = {}) const;
+  // The training sampler's options: each micro-batch is the global batch, data.batch_size rows
+  // per rank (train/parallel/data_parallel.h gives each rank its rows).
+  data::SamplerOptions sampler_options() const;
+  // The resolved recipe as YAML (written to output_dir/recipe.yaml and into checkpoints).
+  std::string recipe_yaml() const;
+  // One line per fact, for logs and `ctune validate`.
+  std::string summary() const;
+};
+
+// Throws ConfigError (naming the recipe file/override and key), IoError, FormatError. `world`:
+// where this process stands in a multi-process run.
+RunPlan plan_run(Recipe recipe, const distributed::World& world = {});
+
+// The quantised base that memory.quantize_base (int8 or nf4) and its memory.* settings describe.
+quant::QuantSpec quant_spec(const Recipe& recipe);
+
+// distributed.timeout_s, for joining the ranks (before the run is planned, so that a rank whose
+// planning fails can tell the others at once).
+std::chrono::milliseconds distributed_timeout(const Recipe& recipe);
+
+// The model of plan.model_spec(checkpoint), built (nothing trains yet: Method::make_trainable).
+model::CausalLM build_model(const RunPlan& plan, const std::filesystem::path& checkpoint = {});
+
+// The memory ledger's inputs for this plan; `runtime_bytes` is the process's resident memory
+// before the model is built.
+LedgerInputs ledger_inputs(const RunPlan& plan, std::int64_t runtime_bytes);
+
+// Whether the run a checkpoint was written by (its resolved recipe, `saved_yaml`, read from
+// `where`) is this plan's run: throws ConfigError naming the first key that changes what is
+// computed (model, tokenizer, data, LoRA, batch geometry, optimizer, the schedule, including
+// its length when it decays; saved vs now); returns one note per harmless change (logging,
+// evaluation and checkpoint cadence, a longer run on a constant schedule). With
+// `inputs_by_identity` the input paths (RunPlan::inputs) are not compared as text: the caller
+// compares what they hold (train/run/session.cpp). `saved_global_rows`: the rows of one global
+// micro-batch when the checkpoint was written (its sampler state); training.batch_size may
+// change with the number of ranks as long as batch_size x ranks stays that. How the ranks
+// share the work (distributed.*) never changes what is computed. In run_plan_resume.cpp.
+std::vector<std::string> check_resume_compatible(const RunPlan& plan, const std::string& saved_yaml,
+                                                 const std::string& where, std::int64_t checkpoint_step,
+                                                 bool inputs_by_identity, std::int64_t saved_global_rows);
+
+}  // namespace ctune::train

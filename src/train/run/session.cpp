@@ -1,0 +1,310 @@
+#include "train/run/session.h"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+
+#include <spdlog/sinks/basic_file_sink.h>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/progress.h"
+#include "core/stop_signal.h"
+#include "io/file.h"
+#include "io/manifest.h"
+#include "io/run_dir.h"
+#include "ops/memory.h"
+#include "train/observe/memory_report.h"
+#include "train/observe/metrics.h"
+#include "train/parallel/data_parallel.h"
+#include "train/run/checkpoint_cadence.h"
+#include "train/step/batches.h"
+
+namespace ctune::train {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Logs go to output_dir/train.log as well as stderr; step lines go to the file only.
+void log_to_run_dir(const fs::path& dir) {
+  std::fclose(io::open_for_append(dir / io::kTrainLog));  // created here, never through a link
+  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>((dir / io::kTrainLog).string());
+  spdlog::default_logger()->sinks().push_back(file);
+  auto train_log = std::make_shared<spdlog::logger>("train", file);
+  train_log->set_pattern("[%Y-%m-%d %H:%M:%S.%e] %v");
+  train_log->flush_on(spdlog::level::info);
+  spdlog::register_logger(train_log);
+  spdlog::default_logger()->flush_on(spdlog::level::info);
+}
+
+void log_lines(const std::string& text) {
+  for (std::size_t pos = 0, end; (end = text.find('\n', pos)) != std::string::npos; pos = end + 1) {
+    spdlog::info("{}", text.substr(pos, end - pos));
+  }
+}
+
+}  // namespace
+
+Session::Session(RunPlan plan, SessionOptions options, distributed::Comm& comm)
+    : plan_(std::move(plan)), options_(std::move(options)), comm_(comm) {
+  if (options_.resume && options_.overwrite) throw ConfigError("--resume and --overwrite exclude each other");
+  if (writer()) check_run_dir();
+}
+
+// Where results may go, in every mode: see session.h.
+void Session::check_run_dir() const {
+  const fs::path& dir = plan_.output_dir;
+  io::refuse_unsafe_output(dir, "output_dir", plan_.inputs);
+  std::error_code ec;
+  const bool exists = fs::exists(dir, ec);
+  bool empty = true;  // nothing but our own lock file
+  for (const auto& e : fs::directory_iterator(dir, ec)) empty = empty && e.path().filename() == io::kLockFile;
+  if (exists && !fs::is_directory(dir, ec)) throw ConfigError("output_dir " + dir.string() + ": exists and is not a directory");
+  if (options_.resume) {
+    if (!exists) throw ConfigError("--resume: output_dir " + dir.string() + " does not exist");
+    if (!io::is_run_dir(dir)) throw ConfigError("--resume: output_dir " + dir.string() + " is not a ctune run directory (no " + io::kRunMarker + ")");
+  } else if (!empty) {
+    if (!options_.overwrite) {
+      throw ConfigError("output_dir " + dir.string() +
+                        " already holds files (pass --resume to continue that run, --overwrite to replace it)");
+    }
+    if (!io::is_run_dir(dir)) {
+      throw ConfigError("output_dir " + dir.string() + " is not empty and is not a ctune run directory (no " + io::kRunMarker +
+                        "); --overwrite only replaces an earlier run");
+    }
+  }
+}
+
+// What this run reads, as checkpoints record it: absolute path and content fingerprint.
+Json Session::input_identities() const {
+  Json out = Json::object();
+  for (const auto& [name, path] : plan_.inputs) {
+    out[name] = {{"path", fs::absolute(path).lexically_normal().string()}, {"fingerprint", io::input_fingerprint(path)}};
+  }
+  return out;
+}
+
+// A checkpoint continues only the run that read the same inputs: same content (fingerprint),
+// and the same paths unless the user says the files moved.
+void Session::check_inputs(const Json& recorded, const Json& now, const fs::path& checkpoint) const {
+  for (auto it = recorded.begin(); it != recorded.end(); ++it) {
+    const std::string& name = it.key();
+    const std::string then_path = it->value("path", ""), then_print = it->value("fingerprint", "");
+    if (!now.contains(name)) {
+      throw ConfigError("--resume: the checkpoint " + checkpoint.string() + " was trained with " + name + " " + then_path +
+                        ", which this recipe does not set");
+    }
+    const std::string now_path = now[name]["path"], now_print = now[name]["fingerprint"];
+    if (now_print != then_print) {
+      throw ConfigError("--resume: " + name + " " + now_path + " holds other content than the checkpoint was trained on (" +
+                        then_path + ", fingerprint " + then_print + "; now " + now_print + "); start a new run instead");
+    }
+    if (now_path != then_path && !options_.inputs_moved) {
+      throw ConfigError("--resume: " + name + " is " + now_path + " but the checkpoint was trained on " + then_path +
+                        " (same content); pass --inputs-moved if the files were moved");
+    }
+    if (now_path != then_path) spdlog::info("note: {} moved from {} to {} (same content)", name, then_path, now_path);
+  }
+}
+
+std::optional<fs::path> Session::find_resume_point() const {
+  if (!options_.resume_from.empty()) {
+    const std::string problem = verify_checkpoint(options_.resume_from);
+    if (!problem.empty()) throw ConfigError("--resume " + options_.resume_from.string() + ": not a usable checkpoint: " + problem);
+    return options_.resume_from;
+  }
+  std::vector<std::string> skipped;
+  auto latest = CheckpointManager(plan_.output_dir, 1).latest(&skipped);
+  for (const auto& s : skipped) spdlog::warn("skipping checkpoint {}", s);
+  if (!latest) spdlog::warn("no complete checkpoint in {}: starting from the beginning", (plan_.output_dir / io::kCheckpointsDir).string());
+  return latest;
+}
+
+// The run directory, locked: fresh, explicitly replaced (an earlier run's files removed), or the
+// run being resumed (cut back to the checkpoint, and the resume recorded in the run marker).
+// Mixing two runs' metrics is never right.
+void Session::prepare_run_dir(const std::optional<fs::path>& resume_dir, std::int64_t resumed_step) {
+  const fs::path& dir = plan_.output_dir;
+  std::error_code ec;
+  std::vector<io::ResumeRecord> resumes;
+  if (options_.resume) {
+    truncate_metrics(dir, resumed_step);
+    resumes = io::read_resume_records(dir);
+    if (resume_dir) resumes.push_back({resumed_step, fs::absolute(*resume_dir).lexically_normal().string(), unix_seconds()});
+  } else {
+    for (const auto& name : io::run_outputs()) fs::remove_all(dir / name, ec);
+  }
+  io::mark_run_dir(dir, resumes);
+}
+
+// 1. The process: threads, denormals, allocator, RNG. Denormal floats make x86 arithmetic up to
+//    100x slower; they appear once optimizer state and gradients hold tiny values. Flush them to
+//    zero (FTZ/DAZ), as torch.set_flush_denormal(True).
+void Session::start_process() const {
+  at::set_num_threads(plan_.threads);
+  at::globalContext().setFlushDenormal(true);
+  if (plan_.exact_allocator) {
+    use_exact_allocator();
+  } else {
+    use_fast_allocator();
+  }
+  at::manual_seed(plan_.seed);
+  install_stop_handlers();
+}
+
+// 2. The run directory, locked for this process; where the run stands: a checkpoint to resume
+//    from (after every check), and the directory to match. Rank 0 owns the directory; the other
+//    ranks only read checkpoints, and log warnings and errors (their progress lines would repeat
+//    rank 0's).
+Session::ResumePoint Session::open_run_dir(std::optional<io::DirLock>& lock, const Json& inputs) {
+  if (writer()) {
+    std::error_code ec;
+    fs::create_directories(plan_.output_dir, ec);
+    if (ec) throw IoError(plan_.output_dir.string() + ": cannot create directory (" + ec.message() + ")");
+    lock.emplace(plan_.output_dir, "output_dir");
+    check_run_dir();  // again, now that no other writer can change the directory
+  } else {
+    spdlog::set_level(std::max(spdlog::default_logger()->level(), spdlog::level::warn));
+  }
+  ResumePoint at;
+  if (options_.resume) {
+    at.dir = find_resume_point();
+    if (at.dir) {
+      at.state = read_training_state(*at.dir);
+      const bool identities = at.state->inputs.is_object();
+      if (identities) {
+        check_inputs(at.state->inputs, inputs, *at.dir);
+      } else {
+        spdlog::warn("{} records no input identities (an older checkpoint): only the recipe is compared", at.dir->string());
+      }
+      const auto notes = check_resume_compatible(plan_, at.state->recipe_yaml, (*at.dir / io::kRecipeFile).string(), at.state->step,
+                                                 identities, at.state->sampler.batch_size);
+      for (const auto& note : notes) spdlog::info("note: {}", note);
+    }
+  }
+  if (writer()) {
+    prepare_run_dir(at.dir, at.state ? at.state->step : 0);
+    log_to_run_dir(plan_.output_dir);
+    io::write_file_atomic(plan_.output_dir / io::kRecipeFile, plan_.recipe_yaml());
+    log_lines(plan_.summary());
+  }
+  comm_.barrier("waiting for rank 0 to prepare output_dir");
+  return at;
+}
+
+TrainResult Session::run() {
+  RunPlan& plan = plan_;
+  start_process();  // 1.
+  std::optional<io::DirLock> lock;
+  const Json inputs = input_identities();
+  ResumePoint resume = open_run_dir(lock, inputs);  // 2.
+
+  // 3. Model (from the checkpoint when resuming), what trains, optimizer; the memory it should take.
+  const auto ledger = estimate_memory(ledger_inputs(plan, ops::memory_now(plan.device)));
+  //    A sharded checkpoint's weights are slices: the model is built from model.path and each
+  //    trainable parameter filled from them (any world size wrote them).
+  const bool from_shards = resume.dir && is_sharded_checkpoint(*resume.dir);
+  auto lm = build_model(plan, from_shards ? fs::path() : resume.dir.value_or(fs::path()));
+  const auto counts = plan.method->make_trainable(lm);
+  if (from_shards) ShardedState(*resume.dir).load_weights_into(lm);
+  spdlog::debug("resident {:.1f} MB after the model is built", static_cast<double>(ops::resident_bytes()) / 1e6);
+  spdlog::info("trainable parameters {} of {} ({:.4f}%)", counts.trainable, counts.total,
+               100.0 * static_cast<double>(counts.trainable) / static_cast<double>(std::max<std::int64_t>(1, counts.total)));
+  //    The optimizer and how the ranks agree each step follow distributed.strategy.
+  std::vector<std::pair<std::string, at::Tensor>> trainable;
+  for (const auto& item : lm->named_parameters(true))
+    if (item.value().requires_grad()) trainable.emplace_back(item.key(), item.value());
+  auto parallel = make_data_parallel(plan.distributed, lm, make_param_groups(trainable, plan.optimizer), plan.optimizer, comm_);
+  auto& optimizer = parallel.optimizer;
+
+  // 4. Data. The sampler yields global batches; each rank trains on its rows and evaluates its
+  //    share of the eval batches (a world of one: all of them).
+  data::Sampler sampler(plan.datasets.train, plan.sampler_options());
+  RankRows source(sampler, comm_.rank(), comm_.size(), plan.device);
+  spdlog::debug("resident {:.1f} MB with optimizer and data", static_cast<double>(ops::resident_bytes()) / 1e6);
+  auto eval = rank_share(all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
+                                     plan.eval_batches, plan.device),
+                         comm_.rank(), comm_.size());
+
+  // 5. Where the checkpoint left off: step, optimizer, loss scale, data cursor, RNG.
+  GradScaler scaler(plan.loss_scaling);
+  if (resume.state) {
+    plan.trainer.first_step = resume.state->step;
+    optimizer->load_state(resume.state->optimizer);
+    if (resume.state->scaler) scaler.load_state(*resume.state->scaler);
+    sampler.restore(resume.state->sampler);
+    restore_rng(resume.state->rng);
+    spdlog::info("resumed from {} at step {}", resume.dir->string(), resume.state->step);
+  }
+
+  // 6. Train (metrics are rank 0's), checkpointing on cadence, at a stop and at the end.
+  CheckpointManager checkpoints(plan.output_dir, plan.checkpoint.keep_last);
+  if (resume.dir) checkpoints.protect(*resume.dir);
+  if (writer()) checkpoints.apply_retention();
+  const WeightFiles files{plan.model_dir, plan.tokenizer_dir, plan.checkpoint.shard_bytes};
+  CheckpointSources sources{lm, plan.method.get(), files, {}, &sampler, plan.recipe_yaml(), &scaler, inputs};
+  CheckpointCadence cadence(plan, checkpoints, sources, parallel, lm, comm_, resume.state ? resume.state->step : -1);
+  std::optional<MetricsLog> metrics;
+  if (writer()) metrics.emplace(plan.output_dir, plan.tensorboard);
+  Trainer trainer(lm, *optimizer, source, std::move(eval), plan.trainer, metrics ? &*metrics : nullptr);
+  trainer.scaler = &scaler;
+  trainer.step_sync = parallel.sync.get();
+  StateMeter meter(lm, *optimizer);
+  trainer.sample_memory = [&] { meter.sample(); };
+  parallel.sample_memory_with(trainer.sample_memory);
+  trainer.on_step_end = [&](std::int64_t step) { cadence.after_step(step); };
+  trainer.on_stop = [&](std::int64_t step, int signal) {
+    // Stopped by a signal after `step` (every rank after the same one): save it, so --resume
+    // continues exactly here.
+    cadence.ensure(step);
+    const std::string line = signal_name(signal) + " after step " + std::to_string(step) + " of " +
+                             std::to_string(plan.trainer.max_steps) + ": checkpoint " +
+                             CheckpointManager::dir_for(plan.output_dir, step).string() + " written; continue with --resume";
+    spdlog::warn("stopped by {}", line);
+    throw StoppedError(signal, line);
+  };
+  const auto start_bytes = ops::memory_now(plan.device);
+  ops::reset_peak_memory(plan.device);  // the measured peak is training's, not loading's
+  const double communicating_before = comm_.seconds_communicating();
+  const auto result = trainer.run();
+  if (metrics) report_memory(ledger, *metrics, start_bytes, meter, plan.device);
+  if (plan.world.distributed()) {
+    const double waited = comm_.seconds_communicating() - communicating_before;
+    spdlog::info("communication: rank 0 spent {:.2f} s of {:.2f} s training in collectives ({:.1f}%)", waited, result.seconds,
+                 100.0 * waited / std::max(1e-9, result.seconds));
+  }
+  refuse_if_nothing_learned(result);
+  cadence.ensure(plan.trainer.max_steps);
+
+  // 7. The result, in the ecosystem's layouts: output_dir/model or output_dir/adapter.
+  write_result(lm, parallel, files);
+  cadence.write_report();
+  if (result.skipped_steps > 0) spdlog::info("{} steps were skipped (non-finite loss or gradients)", result.skipped_steps);
+  spdlog::info("done: {} steps in {:.1f} s, last loss {:.4f}{}", result.steps, result.seconds, result.last_loss,
+               result.final_eval_loss ? fmt::format(", eval loss {:.4f}", *result.final_eval_loss) : std::string());
+  return result;
+}
+
+// Nothing was learned (every step overflowed or was NaN): an untrained result is no result.
+void Session::refuse_if_nothing_learned(const TrainResult& result) const {
+  const std::int64_t steps_run = result.steps - plan_.trainer.first_step;
+  if (steps_run > 0 && result.skipped_steps == steps_run) {
+    throw Error("all " + std::to_string(steps_run) + " steps were skipped (non-finite loss or gradients" +
+                std::string(plan_.loss_scaling.enabled ? ", fp16 overflow at every loss scale" : "") +
+                "); no result is written (lower optimizer.lr, use precision: bf16, or check the data)");
+  }
+}
+
+void Session::write_result(model::CausalLM& lm, DataParallel& parallel, const WeightFiles& files) {
+  const fs::path out = plan_.output_dir / plan_.method->result_name();
+  parallel.with_whole_model([&] {
+    if (!writer()) return;
+    Stage stage("writing " + out.string(), 0, "tensors");
+    plan_.method->write_result(lm, plan_.output_dir, files);
+    stage.finish();
+  });
+  comm_.barrier("waiting for rank 0 to write the result");
+  spdlog::info("{} written to {}", plan_.method->result_name(), out.string());
+}
+
+}  // namespace ctune::train

@@ -1,0 +1,70 @@
+// A training run from its plan to its artefacts, behind one object: `ctune train` parses its
+// arguments and calls Session(plan, options).run().
+//
+// The session owns the order of things: the run directory (never "/", the home directory, a
+// directory holding the run's inputs or a non-empty directory that is not a ctune run; locked
+// against a second writer; fresh, replaced with --overwrite, or continued with --resume), the
+// checkpoint to resume from (found and verified; its recipe and the identity of its inputs
+// checked against this run), the model and optimizer (from that checkpoint's weights when
+// resuming), the data, the restored state (step, optimizer, loss scale, data cursor, RNG), the
+// training loop with step checkpoints, and the result in the method's layout. SIGTERM and
+// SIGINT end the run after the current step with a checkpoint (core/stop_signal.h).
+//
+// With several ranks (dist/comm.h) every rank builds the model, restores the checkpoint and
+// trains on its rows of each global batch (train/parallel/data_parallel.h); rank 0 alone owns the run
+// directory: it locks and prepares it, writes logs, metrics, checkpoints and the result, and
+// the others wait for it at a barrier after each of those writes. A sharded checkpoint
+// (checkpoint.layout) has every rank write its part before rank 0 writes the manifest.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+
+#include "distributed/comm.h"
+#include "io/run_dir.h"
+#include "train/parallel/data_parallel.h"
+#include "train/run/run_plan.h"
+#include "train/state/checkpoint.h"
+
+namespace ctune::train {
+
+struct SessionOptions {
+  bool overwrite = false;              // replace the results of an earlier run in output_dir
+  bool resume = false;                 // continue the run in output_dir
+  std::filesystem::path resume_from;   // that checkpoint; empty: the newest complete one
+  bool inputs_moved = false;           // resume although input paths changed (same content)
+};
+
+class Session {
+ public:
+  // Checks the options against the run directory (rank 0); nothing is written yet. `comm`
+  // joins the ranks of plan.world and outlives the session.
+  Session(RunPlan plan, SessionOptions options, distributed::Comm& comm);
+
+  // Trains to the plan's last step and writes the result; returns what the loop reports.
+  TrainResult run();
+
+ private:
+  void check_run_dir() const;
+  std::optional<std::filesystem::path> find_resume_point() const;
+  Json input_identities() const;
+  void check_inputs(const Json& recorded, const Json& now, const std::filesystem::path& checkpoint) const;
+  void prepare_run_dir(const std::optional<std::filesystem::path>& resume_dir, std::int64_t resumed_step);
+  // The steps of run(), in its order.
+  struct ResumePoint {
+    std::optional<std::filesystem::path> dir;  // the checkpoint resumed from
+    std::optional<TrainingState> state;        // what it holds
+  };
+  void start_process() const;
+  ResumePoint open_run_dir(std::optional<io::DirLock>& lock, const Json& inputs);
+  void refuse_if_nothing_learned(const TrainResult& result) const;
+  void write_result(model::CausalLM& lm, DataParallel& parallel, const WeightFiles& files);
+
+  bool writer() const { return comm_.rank() == 0; }
+
+  RunPlan plan_;
+  SessionOptions options_;
+  distributed::Comm& comm_;
+};
+
+}  // namespace ctune::train

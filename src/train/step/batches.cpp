@@ -1,0 +1,25 @@
+#include "train/step/batches.h"
+
+#include "ops/device.h"
+
+namespace ctune::train {
+
+TensorBatch to_tensors(const data::Batch& b, const at::Device& device) {
+  const std::vector<std::int64_t> shape = {b.rows, b.length};
+  TensorBatch t;
+  t.input_ids = ops::to_device(at::tensor(b.input_ids, at::kLong).view(shape), device);
+  t.labels = ops::to_device(at::tensor(b.labels, at::kLong).view(shape), device);
+  t.position_ids = ops::to_device(at::tensor(b.position_ids, at::kLong).view(shape), device);
+  t.segment_ids = ops::to_device(at::tensor(b.segment_ids, at::kInt).view(shape), device);
+  t.target_tokens = b.target_tokens();
+  return t;
+}
+
+std::vector<TensorBatch> all_batches(const data::BatchPlan& plan, std::int64_t limit, const at::Device& device) {
+  std::vector<TensorBatch> out;
+  const auto n = limit >= 0 ? std::min(limit, plan.size()) : plan.size();
+  for (std::int64_t i = 0; i < n; ++i) out.push_back(to_tensors(plan.batch(i), device));
+  return out;
+}
+
+}  // namespace ctune::train

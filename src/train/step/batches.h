@@ -1,0 +1,19 @@
+// The data layer's flat batches as tensors for the trainer (the sampler as a BatchSource is
+// train/parallel/data_parallel.h's RankRows: one process is rank 0 of 1).
+#pragma once
+
+#include <vector>
+
+#include "data/batch.h"
+#include "data/sampler.h"
+#include "train/step/trainer.h"
+
+namespace ctune::train {
+
+// On `device` (the recipe's; batches are built on the host and copied there).
+TensorBatch to_tensors(const data::Batch& batch, const at::Device& device = at::kCPU);
+
+// Every batch of a plan (at most `limit` when limit >= 0), as tensors on `device`.
+std::vector<TensorBatch> all_batches(const data::BatchPlan& plan, std::int64_t limit = -1, const at::Device& device = at::kCPU);
+
+}  // namespace ctune::train

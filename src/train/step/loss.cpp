@@ -1,0 +1,58 @@
+#include "train/step/loss.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "train/step/chunked_loss.h"
+
+namespace ctune::train {
+
+at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b, bool chunked) {
+  model::ForwardInputs in;
+  in.input_ids = b.input_ids;
+  in.position_ids = b.position_ids;
+  in.segment_ids = b.segment_ids;
+  auto hidden = lm->hidden(in);  // [B, T, H]
+  const auto B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
+  if (T < 2) return hidden.sum() * 0.0;  // keeps the graph connected for backward
+  auto h = hidden.narrow(1, 0, T - 1).reshape({B * (T - 1), H});
+  auto targets = b.labels.narrow(1, 1, T - 1).reshape({B * (T - 1)});
+  auto keep = (targets != data::kIgnoreIndex).nonzero().squeeze(1);
+  h = h.index_select(0, keep);
+  targets = targets.index_select(0, keep);
+  if (chunked) {
+    const bool plain_head = !lm->lm_head || (!lm->lm_head->adapter && !lm->lm_head->bias.defined());
+    if (plain_head) {
+      const auto& weight = lm->lm_head ? lm->lm_head->weight : lm->model->embed_tokens->weight;
+      return chunked_cross_entropy_sum(h, weight, targets, 0, lm->compute_dtype());
+    }
+  }
+  auto logits = lm->head(h).to(at::kFloat);  // [N, V]
+  return at::nll_loss(at::log_softmax(logits, -1), targets, {}, at::Reduction::Sum);
+}
+
+EvalLoss evaluate_loss(model::CausalLM& lm, const std::vector<TensorBatch>& batches, bool chunked, Stage* stage) {
+  at::NoGradGuard no_grad;
+  const bool was_training = lm->is_training();
+  lm->eval();
+  double sum = 0;
+  EvalLoss out;
+  for (const auto& batch : batches) {
+    sum += next_token_loss_sum(lm, batch, chunked).item<double>();
+    out.tokens += batch.target_tokens;
+    if (stage) {
+      stage->update(stage->done() + 1, 0, [&] {
+        char text[48];
+        std::snprintf(text, sizeof(text), "loss %.4f", sum / static_cast<double>(std::max<std::int64_t>(1, out.tokens)));
+        return std::string(text);
+      });
+    }
+  }
+  if (was_training) lm->train();
+  out.loss = out.tokens > 0 ? sum / static_cast<double>(out.tokens) : 0.0;
+  return out;
+}
+
+}  // namespace ctune::train

@@ -1,0 +1,185 @@
+#include "train/step/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/kill_point.h"
+#include "core/log.h"
+#include "core/stop_signal.h"
+#include "ops/memory.h"
+
+namespace ctune::train {
+
+namespace {
+
+// At debug level only: reading /proc costs a file read, kept off the loop otherwise.
+void log_memory(std::int64_t step, const char* when) {
+  if (!spdlog::should_log(spdlog::level::debug)) return;
+  spdlog::debug("step {}: resident {:.1f} MB, peak {:.1f} MB {}", step, static_cast<double>(ops::resident_bytes()) / 1e6,
+                static_cast<double>(ops::peak_resident_bytes()) / 1e6, when);
+}
+
+void log_skipped_step(std::int64_t step, double loss, bool found_inf, const GradScaler& scaler) {
+  if (!std::isfinite(loss)) {
+    spdlog::warn("step {}: loss is {} (non-finite); the step is skipped", step, loss);
+  } else if (scaler.enabled()) {
+    spdlog::info("step {}: inf/NaN gradients under loss scaling; step skipped, scale backed off to {}", step, scaler.scale());
+  } else {
+    spdlog::warn("step {}: non-finite gradients; the step is skipped", step);
+  }
+}
+}  // namespace
+
+Trainer::Trainer(model::CausalLM model, Optimizer& optimizer, BatchSource& train, std::vector<TensorBatch> eval,
+                 TrainerOptions options, MetricsLog* metrics)
+    : model_(std::move(model)),
+      optimizer_(optimizer),
+      train_(train),
+      eval_(std::move(eval)),
+      options_(std::move(options)),
+      metrics_(metrics) {}
+
+TrainResult Trainer::run() {
+  TrainResult result;
+  // Rank 0's (the one with metrics) progress line.
+  std::optional<Progress> progress;
+  if (metrics_) progress.emplace(options_.first_step, options_.max_steps, options_.log_every);
+  const auto start = std::chrono::steady_clock::now();
+  model_->train();
+
+  GradScaler no_scaling(GradScalerOptions{});
+  GradScaler& scaler = this->scaler ? *this->scaler : no_scaling;
+  std::int64_t nonfinite_in_a_row = 0;
+  stop_if_requested(options_.first_step, /*nothing_new=*/true);
+
+  for (std::int64_t step = options_.first_step; step < options_.max_steps; ++step) {
+    const auto step_start = std::chrono::steady_clock::now();
+
+    // 1. This step's micro-batches, fetched first so the loss can be normalised by the
+    //    step's total target count before any backward pass.
+    //    With several ranks, the count is the whole global batch's (every rank's rows).
+    std::vector<TensorBatch> micro;
+    std::vector<double> counts = {0, 0};  // targets, input tokens
+    for (std::int64_t i = 0; i < options_.grad_accum; ++i) {
+      micro.push_back(train_.next());
+      counts[0] += static_cast<double>(micro.back().target_tokens);
+      counts[1] += static_cast<double>(micro.back().input_ids.numel());
+    }
+    sync().sum(counts);
+    const auto targets = static_cast<std::int64_t>(counts[0]), input_tokens = static_cast<std::int64_t>(counts[1]);
+
+    // 2. Forward and backward per micro-batch: sum of token losses / step targets (times the
+    //    loss scale under fp16).
+    const double loss_scale = scaler.scale();
+    double loss_sum = 0;
+    for (const auto& batch : micro) {
+      auto loss = next_token_loss_sum(model_, batch, options_.chunked_loss);
+      loss_sum += loss.item<double>();
+      if (targets > 0) scaler.scale_loss(loss / static_cast<double>(targets)).backward();
+      log_memory(step + 1, "after backward");
+      if (sample_memory) sample_memory();
+      kill_point("step", step + 1, "mid");
+    }
+    std::vector<double> sums = {loss_sum};
+    sync().sum(sums);
+    const double loss = targets > 0 ? sums[0] / static_cast<double>(targets) : 0.0;
+
+    // 3. Gradients summed over ranks (one process: as they are). Unscale and check them, clip, update at the scheduled learning rate, clear
+    //    gradients. A step with a non-finite loss or gradient applies no update (fp16: the
+    //    scale backs off); too many non-finite losses in a row stop the run.
+    sync().reduce_gradients(optimizer_.groups());
+    if (sample_memory) sample_memory();
+    std::vector<double> inf_found = {scaler.unscale_and_check(optimizer_.groups()) ? 1.0 : 0.0};
+    sync().sum_over_shards(inf_found);
+    const bool found_inf = inf_found[0] > 0;
+    const bool skip = found_inf || !std::isfinite(loss);
+    const double lr = learning_rate(options_.schedule, step);
+    double grad_norm = std::nan("");
+    if (!skip) {
+      std::vector<double> norm_sq = {squared_grad_norm(optimizer_.groups())};
+      sync().sum_over_shards(norm_sq);
+      grad_norm = std::sqrt(norm_sq[0]);
+      clip_gradients(optimizer_.groups(), options_.clip_grad_norm, grad_norm);
+      optimizer_.step(lr);
+    }
+    scaler.update(found_inf);
+    log_memory(step + 1, "after the update");
+    optimizer_.zero_grad();
+    nonfinite_in_a_row = std::isfinite(loss) ? 0 : nonfinite_in_a_row + 1;
+    if (skip) {
+      ++result.skipped_steps;
+      log_skipped_step(step + 1, loss, found_inf, scaler);
+    }
+    // 4. Report.
+    StepMetrics m;
+    m.step = step + 1;
+    m.loss = loss;
+    m.lr = lr;
+    m.grad_norm = grad_norm;
+    m.tokens = targets;
+    m.tokens_per_s = static_cast<double>(input_tokens) / std::max(1e-9, seconds_since(step_start));
+    m.peak_mem_bytes = ops::peak_memory(options_.device);
+    m.elapsed_s = seconds_since(start);
+    const auto cpu = process_cpu_times();
+    m.cpu_s = cpu.total_s;
+    m.sys_s = cpu.system_s;
+    m.skipped = skip;
+    m.loss_scale = scaler.enabled() ? loss_scale : 0.0;
+    if (metrics_) metrics_->write(m);
+    if (nonfinite_in_a_row >= options_.max_nonfinite_steps) {
+      throw Error("step " + std::to_string(m.step) + ": the loss was non-finite in " + std::to_string(nonfinite_in_a_row) +
+                  " steps in a row (training.max_nonfinite_steps); lower optimizer.lr, use bf16 instead of fp16, or check the data");
+    }
+    kill_point("step", m.step, "after");
+    if (progress) progress->step(m);
+    result.last_loss = loss;
+    result.steps = m.step;
+
+    // 5. Evaluate on cadence and at the end.
+    evaluate_on_cadence(m.step, progress ? &*progress : nullptr, result);
+    if (on_step_end) on_step_end(m.step);
+
+    // 6. A stop request (SIGTERM/SIGINT) ends the run here, this step complete and saved.
+    if (m.step < options_.max_steps) stop_if_requested(m.step, /*nothing_new=*/false);
+  }
+  if (progress) progress->finish();
+  result.seconds = seconds_since(start);
+  return result;
+}
+
+void Trainer::evaluate_on_cadence(std::int64_t step, Progress* progress, TrainResult& result) {
+  const bool last = step == options_.max_steps;
+  if (eval_.empty() || !(last || (options_.eval_every > 0 && step % options_.eval_every == 0))) return;
+  Stage stage("eval at step " + std::to_string(step), static_cast<std::int64_t>(eval_.size()), "batches");
+  const EvalLoss eval = evaluate(&stage);
+  EvalMetrics e{step, eval.loss, eval.tokens};
+  if (metrics_) {
+    metrics_->write(e);
+    progress->eval(e, stage);
+  }
+  if (last) result.final_eval_loss = eval.loss;
+}
+
+void Trainer::stop_if_requested(std::int64_t step, bool nothing_new) {
+  const int signal = sync().agree_on_stop(stop_requested());
+  if (signal == 0) return;
+  if (on_stop && !nothing_new) on_stop(step, signal);  // saves the step and throws
+  throw StoppedError(signal, signal_name(signal) + " before the first step of this run: nothing new to save");
+}
+
+StepSync& Trainer::sync() {
+  static StepSync alone;
+  return step_sync ? *step_sync : alone;
+}
+
+EvalLoss Trainer::evaluate(Stage* stage) {
+  const EvalLoss mine = evaluate_loss(model_, eval_, options_.chunked_loss, stage);
+  std::vector<double> sums = {mine.loss * static_cast<double>(mine.tokens), static_cast<double>(mine.tokens)};
+  sync().sum(sums);
+  return {sums[1] > 0 ? sums[0] / sums[1] : 0.0, static_cast<std::int64_t>(sums[1])};
+}
+
+}  // namespace ctune::train

@@ -1,0 +1,109 @@
+// The training loop. It reads top to bottom like the step it runs:
+//   micro-batches -> forward -> summed token loss -> backward (normalised by the step's target
+//   count) -> clip -> optimizer step at the scheduled lr -> log -> maybe evaluate.
+// Techniques (LoRA, precision, checkpointing, quantised bases) plug in around it: through the
+// model, the optimizer's parameter groups and the hooks below, never by copying the loop.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "model/llama.h"
+#include "train/observe/metrics.h"
+#include "train/step/grad_scaler.h"
+#include "train/step/loss.h"
+#include "train/step/optimizer.h"
+#include "train/step/schedule.h"
+
+namespace ctune::train {
+
+// Where training batches come from (the data layer's sampler, wrapped).
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual TensorBatch next() = 0;
+};
+
+// How the ranks of a data-parallel run agree at each step (train/parallel/data_parallel.h). Each rank
+// trains on its rows of the global batch; these make the result what one process would compute
+// on the whole batch. The base class is a world of one process: nothing to agree on.
+class StepSync {
+ public:
+  virtual ~StepSync() = default;
+  // In place: each value summed over all ranks (target counts, loss sums, token counts).
+  virtual void sum(std::vector<double>& /*values*/) {}
+  // The gradients of the trainable parameters, summed over all ranks (into the optimizer's
+  // parameters: the model's own, or this rank's shard of them).
+  virtual void reduce_gradients(const std::vector<ParamGroup>& /*groups*/) {}
+  // In place: figures computed over the optimizer's parameters (squared gradient norm, inf/NaN
+  // found) made global; only a sharded optimizer holds a part of them.
+  virtual void sum_over_shards(std::vector<double>& /*values*/) {}
+  // The stop signal every rank acts on (the highest any rank received; 0: none), so all ranks
+  // stop after the same step.
+  virtual int agree_on_stop(int signal) { return signal; }
+};
+
+struct TrainerOptions {
+  std::int64_t max_steps = 1;
+  std::int64_t grad_accum = 1;
+  double clip_grad_norm = 0;  // 0: no clipping
+  std::int64_t eval_every = 0;  // 0: only at the end
+  std::int64_t log_every = 1;
+  bool chunked_loss = true;  // memory.chunked_loss
+  std::int64_t first_step = 0;  // steps already done (a resumed run starts after them)
+  std::int64_t max_nonfinite_steps = 10;  // abort after this many non-finite losses in a row
+  at::Device device = at::kCPU;  // where the model lives: whose memory a step's peak is
+  ScheduleOptions schedule;
+};
+
+struct TrainResult {
+  std::int64_t steps = 0;
+  std::int64_t skipped_steps = 0;  // steps without an update (non-finite loss or gradients)
+  double last_loss = 0;
+  std::optional<double> final_eval_loss;
+  double seconds = 0;
+};
+
+class Trainer {
+ public:
+  // `metrics`: where step and eval records go, with a progress line on stderr; null on the
+  // ranks of a multi-process run that do not report (rank 0 does).
+  Trainer(model::CausalLM model, Optimizer& optimizer, BatchSource& train, std::vector<TensorBatch> eval,
+          TrainerOptions options, MetricsLog* metrics);
+
+  TrainResult run();
+  // evaluate_loss over the eval batches (each rank's share, combined over ranks); `stage`
+  // shows its progress.
+  EvalLoss evaluate(Stage* stage = nullptr);
+
+  // Called after every optimizer step with the step number (1-based): checkpoints hook here.
+  std::function<void(std::int64_t step)> on_step_end;
+  // Called when SIGTERM/SIGINT asked the run to stop (core/stop_signal.h), after the last
+  // complete step (`step`, 0 when none was taken yet): saves it and throws StoppedError.
+  std::function<void(std::int64_t step, int signal)> on_stop;
+  // fp16 loss scaling; null: none (gradients are still checked for inf/NaN).
+  GradScaler* scaler = nullptr;
+  // The other ranks of a data-parallel run; null: this process alone.
+  StepSync* step_sync = nullptr;
+  // Called where parameters, gradients and optimizer state peak (after each backward, and after
+  // the gradients are reduced): a memory meter hooks here.
+  std::function<void()> sample_memory;
+
+ private:
+  // Step 5 of run(): the eval split's loss after `step` when the cadence or the last step says so.
+  void evaluate_on_cadence(std::int64_t step, Progress* progress, TrainResult& result);
+  void stop_if_requested(std::int64_t step, bool nothing_new);
+  StepSync& sync();
+
+  model::CausalLM model_;
+  Optimizer& optimizer_;
+  BatchSource& train_;
+  std::vector<TensorBatch> eval_;
+  TrainerOptions options_;
+  MetricsLog* metrics_;
+};
+
+}  // namespace ctune::train
