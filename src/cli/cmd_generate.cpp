@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/progress.h"
+#include "core/quant_names.h"
 #include "core/regular_file.h"
 #include "infer/batched.h"
 #include "infer/generate.h"
@@ -162,9 +163,9 @@ int run_generate(GenerateCliOptions o) {
   spec.weights = o.model_dir;
   spec.storage_dtype = model::parse_dtype(o.dtype, "--dtype");  // and computed in as stored
   spec.adapter = o.adapter;
-  if (o.quantize != "none") {  // the projections quantised as a QLoRA base is (recipe defaults)
+  if (o.quantize != kQuantNone) {  // the projections quantised as a QLoRA base is (recipe defaults)
     quant::QuantSpec q;
-    q.kind = o.quantize == "int8" ? quant::QuantSpec::Int8 : quant::QuantSpec::Nf4;
+    q.kind = quant::parse_quant_kind(o.quantize);
     spec.quantize_base = q;
   }
   auto lm = peft::build_model(spec);
@@ -275,7 +276,7 @@ CLI::App* add_generate_command(CLI::App& app, Action& run) {
   cmd->add_flag("--stream", o->stream, "Print the text as it is generated (one prompt at a time)");
   cmd->add_option("--dtype", o->dtype, "Compute dtype: fp32, bf16 or fp16");
   cmd->add_option("--quantize", o->quantize, "Quantise the base's projections: int8 (LLM.int8) or nf4 (QLoRA); an adapter stays in full precision")
-      ->check(CLI::IsMember({"none", "int8", "nf4"}));
+      ->check(CLI::IsMember({kQuantNone, kQuantInt8, kQuantNf4}));
   cmd->add_flag("--no-special", o->no_special, "Do not add BOS to the prompt");
   cmd->callback([o, &run] { run = [o] { return run_generate(*o); }; });
   return cmd;

@@ -2,6 +2,7 @@
 
 #include "core/method_names.h"
 #include "core/module_names.h"
+#include "core/quant_names.h"
 
 #include <algorithm>
 #include <cmath>
@@ -119,15 +120,15 @@ std::vector<KeySpec> build_schema() {
       {"memory.activation_checkpointing", T::String, "none", "Recompute activations in backward: none | full | selective | every_n:K",
        {}, {}, {}, false, false, 0, check_checkpointing},
       {"memory.chunked_loss", T::Bool, "true", "Project to the vocabulary a chunk of positions at a time (no full logits)"},
-      {"memory.quantize_base", T::String, "none", "Frozen base weights in int8 or nf4 (LoRA only)", {"none", "int8", "nf4"}},
+      {"memory.quantize_base", T::String, kQuantNone, "Frozen base weights in int8 or nf4 (LoRA only)", {kQuantNone, kQuantInt8, kQuantNf4}},
       {"memory.allocator", T::String, "fast",
        "fast: tensors reuse the memory earlier steps freed (no mapping per tensor; resident memory stays at its peak); exact: freed memory goes back at once (slower steps)",
        {"fast", "exact"}},
-      {"memory.int8_threshold", T::Float, "6.0", "int8_gemm kernel: activation outlier threshold of LLM.int8 (0: no outlier decomposition)", {}, 0, 1e9},
-      {"memory.int8_kernel", T::String, "dequantize", "int8: dequantize to the compute dtype then matmul, or oneDNN's int8 GEMM (slower on the measured CPU)",
-       {"dequantize", "int8_gemm"}},
-      {"memory.nf4_blocksize", T::Int, "64", "nf4: weights per absmax block (64, 128, ... 4096)", {}, 64, 4096},
-      {"memory.nf4_double_quant", T::Bool, "true", "nf4: quantise the block absmax values too (QLoRA's double quantisation)"},
+      {"memory.int8_threshold", T::Float, std::to_string(kInt8ThresholdDefault), "int8_gemm kernel: activation outlier threshold of LLM.int8 (0: no outlier decomposition)", {}, 0, 1e9},
+      {"memory.int8_kernel", T::String, kInt8KernelDequantize, "int8: dequantize to the compute dtype then matmul, or oneDNN's int8 GEMM (slower on the measured CPU)",
+       {kInt8KernelDequantize, kInt8KernelGemm}},
+      {"memory.nf4_blocksize", T::Int, std::to_string(kNf4BlocksizeDefault), "nf4: weights per absmax block (64, 128, ... 4096)", {}, 64, 4096},
+      {"memory.nf4_double_quant", T::Bool, kNf4DoubleQuantDefault ? "true" : "false", "nf4: quantise the block absmax values too (QLoRA's double quantisation)"},
 
       may_change_on_resume({"checkpoint.every_n_steps", T::Int, "0", "Write a checkpoint every N steps (0: only at the end)", {}, 0, 1e12}),
       may_change_on_resume({"checkpoint.keep_last", T::Int, "3", "Checkpoints kept", {}, 1, 1e6}),

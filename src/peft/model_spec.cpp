@@ -17,7 +17,7 @@ model::CausalLM build_model(const ModelSpec& spec) {
   for (auto& p : lm->parameters(true)) p.set_requires_grad(false);
   if (spec.quantize_base) {
     const auto q = model::quantize_base(lm, *spec.quantize_base);
-    spdlog::info("base quantised to {}: {} projection weights, {:.1f} MB -> {:.1f} MB", spec.quantize_base->kind == quant::QuantSpec::Int8 ? "int8" : "nf4",
+    spdlog::info("base quantised to {}: {} projection weights, {:.1f} MB -> {:.1f} MB", quant::quant_kind_name(spec.quantize_base->kind),
                  q.layers, static_cast<double>(q.bytes_before) / 1e6, static_cast<double>(q.bytes_after) / 1e6);
   }
   lm->to(spec.device);  // loaded on the host; frozen copies in the compute dtype are made there

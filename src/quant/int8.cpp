@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/quant_names.h"
 #include "ops/compute.h"
 #include "quant/int8_gemm.h"
 #include "quant/storage_bytes.h"
@@ -15,12 +16,12 @@
 namespace ctune::quant {
 
 const char* int8_kernel_name(Int8Kernel kernel) {
-  return kernel == Int8Kernel::Int8Gemm ? "int8_gemm" : "dequantize";
+  return kernel == Int8Kernel::Int8Gemm ? kInt8KernelGemm : kInt8KernelDequantize;
 }
 
 Int8Kernel parse_int8_kernel(const std::string& text) {
-  if (text == "dequantize") return Int8Kernel::Dequantize;
-  if (text == "int8_gemm") {
+  if (text == kInt8KernelDequantize) return Int8Kernel::Dequantize;
+  if (text == kInt8KernelGemm) {
     if (!int8_gemm_available()) throw UnsupportedError("int8 kernel int8_gemm: no oneDNN quantized engine in this LibTorch");
     return Int8Kernel::Int8Gemm;
   }

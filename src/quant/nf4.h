@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/quant_names.h"
+
 namespace ctune::quant {
 
 // The 16 NF4 levels, index 0..15 (ascending, level 7 is exactly 0).
@@ -22,7 +24,7 @@ const std::array<float, 16>& nf4_levels();
 // Half the largest gap between adjacent NF4 levels: the worst relative rounding error.
 double nf4_max_half_gap();
 
-constexpr std::int64_t kNf4DefaultBlocksize = 64;
+constexpr std::int64_t kNf4DefaultBlocksize = kNf4BlocksizeDefault;  // core/quant_names.h
 
 struct Nf4Weight {
   std::vector<std::int64_t> shape;  // the original weight's shape ([out, in] for a Linear)

@@ -14,7 +14,13 @@ namespace ctune::quant {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-const char* QuantizedWeight::kind_name() const { return spec.kind == QuantSpec::Int8 ? "int8" : "nf4"; }
+QuantSpec::Kind parse_quant_kind(const std::string& name) {
+  if (name == kQuantInt8) return QuantSpec::Int8;
+  if (name == kQuantNf4) return QuantSpec::Nf4;
+  throw ConfigError("quantised base \"" + name + "\": expected " + kQuantInt8 + " or " + kQuantNf4);
+}
+
+const char* quant_kind_name(QuantSpec::Kind kind) { return kind == QuantSpec::Int8 ? kQuantInt8 : kQuantNf4; }
 
 std::int64_t QuantizedWeight::bytes() const { return int8 ? int8->bytes() : nf4->bytes(); }
 

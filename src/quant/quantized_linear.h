@@ -11,19 +11,25 @@
 #include <string>
 #include <vector>
 
+#include "core/quant_names.h"
 #include "quant/int8.h"
 #include "quant/nf4.h"
 
 namespace ctune::quant {
 
 // memory.quantize_base and its parameters (HF BitsAndBytesConfig names in comments).
+// Defaults and names: core/quant_names.h.
 struct QuantSpec {
   enum Kind { Int8, Nf4 } kind = Nf4;
-  double threshold = 6.0;                          // llm_int8_threshold (Int8Gemm only)
-  std::int64_t blocksize = kNf4DefaultBlocksize;   // nf4 block size
-  bool double_quant = true;                        // bnb_4bit_use_double_quant
-  Int8Kernel int8_kernel = Int8Kernel::Dequantize;  // the faster on the measured CPU (bench_quant)
+  double threshold = kInt8ThresholdDefault;        // llm_int8_threshold (Int8Gemm only)
+  std::int64_t blocksize = kNf4BlocksizeDefault;   // nf4 block size
+  bool double_quant = kNf4DoubleQuantDefault;      // bnb_4bit_use_double_quant
+  Int8Kernel int8_kernel = Int8Kernel::Dequantize;
 };
+
+// "int8" | "nf4" (memory.quantize_base, generate --quantize); ConfigError otherwise.
+QuantSpec::Kind parse_quant_kind(const std::string& name);
+const char* quant_kind_name(QuantSpec::Kind kind);
 
 struct QuantizedWeight {
   QuantSpec spec;
@@ -33,7 +39,7 @@ struct QuantizedWeight {
 
   std::int64_t out_features() const { return shape[0]; }
   std::int64_t in_features() const { return shape[1]; }
-  const char* kind_name() const;  // "int8" | "nf4"
+  const char* kind_name() const { return quant_kind_name(spec.kind); }
   std::int64_t bytes() const;     // the stored format (see Int8Weight/Nf4Weight::bytes)
   at::Tensor dequantize(at::ScalarType dtype) const;  // [out, in]
 };

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/method_names.h"
+#include "core/quant_names.h"
 #include "core/recipe.h"
 #include "io/run_dir.h"
 
@@ -113,7 +114,7 @@ void read_recipe(RunData& r) {
     r.model = text("model.path");
     const MethodNames* method = find_method(text("peft.method"));
     r.method = method ? method->title : text("peft.method");
-    if (text("memory.quantize_base") != "none" && !text("memory.quantize_base").empty()) r.method += " (" + text("memory.quantize_base") + " base)";
+    if (text("memory.quantize_base") != kQuantNone && !text("memory.quantize_base").empty()) r.method += " (" + text("memory.quantize_base") + " base)";
     r.precision = text("precision");
     r.train_data = text("data.train");
     r.eval_data = text("data.eval");  // null in a run without an eval split (the default)

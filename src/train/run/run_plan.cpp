@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/quant_names.h"
 #include "core/log.h"
 #include "core/threads.h"
 #include "data/batch.h"
@@ -86,7 +87,7 @@ std::chrono::milliseconds distributed_timeout(const Recipe& r) { return std::chr
 
 quant::QuantSpec quant_spec(const Recipe& r) {
   quant::QuantSpec spec;
-  spec.kind = r.get_string("memory.quantize_base") == "int8" ? quant::QuantSpec::Int8 : quant::QuantSpec::Nf4;
+  spec.kind = quant::parse_quant_kind(r.get_string("memory.quantize_base"));
   spec.threshold = r.get_float("memory.int8_threshold");
   spec.int8_kernel = quant::parse_int8_kernel(r.get_string("memory.int8_kernel"));
   spec.blocksize = r.get_int("memory.nf4_blocksize");
@@ -156,7 +157,7 @@ void plan_method(RunPlan& p) {
   // compute dtype, with no fp32 copy.
   p.model_dtype = for_key(r, "model.dtype", [&] { return p.method->storage_dtype(p.model_dtype, p.compute_dtype); });
   p.loss_scaling.enabled = p.compute_dtype == at::kHalf;
-  if (const auto q = r.get_string("memory.quantize_base"); q != "none") {
+  if (r.get_string("memory.quantize_base") != kQuantNone) {
     if (!p.method->freezes_base()) {
       r.fail("memory.quantize_base", "a quantised base is frozen, so it needs LoRA (peft.method: lora), found peft.method: none");
     }
