@@ -89,13 +89,13 @@ one_line_error $s2 "$W/w2.log" && grep -q "in use by another ctune process (pid 
 result "two writers" $? "second refused: $(tail -n 1 "$W/w2.log" | cut -c1-80)...; after SIGKILL, resume took the lock"
 
 # 2. SIGTERM at a random moment of a run with no periodic checkpoints, then --resume.
-t0=$(date +%s.%N)
 ct train "$R" output_dir="$W/reference" >/dev/null 2>&1
-took=$(/usr/bin/python3 -c "print($(date +%s.%N) - $t0)")
 "$CTUNE" --threads 2 train "$R" output_dir="$W/preempted" >"$W/t1.log" 2>&1 &
 pid=$!
-# A moment inside the run, whatever this machine's speed: 20-80% of the reference run's time.
-sleep "$(/usr/bin/python3 -c "import random; print(round(random.uniform(0.2, 0.8) * $took, 2))")"
+# A random moment inside training, whatever this machine's speed: after a random number of the
+# 400 steps has been logged.
+at=$(/usr/bin/python3 -c 'import random; print(random.randint(20, 300))')
+while kill -0 $pid 2>/dev/null && [ "$(cat "$W/preempted/metrics.jsonl" 2>/dev/null | wc -l)" -lt "$at" ]; do sleep 0.01; done
 kill -TERM $pid
 wait $pid
 st=$?
