@@ -114,18 +114,8 @@ TrainResult Trainer::run() {
       log_skipped_step(step + 1, loss, found_inf, scaler);
     }
     // 4. Report.
-    StepMetrics m;
-    m.step = step + 1;
-    m.loss = loss;
-    m.lr = lr;
-    m.grad_norm = grad_norm;
-    m.tokens = targets;
-    m.tokens_per_s = static_cast<double>(input_tokens) / std::max(1e-9, seconds_since(step_start));
-    m.peak_mem_bytes = ops::peak_memory(options_.device);
-    m.elapsed_s = seconds_since(start);
-    const auto cpu = process_cpu_times();
-    m.cpu_s = cpu.total_s;
-    m.sys_s = cpu.system_s;
+    StepMetrics m{step + 1, loss, lr, grad_norm, targets};
+    measure(m, input_tokens, step_start, start);
     m.skipped = skip;
     m.loss_scale = scaler.enabled() ? loss_scale : 0.0;
     if (metrics_) metrics_->write(m);
@@ -148,6 +138,16 @@ TrainResult Trainer::run() {
   if (progress) progress->finish();
   result.seconds = seconds_since(start);
   return result;
+}
+
+void Trainer::measure(StepMetrics& m, std::int64_t input_tokens, std::chrono::steady_clock::time_point step_start,
+                      std::chrono::steady_clock::time_point start) const {
+  m.tokens_per_s = static_cast<double>(input_tokens) / std::max(1e-9, seconds_since(step_start));
+  m.peak_mem_bytes = ops::peak_memory(options_.device);
+  m.elapsed_s = seconds_since(start);
+  const auto cpu = process_cpu_times();
+  m.cpu_s = cpu.total_s;
+  m.sys_s = cpu.system_s;
 }
 
 void Trainer::evaluate_on_cadence(std::int64_t step, Progress* progress, TrainResult& result) {

@@ -5,6 +5,7 @@
 // model, the optimizer's parameter groups and the hooks below, never by copying the loop.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -93,6 +94,9 @@ class Trainer {
   std::function<void()> sample_memory;
 
  private:
+  // Step 4 of run(): the step's speed, memory and times into `m`.
+  void measure(StepMetrics& m, std::int64_t input_tokens, std::chrono::steady_clock::time_point step_start,
+               std::chrono::steady_clock::time_point start) const;
   // Step 5 of run(): the eval split's loss after `step` when the cadence or the last step says so.
   void evaluate_on_cadence(std::int64_t step, Progress* progress, TrainResult& result);
   void stop_if_requested(std::int64_t step, bool nothing_new);
