@@ -172,11 +172,11 @@ Comm::~Comm() {
 void Comm::throw_if_a_rank_failed(const char* what) const {
   if (!group_->store->check({"failed"})) return;
   const auto value = group_->store->get("failed");
-  const std::string text(value.begin(), value.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(value.size(), 12)));
-  char* end = nullptr;
-  const long failed = value.size() <= 7 && !text.empty() ? std::strtol(text.c_str(), &end, 10) : -1;
-  const bool ours = end != nullptr && *end == '\0' && text.find_first_not_of("0123456789") == std::string::npos && failed >= 0 &&
-                    failed != world_rank(rank());
+  // At most 7 decimal digits, and not this rank (it would not be here).
+  const std::string text(value.begin(), value.end());
+  const bool digits = !text.empty() && text.size() <= 7 && text.find_first_not_of("0123456789") == std::string::npos;
+  const long failed = digits ? std::stol(text) : -1;
+  const bool ours = digits && failed != world_rank(rank());
   if (!ours) {
     if (!*stranger_reported_) {
       *stranger_reported_ = true;

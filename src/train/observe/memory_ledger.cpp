@@ -133,7 +133,7 @@ StateCount count_state(const LedgerInputs& in) {
 // terms. A weight that trains is an fp32 master with a gradient and optimizer state; a frozen
 // one is stored as it is; adapters train in fp32.
 struct StateTerms {
-  Term weights, gathered, grads, gathered_grads, optimizer, whole_weights, unsharded, trainable, largest;
+  Term weights, gathered, grads, gathered_grads, optimizer, whole_weights, unsharded, trainable, largest, shards;
   std::int64_t opt_per_param = 0;
   bool sharded_params = false;
 };
@@ -144,6 +144,7 @@ StateTerms state_lines(const LedgerInputs& in, Symbols& sym, Ledger& led) {
   const Term F = sym("F", count.frozen), N = sym("N", count.trainable), P = sym("P", in.parameter_shards),
              S = sym("S", in.optimizer_shards), four = Term::num(4);
   t.trainable = N;
+  t.shards = S;
   t.sharded_params = in.parameter_shards > 1;
   t.unsharded = t.sharded_params && count.unsharded > 0 ? sym("U", count.unsharded) : Term();
   t.whole_weights = F + four * N;
@@ -192,10 +193,9 @@ StateTerms state_lines(const LedgerInputs& in, Symbols& sym, Ledger& led) {
 // of them; adapted from Korthikanti et al.'s per-layer accounting (docs/formats.md#memory-formulas).
 struct ActivationTerms {
   Term total, scores, layer, recomputed_transient;
-  std::int64_t recomputing = 0;  // layers that recompute (Lr)
 };
 
-ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Ledger& led) {
+ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols& sym, Ledger& led) {
   const Method& method = *in.method;
   const Term& n = s.n;
   const Term& c = s.c;
@@ -235,7 +235,7 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Ledger&
   ActivationTerms a;
   a.scores = blocked ? Term() : s.B * s.nh * TT * (Term::num(4) + (c.value() != 4 ? c : Term())) + s.B * TT;
   // A block spans every batch row: fp32 P, dP and one product, and P and dS in the matmul dtype.
-  const Term block_rows = Term::sym("bq", std::min<std::int64_t>(ops::kBlockQueries, s.T.value()));
+  const Term block_rows = sym("bq", std::min<std::int64_t>(ops::kBlockQueries, s.T.value()));
   const Term workspace = blocked ? s.B * s.nh * block_rows * s.T * (Term::num(12) + Term::num(2) * c) : Term();
   const Term core = n * (blocked ? s.nh + Term::num(2) * s.nkv : Term::num(3) * s.nh) * s.d * c;
   const Term o_in = input_saved("o_proj", s.nh * s.d);
@@ -245,9 +245,9 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Ledger&
   a.layer = Term::num(2) * norm + qkv + a.scores + core + o_in + mlp_in + swiglu + down_in;
   led.activations_per_layer = a.layer.value();
 
-  std::int64_t& recomputing = a.recomputing;
+  std::int64_t recomputing = 0;
   for (std::int64_t l = 0; l < s.L.value(); ++l) recomputing += in.recompute.recompute_block(l);
-  const Term Lr = Term::sym("Lr", recomputing);
+  const Term Lr = sym("Lr", recomputing);
   Term kept;
   if (recomputing > 0) {
     kept = (s.L - Lr) * a.layer + Lr * s.r * n * s.H;  // a recomputed layer keeps only its input
@@ -319,7 +319,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
   Symbols sym;
   const Shape s = shape_symbols(in, sym);
   const StateTerms st = state_lines(in, sym, led);
-  const ActivationTerms act = activation_lines(in, s, led);
+  const ActivationTerms act = activation_lines(in, s, sym, led);
   const Term loss = loss_line(in, s, sym, led);
   const Term kv = Term::num(2) * s.L * s.nkv * s.d * s.T * s.B * s.c;
   led.lines.push_back({"KV cache", 0, "0", "none in training (generation at this batch and length: " + kv.text() + " = " + mb(kv.value()) + ")"});
@@ -334,9 +334,8 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const Term step_grads = sharded ? st.gathered + st.gathered_grads : st.grads;
   const Term backward_start = act.total + loss + (sharded ? st.gathered + st.gathered_grads : (in.grad_accum > 1 ? st.grads : Term()));
   const Term backward_end = step_grads + act.recomputed_transient;
-  const Term S = Term::sym("S", in.optimizer_shards);
-  const Term optimizer_step =
-      (sharded ? Term() : st.grads) + (in.optimizer == "adamw" ? Term::num(8) * Term::min({st.largest, Term::ceil_div(st.trainable, S)}) : Term());
+  const Term optimizer_step = (sharded ? Term() : st.grads) +
+                              (in.optimizer == "adamw" ? Term::num(8) * Term::min({st.largest, Term::ceil_div(st.trainable, st.shards)}) : Term());
   // Between steps, for a whole checkpoint, sharded optimizer state is gathered whole (rank 0
   // writes it); a sharded checkpoint gathers nothing. Under full_shard the whole weights are
   // gathered for the run's result (and for whole checkpoints) all the same (docs/distributed.md).
@@ -368,8 +367,6 @@ Ledger estimate_memory(const LedgerInputs& in) {
                        ") + allocator + runtime";
   }
   led.symbol_values = sym.values;
-  led.symbol_values.emplace_back("bq", std::min<std::int64_t>(ops::kBlockQueries, in.seq_len));
-  led.symbol_values.emplace_back("Lr", act.recomputing);
   led.symbols = symbol_table(led.symbol_values);
   return led;
 }

@@ -101,17 +101,18 @@ quant::QuantSpec quant_spec(const Recipe& r) {
 namespace {
 
 // Model: config, checkpoint headers, and their agreement (no weight is read); the tokenizer, and
-// whether its ids fit the embedding.
-void plan_model(RunPlan& p) {
+// whether its ids fit the embedding. Returns the shape-only model the checks used (uninitialised:
+// no memory touched), for the method's checks too.
+model::CausalLM plan_model(RunPlan& p) {
   const Recipe& r = p.recipe;
   p.model_dir = r.get_string("model.path");
   p.model_dtype = model::parse_dtype(r.get_string("model.dtype"), "model.dtype");
   p.compute_dtype = model::parse_dtype(r.get_string("precision"), "precision");
   p.device = for_key(r, "device", [&] { return ops::parse_device(r.get_string("device")); });
   p.model_config = for_key(r, "model.path", [&] { return model::load_model_config(p.model_dir); });
+  model::CausalLM shape_only(p.model_config, p.model_dtype);
   for_key(r, "model.path", [&] {
     io::CheckpointReader checkpoint(p.model_dir);
-    model::CausalLM shape_only(p.model_config, p.model_dtype);  // uninitialised: no memory touched
     model::check_weights(shape_only, checkpoint);
   });
   for_key(r, "data.max_seq_len", [&] {
@@ -132,10 +133,11 @@ void plan_model(RunPlan& p) {
            "tokenizer has " + std::to_string(p.tokenizer->vocab_size()) + " tokens but the model's embedding has " +
                std::to_string(p.model_config.vocab_size) + " rows (expected tokenizer size <= vocab_size)");
   }
+  return shape_only;
 }
 
 // The method: what trains, and the dtype the weights are stored in for it; memory techniques.
-void plan_method(RunPlan& p) {
+void plan_method(RunPlan& p, model::CausalLM& shape_only) {
   const Recipe& r = p.recipe;
   //    One factory by name (train/run/method.h); the LoRA keys are read whatever the method, as
   //    the schema has validated them.
@@ -149,10 +151,7 @@ void plan_method(RunPlan& p) {
   const fs::path init_from = r.get_optional_string("peft.init_from").value_or("");
   p.method = for_key(r, init_from.empty() ? "peft.method" : "peft.init_from",
                      [&] { return make_method(r.get_string("peft.method"), lora, init_from); });
-  for_key(r, "peft.target_modules", [&] {
-    model::CausalLM shape_only(p.model_config, p.model_dtype);  // uninitialised: no memory touched
-    p.method->check_targets(shape_only);
-  });
+  for_key(r, "peft.target_modules", [&] { p.method->check_targets(shape_only); });
   // Mixed precision: weights that train are fp32 masters; a frozen LoRA base is stored in the
   // compute dtype, with no fp32 copy.
   p.model_dtype = for_key(r, "model.dtype", [&] { return p.method->storage_dtype(p.model_dtype, p.compute_dtype); });
@@ -270,8 +269,10 @@ RunPlan plan_run(Recipe recipe, const distributed::World& world) {
   p.seed = static_cast<std::uint64_t>(r.get_int("seed"));
   p.output_dir = r.get_string("output_dir");
 
-  plan_model(p);
-  plan_method(p);
+  {
+    auto shape_only = plan_model(p);
+    plan_method(p, shape_only);
+  }  // the shape-only model is freed before the data is read
   plan_data(p);
   plan_steps(p, world);
   refuse_what_cuda_lacks(p, world);

@@ -191,9 +191,7 @@ std::string verify_checkpoint(const fs::path& dir) {
   std::error_code ec;
   int count = 0;
   for (const auto& e : fs::directory_iterator(dir / kShardsDir, ec)) {
-    int index = 0, n = 0;
-    char tail = 0;
-    if (std::sscanf(e.path().filename().c_str(), "rank-%5d-of-%5d.safetensor%c", &index, &n, &tail) == 3 && n > count) count = n;
+    if (const auto parsed = parse_state_shard_file_name(e.path().filename().string())) count = std::max(count, parsed->second);
   }
   for (int i = 0; i < count; ++i) required.push_back(std::string(kShardsDir) + "/" + state_shard_file_name(i, count));
   return io::verify_manifest(dir, required);

@@ -64,19 +64,24 @@ bool is_sharded_checkpoint(const fs::path& dir) {
   return fs::is_directory(dir / kShardsDir, ec);
 }
 
-ShardedState::ShardedState(const fs::path& checkpoint) : dir_(checkpoint / kShardsDir) {
+std::optional<std::pair<int, int>> parse_state_shard_file_name(const std::string& name) {
   static const std::regex pattern("rank-([0-9]{5})-of-([0-9]{5})\\.safetensors");
+  std::smatch m;
+  if (!std::regex_match(name, m, pattern)) return std::nullopt;
+  return std::make_pair(std::stoi(m[1].str()), std::stoi(m[2].str()));
+}
+
+ShardedState::ShardedState(const fs::path& checkpoint) : dir_(checkpoint / kShardsDir) {
   std::map<int, fs::path> found;
   int count = -1;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
-    std::smatch m;
-    const std::string name = e.path().filename().string();
-    if (!std::regex_match(name, m, pattern)) throw FormatError(e.path().string() + ": not a shard file (expected rank-RRRRR-of-NNNNN.safetensors)");
-    const int n = std::stoi(m[2].str());
+    const auto parsed = parse_state_shard_file_name(e.path().filename().string());
+    if (!parsed) throw FormatError(e.path().string() + ": not a shard file (expected rank-RRRRR-of-NNNNN.safetensors)");
+    const int n = parsed->second;
     if (count >= 0 && n != count) throw FormatError(e.path().string() + ": a shard of " + std::to_string(n) + " beside shards of " + std::to_string(count));
     count = n;
-    found[std::stoi(m[1].str())] = e.path();
+    found[parsed->first] = e.path();
   }
   if (ec || count <= 0) throw FormatError(dir_.string() + ": no shard files");
   for (int i = 0; i < count; ++i) {

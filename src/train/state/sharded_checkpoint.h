@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,8 @@ inline constexpr const char* kShardsDir = io::kStateShardsDir;
 
 // "rank-00001-of-00004.safetensors"
 std::string state_shard_file_name(int index, int count);
+// The reverse: {1, 4} for that name; nullopt for any other.
+std::optional<std::pair<int, int>> parse_state_shard_file_name(const std::string& name);
 
 // Writes `shard` as shard `index` of `count` into checkpoint/shards/ (atomically).
 void write_state_shard(const std::filesystem::path& checkpoint, int index, int count, const StateShard& shard);
