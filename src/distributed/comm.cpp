@@ -116,6 +116,9 @@ Comm::Comm(const World& world, std::chrono::milliseconds timeout) : world_(world
                            std::to_string(timeout.count() / 1000) + " s (" + world.source + "): " + e.what());
   }
   group_->heartbeat = std::thread([g = group_.get(), key = heartbeat_key(world.rank)] { g->beat(key); });
+  // Once at joining, whatever the timing of later barriers: a rank that failed already, or a
+  // "failed" value no rank wrote (reported once, then ignored).
+  throw_if_a_rank_failed("joining the run");
 }
 
 std::unique_ptr<Comm> Comm::subgroup(const std::string& name, const std::vector<int>& members) const {
