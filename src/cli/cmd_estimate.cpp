@@ -11,6 +11,7 @@
 #include "core/recipe.h"
 #include "distributed/world.h"
 #include "model/config.h"
+#include "model/parameter_shapes.h"
 #include "model/llama.h"
 #include "ops/memory.h"
 #include "train/observe/memory_ledger.h"
@@ -34,6 +35,7 @@ int run_generation_estimate(const EstimateOptions& o) {
   if (o.model_dir.empty()) throw ConfigError("--generate needs --model DIR");
   train::GenerationLedgerInputs in;
   in.config = model::load_model_config(o.model_dir);
+  in.parameters = model::parameter_count(model::parameter_shapes(in.config));
   in.storage_dtype = model::parse_dtype(o.dtype.empty() ? "fp32" : o.dtype, "--dtype");
   in.batch = o.batch * o.num_beams;  // beam search keeps num_beams rows (and caches) per prompt
   in.prompt_tokens = o.prompt_tokens;

@@ -10,6 +10,7 @@
 #include "core/json.h"
 #include "io/hf_checkpoint.h"
 #include "model/config.h"
+#include "model/parameter_shapes.h"
 
 namespace ctune::cli {
 
@@ -85,8 +86,9 @@ int run_info(const InfoOptions& o) {
   for (const auto& [name, v] : by_dtype) {
     std::printf("%-22s %llu parameters, %s\n", ("  " + name).c_str(), (unsigned long long)v.first, human_bytes(v.second).c_str());
   }
-  if (static_cast<std::int64_t>(params) != c.parameter_count()) {
-    std::printf("note: config.json implies %lld parameters; the files hold %llu\n", (long long)c.parameter_count(),
+  const std::int64_t implied = model::parameter_count(model::parameter_shapes(c));
+  if (static_cast<std::int64_t>(params) != implied) {
+    std::printf("note: config.json implies %lld parameters; the files hold %llu\n", (long long)implied,
                 (unsigned long long)params);
   }
   return 0;

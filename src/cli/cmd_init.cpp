@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "io/file.h"
 #include "io/hf_checkpoint.h"
+#include "model/parameter_shapes.h"
 #include "model/weights.h"
 #include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
@@ -53,7 +54,7 @@ int run_init(const InitOptions& o) {
                         " (expected vocab_size >= tokenizer size)");
     }
   });
-  spdlog::info("wrote {} ({} parameters, {}, seed {})", o.out, config.parameter_count(), model::dtype_to_hf(dtype), o.seed);
+  spdlog::info("wrote {} ({} parameters, {}, seed {})", o.out, model::parameter_count(model::parameter_shapes(*lm)), model::dtype_to_hf(dtype), o.seed);
   return 0;
 }
 

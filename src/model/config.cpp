@@ -106,15 +106,6 @@ ProjectionShape ModelConfig::projection(const std::string& name) const {
   throw ConfigError("\"" + name + "\" is not a decoder projection (expected one of q_proj ... down_proj)");
 }
 
-std::int64_t ModelConfig::parameter_count() const {
-  std::int64_t layer = 2 * hidden_size;  // the two RMSNorms
-  for (const auto& name : projection_names()) {
-    const auto p = projection(name);
-    layer += p.in * p.out + (p.bias ? p.out : 0);
-  }
-  return vocab_size * hidden_size * (tie_word_embeddings ? 1 : 2) + num_hidden_layers * layer + hidden_size;
-}
-
 ModelConfig parse_model_config(const Json& j, const std::string& where) {
   if (!j.is_object()) throw ConfigError(where + ": expected a JSON object, found " + json_type_name(j));
   ModelConfig c;

@@ -57,8 +57,6 @@ struct ModelConfig {
   std::int64_t kv_groups() const { return num_attention_heads / num_key_value_heads; }
   // The projection called `name` (one of projection_names(): q_proj ... down_proj).
   ProjectionShape projection(const std::string& name) const;
-  // Parameter count (tied embeddings counted once).
-  std::int64_t parameter_count() const;
 };
 
 // `where` names the source in messages (usually the config.json path).

@@ -8,21 +8,18 @@
 
 namespace ctune::model {
 
-namespace {
-// model.layers.N.self_attn.q_proj, ..., model.layers.N.mlp.down_proj.
-bool is_projection(const std::string& name) {
+bool is_quantized_module(const std::string& name) {
   if (name.rfind("model.layers.", 0) != 0) return false;
   const std::string leaf = name.substr(name.rfind('.') + 1);
   return std::find(projection_names().begin(), projection_names().end(), leaf) != projection_names().end();
 }
-}  // namespace
 
 QuantizeSummary quantize_base(CausalLM& lm, const quant::QuantSpec& spec) {
   at::NoGradGuard no_grad;
   QuantizeSummary s;
   for (const auto& item : lm->named_modules("", /*include_self=*/false)) {
     auto* linear = dynamic_cast<LinearImpl*>(item.value().get());
-    if (!linear || !is_projection(item.key()) || linear->quantized) continue;
+    if (!linear || !is_quantized_module(item.key()) || linear->quantized) continue;
     TORCH_CHECK(!linear->weight.requires_grad(), item.key(), ": only frozen weights can be quantised");
     s.bytes_before += static_cast<std::int64_t>(linear->weight.nbytes());
     linear->quantized = std::make_shared<const quant::QuantizedWeight>(quant::quantize_weight(linear->weight, spec));

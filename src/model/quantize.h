@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "model/llama.h"
 #include "quant/quantized_linear.h"
@@ -16,6 +17,10 @@ struct QuantizeSummary {
   std::int64_t bytes_before = 0;  // their weights as they were stored
   std::int64_t bytes_after = 0;   // the quantised formats (quant::QuantizedWeight::bytes)
 };
+
+// Whether quantize_base stores the Linear module at `path` quantised: the projections of the
+// blocks (model.layers.N.self_attn.q_proj, ..., model.layers.N.mlp.down_proj).
+bool is_quantized_module(const std::string& path);
 
 // Quantises every projection weight in place (the dense weight is released). Parameters left
 // dense are copied out of any memory-mapped checkpoint file, so the file's pages can be unmapped.

@@ -16,6 +16,7 @@
 #include "core/json.h"
 #include "infer/beam_search.h"
 #include "infer/generate.h"
+#include "model/parameter_shapes.h"
 #include "model/weights.h"
 #include "train/observe/memory_ledger.h"
 #include "margins.h"
@@ -140,7 +141,7 @@ TEST(Generate, CacheIsPreallocatedPerKvHead) {
   stored->logits(first);
   std::int64_t held = 0;
   for (const auto& layer : bf16_cache.layers) held += static_cast<std::int64_t>(layer.k.nbytes() + layer.v.nbytes());
-  const train::GenerationLedgerInputs shape{stored->config(), at::kBFloat16, /*batch=*/2, /*prompt_tokens=*/3, /*new_tokens=*/37};
+  const train::GenerationLedgerInputs shape{stored->config(), model::parameter_count(model::parameter_shapes(*stored)), at::kBFloat16, /*batch=*/2, /*prompt_tokens=*/3, /*new_tokens=*/37};
   const auto ledger = train::estimate_generation_memory(shape);
   const auto kv = std::find_if(ledger.lines.begin(), ledger.lines.end(), [](const auto& l) { return l.name == "kv_cache"; });
   ASSERT_NE(kv, ledger.lines.end());

@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "core/json.h"
 #include "infer/score.h"
 #include "io/hf_checkpoint.h"
+#include "model/parameter_shapes.h"
 #include "model/weights.h"
 #include "margins.h"
 
@@ -198,6 +200,27 @@ TEST(Model, ShapeMismatchNamesTensorAndFile) {
         << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos);
   }
+}
+
+TEST(Model, ParameterCountIsTheShapeOnlyModels) {
+  // Llama-3.2-1B's published shape: 1,235,814,400 parameters (tied head counted once); the
+  // shape-only model reserves its 2.5 GB of bf16 storage without touching it.
+  const auto l32 = model::parse_model_config(
+      Json::parse(R"({"model_type":"llama","vocab_size":128256,"hidden_size":2048,"intermediate_size":8192,
+        "num_hidden_layers":16,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":64,
+        "tie_word_embeddings":true})"),
+      "l32");
+  const auto shapes = model::parameter_shapes(l32);
+  EXPECT_EQ(model::parameter_count(shapes), 1235814400);
+  EXPECT_EQ(shapes.front().name, "model.embed_tokens.weight");
+  EXPECT_EQ(shapes.front().module(), "embed_tokens");
+  EXPECT_EQ(shapes.front().layer(), -1);
+  const auto q = std::find_if(shapes.begin(), shapes.end(), [](const auto& s) { return s.name == "model.layers.15.self_attn.q_proj.weight"; });
+  ASSERT_NE(q, shapes.end());
+  EXPECT_EQ(q->module(), "q_proj");
+  EXPECT_EQ(q->layer(), 15);
+  EXPECT_TRUE(q->is_weight());
+  EXPECT_EQ(q->sizes, (std::vector<std::int64_t>{2048, 2048}));
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ Ledger estimate_generation_memory(const GenerationLedgerInputs& in) {
         << ", V " << V << ", heads " << nh << "/" << nkv << " x d " << d << ", s = " << s << " B (stored and computed dtype)";
     led.symbols = sym.str();
   }
-  const std::int64_t weights = c.parameter_count() * s;
+  const std::int64_t weights = in.parameters * s;
   led.lines.push_back({"weights", weights, "parameters x s (an adapter applied at run time adds its own, small)"});
   const std::int64_t kv = 2 * L * B * (P + N) * nkv * d * s;
   led.lines.push_back({"kv_cache", kv, "2 (K, V) x L x B x (P + N) x kv heads x d x s: preallocated, KV heads only"});

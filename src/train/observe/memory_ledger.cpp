@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/module_names.h"
+#include "model/quantize.h"
 #include "quant/storage_bytes.h"
 #include "train/observe/ledger_term.h"
 #include "train/step/chunked_loss.h"
@@ -78,52 +79,43 @@ struct StateCount {
 };
 
 StateCount count_state(const LedgerInputs& in) {
-  const auto& c = in.config;
   const Method& method = *in.method;
-  const std::int64_t H = c.hidden_size, V = c.vocab_size, sb = bytes_of(in.storage_dtype);
+  const std::int64_t sb = bytes_of(in.storage_dtype);
   StateCount s;
+  // Parts: the embedding (0), each block (1 + layer), the final norm and head (last).
   struct Part {
     std::int64_t frozen = 0, trainable = 0;
   };
-  std::vector<Part> parts(1);
-  auto add = [&](const std::string& module, std::int64_t count, std::int64_t frozen_bytes) {
-    if (method.module(module).weight_trains) {
+  std::vector<Part> parts(static_cast<std::size_t>(in.config.num_hidden_layers) + 2);
+  for (const auto& p : in.parameters) {
+    const std::string module = p.module();
+    const ModuleTraining training = method.module(module);
+    Part& part = module == "embed_tokens" ? parts.front() : p.layer() >= 0 ? parts[1 + p.layer()] : parts.back();
+    const std::int64_t count = p.numel();
+    if (training.weight_trains) {
       s.trainable += count;
-      parts.back().trainable += count;
+      part.trainable += count;
       s.largest_trainable = std::max(s.largest_trainable, count);
     } else {
-      s.frozen += frozen_bytes;
-      parts.back().frozen += frozen_bytes;
-      if (in.quantize_base && frozen_bytes != count * sb) s.unsharded += frozen_bytes;  // quantised: kept whole
+      const bool quantised =
+          in.quantize_base && p.is_weight() && model::is_quantized_module(p.name.substr(0, p.name.rfind('.')));
+      const std::int64_t bytes = quantised ? frozen_weight_bytes(in, p.sizes[0], p.sizes[1]) : count * sb;
+      s.frozen += bytes;
+      part.frozen += bytes;
+      if (quantised) s.unsharded += bytes;  // a quantised base is kept whole
     }
-  };
-  auto add_adapter = [&](const std::string& module, std::int64_t in_dim, std::int64_t out_dim) {
-    s.trainable += method.module(module).adapter_rank * (in_dim + out_dim);
-    parts.back().trainable += method.module(module).adapter_rank * (in_dim + out_dim);
-  };
-  add("embed_tokens", V * H, V * H * sb);
-  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    parts.emplace_back();
-    add("input_layernorm", H, H * sb);
-    add("post_attention_layernorm", H, H * sb);
-    for (const auto& name : projection_names()) {
-      const auto p = c.projection(name);
-      add(name, p.in * p.out, frozen_weight_bytes(in, p.out, p.in));
-      if (p.bias) add(name, p.out, p.out * sb);
-      add_adapter(name, p.in, p.out);
+    // A LoRA adapter beside a Linear's weight [out, in]: A [r, in] and B [out, r].
+    if (training.adapter_rank > 0 && p.is_weight() && p.sizes.size() == 2) {
+      const std::int64_t adapter = training.adapter_rank * (p.sizes[0] + p.sizes[1]);
+      s.trainable += adapter;
+      part.trainable += adapter;
     }
-  }
-  parts.emplace_back();
-  add("norm", H, H * sb);
-  if (!c.tie_word_embeddings) {
-    add("lm_head", V * H, V * H * sb);  // never quantised
-    add_adapter("lm_head", H, V);
   }
   // A part whole: its frozen bytes (a quantised base's stay whole anyway) and fp32 trainables;
   // the head part of a tied model also uses the embedding matrix.
   for (std::size_t i = 0; i < parts.size(); ++i) {
     std::int64_t bytes = parts[i].frozen + 4 * parts[i].trainable;
-    if (i + 1 == parts.size() && c.tie_word_embeddings) bytes += parts[0].frozen + 4 * parts[0].trainable;
+    if (i + 1 == parts.size() && in.config.tie_word_embeddings) bytes += parts[0].frozen + 4 * parts[0].trainable;
     s.largest_part = std::max(s.largest_part, bytes);
   }
   return s;

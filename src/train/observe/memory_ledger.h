@@ -17,6 +17,7 @@
 
 #include "core/json.h"
 #include "model/config.h"
+#include "model/parameter_shapes.h"
 #include "model/recompute.h"
 #include "quant/quantized_linear.h"
 #include "train/run/method.h"
@@ -25,6 +26,7 @@ namespace ctune::train {
 
 struct LedgerInputs {
   model::ModelConfig config;
+  std::vector<model::ParameterShape> parameters;  // of the shape-only model (model/parameter_shapes.h)
   std::shared_ptr<const Method> method;       // what trains, per module
   at::ScalarType storage_dtype = at::kFloat;  // weights as stored (fp32 masters when they train)
   at::ScalarType compute_dtype = at::kFloat;  // matmuls (precision)
@@ -92,6 +94,7 @@ Ledger estimate_memory(const LedgerInputs& in);
 // `storage_dtype`: weights, the KV cache, the prompt pass's transient (generation_ledger.cpp).
 struct GenerationLedgerInputs {
   model::ModelConfig config;
+  std::int64_t parameters = 0;  // model::parameter_count of the model
   at::ScalarType storage_dtype = at::kFloat;
   std::int64_t batch = 1, prompt_tokens = 512, new_tokens = 256;
 };

@@ -111,6 +111,7 @@ model::CausalLM plan_model(RunPlan& p) {
   p.device = for_key(r, "device", [&] { return ops::parse_device(r.get_string("device")); });
   p.model_config = for_key(r, "model.path", [&] { return model::load_model_config(p.model_dir); });
   model::CausalLM shape_only(p.model_config, p.model_dtype);
+  p.parameters = model::parameter_shapes(*shape_only);
   for_key(r, "model.path", [&] {
     io::CheckpointReader checkpoint(p.model_dir);
     model::check_weights(shape_only, checkpoint);
@@ -305,6 +306,7 @@ data::SamplerOptions RunPlan::sampler_options() const {
 LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   LedgerInputs in;
   in.config = p.model_config;
+  in.parameters = p.parameters;
   in.method = p.method;
   in.storage_dtype = p.model_dtype;
   in.compute_dtype = p.compute_dtype;
@@ -330,7 +332,7 @@ std::string RunPlan::summary() const {
   std::ostringstream s;
   const auto& c = model_config;
   s << "model        " << model_dir.string() << " (" << c.model_type << ", " << c.num_hidden_layers << " layers, hidden "
-    << c.hidden_size << ", " << c.parameter_count() << " parameters, " << model::dtype_to_hf(model_dtype) << ")\n";
+    << c.hidden_size << ", " << model::parameter_count(parameters) << " parameters, " << model::dtype_to_hf(model_dtype) << ")\n";
   s << "tokenizer    " << tokenizer_dir.string() << " (" << tokenizer->kind() << ", " << tokenizer->vocab_size()
     << " tokens)\n";
   s << "method       " << method->describe() << "\n";

@@ -52,6 +52,7 @@ struct RunPlan {
   // set), peft.init_from (when set). Nothing may write over them; checkpoints record them.
   io::NamedPaths inputs;
   model::ModelConfig model_config;
+  std::vector<model::ParameterShape> parameters;  // of the shape-only model (model/parameter_shapes.h)
   std::shared_ptr<const Method> method;       // full fine-tuning or LoRA
   at::ScalarType model_dtype = at::kFloat;    // storage dtype of the loaded weights
   at::ScalarType compute_dtype = at::kFloat;  // precision: the matmuls' dtype
