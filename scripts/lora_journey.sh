@@ -13,10 +13,12 @@
 #   CTUNE_BUILD_DIR   build directory (default build)
 #   CTUNE_SKIP_INSTALL=1  do not run scripts/install-deps.sh
 #   CTUNE_LLAMA_CPP_NPM_CACHE  node-llama-cpp cache (default: the test suite's, in the build dir)
+#   CTUNE_JOURNEY_FAMILY  the tiny model's model_type: llama (default), mistral, qwen2, qwen3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${CTUNE_BUILD_DIR:-build}
-RUN=${CTUNE_JOURNEY_DIR:-runs/lora-journey}
+FAMILY=${CTUNE_JOURNEY_FAMILY:-llama}
+RUN=${CTUNE_JOURNEY_DIR:-runs/lora-journey-$FAMILY}
 PY=/usr/bin/python3
 START=$(date +%s)
 
@@ -32,8 +34,8 @@ rm -rf "$RUN"
 mkdir -p "$RUN"
 
 # --- 1. tiny base model --------------------------------------------------------------------
-cat > "$RUN/config.json" <<'EOF'
-{"model_type": "llama", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 160,
+cat > "$RUN/config.json" <<EOF
+{"model_type": "$FAMILY", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 160,
  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
  "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
  "tie_word_embeddings": true, "initializer_range": 0.1, "bos_token_id": 256, "eos_token_id": 257,
@@ -41,7 +43,7 @@ cat > "$RUN/config.json" <<'EOF'
 EOF
 $CTUNE init --config "$RUN/config.json" --out "$RUN/base" --tokenizer byte --seed 7 --dtype fp32 > "$RUN/init.log" \
   || fail "init: see $RUN/init.log"
-pass "init: tiny random Llama in $RUN/base"
+pass "init: tiny random $FAMILY model in $RUN/base"
 
 # --- 2. the uninterrupted reference run ----------------------------------------------------
 cat > "$RUN/lora.yaml" <<EOF
@@ -58,7 +60,7 @@ data:
   train_on_input: false
   max_seq_len: 128
 peft: {method: lora, rank: 8, alpha: 16, dropout: 0.05,
-       target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]}
+       target_modules: [all-linear]}
 optimizer: {name: adamw, lr: 1.0e-2}
 scheduler: {name: cosine, warmup_steps: 3}
 training: {batch_size: 16, grad_accum: 1, max_steps: 40, eval_every: 20}

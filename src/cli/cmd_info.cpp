@@ -75,9 +75,9 @@ int run_info(const InfoOptions& o) {
   std::printf("%-22s %s\n", "model_type", c.model_type.c_str());
   std::printf("%-22s %lld layers, hidden %lld, intermediate %lld\n", "architecture", (long long)c.num_hidden_layers,
               (long long)c.hidden_size, (long long)c.intermediate_size);
-  std::printf("%-22s %lld query / %lld key-value heads, head_dim %lld%s\n", "attention", (long long)c.num_attention_heads,
+  std::printf("%-22s %lld query / %lld key-value heads, head_dim %lld%s%s\n", "attention", (long long)c.num_attention_heads,
               (long long)c.num_key_value_heads, (long long)c.head_dim,
-              c.qkv_bias ? ", q/k/v bias" : "");
+              c.arch.qkv_bias ? ", q/k/v bias" : "", c.arch.qk_norm ? ", q/k norm" : "");
   std::printf("%-22s %lld%s\n", "vocab", (long long)c.vocab_size, c.tie_word_embeddings ? " (tied embeddings)" : "");
   std::printf("%-22s %s\n", "rope", rope);
   std::printf("%-22s %llu (%.3f B)\n", "parameters", (unsigned long long)params, params / 1e9);

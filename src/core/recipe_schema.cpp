@@ -1,7 +1,6 @@
 #include "core/recipe_schema.h"
 
 #include "core/method_names.h"
-#include "core/module_names.h"
 #include "core/quant_names.h"
 
 #include <algorithm>
@@ -82,7 +81,8 @@ std::vector<KeySpec> build_schema() {
       {"peft.rank", T::Int, "8", "LoRA rank r", {}, 1, 4096},
       {"peft.alpha", T::Float, "16.0", "LoRA alpha (scale alpha/r, or alpha/sqrt(r) with rslora)", {}, 1e-9, 1e9},
       {"peft.dropout", T::Float, "0.0", "Dropout on the LoRA input", {}, 0.0, 0.99},
-      {"peft.target_modules", T::StringList, "[q_proj, v_proj]", "Linear layers that get adapters", linear_module_names()},
+      {"peft.target_modules", T::StringList, "[q_proj, v_proj]",
+       "Linear layers that get adapters, by the model's names (all-linear: every one but lm_head)"},
       {"peft.rslora", T::Bool, "false", "Rank-stabilised scale alpha/sqrt(r)"},
       {"peft.init_from", T::Path, "null", "Start from an existing PEFT LoRA adapter directory", {}, {}, {}, true},
 

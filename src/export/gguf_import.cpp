@@ -34,12 +34,12 @@ model::CausalLM load_gguf_model(const io::GgufFile& file) {
   const std::string where = file.path().string();
   const io::GgufHeader& h = file.header();
   model::ModelConfig config = config_from_gguf(h, where);
-  const bool permuted = config.model_type == "llama";
+  const bool permuted = gguf_permutes_qk(config);
   model::CausalLM lm(config, at::kFloat);
   at::NoGradGuard no_grad;
   std::set<std::string> used;
   for (auto& [name, param] : model::hf_state_dict(lm)) {
-    const auto gguf = gguf_tensor_name(name);
+    const auto gguf = gguf_tensor_name(config, name);
     const io::GgufTensorInfo* info = gguf ? h.find_tensor(*gguf) : nullptr;
     if (!info) throw FormatError(where + ": missing tensor " + gguf.value_or(name) + " (for " + name + ")");
     if (info->shape() != param.sizes().vec())
@@ -86,7 +86,7 @@ std::size_t apply_gguf_lora(model::CausalLM& lm, const io::GgufFile& adapter) {
     }
     const std::string base = a_info.name.substr(0, a_info.name.size() - suffix.size());
     const io::GgufTensorInfo* b_info = h.find_tensor(base + ".lora_b");
-    const auto hf = hf_tensor_name(base);
+    const auto hf = hf_tensor_name(config, base);
     if (!b_info) throw FormatError(where + ": " + a_info.name + " has no " + base + ".lora_b");
     if (!hf || !params.count(*hf)) throw FormatError(where + ": " + base + " is not a weight of this model");
     at::Tensor& w = params.at(*hf);
@@ -95,7 +95,7 @@ std::size_t apply_gguf_lora(model::CausalLM& lm, const io::GgufFile& adapter) {
     if (a.dim() != 2 || b.dim() != 2 || a.size(1) != w.size(1) || b.size(0) != w.size(0) || a.size(0) != b.size(1))
       throw FormatError(where + ": " + base + ": lora_a " + shape_text(a.sizes().vec()) + " and lora_b " +
                         shape_text(b.sizes().vec()) + " do not fit the weight " + shape_text(w.sizes().vec()));
-    if (const char p = qk_projection(*hf); p && arch == "llama") b = unpermute_qk_rows(b, qk_heads(config, p));
+    if (const char p = qk_projection(*hf); p && gguf_permutes_qk(config)) b = unpermute_qk_rows(b, qk_heads(config, p));
     const double scale = alpha != 0 ? alpha / static_cast<double>(a.size(0)) : 1.0;
     w.copy_((w.to(at::kFloat) + scale * at::matmul(b, a)).to(w.scalar_type()));
     ++changed;

@@ -69,9 +69,9 @@ GgufExportReport export_gguf_lora(const GgufExportOptions& o) {
   writer.set("adapter.type", io::GgufValue::string("lora"));
   writer.set("adapter.lora.alpha", io::GgufValue::f32(static_cast<float>(peft::lora_scale(lora) * lora.rank)));
   for (LoraPair& p : lora_pairs(lm)) {
-    const auto base = gguf_tensor_name(p.module + ".weight");
+    const auto base = gguf_tensor_name(config, p.module + ".weight");
     if (!base) throw UnsupportedError(p.module + ": LoRA on a layer without a GGUF tensor");
-    if (const char proj = qk_projection(p.module + ".weight"); proj && arch == "llama")
+    if (const char proj = qk_projection(p.module + ".weight"); proj && gguf_permutes_qk(config))
       p.b = permute_qk_rows(p.b, proj == 'q' ? config.num_attention_heads : config.num_key_value_heads);
     const at::Tensor a = p.a, b = p.b;
     const io::GgmlType type = o.type;

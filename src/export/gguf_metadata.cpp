@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "export/gguf_names.h"
+#include "model/family.h"
 #include "model/rope.h"
 
 namespace ctune::exporter {
@@ -17,14 +18,18 @@ void check_exportable(const model::ModelConfig& c) {
     const std::string what = "model_type qwen2: ";
     if (c.rope.type == "llama3")
       throw UnsupportedError(what + "llama3 rope scaling has no qwen2 GGUF form (llama.cpp reads rope_freqs for llama only)");
-    if (c.o_bias || c.mlp_bias) throw UnsupportedError(what + "o_proj/MLP biases have no qwen2 GGUF form");
+    if (c.arch.o_bias || c.arch.mlp_bias) throw UnsupportedError(what + "o_proj/MLP biases have no qwen2 GGUF form");
     if (c.num_attention_heads * c.head_dim != c.hidden_size)
       throw UnsupportedError(what + "heads x head_dim (" + std::to_string(c.num_attention_heads * c.head_dim) +
                              ") must equal hidden_size (" + std::to_string(c.hidden_size) + ") for llama.cpp's qwen2");
   }
-  if (c.sliding_window) {
+  if (arch == "qwen3" && (c.arch.qkv_bias || c.arch.o_bias || c.arch.mlp_bias))
+    throw UnsupportedError("model_type qwen3: attention_bias has no qwen3 GGUF form (llama.cpp's qwen3 has no projection biases)");
+  if (arch == "qwen3" && c.rope.type == "llama3")
+    throw UnsupportedError("model_type qwen3: llama3 rope scaling has no qwen3 GGUF form (llama.cpp reads rope_freqs for llama only)");
+  if (c.arch.sliding_window) {
     spdlog::warn("sliding_window {} is not written: llama.cpp's {} attends over the whole context, as ctune does",
-                 *c.sliding_window, arch);
+                 *c.arch.sliding_window, arch);
   }
 }
 
@@ -75,8 +80,14 @@ model::ModelConfig config_from_gguf(const io::GgufHeader& h, const std::string& 
   auto key = [&](const std::string& k) -> const GgufValue& { return h.require(k, where); };
   auto at = [&](const std::string& k) { return where + ": " + k; };
   const std::string arch = key("general.architecture").as_string(at("general.architecture"));
-  if (arch != "llama" && arch != "qwen2")
-    throw UnsupportedError(where + ": general.architecture \"" + arch + "\" (ctune reads llama and qwen2)");
+  const model::Family* family = model::family_for_gguf_architecture(arch);
+  if (!family) {
+    std::string known;
+    for (const model::Family* f : model::all_families())
+      if (!f->gguf.architecture.empty() && known.find(f->gguf.architecture) == std::string::npos)
+        known += (known.empty() ? "" : ", ") + f->gguf.architecture;
+    throw UnsupportedError(where + ": general.architecture \"" + arch + "\" (ctune reads " + known + ")");
+  }
   auto integer = [&](const std::string& k) { return key(arch + "." + k).as_int(at(arch + "." + k)); };
   auto optional_int = [&](const std::string& k, std::int64_t fallback) {
     const GgufValue* v = h.find(arch + "." + k);
@@ -88,7 +99,7 @@ model::ModelConfig config_from_gguf(const io::GgufHeader& h, const std::string& 
   };
 
   model::ModelConfig c;
-  c.model_type = arch;
+  c.model_type = family->name;
   c.hidden_size = integer("embedding_length");
   c.num_hidden_layers = integer("block_count");
   c.intermediate_size = integer("feed_forward_length");
@@ -114,9 +125,10 @@ model::ModelConfig config_from_gguf(const io::GgufHeader& h, const std::string& 
   if (!embed || embed->ne.size() != 2) throw FormatError(where + ": missing 2-D tensor token_embd.weight");
   c.vocab_size = embed->ne[1];
   c.tie_word_embeddings = h.find_tensor("output.weight") == nullptr;
-  c.qkv_bias = h.find_tensor("blk.0.attn_q.bias") != nullptr;
-  c.o_bias = h.find_tensor("blk.0.attn_output.bias") != nullptr;
-  c.mlp_bias = h.find_tensor("blk.0.ffn_gate.bias") != nullptr;
+  c.arch.qkv_bias = h.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.arch.o_bias = h.find_tensor("blk.0.attn_output.bias") != nullptr;
+  c.arch.mlp_bias = h.find_tensor("blk.0.ffn_gate.bias") != nullptr;
+  c.arch.qk_norm = h.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
   return c;
 }
 

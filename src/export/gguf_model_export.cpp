@@ -40,10 +40,10 @@ namespace {
 // captured by value: they share storage with the model, which outlives the write.
 void add_model_tensors(io::GgufWriter& writer, model::CausalLM& lm, io::GgmlType type) {
   const auto& c = lm->config();
-  const bool permute = gguf_architecture(c) == "llama";
+  const bool permute = gguf_permutes_qk(c);
   std::size_t fallback = 0;
   for (auto& [name, tensor] : model::hf_state_dict(lm)) {
-    const auto gguf = gguf_tensor_name(name);
+    const auto gguf = gguf_tensor_name(c, name);
     if (!gguf) throw UnsupportedError("parameter " + name + " has no GGUF tensor name");
     at::Tensor t = tensor.detach();
     if (const char p = qk_projection(name); p && permute)

@@ -1,5 +1,5 @@
-// Name mapping tables. The per-layer part is a fixed list of (HF module suffix, GGUF short
-// name) pairs; everything else is one of three global tensors.
+// Name mapping tables. The per-layer part is the family's list of (HF module suffix, GGUF
+// short name) pairs (model/family.h); everything else is one of three global tensors.
 #include "export/gguf_names.h"
 
 #include <cstdlib>
@@ -7,18 +7,18 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/family.h"
 
 namespace ctune::exporter {
 
 namespace {
 
-const std::vector<std::pair<std::string, std::string>>& layer_names() {
-  static const std::vector<std::pair<std::string, std::string>> names = {
-      {"input_layernorm", "attn_norm"},    {"self_attn.q_proj", "attn_q"},       {"self_attn.k_proj", "attn_k"},
-      {"self_attn.v_proj", "attn_v"},      {"self_attn.o_proj", "attn_output"},  {"post_attention_layernorm", "ffn_norm"},
-      {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},            {"mlp.down_proj", "ffn_down"},
-  };
-  return names;
+const model::Family& family_of(const model::ModelConfig& config) {
+  return model::family_for_model_type(config.model_type, "model_type");
+}
+
+const std::vector<std::pair<std::string, std::string>>& layer_names(const model::ModelConfig& config) {
+  return family_of(config).gguf.layer_tensors;
 }
 
 const std::vector<std::pair<std::string, std::string>>& global_names() {
@@ -52,31 +52,33 @@ std::optional<std::pair<std::string, std::string>> split_param(const std::string
 }  // namespace
 
 std::string gguf_architecture(const model::ModelConfig& config) {
-  if (config.model_type == "llama" || config.model_type == "mistral") return "llama";
-  if (config.model_type == "qwen2") return "qwen2";
-  throw UnsupportedError("model_type \"" + config.model_type + "\" has no GGUF export (expected llama, mistral or qwen2)");
+  const model::Family& family = family_of(config);
+  if (family.gguf.architecture.empty()) throw UnsupportedError("model_type \"" + config.model_type + "\" has no GGUF form");
+  return family.gguf.architecture;
 }
 
-std::optional<std::string> gguf_tensor_name(const std::string& hf_name) {
+bool gguf_permutes_qk(const model::ModelConfig& config) { return family_of(config).gguf.permuted_qk; }
+
+std::optional<std::string> gguf_tensor_name(const model::ModelConfig& config, const std::string& hf_name) {
   for (const auto& [hf, gguf] : global_names())
     if (hf == hf_name) return gguf;
   auto layer = split_layer(hf_name, "model.layers.");
   if (!layer) return std::nullopt;
   auto param = split_param(layer->second);
   if (!param) return std::nullopt;
-  for (const auto& [hf, gguf] : layer_names())
+  for (const auto& [hf, gguf] : layer_names(config))
     if (hf == param->first) return "blk." + layer->first + "." + gguf + "." + param->second;
   return std::nullopt;
 }
 
-std::optional<std::string> hf_tensor_name(const std::string& gguf_name) {
+std::optional<std::string> hf_tensor_name(const model::ModelConfig& config, const std::string& gguf_name) {
   for (const auto& [hf, gguf] : global_names())
     if (gguf == gguf_name) return hf;
   auto layer = split_layer(gguf_name, "blk.");
   if (!layer) return std::nullopt;
   auto param = split_param(layer->second);
   if (!param) return std::nullopt;
-  for (const auto& [hf, gguf] : layer_names())
+  for (const auto& [hf, gguf] : layer_names(config))
     if (gguf == param->first) return "model.layers." + layer->first + "." + hf + "." + param->second;
   return std::nullopt;
 }

@@ -18,6 +18,10 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, at::ScalarType dtype)
   k_proj = register_module("k_proj", projection_linear(c, "k_proj", dtype));
   v_proj = register_module("v_proj", projection_linear(c, "v_proj", dtype));
   o_proj = register_module("o_proj", projection_linear(c, "o_proj", dtype));
+  if (c.arch.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(c.head_dim, c.rms_norm_eps, dtype));
+    k_norm = register_module("k_norm", RMSNorm(c.head_dim, c.rms_norm_eps, dtype));
+  }
 }
 
 std::pair<at::Tensor, at::Tensor> LayerCache::append(const at::Tensor& k_new, const at::Tensor& v_new) {
@@ -36,8 +40,14 @@ std::pair<at::Tensor, at::Tensor> LayerCache::append(const at::Tensor& k_new, co
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                   const at::Tensor& mask, LayerCache* cache) {
   const auto B = x.size(0), T = x.size(1);
-  auto q = q_proj->forward(x).view({B, T, num_heads, head_dim}).transpose(1, 2);
-  auto k = k_proj->forward(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
+  auto q = q_proj->forward(x).view({B, T, num_heads, head_dim});
+  auto k = k_proj->forward(x).view({B, T, num_kv_heads, head_dim});
+  if (q_norm) {  // each head over head_dim, before RoPE
+    q = q_norm->forward(q);
+    k = k_norm->forward(k);
+  }
+  q = q.transpose(1, 2);
+  k = k.transpose(1, 2);
   auto v = v_proj->forward(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
   // RoPE tables follow the residual stream's dtype; q and k go back to v's (the projections'
   // compute dtype) so the attention matmuls stay in low precision under mixed precision.

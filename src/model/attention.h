@@ -1,6 +1,7 @@
-// Grouped-query self-attention (Llama/Mistral/Qwen2): q/k/v/o projections with optional
-// biases, rotary embeddings on q and k, each KV head shared by kv_groups consecutive query
-// heads, causal + padding mask, softmax in fp32.
+// Grouped-query self-attention, configured by the Architecture (model/config.h): q/k/v/o
+// projections with optional biases, optional per-head RMSNorm of q and k (Qwen3), rotary
+// embeddings on q and k, each KV head shared by kv_groups consecutive query heads, causal +
+// padding mask, softmax in fp32.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -37,6 +38,7 @@ class AttentionImpl : public torch::nn::Module {
   std::int64_t num_heads, num_kv_heads, head_dim;
   ops::AttentionKernel kernel = ops::AttentionKernel::blocked;  // RecomputePolicy::attention_kernel
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Architecture::qk_norm only
 };
 TORCH_MODULE(Attention);
 

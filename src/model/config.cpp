@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "core/module_names.h"
+#include "model/family.h"
 
 namespace ctune::model {
 
@@ -98,11 +98,11 @@ std::vector<std::int64_t> parse_eos(const Json& j, const std::string& where) {
 
 ProjectionShape ModelConfig::projection(const std::string& name) const {
   const std::int64_t H = hidden_size, q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
-  if (name == "q_proj") return {H, q, qkv_bias};
-  if (name == "k_proj" || name == "v_proj") return {H, kv, qkv_bias};
-  if (name == "o_proj") return {q, H, o_bias};
-  if (name == "gate_proj" || name == "up_proj") return {H, intermediate_size, mlp_bias};
-  if (name == "down_proj") return {intermediate_size, H, mlp_bias};
+  if (name == "q_proj") return {H, q, arch.qkv_bias};
+  if (name == "k_proj" || name == "v_proj") return {H, kv, arch.qkv_bias};
+  if (name == "o_proj") return {q, H, arch.o_bias};
+  if (name == "gate_proj" || name == "up_proj") return {H, intermediate_size, arch.mlp_bias};
+  if (name == "down_proj") return {intermediate_size, H, arch.mlp_bias};
   throw ConfigError("\"" + name + "\" is not a decoder projection (expected one of q_proj ... down_proj)");
 }
 
@@ -111,12 +111,9 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   ModelConfig c;
   c.raw = j;
   auto type = json_string(j, "model_type", where);
-  if (!type) throw ConfigError(where + ": missing \"model_type\" (expected llama, mistral or qwen2)");
+  if (!type) throw ConfigError(where + ": missing \"model_type\"");
   c.model_type = *type;
-  if (c.model_type != "llama" && c.model_type != "mistral" && c.model_type != "qwen2") {
-    throw UnsupportedError(where + ": model_type \"" + c.model_type + "\" is not supported (supported: llama, mistral, qwen2)");
-  }
-  const bool qwen2 = c.model_type == "qwen2";
+  const Family& family = family_for_model_type(c.model_type, where);
 
   c.vocab_size = require_positive(j, "vocab_size", where);
   c.hidden_size = require_positive(j, "hidden_size", where);
@@ -128,7 +125,9 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
     throw ConfigError(where + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
                       ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) + ")");
   }
-  if (auto hd = json_int(j, "head_dim", where)) {
+  auto head_dim = json_int(j, "head_dim", where);
+  if (!head_dim) head_dim = family.default_head_dim;
+  if (auto hd = head_dim) {
     if (*hd <= 0 || *hd > 4096) throw ConfigError(where + ": \"head_dim\" must be in 1..4096, found " + std::to_string(*hd));
     c.head_dim = *hd;
   } else {
@@ -142,7 +141,7 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   if (c.head_dim % 2 != 0) {
     throw ConfigError(where + ": head_dim must be even for rotary embeddings, found " + std::to_string(c.head_dim));
   }
-  c.max_position_embeddings = json_int(j, "max_position_embeddings", where).value_or(qwen2 ? 32768 : 2048);
+  c.max_position_embeddings = json_int(j, "max_position_embeddings", where).value_or(family.default_max_position);
   if (c.max_position_embeddings <= 0) {
     throw ConfigError(where + ": \"max_position_embeddings\" must be positive, found " + std::to_string(c.max_position_embeddings));
   }
@@ -156,18 +155,7 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   if (act != "silu") throw UnsupportedError(where + ": hidden_act \"" + act + "\" is not supported (expected silu)");
 
   c.tie_word_embeddings = json_bool(j, "tie_word_embeddings", where).value_or(false);
-  const bool attention_bias = json_bool(j, "attention_bias", where).value_or(false);
-  c.qkv_bias = qwen2 || attention_bias;
-  c.o_bias = !qwen2 && attention_bias;
-  c.mlp_bias = json_bool(j, "mlp_bias", where).value_or(false);
-
-  // Qwen2 ignores sliding_window unless use_sliding_window; Mistral applies it when set.
-  auto window = json_int(j, "sliding_window", where);
-  bool window_on = qwen2 ? json_bool(j, "use_sliding_window", where).value_or(false) : window.has_value();
-  if (window_on && window) {
-    if (*window <= 0) throw ConfigError(where + ": sliding_window must be positive, found " + std::to_string(*window));
-    c.sliding_window = window;
-  }
+  family.parse(j, where, c);
 
   auto dtype = json_string(j, "dtype", where);
   if (!dtype) dtype = json_string(j, "torch_dtype", where);
@@ -195,10 +183,18 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir) {
   return parse_model_config(read_json_file(path), path.string());
 }
 
+std::optional<std::int64_t> read_sliding_window(const Json& j, const std::string& where, bool in_force) {
+  const auto window = json_int(j, "sliding_window", where);
+  if (!in_force || !window) return std::nullopt;
+  if (*window <= 0) throw ConfigError(where + ": sliding_window must be positive, found " + std::to_string(*window));
+  return window;
+}
+
 void check_sequence_length(const ModelConfig& config, std::int64_t length, const std::string& where) {
-  if (config.sliding_window && length > *config.sliding_window) {
+  const auto& window = config.arch.sliding_window;
+  if (window && length > *window) {
     throw UnsupportedError(where + ": sequence of " + std::to_string(length) + " tokens exceeds the model's sliding_window of " +
-                           std::to_string(*config.sliding_window) +
+                           std::to_string(*window) +
                            " (ctune implements full causal attention; use sequences of at most the window)");
   }
 }

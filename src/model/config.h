@@ -1,7 +1,8 @@
-// Model configuration read from a Hugging Face config.json (torch-free). Covers model_type
-// llama, mistral and qwen2, both the v4 (rope_theta/rope_scaling, torch_dtype) and v5
-// (rope_parameters, dtype) spellings. Anything the model cannot honour is refused here, with
-// the key and the value, before a tensor is allocated.
+// Model configuration read from a Hugging Face config.json (torch-free): the dimensions every
+// decoder has, read here, and the Architecture, which the config's family reads (model/family.h,
+// one file per family in model/families/). Both the v4 (rope_theta/rope_scaling, torch_dtype)
+// and v5 (rope_parameters, dtype) spellings. Anything the model cannot honour is refused here,
+// with the key and the value, before a tensor is allocated.
 #pragma once
 
 #include <cstdint>
@@ -29,8 +30,19 @@ struct RopeConfig {
   std::int64_t original_max_position = 8192;  // llama3
 };
 
+// What varies between families, as data the shared blocks read (docs/families.md).
+struct Architecture {
+  bool qkv_bias = false;  // biases on q/k/v_proj
+  bool o_bias = false;    // a bias on o_proj
+  bool mlp_bias = false;  // biases on gate/up/down_proj
+  // RMSNorm over head_dim on each query and key head (self_attn.q_norm, k_norm: [head_dim]),
+  // after the projections and before RoPE (Qwen3).
+  bool qk_norm = false;
+  std::optional<std::int64_t> sliding_window;  // attention window, when one is in force
+};
+
 struct ModelConfig {
-  std::string model_type;  // llama | mistral | qwen2
+  std::string model_type;  // as config.json says it; its family reads it (model/family.h)
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
@@ -42,10 +54,7 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
   bool tie_word_embeddings = false;
-  bool qkv_bias = false;  // Qwen2 always; Llama when attention_bias
-  bool o_bias = false;    // Llama attention_bias only
-  bool mlp_bias = false;
-  std::optional<std::int64_t> sliding_window;  // attention window, when one is in force
+  Architecture arch;
   std::string dtype = "float32";                // torch_dtype / dtype as written
   double initializer_range = 0.02;
   std::optional<std::int64_t> bos_token_id;
@@ -55,9 +64,13 @@ struct ModelConfig {
   Json raw;  // the file as read, so a written config keeps keys ctune does not use
 
   std::int64_t kv_groups() const { return num_attention_heads / num_key_value_heads; }
-  // The projection called `name` (one of projection_names(): q_proj ... down_proj).
+  // The projection called `name` (q_proj ... down_proj of the Llama block).
   ProjectionShape projection(const std::string& name) const;
 };
+
+// config.json's sliding_window when `in_force` (the family says whether it is): positive, or
+// null for none.
+std::optional<std::int64_t> read_sliding_window(const Json& json, const std::string& where, bool in_force);
 
 // `where` names the source in messages (usually the config.json path).
 ModelConfig parse_model_config(const Json& json, const std::string& where);

@@ -4,14 +4,12 @@
 #include <algorithm>
 #include <string>
 
-#include "core/module_names.h"
 
 namespace ctune::model {
 
+// A LoRA adapter's own Linears (q_proj.lora_A) train and are never quantised.
 bool is_quantized_module(const std::string& name) {
-  if (name.rfind("model.layers.", 0) != 0) return false;
-  const std::string leaf = name.substr(name.rfind('.') + 1);
-  return std::find(projection_names().begin(), projection_names().end(), leaf) != projection_names().end();
+  return name.rfind("model.layers.", 0) == 0 && name.find(".lora_") == std::string::npos;
 }
 
 QuantizeSummary quantize_base(CausalLM& lm, const quant::QuantSpec& spec) {

@@ -18,8 +18,10 @@ struct QuantizeSummary {
   std::int64_t bytes_after = 0;   // the quantised formats (quant::QuantizedWeight::bytes)
 };
 
-// Whether quantize_base stores the Linear module at `path` quantised: the projections of the
-// blocks (model.layers.N.self_attn.q_proj, ..., model.layers.N.mlp.down_proj).
+// Whether quantize_base stores a Linear module at `path` quantised (the caller knows the module
+// is a Linear; a norm's path passes too): every Linear of the
+// blocks (model.layers.N.self_attn.q_proj, ..., model.layers.N.mlp.down_proj, whatever the
+// family names them); the embedding, norms and lm_head stay dense.
 bool is_quantized_module(const std::string& path);
 
 // Quantises every projection weight in place (the dense weight is released). Parameters left

@@ -6,7 +6,6 @@
 
 #include "core/error.h"
 #include "core/json.h"
-#include "core/module_names.h"
 #include "io/file.h"
 #include "io/hf_checkpoint.h"
 #include "io/safetensors.h"
@@ -100,7 +99,7 @@ LoraOptions read_adapter_config(const fs::path& dir) {
   if (targets == j.end() || targets->is_null()) {
     o.targets = {"q_proj", "v_proj"};  // PEFT's default for llama and qwen2
   } else if (targets->is_string() && targets->get<std::string>() == "all-linear") {
-    o.targets = projection_names();
+    o.targets = {"all-linear"};  // expanded against the model (resolve_targets)
   } else if (targets->is_array()) {
     o.targets.clear();
     for (const auto& t : *targets) {

@@ -53,19 +53,48 @@ void count(model::CausalLM& lm, LoraSummary* s) {
 }
 }  // namespace
 
-LoraSummary apply_lora(model::CausalLM& lm, const LoraOptions& o) {
-  for (auto& p : lm->parameters(true)) p.set_requires_grad(false);
-  if (o.targets.empty()) throw ConfigError("peft.target_modules: expected at least one target");
-  for (const auto& t : o.targets) {
-    if (std::find(linear_module_names().begin(), linear_module_names().end(), t) == linear_module_names().end()) {
-      throw ConfigError("peft.target_modules: \"" + t + "\" is not a LoRA target (expected q_proj, k_proj, v_proj, o_proj, "
-                        "gate_proj, up_proj, down_proj or lm_head)");
+std::vector<std::string> linear_layer_names(model::CausalLM& lm) {
+  std::vector<std::string> names;
+  for (const auto& item : lm->named_modules("", /*include_self=*/false)) {
+    if (!dynamic_cast<model::LinearImpl*>(item.value().get())) continue;
+    const std::string name = leaf(item.key());
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
+}
+
+std::vector<std::string> resolve_targets(model::CausalLM& lm, const std::vector<std::string>& targets) {
+  if (targets.empty()) throw ConfigError("peft.target_modules: expected at least one target");
+  const auto linear = linear_layer_names(lm);
+  std::vector<std::string> out;
+  auto add = [&](const std::string& t) {
+    if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
+  };
+  for (const auto& t : targets) {
+    if (t == "all-linear") {
+      for (const auto& name : linear)
+        if (name != "lm_head") add(name);
+      continue;
     }
     if (t == "lm_head" && lm->config().tie_word_embeddings) {
       throw ConfigError("peft.target_modules: lm_head is tied to the input embeddings in this model "
                         "(tie_word_embeddings: true); LoRA on lm_head needs an untied head");
     }
+    if (std::find(linear.begin(), linear.end(), t) == linear.end()) {
+      std::string known;
+      for (const auto& name : linear) known += (known.empty() ? "" : ", ") + name;
+      throw ConfigError("peft.target_modules: \"" + t + "\" is not a Linear layer of this model (" + lm->config().model_type +
+                        ": expected " + known + " or all-linear)");
+    }
+    add(t);
   }
+  return out;
+}
+
+LoraSummary apply_lora(model::CausalLM& lm, const LoraOptions& options) {
+  LoraOptions o = options;
+  o.targets = resolve_targets(lm, options.targets);
+  for (auto& p : lm->parameters(true)) p.set_requires_grad(false);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(o.seed);
   LoraSummary s;
   // named_modules() lists modules in registration order, so initialisation is deterministic.

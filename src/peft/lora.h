@@ -1,14 +1,14 @@
 // LoRA (Hu et al. 2021) as PEFT implements it: y = W x + s * B A dropout(x), s = alpha / r
 // (alpha / sqrt(r) with rsLoRA), A Kaiming-uniform (a = sqrt(5)), B zero, so training starts
-// from the base model exactly. Adapters attach to the model's Linear layers by name
-// (q_proj ... down_proj, lm_head); everything else is frozen. Facts: docs/formats.md#peft-lora-adapters.
+// from the base model exactly. Adapters attach to the model's Linear layers by their leaf
+// names, as the model's family has them (q_proj ... down_proj, lm_head; PEFT's all-linear:
+// every one but the output head); everything else is frozen. Facts: docs/formats.md#peft-lora-adapters.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "core/module_names.h"
 #include "model/llama.h"
 
 namespace ctune::peft {
@@ -24,6 +24,13 @@ struct LoraOptions {
 };
 
 double lora_scale(const LoraOptions& options);
+
+// The leaf names of the model's Linear layers, in registration order (q_proj, ..., lm_head).
+std::vector<std::string> linear_layer_names(model::CausalLM& model);
+// `targets` checked against the model and "all-linear" expanded (every Linear layer but
+// lm_head, as PEFT does), duplicates dropped: ConfigError naming peft.target_modules for a
+// name the model has no Linear layer of, or lm_head on a tied head.
+std::vector<std::string> resolve_targets(model::CausalLM& model, const std::vector<std::string>& targets);
 
 // The adapter on one Linear. A: [r, in], B: [out, r], registered as the Linear's children.
 class LoraAdapter : public model::LinearAdapter {

@@ -130,7 +130,7 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
       {"missing_required", replace(base, "  train: " + d + "/train.jsonl\n", ""), {}, "`data.train` is required"},
       {"missing_train_file", replace(base, d + "/train.jsonl", d + "/nope.jsonl"), {}, "nope.jsonl"},
       {"missing_model_dir", replace(base, "path: " + d + "/model}", "path: " + d + "/no-model}"), {}, "`model.path`"},
-      {"lora_target_not_allowed", replace(base, "[q_proj, v_proj]", "[qkv_proj]"), {}, "\"qkv_proj\" is not one of them"},
+      {"lora_target_not_allowed", replace(base, "[q_proj, v_proj]", "[qkv_proj]"), {}, "\"qkv_proj\" is not a Linear layer of this model (llama: expected q_proj"},
       {"lora_target_absent", replace(base, "[q_proj, v_proj]", "[q_proj, lm_head]"), {},
        "lm_head is tied to the input embeddings in this model"},
       {"rank_zero", replace(base, "rank: 4", "rank: 0"), {}, "`peft.rank` expected an integer in [1"},

@@ -26,6 +26,9 @@ const std::vector<ConformanceCase>& conformance_cases() {
     add({"llama_merged_lora", "llama_byte", "llama_byte_lora", "llama_byte_merged.f32.gguf", "", "f32", false});
     add({"llama_gguf_lora", "llama_byte", "llama_byte_lora", "llama_byte.f32.gguf", "llama_byte_lora.gguf", "f32", false});
     add({"qwen2_gguf_rslora", "qwen2_byte", "qwen2_byte_lora", "qwen2_byte.f32.gguf", "qwen2_byte_lora.gguf", "f32", false});
+    add({"qwen3_qk_norm_qwen3_tokenizer", "qwen3_qwen3tok", "", "qwen3_qwen3tok.f32.gguf", "", "f32", false});
+    add({"qwen3_f32", "qwen3_byte", "", "qwen3_byte.f32.gguf", "", "f32", false});
+    add({"qwen3_gguf_lora", "qwen3_byte", "qwen3_byte_lora", "qwen3_byte.f32.gguf", "qwen3_byte_lora.gguf", "f32", false});
     return c;
   }();
   return cases;

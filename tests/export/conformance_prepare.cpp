@@ -68,10 +68,25 @@ void make_models(const fs::path& cases) {
   qwen_byte.model_type = "qwen2";
   make_model(cases / "qwen2_byte", qwen_byte, "byte", 17);
 
+  TinyConfig qwen3;  // per-head q/k norms, head_dim 32 != hidden / heads, tied, the Qwen3 tokenizer
+  qwen3.model_type = "qwen3";
+  qwen3.vocab_size = 151936;
+  qwen3.tie = true;
+  qwen3.head_dim = 32;
+  qwen3.rope_theta = 1000000.0;
+  make_model(cases / "qwen3_qwen3tok", qwen3, real_tokenizer("qwen3").string(), 18);
+
+  TinyConfig qwen3_byte;  // untied, MHA, so LoRA can reach lm_head
+  qwen3_byte.model_type = "qwen3";
+  qwen3_byte.kv_heads = 4;
+  qwen3_byte.head_dim = 16;
+  make_model(cases / "qwen3_byte", qwen3_byte, "byte", 19);
+
   make_adapter(cases / "llama_byte", cases / "llama_byte_lora",
                {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}, 21);
   make_adapter(cases / "qwen2_byte", cases / "qwen2_byte_lora", {"q_proj", "k_proj", "v_proj", "o_proj", "lm_head"},
                22, /*rslora=*/true);
+  make_adapter(cases / "qwen3_byte", cases / "qwen3_byte_lora", {"all-linear", "lm_head"}, 23);
 }
 
 // Runs `ctune export`, appending its report to the log; throws when it fails.
@@ -90,13 +105,16 @@ void export_models(const fs::path& cases, std::string& log) {
   const std::string d = cases.string() + "/";
   for (const char* type : {"f32", "f16", "bf16", "q8_0"})
     run_export({"--model", d + "llama_byte", "--out", d + "llama_byte." + type + ".gguf", "--type", type}, log);
-  for (const char* m : {"mistral_linear", "llama3_rope", "qwen2_qwen3tok", "llama_spm", "llama2_json", "qwen2_byte"})
+  for (const char* m :
+       {"mistral_linear", "llama3_rope", "qwen2_qwen3tok", "llama_spm", "llama2_json", "qwen2_byte", "qwen3_qwen3tok", "qwen3_byte"})
     run_export({"--model", d + m, "--format", "gguf", "--out", d + m + ".f32.gguf"}, log);
   run_export({"--model", d + "llama_byte", "--adapter", d + "llama_byte_lora", "--out", d + "llama_byte_merged.f32.gguf"}, log);
   run_export({"--model", d + "llama_byte", "--adapter", d + "llama_byte_lora", "--format", "gguf-lora", "--out",
               d + "llama_byte_lora.gguf"}, log);
   run_export({"--model", d + "qwen2_byte", "--adapter", d + "qwen2_byte_lora", "--format", "gguf-lora", "--out",
               d + "qwen2_byte_lora.gguf"}, log);
+  run_export({"--model", d + "qwen3_byte", "--adapter", d + "qwen3_byte_lora", "--format", "gguf-lora", "--out",
+              d + "qwen3_byte_lora.gguf"}, log);
 }
 
 Json jobs(const fs::path& cases) {

@@ -48,6 +48,7 @@ Json config_json(const TinyConfig& c) {
             {"initializer_range", 0.125},
             {"torch_dtype", "float32"}};
   if (!c.rope_scaling.is_null()) j["rope_scaling"] = c.rope_scaling;
+  if (c.head_dim > 0) j["head_dim"] = c.head_dim;
   return j;
 }
 

@@ -37,6 +37,7 @@ struct TinyConfig {
   double rope_theta = 10000.0;
   Json rope_scaling;  // null: none
   std::int64_t max_position = 256;
+  std::int64_t head_dim = 0;  // 0: not written (hidden / heads, or the family's default)
 };
 Json config_json(const TinyConfig& c);
 

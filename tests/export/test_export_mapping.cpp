@@ -20,7 +20,14 @@
 namespace ctune::exporter {
 namespace {
 
+model::ModelConfig config_of(const std::string& model_type) {
+  model::ModelConfig c;
+  c.model_type = model_type;
+  return c;
+}
+
 TEST(GgufNames, HfAndGgufNamesMapBothWays) {
+  const auto llama = config_of("llama");
   const std::vector<std::pair<std::string, std::string>> pairs = {
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},
@@ -37,13 +44,19 @@ TEST(GgufNames, HfAndGgufNamesMapBothWays) {
       {"model.layers.3.mlp.down_proj.bias", "blk.3.ffn_down.bias"},
   };
   for (const auto& [hf, gguf] : pairs) {
-    EXPECT_EQ(gguf_tensor_name(hf).value_or("?"), gguf) << hf;
-    EXPECT_EQ(hf_tensor_name(gguf).value_or("?"), hf) << gguf;
+    EXPECT_EQ(gguf_tensor_name(llama, hf).value_or("?"), gguf) << hf;
+    EXPECT_EQ(hf_tensor_name(llama, gguf).value_or("?"), hf) << gguf;
   }
+  // Qwen3's per-head norms: llama.cpp's LLM_TENSOR_ATTN_Q_NORM / K_NORM; not in Llama's table.
+  const auto qwen3 = config_of("qwen3");
+  EXPECT_EQ(gguf_tensor_name(qwen3, "model.layers.2.self_attn.q_norm.weight").value_or("?"), "blk.2.attn_q_norm.weight");
+  EXPECT_EQ(hf_tensor_name(qwen3, "blk.2.attn_k_norm.weight").value_or("?"), "model.layers.2.self_attn.k_norm.weight");
+  EXPECT_EQ(gguf_tensor_name(qwen3, "model.layers.2.self_attn.q_proj.weight").value_or("?"), "blk.2.attn_q.weight");
+  EXPECT_FALSE(gguf_tensor_name(llama, "model.layers.2.self_attn.q_norm.weight").has_value());
   for (const char* bad : {"model.layers.x.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.lora_A.weight",
                           "model.layers.0.self_attn.rotary_emb.inv_freq", "rope_freqs.weight", "blk.0.attn_q"}) {
-    EXPECT_FALSE(gguf_tensor_name(bad).has_value()) << bad;
-    EXPECT_FALSE(hf_tensor_name(bad).has_value()) << bad;
+    EXPECT_FALSE(gguf_tensor_name(llama, bad).has_value()) << bad;
+    EXPECT_FALSE(hf_tensor_name(llama, bad).has_value()) << bad;
   }
   EXPECT_EQ(qk_projection("model.layers.0.self_attn.q_proj.bias"), 'q');
   EXPECT_EQ(qk_projection("model.layers.0.self_attn.k_proj.weight"), 'k');
@@ -56,6 +69,11 @@ TEST(GgufNames, ArchitectureFromModelType) {
   EXPECT_EQ(gguf_architecture(c), "llama");
   c.model_type = "qwen2";
   EXPECT_EQ(gguf_architecture(c), "qwen2");
+  c.model_type = "qwen3";
+  EXPECT_EQ(gguf_architecture(c), "qwen3");
+  EXPECT_FALSE(gguf_permutes_qk(c));
+  c.model_type = "mistral";
+  EXPECT_TRUE(gguf_permutes_qk(c));
   c.model_type = "gpt2";
   EXPECT_THROW(gguf_architecture(c), UnsupportedError);
 }

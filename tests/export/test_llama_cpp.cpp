@@ -215,7 +215,7 @@ model::CausalLM reference_model(const ConformanceCase& c, bool round_activations
   std::set<std::string> emulated;
   for (const auto& item : lm->named_modules("", /*include_self=*/false)) {
     auto* linear = dynamic_cast<model::LinearImpl*>(item.value().get());
-    const auto name = linear ? gguf_tensor_name(item.key() + ".weight") : std::nullopt;
+    const auto name = linear ? gguf_tensor_name(lm->config(), item.key() + ".weight") : std::nullopt;
     const io::GgufTensorInfo* info = name ? file->header().find_tensor(*name) : nullptr;
     const auto activations = info ? ggml_activation_type(info->type) : std::nullopt;
     if (!activations) continue;

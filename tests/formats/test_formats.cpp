@@ -137,6 +137,42 @@ TEST(Checkpoint, ShardPlanAndNames) {
   EXPECT_THROW(io::parse_byte_size("", "x"), ConfigError);
 }
 
+TEST(Config, EachFamilyReadsItsOwnKeys) {
+  // Qwen3: q/k norms always, head_dim 128 when absent (Qwen3Config's default, not hidden/heads),
+  // 32768 positions by default, attention_bias on all four projections, windows only past
+  // max_window_layers.
+  auto q3 = model::parse_model_config(
+      Json::parse(R"({"model_type":"qwen3","vocab_size":16,"hidden_size":8,"intermediate_size":16,
+        "num_hidden_layers":2,"num_attention_heads":2,"attention_bias":true,"use_sliding_window":true,
+        "sliding_window":4,"max_window_layers":2})"),
+      "q3");
+  EXPECT_TRUE(q3.arch.qk_norm);
+  EXPECT_EQ(q3.head_dim, 128);
+  EXPECT_EQ(q3.max_position_embeddings, 32768);
+  EXPECT_TRUE(q3.arch.qkv_bias && q3.arch.o_bias);
+  EXPECT_FALSE(q3.arch.sliding_window.has_value()) << "no layer is at or past max_window_layers";
+  auto q3w = model::parse_model_config(
+      Json::parse(R"({"model_type":"qwen3","vocab_size":16,"hidden_size":8,"intermediate_size":16,
+        "num_hidden_layers":2,"num_attention_heads":2,"head_dim":4,"sliding_window":4,
+        "layer_types":["full_attention","sliding_attention"]})"),
+      "q3w");
+  EXPECT_EQ(q3w.head_dim, 4);
+  EXPECT_EQ(q3w.arch.sliding_window.value_or(0), 4);
+  // Mistral and Llama read the same keys; neither has q/k norms.
+  auto m = model::parse_model_config(
+      Json::parse(R"({"model_type":"mistral","vocab_size":16,"hidden_size":8,"intermediate_size":16,
+        "num_hidden_layers":1,"num_attention_heads":2,"sliding_window":4096})"),
+      "m");
+  EXPECT_FALSE(m.arch.qk_norm);
+  EXPECT_EQ(m.arch.sliding_window.value_or(0), 4096);
+  try {
+    model::parse_model_config(Json::parse(R"({"model_type":"gemma7"})"), "g");
+    FAIL();
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("(supported: llama, mistral, qwen2, qwen3)"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Config, ReadsBothSpellingsOfDtypeAndRope) {
   auto v4 = model::parse_model_config(
       Json::parse(R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"intermediate_size":16,
@@ -157,9 +193,9 @@ TEST(Config, ReadsBothSpellingsOfDtypeAndRope) {
       "v5");
   EXPECT_EQ(v5.dtype, "float16");
   EXPECT_EQ(v5.rope.theta, 1000000.0);
-  EXPECT_TRUE(v5.qkv_bias);
-  EXPECT_FALSE(v5.o_bias);
-  EXPECT_FALSE(v5.sliding_window.has_value()) << "Qwen2 ignores sliding_window unless use_sliding_window";
+  EXPECT_TRUE(v5.arch.qkv_bias);
+  EXPECT_FALSE(v5.arch.o_bias);
+  EXPECT_FALSE(v5.arch.sliding_window.has_value()) << "Qwen2 ignores sliding_window unless use_sliding_window";
 }
 
 }  // namespace

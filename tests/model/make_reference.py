@@ -63,6 +63,17 @@ CASES = {
     # Mistral with a sliding window longer than the sequence, fp16 storage.
     "mistral_fp16": dict(model_type="mistral", num_key_value_heads=2, sliding_window=4096,
                          tie_word_embeddings=False, torch_dtype="float16", rope_theta=1000000.0),
+    # Qwen3 (modeling_qwen3.py): per-head q_norm/k_norm over head_dim before RoPE. GQA, tied,
+    # bf16 storage, head_dim 32 != hidden/heads, 256 tokens.
+    "qwen3_gqa_tied_bf16": dict(model_type="qwen3", num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                tie_word_embeddings=True, torch_dtype="bfloat16", rope_theta=1000000.0,
+                                use_sliding_window=False, sliding_window=None, max_window_layers=2,
+                                _seq_len=256),
+    # Qwen3 with attention_bias (q/k/v/o biases), MHA, untied, fp32, head_dim absent: Qwen3Config's
+    # default of 128 applies (not hidden/heads = 16).
+    "qwen3_bias_untied_fp32": dict(model_type="qwen3", num_key_value_heads=4, attention_bias=True,
+                                   tie_word_embeddings=False, torch_dtype="float32", rope_theta=10000.0,
+                                   _seq_len=256),
 }
 
 # Beam search fixtures: MHA, GQA and Qwen2 biases. The eos ids are tokens greedy decoding picks
@@ -82,6 +93,15 @@ ST_DTYPE = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
 TORCH_DTYPE = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def head_dim(cfg):
+    """config.json's head_dim, else the family's default (Qwen3Config: 128), else hidden / heads."""
+    if cfg.get("head_dim") is not None:
+        return cfg["head_dim"]
+    if cfg["model_type"] == "qwen3":
+        return 128
+    return cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
 def config_for(case):
     cfg = dict(BASE)
     cfg.update({k: v for k, v in case.items() if not k.startswith("_")})
@@ -93,8 +113,9 @@ def tensor_shapes(cfg):
     H, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     nh = cfg["num_attention_heads"]
     nkv = cfg.get("num_key_value_heads", nh)
-    d = cfg.get("head_dim", H // nh)
+    d = head_dim(cfg)
     qwen2 = cfg["model_type"] == "qwen2"
+    qwen3 = cfg["model_type"] == "qwen3"
     attn_bias = cfg.get("attention_bias", False)
     out = [("model.embed_tokens.weight", (V, H))]
     for i in range(cfg["num_hidden_layers"]):
@@ -111,6 +132,8 @@ def tensor_shapes(cfg):
         out += [(p + "self_attn.o_proj.weight", (H, nh * d))]
         if attn_bias and not qwen2:
             out += [(p + "self_attn.o_proj.bias", (H,))]
+        if qwen3:
+            out += [(p + "self_attn.q_norm.weight", (d,)), (p + "self_attn.k_norm.weight", (d,))]
         for proj, shape in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
             out += [(p + f"mlp.{proj}.weight", shape)]
             if cfg.get("mlp_bias", False):
@@ -177,8 +200,7 @@ def write_checkpoint(out_dir, cfg, weights, shards):
 
 def inv_freq_hf(cfg):
     """RoPE inverse frequencies exactly as transformers' rope init functions (fp32)."""
-    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
-    d = cfg.get("head_dim", H // nh)
+    d = head_dim(cfg)
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
     rope_type = params.get("rope_type", params.get("type", "default"))
@@ -203,7 +225,7 @@ def forward(cfg, w, ids, dtype=torch.float64):
     W = {k: v.to(dtype) for k, v in w.items()}
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     nkv = cfg.get("num_key_value_heads", nh)
-    d = cfg.get("head_dim", H // nh)
+    d = head_dim(cfg)
     eps = cfg["rms_norm_eps"]
     T = len(ids)
 
@@ -230,6 +252,9 @@ def forward(cfg, w, ids, dtype=torch.float64):
         q = lin(h, p + "self_attn.q_proj").view(T, nh, d).transpose(0, 1)
         k = lin(h, p + "self_attn.k_proj").view(T, nkv, d).transpose(0, 1)
         v = lin(h, p + "self_attn.v_proj").view(T, nkv, d).transpose(0, 1)
+        if p + "self_attn.q_norm.weight" in W:             # Qwen3: each head normalised over d, before RoPE
+            q = rms(q, W[p + "self_attn.q_norm.weight"])
+            k = rms(k, W[p + "self_attn.k_norm.weight"])
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(nh // nkv, dim=0)          # query head j uses KV head j // groups
@@ -277,8 +302,9 @@ def main():
         gen = torch.Generator().manual_seed(1000 + seed)
         weights = random_weights(cfg, gen, dtype)
         # Draw token sequences until every position has a decisive argmax.
+        seq_len = case.get("_seq_len", SEQ_LEN)
         for attempt in range(50):
-            ids = torch.randint(0, cfg["vocab_size"], (SEQ_LEN,), generator=gen).tolist()
+            ids = torch.randint(0, cfg["vocab_size"], (seq_len,), generator=gen).tolist()
             logits = forward(cfg, weights, ids)
             top2 = logits.topk(2, dim=-1).values
             margin = (top2[:, 0] - top2[:, 1]).min().item()
@@ -287,11 +313,11 @@ def main():
         else:
             raise SystemExit(f"{name}: no sequence with a decisive argmax")
         logp = torch.log_softmax(logits, dim=-1)
-        nll = [-logp[t, ids[t + 1]].item() for t in range(SEQ_LEN - 1)]
+        nll = [-logp[t, ids[t + 1]].item() for t in range(seq_len - 1)]
 
         def nll_of(t):
             lp = torch.log_softmax(forward(cfg, t, ids, torch.get_default_dtype()), dim=-1)
-            return {"nll": -lp[torch.arange(SEQ_LEN - 1), torch.tensor(ids[1:])]}
+            return {"nll": -lp[torch.arange(seq_len - 1), torch.tensor(ids[1:])]}
         noise = fp32_noise(nll_of, {k: v.to(torch.float64) for k, v in weights.items()}, max_abs)["nll"]
         write_checkpoint(os.path.join(out_root, name), cfg, weights, case.get("_shards", 1))
         with open(os.path.join(out_root, name + ".reference.json"), "w") as f:

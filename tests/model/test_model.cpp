@@ -45,8 +45,9 @@ Reference read_reference(const std::string& name) {
           j["argmax"].get<std::vector<std::int64_t>>(), j["nll_fp32_noise"].get<double>()};
 }
 
-const std::vector<std::string> kCases = {"llama_mha_fp32",   "llama_gqa_tied_bf16",  "llama_headdim_bias", "llama3_rope",
-                                         "qwen2_bias",       "llama_sharded_linear", "mistral_fp16"};
+const std::vector<std::string> kCases = {"llama_mha_fp32",      "llama_gqa_tied_bf16",  "llama_headdim_bias",
+                                         "llama3_rope",         "qwen2_bias",           "llama_sharded_linear",
+                                         "mistral_fp16",        "qwen3_gqa_tied_bf16",  "qwen3_bias_untied_fp32"};
 
 class ReferenceCase : public ::testing::TestWithParam<std::string> {};
 
@@ -174,7 +175,7 @@ TEST(Model, Bf16ComputeStaysClose) {
 
 TEST(Model, RefusesWhatItCannotHonour) {
   auto config = model::load_model_config(kModels / "mistral_fp16");
-  config.sliding_window = 32;
+  config.arch.sliding_window = 32;
   EXPECT_THROW(model::check_sequence_length(config, 160, "test"), UnsupportedError);
   EXPECT_NO_THROW(model::check_sequence_length(config, 32, "test"));
 

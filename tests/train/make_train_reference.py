@@ -16,7 +16,11 @@ tokens, and a packed row holding two documents with restarted positions), it wri
                                (tests/fp32_noise.py): the scale of the tests' tolerances
 Gradients and the trajectory are computed in float64 (the weights are exact in fp32).
 
-Usage: make_train_reference.py OUT_DIR
+With FAMILY qwen3 (modeling_qwen3.py), the same model with Qwen3's per-head q_norm/k_norm
+(RMSNorm over head_dim before RoPE) and head_dim 16 != hidden / heads: the model, LoRA weights,
+batches, the full and LoRA gradients and their noise (no trajectories).
+
+Usage: make_train_reference.py OUT_DIR [FAMILY]
 """
 import json
 import math
@@ -38,9 +42,13 @@ RANK, ALPHA = 4, 8.0
 IGNORE = -100
 
 
+def head_dim():
+    return CFG.get("head_dim") or CFG["hidden_size"] // CFG["num_attention_heads"]
+
+
 def shapes():
     H, I, V, nh, nkv = CFG["hidden_size"], CFG["intermediate_size"], CFG["vocab_size"], CFG["num_attention_heads"], CFG["num_key_value_heads"]
-    d = H // nh
+    d = head_dim()
     out = [("model.embed_tokens.weight", (V, H))]
     for i in range(CFG["num_hidden_layers"]):
         p = f"model.layers.{i}."
@@ -49,6 +57,8 @@ def shapes():
                 (p + "mlp.gate_proj.weight", (I, H)), (p + "mlp.up_proj.weight", (I, H)),
                 (p + "mlp.down_proj.weight", (H, I)),
                 (p + "input_layernorm.weight", (H,)), (p + "post_attention_layernorm.weight", (H,))]
+        if CFG["model_type"] == "qwen3":
+            out += [(p + "self_attn.q_norm.weight", (d,)), (p + "self_attn.k_norm.weight", (d,))]
     out += [("model.norm.weight", (H,)), ("lm_head.weight", (V, H))]
     return out
 
@@ -92,14 +102,14 @@ def make_batches(gen):
 
 
 def inv_freq():
-    d = CFG["hidden_size"] // CFG["num_attention_heads"]
+    d = head_dim()
     return 1.0 / (CFG["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
 
 
 def forward_logits(W, lora, scale, batch):
     """Logits [B, T, V] of the model with weights W (and LoRA A/B scaled by `scale`)."""
     H, nh, nkv = CFG["hidden_size"], CFG["num_attention_heads"], CFG["num_key_value_heads"]
-    d, eps = H // nh, CFG["rms_norm_eps"]
+    d, eps = head_dim(), CFG["rms_norm_eps"]
     ids, pos, seg = batch["ids"], batch["pos"], batch["seg"]
     B, T = ids.shape
 
@@ -129,6 +139,8 @@ def forward_logits(W, lora, scale, batch):
         q = lin(h, p + "self_attn.q_proj").view(B, T, nh, d).transpose(1, 2)
         k = lin(h, p + "self_attn.k_proj").view(B, T, nkv, d).transpose(1, 2)
         v = lin(h, p + "self_attn.v_proj").view(B, T, nkv, d).transpose(1, 2)
+        if p + "self_attn.q_norm.weight" in W:  # Qwen3: each head over d, before RoPE
+            q, k = rms(q, W[p + "self_attn.q_norm.weight"]), rms(k, W[p + "self_attn.k_norm.weight"])
         q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
         k, v = k.repeat_interleave(nh // nkv, 1), v.repeat_interleave(nh // nkv, 1)
         s = (q @ k.transpose(-1, -2)) / math.sqrt(d)
@@ -236,6 +248,11 @@ def max_relative(a, b):
 
 def main():
     out = sys.argv[1]
+    family = sys.argv[2] if len(sys.argv) > 2 else "llama"
+    if family == "qwen3":
+        CFG.update(model_type="qwen3", head_dim=16, attention_bias=False)
+    elif family != "llama":
+        raise SystemExit(f"unknown family {family}")
     os.makedirs(os.path.join(out, "model"), exist_ok=True)
     gen = torch.Generator().manual_seed(7)
     W = {}
@@ -279,6 +296,14 @@ def main():
             loss, g = lora_step(base, {k: v for k, v in t.items() if ".lora_" in k}, scale, micro)
             return dict(g, loss=loss)
         noise[variant] = fp32_noise(split, {**W, **lora}, relative_norm)
+
+    if family != "llama":
+        with open(os.path.join(out, "noise.json"), "w") as f:
+            json.dump(noise, f, indent=1)
+        with open(os.path.join(out, "trajectory.json"), "w") as f:
+            json.dump(info, f, indent=1)
+        print(family, "losses", info)
+        return
 
     losses, norms, lrs = adamw_trajectory(W, batches)
     info.update(trajectory=losses, grad_norms=norms, lrs=lrs)

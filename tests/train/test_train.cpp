@@ -30,11 +30,15 @@ using ctune::test::within;
 namespace {
 
 const fs::path kRef = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference";
+// The same step on Qwen3's block (per-head q/k norms, head_dim != hidden / heads).
+const fs::path kQwen3Ref = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference-qwen3";
 
 // How far float32 rounding alone moves each reference value (relative; see make_train_reference.py).
-const Json& noise() {
-  static const Json j = read_json_file(kRef / "noise.json");
-  return j;
+const Json& noise(const fs::path& ref = kRef) {
+  static std::map<std::string, Json> cache;
+  auto it = cache.find(ref.string());
+  if (it == cache.end()) it = cache.emplace(ref.string(), read_json_file(ref / "noise.json")).first;
+  return it->second;
 }
 
 std::map<std::string, at::Tensor> read_tensors(const fs::path& path) {
@@ -44,8 +48,8 @@ std::map<std::string, at::Tensor> read_tensors(const fs::path& path) {
   return out;
 }
 
-std::vector<train::TensorBatch> read_batches() {
-  Json j = read_json_file(kRef / "batches.json");
+std::vector<train::TensorBatch> read_batches(const fs::path& ref = kRef) {
+  Json j = read_json_file(ref / "batches.json");
   std::vector<train::TensorBatch> out;
   for (const auto& b : j) {
     auto t = [&](const char* key, at::ScalarType type) {
@@ -103,32 +107,35 @@ void expect_grads_match(model::CausalLM& lm, const std::map<std::string, at::Ten
 }
 
 // |ours - reference| / |reference| of a loss, within kNoiseFactor times its float32 noise.
-void expect_loss_matches(double ours, const char* ref_key, const Json& noise) {
-  const double ref = read_json_file(kRef / "trajectory.json")[ref_key].get<double>();
+void expect_loss_matches(double ours, const char* ref_key, const Json& noise, const fs::path& dir = kRef) {
+  const double ref = read_json_file(dir / "trajectory.json")[ref_key].get<double>();
   EXPECT_TRUE(within(std::string(ref_key) + ": relative error", std::abs(ours - ref) / std::abs(ref),
                      noise_tolerance(noise.at("loss").get<double>())));
 }
 
-TEST(TrainReference, FullFineTuneGradients) {
-  auto lm = model::load_causal_lm(kRef / "model", at::kFloat);
+void full_case(const fs::path& ref) {
+  auto lm = model::load_causal_lm(ref / "model", at::kFloat);
   peft::enable_full_finetune(lm);
-  auto batches = read_batches();
+  auto batches = read_batches(ref);
   const double loss = accumulate(lm, {batches[0], batches[1]});
-  expect_loss_matches(loss, "full_loss", noise()["full"]);
-  expect_grads_match(lm, read_tensors(kRef / "grads_full.safetensors"), noise()["full"]);
+  expect_loss_matches(loss, "full_loss", noise(ref)["full"], ref);
+  expect_grads_match(lm, read_tensors(ref / "grads_full.safetensors"), noise(ref)["full"]);
 }
 
-void lora_case(bool rslora, const char* variant) {
-  auto lm = model::load_causal_lm(kRef / "model", at::kFloat);
+TEST(TrainReference, FullFineTuneGradients) { full_case(kRef); }
+TEST(TrainReference, Qwen3FullFineTuneGradients) { full_case(kQwen3Ref); }
+
+void lora_case(bool rslora, const char* variant, const fs::path& ref = kRef) {
+  auto lm = model::load_causal_lm(ref / "model", at::kFloat);
   peft::LoraOptions o;
   o.rank = 4;
   o.alpha = 8.0;
   o.rslora = rslora;
-  o.targets = linear_module_names();
+  o.targets = {"all-linear", "lm_head"};  // the reference's eight targets
   auto summary = peft::apply_lora(lm, o);
   EXPECT_EQ(summary.wrapped.size(), 2u * 7 + 1);
   // The reference's A and B (B non-zero, so both get gradients).
-  auto weights = read_tensors(kRef / "lora.safetensors");
+  auto weights = read_tensors(ref / "lora.safetensors");
   {
     at::NoGradGuard no_grad;
     std::size_t set = 0;
@@ -140,10 +147,10 @@ void lora_case(bool rslora, const char* variant) {
     }
     ASSERT_EQ(set, weights.size());
   }
-  auto batches = read_batches();
+  auto batches = read_batches(ref);
   const double loss = accumulate(lm, {batches[0], batches[1]});
-  expect_loss_matches(loss, (std::string(variant) + "_loss").c_str(), noise()[variant]);
-  expect_grads_match(lm, read_tensors(kRef / ("grads_" + std::string(variant) + ".safetensors")), noise()[variant]);
+  expect_loss_matches(loss, (std::string(variant) + "_loss").c_str(), noise(ref)[variant], ref);
+  expect_grads_match(lm, read_tensors(ref / ("grads_" + std::string(variant) + ".safetensors")), noise(ref)[variant]);
   // The base stays frozen.
   for (const auto& item : lm->named_parameters(true)) {
     if (item.key().find(".lora_") == std::string::npos) EXPECT_FALSE(item.value().grad().defined()) << item.key();
@@ -152,6 +159,7 @@ void lora_case(bool rslora, const char* variant) {
 
 TEST(TrainReference, LoraGradients) { lora_case(false, "lora"); }
 TEST(TrainReference, RsLoraGradients) { lora_case(true, "rslora"); }
+TEST(TrainReference, Qwen3LoraGradients) { lora_case(false, "lora", kQwen3Ref); }
 
 class CyclingSource : public train::BatchSource {
  public:

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <sstream>
 
-#include "core/module_names.h"
 #include "model/quantize.h"
 #include "quant/storage_bytes.h"
 #include "train/observe/ledger_term.h"
@@ -59,8 +58,8 @@ Shape shape_symbols(const LedgerInputs& in, Symbols& sym) {
   s.d = sym("d", cfg.head_dim);
   s.c = sym("c", cb);
   s.r = sym("r", rb);
-  s.dropout = std::any_of(linear_module_names().begin(), linear_module_names().end(),
-                          [&](const std::string& m) { return in.method->module(m).adapter_dropout > 0; });
+  s.dropout = std::any_of(in.parameters.begin(), in.parameters.end(),
+                          [&](const model::ParameterShape& p) { return in.method->module(p.module()).adapter_dropout > 0; });
   return s;
 }
 
@@ -98,7 +97,7 @@ StateCount count_state(const LedgerInputs& in) {
       s.largest_trainable = std::max(s.largest_trainable, count);
     } else {
       const bool quantised =
-          in.quantize_base && p.is_weight() && model::is_quantized_module(p.name.substr(0, p.name.rfind('.')));
+          in.quantize_base && p.is_weight() && p.sizes.size() == 2 && model::is_quantized_module(p.name.substr(0, p.name.rfind('.')));
       const std::int64_t bytes = quantised ? frozen_weight_bytes(in, p.sizes[0], p.sizes[1]) : count * sb;
       s.frozen += bytes;
       part.frozen += bytes;
@@ -218,6 +217,8 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
   // value (for the product with 1/rms); the weight's gradient reads the latter, no extra copy.
   const Term norm = Term::num(8) * n * s.H;
   const Term qkv = shared_input({"q_proj", "k_proj", "v_proj"}, s.H);
+  // Qwen3's per-head q/k norms keep the same two fp32 tensors over the heads' n (nh + nkv) d.
+  const Term qk_norm = in.config.arch.qk_norm ? Term::num(8) * n * (s.nh + s.nkv) * s.d : Term();
   // Materialized attention keeps the fp32 probabilities (and their cast), a negated mask and q
   // with K and V repeated to every query head; blocked attention keeps q, the KV heads' K and V,
   // and the model's one mask (shared by all layers, counted once below), and needs one block's
@@ -234,7 +235,7 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
   const Term mlp_in = shared_input({"gate_proj", "up_proj"}, s.H);
   const Term swiglu = Term::num(3) * n * s.I * c;
   const Term down_in = input_saved("down_proj", s.I);
-  a.layer = Term::num(2) * norm + qkv + a.scores + core + o_in + mlp_in + swiglu + down_in;
+  a.layer = Term::num(2) * norm + qkv + qk_norm + a.scores + core + o_in + mlp_in + swiglu + down_in;
   led.activations_per_layer = a.layer.value();
 
   std::int64_t recomputing = 0;
@@ -252,6 +253,7 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
   const Term top = Term::num(8) * n * s.H + s.r * n * s.H + (blocked ? s.B * TT : Term());  // final norm, loss input, mask
   a.total = kept + top + workspace;
   std::string note = "per layer " + mb(a.layer.value()) + ": 2 norms, q/k/v inputs, " +
+                     (in.config.arch.qk_norm ? "q/k norms, " : "") +
                      (blocked ? std::string("q, k, v (blocked attention keeps no scores)") : std::string("scores, mask, q, k, v")) +
                      ", o input, MLP inputs, SwiGLU, down input";
   if (recomputing > 0) {

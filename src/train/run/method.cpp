@@ -58,7 +58,7 @@ class FullFinetuning : public Method {
     if (!checkpoint.empty()) base.weights = checkpoint;  // a checkpoint holds the whole model
     return base;
   }
-  void check_targets(model::CausalLM&) const override {}
+  void resolve_targets(model::CausalLM&) override {}
   peft::LoraSummary make_trainable(model::CausalLM& model) const override { return peft::enable_full_finetune(model); }
 
   ModuleTraining module(const std::string&) const override { return {true, 0, 0.0}; }
@@ -98,7 +98,10 @@ class Lora : public Method {
     if (base.adapter.empty()) base.new_adapter = options_;
     return base;
   }
-  void check_targets(model::CausalLM& shape_only) const override { peft::apply_lora(shape_only, options_); }
+  void resolve_targets(model::CausalLM& shape_only) override {
+    options_.targets = peft::resolve_targets(shape_only, options_.targets);
+    peft::apply_lora(shape_only, options_);
+  }
   peft::LoraSummary make_trainable(model::CausalLM& model) const override { return peft::enable_lora_training(model); }
 
   ModuleTraining module(const std::string& name) const override {
@@ -120,7 +123,7 @@ class Lora : public Method {
 
 }  // namespace
 
-std::shared_ptr<const Method> make_method(const std::string& name, peft::LoraOptions lora, fs::path init_from) {
+std::shared_ptr<Method> make_method(const std::string& name, peft::LoraOptions lora, fs::path init_from) {
   const MethodNames* method = find_method(name);
   if (method == nullptr) throw ConfigError("method \"" + name + "\": expected one of " + [] {
     std::string list;

@@ -51,9 +51,10 @@ class Method {
   // The model to build from `base` (the run's model.path, dtypes, quantisation, recompute); when
   // resuming, from `checkpoint`'s weights instead.
   virtual peft::ModelSpec model_spec(peft::ModelSpec base, const std::filesystem::path& checkpoint) const = 0;
-  // Throws ConfigError when the method's targets are not in the model (a shape-only model: this
-  // is planning, before any weight is read).
-  virtual void check_targets(model::CausalLM& shape_only) const = 0;
+  // Binds the method's targets to the model (LoRA's all-linear expanded to its Linear layers) and
+  // throws ConfigError when one is not in it (a shape-only model: this is planning, before any
+  // weight is read).
+  virtual void resolve_targets(model::CausalLM& shape_only) = 0;
   // Marks what trains in a built model; returns the parameter counts.
   virtual peft::LoraSummary make_trainable(model::CausalLM& model) const = 0;
 
@@ -86,6 +87,6 @@ void write_weight_tensors(MethodKind method, const std::vector<std::pair<std::st
 // core/method_names.h). LoRA takes `lora`; with `init_from`, training starts from that PEFT
 // adapter (its config replaces `lora`, see peft::read_adapter_config). Throws ConfigError for an
 // unknown name, or an adapter to start from without LoRA.
-std::shared_ptr<const Method> make_method(const std::string& name, peft::LoraOptions lora = {}, std::filesystem::path init_from = {});
+std::shared_ptr<Method> make_method(const std::string& name, peft::LoraOptions lora = {}, std::filesystem::path init_from = {});
 
 }  // namespace ctune::train

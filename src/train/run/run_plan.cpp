@@ -150,9 +150,10 @@ void plan_method(RunPlan& p, model::CausalLM& shape_only) {
   lora.targets = r.get_strings("peft.target_modules");
   lora.seed = p.seed;
   const fs::path init_from = r.get_optional_string("peft.init_from").value_or("");
-  p.method = for_key(r, init_from.empty() ? "peft.method" : "peft.init_from",
-                     [&] { return make_method(r.get_string("peft.method"), lora, init_from); });
-  for_key(r, "peft.target_modules", [&] { p.method->check_targets(shape_only); });
+  auto method = for_key(r, init_from.empty() ? "peft.method" : "peft.init_from",
+                        [&] { return make_method(r.get_string("peft.method"), lora, init_from); });
+  for_key(r, init_from.empty() ? "peft.target_modules" : "peft.init_from", [&] { method->resolve_targets(shape_only); });
+  p.method = method;
   // Mixed precision: weights that train are fp32 masters; a frozen LoRA base is stored in the
   // compute dtype, with no fp32 copy.
   p.model_dtype = for_key(r, "model.dtype", [&] { return p.method->storage_dtype(p.model_dtype, p.compute_dtype); });

@@ -1,0 +1,43 @@
+// The registry: one line per family (model/family.h). Adding a family adds its file and a line.
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/families/families.h"
+#include "model/family.h"
+
+namespace ctune::model {
+
+const std::vector<const Family*>& all_families() {
+  static const std::vector<const Family*> all = {
+      &families::llama(),
+      &families::mistral(),
+      &families::qwen2(),
+      &families::qwen3(),
+  };
+  return all;
+}
+
+const Family& family_for_model_type(const std::string& model_type, const std::string& where) {
+  std::string supported;
+  for (const Family* f : all_families()) {
+    if (std::find(f->model_types.begin(), f->model_types.end(), model_type) != f->model_types.end()) return *f;
+    for (const auto& t : f->model_types) supported += (supported.empty() ? "" : ", ") + t;
+  }
+  throw UnsupportedError(where + ": model_type \"" + model_type + "\" is not supported (supported: " + supported + ")");
+}
+
+const Family* family_for_gguf_architecture(const std::string& architecture) {
+  for (const Family* f : all_families())
+    if (!f->gguf.architecture.empty() && f->gguf.architecture == architecture) return f;
+  return nullptr;
+}
+
+std::vector<std::pair<std::string, std::string>> llama_gguf_layer_tensors() {
+  return {
+      {"input_layernorm", "attn_norm"},    {"self_attn.q_proj", "attn_q"},       {"self_attn.k_proj", "attn_k"},
+      {"self_attn.v_proj", "attn_v"},      {"self_attn.o_proj", "attn_output"},  {"post_attention_layernorm", "ffn_norm"},
+      {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},            {"mlp.down_proj", "ffn_down"},
+  };
+}
+
+}  // namespace ctune::model

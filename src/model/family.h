@@ -1,0 +1,52 @@
+// A model family: what one config.json `model_type` means beyond the dimensions every decoder
+// has. Each family is one file in model/families/ (the config keys it reads into the
+// Architecture, with its defaults and refusals, and its GGUF names) and one line in
+// families/registry.cpp. A family holds no forward code: the shared blocks (model/llama.h,
+// model/attention.h) read the Architecture, and new math goes into them or into ops/.
+// How to add one: docs/families.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/json.h"
+
+namespace ctune::model {
+
+struct ModelConfig;
+
+// How llama.cpp names this family's files (docs/formats.md#gguf-tensor-names).
+struct GgufNames {
+  std::string architecture;  // general.architecture; empty: no GGUF form
+  // llama.cpp's `llama` applies RoPE to rows in interleaved order, so its converter permutes
+  // q_proj/k_proj rows; the other architectures keep Hugging Face's order.
+  bool permuted_qk = false;
+  // Per-layer tensors: Hugging Face module path in the layer -> GGUF short name.
+  std::vector<std::pair<std::string, std::string>> layer_tensors;
+};
+
+struct Family {
+  std::string name;                      // the model_type this file reads: "qwen3"
+  std::vector<std::string> model_types;  // every config.json model_type it reads
+  std::int64_t default_max_position = 2048;
+  std::optional<std::int64_t> default_head_dim;  // when config.json has none (else hidden / heads)
+  // Reads the family's own keys into `config.arch` (the shared dimensions are already read);
+  // throws ConfigError / UnsupportedError naming the key for anything it cannot honour.
+  void (*parse)(const Json& json, const std::string& where, ModelConfig& config) = nullptr;
+  GgufNames gguf;
+};
+
+// The family reading `model_type`; UnsupportedError (naming every supported type) when none does.
+const Family& family_for_model_type(const std::string& model_type, const std::string& where);
+// The family llama.cpp's `general.architecture` value belongs to; nullptr when none.
+const Family* family_for_gguf_architecture(const std::string& architecture);
+// Every registered family, in registry order.
+const std::vector<const Family*>& all_families();
+
+// The decoder layer's tensors as llama.cpp's `llama` names them; families extend it.
+std::vector<std::pair<std::string, std::string>> llama_gguf_layer_tensors();
+
+}  // namespace ctune::model
