@@ -5,26 +5,29 @@
 # ledger of `ctune estimate`), measured peak (VmHWM during training), step time, and ratios
 # against the baseline row of each group. Not part of the test run (minutes, not seconds).
 #   bash scripts/bench_memory.sh            # SEQ=512 STEPS=4 BATCH=1 ALLOCATOR=fast by default
+# MODEL_CONFIG=FILE measures another shape (any family; give it its own OUT), e.g.
+#   MODEL_CONFIG=recipes/models/qwen3-0.6b.json OUT=runs/bench-memory-qwen3 bash scripts/bench_memory.sh
 # ALLOCATOR=exact runs every row with memory.allocator: exact (resident memory follows live tensors).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CTUNE=${CTUNE:-./build/bin/ctune}
 [[ -x $CTUNE ]] || CTUNE_TARGETS=ctune bash scripts/build.sh build
 OUT=${OUT:-runs/bench-memory}
+MODEL_CONFIG=${MODEL_CONFIG:-recipes/models/smollm2-135m.json}
 SEQ=${SEQ:-512}
 STEPS=${STEPS:-4}
 BATCH=${BATCH:-1}
 ALLOCATOR=${ALLOCATOR:-fast}
 mkdir -p "$OUT"
 [[ -f $OUT/base/config.json ]] ||
-  $CTUNE init --config recipes/models/smollm2-135m.json --out "$OUT/base" --tokenizer byte --seed 0 --dtype fp32 >/dev/null
+  $CTUNE init --config "$MODEL_CONFIG" --out "$OUT/base" --tokenizer byte --seed 0 --dtype fp32 >/dev/null
 
 cat >"$OUT/bench.yaml" <<YAML
 output_dir: $OUT/run
 seed: 0
 model: {path: $OUT/base, dtype: fp32}
 data: {train: recipes/quickstart/data/pretrain.jsonl, format: text, max_seq_len: $SEQ, packing: true}
-peft: {method: lora, rank: 8, alpha: 16, target_modules: [q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]}
+peft: {method: lora, rank: 8, alpha: 16, target_modules: [all-linear]}
 optimizer: {name: adamw, lr: 1.0e-4}
 scheduler: {name: constant, warmup_steps: 0}
 training: {batch_size: $BATCH, grad_accum: 1, max_steps: $STEPS, eval_every: 0}
@@ -76,10 +79,11 @@ PY
 done
 
 cp "$OUT/results.jsonl" "$OUT/results-$ALLOCATOR.jsonl"
-/usr/bin/python3 - "$OUT/results.jsonl" "$SEQ" "$BATCH" "$ALLOCATOR" <<'PY'
+/usr/bin/python3 - "$OUT/results.jsonl" "$SEQ" "$BATCH" "$ALLOCATOR" "$MODEL_CONFIG" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print(f"\n== memory benchmark: SmolLM2-135M shape (30 layers), seq {sys.argv[2]}, batch {sys.argv[3]}, memory.allocator {sys.argv[4]}; MB = 1e6 bytes")
+cfg = json.load(open(sys.argv[5]))
+print(f"\n== memory benchmark: {sys.argv[5]} ({cfg['model_type']}, {cfg['num_hidden_layers']} layers), seq {sys.argv[2]}, batch {sys.argv[3]}, memory.allocator {sys.argv[4]}; MB = 1e6 bytes")
 print("   step mem = measured peak - resident when training began; x = ratio to the group's first row")
 print(f"{'config':27}{'predicted':>10}{'measured':>10}{'pred/meas':>10}{'step mem':>10}{'step s':>8}{'x peak':>8}{'x step mem':>11}{'x time':>8}")
 base = {}

@@ -1,5 +1,6 @@
 // `ctune info DIR`: architecture, parameter count, dtypes and bytes of a checkpoint, read from
 // config.json and the safetensors headers only (no tensor is loaded).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -78,6 +79,11 @@ int run_info(const InfoOptions& o) {
   std::printf("%-22s %lld query / %lld key-value heads, head_dim %lld%s%s\n", "attention", (long long)c.num_attention_heads,
               (long long)c.num_key_value_heads, (long long)c.head_dim,
               c.arch.qkv_bias ? ", q/k/v bias" : "", c.arch.qk_norm ? ", q/k norm" : "");
+  if (const auto window = c.arch.sliding_window()) {
+    const auto windowed = std::count_if(c.arch.layer_windows.begin(), c.arch.layer_windows.end(), [](std::int64_t w) { return w > 0; });
+    std::printf("%-22s %lld positions on %lld of %lld layers\n", "sliding window", (long long)*window, (long long)windowed,
+                (long long)c.num_hidden_layers);
+  }
   std::printf("%-22s %lld%s\n", "vocab", (long long)c.vocab_size, c.tie_word_embeddings ? " (tied embeddings)" : "");
   std::printf("%-22s %s\n", "rope", rope);
   std::printf("%-22s %llu (%.3f B)\n", "parameters", (unsigned long long)params, params / 1e9);

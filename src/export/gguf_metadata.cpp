@@ -27,9 +27,9 @@ void check_exportable(const model::ModelConfig& c) {
     throw UnsupportedError("model_type qwen3: attention_bias has no qwen3 GGUF form (llama.cpp's qwen3 has no projection biases)");
   if (arch == "qwen3" && c.rope.type == "llama3")
     throw UnsupportedError("model_type qwen3: llama3 rope scaling has no qwen3 GGUF form (llama.cpp reads rope_freqs for llama only)");
-  if (c.arch.sliding_window) {
-    spdlog::warn("sliding_window {} is not written: llama.cpp's {} attends over the whole context, as ctune does",
-                 *c.arch.sliding_window, arch);
+  if (const auto window = c.arch.sliding_window()) {
+    spdlog::warn("sliding_window {} is not written: llama.cpp's {} attends over the whole context, so its outputs "
+                 "agree with ctune's for contexts up to the window only", *window, arch);
   }
 }
 

@@ -20,7 +20,6 @@ ScoreResult score_tokens(model::CausalLM& model, const std::vector<std::int64_t>
                         " is outside the vocabulary (expected 0.." + std::to_string(config.vocab_size - 1) + ")");
     }
   }
-  model::check_sequence_length(config, static_cast<std::int64_t>(ids.size()), where);
 
   at::NoGradGuard no_grad;
   const auto T = static_cast<std::int64_t>(ids.size());

@@ -62,11 +62,14 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
 }
 
 at::Tensor build_attention_mask(std::int64_t batch, std::int64_t query_length, std::int64_t key_length,
-                                const at::Tensor& key_mask, const at::Tensor& segment_ids, const at::Device& device) {
+                                const at::Tensor& key_mask, const at::Tensor& segment_ids, const at::Device& device,
+                                std::int64_t window) {
   const auto options = at::TensorOptions().dtype(at::kLong).device(device);
   auto q_pos = at::arange(key_length - query_length, key_length, options).view({query_length, 1});
   auto k_pos = at::arange(key_length, options).view({1, key_length});
-  auto mask = (k_pos <= q_pos).view({1, 1, query_length, key_length}).expand({batch, 1, query_length, key_length});
+  auto allowed = k_pos <= q_pos;
+  if (window > 0) allowed = allowed & (q_pos - k_pos < window);
+  auto mask = allowed.view({1, 1, query_length, key_length}).expand({batch, 1, query_length, key_length});
   if (key_mask.defined()) mask = mask & key_mask.to(device).to(at::kBool).view({batch, 1, 1, key_length});
   if (segment_ids.defined()) {
     auto seg = segment_ids.to(device);

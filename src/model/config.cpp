@@ -183,20 +183,17 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir) {
   return parse_model_config(read_json_file(path), path.string());
 }
 
-std::optional<std::int64_t> read_sliding_window(const Json& j, const std::string& where, bool in_force) {
-  const auto window = json_int(j, "sliding_window", where);
-  if (!in_force || !window) return std::nullopt;
-  if (*window <= 0) throw ConfigError(where + ": sliding_window must be positive, found " + std::to_string(*window));
-  return window;
+std::optional<std::int64_t> Architecture::sliding_window() const {
+  const auto largest = std::max_element(layer_windows.begin(), layer_windows.end());
+  if (largest == layer_windows.end() || *largest == 0) return std::nullopt;
+  return *largest;
 }
 
-void check_sequence_length(const ModelConfig& config, std::int64_t length, const std::string& where) {
-  const auto& window = config.arch.sliding_window;
-  if (window && length > *window) {
-    throw UnsupportedError(where + ": sequence of " + std::to_string(length) + " tokens exceeds the model's sliding_window of " +
-                           std::to_string(*window) +
-                           " (ctune implements full causal attention; use sequences of at most the window)");
-  }
+std::optional<std::int64_t> read_sliding_window(const Json& j, const std::string& where) {
+  const auto window = json_int(j, "sliding_window", where);
+  if (!window) return std::nullopt;
+  if (*window <= 0) throw ConfigError(where + ": sliding_window must be positive, found " + std::to_string(*window));
+  return window;
 }
 
 Json config_to_json(const ModelConfig& config, const std::string& dtype) {

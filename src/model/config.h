@@ -38,7 +38,15 @@ struct Architecture {
   // RMSNorm over head_dim on each query and key head (self_attn.q_norm, k_norm: [head_dim]),
   // after the projections and before RoPE (Qwen3).
   bool qk_norm = false;
-  std::optional<std::int64_t> sliding_window;  // attention window, when one is in force
+  // Per layer, the attention window: a query attends to the `w` most recent positions, itself
+  // included (q - k < w); 0: the whole causal context. Empty when every layer is global.
+  std::vector<std::int64_t> layer_windows;
+
+  std::int64_t window(std::int64_t layer) const {
+    return layer < static_cast<std::int64_t>(layer_windows.size()) ? layer_windows[static_cast<std::size_t>(layer)] : 0;
+  }
+  // The largest window of any layer; nullopt when every layer is global.
+  std::optional<std::int64_t> sliding_window() const;
 };
 
 struct ModelConfig {
@@ -68,9 +76,8 @@ struct ModelConfig {
   ProjectionShape projection(const std::string& name) const;
 };
 
-// config.json's sliding_window when `in_force` (the family says whether it is): positive, or
-// null for none.
-std::optional<std::int64_t> read_sliding_window(const Json& json, const std::string& where, bool in_force);
+// config.json's sliding_window: positive, or nullopt when absent or null.
+std::optional<std::int64_t> read_sliding_window(const Json& json, const std::string& where);
 
 // `where` names the source in messages (usually the config.json path).
 ModelConfig parse_model_config(const Json& json, const std::string& where);
@@ -79,10 +86,6 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir);
 // The ids generation stops on: config.json's eos_token_id and, when `model_dir` has one,
 // generation_config.json's (Llama 3 instruct checkpoints list <|eot_id|> only there).
 std::vector<std::int64_t> generation_stop_ids(const ModelConfig& config, const std::filesystem::path& model_dir);
-
-// Refuses a sequence the model cannot attend over as configured (sliding window shorter
-// than the sequence: ctune implements full causal attention only).
-void check_sequence_length(const ModelConfig& config, std::int64_t length, const std::string& where);
 
 // The config as config.json, with dtype keys set to `dtype` ("float32", "bfloat16", "float16").
 Json config_to_json(const ModelConfig& config, const std::string& dtype);

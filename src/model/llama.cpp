@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <map>
+
 #include "core/error.h"
 #include "model/rope.h"
 #include "ops/compute.h"
@@ -46,6 +48,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, at::ScalarType dtype) {
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, dtype));
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, dtype));
   inv_freq = rope_inv_freq(c);
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) windows.push_back(c.arch.window(i));
 }
 
 at::Tensor DecoderImpl::forward(const ForwardInputs& in) {
@@ -54,9 +57,19 @@ at::Tensor DecoderImpl::forward(const ForwardInputs& in) {
   scopes->enter(ParamScopes::kEmbedding, in.input_ids);
   auto x = scopes->leave(ParamScopes::kEmbedding, embed_tokens->forward(in.input_ids));
   auto [cos, sin] = rope_cos_sin(inv_freq, in.position_ids, x.scalar_type());
-  auto mask = build_attention_mask(B, T, past + T, in.attention_mask, in.segment_ids, in.input_ids.device());
+  // One mask per window the layers use (0: the whole causal context), built once per forward.
+  std::map<std::int64_t, at::Tensor> masks;
+  auto mask_for = [&](std::int64_t window) -> const at::Tensor& {
+    auto it = masks.find(window);
+    if (it == masks.end()) {
+      it = masks.emplace(window, build_attention_mask(B, T, past + T, in.attention_mask, in.segment_ids,
+                                                      in.input_ids.device(), window)).first;
+    }
+    return it->second;
+  };
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const auto scope = static_cast<std::int64_t>(i);
+    const at::Tensor& mask = mask_for(i < windows.size() ? windows[i] : 0);
     x = scopes->enter(scope, x);
     x = scopes->leave(scope, layers[i]->as<DecoderLayer>()->forward(x, cos, sin, mask, in.cache ? &in.cache->layers[i] : nullptr));
   }

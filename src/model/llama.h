@@ -75,6 +75,7 @@ class DecoderImpl : public torch::nn::Module {
   // Called around the embedding, each block and the final norm (a sharded run's gathers).
   std::shared_ptr<ParamScopes> scopes = std::make_shared<ParamScopes>();
   at::Tensor inv_freq;  // [d/2] fp32; not a parameter and not saved (HF's non-persistent buffer)
+  std::vector<std::int64_t> windows;  // per layer, Architecture::layer_windows (0: global)
 };
 TORCH_MODULE(Decoder);
 

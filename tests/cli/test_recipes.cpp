@@ -75,12 +75,6 @@ class Recipes : public ::testing::Test {
     write(kDir / "small-vocab.json", R"({"model_type": "llama", "vocab_size": 200, "hidden_size": 32, "intermediate_size": 64,
       "num_hidden_layers": 1, "num_attention_heads": 4, "torch_dtype": "float32"})");
     ASSERT_EQ(ctune({"init", "--config", (kDir / "small-vocab.json").string(), "--out", (kDir / "small-vocab").string()}).status, 0);
-    write(kDir / "sliding.json", R"({"model_type": "mistral", "vocab_size": 320, "hidden_size": 32, "intermediate_size": 64,
-      "num_hidden_layers": 1, "num_attention_heads": 4, "sliding_window": 32, "torch_dtype": "float32"})");
-    ASSERT_EQ(ctune({"init", "--config", (kDir / "sliding.json").string(), "--out", (kDir / "sliding").string(), "--tokenizer",
-                     "byte"})
-                  .status,
-              0);
     write(kDir / "train.jsonl", instruct_rows(40));
     write(kDir / "eval.jsonl", instruct_rows(8, 100));
     write(kDir / "empty.jsonl", "\n\n");
@@ -155,8 +149,6 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
       {"eval_file_and_fraction", base, {"data.eval_fraction=0.2"}, "eval"},
       {"bad_threads", base + "threads: lots\n", {}, "`threads` expected \"auto\" or a thread count"},
       {"bad_checkpointing", base + "memory: {activation_checkpointing: every_n:0}\n", {}, "every_n:K with K >= 1"},
-      {"sliding_window_too_short", replace(base, "path: " + d + "/model}", "path: " + d + "/sliding}"), {"data.max_seq_len=64"},
-       "exceeds the model's sliding_window of 32"},
       {"init_adapter_missing", base + "\n", {"peft.init_from=" + d + "/no-adapter"}, "`peft.init_from`"},
       {"bad_shard_size", base, {"checkpoint.shard_size=5XB"}, "expected a positive size like 5GB"},
       {"chat_without_messages", replace(base, "format: instruct", "format: chat"), {}, "train.jsonl:1"},

@@ -150,21 +150,27 @@ TEST(Config, EachFamilyReadsItsOwnKeys) {
   EXPECT_EQ(q3.head_dim, 128);
   EXPECT_EQ(q3.max_position_embeddings, 32768);
   EXPECT_TRUE(q3.arch.qkv_bias && q3.arch.o_bias);
-  EXPECT_FALSE(q3.arch.sliding_window.has_value()) << "no layer is at or past max_window_layers";
+  EXPECT_FALSE(q3.arch.sliding_window().has_value()) << "no layer is at or past max_window_layers";
   auto q3w = model::parse_model_config(
       Json::parse(R"({"model_type":"qwen3","vocab_size":16,"hidden_size":8,"intermediate_size":16,
-        "num_hidden_layers":2,"num_attention_heads":2,"head_dim":4,"sliding_window":4,
+        "num_hidden_layers":2,"num_attention_heads":2,"head_dim":4,"sliding_window":4,"use_sliding_window":true,
         "layer_types":["full_attention","sliding_attention"]})"),
       "q3w");
   EXPECT_EQ(q3w.head_dim, 4);
-  EXPECT_EQ(q3w.arch.sliding_window.value_or(0), 4);
+  EXPECT_EQ(q3w.arch.layer_windows, (std::vector<std::int64_t>{0, 4}));
   // Mistral and Llama read the same keys; neither has q/k norms.
   auto m = model::parse_model_config(
       Json::parse(R"({"model_type":"mistral","vocab_size":16,"hidden_size":8,"intermediate_size":16,
         "num_hidden_layers":1,"num_attention_heads":2,"sliding_window":4096})"),
       "m");
   EXPECT_FALSE(m.arch.qk_norm);
-  EXPECT_EQ(m.arch.sliding_window.value_or(0), 4096);
+  EXPECT_EQ(m.arch.layer_windows, (std::vector<std::int64_t>{4096}));
+  // Llama never had a window: transformers does not read the key, nor does ctune.
+  auto l = model::parse_model_config(
+      Json::parse(R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"intermediate_size":16,
+        "num_hidden_layers":1,"num_attention_heads":2,"sliding_window":4})"),
+      "l");
+  EXPECT_FALSE(l.arch.sliding_window().has_value());
   try {
     model::parse_model_config(Json::parse(R"({"model_type":"gemma7"})"), "g");
     FAIL();
@@ -195,7 +201,7 @@ TEST(Config, ReadsBothSpellingsOfDtypeAndRope) {
   EXPECT_EQ(v5.rope.theta, 1000000.0);
   EXPECT_TRUE(v5.arch.qkv_bias);
   EXPECT_FALSE(v5.arch.o_bias);
-  EXPECT_FALSE(v5.arch.sliding_window.has_value()) << "Qwen2 ignores sliding_window unless use_sliding_window";
+  EXPECT_FALSE(v5.arch.sliding_window().has_value()) << "Qwen2 ignores sliding_window unless use_sliding_window";
 }
 
 }  // namespace

@@ -74,6 +74,19 @@ CASES = {
     "qwen3_bias_untied_fp32": dict(model_type="qwen3", num_key_value_heads=4, attention_bias=True,
                                    tie_word_embeddings=False, torch_dtype="float32", rope_theta=10000.0,
                                    _seq_len=256),
+    # Windows shorter than the sequence (transformers' sliding masks: key k visible from query q
+    # when q - k < window). Mistral: every layer, 48 of 256; bf16, tied.
+    "mistral_window_bf16": dict(model_type="mistral", num_key_value_heads=2, sliding_window=48,
+                                tie_word_embeddings=True, torch_dtype="bfloat16", rope_theta=10000.0,
+                                _seq_len=256),
+    # Qwen2: layers at or past max_window_layers (here 1 of 3) windowed (40), layer 0 global.
+    "qwen2_window_layers": dict(model_type="qwen2", num_key_value_heads=2, num_hidden_layers=3,
+                                tie_word_embeddings=False, torch_dtype="float32", rope_theta=10000.0,
+                                use_sliding_window=True, sliding_window=40, max_window_layers=1, _seq_len=256),
+    # Qwen3 with explicit layer_types: layer 0 windowed (64), layer 1 global.
+    "qwen3_layer_types": dict(model_type="qwen3", num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
+                              torch_dtype="bfloat16", rope_theta=1000000.0, use_sliding_window=True,
+                              sliding_window=64, layer_types=["sliding_attention", "full_attention"], _seq_len=256),
 }
 
 # Beam search fixtures: MHA, GQA and Qwen2 biases. The eos ids are tokens greedy decoding picks
@@ -100,6 +113,24 @@ def head_dim(cfg):
     if cfg["model_type"] == "qwen3":
         return 128
     return cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
+def layer_windows(cfg):
+    """Per layer, the attention window or None (global), as the configuration classes decide:
+    MistralConfig's sliding_window on every layer; Qwen2Config / Qwen3Config's layer_types
+    (given, or sliding from max_window_layers on), with the window only under
+    use_sliding_window; Llama none."""
+    L = cfg["num_hidden_layers"]
+    kind = cfg["model_type"]
+    if kind == "mistral":
+        return [cfg.get("sliding_window")] * L
+    if kind in ("qwen2", "qwen3"):
+        window = cfg.get("sliding_window") if cfg.get("use_sliding_window", False) else None
+        types = cfg.get("layer_types") or [
+            "sliding_attention" if window is not None and i >= cfg.get("max_window_layers", 28) else "full_attention"
+            for i in range(L)]
+        return [window if t == "sliding_attention" else None for t in types]
+    return [None] * L
 
 
 def config_for(case):
@@ -244,6 +275,8 @@ def forward(cfg, w, ids, dtype=torch.float64):
     emb = torch.cat((freqs, freqs), dim=-1)
     cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)   # [T, d]
     causal = torch.ones(T, T, dtype=torch.bool).tril()
+    q_idx, k_idx = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    windows = layer_windows(cfg)
 
     x = W["model.embed_tokens.weight"][torch.tensor(ids)]
     for i in range(cfg["num_hidden_layers"]):
@@ -260,7 +293,8 @@ def forward(cfg, w, ids, dtype=torch.float64):
         k = k.repeat_interleave(nh // nkv, dim=0)          # query head j uses KV head j // groups
         v = v.repeat_interleave(nh // nkv, dim=0)
         s = (q @ k.transpose(1, 2)) / math.sqrt(d)
-        s = s.masked_fill(~causal, float("-inf"))
+        allowed = causal if windows[i] is None else causal & (q_idx - k_idx < windows[i])
+        s = s.masked_fill(~allowed, float("-inf"))
         a = torch.softmax(s, dim=-1) @ v                   # [nh, T, d]
         x = x + lin(a.transpose(0, 1).reshape(T, nh * d), p + "self_attn.o_proj")
         h = rms(x, W[p + "post_attention_layernorm.weight"])

@@ -1,24 +1,22 @@
-// Llama 2/3 (and SmolLM, TinyLlama): the base the Architecture's defaults describe. Mistral reads
-// the same keys (families/mistral.cpp).
-// attention_bias puts biases on q/k/v/o; mlp_bias on the MLP's three projections.
+// Llama 2/3 (and SmolLM, TinyLlama): the base the Architecture's defaults describe.
+// attention_bias puts biases on q/k/v/o; mlp_bias on the MLP's three projections. Every layer
+// attends over the whole causal context: LlamaConfig has no window (a sliding_window key is
+// not read, as transformers does not read it).
 #include "core/error.h"
 #include "model/config.h"
 #include "model/families/families.h"
 
 namespace ctune::model::families {
 
-namespace {
-void parse(const Json& j, const std::string& where, ModelConfig& c) {
+void parse_llama_keys(const Json& j, const std::string& where, ModelConfig& c) {
   const bool attention_bias = json_bool(j, "attention_bias", where).value_or(false);
   c.arch.qkv_bias = attention_bias;
   c.arch.o_bias = attention_bias;
   c.arch.mlp_bias = json_bool(j, "mlp_bias", where).value_or(false);
-  c.arch.sliding_window = read_sliding_window(j, where, json_int(j, "sliding_window", where).has_value());
 }
-}  // namespace
 
 const Family& llama() {
-  static const Family f{"llama", {"llama"}, 2048, std::nullopt, parse, {"llama", true, llama_gguf_layer_tensors()}};
+  static const Family f{"llama", {"llama"}, 2048, std::nullopt, parse_llama_keys, {"llama", true, llama_gguf_layer_tensors()}};
   return f;
 }
 

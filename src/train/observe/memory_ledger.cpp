@@ -250,7 +250,12 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
   } else {
     kept = s.L * a.layer;
   }
-  const Term top = Term::num(8) * n * s.H + s.r * n * s.H + (blocked ? s.B * TT : Term());  // final norm, loss input, mask
+  // The final norm, the loss input and the model's masks (one per window its layers use).
+  std::vector<std::int64_t> windows = in.config.arch.layer_windows;
+  windows.push_back(0);
+  std::sort(windows.begin(), windows.end());
+  const auto mask_count = static_cast<std::int64_t>(std::unique(windows.begin(), windows.end()) - windows.begin());
+  const Term top = Term::num(8) * n * s.H + s.r * n * s.H + (blocked ? Term::num(mask_count) * s.B * TT : Term());
   a.total = kept + top + workspace;
   std::string note = "per layer " + mb(a.layer.value()) + ": 2 norms, q/k/v inputs, " +
                      (in.config.arch.qk_norm ? "q/k norms, " : "") +

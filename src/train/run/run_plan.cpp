@@ -116,9 +116,6 @@ model::CausalLM plan_model(RunPlan& p) {
     io::CheckpointReader checkpoint(p.model_dir);
     model::check_weights(shape_only, checkpoint);
   });
-  for_key(r, "data.max_seq_len", [&] {
-    model::check_sequence_length(p.model_config, r.get_int("data.max_seq_len"), (p.model_dir / "config.json").string());
-  });
   if (r.get_int("data.max_seq_len") > p.model_config.max_position_embeddings) {
     spdlog::warn("{}: `data.max_seq_len` {} is past the model's max_position_embeddings {}: positions beyond it were "
                  "never trained, and the model's own config says not to use them",
