@@ -51,8 +51,8 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   auto v = v_proj->forward(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
   // RoPE tables follow the residual stream's dtype; q and k go back to v's (the projections'
   // compute dtype) so the attention matmuls stay in low precision under mixed precision.
-  q = apply_rope(q, cos, sin).to(v.scalar_type());
-  k = apply_rope(k, cos, sin).to(v.scalar_type());
+  q = (use_rope ? apply_rope(q, cos, sin) : q).to(v.scalar_type());
+  k = (use_rope ? apply_rope(k, cos, sin) : k).to(v.scalar_type());
   if (cache) std::tie(k, v) = cache->append(k, v);
   // softmax(q kᵀ / sqrt(d)) v over [B, nh, T, T_past + T] scores; each KV head serves
   // num_heads / num_kv_heads query heads.

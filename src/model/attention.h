@@ -39,6 +39,7 @@ class AttentionImpl : public torch::nn::Module {
   ops::AttentionKernel kernel = ops::AttentionKernel::blocked;  // RecomputePolicy::attention_kernel
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Architecture::qk_norm only
+  bool use_rope = true;                       // Architecture::rope(layer): false in a NoPE layer
 };
 TORCH_MODULE(Attention);
 

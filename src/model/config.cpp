@@ -28,8 +28,9 @@ std::int64_t require_positive(const Json& j, const char* key, const std::string&
 
 // Reads the rope section from either spelling. v5 puts everything in rope_parameters; v4 has
 // top-level rope_theta and an optional rope_scaling object.
-RopeConfig parse_rope(const Json& j, const std::string& where) {
+RopeConfig parse_rope(const Json& j, const std::string& where, double default_theta) {
   RopeConfig rope;
+  rope.theta = default_theta;
   const Json* scaling = nullptr;
   std::string section = "rope_scaling";
   if (j.contains("rope_parameters") && !j["rope_parameters"].is_null()) {
@@ -147,14 +148,14 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   }
   c.rms_norm_eps = json_number(j, "rms_norm_eps", where).value_or(1e-6);
   if (!(c.rms_norm_eps > 0)) throw ConfigError(where + ": rms_norm_eps must be positive, found " + std::to_string(c.rms_norm_eps));
-  c.rope = parse_rope(j, where);
+  c.rope = parse_rope(j, where, family.default_rope_theta);
   if (auto prf = json_number(j, "partial_rotary_factor", where); prf && *prf != 1.0) {
     throw UnsupportedError(where + ": partial_rotary_factor " + std::to_string(*prf) + " is not supported (expected 1.0)");
   }
   const std::string act = json_string(j, "hidden_act", where).value_or("silu");
   if (act != "silu") throw UnsupportedError(where + ": hidden_act \"" + act + "\" is not supported (expected silu)");
 
-  c.tie_word_embeddings = json_bool(j, "tie_word_embeddings", where).value_or(false);
+  c.tie_word_embeddings = json_bool(j, "tie_word_embeddings", where).value_or(family.default_tied);
   family.parse(j, where, c);
 
   auto dtype = json_string(j, "dtype", where);

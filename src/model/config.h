@@ -41,6 +41,12 @@ struct Architecture {
   // Per layer, the attention window: a query attends to the `w` most recent positions, itself
   // included (q - k < w); 0: the whole causal context. Empty when every layer is global.
   std::vector<std::int64_t> layer_windows;
+  // Per layer, whether RoPE rotates q and k (SmolLM3's NoPE layers: false). Empty: every layer.
+  std::vector<bool> rope_layers;
+
+  bool rope(std::int64_t layer) const {
+    return layer >= static_cast<std::int64_t>(rope_layers.size()) || rope_layers[static_cast<std::size_t>(layer)];
+  }
 
   std::int64_t window(std::int64_t layer) const {
     return layer < static_cast<std::int64_t>(layer_windows.size()) ? layer_windows[static_cast<std::size_t>(layer)] : 0;

@@ -37,6 +37,8 @@ struct Family {
   // throws ConfigError / UnsupportedError naming the key for anything it cannot honour.
   void (*parse)(const Json& json, const std::string& where, ModelConfig& config) = nullptr;
   GgufNames gguf;
+  double default_rope_theta = 10000.0;  // when config.json has no rope_theta
+  bool default_tied = false;            // when config.json has no tie_word_embeddings
 };
 
 // The family reading `model_type`; UnsupportedError (naming every supported type) when none does.

@@ -45,7 +45,11 @@ at::Tensor DecoderLayerImpl::forward_block(const at::Tensor& x, const at::Tensor
 DecoderImpl::DecoderImpl(const ModelConfig& c, at::ScalarType dtype) {
   embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size, dtype));
   layers = register_module("layers", torch::nn::ModuleList());
-  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, dtype));
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    DecoderLayer layer(c, dtype);
+    layer->self_attn->use_rope = c.arch.rope(i);
+    layers->push_back(layer);
+  }
   norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, dtype));
   inv_freq = rope_inv_freq(c);
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) windows.push_back(c.arch.window(i));

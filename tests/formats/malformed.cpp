@@ -121,6 +121,8 @@ std::vector<MalformedCase> write_malformed_cases(const fs::path& root) {
               R"({"model_type":"qwen3","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"layer_types":["full_attention","chunked_attention"]})");
   config_case("config_qwen3_layer_types_length", Expect::Config, "\"layer_types\" must list one entry per layer (2)",
               R"({"model_type":"qwen3","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"layer_types":["full_attention"]})");
+  config_case("config_smollm3_no_rope_short", Expect::Config, "\"no_rope_layers\" must list at least one 0/1 entry per layer (2)",
+              R"({"model_type":"smollm3","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"no_rope_layers":[1]})");
   config_case("config_unknown_model_type", Expect::Unsupported, "model_type \"gpt2\" is not supported",
               R"({"model_type":"gpt2","vocab_size":16})");
   config_case("config_unsupported_rope", Expect::Unsupported, "rope type \"yarn\" is not supported",

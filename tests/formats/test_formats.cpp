@@ -158,6 +158,14 @@ TEST(Config, EachFamilyReadsItsOwnKeys) {
       "q3w");
   EXPECT_EQ(q3w.head_dim, 4);
   EXPECT_EQ(q3w.arch.layer_windows, (std::vector<std::int64_t>{0, 4}));
+  // SmolLM3: NoPE every 4th layer by default, tied, rope_theta 2e6.
+  auto s3 = model::parse_model_config(
+      Json::parse(R"({"model_type":"smollm3","vocab_size":16,"hidden_size":8,"intermediate_size":16,
+        "num_hidden_layers":8,"num_attention_heads":2})"),
+      "s3");
+  EXPECT_EQ(s3.arch.rope_layers, (std::vector<bool>{true, true, true, false, true, true, true, false}));
+  EXPECT_TRUE(s3.tie_word_embeddings);
+  EXPECT_EQ(s3.rope.theta, 2000000.0);
   // Mistral and Llama read the same keys; neither has q/k norms.
   auto m = model::parse_model_config(
       Json::parse(R"({"model_type":"mistral","vocab_size":16,"hidden_size":8,"intermediate_size":16,
@@ -175,7 +183,7 @@ TEST(Config, EachFamilyReadsItsOwnKeys) {
     model::parse_model_config(Json::parse(R"({"model_type":"gemma7"})"), "g");
     FAIL();
   } catch (const UnsupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("(supported: llama, mistral, qwen2, qwen3)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(supported: llama, mistral, qwen2, qwen3, smollm3)"), std::string::npos) << e.what();
   }
 }
 

@@ -74,6 +74,15 @@ CASES = {
     "qwen3_bias_untied_fp32": dict(model_type="qwen3", num_key_value_heads=4, attention_bias=True,
                                    tie_word_embeddings=False, torch_dtype="float32", rope_theta=10000.0,
                                    _seq_len=256),
+    # SmolLM3: NoPE every 2nd layer (layers 1 and 3 of 4), tied head and rope_theta 2e6 by
+    # default (both keys absent), bf16.
+    "smollm3_nope_bf16": dict(model_type="smollm3", num_hidden_layers=4, num_key_value_heads=2,
+                              no_rope_layer_interval=2, torch_dtype="bfloat16", _seq_len=256),
+    # SmolLM3 with an explicit no_rope_layers list (NoPE first), attention/MLP biases, untied, fp32.
+    "smollm3_list_bias_fp32": dict(model_type="smollm3", num_hidden_layers=3, num_key_value_heads=4,
+                                   no_rope_layers=[0, 1, 1], attention_bias=True, mlp_bias=True,
+                                   tie_word_embeddings=False, torch_dtype="float32", rope_theta=10000.0,
+                                   _seq_len=256),
     # Windows shorter than the sequence (transformers' sliding masks: key k visible from query q
     # when q - k < window). Mistral: every layer, 48 of 256; bf16, tied.
     "mistral_window_bf16": dict(model_type="mistral", num_key_value_heads=2, sliding_window=48,
@@ -113,6 +122,18 @@ def head_dim(cfg):
     if cfg["model_type"] == "qwen3":
         return 128
     return cfg["hidden_size"] // cfg["num_attention_heads"]
+
+
+def rope_layers(cfg):
+    """Per layer, whether RoPE applies: SmolLM3Config's no_rope_layers (1 = RoPE), by default
+    NoPE every no_rope_layer_interval-th layer; every other family always."""
+    L = cfg["num_hidden_layers"]
+    if cfg["model_type"] != "smollm3":
+        return [True] * L
+    if cfg.get("no_rope_layers") is not None:
+        return [bool(v) for v in cfg["no_rope_layers"][:L]]
+    interval = cfg.get("no_rope_layer_interval", 4)
+    return [(i + 1) % interval != 0 for i in range(L)]
 
 
 def layer_windows(cfg):
@@ -171,7 +192,7 @@ def tensor_shapes(cfg):
                 out += [(p + f"mlp.{proj}.bias", (shape[0],))]
         out += [(p + "input_layernorm.weight", (H,)), (p + "post_attention_layernorm.weight", (H,))]
     out += [("model.norm.weight", (H,))]
-    if not cfg.get("tie_word_embeddings", False):
+    if not cfg.get("tie_word_embeddings", cfg["model_type"] == "smollm3"):  # SmolLM3Config ties by default
         out += [("lm_head.weight", (V, H))]
     return out
 
@@ -233,7 +254,8 @@ def inv_freq_hf(cfg):
     """RoPE inverse frequencies exactly as transformers' rope init functions (fp32)."""
     d = head_dim(cfg)
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    theta = params.get("rope_theta", cfg.get("rope_theta", 10000.0))
+    default_theta = 2000000.0 if cfg["model_type"] == "smollm3" else 10000.0  # SmolLM3Config.default_theta
+    theta = params.get("rope_theta", cfg.get("rope_theta", default_theta))
     rope_type = params.get("rope_type", params.get("type", "default"))
     inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
     if rope_type == "linear":
@@ -277,6 +299,7 @@ def forward(cfg, w, ids, dtype=torch.float64):
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     q_idx, k_idx = torch.arange(T)[:, None], torch.arange(T)[None, :]
     windows = layer_windows(cfg)
+    rotary = rope_layers(cfg)
 
     x = W["model.embed_tokens.weight"][torch.tensor(ids)]
     for i in range(cfg["num_hidden_layers"]):
@@ -288,8 +311,9 @@ def forward(cfg, w, ids, dtype=torch.float64):
         if p + "self_attn.q_norm.weight" in W:             # Qwen3: each head normalised over d, before RoPE
             q = rms(q, W[p + "self_attn.q_norm.weight"])
             k = rms(k, W[p + "self_attn.k_norm.weight"])
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        if rotary[i]:                                      # SmolLM3's NoPE layers skip it
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(nh // nkv, dim=0)          # query head j uses KV head j // groups
         v = v.repeat_interleave(nh // nkv, dim=0)
         s = (q @ k.transpose(1, 2)) / math.sqrt(d)

@@ -48,7 +48,8 @@ Reference read_reference(const std::string& name) {
 const std::vector<std::string> kCases = {"llama_mha_fp32",      "llama_gqa_tied_bf16",  "llama_headdim_bias",
                                          "llama3_rope",         "qwen2_bias",           "llama_sharded_linear",
                                          "mistral_fp16",        "qwen3_gqa_tied_bf16",  "qwen3_bias_untied_fp32",
-                                         "mistral_window_bf16", "qwen2_window_layers",  "qwen3_layer_types"};
+                                         "mistral_window_bf16", "qwen2_window_layers",  "qwen3_layer_types",
+                                         "smollm3_nope_bf16",   "smollm3_list_bias_fp32"};
 
 class ReferenceCase : public ::testing::TestWithParam<std::string> {};
 

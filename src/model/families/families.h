@@ -9,6 +9,7 @@ const Family& llama();
 const Family& mistral();
 const Family& qwen2();
 const Family& qwen3();
+const Family& smollm3();
 
 // Keys every Llama-like family reads: attention_bias (q/k/v/o), mlp_bias.
 void parse_llama_keys(const Json& json, const std::string& where, ModelConfig& config);

@@ -13,6 +13,7 @@ const std::vector<const Family*>& all_families() {
       &families::mistral(),
       &families::qwen2(),
       &families::qwen3(),
+      &families::smollm3(),
   };
   return all;
 }
