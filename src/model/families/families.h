@@ -15,5 +15,10 @@ const Family& smollm3();
 void parse_llama_keys(const Json& json, const std::string& where, ModelConfig& config);
 // Per-layer windows by Qwen2Config's layer_types rule (families/qwen2.cpp).
 std::vector<std::int64_t> qwen_layer_windows(const Json& json, const std::string& where, std::int64_t layers);
+// config.json's layer_types: per layer whether it is "sliding_attention" (else
+// "full_attention"); nullopt when absent (families/layer_types.cpp).
+std::optional<std::vector<bool>> read_layer_types(const Json& json, const std::string& where, std::int64_t layers);
+// sliding_window on the `sliding` layers, when use_sliding_window and a window is set; else none.
+std::vector<std::int64_t> sliding_layer_windows(const Json& json, const std::string& where, const std::vector<bool>& sliding);
 
 }  // namespace ctune::model::families

@@ -2,7 +2,6 @@
 // after the projections and before RoPE (q_norm, k_norm: weights [head_dim]); attention_bias
 // puts biases on q/k/v/o (off in every released checkpoint); head_dim is explicit (128 when
 // absent, Qwen3Config's default). Windows as Qwen2's (qwen_layer_windows).
-#include "core/error.h"
 #include "model/config.h"
 #include "model/families/families.h"
 
@@ -10,10 +9,8 @@ namespace ctune::model::families {
 
 namespace {
 void parse(const Json& j, const std::string& where, ModelConfig& c) {
-  const bool attention_bias = json_bool(j, "attention_bias", where).value_or(false);
-  c.arch.qkv_bias = attention_bias;
-  c.arch.o_bias = attention_bias;
-  c.arch.mlp_bias = false;
+  parse_llama_keys(j, where, c);
+  c.arch.mlp_bias = false;  // Qwen3MLP has no biases and no mlp_bias key
   c.arch.qk_norm = true;
   c.arch.layer_windows = qwen_layer_windows(j, where, c.num_hidden_layers);
 }

@@ -34,22 +34,13 @@ std::vector<bool> rope_layers(const Json& j, const std::string& where, std::int6
 void parse(const Json& j, const std::string& where, ModelConfig& c) {
   parse_llama_keys(j, where, c);
   c.arch.rope_layers = rope_layers(j, where, c.num_hidden_layers);
-  const auto window = read_sliding_window(j, where);
-  if (!window || !json_bool(j, "use_sliding_window", where).value_or(false)) return;
-  const auto types = j.find("layer_types");
-  c.arch.layer_windows.assign(static_cast<std::size_t>(c.num_hidden_layers), 0);
-  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    bool sliding = !c.arch.rope(i);
-    if (types != j.end() && !types->is_null()) {
-      if (!types->is_array() || static_cast<std::int64_t>(types->size()) != c.num_hidden_layers)
-        throw ConfigError(where + ": \"layer_types\" must list one entry per layer, found " + types->dump());
-      const Json& t = (*types)[static_cast<std::size_t>(i)];
-      if (t != "full_attention" && t != "sliding_attention")
-        throw UnsupportedError(where + ": layer_types entry " + t.dump() + " is not supported (expected full_attention or sliding_attention)");
-      sliding = t == "sliding_attention";
-    }
-    if (sliding) c.arch.layer_windows[static_cast<std::size_t>(i)] = *window;
+  // SmolLM3Config's layer_types default: the NoPE layers slide.
+  auto sliding = read_layer_types(j, where, c.num_hidden_layers);
+  if (!sliding) {
+    sliding.emplace();
+    for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) sliding->push_back(!c.arch.rope(i));
   }
+  c.arch.layer_windows = sliding_layer_windows(j, where, *sliding);
 }
 }  // namespace
 
