@@ -13,7 +13,8 @@
 #   CTUNE_BUILD_DIR   build directory (default build)
 #   CTUNE_SKIP_INSTALL=1  do not run scripts/install-deps.sh
 #   CTUNE_LLAMA_CPP_NPM_CACHE  node-llama-cpp cache (default: the test suite's, in the build dir)
-#   CTUNE_JOURNEY_FAMILY  the tiny model's model_type: llama (default), mistral, qwen2, qwen3
+#   CTUNE_JOURNEY_FAMILY  the tiny model's model_type: llama (default), mistral, qwen2, qwen3,
+#                         smollm3 (no GGUF form: the journey stops after merge), gemma2, gemma3_text
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${CTUNE_BUILD_DIR:-build}
@@ -34,8 +35,11 @@ rm -rf "$RUN"
 mkdir -p "$RUN"
 
 # --- 1. tiny base model --------------------------------------------------------------------
+# Gemma's queries scale by query_pre_attn_scalar^-1/2; llama.cpp's by head_dim^-1/2.
+EXTRA=""
+[[ $FAMILY == gemma* ]] && EXTRA='"query_pre_attn_scalar": 16,'
 cat > "$RUN/config.json" <<EOF
-{"model_type": "$FAMILY", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 160,
+{"model_type": "$FAMILY", $EXTRA "vocab_size": 320, "hidden_size": 64, "intermediate_size": 160,
  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
  "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
  "tie_word_embeddings": true, "initializer_range": 0.1, "bos_token_id": 256, "eos_token_id": 257,

@@ -73,7 +73,8 @@ int run_info(const InfoOptions& o) {
     std::cout << out.dump(2) << std::endl;
     return 0;
   }
-  std::printf("%-22s %s\n", "model_type", c.model_type.c_str());
+  std::printf("%-22s %s%s\n", "model_type", c.model_type.c_str(),
+              c.wrapper_type.empty() ? "" : (" (the text model of a " + c.wrapper_type + " checkpoint; other parts not loaded)").c_str());
   std::printf("%-22s %lld layers, hidden %lld, intermediate %lld\n", "architecture", (long long)c.num_hidden_layers,
               (long long)c.hidden_size, (long long)c.intermediate_size);
   std::printf("%-22s %lld query / %lld key-value heads, head_dim %lld%s%s\n", "attention", (long long)c.num_attention_heads,
@@ -83,6 +84,13 @@ int run_info(const InfoOptions& o) {
     const auto windowed = std::count_if(c.arch.layer_windows.begin(), c.arch.layer_windows.end(), [](std::int64_t w) { return w > 0; });
     std::printf("%-22s %lld positions on %lld of %lld layers\n", "sliding window", (long long)*window, (long long)windowed,
                 (long long)c.num_hidden_layers);
+  }
+  if (c.arch.attn_softcap > 0 || c.arch.final_softcap > 0) {
+    std::printf("%-22s attention %g, logits %g (0: none)\n", "soft-caps", c.arch.attn_softcap, c.arch.final_softcap);
+  }
+  if (c.arch.norm_offset || c.arch.sandwich_norms) {
+    std::printf("%-22s %s%s%s\n", "norms", c.arch.norm_offset ? "(1 + w) scale" : "w scale",
+                c.arch.sandwich_norms ? ", 4 per layer (sandwich)" : "", c.arch.embed_scale ? "; embeddings x sqrt(hidden)" : "");
   }
   std::printf("%-22s %lld%s\n", "vocab", (long long)c.vocab_size, c.tie_word_embeddings ? " (tied embeddings)" : "");
   std::printf("%-22s %s\n", "rope", rope);

@@ -47,6 +47,7 @@ model::CausalLM load_gguf_model(const io::GgufFile& file) {
                         shape_text(param.sizes().vec()) + ")");
     at::Tensor value = decode_tensor(file, *info);
     if (const char p = qk_projection(name); p && permuted) value = unpermute_qk_rows(value, qk_heads(config, p));
+    if (gguf_shifts_norm(config, name)) value = value - 1;
     param.copy_(value);
     used.insert(info->name);
   }

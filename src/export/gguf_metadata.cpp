@@ -2,6 +2,8 @@
 // loader reads them as; config_from_gguf accepts any integer or float type.
 #include "export/gguf_metadata.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "core/log.h"
 #include "export/gguf_names.h"
@@ -12,8 +14,62 @@ namespace ctune::exporter {
 
 using io::GgufValue;
 
+namespace {
+
+// The queries' scale llama.cpp's gemma2/gemma3 use: derived from the shape, not read (its 27B
+// models, 46 and 62 layers, scale by hidden / heads; the others by head_dim).
+double llama_cpp_gemma_scale(const model::ModelConfig& c, const std::string& arch) {
+  const bool big = c.num_hidden_layers == (arch == "gemma2" ? 46 : 62);
+  return 1.0 / std::sqrt(static_cast<double>(big ? c.hidden_size / c.num_attention_heads : c.head_dim));
+}
+
+// llama.cpp's fixed layer pattern: layer i slides when i % pattern < pattern - 1 (gemma2: 2,
+// gemma3: 6), all with one window.
+std::vector<std::int64_t> llama_cpp_gemma_windows(std::int64_t layers, std::int64_t pattern, std::int64_t window) {
+  std::vector<std::int64_t> w(static_cast<std::size_t>(layers), 0);
+  for (std::int64_t i = 0; i < layers; ++i)
+    if (i % pattern < pattern - 1) w[static_cast<std::size_t>(i)] = window;
+  return w;
+}
+
+std::int64_t gemma_pattern(const std::string& arch) { return arch == "gemma2" ? 2 : 6; }
+
+void check_gemma_exportable(const model::ModelConfig& c, const std::string& arch) {
+  const std::string what = "model_type " + c.model_type + ": ";
+  if (c.arch.qkv_bias || c.arch.o_bias) throw UnsupportedError(what + "attention_bias has no " + arch + " GGUF form");
+  if (!c.tie_word_embeddings)  // its loader never reads output.weight
+    throw UnsupportedError(what + "an untied lm_head has no " + arch + " GGUF form (llama.cpp's Gemma always ties it)");
+  const double expected = llama_cpp_gemma_scale(c, arch);
+  if (std::abs(c.attention_scale() - expected) > 1e-6 * expected) {
+    throw UnsupportedError(what + "query_pre_attn_scalar " + std::to_string(*c.arch.query_pre_attn_scalar) +
+                           " has no " + arch + " GGUF form (llama.cpp derives the scale from the shape: expected " +
+                           std::to_string(1.0 / (expected * expected)) + ")");
+  }
+  const auto window = c.arch.sliding_window();
+  const std::int64_t pattern = gemma_pattern(arch);
+  if (!window || c.arch.layer_windows != llama_cpp_gemma_windows(c.num_hidden_layers, pattern, *window)) {
+    throw UnsupportedError(what + "its sliding layers have no " + arch + " GGUF form (llama.cpp windows every layer but each " +
+                           std::to_string(pattern) + "th, all with one sliding_window)");
+  }
+  if (arch == "gemma2" && (c.arch.attn_softcap <= 0 || c.arch.final_softcap <= 0))
+    throw UnsupportedError(what + "llama.cpp's gemma2 always soft-caps scores and logits (a null cap has no GGUF form)");
+  if (arch == "gemma3") {
+    if (c.arch.attn_softcap > 0) throw UnsupportedError(what + "attention soft-caps have no gemma3 GGUF form");
+    const auto& local = c.arch.local_rope;
+    if (!local || local->type != "default" || local->theta != 10000.0)
+      throw UnsupportedError(what + "llama.cpp's gemma3 fixes the local layers' RoPE at theta 10000, unscaled");
+  }
+}
+
+}  // namespace
+
 void check_exportable(const model::ModelConfig& c) {
   const std::string arch = gguf_architecture(c);
+  if (arch == "gemma2" || arch == "gemma3") {
+    check_gemma_exportable(c, arch);
+    if (c.rope.type == "llama3") throw UnsupportedError("model_type " + c.model_type + ": llama3 rope scaling has no " + arch + " GGUF form");
+    return;
+  }
   if (arch == "qwen2") {
     const std::string what = "model_type qwen2: ";
     if (c.rope.type == "llama3")
@@ -67,6 +123,11 @@ void write_model_metadata(io::GgufWriter& w, const model::ModelConfig& c, const 
   if (c.rope.type == "linear") {
     w.set(a + ".rope.scaling.type", GgufValue::string("linear"));
     w.set(a + ".rope.scaling.factor", GgufValue::f32(static_cast<float>(c.rope.factor)));
+  }
+  if (a == "gemma2" || a == "gemma3") {
+    w.set(a + ".attention.sliding_window", u32(*c.arch.sliding_window()));
+    if (c.arch.attn_softcap > 0) w.set(a + ".attn_logit_softcapping", GgufValue::f32(static_cast<float>(c.arch.attn_softcap)));
+    if (c.arch.final_softcap > 0) w.set(a + ".final_logit_softcapping", GgufValue::f32(static_cast<float>(c.arch.final_softcap)));
   }
 }
 
@@ -129,6 +190,23 @@ model::ModelConfig config_from_gguf(const io::GgufHeader& h, const std::string& 
   c.arch.o_bias = h.find_tensor("blk.0.attn_output.bias") != nullptr;
   c.arch.mlp_bias = h.find_tensor("blk.0.ffn_gate.bias") != nullptr;
   c.arch.qk_norm = h.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+  if (arch == "gemma2" || arch == "gemma3") {  // what llama.cpp's gemma2/gemma3 fix or default
+    c.arch.activation = model::Activation::gelu_tanh;
+    c.arch.norm_offset = c.arch.sandwich_norms = c.arch.embed_scale = true;
+    const double scale = llama_cpp_gemma_scale(c, arch);
+    c.arch.query_pre_attn_scalar = 1.0 / (scale * scale);
+    const bool gemma2 = arch == "gemma2";
+    c.arch.attn_softcap = gemma2 ? optional_float("attn_logit_softcapping", 50.0) : 0.0;
+    c.arch.final_softcap = optional_float("final_logit_softcapping", gemma2 ? 30.0 : 0.0);
+    const std::int64_t window = optional_int("attention.sliding_window", gemma2 ? 4096 : 0);
+    if (window > 0) {
+      c.arch.layer_windows = llama_cpp_gemma_windows(c.num_hidden_layers, gemma_pattern(arch), window);
+      if (!gemma2) {
+        c.arch.local_rope = model::RopeConfig{};  // theta 10000, unscaled
+        for (const auto w : c.arch.layer_windows) c.arch.local_rope_layers.push_back(w > 0);
+      }
+    }
+  }
   return c;
 }
 

@@ -48,6 +48,7 @@ void add_model_tensors(io::GgufWriter& writer, model::CausalLM& lm, io::GgmlType
     at::Tensor t = tensor.detach();
     if (const char p = qk_projection(name); p && permute)
       t = permute_qk_rows(t, p == 'q' ? c.num_attention_heads : c.num_key_value_heads);
+    if (gguf_shifts_norm(c, name)) t = t + 1;  // 1-D, so stored F32: the shift is exact to fp32 rounding
     const io::GgmlType stored = storage_type(t, type);
     fallback += stored != type && t.dim() == 2;
     writer.add_tensor(*gguf, stored, ggml_dims(t), [t, stored] { return encode_tensor(t, stored); });

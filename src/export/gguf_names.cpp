@@ -59,6 +59,12 @@ std::string gguf_architecture(const model::ModelConfig& config) {
 
 bool gguf_permutes_qk(const model::ModelConfig& config) { return family_of(config).gguf.permuted_qk; }
 
+bool gguf_shifts_norm(const model::ModelConfig& config, const std::string& hf_name) {
+  static const std::string suffix = "norm.weight";
+  return family_of(config).gguf.norm_plus_one && hf_name.size() >= suffix.size() &&
+         hf_name.compare(hf_name.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 std::optional<std::string> gguf_tensor_name(const model::ModelConfig& config, const std::string& hf_name) {
   for (const auto& [hf, gguf] : global_names())
     if (hf == hf_name) return gguf;

@@ -18,6 +18,8 @@ inline constexpr const char* kRopeFreqsName = "rope_freqs.weight";
 std::string gguf_architecture(const model::ModelConfig& config);
 // Whether llama.cpp's architecture for this config wants q/k rows permuted (its `llama`).
 bool gguf_permutes_qk(const model::ModelConfig& config);
+// Whether the HF tensor `hf_name` is an RMSNorm weight the GGUF file stores as 1 + w (Gemma).
+bool gguf_shifts_norm(const model::ModelConfig& config, const std::string& hf_name);
 
 // "model.layers.3.self_attn.q_proj.weight" -> "blk.3.attn_q.weight" in the config's family;
 // nullopt for a name with no GGUF counterpart.

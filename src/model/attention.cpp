@@ -13,14 +13,18 @@
 namespace ctune::model {
 
 AttentionImpl::AttentionImpl(const ModelConfig& c, at::ScalarType dtype)
-    : num_heads(c.num_attention_heads), num_kv_heads(c.num_key_value_heads), head_dim(c.head_dim) {
+    : num_heads(c.num_attention_heads),
+      num_kv_heads(c.num_key_value_heads),
+      head_dim(c.head_dim),
+      scale(c.attention_scale()),
+      softcap(c.arch.attn_softcap) {
   q_proj = register_module("q_proj", projection_linear(c, "q_proj", dtype));
   k_proj = register_module("k_proj", projection_linear(c, "k_proj", dtype));
   v_proj = register_module("v_proj", projection_linear(c, "v_proj", dtype));
   o_proj = register_module("o_proj", projection_linear(c, "o_proj", dtype));
   if (c.arch.qk_norm) {
-    q_norm = register_module("q_norm", RMSNorm(c.head_dim, c.rms_norm_eps, dtype));
-    k_norm = register_module("k_norm", RMSNorm(c.head_dim, c.rms_norm_eps, dtype));
+    q_norm = register_module("q_norm", config_norm(c, c.head_dim, dtype));
+    k_norm = register_module("k_norm", config_norm(c, c.head_dim, dtype));
   }
 }
 
@@ -54,9 +58,9 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   q = (use_rope ? apply_rope(q, cos, sin) : q).to(v.scalar_type());
   k = (use_rope ? apply_rope(k, cos, sin) : k).to(v.scalar_type());
   if (cache) std::tie(k, v) = cache->append(k, v);
-  // softmax(q kᵀ / sqrt(d)) v over [B, nh, T, T_past + T] scores; each KV head serves
-  // num_heads / num_kv_heads query heads.
-  auto out = ops::attention_core(q, k, v, mask, 1.0 / std::sqrt(static_cast<double>(head_dim)), kernel);  // [B, nh, T, d]
+  // softmax(q kᵀ · scale) v over [B, nh, T, T_past + T] scores (soft-capped when the family
+  // caps them); each KV head serves num_heads / num_kv_heads query heads.
+  auto out = ops::attention_core(q, k, v, mask, scale, kernel, softcap);  // [B, nh, T, d]
   out = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});
   return o_proj->forward(out);
 }

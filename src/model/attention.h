@@ -1,7 +1,7 @@
 // Grouped-query self-attention, configured by the Architecture (model/config.h): q/k/v/o
-// projections with optional biases, optional per-head RMSNorm of q and k (Qwen3), rotary
-// embeddings on q and k, each KV head shared by kv_groups consecutive query heads, causal +
-// padding mask, softmax in fp32.
+// projections with optional biases, optional per-head RMSNorm of q and k (Qwen3, Gemma 3),
+// rotary embeddings on q and k, each KV head shared by kv_groups consecutive query heads, the
+// scores' scale and soft-cap (Gemma), causal + padding + window mask, softmax in fp32.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -36,6 +36,8 @@ class AttentionImpl : public torch::nn::Module {
                      LayerCache* cache = nullptr);
 
   std::int64_t num_heads, num_kv_heads, head_dim;
+  double scale;    // ModelConfig::attention_scale
+  double softcap;  // Architecture::attn_softcap (0: none)
   ops::AttentionKernel kernel = ops::AttentionKernel::blocked;  // RecomputePolicy::attention_kernel
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Architecture::qk_norm only

@@ -26,6 +26,8 @@ std::int64_t require_positive(const Json& j, const char* key, const std::string&
   return *v;
 }
 
+}  // namespace
+
 // Reads the rope section from either spelling. v5 puts everything in rope_parameters; v4 has
 // top-level rope_theta and an optional rope_scaling object.
 RopeConfig parse_rope(const Json& j, const std::string& where, double default_theta) {
@@ -80,6 +82,8 @@ RopeConfig parse_rope(const Json& j, const std::string& where, double default_th
   return rope;
 }
 
+namespace {
+
 std::vector<std::int64_t> parse_eos(const Json& j, const std::string& where) {
   auto it = j.find("eos_token_id");
   if (it == j.end() || it->is_null()) return {};
@@ -107,6 +111,10 @@ ProjectionShape ModelConfig::projection(const std::string& name) const {
   throw ConfigError("\"" + name + "\" is not a decoder projection (expected one of q_proj ... down_proj)");
 }
 
+double ModelConfig::attention_scale() const {
+  return 1.0 / std::sqrt(arch.query_pre_attn_scalar ? *arch.query_pre_attn_scalar : static_cast<double>(head_dim));
+}
+
 ModelConfig parse_model_config(const Json& j, const std::string& where) {
   if (!j.is_object()) throw ConfigError(where + ": expected a JSON object, found " + json_type_name(j));
   ModelConfig c;
@@ -115,6 +123,11 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   if (!type) throw ConfigError(where + ": missing \"model_type\"");
   c.model_type = *type;
   const Family& family = family_for_model_type(c.model_type, where);
+  if (family.wrapper) {
+    ModelConfig text = parse_model_config(family.wrapper->text_config(j, where), where + ": text_config");
+    text.wrapper_type = family.name;
+    return text;
+  }
 
   c.vocab_size = require_positive(j, "vocab_size", where);
   c.hidden_size = require_positive(j, "hidden_size", where);
@@ -152,9 +165,6 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   if (auto prf = json_number(j, "partial_rotary_factor", where); prf && *prf != 1.0) {
     throw UnsupportedError(where + ": partial_rotary_factor " + std::to_string(*prf) + " is not supported (expected 1.0)");
   }
-  const std::string act = json_string(j, "hidden_act", where).value_or("silu");
-  if (act != "silu") throw UnsupportedError(where + ": hidden_act \"" + act + "\" is not supported (expected silu)");
-
   c.tie_word_embeddings = json_bool(j, "tie_word_embeddings", where).value_or(family.default_tied);
   family.parse(j, where, c);
 

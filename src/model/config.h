@@ -30,6 +30,12 @@ struct RopeConfig {
   std::int64_t original_max_position = 8192;  // llama3
 };
 
+// The MLP's gate activation: down(act(gate(x)) * up(x)).
+enum class Activation {
+  silu,       // SwiGLU (Llama, Qwen, Mistral, SmolLM3)
+  gelu_tanh,  // GeGLU with tanh-approximated GELU (Gemma: gelu_pytorch_tanh)
+};
+
 // What varies between families, as data the shared blocks read (docs/families.md).
 struct Architecture {
   bool qkv_bias = false;  // biases on q/k/v_proj
@@ -43,6 +49,30 @@ struct Architecture {
   std::vector<std::int64_t> layer_windows;
   // Per layer, whether RoPE rotates q and k (SmolLM3's NoPE layers: false). Empty: every layer.
   std::vector<bool> rope_layers;
+  // Gemma 3's local layers rotate with their own frequencies (rope_local_base_freq): when set,
+  // the layers marked in local_rope_layers use it instead of ModelConfig::rope.
+  std::optional<RopeConfig> local_rope;
+  std::vector<bool> local_rope_layers;
+
+  Activation activation = Activation::silu;
+  // RMSNorm scales by (1 + w), computed in fp32 before the cast back (Gemma); else w · x.
+  bool norm_offset = false;
+  // Gemma 2/3's four norms per layer: post_attention_layernorm normalises the attention output
+  // before its residual add, and pre_/post_feedforward_layernorm wrap the MLP the same way.
+  bool sandwich_norms = false;
+  // Embeddings multiplied by sqrt(hidden_size), the factor cast to the activations' dtype (Gemma).
+  bool embed_scale = false;
+  // Attention scores scale: query_pre_attn_scalar^-0.5 (Gemma); nullopt: head_dim^-0.5.
+  std::optional<double> query_pre_attn_scalar;
+  // cap · tanh(s / cap) on the attention scores (after scaling, before the mask) and on the
+  // final logits; 0: none (Gemma 2: attn_logit_softcapping, final_logit_softcapping).
+  double attn_softcap = 0;
+  double final_softcap = 0;
+
+  bool local_rope_layer(std::int64_t layer) const {
+    return local_rope && layer < static_cast<std::int64_t>(local_rope_layers.size()) &&
+           local_rope_layers[static_cast<std::size_t>(layer)];
+  }
 
   bool rope(std::int64_t layer) const {
     return layer >= static_cast<std::int64_t>(rope_layers.size()) || rope_layers[static_cast<std::size_t>(layer)];
@@ -76,11 +106,21 @@ struct ModelConfig {
   std::optional<std::int64_t> pad_token_id;
 
   Json raw;  // the file as read, so a written config keeps keys ctune does not use
+  // The multimodal checkpoint's model_type this text model was read from ("gemma3"; its
+  // Family::wrapper says where the tensors are), or empty. raw is then the text model's config.
+  std::string wrapper_type;
 
   std::int64_t kv_groups() const { return num_attention_heads / num_key_value_heads; }
   // The projection called `name` (q_proj ... down_proj of the Llama block).
   ProjectionShape projection(const std::string& name) const;
+  // The attention scores' scale: query_pre_attn_scalar^-0.5 when the family sets it, else head_dim^-0.5.
+  double attention_scale() const;
 };
+
+// A rope section as config.json spells it (rope_theta at the top, rope_scaling or
+// rope_parameters beside it), with `default_theta` when no theta is given; refuses rope types
+// ctune does not implement.
+RopeConfig parse_rope(const Json& json, const std::string& where, double default_theta);
 
 // config.json's sliding_window: positive, or nullopt when absent or null.
 std::optional<std::int64_t> read_sliding_window(const Json& json, const std::string& where);

@@ -26,6 +26,24 @@ struct GgufNames {
   bool permuted_qk = false;
   // Per-layer tensors: Hugging Face module path in the layer -> GGUF short name.
   std::vector<std::pair<std::string, std::string>> layer_tensors;
+  // The file stores every RMSNorm weight as 1 + w (convert_hf_to_gguf's Gemma): llama.cpp
+  // scales by the stored value, ctune's (1 + w) norms by one plus theirs.
+  bool norm_plus_one = false;
+};
+
+// A multimodal checkpoint whose text model ctune trains (Gemma 3's Gemma3ForConditionalGeneration):
+// how to find the text model's config and tensors in it. Everything else (vision tower,
+// projector) is ignored, with a note; ctune writes what it trains as the text model alone.
+struct Wrapper {
+  // config.json -> the text model's config.json (with the wrapper's dtype and token ids where
+  // the text part has none).
+  Json (*text_config)(const Json& json, const std::string& where) = nullptr;
+  // Where the text model's tensors live: a text-model name "model.X" is looked up as
+  // prefix + "X" for each prefix in turn (transformers' two spellings), lm_head.weight as each
+  // of head_names.
+  std::vector<std::string> model_prefixes;
+  std::vector<std::string> head_names;
+  std::vector<std::string> ignored_prefixes;  // tensors that are not the text model's
 };
 
 struct Family {
@@ -39,6 +57,7 @@ struct Family {
   GgufNames gguf;
   double default_rope_theta = 10000.0;  // when config.json has no rope_theta
   bool default_tied = false;            // when config.json has no tie_word_embeddings
+  std::optional<Wrapper> wrapper;       // set for a multimodal wrapper (then parse is unused)
 };
 
 // The family reading `model_type`; UnsupportedError (naming every supported type) when none does.

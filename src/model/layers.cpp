@@ -26,7 +26,7 @@ EmbeddingImpl::EmbeddingImpl(std::int64_t n, std::int64_t dim, at::ScalarType dt
 
 at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) { return at::embedding(weight, ids); }
 
-RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, at::ScalarType dtype) : eps(eps_) {
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, at::ScalarType dtype, bool offset_) : eps(eps_), offset(offset_) {
   weight = register_parameter("weight", at::empty({dim}, at::TensorOptions().dtype(dtype)));
 }
 
@@ -34,7 +34,12 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
   auto x32 = x.to(at::kFloat);
   auto variance = x32.pow(2).mean(-1, /*keepdim=*/true);
   x32 = x32 * at::rsqrt(variance + eps);
+  if (offset) return (x32 * (weight.to(at::kFloat) + 1.0)).to(x.scalar_type());
   return weight * x32.to(x.scalar_type());
+}
+
+RMSNorm config_norm(const ModelConfig& config, std::int64_t dim, at::ScalarType dtype) {
+  return RMSNorm(dim, config.rms_norm_eps, dtype, config.arch.norm_offset);
 }
 
 Linear projection_linear(const ModelConfig& config, const std::string& name, at::ScalarType dtype) {

@@ -57,15 +57,20 @@ class EmbeddingImpl : public torch::nn::Module {
 TORCH_MODULE(Embedding);
 
 // RMSNorm as Hugging Face computes it: statistics in fp32, normalised value cast back to the
-// input dtype, then scaled by the weight.
+// input dtype, then scaled by the weight. With `offset` (Gemma) the scale is (1 + w) and is
+// applied in fp32, before the cast back.
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(std::int64_t dim, double eps, at::ScalarType dtype);
+  RMSNormImpl(std::int64_t dim, double eps, at::ScalarType dtype, bool offset = false);
   at::Tensor forward(const at::Tensor& x);
 
   double eps;
+  bool offset;
   at::Tensor weight;
 };
 TORCH_MODULE(RMSNorm);
+
+// The config's RMSNorm over `dim` (its eps, and (1 + w) when the Architecture says so).
+RMSNorm config_norm(const ModelConfig& config, std::int64_t dim, at::ScalarType dtype);
 
 }  // namespace ctune::model

@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <map>
+#include <tuple>
 
 #include "core/error.h"
 #include "model/rope.h"
@@ -10,21 +12,30 @@
 
 namespace ctune::model {
 
-MLPImpl::MLPImpl(const ModelConfig& c, at::ScalarType dtype) {
+MLPImpl::MLPImpl(const ModelConfig& c, at::ScalarType dtype) : activation(c.arch.activation) {
   gate_proj = register_module("gate_proj", projection_linear(c, "gate_proj", dtype));
   up_proj = register_module("up_proj", projection_linear(c, "up_proj", dtype));
   down_proj = register_module("down_proj", projection_linear(c, "down_proj", dtype));
 }
 
 at::Tensor MLPImpl::forward(const at::Tensor& x) {
-  return down_proj->forward(ops::silu_any(gate_proj->forward(x)) * up_proj->forward(x));
+  auto gate = gate_proj->forward(x);
+  // transformers' gelu_pytorch_tanh is torch's gelu(approximate="tanh").
+  auto act = activation_override                  ? activation_override(gate)
+             : activation == Activation::gelu_tanh ? at::gelu(gate, "tanh")
+                                                   : ops::silu_any(gate);
+  return down_proj->forward(act * up_proj->forward(x));
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, at::ScalarType dtype) {
   self_attn = register_module("self_attn", Attention(c, dtype));
   mlp = register_module("mlp", MLP(c, dtype));
-  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, dtype));
-  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, dtype));
+  input_layernorm = register_module("input_layernorm", config_norm(c, c.hidden_size, dtype));
+  post_attention_layernorm = register_module("post_attention_layernorm", config_norm(c, c.hidden_size, dtype));
+  if (c.arch.sandwich_norms) {
+    pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", config_norm(c, c.hidden_size, dtype));
+    post_feedforward_layernorm = register_module("post_feedforward_layernorm", config_norm(c, c.hidden_size, dtype));
+  }
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
@@ -38,6 +49,10 @@ at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos,
 
 at::Tensor DecoderLayerImpl::forward_block(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                            const at::Tensor& mask, LayerCache* cache) {
+  if (pre_feedforward_layernorm) {
+    auto h = x + post_attention_layernorm->forward(self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache));
+    return h + post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h)));
+  }
   auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache);
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
@@ -50,9 +65,14 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, at::ScalarType dtype) {
     layer->self_attn->use_rope = c.arch.rope(i);
     layers->push_back(layer);
   }
-  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, dtype));
-  inv_freq = rope_inv_freq(c);
-  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) windows.push_back(c.arch.window(i));
+  norm = register_module("norm", config_norm(c, c.hidden_size, dtype));
+  inv_freq = rope_inv_freq(c.rope, c.head_dim);
+  if (c.arch.local_rope) local_inv_freq = rope_inv_freq(*c.arch.local_rope, c.head_dim);
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    windows.push_back(c.arch.window(i));
+    local_rope_layers.push_back(c.arch.local_rope_layer(i));
+  }
+  embed_scale = c.arch.embed_scale;
 }
 
 at::Tensor DecoderImpl::forward(const ForwardInputs& in) {
@@ -60,7 +80,13 @@ at::Tensor DecoderImpl::forward(const ForwardInputs& in) {
   const auto past = in.cache ? in.cache->length() : 0;
   scopes->enter(ParamScopes::kEmbedding, in.input_ids);
   auto x = scopes->leave(ParamScopes::kEmbedding, embed_tokens->forward(in.input_ids));
+  if (embed_scale) {
+    // sqrt(hidden) rounded to the activations' dtype first, as transformers' Gemma does.
+    x = x * at::scalar_tensor(std::sqrt(static_cast<double>(x.size(-1))), x.options()).to(x.scalar_type());
+  }
   auto [cos, sin] = rope_cos_sin(inv_freq, in.position_ids, x.scalar_type());
+  at::Tensor local_cos, local_sin;
+  if (local_inv_freq.defined()) std::tie(local_cos, local_sin) = rope_cos_sin(local_inv_freq, in.position_ids, x.scalar_type());
   // One mask per window the layers use (0: the whole causal context), built once per forward.
   std::map<std::int64_t, at::Tensor> masks;
   auto mask_for = [&](std::int64_t window) -> const at::Tensor& {
@@ -75,7 +101,9 @@ at::Tensor DecoderImpl::forward(const ForwardInputs& in) {
     const auto scope = static_cast<std::int64_t>(i);
     const at::Tensor& mask = mask_for(i < windows.size() ? windows[i] : 0);
     x = scopes->enter(scope, x);
-    x = scopes->leave(scope, layers[i]->as<DecoderLayer>()->forward(x, cos, sin, mask, in.cache ? &in.cache->layers[i] : nullptr));
+    const bool local = i < local_rope_layers.size() && local_rope_layers[i];
+    x = scopes->leave(scope, layers[i]->as<DecoderLayer>()->forward(x, local ? local_cos : cos, local ? local_sin : sin, mask,
+                                                                    in.cache ? &in.cache->layers[i] : nullptr));
   }
   return norm->forward(scopes->enter(ParamScopes::kHead, x));
 }
@@ -88,7 +116,9 @@ CausalLMImpl::CausalLMImpl(ModelConfig config, at::ScalarType dtype) : config_(s
 }
 
 at::Tensor CausalLMImpl::head(const at::Tensor& hidden) {
-  return lm_head ? lm_head->forward(hidden) : ops::linear_in(hidden, model->embed_tokens->weight, {}, compute_dtype_);
+  auto logits = lm_head ? lm_head->forward(hidden) : ops::linear_in(hidden, model->embed_tokens->weight, {}, compute_dtype_);
+  const double cap = config_.arch.final_softcap;
+  return cap > 0 ? at::tanh(logits / cap) * cap : logits;
 }
 
 at::Tensor CausalLMImpl::hidden(ForwardInputs in) {

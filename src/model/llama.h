@@ -3,6 +3,7 @@
 // so checkpoints map one to one.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include <torch/nn/module.h>
@@ -17,13 +18,17 @@
 
 namespace ctune::model {
 
-// down(silu(gate(x)) * up(x))
+// down(act(gate(x)) * up(x)): SwiGLU, or GeGLU with tanh GELU (Architecture::activation).
 class MLPImpl : public torch::nn::Module {
  public:
   MLPImpl(const ModelConfig& config, at::ScalarType dtype);
   at::Tensor forward(const at::Tensor& x);
 
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Activation activation;
+  // When set, replaces act(): the llama.cpp conformance test puts ggml's GELU there (its f32
+  // GELU reads an f16 table), as LinearAdapter lets it put ggml's matmul rounding.
+  std::function<at::Tensor(const at::Tensor&)> activation_override;
 };
 TORCH_MODULE(MLP);
 
@@ -45,7 +50,9 @@ struct ForwardInputs {
   KVCache* cache = nullptr;   // appended to when given
 };
 
-// Pre-norm block: h = x + attn(norm(x)); out = h + mlp(norm(h)).
+// Pre-norm block: h = x + attn(norm(x)); out = h + mlp(norm(h)). With sandwich norms
+// (Gemma): h = x + post_attention_layernorm(attn(input_layernorm(x))),
+// out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))).
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, at::ScalarType dtype);
@@ -59,6 +66,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // sandwich norms only
 };
 TORCH_MODULE(DecoderLayer);
 
@@ -74,8 +82,12 @@ class DecoderImpl : public torch::nn::Module {
   RMSNorm norm{nullptr};
   // Called around the embedding, each block and the final norm (a sharded run's gathers).
   std::shared_ptr<ParamScopes> scopes = std::make_shared<ParamScopes>();
-  at::Tensor inv_freq;  // [d/2] fp32; not a parameter and not saved (HF's non-persistent buffer)
+  // [d/2] fp32; not parameters and not saved (HF's non-persistent buffers). local_inv_freq:
+  // Architecture::local_rope's, for the layers in local_rope_layers (undefined when none).
+  at::Tensor inv_freq, local_inv_freq;
+  std::vector<bool> local_rope_layers;
   std::vector<std::int64_t> windows;  // per layer, Architecture::layer_windows (0: global)
+  bool embed_scale = false;           // Architecture::embed_scale
 };
 TORCH_MODULE(Decoder);
 
@@ -103,7 +115,7 @@ class CausalLMImpl : public torch::nn::Module {
   at::ScalarType compute_dtype() const { return compute_dtype_; }
   const ModelConfig& config() const { return config_; }
   // The output head on hidden states [.., H] -> logits [.., V]: lm_head (with its adapter, if
-  // any), or the embedding matrix when tied.
+  // any), or the embedding matrix when tied; soft-capped when the family caps logits.
   at::Tensor head(const at::Tensor& hidden);
 
   Decoder model{nullptr};

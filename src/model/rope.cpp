@@ -4,9 +4,9 @@
 
 namespace ctune::model {
 
-at::Tensor rope_inv_freq(const ModelConfig& config) {
-  const auto d = config.head_dim;
-  const auto& r = config.rope;
+at::Tensor rope_inv_freq(const ModelConfig& config) { return rope_inv_freq(config.rope, config.head_dim); }
+
+at::Tensor rope_inv_freq(const RopeConfig& r, std::int64_t d) {
   // 1 / theta^(2i/d), computed as HF does (int64 arange -> float, pow in fp32).
   auto exponent = at::arange(0, d, 2, at::TensorOptions().dtype(at::kLong)).to(at::kFloat) / static_cast<double>(d);
   auto inv_freq = 1.0 / at::pow(r.theta, exponent);

@@ -9,8 +9,9 @@
 
 namespace ctune::model {
 
-// inv_freq: [head_dim / 2] fp32, after rope scaling.
+// inv_freq: [head_dim / 2] fp32, after rope scaling: of config.rope, or of `rope` for heads of `head_dim`.
 at::Tensor rope_inv_freq(const ModelConfig& config);
+at::Tensor rope_inv_freq(const RopeConfig& rope, std::int64_t head_dim);
 
 // cos, sin: [B, T, head_dim] in `dtype`, for position_ids [B, T]. Computed in fp32.
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq, const at::Tensor& position_ids,

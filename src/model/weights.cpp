@@ -8,9 +8,11 @@
 #include <torch/version.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/progress.h"
 #include "io/file.h"
 #include "io/tensor_io.h"
+#include "model/family.h"
 
 namespace ctune::model {
 namespace fs = std::filesystem;
@@ -33,6 +35,41 @@ bool ignorable(const std::string& name) { return ends_with(name, "rotary_emb.inv
 // but belong to adapter files, not to the model's checkpoint.
 bool is_adapter_parameter(const std::string& name) { return name.find(".lora_") != std::string::npos; }
 
+const Wrapper* wrapper_of(const ModelConfig& config) {
+  return config.wrapper_type.empty() ? nullptr : &*family_for_model_type(config.wrapper_type, "model_type").wrapper;
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
+
+// The checkpoint tensor holding the model's parameter `name`: the same name, or inside a
+// multimodal wrapper where its Family::wrapper says.
+const io::TensorRef* find_tensor(const io::CheckpointReader& checkpoint, const ModelConfig& config, const std::string& name) {
+  const Wrapper* w = wrapper_of(config);
+  if (!w) return checkpoint.find(name);
+  if (name == "lm_head.weight") {
+    for (const auto& head : w->head_names)
+      if (const auto* ref = checkpoint.find(head)) return ref;
+    return nullptr;
+  }
+  if (!starts_with(name, "model.")) return nullptr;
+  for (const auto& prefix : w->model_prefixes)
+    if (const auto* ref = checkpoint.find(prefix + name.substr(6))) return ref;
+  return nullptr;
+}
+
+// Tensors of the checkpoint that are not the model's and are ignored by design: a tied head's
+// duplicate, a wrapper's vision tower.
+bool ignored_tensor(const ModelConfig& config, const std::string& name) {
+  if (config.tie_word_embeddings && name == "lm_head.weight") return true;  // HF ignores it too
+  if (const Wrapper* w = wrapper_of(config)) {
+    for (const auto& head : w->head_names)
+      if (config.tie_word_embeddings && name == head) return true;
+    for (const auto& prefix : w->ignored_prefixes)
+      if (starts_with(name, prefix)) return true;
+  }
+  return false;
+}
+
 std::string summarise(const std::vector<std::string>& items, std::size_t limit = 4) {
   std::string s;
   for (std::size_t i = 0; i < items.size() && i < limit; ++i) s += (i ? ", " : "") + items[i];
@@ -44,25 +81,34 @@ std::string summarise(const std::vector<std::string>& items, std::size_t limit =
 void check_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
   std::vector<std::string> missing, unexpected, misshapen;
   std::set<std::string> used;
+  const ModelConfig& config = model->config();
   for (auto& item : model->named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
     if (is_adapter_parameter(name)) continue;
-    const io::TensorRef* ref = checkpoint.find(name);
+    const io::TensorRef* ref = find_tensor(checkpoint, config, name);
     if (!ref) {
       missing.push_back(name);
       continue;
     }
-    used.insert(name);
+    used.insert(ref->info->name);
     if (ref->info->shape != item.value().sizes().vec()) {
       misshapen.push_back(name + " in " + ref->file->path().filename().string() + " (expected " +
                           shape_text(item.value().sizes()) + ", found " + shape_text(ref->info->shape) + ")");
     }
   }
+  std::size_t foreign = 0;
   for (const auto& [name, ref] : checkpoint.tensors()) {
     if (used.count(name) || ignorable(name)) continue;
-    // A tied model may still carry the duplicate head in its file: HF ignores it too.
-    if (name == "lm_head.weight" && model->config().tie_word_embeddings) continue;
+    if (ignored_tensor(config, name)) {
+      if (name.find("lm_head") == std::string::npos) ++foreign;
+      continue;
+    }
     unexpected.push_back(name + " in " + ref.file->path().filename().string());
+  }
+  if (foreign > 0) {
+    spdlog::info("{}: {} tensors of the {} checkpoint are not its text model (vision tower, projector) and are not "
+                 "loaded; ctune trains and writes the text model",
+                 checkpoint.dir().string(), foreign, config.wrapper_type);
   }
   if (missing.empty() && unexpected.empty() && misshapen.empty()) return;
   std::string msg = checkpoint.dir().string() + ": checkpoint does not match config.json:";
@@ -80,7 +126,7 @@ void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
   for (auto& item : model->named_parameters(/*recurse=*/true)) {
     if (is_adapter_parameter(item.key())) continue;
     params.push_back(item.value());
-    refs.push_back(checkpoint.find(item.key()));
+    refs.push_back(find_tensor(checkpoint, model->config(), item.key()));
   }
   Stage stage("loading " + checkpoint.dir().string(), static_cast<std::int64_t>(params.size()), "tensors");
   for (std::size_t i = 0; i < params.size(); ++i) {
@@ -142,7 +188,7 @@ void init_weights(CausalLM& model, std::uint64_t seed) {
     const bool norm = ends_with(name, "norm.weight");
     const bool bias = ends_with(name, ".bias");
     if (norm) {
-      p.fill_(1.0);
+      p.fill_(model->config().arch.norm_offset ? 0.0 : 1.0);  // a (1 + w) norm starts at w = 0
     } else if (bias) {
       p.zero_();
     } else {

@@ -49,7 +49,8 @@ void save_causal_lm(CausalLM& model, const std::filesystem::path& dir, const Sav
                     const std::function<void(const std::filesystem::path&)>& write_extra = {});
 
 // HF's _init_weights: Linear and Embedding weights ~ N(0, initializer_range), biases 0,
-// RMSNorm weights 1. Deterministic for a seed.
+// RMSNorm weights 1 (0 for Gemma's (1 + w) norms, so the scale is 1 either way). Deterministic
+// for a seed.
 void init_weights(CausalLM& model, std::uint64_t seed);
 
 }  // namespace ctune::model

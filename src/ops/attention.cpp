@@ -39,12 +39,15 @@ at::Tensor repeat_kv(const at::Tensor& x, std::int64_t groups) {
   return x.unsqueeze(2).expand({B, hkv, groups, T, d}).reshape({B, hkv * groups, T, d});
 }
 
+// cap · tanh(s / cap), or s when cap is 0.
+at::Tensor soft_cap(const at::Tensor& scores, double cap) { return cap > 0 ? at::tanh(scores / cap) * cap : scores; }
+
 at::Tensor materialized(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                        double scale) {
+                        double scale, double softcap) {
   const auto groups = q.size(1) / k.size(1);
   // Masked scores get the dtype's lowest value rather than -inf, so a fully masked row (a
   // padding query) gives finite uniform weights instead of NaN.
-  auto scores = matmul_in(q, repeat_kv(k, groups).transpose(2, 3), q.scalar_type()) * scale;
+  auto scores = soft_cap(matmul_in(q, repeat_kv(k, groups).transpose(2, 3), q.scalar_type()) * scale, softcap);
   scores = scores.masked_fill(mask.logical_not(), at::Scalar(lowest_finite(scores.scalar_type())));
   auto probs = at::softmax(scores, -1, softmax_dtype(scores)).to(q.scalar_type());
   return matmul_in(probs, repeat_kv(v, groups), v.scalar_type());
@@ -53,16 +56,18 @@ at::Tensor materialized(const at::Tensor& q, const at::Tensor& k, const at::Tens
 // Both custom functions keep only q, k, v and the mask for backward and run `forward` without a graph.
 template <typename Forward>
 at::Tensor keep_inputs_and_run(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               const at::Tensor& mask, double scale, Forward forward) {
+                               const at::Tensor& mask, double scale, double softcap, Forward forward) {
   ctx->saved_data["scale"] = scale;
+  ctx->saved_data["softcap"] = softcap;
   ctx->save_for_backward({q, k, v, mask});
   at::NoGradGuard no_grad;
-  return forward(q, k, v, mask, scale);
+  return forward(q, k, v, mask, scale, softcap);
 }
 
 struct RecomputedAttention : public torch::autograd::Function<RecomputedAttention> {
-  static at::Tensor forward(AutogradContext* ctx, at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor mask, double scale) {
-    return keep_inputs_and_run(ctx, q, k, v, mask, scale, materialized);
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor mask, double scale,
+                            double softcap) {
+    return keep_inputs_and_run(ctx, q, k, v, mask, scale, softcap, materialized);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
@@ -71,9 +76,9 @@ struct RecomputedAttention : public torch::autograd::Function<RecomputedAttentio
     auto k = saved[1].detach().requires_grad_(true);
     auto v = saved[2].detach().requires_grad_(true);
     at::AutoGradMode enable(true);
-    auto out = materialized(q, k, v, saved[3], ctx->saved_data["scale"].toDouble());
+    auto out = materialized(q, k, v, saved[3], ctx->saved_data["scale"].toDouble(), ctx->saved_data["softcap"].toDouble());
     auto grads = torch::autograd::grad({out}, {q, k, v}, {grad_out[0]});
-    return {grads[0], grads[1], grads[2], at::Tensor(), at::Tensor()};
+    return {grads[0], grads[1], grads[2], at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -136,9 +141,15 @@ BlockView view_block(const Block& blk, const at::Tensor& q, const at::Tensor& k,
   return out;
 }
 
-// The block's probabilities, in the softmax dtype: [nb, hkv, g m, n].
-at::Tensor block_probs(const BlockView& x, double scale) {
+// The block's probabilities, in the softmax dtype: [nb, hkv, g m, n]. With a soft-cap and
+// `capped` given, *capped receives tanh(s / cap), whose square the backward needs.
+at::Tensor block_probs(const BlockView& x, double scale, double softcap, at::Tensor* capped = nullptr) {
   auto scores = matmul_in(x.q, x.k.transpose(2, 3), x.q.scalar_type()) * scale;
+  if (softcap > 0) {
+    auto t = at::tanh(scores / softcap);
+    scores = t * softcap;
+    if (capped) *capped = std::move(t);
+  }
   const auto nb = scores.size(0), hkv = scores.size(1), n = scores.size(3), m = x.mask.size(3);
   scores.view({nb, hkv, x.groups, m, n})
       .masked_fill_(x.mask.logical_not(), at::Scalar(lowest_finite(scores.scalar_type())));
@@ -146,30 +157,34 @@ at::Tensor block_probs(const BlockView& x, double scale) {
 }
 
 at::Tensor blocked_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                           double scale) {
+                           double scale, double softcap) {
   const auto B = q.size(0), h = q.size(1), Tq = q.size(2), d = q.size(3);
   auto out = at::empty({B, h, Tq, d}, q.options());
   for (const Block& blk : plan_blocks(mask, B, Tq, k.size(2))) {
     const BlockView x = view_block(blk, q, k, v, mask);
-    auto o = matmul_in(block_probs(x, scale).to(v.scalar_type()), x.v, v.scalar_type());  // [nb, hkv, g m, d]
+    auto o = matmul_in(block_probs(x, scale, softcap).to(v.scalar_type()), x.v, v.scalar_type());  // [nb, hkv, g m, d]
     out.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).copy_(o.view({blk.nb, h, blk.m, d}));
   }
   return out;
 }
 
 struct BlockedAttention : public torch::autograd::Function<BlockedAttention> {
-  static at::Tensor forward(AutogradContext* ctx, at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor mask, double scale) {
-    return keep_inputs_and_run(ctx, q, k, v, mask, scale, blocked_forward);
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor mask, double scale,
+                            double softcap) {
+    return keep_inputs_and_run(ctx, q, k, v, mask, scale, softcap, blocked_forward);
   }
 
   // Per block, with P the probabilities recomputed and dO the output's gradient:
   //   dP = dO vᵀ, dS = P ⊙ (dP - rowsum(P ⊙ dP)), dq = scale dS k, dk += scale dSᵀ q, dv += Pᵀ dO.
+  // With a soft-cap, Z = cap tanh(S / cap) feeds the softmax, so dS above is dZ and the score
+  // gradient is dZ ⊙ (1 - tanh²(S / cap)).
   // dk and dv collect several blocks' shares, in fp32 (float64 for float64), rounded once.
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     at::NoGradGuard no_grad;
     auto saved = ctx->get_saved_variables();
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &mask = saved[3];
     const double scale = ctx->saved_data["scale"].toDouble();
+    const double softcap = ctx->saved_data["softcap"].toDouble();
     const auto dtype = q.scalar_type();
     const auto acc = softmax_dtype(q);
     const auto h = q.size(1), d = q.size(3), hkv = k.size(1);
@@ -179,17 +194,20 @@ struct BlockedAttention : public torch::autograd::Function<BlockedAttention> {
     auto dv = at::zeros(v.sizes(), v.options().dtype(acc));
     for (const Block& blk : plan_blocks(mask, q.size(0), q.size(2), k.size(2))) {
       const BlockView x = view_block(blk, q, k, v, mask);
-      auto probs = block_probs(x, scale);  // [nb, hkv, g m, n]
+      at::Tensor capped;
+      auto probs = block_probs(x, scale, softcap, &capped);  // [nb, hkv, g m, n]
       auto d_out = grad.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).reshape({blk.nb, hkv, x.groups * blk.m, d});
       auto d_probs = matmul_in(d_out, x.v.transpose(2, 3), dtype).to(acc);
       // In place on d_probs (a fresh tensor): one block holds P, dP and one product at a time.
       auto row_sums = (probs * d_probs).sum(-1, /*keepdim=*/true);
-      auto d_scores = d_probs.sub_(row_sums).mul_(probs).mul_(scale).to(dtype);
+      d_probs.sub_(row_sums).mul_(probs);
+      if (capped.defined()) d_probs.mul_(1 - capped.to(acc).square());
+      auto d_scores = d_probs.mul_(scale).to(dtype);
       dq.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).copy_(matmul_in(d_scores, x.k, dtype).view({blk.nb, h, blk.m, d}));
       dk.narrow(0, blk.b0, blk.nb).narrow(2, blk.k0, blk.n).add_(matmul_in(d_scores.transpose(2, 3), x.q, dtype));
       dv.narrow(0, blk.b0, blk.nb).narrow(2, blk.k0, blk.n).add_(matmul_in(probs.to(dtype).transpose(2, 3), d_out, dtype));
     }
-    return {dq, dk.to(k.scalar_type()), dv.to(v.scalar_type()), at::Tensor(), at::Tensor()};
+    return {dq, dk.to(k.scalar_type()), dv.to(v.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -213,7 +231,7 @@ at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 #endif
 
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                          double scale, AttentionKernel kernel) {
+                          double scale, AttentionKernel kernel, double softcap) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && q.size(0) == k.size(0) &&
                   q.size(3) == k.size(3) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
               "attention: q ", q.sizes(), " with k ", k.sizes(), " and v ", v.sizes(),
@@ -222,13 +240,13 @@ at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Te
   switch (kernel) {
     case AttentionKernel::blocked:
 #if CTUNE_FUSED_ATTENTION
-      if (!q.device().is_cpu()) return fused_attention(q, k, v, mask, scale);
+      if (!q.device().is_cpu() && softcap == 0) return fused_attention(q, k, v, mask, scale);
 #endif
-      return grads ? BlockedAttention::apply(q, k, v, mask, scale) : blocked_forward(q, k, v, mask, scale);
+      return grads ? BlockedAttention::apply(q, k, v, mask, scale, softcap) : blocked_forward(q, k, v, mask, scale, softcap);
     case AttentionKernel::recomputed:
-      if (grads) return RecomputedAttention::apply(q, k, v, mask, scale);
+      if (grads) return RecomputedAttention::apply(q, k, v, mask, scale, softcap);
       [[fallthrough]];
-    default: return materialized(q, k, v, mask, scale);
+    default: return materialized(q, k, v, mask, scale, softcap);
   }
 }
 

@@ -1,4 +1,4 @@
-// The attention core, out = softmax(q kᵀ · scale, masked) v, shared by the model's attention
+// The attention core, out = softmax(cap(q kᵀ · scale), masked) v, shared by the model's attention
 // layer and (through it) every forward. Keys and values come once per KV head (grouped-query
 // attention): query head h reads KV head h / (heads / kv_heads). The probabilities are computed
 // in fp32 (float64 stays float64), whatever the compute dtype. Three kernels, one result:
@@ -14,6 +14,12 @@
 //   recomputed    materialized, but a custom autograd function keeps only q, k, v and recomputes
 //                 the whole scores in backward (Megatron's "selective recomputation",
 //                 memory.activation_checkpointing: selective with memory.attention: materialized).
+// With softcap > 0 every kernel caps the scaled scores as cap · tanh(s / cap) before the mask
+// (Gemma 2's attn_logit_softcapping); the blocked backward multiplies each block's score
+// gradient by the cap's derivative, 1 - tanh²(s / cap). On a GPU the blocked kernel then runs
+// its ATen form: LibTorch's fused attention has no soft-cap.
+// Windows need no option: they are in the mask, so the blocked kernel skips the keys before a
+// block's earliest window as it skips the keys after the causal edge.
 // A query that may see no key at all (a padding row) gets finite, meaningless weights: uniform
 // over all keys (materialized) or over its block's keys (blocked); no loss reads it.
 #pragma once
@@ -31,6 +37,6 @@ inline constexpr std::int64_t kBlockQueries = 128;
 // q: [B, h, Tq, d], k/v: [B, hkv, Tk, d] with h % hkv == 0, mask: broadcastable to
 // [B, 1, Tq, Tk] (true: attend).
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                          double scale, AttentionKernel kernel);
+                          double scale, AttentionKernel kernel, double softcap = 0);
 
 }  // namespace ctune::ops

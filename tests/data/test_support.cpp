@@ -3,13 +3,12 @@
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <fstream>
 #include <map>
 #include <memory>
 
 #include "core/error.h"
+#include "scratch.h"
 #include "tokenizer/load.h"
 
 namespace ctune::data::test {
@@ -18,16 +17,7 @@ std::filesystem::path source_dir() { return CTUNE_DATA_SOURCE_DIR; }
 std::filesystem::path data_dir() { return CTUNE_DATA_TEST_DATA; }
 
 std::filesystem::path scratch_dir(const std::string& name) {
-  // Per process: CTest runs the cases of this binary in parallel processes.
-  static const std::filesystem::path root = data_dir() / ("scratch-" + std::to_string(::getpid()));
-  struct RemoveAtExit {
-    ~RemoveAtExit() {
-      std::error_code ec;
-      std::filesystem::remove_all(root, ec);
-    }
-  };
-  static RemoveAtExit cleanup;
-  auto dir = root / name;
+  auto dir = ctune::test::process_scratch_root(data_dir()) / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

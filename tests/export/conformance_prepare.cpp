@@ -82,11 +82,37 @@ void make_models(const fs::path& cases) {
   qwen3_byte.head_dim = 16;
   make_model(cases / "qwen3_byte", qwen3_byte, "byte", 19);
 
+  // Gemma 2: (1 + w) norms stored as 1 + w, sandwich norms, GeGLU, scaled embeddings, caps
+  // small enough to bend (8 on scores, 10 on logits of std ~4), windows of 8 on the even layers
+  // (so the 40-token continuation runs far past them); tied, as llama.cpp's Gemma requires.
+  TinyConfig gemma2;
+  gemma2.model_type = "gemma2";
+  gemma2.layers = 4;
+  gemma2.head_dim = 16;
+  gemma2.tie = true;  // llama.cpp's Gemma always ties the head
+  gemma2.extra = {{"query_pre_attn_scalar", 16}, {"sliding_window", 8}, {"attn_logit_softcapping", 8.0},
+                  {"final_logit_softcapping", 10.0}, {"hidden_activation", "gelu_pytorch_tanh"}};
+  make_model(cases / "gemma2_byte", gemma2, "byte", 24);
+
+  // Gemma 3: q/k norms, 5 local layers (window 8, RoPE theta 10000) and 1 global (theta 1e6,
+  // linear scaling 2), tied.
+  TinyConfig gemma3;
+  gemma3.model_type = "gemma3_text";
+  gemma3.layers = 6;
+  gemma3.head_dim = 16;
+  gemma3.tie = true;
+  gemma3.rope_theta = 1000000.0;
+  gemma3.rope_scaling = {{"rope_type", "linear"}, {"factor", 2.0}};
+  gemma3.extra = {{"query_pre_attn_scalar", 16}, {"sliding_window", 8}, {"sliding_window_pattern", 6},
+                  {"rope_local_base_freq", 10000.0}, {"hidden_activation", "gelu_pytorch_tanh"}};
+  make_model(cases / "gemma3_byte", gemma3, "byte", 25);
+
   make_adapter(cases / "llama_byte", cases / "llama_byte_lora",
                {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}, 21);
   make_adapter(cases / "qwen2_byte", cases / "qwen2_byte_lora", {"q_proj", "k_proj", "v_proj", "o_proj", "lm_head"},
                22, /*rslora=*/true);
   make_adapter(cases / "qwen3_byte", cases / "qwen3_byte_lora", {"all-linear", "lm_head"}, 23);
+  make_adapter(cases / "gemma3_byte", cases / "gemma3_byte_lora", {"all-linear"}, 26);
 }
 
 // Runs `ctune export`, appending its report to the log; throws when it fails.
@@ -106,7 +132,8 @@ void export_models(const fs::path& cases, std::string& log) {
   for (const char* type : {"f32", "f16", "bf16", "q8_0"})
     run_export({"--model", d + "llama_byte", "--out", d + "llama_byte." + type + ".gguf", "--type", type}, log);
   for (const char* m :
-       {"mistral_linear", "llama3_rope", "qwen2_qwen3tok", "llama_spm", "llama2_json", "qwen2_byte", "qwen3_qwen3tok", "qwen3_byte"})
+       {"mistral_linear", "llama3_rope", "qwen2_qwen3tok", "llama_spm", "llama2_json", "qwen2_byte", "qwen3_qwen3tok", "qwen3_byte",
+        "gemma2_byte", "gemma3_byte"})
     run_export({"--model", d + m, "--format", "gguf", "--out", d + m + ".f32.gguf"}, log);
   run_export({"--model", d + "llama_byte", "--adapter", d + "llama_byte_lora", "--out", d + "llama_byte_merged.f32.gguf"}, log);
   run_export({"--model", d + "llama_byte", "--adapter", d + "llama_byte_lora", "--format", "gguf-lora", "--out",
@@ -115,6 +142,8 @@ void export_models(const fs::path& cases, std::string& log) {
               d + "qwen2_byte_lora.gguf"}, log);
   run_export({"--model", d + "qwen3_byte", "--adapter", d + "qwen3_byte_lora", "--format", "gguf-lora", "--out",
               d + "qwen3_byte_lora.gguf"}, log);
+  run_export({"--model", d + "gemma3_byte", "--adapter", d + "gemma3_byte_lora", "--format", "gguf-lora", "--out",
+              d + "gemma3_byte_lora.gguf"}, log);
 }
 
 Json jobs(const fs::path& cases) {

@@ -49,6 +49,7 @@ Json config_json(const TinyConfig& c) {
             {"torch_dtype", "float32"}};
   if (!c.rope_scaling.is_null()) j["rope_scaling"] = c.rope_scaling;
   if (c.head_dim > 0) j["head_dim"] = c.head_dim;
+  for (auto it = c.extra.begin(); it != c.extra.end(); ++it) j[it.key()] = it.value();
   return j;
 }
 

@@ -38,6 +38,7 @@ struct TinyConfig {
   Json rope_scaling;  // null: none
   std::int64_t max_position = 256;
   std::int64_t head_dim = 0;  // 0: not written (hidden / heads, or the family's default)
+  Json extra = Json::object();  // the family's own keys, written as given
 };
 Json config_json(const TinyConfig& c);
 

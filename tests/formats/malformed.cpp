@@ -123,6 +123,20 @@ std::vector<MalformedCase> write_malformed_cases(const fs::path& root) {
               R"({"model_type":"qwen3","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"layer_types":["full_attention"]})");
   config_case("config_smollm3_no_rope_short", Expect::Config, "\"no_rope_layers\" must list at least one 0/1 entry per layer (2)",
               R"({"model_type":"smollm3","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"no_rope_layers":[1]})");
+  config_case("config_gemma2_bad_activation", Expect::Unsupported, "hidden_activation \"relu\" is not supported",
+              R"({"model_type":"gemma2","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"hidden_activation":"relu"})");
+  config_case("config_gemma2_negative_cap", Expect::Config, "\"attn_logit_softcapping\" must be positive or null, found -1.0",
+              R"({"model_type":"gemma2","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"attn_logit_softcapping":-1.0})");
+  config_case("config_gemma3_bad_pattern", Expect::Config, "sliding_window_pattern must be positive, found 0",
+              R"({"model_type":"gemma3_text","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"sliding_window_pattern":0})");
+  config_case("config_gemma3_bidirectional", Expect::Unsupported, "use_bidirectional_attention true",
+              R"({"model_type":"gemma3_text","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"use_bidirectional_attention":true})");
+  config_case("config_gemma3_local_rope_type", Expect::Unsupported, "rope type \"yarn\" is not supported",
+              R"({"model_type":"gemma3_text","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"rope_parameters":{"sliding_attention":{"rope_type":"yarn","factor":2.0}}})");
+  config_case("config_gemma3_wrapper_text_config", Expect::Config, "\"text_config\" must be an object, found",
+              R"({"model_type":"gemma3","text_config":[1,2]})");
+  config_case("config_gemma3_wrapper_text_type", Expect::Unsupported, "text_config model_type \"llama\" is not supported (expected gemma3_text)",
+              R"({"model_type":"gemma3","text_config":{"model_type":"llama"}})");
   config_case("config_unknown_model_type", Expect::Unsupported, "model_type \"gpt2\" is not supported",
               R"({"model_type":"gpt2","vocab_size":16})");
   config_case("config_unsupported_rope", Expect::Unsupported, "rope type \"yarn\" is not supported",

@@ -3,6 +3,7 @@
 // so it also runs in the AddressSanitizer build.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -179,11 +180,67 @@ TEST(Config, EachFamilyReadsItsOwnKeys) {
         "num_hidden_layers":1,"num_attention_heads":2,"sliding_window":4})"),
       "l");
   EXPECT_FALSE(l.arch.sliding_window().has_value());
+  EXPECT_EQ(l.arch.activation, model::Activation::silu);
+  EXPECT_FALSE(l.arch.norm_offset || l.arch.sandwich_norms || l.arch.embed_scale);
+  EXPECT_DOUBLE_EQ(l.attention_scale(), 1.0 / std::sqrt(4.0));
+  // Gemma 2: Gemma2Config's defaults (caps 50 and 30, window 4096 on even layers, head_dim 256,
+  // query_pre_attn_scalar 256, tied, GeGLU) when the keys are absent; null caps are no caps.
+  auto g2 = model::parse_model_config(
+      Json::parse(R"({"model_type":"gemma2","vocab_size":16,"hidden_size":8,"intermediate_size":16,
+        "num_hidden_layers":3,"num_attention_heads":2,"hidden_act":"silu"})"),
+      "g2");
+  EXPECT_EQ(g2.head_dim, 256);
+  EXPECT_TRUE(g2.tie_word_embeddings);
+  EXPECT_EQ(g2.arch.activation, model::Activation::gelu_tanh) << "Gemma reads hidden_activation, not hidden_act";
+  EXPECT_TRUE(g2.arch.norm_offset && g2.arch.sandwich_norms && g2.arch.embed_scale);
+  EXPECT_EQ(g2.arch.attn_softcap, 50.0);
+  EXPECT_EQ(g2.arch.final_softcap, 30.0);
+  EXPECT_EQ(g2.arch.layer_windows, (std::vector<std::int64_t>{4096, 0, 4096}));
+  EXPECT_DOUBLE_EQ(g2.attention_scale(), 1.0 / 16.0);
+  auto g2n = model::parse_model_config(
+      Json::parse(R"({"model_type":"gemma2","vocab_size":16,"hidden_size":8,"intermediate_size":16,
+        "num_hidden_layers":2,"num_attention_heads":2,"attn_logit_softcapping":null,"final_logit_softcapping":null,
+        "sliding_window":null,"query_pre_attn_scalar":144})"),
+      "g2n");
+  EXPECT_EQ(g2n.arch.attn_softcap, 0.0);
+  EXPECT_EQ(g2n.arch.final_softcap, 0.0);
+  EXPECT_TRUE(g2n.arch.layer_windows.empty());
+  EXPECT_DOUBLE_EQ(g2n.attention_scale(), 1.0 / 12.0);
+  // Gemma 3: every 6th layer global by default; local RoPE from rope_local_base_freq; global
+  // rope_theta 1e6 by default with its rope_scaling; no caps by default; q/k norms.
+  auto g3 = model::parse_model_config(
+      Json::parse(R"({"model_type":"gemma3_text","vocab_size":16,"hidden_size":8,"intermediate_size":16,
+        "num_hidden_layers":7,"num_attention_heads":2,"sliding_window":512,
+        "rope_scaling":{"rope_type":"linear","factor":8.0}})"),
+      "g3");
+  EXPECT_TRUE(g3.arch.qk_norm);
+  EXPECT_EQ(g3.arch.attn_softcap, 0.0);
+  EXPECT_EQ(g3.arch.final_softcap, 0.0);
+  EXPECT_EQ(g3.arch.layer_windows, (std::vector<std::int64_t>{512, 512, 512, 512, 512, 0, 512}));
+  EXPECT_EQ(g3.rope.theta, 1000000.0);
+  EXPECT_EQ(g3.rope.type, "linear");
+  ASSERT_TRUE(g3.arch.local_rope.has_value());
+  EXPECT_EQ(g3.arch.local_rope->theta, 10000.0);
+  EXPECT_EQ(g3.arch.local_rope->type, "default");
+  EXPECT_EQ(g3.arch.local_rope_layers, (std::vector<bool>{true, true, true, true, true, false, true}));
+  // Transformers v5 writes one rope section per layer type.
+  auto g3v5 = model::parse_model_config(
+      Json::parse(R"({"model_type":"gemma3_text","vocab_size":16,"hidden_size":8,"intermediate_size":16,
+        "num_hidden_layers":2,"num_attention_heads":2,"layer_types":["sliding_attention","full_attention"],
+        "rope_parameters":{"full_attention":{"rope_type":"linear","factor":8.0,"rope_theta":1000000.0},
+                           "sliding_attention":{"rope_type":"default","rope_theta":10000.0}}})"),
+      "g3v5");
+  EXPECT_EQ(g3v5.rope.type, "linear");
+  EXPECT_EQ(g3v5.rope.factor, 8.0);
+  EXPECT_EQ(g3v5.arch.local_rope->theta, 10000.0);
+  EXPECT_EQ(g3v5.arch.layer_windows, (std::vector<std::int64_t>{4096, 0}));
   try {
     model::parse_model_config(Json::parse(R"({"model_type":"gemma7"})"), "g");
     FAIL();
   } catch (const UnsupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("(supported: llama, mistral, qwen2, qwen3, smollm3)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(supported: llama, mistral, qwen2, qwen3, smollm3, gemma2, gemma3_text, gemma3)"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -3,7 +3,9 @@
 per-token NLL / argmax a Hugging Face-equivalent forward gives for them.
 
 Written directly against PyTorch (python3-torch from Debian), following the computation in
-transformers' modeling_llama.py / modeling_qwen2.py (see docs/formats.md#forward-computation), with its own
+transformers' modeling_llama.py / modeling_qwen2.py / modeling_qwen3.py / modeling_smollm3.py /
+modeling_gemma2.py / modeling_gemma3.py (see docs/formats.md#forward-computation and
+docs/families.md), with its own
 safetensors writer. It shares no code with ctune. The forward runs in float64 on the stored
 (possibly bf16-rounded) weights; RoPE frequencies are computed in fp32 as HF does.
 
@@ -96,7 +98,53 @@ CASES = {
     "qwen3_layer_types": dict(model_type="qwen3", num_key_value_heads=2, head_dim=16, tie_word_embeddings=True,
                               torch_dtype="bfloat16", rope_theta=1000000.0, use_sliding_window=True,
                               sliding_window=64, layer_types=["sliding_attention", "full_attention"], _seq_len=256),
+    # Gemma 2 (modeling_gemma2.py): (1 + w) norms, sandwich norms, sqrt(H)-scaled embeddings,
+    # GeGLU, query_pre_attn_scalar (24, head_dim 16). Caps small enough to bend most scores (1.5)
+    # and logits (2.0); windows (48) on the even layers by default, 4 layers; tied (Gemma2Config's
+    # default: the key absent), bf16.
+    "gemma2_caps_window_bf16": dict(model_type="gemma2", num_hidden_layers=4, num_key_value_heads=2, head_dim=16,
+                                    hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
+                                    query_pre_attn_scalar=24, attn_logit_softcapping=1.5,
+                                    final_logit_softcapping=2.0, sliding_window=48, torch_dtype="bfloat16",
+                                    rope_theta=10000.0, _seq_len=256),
+    # Gemma 2 with its default caps (50, 30: keys absent), explicit layer_types (layer 0 global,
+    # 1 and 2 windowed, 64), attention biases, head_dim absent (Gemma2Config: 256), untied, fp32.
+    "gemma2_defaults_untied_fp32": dict(model_type="gemma2", num_hidden_layers=3, num_key_value_heads=4,
+                                        hidden_act="gelu_pytorch_tanh", attention_bias=True,
+                                        layer_types=["full_attention", "sliding_attention", "sliding_attention"],
+                                        sliding_window=64, tie_word_embeddings=False, torch_dtype="float32",
+                                        _seq_len=256),
+    # Gemma 3 text (modeling_gemma3.py): Gemma 2's body without caps, (1 + w) q/k norms, every
+    # 2nd layer global (sliding_window_pattern 2 of 4), windows of 40, local RoPE 10000 and global
+    # 1e6 with linear scaling (factor 4, as Gemma-3-4B's 8), tied by default, bf16.
+    "gemma3_pattern_bf16": dict(model_type="gemma3_text", num_hidden_layers=4, num_key_value_heads=2, head_dim=16,
+                                hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=16,
+                                sliding_window=40, sliding_window_pattern=2, rope_theta=1000000.0,
+                                rope_local_base_freq=10000.0, rope_scaling={"rope_type": "linear", "factor": 4.0},
+                                torch_dtype="bfloat16", _seq_len=256),
+    # Gemma 3 in transformers v5's spelling (rope_parameters per layer type, dtype), explicit
+    # layer_types, final_logit_softcapping set (2.0, honoured), query_pre_attn_scalar 20, untied, fp32.
+    "gemma3_v5_untied_fp32": dict(model_type="gemma3_text", num_hidden_layers=3, num_key_value_heads=2, head_dim=16,
+                                  hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=20, sliding_window=56,
+                                  layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                                  rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                                                   "sliding_attention": {"rope_type": "default", "rope_theta": 5000.0}},
+                                  final_logit_softcapping=2.0, tie_word_embeddings=False, dtype="float32",
+                                  _seq_len=256),
+    # Gemma 3 multimodal checkpoints (Gemma3ForConditionalGeneration, model_type gemma3): the
+    # text model's config under text_config, its tensors under language_model.model. (transformers
+    # < 4.52; tied here) or model.language_model. with lm_head.weight (later; untied), beside
+    # vision tensors ctune must ignore. dtype and eos at the wrapper's top level.
+    "gemma3_wrapper_tied_bf16": dict(model_type="gemma3_text", num_hidden_layers=2, num_key_value_heads=2, head_dim=16,
+                                     query_pre_attn_scalar=16, sliding_window=48, sliding_window_pattern=2,
+                                     torch_dtype="bfloat16", _seq_len=256, _wrapper="language_model.model."),
+    "gemma3_wrapper_untied_fp32": dict(model_type="gemma3_text", num_hidden_layers=2, num_key_value_heads=1, head_dim=16,
+                                       query_pre_attn_scalar=16, sliding_window=40, sliding_window_pattern=2,
+                                       tie_word_embeddings=False, torch_dtype="float32", _seq_len=256,
+                                       _wrapper="model.language_model."),
 }
+
+GEMMA = ("gemma2", "gemma3_text")
 
 # Beam search fixtures: MHA, GQA and Qwen2 biases. The eos ids are tokens greedy decoding picks
 # early, so hypotheses do finish and length penalty and early stopping matter.
@@ -121,6 +169,8 @@ def head_dim(cfg):
         return cfg["head_dim"]
     if cfg["model_type"] == "qwen3":
         return 128
+    if cfg["model_type"] in GEMMA:  # Gemma2Config / Gemma3TextConfig
+        return 256
     return cfg["hidden_size"] // cfg["num_attention_heads"]
 
 
@@ -145,6 +195,9 @@ def layer_windows(cfg):
     kind = cfg["model_type"]
     if kind == "mistral":
         return [cfg.get("sliding_window")] * L
+    if kind in GEMMA:  # the window always applies on the sliding layers (default 4096)
+        window = cfg.get("sliding_window", 4096)
+        return [window if t == "sliding_attention" else None for t in gemma_layer_types(cfg)]
     if kind in ("qwen2", "qwen3"):
         window = cfg.get("sliding_window") if cfg.get("use_sliding_window", False) else None
         types = cfg.get("layer_types") or [
@@ -152,6 +205,22 @@ def layer_windows(cfg):
             for i in range(L)]
         return [window if t == "sliding_attention" else None for t in types]
     return [None] * L
+
+
+def gemma_layer_types(cfg):
+    """Gemma2Config: sliding on even layers; Gemma3TextConfig: global every
+    sliding_window_pattern-th (6) layer; layer_types when given."""
+    if cfg.get("layer_types"):
+        return cfg["layer_types"]
+    L = cfg["num_hidden_layers"]
+    if cfg["model_type"] == "gemma2":
+        return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(L)]
+    pattern = cfg.get("sliding_window_pattern", 6)
+    return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(L)]
+
+
+def tied(cfg):
+    return cfg.get("tie_word_embeddings", cfg["model_type"] in ("smollm3",) + GEMMA)  # their configs tie by default
 
 
 def config_for(case):
@@ -167,7 +236,8 @@ def tensor_shapes(cfg):
     nkv = cfg.get("num_key_value_heads", nh)
     d = head_dim(cfg)
     qwen2 = cfg["model_type"] == "qwen2"
-    qwen3 = cfg["model_type"] == "qwen3"
+    qwen3 = cfg["model_type"] in ("qwen3", "gemma3_text")  # q_norm/k_norm
+    gemma = cfg["model_type"] in GEMMA
     attn_bias = cfg.get("attention_bias", False)
     out = [("model.embed_tokens.weight", (V, H))]
     for i in range(cfg["num_hidden_layers"]):
@@ -191,8 +261,10 @@ def tensor_shapes(cfg):
             if cfg.get("mlp_bias", False):
                 out += [(p + f"mlp.{proj}.bias", (shape[0],))]
         out += [(p + "input_layernorm.weight", (H,)), (p + "post_attention_layernorm.weight", (H,))]
+        if gemma:
+            out += [(p + "pre_feedforward_layernorm.weight", (H,)), (p + "post_feedforward_layernorm.weight", (H,))]
     out += [("model.norm.weight", (H,))]
-    if not cfg.get("tie_word_embeddings", cfg["model_type"] == "smollm3"):  # SmolLM3Config ties by default
+    if not tied(cfg):
         out += [("lm_head.weight", (V, H))]
     return out
 
@@ -200,9 +272,10 @@ def tensor_shapes(cfg):
 def random_weights(cfg, gen, dtype):
     """Weights large enough that logits spread well (std ~1), rounded to the storage dtype."""
     weights = {}
+    offset = 0.0 if cfg["model_type"] in GEMMA else 1.0  # Gemma's norms scale by 1 + w
     for name, shape in tensor_shapes(cfg):
         if name.endswith("norm.weight"):
-            t = 1.0 + 0.1 * torch.randn(shape, generator=gen)
+            t = offset + 0.1 * torch.randn(shape, generator=gen)
         elif name.endswith(".bias"):
             t = 0.1 * torch.randn(shape, generator=gen)
         else:
@@ -229,6 +302,28 @@ def write_safetensors(path, tensors):
             f.write(b)
 
 
+def wrap(cfg, weights, prefix):
+    """The checkpoint as Gemma3ForConditionalGeneration saves it: config.json with text_config
+    (dtype, eos and tie at the top), the text tensors under `prefix` (and lm_head beside them:
+    language_model.lm_head. in the old spelling, lm_head. in the new), and two vision tensors."""
+    text = {k: v for k, v in cfg.items() if k not in ("torch_dtype", "eos_token_id", "tie_word_embeddings")}
+    outer = {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"], "text_config": text,
+             "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 16}, "torch_dtype": cfg["torch_dtype"],
+             "eos_token_id": [1, 106], "mm_tokens_per_image": 256}
+    if "tie_word_embeddings" in cfg:
+        outer["tie_word_embeddings"] = cfg["tie_word_embeddings"]
+    head = "language_model.lm_head.weight" if prefix.startswith("language_model") else "lm_head.weight"
+    out = {}
+    for name, t in weights.items():
+        out[head if name == "lm_head.weight" else prefix + name[len("model."):]] = t
+    some = next(iter(weights.values()))
+    vision = "vision_tower.vision_model." if prefix.startswith("language_model") else "model.vision_tower.vision_model."
+    out[vision + "embeddings.patch_embedding.weight"] = torch.zeros(16, 3, 2, 2, dtype=some.dtype)
+    out[vision.replace("vision_tower.vision_model.", "multi_modal_projector.") + "mm_input_projection_weight"] = \
+        torch.zeros(16, cfg["hidden_size"], dtype=some.dtype)
+    return outer, out
+
+
 def write_checkpoint(out_dir, cfg, weights, shards):
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
@@ -250,11 +345,19 @@ def write_checkpoint(out_dir, cfg, weights, shards):
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
-def inv_freq_hf(cfg):
-    """RoPE inverse frequencies exactly as transformers' rope init functions (fp32)."""
+def inv_freq_hf(cfg, local=False):
+    """RoPE inverse frequencies exactly as transformers' rope init functions (fp32). Gemma 3:
+    `local` layers use rope_local_base_freq, unscaled; v5 configs give a section per layer type."""
     d = head_dim(cfg)
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    default_theta = 2000000.0 if cfg["model_type"] == "smollm3" else 10000.0  # SmolLM3Config.default_theta
+    default_theta = {"smollm3": 2000000.0, "gemma3_text": 1000000.0}.get(cfg["model_type"], 10000.0)
+    if cfg["model_type"] == "gemma3_text":
+        if "full_attention" in params or "sliding_attention" in params:
+            params = params.get("sliding_attention" if local else "full_attention") or {}
+            default_theta = 10000.0 if local else default_theta
+        elif local:
+            params, default_theta = {}, cfg.get("rope_local_base_freq", 10000.0)
+            return 1.0 / (default_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
     theta = params.get("rope_theta", cfg.get("rope_theta", default_theta))
     rope_type = params.get("rope_type", params.get("type", "default"))
     inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
@@ -281,9 +384,19 @@ def forward(cfg, w, ids, dtype=torch.float64):
     d = head_dim(cfg)
     eps = cfg["rms_norm_eps"]
     T = len(ids)
+    gemma = cfg["model_type"] in GEMMA
+    # Gemma: queries scaled by query_pre_attn_scalar^-0.5 (default 256), soft-caps
+    # cap * tanh(x / cap): Gemma2Config's defaults 50 / 30; Gemma 3 none on attention.
+    scale = cfg.get("query_pre_attn_scalar", 256) ** -0.5 if gemma else 1 / math.sqrt(d)
+    attn_cap = cfg.get("attn_logit_softcapping", 50.0) if cfg["model_type"] == "gemma2" else None
+    final_cap = cfg.get("final_logit_softcapping", 30.0 if cfg["model_type"] == "gemma2" else None) if gemma else None
+
+    def cap(x, c):
+        return x if c is None else c * torch.tanh(x / c)
 
     def rms(x, weight):
-        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+        n = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        return n * (1.0 + weight) if gemma else weight * n
 
     def lin(x, name):
         y = x @ W[name + ".weight"].T
@@ -293,17 +406,25 @@ def forward(cfg, w, ids, dtype=torch.float64):
         return torch.cat((-x[..., d // 2:], x[..., : d // 2]), dim=-1)
 
     pos = torch.arange(T, dtype=torch.float32)
-    freqs = torch.outer(pos, inv_freq_hf(cfg))            # fp32, as HF (autocast off)
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)   # [T, d]
+
+    def cos_sin(inv):
+        freqs = torch.outer(pos, inv)                      # fp32, as HF (autocast off)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)   # [T, d]
+    tables = {False: cos_sin(inv_freq_hf(cfg)), True: cos_sin(inv_freq_hf(cfg, local=True))}
+    local_layers = ([t == "sliding_attention" for t in gemma_layer_types(cfg)] if cfg["model_type"] == "gemma3_text"
+                    else [False] * cfg["num_hidden_layers"])
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     q_idx, k_idx = torch.arange(T)[:, None], torch.arange(T)[None, :]
     windows = layer_windows(cfg)
     rotary = rope_layers(cfg)
 
     x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    if gemma:
+        x = x * H ** 0.5
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
+        cos, sin = tables[local_layers[i]]
         h = rms(x, W[p + "input_layernorm.weight"])
         q = lin(h, p + "self_attn.q_proj").view(T, nh, d).transpose(0, 1)
         k = lin(h, p + "self_attn.k_proj").view(T, nkv, d).transpose(0, 1)
@@ -316,17 +437,24 @@ def forward(cfg, w, ids, dtype=torch.float64):
             k = k * cos + rotate_half(k) * sin
         k = k.repeat_interleave(nh // nkv, dim=0)          # query head j uses KV head j // groups
         v = v.repeat_interleave(nh // nkv, dim=0)
-        s = (q @ k.transpose(1, 2)) / math.sqrt(d)
+        s = cap((q @ k.transpose(1, 2)) * scale, attn_cap)
         allowed = causal if windows[i] is None else causal & (q_idx - k_idx < windows[i])
         s = s.masked_fill(~allowed, float("-inf"))
         a = torch.softmax(s, dim=-1) @ v                   # [nh, T, d]
-        x = x + lin(a.transpose(0, 1).reshape(T, nh * d), p + "self_attn.o_proj")
+        o = lin(a.transpose(0, 1).reshape(T, nh * d), p + "self_attn.o_proj")
+        if gemma:                                          # sandwich norms, GeGLU (tanh GELU)
+            x = x + rms(o, W[p + "post_attention_layernorm.weight"])
+            h = rms(x, W[p + "pre_feedforward_layernorm.weight"])
+            g = torch.nn.functional.gelu(lin(h, p + "mlp.gate_proj"), approximate="tanh")
+            x = x + rms(lin(g * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj"), W[p + "post_feedforward_layernorm.weight"])
+            continue
+        x = x + o
         h = rms(x, W[p + "post_attention_layernorm.weight"])
         g = lin(h, p + "mlp.gate_proj")
         x = x + lin(torch.nn.functional.silu(g) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
     x = rms(x, W["model.norm.weight"])
     head = W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]
-    return x @ head.T
+    return cap(x @ head.T, final_cap)
 
 
 def write_beam_fixture(path, cfg, weights):
@@ -377,7 +505,10 @@ def main():
             lp = torch.log_softmax(forward(cfg, t, ids, torch.get_default_dtype()), dim=-1)
             return {"nll": -lp[torch.arange(seq_len - 1), torch.tensor(ids[1:])]}
         noise = fp32_noise(nll_of, {k: v.to(torch.float64) for k, v in weights.items()}, max_abs)["nll"]
-        write_checkpoint(os.path.join(out_root, name), cfg, weights, case.get("_shards", 1))
+        if case.get("_wrapper"):
+            write_checkpoint(os.path.join(out_root, name), *wrap(cfg, weights, case["_wrapper"]), 1)
+        else:
+            write_checkpoint(os.path.join(out_root, name), cfg, weights, case.get("_shards", 1))
         with open(os.path.join(out_root, name + ".reference.json"), "w") as f:
             json.dump({"ids": ids, "nll": nll, "argmax": logits.argmax(-1).tolist(), "min_margin": margin,
                        "nll_fp32_noise": noise}, f)

@@ -1,8 +1,8 @@
 // The blocked attention kernel (ops/attention.h) against the textbook graph: the same output and
 // the same gradients of q, k and v in float64, for every mask the model builds (causal over
 // several blocks with a partial last one, packed documents, left padding, a KV cache's longer
-// keys) and grouped-query heads; and the backward of the blocked and recomputed kernels against
-// finite differences.
+// keys, a sliding window) and grouped-query heads, with and without Gemma 2's soft-cap; and the
+// backward of the blocked and recomputed kernels against finite differences, soft-capped too.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -39,11 +39,14 @@ std::vector<Case> cases() {
   out.push_back({"left padded", 2, 6, 3, 140, 140, model::build_attention_mask(2, 140, 140, keys, {}, at::kCPU)});
   // Decoding with a cache: 3 new queries over 200 keys.
   out.push_back({"cached", 1, 6, 1, 3, 200, model::build_attention_mask(1, 3, 200, {}, {}, at::kCPU)});
+  // A window of 50 over 300 queries: blocks start their keys at the window's earliest edge.
+  out.push_back({"windowed", 1, 4, 2, 300, 300, model::build_attention_mask(1, 300, 300, {}, {}, at::kCPU, 50)});
   return out;
 }
 
 TEST(Attention, BlockedEqualsMaterialized) {
   at::manual_seed(3);
+  for (const double softcap : {0.0, 2.0})
   for (const Case& c : cases()) {
     const std::int64_t d = 8;
     auto q = at::randn({c.B, c.h, c.Tq, d}, at::kDouble).requires_grad_(true);
@@ -55,15 +58,16 @@ TEST(Attention, BlockedEqualsMaterialized) {
     auto live = c.mask.expand({c.B, 1, c.Tq, c.Tk}).any(-1, /*keepdim=*/true).to(at::kDouble);
     std::vector<at::Tensor> outs, grads;
     for (auto kernel : {ops::AttentionKernel::materialized, ops::AttentionKernel::blocked}) {
-      auto out = ops::attention_core(q, k, v, c.mask, 0.35, kernel);
+      auto out = ops::attention_core(q, k, v, c.mask, 0.35, kernel, softcap);
       auto g = torch::autograd::grad({(out * weights * live).sum()}, {q, k, v});
       outs.push_back(out * live);
       grads.insert(grads.end(), g.begin(), g.end());
     }
     // float64 throughout: the two differ only in summation order (~1e-15 relative).
-    EXPECT_TRUE(within(std::string(c.name) + ": output", (outs[0] - outs[1]).abs().max().item<double>(), 1e-12));
+    const std::string name = std::string(c.name) + (softcap > 0 ? " soft-capped" : "");
+    EXPECT_TRUE(within(name + ": output", (outs[0] - outs[1]).abs().max().item<double>(), 1e-12));
     for (int i = 0; i < 3; ++i) {
-      EXPECT_TRUE(within(std::string(c.name) + ": gradient " + "qkv"[i],
+      EXPECT_TRUE(within(name + ": gradient " + "qkv"[i],
                          (grads[i] - grads[i + 3]).abs().max().item<double>(), 1e-12));
     }
   }
@@ -87,6 +91,8 @@ TEST(Attention, BlockedNoGradForwardEqualsItsTrainingForward) {
 class AttentionBackward : public ::testing::TestWithParam<ops::AttentionKernel> {};
 
 TEST_P(AttentionBackward, MatchesFiniteDifferences) {
+  // Scores scale·q·k ~ 0.7·N(0, 3): a cap of 1.5 bends most of them (tanh well past linear).
+  for (const double softcap : {0.0, 1.5}) {
   at::manual_seed(8);
   const std::int64_t T = ops::kBlockQueries + 5, d = 3;
   auto seg = at::ones({1, T}, at::kLong);
@@ -97,9 +103,9 @@ TEST_P(AttentionBackward, MatchesFiniteDifferences) {
   auto v = at::randn({1, 2, T, d}, at::kDouble).requires_grad_(true);
   auto weights = at::randn({1, 4, T, d}, at::kDouble);
   auto f = [&] {
-    return (ops::attention_core(q.detach(), k.detach(), v.detach(), mask, 0.7, GetParam()) * weights).sum().item<double>();
+    return (ops::attention_core(q.detach(), k.detach(), v.detach(), mask, 0.7, GetParam(), softcap) * weights).sum().item<double>();
   };
-  (ops::attention_core(q, k, v, mask, 0.7, GetParam()) * weights).sum().backward();
+  (ops::attention_core(q, k, v, mask, 0.7, GetParam(), softcap) * weights).sum().backward();
   const double eps = 1e-6;
   double worst = 0;
   for (auto* x : {&q, &k, &v}) {
@@ -118,7 +124,8 @@ TEST_P(AttentionBackward, MatchesFiniteDifferences) {
   }
   // Central differences in float64, eps = 1e-6: truncation ~1e-12, rounding ~ u64 |f| / eps
   // ~ 1e-9 for |f| ~ 30; a wrong backward term is O(1).
-  EXPECT_TRUE(within("max |finite difference - gradient|", worst, 1e-7));
+  EXPECT_TRUE(within("softcap " + std::to_string(softcap) + ": max |finite difference - gradient|", worst, 1e-7));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, AttentionBackward,

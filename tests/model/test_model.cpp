@@ -49,7 +49,9 @@ const std::vector<std::string> kCases = {"llama_mha_fp32",      "llama_gqa_tied_
                                          "llama3_rope",         "qwen2_bias",           "llama_sharded_linear",
                                          "mistral_fp16",        "qwen3_gqa_tied_bf16",  "qwen3_bias_untied_fp32",
                                          "mistral_window_bf16", "qwen2_window_layers",  "qwen3_layer_types",
-                                         "smollm3_nope_bf16",   "smollm3_list_bias_fp32"};
+                                         "smollm3_nope_bf16",   "smollm3_list_bias_fp32", "gemma2_caps_window_bf16",
+                                         "gemma2_defaults_untied_fp32", "gemma3_pattern_bf16", "gemma3_v5_untied_fp32",
+                                         "gemma3_wrapper_tied_bf16", "gemma3_wrapper_untied_fp32"};
 
 class ReferenceCase : public ::testing::TestWithParam<std::string> {};
 
@@ -118,6 +120,32 @@ TEST(Model, LoadBorrowsMappedBytesWhenDtypeMatches) {
   EXPECT_EQ(mapping_of(wb.data_ptr()), "");
   EXPECT_EQ(wb.scalar_type(), at::kBFloat16);
   EXPECT_TRUE(at::equal(wb, w.to(at::kBFloat16)));
+}
+
+// A Gemma 3 multimodal checkpoint is read as its text model and written as one: config.json a
+// gemma3_text config (no text_config, Gemma3ForCausalLM), tensors under the text model's names,
+// no vision tensors; the written model scores exactly as the wrapper did.
+TEST(Model, Gemma3WrapperIsWrittenAsItsTextModel) {
+  for (const std::string name : {"gemma3_wrapper_tied_bf16", "gemma3_wrapper_untied_fp32"}) {
+    auto lm = model::load_causal_lm(kModels / name, at::kFloat);
+    EXPECT_EQ(lm->config().model_type, "gemma3_text");
+    EXPECT_EQ(lm->config().wrapper_type, "gemma3");
+    const fs::path out = fs::path(CTUNE_TEST_DATA_DIR) / ("rewritten_" + name);
+    model::SaveOptions opts;
+    opts.overwrite = true;
+    model::save_causal_lm(lm, out, opts);
+    const Json config = read_json_file(out / "config.json");
+    EXPECT_EQ(config["model_type"], "gemma3_text") << name;
+    EXPECT_FALSE(config.contains("text_config")) << name;
+    EXPECT_EQ(config["architectures"][0], "Gemma3ForCausalLM") << name;
+    io::CheckpointReader written(out);
+    for (const auto& [tensor, ref] : written.tensors())
+      EXPECT_TRUE(tensor.rfind("model.layers.", 0) == 0 || tensor.rfind("model.", 0) == 0 || tensor == "lm_head.weight") << tensor;
+    const auto ref = read_reference(name);
+    auto again = model::load_causal_lm(out, at::kFloat);
+    EXPECT_TRUE(again->config().wrapper_type.empty());
+    EXPECT_EQ(infer::score_tokens(again, ref.ids, name).nll, infer::score_tokens(lm, ref.ids, name).nll) << name;
+  }
 }
 
 TEST(Model, SaveShardedRoundTripIsExact) {
@@ -219,6 +247,14 @@ TEST(Model, ParameterCountIsTheShapeOnlyModels) {
   EXPECT_EQ(q->layer(), 15);
   EXPECT_TRUE(q->is_weight());
   EXPECT_EQ(q->sizes, (std::vector<std::int64_t>{2048, 2048}));
+  // The shipped Gemma shapes against their published counts: Gemma-2-2B 2,614,341,888 and
+  // Gemma-3-1B 999,885,952 (tied, four norms a layer, Gemma 3's q/k norms), and Gemma-3-4B's text
+  // model, 3,880,263,168 (the wrapper's text_config with Gemma3TextConfig's defaults).
+  for (const auto& [file, count] : std::vector<std::pair<std::string, std::int64_t>>{
+           {"gemma-2-2b.json", 2614341888}, {"gemma-3-1b.json", 999885952}, {"gemma-3-4b.json", 3880263168}}) {
+    const auto path = fs::path(CTUNE_SOURCE_DIR) / "recipes" / "models" / file;
+    EXPECT_EQ(model::parameter_count(model::parameter_shapes(model::parse_model_config(read_json_file(path), file))), count) << file;
+  }
 }
 
 }  // namespace

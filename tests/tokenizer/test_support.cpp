@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "scratch.h"
 #include "tokenizer/unicode.h"
 
 namespace ctune::tok::test {
@@ -22,7 +23,7 @@ std::filesystem::path data_dir() {
 }
 
 std::filesystem::path scratch_dir(const std::string& name) {
-  auto dir = data_dir() / "scratch" / name;
+  auto dir = ctune::test::process_scratch_root(data_dir()) / name;
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

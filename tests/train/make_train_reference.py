@@ -19,6 +19,11 @@ Gradients and the trajectory are computed in float64 (the weights are exact in f
 With FAMILY qwen3 (modeling_qwen3.py), the same model with Qwen3's per-head q_norm/k_norm
 (RMSNorm over head_dim before RoPE) and head_dim 16 != hidden / heads: the model, LoRA weights,
 batches, the full and LoRA gradients and their noise (no trajectories).
+With FAMILY gemma2 (modeling_gemma2.py): (1 + w) norms, sandwich norms, sqrt(H)-scaled
+embeddings, GeGLU, query_pre_attn_scalar, attention and final soft-caps small enough to bend
+(2 and 3), a window of 8 on layer 0. With FAMILY gemma3 (modeling_gemma3.py): Gemma 2's body
+without caps, (1 + w) q/k norms, layer 0 local (window 8, RoPE theta 10000), layer 1 global
+(theta 1e6). The same outputs as for qwen3.
 
 Usage: make_train_reference.py OUT_DIR [FAMILY]
 """
@@ -57,8 +62,10 @@ def shapes():
                 (p + "mlp.gate_proj.weight", (I, H)), (p + "mlp.up_proj.weight", (I, H)),
                 (p + "mlp.down_proj.weight", (H, I)),
                 (p + "input_layernorm.weight", (H,)), (p + "post_attention_layernorm.weight", (H,))]
-        if CFG["model_type"] == "qwen3":
+        if CFG["model_type"] in ("qwen3", "gemma3_text"):
             out += [(p + "self_attn.q_norm.weight", (d,)), (p + "self_attn.k_norm.weight", (d,))]
+        if gemma():
+            out += [(p + "pre_feedforward_layernorm.weight", (H,)), (p + "post_feedforward_layernorm.weight", (H,))]
     out += [("model.norm.weight", (H,)), ("lm_head.weight", (V, H))]
     return out
 
@@ -101,9 +108,17 @@ def make_batches(gen):
     return batches
 
 
-def inv_freq():
+def gemma():
+    return CFG["model_type"] in ("gemma2", "gemma3_text")
+
+
+def inv_freq(theta=None):
     d = head_dim()
-    return 1.0 / (CFG["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    return 1.0 / ((theta or CFG["rope_theta"]) ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+
+
+def cap(x, c):
+    return x if c is None else c * torch.tanh(x / c)
 
 
 def forward_logits(W, lora, scale, batch):
@@ -121,20 +136,30 @@ def forward_logits(W, lora, scale, batch):
         return y
 
     def rms(x, w):
-        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+        n = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        return n * (1.0 + w) if gemma() else w * n
 
     def rot(x):
         return torch.cat((-x[..., d // 2:], x[..., : d // 2]), -1)
 
-    freqs = pos.to(torch.float32)[..., None] * inv_freq()          # fp32 like HF
-    emb = torch.cat((freqs, freqs), -1)
     dtype = W["model.embed_tokens.weight"].dtype                     # float64, or float32 for the noise runs
-    cos, sin = emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]   # [B,1,T,d]
+
+    def cos_sin(inv):
+        freqs = pos.to(torch.float32)[..., None] * inv               # fp32 like HF
+        emb = torch.cat((freqs, freqs), -1)
+        return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]   # [B,1,T,d]
     i_idx, j_idx = torch.arange(T)[:, None], torch.arange(T)[None, :]
     allowed = (j_idx <= i_idx)[None] & (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] != 0)
+    attn_scale = CFG["query_pre_attn_scalar"] ** -0.5 if gemma() else 1 / math.sqrt(d)
     x = W["model.embed_tokens.weight"][ids]
+    if gemma():
+        x = x * H ** 0.5
     for i in range(CFG["num_hidden_layers"]):
         p = f"model.layers.{i}."
+        local = CFG.get("_local", [False] * CFG["num_hidden_layers"])[i]
+        cos, sin = cos_sin(inv_freq(CFG["rope_local_base_freq"] if local else None))
+        window = CFG.get("_windows", [None] * CFG["num_hidden_layers"])[i]
+        ok = allowed if window is None else allowed & (i_idx - j_idx < window)[None]
         h = rms(x, W[p + "input_layernorm.weight"])
         q = lin(h, p + "self_attn.q_proj").view(B, T, nh, d).transpose(1, 2)
         k = lin(h, p + "self_attn.k_proj").view(B, T, nkv, d).transpose(1, 2)
@@ -143,14 +168,20 @@ def forward_logits(W, lora, scale, batch):
             q, k = rms(q, W[p + "self_attn.q_norm.weight"]), rms(k, W[p + "self_attn.k_norm.weight"])
         q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
         k, v = k.repeat_interleave(nh // nkv, 1), v.repeat_interleave(nh // nkv, 1)
-        s = (q @ k.transpose(-1, -2)) / math.sqrt(d)
-        s = s.masked_fill(~allowed[:, None], torch.finfo(s.dtype).min)
+        s = cap((q @ k.transpose(-1, -2)) * attn_scale, CFG.get("attn_logit_softcapping"))
+        s = s.masked_fill(~ok[:, None], torch.finfo(s.dtype).min)
         a = (torch.softmax(s, -1) @ v).transpose(1, 2).reshape(B, T, nh * d)
+        if gemma():  # sandwich norms, GeGLU
+            x = x + rms(lin(a, p + "self_attn.o_proj"), W[p + "post_attention_layernorm.weight"])
+            h = rms(x, W[p + "pre_feedforward_layernorm.weight"])
+            g = torch.nn.functional.gelu(lin(h, p + "mlp.gate_proj"), approximate="tanh")
+            x = x + rms(lin(g * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj"), W[p + "post_feedforward_layernorm.weight"])
+            continue
         x = x + lin(a, p + "self_attn.o_proj")
         h = rms(x, W[p + "post_attention_layernorm.weight"])
         x = x + lin(torch.nn.functional.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
     x = rms(x, W["model.norm.weight"])
-    return lin(x, "lm_head")
+    return cap(lin(x, "lm_head"), CFG.get("final_logit_softcapping"))
 
 
 def forward_loss(W, lora, scale, batch):
@@ -251,17 +282,26 @@ def main():
     family = sys.argv[2] if len(sys.argv) > 2 else "llama"
     if family == "qwen3":
         CFG.update(model_type="qwen3", head_dim=16, attention_bias=False)
+    elif family == "gemma2":
+        CFG.update(model_type="gemma2", head_dim=16, query_pre_attn_scalar=12, attn_logit_softcapping=2.0,
+                   final_logit_softcapping=3.0, sliding_window=8, hidden_activation="gelu_pytorch_tanh",
+                   hidden_act="gelu_pytorch_tanh", _windows=[8, None])
+    elif family == "gemma3":
+        CFG.update(model_type="gemma3_text", head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
+                   sliding_window_pattern=2, rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                   hidden_activation="gelu_pytorch_tanh", _windows=[8, None], _local=[True, False])
     elif family != "llama":
         raise SystemExit(f"unknown family {family}")
     os.makedirs(os.path.join(out, "model"), exist_ok=True)
     gen = torch.Generator().manual_seed(7)
     W = {}
     for name, shape in shapes():
-        t = 1.0 + 0.1 * torch.randn(shape, generator=gen) if name.endswith("norm.weight") else 0.2 * torch.randn(shape, generator=gen)
+        offset = 0.0 if gemma() else 1.0  # Gemma's norms scale by 1 + w
+        t = offset + 0.1 * torch.randn(shape, generator=gen) if name.endswith("norm.weight") else 0.2 * torch.randn(shape, generator=gen)
         W[name] = t.to(torch.float32).double()  # exact in fp32
     write_safetensors(os.path.join(out, "model", "model.safetensors"), W)
     with open(os.path.join(out, "model", "config.json"), "w") as f:
-        json.dump(CFG, f, indent=2)
+        json.dump({k: v for k, v in CFG.items() if not k.startswith("_")}, f, indent=2)
 
     lora = {}
     for name, shape in shapes():

@@ -1,5 +1,6 @@
 // The chunked cross-entropy's custom backward against central finite differences (float64) and
-// against the plain full-logits loss, with several chunks and a partial last one.
+// against the plain full-logits loss, with several chunks and a partial last one, plain and
+// with Gemma 2's final soft-cap.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -16,12 +17,19 @@ at::Tensor plain_loss(const at::Tensor& h, const at::Tensor& w, const at::Tensor
   return at::nll_loss(at::log_softmax(at::matmul(h, w.t()), -1), t, {}, at::Reduction::Sum);
 }
 
-TEST(ChunkedLoss, GradientsMatchFiniteDifferences) {
+// Logits here are ~N(0, 5): a cap of 2 bends nearly all of them.
+class ChunkedLossCap : public ::testing::TestWithParam<double> {};
+
+TEST_P(ChunkedLossCap, GradientsMatchFiniteDifferences) {
+  const double cap = GetParam();
   at::manual_seed(3);
   auto h = at::randn({7, 5}, at::kDouble).requires_grad_(true);
   auto w = at::randn({11, 5}, at::kDouble).requires_grad_(true);
   auto t = at::randint(0, 11, {7}, at::kLong);
-  auto loss = train::chunked_cross_entropy_sum(h, w, t, /*chunk_rows=*/3);  // chunks of 3, 3, 1
+  auto f = [&] {
+    return 1.7 * train::chunked_cross_entropy_sum(h.detach(), w.detach(), t, 3, at::ScalarType::Undefined, cap).item<double>();
+  };
+  auto loss = train::chunked_cross_entropy_sum(h, w, t, /*chunk_rows=*/3, at::ScalarType::Undefined, cap);  // chunks of 3, 3, 1
   (loss * 1.7).backward();  // a non-unit incoming gradient
   const double eps = 1e-6;
   double worst = 0;
@@ -31,9 +39,9 @@ TEST(ChunkedLoss, GradientsMatchFiniteDifferences) {
     for (std::int64_t i = 0; i < flat.numel(); ++i) {
       const double saved = flat[i].item<double>();
       flat[i] = saved + eps;
-      const double up = 1.7 * train::chunked_cross_entropy_sum(h.detach(), w.detach(), t, 3).item<double>();
+      const double up = f();
       flat[i] = saved - eps;
-      const double down = 1.7 * train::chunked_cross_entropy_sum(h.detach(), w.detach(), t, 3).item<double>();
+      const double down = f();
       flat[i] = saved;
       const double numeric = (up - down) / (2 * eps);
       worst = std::max(worst, std::abs(numeric - grad[i].item<double>()));
@@ -43,7 +51,15 @@ TEST(ChunkedLoss, GradientsMatchFiniteDifferences) {
   // ~ (roundings on a path) u64 |f| / eps ~ 30 * 1e-16 * 30 / 1e-6 ~ 1e-7 at worst (|f| ~ 30);
   // a wrong term in the backward is O(1).
   EXPECT_TRUE(within("max |finite difference - gradient|", worst, 1e-6));
+  if (cap > 0) {  // the capped forward is the capped plain loss
+    const auto capped = at::tanh(at::matmul(h, w.t()) / cap) * cap;
+    const double plain = at::nll_loss(at::log_softmax(capped, -1), t, {}, at::Reduction::Sum).item<double>();
+    EXPECT_TRUE(within("|chunked - plain capped loss| (float64)", std::abs(loss.item<double>() - plain), 1e-12));
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Caps, ChunkedLossCap, ::testing::Values(0.0, 2.0),
+                         [](const auto& info) { return std::string(info.param > 0 ? "capped" : "uncapped"); });
 
 TEST(ChunkedLoss, EqualsThePlainLossAndGradients) {
   at::manual_seed(4);

@@ -32,6 +32,10 @@ namespace {
 const fs::path kRef = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference";
 // The same step on Qwen3's block (per-head q/k norms, head_dim != hidden / heads).
 const fs::path kQwen3Ref = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference-qwen3";
+// Gemma 2 (soft-caps in the attention core and the chunked loss, sandwich and (1 + w) norms,
+// GeGLU, scaled embeddings, a window) and Gemma 3 (q/k norms, local and global RoPE).
+const fs::path kGemma2Ref = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference-gemma2";
+const fs::path kGemma3Ref = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference-gemma3";
 
 // How far float32 rounding alone moves each reference value (relative; see make_train_reference.py).
 const Json& noise(const fs::path& ref = kRef) {
@@ -124,6 +128,8 @@ void full_case(const fs::path& ref) {
 
 TEST(TrainReference, FullFineTuneGradients) { full_case(kRef); }
 TEST(TrainReference, Qwen3FullFineTuneGradients) { full_case(kQwen3Ref); }
+TEST(TrainReference, Gemma2FullFineTuneGradients) { full_case(kGemma2Ref); }
+TEST(TrainReference, Gemma3FullFineTuneGradients) { full_case(kGemma3Ref); }
 
 void lora_case(bool rslora, const char* variant, const fs::path& ref = kRef) {
   auto lm = model::load_causal_lm(ref / "model", at::kFloat);
@@ -160,6 +166,8 @@ void lora_case(bool rslora, const char* variant, const fs::path& ref = kRef) {
 TEST(TrainReference, LoraGradients) { lora_case(false, "lora"); }
 TEST(TrainReference, RsLoraGradients) { lora_case(true, "rslora"); }
 TEST(TrainReference, Qwen3LoraGradients) { lora_case(false, "lora", kQwen3Ref); }
+TEST(TrainReference, Gemma2LoraGradients) { lora_case(false, "lora", kGemma2Ref); }
+TEST(TrainReference, Gemma3LoraGradients) { lora_case(false, "lora", kGemma3Ref); }
 
 class CyclingSource : public train::BatchSource {
  public:

@@ -8,7 +8,16 @@
 
 namespace ctune::model::families {
 
+Activation read_activation(const Json& j, const std::string& where, const char* key, const char* fallback) {
+  const std::string act = json_string(j, key, where).value_or(fallback);
+  if (act == "silu" || act == "swish") return Activation::silu;
+  // transformers' gelu_new and gelu_pytorch_tanh are the same tanh approximation.
+  if (act == "gelu_pytorch_tanh" || act == "gelu_new") return Activation::gelu_tanh;
+  throw UnsupportedError(where + ": " + key + " \"" + act + "\" is not supported (expected silu or gelu_pytorch_tanh)");
+}
+
 void parse_llama_keys(const Json& j, const std::string& where, ModelConfig& c) {
+  c.arch.activation = read_activation(j, where, "hidden_act", "silu");
   const bool attention_bias = json_bool(j, "attention_bias", where).value_or(false);
   c.arch.qkv_bias = attention_bias;
   c.arch.o_bias = attention_bias;

@@ -18,6 +18,7 @@ std::vector<std::int64_t> qwen_layer_windows(const Json& j, const std::string& w
 
 namespace {
 void parse(const Json& j, const std::string& where, ModelConfig& c) {
+  c.arch.activation = read_activation(j, where, "hidden_act", "silu");
   c.arch.qkv_bias = true;
   c.arch.o_bias = false;
   c.arch.mlp_bias = json_bool(j, "mlp_bias", where).value_or(false);

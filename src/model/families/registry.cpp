@@ -14,6 +14,9 @@ const std::vector<const Family*>& all_families() {
       &families::qwen2(),
       &families::qwen3(),
       &families::smollm3(),
+      &families::gemma2(),
+      &families::gemma3_text(),
+      &families::gemma3(),
   };
   return all;
 }

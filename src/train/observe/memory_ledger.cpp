@@ -227,15 +227,23 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
   const Term TT = s.T * s.T;
   ActivationTerms a;
   a.scores = blocked ? Term() : s.B * s.nh * TT * (Term::num(4) + (c.value() != 4 ? c : Term())) + s.B * TT;
+  // Gemma 2's soft-cap keeps the scaled scores and their tanh (materialized), or one more
+  // block-sized tanh (blocked).
+  const bool capped = in.config.arch.attn_softcap > 0;
+  if (capped && !blocked) a.scores += Term::num(2) * s.B * s.nh * TT * c;
   // A block spans every batch row: fp32 P, dP and one product, and P and dS in the matmul dtype.
   const Term block_rows = sym("bq", std::min<std::int64_t>(ops::kBlockQueries, s.T.value()));
-  const Term workspace = blocked ? s.B * s.nh * block_rows * s.T * (Term::num(12) + Term::num(2) * c) : Term();
+  const Term workspace =
+      blocked ? s.B * s.nh * block_rows * s.T * (Term::num(12) + Term::num(2) * c + (capped ? c : Term())) : Term();
   const Term core = n * (blocked ? s.nh + Term::num(2) * s.nkv : Term::num(3) * s.nh) * s.d * c;
   const Term o_in = input_saved("o_proj", s.nh * s.d);
   const Term mlp_in = shared_input({"gate_proj", "up_proj"}, s.H);
+  // SwiGLU and GeGLU alike keep the gate's input, act(gate) and up for the product.
   const Term swiglu = Term::num(3) * n * s.I * c;
   const Term down_in = input_saved("down_proj", s.I);
-  a.layer = Term::num(2) * norm + qkv + qk_norm + a.scores + core + o_in + mlp_in + swiglu + down_in;
+  // Gemma's sandwich norms: two more per layer, over the attention and MLP outputs.
+  const Term norms = Term::num(in.config.arch.sandwich_norms ? 4 : 2) * norm;
+  a.layer = norms + qkv + qk_norm + a.scores + core + o_in + mlp_in + swiglu + down_in;
   led.activations_per_layer = a.layer.value();
 
   std::int64_t recomputing = 0;
@@ -257,10 +265,12 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
   const auto mask_count = static_cast<std::int64_t>(std::unique(windows.begin(), windows.end()) - windows.begin());
   const Term top = Term::num(8) * n * s.H + s.r * n * s.H + (blocked ? Term::num(mask_count) * s.B * TT : Term());
   a.total = kept + top + workspace;
-  std::string note = "per layer " + mb(a.layer.value()) + ": 2 norms, q/k/v inputs, " +
+  std::string note = "per layer " + mb(a.layer.value()) + ": " + (in.config.arch.sandwich_norms ? "4" : "2") +
+                     " norms, q/k/v inputs, " +
                      (in.config.arch.qk_norm ? "q/k norms, " : "") +
                      (blocked ? std::string("q, k, v (blocked attention keeps no scores)") : std::string("scores, mask, q, k, v")) +
-                     ", o input, MLP inputs, SwiGLU, down input";
+                     ", o input, MLP inputs, " +
+                     (in.config.arch.activation == model::Activation::gelu_tanh ? "GeGLU" : "SwiGLU") + ", down input";
   if (recomputing > 0) {
     note += "; Lr of L layers keep only their input (r n H) and recompute";
   } else if (in.recompute.attention_kernel() == ops::AttentionKernel::recomputed) {

@@ -26,7 +26,7 @@ at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b, bool c
     const bool plain_head = !lm->lm_head || (!lm->lm_head->adapter && !lm->lm_head->bias.defined());
     if (plain_head) {
       const auto& weight = lm->lm_head ? lm->lm_head->weight : lm->model->embed_tokens->weight;
-      return chunked_cross_entropy_sum(h, weight, targets, 0, lm->compute_dtype());
+      return chunked_cross_entropy_sum(h, weight, targets, 0, lm->compute_dtype(), lm->config().arch.final_softcap);
     }
   }
   auto logits = lm->head(h).to(at::kFloat);  // [N, V]
