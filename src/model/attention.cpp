@@ -18,9 +18,13 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, at::ScalarType dtype)
       head_dim(c.head_dim),
       scale(c.attention_scale()),
       softcap(c.arch.attn_softcap) {
-  q_proj = register_module("q_proj", projection_linear(c, "q_proj", dtype));
-  k_proj = register_module("k_proj", projection_linear(c, "k_proj", dtype));
-  v_proj = register_module("v_proj", projection_linear(c, "v_proj", dtype));
+  if (c.arch.fused_qkv) {
+    qkv_proj = register_module("qkv_proj", projection_linear(c, "qkv_proj", dtype));
+  } else {
+    q_proj = register_module("q_proj", projection_linear(c, "q_proj", dtype));
+    k_proj = register_module("k_proj", projection_linear(c, "k_proj", dtype));
+    v_proj = register_module("v_proj", projection_linear(c, "v_proj", dtype));
+  }
   o_proj = register_module("o_proj", projection_linear(c, "o_proj", dtype));
   if (c.arch.qk_norm) {
     q_norm = register_module("q_norm", config_norm(c, c.head_dim, dtype));
@@ -44,15 +48,25 @@ std::pair<at::Tensor, at::Tensor> LayerCache::append(const at::Tensor& k_new, co
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                   const at::Tensor& mask, LayerCache* cache) {
   const auto B = x.size(0), T = x.size(1);
-  auto q = q_proj->forward(x).view({B, T, num_heads, head_dim});
-  auto k = k_proj->forward(x).view({B, T, num_kv_heads, head_dim});
+  const auto nq = num_heads * head_dim, nkv = num_kv_heads * head_dim;
+  at::Tensor q, k, v;
+  if (qkv_proj) {  // [q; k; v] rows, split in the math only
+    auto qkv = qkv_proj->forward(x);
+    q = qkv.narrow(-1, 0, nq).reshape({B, T, num_heads, head_dim});
+    k = qkv.narrow(-1, nq, nkv).reshape({B, T, num_kv_heads, head_dim});
+    v = qkv.narrow(-1, nq + nkv, nkv).reshape({B, T, num_kv_heads, head_dim});
+  } else {
+    q = q_proj->forward(x).view({B, T, num_heads, head_dim});
+    k = k_proj->forward(x).view({B, T, num_kv_heads, head_dim});
+    v = v_proj->forward(x).view({B, T, num_kv_heads, head_dim});
+  }
   if (q_norm) {  // each head over head_dim, before RoPE
     q = q_norm->forward(q);
     k = k_norm->forward(k);
   }
   q = q.transpose(1, 2);
   k = k.transpose(1, 2);
-  auto v = v_proj->forward(x).view({B, T, num_kv_heads, head_dim}).transpose(1, 2);
+  v = v.transpose(1, 2);
   // RoPE tables follow the residual stream's dtype; q and k go back to v's (the projections'
   // compute dtype) so the attention matmuls stay in low precision under mixed precision.
   q = (use_rope ? apply_rope(q, cos, sin) : q).to(v.scalar_type());

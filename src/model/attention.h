@@ -40,6 +40,7 @@ class AttentionImpl : public torch::nn::Module {
   double softcap;  // Architecture::attn_softcap (0: none)
   ops::AttentionKernel kernel = ops::AttentionKernel::blocked;  // RecomputePolicy::attention_kernel
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  Linear qkv_proj{nullptr};  // Architecture::fused_qkv: [q; k; v] rows, instead of the three
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Architecture::qk_norm only
   bool use_rope = true;                       // Architecture::rope(layer): false in a NoPE layer
 };

@@ -49,7 +49,26 @@ RopeConfig parse_rope(const Json& j, const std::string& where, double default_th
     auto type = json_string(*scaling, "rope_type", at);
     if (!type) type = json_string(*scaling, "type", at);  // legacy spelling
     rope.type = type.value_or("default");
-    if (rope.type == "linear" || rope.type == "llama3") {
+    if (rope.type == "longrope") {
+      rope.attention_factor = 0;
+      for (auto [key, out] : {std::pair{"short_factor", &rope.short_factor}, std::pair{"long_factor", &rope.long_factor}}) {
+        const auto it = scaling->find(key);
+        if (it == scaling->end() || !it->is_array() || it->empty())
+          throw ConfigError(at + ": rope type \"longrope\" requires \"" + key + "\" (a list of numbers)");
+        for (const Json& v : *it) {
+          if (!v.is_number() || !(v.get<double>() > 0))
+            throw ConfigError(at + ": \"" + std::string(key) + "\" entries must be positive numbers, found " + v.dump());
+          out->push_back(v.get<double>());
+        }
+      }
+      if (auto f = json_number(*scaling, "attention_factor", at)) {
+        if (!(*f > 0)) throw ConfigError(at + ": \"attention_factor\" must be positive, found " + std::to_string(*f));
+        rope.attention_factor = *f;  // else 0: derived in parse_model_config
+      }
+      if (auto f = json_number(*scaling, "factor", at)) rope.factor = *f;
+      if (auto l0 = json_int(*scaling, "original_max_position_embeddings", at)) rope.original_max_position = *l0;
+      else rope.original_max_position = 0;  // from the top level or max_position_embeddings (parse_model_config)
+    } else if (rope.type == "linear" || rope.type == "llama3") {
       auto factor = json_number(*scaling, "factor", at);
       if (!factor) throw ConfigError(at + ": rope type \"" + rope.type + "\" requires \"factor\"");
       if (!(*factor > 0)) throw ConfigError(at + ": \"factor\" must be positive, found " + std::to_string(*factor));
@@ -71,9 +90,9 @@ RopeConfig parse_rope(const Json& j, const std::string& where, double default_th
       rope.low_freq_factor = *lf;
       rope.high_freq_factor = *hf;
       rope.original_max_position = *l0;
-    } else if (rope.type != "default" && rope.type != "linear") {
+    } else if (rope.type != "default" && rope.type != "linear" && rope.type != "longrope") {
       throw UnsupportedError(at + ": rope type \"" + rope.type +
-                             "\" is not supported (supported: default, linear, llama3)");
+                             "\" is not supported (supported: default, linear, llama3, longrope)");
     }
   }
   if (!(rope.theta > 0) || !std::isfinite(rope.theta)) {
@@ -108,7 +127,36 @@ ProjectionShape ModelConfig::projection(const std::string& name) const {
   if (name == "o_proj") return {q, H, arch.o_bias};
   if (name == "gate_proj" || name == "up_proj") return {H, intermediate_size, arch.mlp_bias};
   if (name == "down_proj") return {intermediate_size, H, arch.mlp_bias};
-  throw ConfigError("\"" + name + "\" is not a decoder projection (expected one of q_proj ... down_proj)");
+  if (name == "qkv_proj") return {H, q + 2 * kv, arch.qkv_bias};
+  if (name == "gate_up_proj") return {H, 2 * intermediate_size, arch.mlp_bias};
+  throw ConfigError("\"" + name + "\" is not a decoder projection (expected one of q_proj ... down_proj, qkv_proj, gate_up_proj)");
+}
+
+// transformers' _compute_longrope_parameters: the original context is the top-level
+// original_max_position_embeddings (Phi-3), else the section's, else max_position_embeddings;
+// factor = max / original when the top level gives it; attention_factor, unless given,
+// sqrt(1 + ln factor / ln original) for factor > 1, else 1. One factor per rotated pair.
+static void finish_longrope(const Json& j, const std::string& where, ModelConfig& c) {
+  RopeConfig& r = c.rope;
+  const auto top = json_int(j, "original_max_position_embeddings", where);
+  if (top) {
+    r.original_max_position = *top;
+    r.factor = static_cast<double>(c.max_position_embeddings) / static_cast<double>(*top);
+  } else if (r.original_max_position <= 0) {
+    r.original_max_position = c.max_position_embeddings;
+  }
+  if (r.original_max_position <= 0)
+    throw ConfigError(where + ": original_max_position_embeddings must be positive, found " + std::to_string(r.original_max_position));
+  if (r.attention_factor == 0) {
+    r.attention_factor = r.factor <= 1.0 ? 1.0
+                                         : std::sqrt(1.0 + std::log(r.factor) / std::log(static_cast<double>(r.original_max_position)));
+  }
+  const auto pairs = static_cast<std::size_t>(r.rotary_dim(c.head_dim) / 2);
+  if (r.short_factor.size() != pairs || r.long_factor.size() != pairs) {
+    throw ConfigError(where + ": longrope short_factor and long_factor must have one entry per rotated pair (" +
+                      std::to_string(pairs) + "), found " + std::to_string(r.short_factor.size()) + " and " +
+                      std::to_string(r.long_factor.size()));
+  }
 }
 
 double ModelConfig::attention_scale() const {
@@ -163,8 +211,16 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   if (!(c.rms_norm_eps > 0)) throw ConfigError(where + ": rms_norm_eps must be positive, found " + std::to_string(c.rms_norm_eps));
   c.rope = parse_rope(j, where, family.default_rope_theta);
   if (auto prf = json_number(j, "partial_rotary_factor", where); prf && *prf != 1.0) {
-    throw UnsupportedError(where + ": partial_rotary_factor " + std::to_string(*prf) + " is not supported (expected 1.0)");
+    if (!family.partial_rotary)
+      throw UnsupportedError(where + ": partial_rotary_factor " + std::to_string(*prf) + " is not supported for model_type " +
+                             c.model_type + " (expected 1.0)");
+    const auto rot = static_cast<std::int64_t>(static_cast<double>(c.head_dim) * *prf);
+    if (!(*prf > 0 && *prf <= 1) || rot < 2 || rot % 2 != 0)
+      throw ConfigError(where + ": partial_rotary_factor " + std::to_string(*prf) + " must leave an even number of rotated "
+                        "dimensions in (0, head_dim " + std::to_string(c.head_dim) + "], found " + std::to_string(rot));
+    c.rope.partial_rotary_factor = *prf;
   }
+  if (c.rope.type == "longrope") finish_longrope(j, where, c);
   c.tie_word_embeddings = json_bool(j, "tie_word_embeddings", where).value_or(family.default_tied);
   family.parse(j, where, c);
 

@@ -22,12 +22,22 @@ struct ProjectionShape {
 };
 
 struct RopeConfig {
-  std::string type = "default";  // default | linear | llama3
+  std::string type = "default";  // default | linear | llama3 | longrope
   double theta = 10000.0;
   double factor = 1.0;                        // linear, llama3
   double low_freq_factor = 1.0;               // llama3
   double high_freq_factor = 4.0;              // llama3
-  std::int64_t original_max_position = 8192;  // llama3
+  std::int64_t original_max_position = 8192;  // llama3; longrope: where the long factors start
+  // longrope (Phi-3): frequencies divided per dimension by short_factor, or by long_factor once a
+  // forward's largest position reaches original_max_position; cos and sin times attention_factor.
+  std::vector<double> short_factor, long_factor;
+  double attention_factor = 1.0;  // longrope: as given, or derived by parse_model_config
+  // The leading fraction of each head that rotates (Phi-4-mini: 0.75); the rest passes through.
+  double partial_rotary_factor = 1.0;
+
+  std::int64_t rotary_dim(std::int64_t head_dim) const {
+    return static_cast<std::int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
+  }
 };
 
 // The MLP's gate activation: down(act(gate(x)) * up(x)).
@@ -44,6 +54,10 @@ struct Architecture {
   // RMSNorm over head_dim on each query and key head (self_attn.q_norm, k_norm: [head_dim]),
   // after the projections and before RoPE (Qwen3).
   bool qk_norm = false;
+  // Phi-3's fused projections, kept fused in memory and on disk: self_attn.qkv_proj
+  // ([q; k; v] rows) and mlp.gate_up_proj ([gate; up] rows), split only in the math.
+  bool fused_qkv = false;
+  bool fused_gate_up = false;
   // Per layer, the attention window: a query attends to the `w` most recent positions, itself
   // included (q - k < w); 0: the whole causal context. Empty when every layer is global.
   std::vector<std::int64_t> layer_windows;

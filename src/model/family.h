@@ -58,6 +58,7 @@ struct Family {
   double default_rope_theta = 10000.0;  // when config.json has no rope_theta
   bool default_tied = false;            // when config.json has no tie_word_embeddings
   std::optional<Wrapper> wrapper;       // set for a multimodal wrapper (then parse is unused)
+  bool partial_rotary = false;          // honours partial_rotary_factor (else refuses one != 1)
 };
 
 // The family reading `model_type`; UnsupportedError (naming every supported type) when none does.

@@ -12,19 +12,31 @@
 
 namespace ctune::model {
 
-MLPImpl::MLPImpl(const ModelConfig& c, at::ScalarType dtype) : activation(c.arch.activation) {
-  gate_proj = register_module("gate_proj", projection_linear(c, "gate_proj", dtype));
-  up_proj = register_module("up_proj", projection_linear(c, "up_proj", dtype));
+MLPImpl::MLPImpl(const ModelConfig& c, at::ScalarType dtype) : intermediate(c.intermediate_size), activation(c.arch.activation) {
+  if (c.arch.fused_gate_up) {
+    gate_up_proj = register_module("gate_up_proj", projection_linear(c, "gate_up_proj", dtype));
+  } else {
+    gate_proj = register_module("gate_proj", projection_linear(c, "gate_proj", dtype));
+    up_proj = register_module("up_proj", projection_linear(c, "up_proj", dtype));
+  }
   down_proj = register_module("down_proj", projection_linear(c, "down_proj", dtype));
 }
 
 at::Tensor MLPImpl::forward(const at::Tensor& x) {
-  auto gate = gate_proj->forward(x);
+  at::Tensor gate, up;
+  if (gate_up_proj) {
+    auto both = gate_up_proj->forward(x);
+    gate = both.narrow(-1, 0, intermediate);
+    up = both.narrow(-1, intermediate, intermediate);
+  } else {
+    gate = gate_proj->forward(x);
+    up = up_proj->forward(x);
+  }
   // transformers' gelu_pytorch_tanh is torch's gelu(approximate="tanh").
   auto act = activation_override                  ? activation_override(gate)
              : activation == Activation::gelu_tanh ? at::gelu(gate, "tanh")
                                                    : ops::silu_any(gate);
-  return down_proj->forward(act * up_proj->forward(x));
+  return down_proj->forward(act * up);
 }
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, at::ScalarType dtype) {
@@ -68,6 +80,11 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, at::ScalarType dtype) {
   norm = register_module("norm", config_norm(c, c.hidden_size, dtype));
   inv_freq = rope_inv_freq(c.rope, c.head_dim);
   if (c.arch.local_rope) local_inv_freq = rope_inv_freq(*c.arch.local_rope, c.head_dim);
+  if (c.rope.type == "longrope") {
+    long_inv_freq = rope_long_inv_freq(c.rope, c.head_dim);
+    long_from = c.rope.original_max_position;
+    rope_scale = c.rope.attention_factor;
+  }
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     windows.push_back(c.arch.window(i));
     local_rope_layers.push_back(c.arch.local_rope_layer(i));
@@ -84,7 +101,9 @@ at::Tensor DecoderImpl::forward(const ForwardInputs& in) {
     // sqrt(hidden) rounded to the activations' dtype first, as transformers' Gemma does.
     x = x * at::scalar_tensor(std::sqrt(static_cast<double>(x.size(-1))), x.options()).to(x.scalar_type());
   }
-  auto [cos, sin] = rope_cos_sin(inv_freq, in.position_ids, x.scalar_type());
+  const bool long_rope = long_inv_freq.defined() && in.position_ids.numel() > 0 &&
+                         in.position_ids.max().item<std::int64_t>() + 1 > long_from;
+  auto [cos, sin] = rope_cos_sin(long_rope ? long_inv_freq : inv_freq, in.position_ids, x.scalar_type(), rope_scale);
   at::Tensor local_cos, local_sin;
   if (local_inv_freq.defined()) std::tie(local_cos, local_sin) = rope_cos_sin(local_inv_freq, in.position_ids, x.scalar_type());
   // One mask per window the layers use (0: the whole causal context), built once per forward.

@@ -25,6 +25,8 @@ class MLPImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x);
 
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Linear gate_up_proj{nullptr};  // Architecture::fused_gate_up: [gate; up] rows, instead of the two
+  std::int64_t intermediate = 0;
   Activation activation;
   // When set, replaces act(): the llama.cpp conformance test puts ggml's GELU there (its f32
   // GELU reads an f16 table), as LinearAdapter lets it put ggml's matmul rounding.
@@ -85,6 +87,12 @@ class DecoderImpl : public torch::nn::Module {
   // [d/2] fp32; not parameters and not saved (HF's non-persistent buffers). local_inv_freq:
   // Architecture::local_rope's, for the layers in local_rope_layers (undefined when none).
   at::Tensor inv_freq, local_inv_freq;
+  // longrope: the frequencies a forward uses once its largest position reaches
+  // long_from (original_max_position_embeddings), as transformers switches them; and the
+  // attention factor on cos and sin.
+  at::Tensor long_inv_freq;
+  std::int64_t long_from = 0;
+  double rope_scale = 1.0;
   std::vector<bool> local_rope_layers;
   std::vector<std::int64_t> windows;  // per layer, Architecture::layer_windows (0: global)
   bool embed_scale = false;           // Architecture::embed_scale

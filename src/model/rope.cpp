@@ -6,11 +6,13 @@ namespace ctune::model {
 
 at::Tensor rope_inv_freq(const ModelConfig& config) { return rope_inv_freq(config.rope, config.head_dim); }
 
-at::Tensor rope_inv_freq(const RopeConfig& r, std::int64_t d) {
+at::Tensor rope_inv_freq(const RopeConfig& r, std::int64_t head_dim) {
+  const auto d = r.rotary_dim(head_dim);  // partial rotary: only the leading dimensions rotate
   // 1 / theta^(2i/d), computed as HF does (int64 arange -> float, pow in fp32).
   auto exponent = at::arange(0, d, 2, at::TensorOptions().dtype(at::kLong)).to(at::kFloat) / static_cast<double>(d);
   auto inv_freq = 1.0 / at::pow(r.theta, exponent);
   if (r.type == "linear") return inv_freq / r.factor;
+  if (r.type == "longrope") return inv_freq / at::tensor(r.short_factor, at::kDouble).to(at::kFloat);
   if (r.type == "llama3") {
     const double low_wavelen = r.original_max_position / r.low_freq_factor;
     const double high_wavelen = r.original_max_position / r.high_freq_factor;
@@ -26,14 +28,26 @@ at::Tensor rope_inv_freq(const RopeConfig& r, std::int64_t d) {
 }
 
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq, const at::Tensor& position_ids,
-                                               at::ScalarType dtype) {
+                                               at::ScalarType dtype, double scale) {
   // freqs[b, t, i] = pos[b, t] * inv_freq[i]
   auto freqs = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq.to(position_ids.device()).view({1, 1, -1});
   auto emb = at::cat({freqs, freqs}, -1);
+  if (scale != 1.0) return {(emb.cos() * scale).to(dtype), (emb.sin() * scale).to(dtype)};
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 
+at::Tensor rope_long_inv_freq(const RopeConfig& r, std::int64_t head_dim) {
+  if (r.type != "longrope") return {};
+  RopeConfig plain = r;
+  plain.type = "default";
+  return rope_inv_freq(plain, head_dim) / at::tensor(r.long_factor, at::kDouble).to(at::kFloat);
+}
+
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  if (cos.size(-1) < x.size(-1)) {  // partial rotary: the trailing dimensions pass through
+    const auto rot = cos.size(-1);
+    return at::cat({apply_rope(x.narrow(-1, 0, rot), cos, sin), x.narrow(-1, rot, x.size(-1) - rot)}, -1);
+  }
   const auto half = x.size(-1) / 2;
   auto x1 = x.narrow(-1, 0, half);
   auto x2 = x.narrow(-1, half, half);

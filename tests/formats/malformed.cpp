@@ -137,6 +137,12 @@ std::vector<MalformedCase> write_malformed_cases(const fs::path& root) {
               R"({"model_type":"gemma3","text_config":[1,2]})");
   config_case("config_gemma3_wrapper_text_type", Expect::Unsupported, "text_config model_type \"llama\" is not supported (expected gemma3_text)",
               R"({"model_type":"gemma3","text_config":{"model_type":"llama"}})");
+  config_case("config_phi3_longrope_length", Expect::Config, "longrope short_factor and long_factor must have one entry per rotated pair (1), found 2 and 3",
+              R"({"model_type":"phi3","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"partial_rotary_factor":0.5,"rope_scaling":{"type":"longrope","short_factor":[1,1],"long_factor":[1,2,3]}})");
+  config_case("config_phi3_dropout", Expect::Unsupported, "resid_pdrop 0.100000 is not supported",
+              R"({"model_type":"phi3","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"resid_pdrop":0.1})");
+  config_case("config_llama_partial_rotary", Expect::Unsupported, "partial_rotary_factor 0.500000 is not supported for model_type llama",
+              R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"partial_rotary_factor":0.5})");
   config_case("config_unknown_model_type", Expect::Unsupported, "model_type \"gpt2\" is not supported",
               R"({"model_type":"gpt2","vocab_size":16})");
   config_case("config_unsupported_rope", Expect::Unsupported, "rope type \"yarn\" is not supported",

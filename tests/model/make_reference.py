@@ -142,6 +142,24 @@ CASES = {
                                        query_pre_attn_scalar=16, sliding_window=40, sliding_window_pattern=2,
                                        tie_word_embeddings=False, torch_dtype="float32", _seq_len=256,
                                        _wrapper="model.language_model."),
+    # Phi-3 / Phi-4-mini (modeling_phi3.py): fused qkv_proj and gate_up_proj, partial rotary
+    # (0.75 of head_dim 16: 12 dimensions, 6 factors), longrope with original 128 of 512 positions
+    # (factor 4: the long factors apply to these 256 tokens, attention factor
+    # sqrt(1 + ln 4 / ln 128)), a window of 64 on every layer, GQA, untied, fp32.
+    "phi3_longrope_partial_fp32": dict(model_type="phi3", num_key_value_heads=2, partial_rotary_factor=0.75,
+                                       max_position_embeddings=512, original_max_position_embeddings=128,
+                                       rope_scaling={"type": "longrope",
+                                                     "short_factor": [1.0, 1.1, 1.3, 1.8, 2.5, 3.0],
+                                                     "long_factor": [1.2, 1.9, 3.5, 6.0, 9.0, 14.0]},
+                                       sliding_window=64, tie_word_embeddings=False, torch_dtype="float32",
+                                       rope_theta=10000.0, _seq_len=256),
+    # Phi-3 with longrope whose original context (512) these 256 tokens stay inside: the short
+    # factors; whole-head rotary, MHA, tied, bf16, no window.
+    "phi3_short_tied_bf16": dict(model_type="phi3", num_key_value_heads=4, max_position_embeddings=2048,
+                                 original_max_position_embeddings=512,
+                                 rope_scaling={"type": "longrope", "short_factor": [1.0] * 4 + [1.5] * 4,
+                                               "long_factor": [4.0] * 8},
+                                 tie_word_embeddings=True, torch_dtype="bfloat16", rope_theta=10000.0, _seq_len=256),
 }
 
 GEMMA = ("gemma2", "gemma3_text")
@@ -195,6 +213,8 @@ def layer_windows(cfg):
     kind = cfg["model_type"]
     if kind == "mistral":
         return [cfg.get("sliding_window")] * L
+    if kind == "phi3":  # Phi3Model: the sliding mask on every layer when sliding_window is set
+        return [cfg.get("sliding_window")] * L
     if kind in GEMMA:  # the window always applies on the sliding layers (default 4096)
         window = cfg.get("sliding_window", 4096)
         return [window if t == "sliding_attention" else None for t in gemma_layer_types(cfg)]
@@ -237,11 +257,17 @@ def tensor_shapes(cfg):
     d = head_dim(cfg)
     qwen2 = cfg["model_type"] == "qwen2"
     qwen3 = cfg["model_type"] in ("qwen3", "gemma3_text")  # q_norm/k_norm
+    phi3 = cfg["model_type"] == "phi3"  # fused qkv_proj, gate_up_proj
     gemma = cfg["model_type"] in GEMMA
     attn_bias = cfg.get("attention_bias", False)
     out = [("model.embed_tokens.weight", (V, H))]
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
+        if phi3:
+            out += [(p + "self_attn.o_proj.weight", (H, nh * d)), (p + "self_attn.qkv_proj.weight", ((nh + 2 * nkv) * d, H)),
+                    (p + "mlp.gate_up_proj.weight", (2 * I, H)), (p + "mlp.down_proj.weight", (H, I)),
+                    (p + "input_layernorm.weight", (H,)), (p + "post_attention_layernorm.weight", (H,))]
+            continue
         out += [(p + "self_attn.q_proj.weight", (nh * d, H))]
         if qwen2 or attn_bias:
             out += [(p + "self_attn.q_proj.bias", (nh * d,))]
@@ -345,7 +371,7 @@ def write_checkpoint(out_dir, cfg, weights, shards):
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
 
 
-def inv_freq_hf(cfg, local=False):
+def inv_freq_hf(cfg, local=False, long=False):
     """RoPE inverse frequencies exactly as transformers' rope init functions (fp32). Gemma 3:
     `local` layers use rope_local_base_freq, unscaled; v5 configs give a section per layer type."""
     d = head_dim(cfg)
@@ -360,6 +386,10 @@ def inv_freq_hf(cfg, local=False):
             return 1.0 / (default_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
     theta = params.get("rope_theta", cfg.get("rope_theta", default_theta))
     rope_type = params.get("rope_type", params.get("type", "default"))
+    d = int(d * cfg.get("partial_rotary_factor", 1.0))  # Phi3: only the leading dimensions rotate
+    if rope_type == "longrope":  # _compute_longrope_parameters; `long` decided by the caller
+        ext = torch.tensor(params["long_factor" if long else "short_factor"], dtype=torch.float32)
+        return 1.0 / (ext * theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
     inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
     if rope_type == "linear":
         return inv / params["factor"]
@@ -403,15 +433,31 @@ def forward(cfg, w, ids, dtype=torch.float64):
         return y + W[name + ".bias"] if name + ".bias" in W else y
 
     def rotate_half(x):
-        return torch.cat((-x[..., d // 2:], x[..., : d // 2]), dim=-1)
+        h = x.shape[-1] // 2
+        return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+    def rope(x, cos, sin):  # the leading cos.shape[-1] dimensions rotate, the rest pass
+        r = cos.shape[-1]
+        return torch.cat((x[..., :r] * cos + rotate_half(x[..., :r]) * sin, x[..., r:]), dim=-1)
 
     pos = torch.arange(T, dtype=torch.float32)
+
+    # longrope: the long factors once the largest position reaches the original context
+    # (_longrope_frequency_update), cos and sin times the attention factor.
+    scaling = cfg.get("rope_scaling") or {}
+    long = False
+    attention_factor = 1.0
+    if scaling.get("type", scaling.get("rope_type")) == "longrope":
+        original = cfg["original_max_position_embeddings"]
+        long = T > original
+        factor = cfg["max_position_embeddings"] / original
+        attention_factor = math.sqrt(1 + math.log(factor) / math.log(original)) if factor > 1 else 1.0
 
     def cos_sin(inv):
         freqs = torch.outer(pos, inv)                      # fp32, as HF (autocast off)
         emb = torch.cat((freqs, freqs), dim=-1)
-        return emb.cos().to(dtype), emb.sin().to(dtype)   # [T, d]
-    tables = {False: cos_sin(inv_freq_hf(cfg)), True: cos_sin(inv_freq_hf(cfg, local=True))}
+        return (emb.cos() * attention_factor).to(dtype), (emb.sin() * attention_factor).to(dtype)   # [T, rotary dim]
+    tables = {False: cos_sin(inv_freq_hf(cfg, long=long)), True: cos_sin(inv_freq_hf(cfg, local=True))}
     local_layers = ([t == "sliding_attention" for t in gemma_layer_types(cfg)] if cfg["model_type"] == "gemma3_text"
                     else [False] * cfg["num_hidden_layers"])
     causal = torch.ones(T, T, dtype=torch.bool).tril()
@@ -426,15 +472,20 @@ def forward(cfg, w, ids, dtype=torch.float64):
         p = f"model.layers.{i}."
         cos, sin = tables[local_layers[i]]
         h = rms(x, W[p + "input_layernorm.weight"])
-        q = lin(h, p + "self_attn.q_proj").view(T, nh, d).transpose(0, 1)
-        k = lin(h, p + "self_attn.k_proj").view(T, nkv, d).transpose(0, 1)
-        v = lin(h, p + "self_attn.v_proj").view(T, nkv, d).transpose(0, 1)
+        if p + "self_attn.qkv_proj.weight" in W:           # Phi3: [q; k; v] rows
+            qkv = lin(h, p + "self_attn.qkv_proj")
+            q, k, v = qkv.split([nh * d, nkv * d, nkv * d], dim=-1)
+            q, k, v = (t.reshape(T, -1, d).transpose(0, 1) for t in (q, k, v))
+        else:
+            q = lin(h, p + "self_attn.q_proj").view(T, nh, d).transpose(0, 1)
+            k = lin(h, p + "self_attn.k_proj").view(T, nkv, d).transpose(0, 1)
+            v = lin(h, p + "self_attn.v_proj").view(T, nkv, d).transpose(0, 1)
         if p + "self_attn.q_norm.weight" in W:             # Qwen3: each head normalised over d, before RoPE
             q = rms(q, W[p + "self_attn.q_norm.weight"])
             k = rms(k, W[p + "self_attn.k_norm.weight"])
         if rotary[i]:                                      # SmolLM3's NoPE layers skip it
-            q = q * cos + rotate_half(q) * sin
-            k = k * cos + rotate_half(k) * sin
+            q = rope(q, cos, sin)
+            k = rope(k, cos, sin)
         k = k.repeat_interleave(nh // nkv, dim=0)          # query head j uses KV head j // groups
         v = v.repeat_interleave(nh // nkv, dim=0)
         s = cap((q @ k.transpose(1, 2)) * scale, attn_cap)
@@ -450,8 +501,11 @@ def forward(cfg, w, ids, dtype=torch.float64):
             continue
         x = x + o
         h = rms(x, W[p + "post_attention_layernorm.weight"])
-        g = lin(h, p + "mlp.gate_proj")
-        x = x + lin(torch.nn.functional.silu(g) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+        if p + "mlp.gate_up_proj.weight" in W:             # Phi3: [gate; up] rows
+            g, u = lin(h, p + "mlp.gate_up_proj").chunk(2, dim=-1)
+        else:
+            g, u = lin(h, p + "mlp.gate_proj"), lin(h, p + "mlp.up_proj")
+        x = x + lin(torch.nn.functional.silu(g) * u, p + "mlp.down_proj")
     x = rms(x, W["model.norm.weight"])
     head = W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]
     return cap(x @ head.T, final_cap)

@@ -36,7 +36,7 @@ TEST(Generate, BatchedKvCacheMatchesFullRecompute) {
   // The last three: windows shorter than the 256 new tokens, on every layer or on some.
   for (const std::string name : {"llama_mha_fp32", "llama_gqa_tied_bf16", "qwen2_bias", "qwen3_gqa_tied_bf16",
                                  "mistral_window_bf16", "qwen2_window_layers", "qwen3_layer_types", "smollm3_nope_bf16",
-                                 "gemma2_caps_window_bf16", "gemma3_pattern_bf16"}) {
+                                 "gemma2_caps_window_bf16", "gemma3_pattern_bf16", "phi3_short_tied_bf16"}) {
     auto lm = model::load_causal_lm(kModels / name, at::kDouble);
     const std::vector<std::vector<std::int64_t>> prompts = {{5, 17, 42}, {9, 101, 77, 3, 250, 11, 64, 2}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}};
     infer::GenerateOptions o;

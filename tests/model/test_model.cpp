@@ -51,7 +51,8 @@ const std::vector<std::string> kCases = {"llama_mha_fp32",      "llama_gqa_tied_
                                          "mistral_window_bf16", "qwen2_window_layers",  "qwen3_layer_types",
                                          "smollm3_nope_bf16",   "smollm3_list_bias_fp32", "gemma2_caps_window_bf16",
                                          "gemma2_defaults_untied_fp32", "gemma3_pattern_bf16", "gemma3_v5_untied_fp32",
-                                         "gemma3_wrapper_tied_bf16", "gemma3_wrapper_untied_fp32"};
+                                         "gemma3_wrapper_tied_bf16", "gemma3_wrapper_untied_fp32",
+                                         "phi3_longrope_partial_fp32", "phi3_short_tied_bf16"};
 
 class ReferenceCase : public ::testing::TestWithParam<std::string> {};
 

@@ -23,7 +23,10 @@ With FAMILY gemma2 (modeling_gemma2.py): (1 + w) norms, sandwich norms, sqrt(H)-
 embeddings, GeGLU, query_pre_attn_scalar, attention and final soft-caps small enough to bend
 (2 and 3), a window of 8 on layer 0. With FAMILY gemma3 (modeling_gemma3.py): Gemma 2's body
 without caps, (1 + w) q/k norms, layer 0 local (window 8, RoPE theta 10000), layer 1 global
-(theta 1e6). The same outputs as for qwen3.
+(theta 1e6). With FAMILY phi3 (modeling_phi3.py): fused qkv_proj and gate_up_proj (LoRA on the
+fused layers, as PEFT targets them), half of each head rotating, longrope past an original
+context of 16 (these 24-token rows use the long factors and the attention factor). The same
+outputs as for qwen3.
 
 Usage: make_train_reference.py OUT_DIR [FAMILY]
 """
@@ -42,7 +45,8 @@ torch.set_default_dtype(torch.float64)
 CFG = dict(model_type="llama", vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
            num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0,
            max_position_embeddings=256, tie_word_embeddings=False, torch_dtype="float32", hidden_act="silu")
-TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"]
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head",
+           "qkv_proj", "gate_up_proj"]
 RANK, ALPHA = 4, 8.0
 IGNORE = -100
 
@@ -57,6 +61,11 @@ def shapes():
     out = [("model.embed_tokens.weight", (V, H))]
     for i in range(CFG["num_hidden_layers"]):
         p = f"model.layers.{i}."
+        if CFG["model_type"] == "phi3":
+            out += [(p + "self_attn.qkv_proj.weight", ((nh + 2 * nkv) * d, H)), (p + "self_attn.o_proj.weight", (H, nh * d)),
+                    (p + "mlp.gate_up_proj.weight", (2 * I, H)), (p + "mlp.down_proj.weight", (H, I)),
+                    (p + "input_layernorm.weight", (H,)), (p + "post_attention_layernorm.weight", (H,))]
+            continue
         out += [(p + "self_attn.q_proj.weight", (nh * d, H)), (p + "self_attn.k_proj.weight", (nkv * d, H)),
                 (p + "self_attn.v_proj.weight", (nkv * d, H)), (p + "self_attn.o_proj.weight", (H, nh * d)),
                 (p + "mlp.gate_proj.weight", (I, H)), (p + "mlp.up_proj.weight", (I, H)),
@@ -112,9 +121,14 @@ def gemma():
     return CFG["model_type"] in ("gemma2", "gemma3_text")
 
 
-def inv_freq(theta=None):
-    d = head_dim()
-    return 1.0 / ((theta or CFG["rope_theta"]) ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+def inv_freq(theta=None, long=False):
+    d = int(head_dim() * CFG.get("partial_rotary_factor", 1.0))  # Phi3: the leading dimensions rotate
+    base = 1.0 / ((theta or CFG["rope_theta"]) ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    scaling = CFG.get("rope_scaling") or {}
+    if scaling.get("type") == "longrope":  # _compute_longrope_parameters
+        ext = torch.tensor(scaling["long_factor" if long else "short_factor"], dtype=torch.float32)
+        return 1.0 / (ext * (theta or CFG["rope_theta"]) ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    return base
 
 
 def cap(x, c):
@@ -140,14 +154,29 @@ def forward_logits(W, lora, scale, batch):
         return n * (1.0 + w) if gemma() else w * n
 
     def rot(x):
-        return torch.cat((-x[..., d // 2:], x[..., : d // 2]), -1)
+        h = x.shape[-1] // 2
+        return torch.cat((-x[..., h:], x[..., :h]), -1)
+
+    def rope(x, cos, sin):  # the leading cos.shape[-1] dimensions rotate (partial rotary), the rest pass
+        r = cos.shape[-1]
+        return torch.cat((x[..., :r] * cos + rot(x[..., :r]) * sin, x[..., r:]), -1)
+
+    # longrope: long factors once the largest position reaches the original context; cos and
+    # sin times sqrt(1 + ln(max / original) / ln original).
+    scaling = CFG.get("rope_scaling") or {}
+    long, attn_factor = False, 1.0
+    if scaling.get("type") == "longrope":
+        original = CFG["original_max_position_embeddings"]
+        long = int(pos.max()) + 1 > original
+        factor = CFG["max_position_embeddings"] / original
+        attn_factor = math.sqrt(1 + math.log(factor) / math.log(original)) if factor > 1 else 1.0
 
     dtype = W["model.embed_tokens.weight"].dtype                     # float64, or float32 for the noise runs
 
     def cos_sin(inv):
         freqs = pos.to(torch.float32)[..., None] * inv               # fp32 like HF
         emb = torch.cat((freqs, freqs), -1)
-        return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]   # [B,1,T,d]
+        return (emb.cos() * attn_factor).to(dtype)[:, None], (emb.sin() * attn_factor).to(dtype)[:, None]   # [B,1,T,r]
     i_idx, j_idx = torch.arange(T)[:, None], torch.arange(T)[None, :]
     allowed = (j_idx <= i_idx)[None] & (seg[:, :, None] == seg[:, None, :]) & (seg[:, None, :] != 0)
     attn_scale = CFG["query_pre_attn_scalar"] ** -0.5 if gemma() else 1 / math.sqrt(d)
@@ -157,16 +186,20 @@ def forward_logits(W, lora, scale, batch):
     for i in range(CFG["num_hidden_layers"]):
         p = f"model.layers.{i}."
         local = CFG.get("_local", [False] * CFG["num_hidden_layers"])[i]
-        cos, sin = cos_sin(inv_freq(CFG["rope_local_base_freq"] if local else None))
+        cos, sin = cos_sin(inv_freq(CFG["rope_local_base_freq"] if local else None, long=long))
         window = CFG.get("_windows", [None] * CFG["num_hidden_layers"])[i]
         ok = allowed if window is None else allowed & (i_idx - j_idx < window)[None]
         h = rms(x, W[p + "input_layernorm.weight"])
-        q = lin(h, p + "self_attn.q_proj").view(B, T, nh, d).transpose(1, 2)
-        k = lin(h, p + "self_attn.k_proj").view(B, T, nkv, d).transpose(1, 2)
-        v = lin(h, p + "self_attn.v_proj").view(B, T, nkv, d).transpose(1, 2)
+        if p + "self_attn.qkv_proj.weight" in W:  # Phi3: [q; k; v] rows
+            q, k, v = lin(h, p + "self_attn.qkv_proj").split([nh * d, nkv * d, nkv * d], -1)
+        else:
+            q, k, v = lin(h, p + "self_attn.q_proj"), lin(h, p + "self_attn.k_proj"), lin(h, p + "self_attn.v_proj")
+        q = q.reshape(B, T, nh, d).transpose(1, 2)
+        k = k.reshape(B, T, nkv, d).transpose(1, 2)
+        v = v.reshape(B, T, nkv, d).transpose(1, 2)
         if p + "self_attn.q_norm.weight" in W:  # Qwen3: each head over d, before RoPE
             q, k = rms(q, W[p + "self_attn.q_norm.weight"]), rms(k, W[p + "self_attn.k_norm.weight"])
-        q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
         k, v = k.repeat_interleave(nh // nkv, 1), v.repeat_interleave(nh // nkv, 1)
         s = cap((q @ k.transpose(-1, -2)) * attn_scale, CFG.get("attn_logit_softcapping"))
         s = s.masked_fill(~ok[:, None], torch.finfo(s.dtype).min)
@@ -179,7 +212,11 @@ def forward_logits(W, lora, scale, batch):
             continue
         x = x + lin(a, p + "self_attn.o_proj")
         h = rms(x, W[p + "post_attention_layernorm.weight"])
-        x = x + lin(torch.nn.functional.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+        if p + "mlp.gate_up_proj.weight" in W:  # Phi3: [gate; up] rows
+            g, u = lin(h, p + "mlp.gate_up_proj").chunk(2, -1)
+        else:
+            g, u = lin(h, p + "mlp.gate_proj"), lin(h, p + "mlp.up_proj")
+        x = x + lin(torch.nn.functional.silu(g) * u, p + "mlp.down_proj")
     x = rms(x, W["model.norm.weight"])
     return cap(lin(x, "lm_head"), CFG.get("final_logit_softcapping"))
 
@@ -290,6 +327,10 @@ def main():
         CFG.update(model_type="gemma3_text", head_dim=16, query_pre_attn_scalar=16, sliding_window=8,
                    sliding_window_pattern=2, rope_theta=1000000.0, rope_local_base_freq=10000.0,
                    hidden_activation="gelu_pytorch_tanh", _windows=[8, None], _local=[True, False])
+    elif family == "phi3":
+        CFG.update(model_type="phi3", partial_rotary_factor=0.5, max_position_embeddings=256,
+                   original_max_position_embeddings=16,
+                   rope_scaling={"type": "longrope", "short_factor": [1.0, 1.2], "long_factor": [1.5, 4.0]})
     elif family != "llama":
         raise SystemExit(f"unknown family {family}")
     os.makedirs(os.path.join(out, "model"), exist_ok=True)

@@ -36,6 +36,8 @@ const fs::path kQwen3Ref = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference-qwen
 // GeGLU, scaled embeddings, a window) and Gemma 3 (q/k norms, local and global RoPE).
 const fs::path kGemma2Ref = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference-gemma2";
 const fs::path kGemma3Ref = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference-gemma3";
+// Phi-3: fused qkv_proj / gate_up_proj (LoRA on the fused layers), partial rotary, longrope.
+const fs::path kPhi3Ref = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference-phi3";
 
 // How far float32 rounding alone moves each reference value (relative; see make_train_reference.py).
 const Json& noise(const fs::path& ref = kRef) {
@@ -130,6 +132,7 @@ TEST(TrainReference, FullFineTuneGradients) { full_case(kRef); }
 TEST(TrainReference, Qwen3FullFineTuneGradients) { full_case(kQwen3Ref); }
 TEST(TrainReference, Gemma2FullFineTuneGradients) { full_case(kGemma2Ref); }
 TEST(TrainReference, Gemma3FullFineTuneGradients) { full_case(kGemma3Ref); }
+TEST(TrainReference, Phi3FullFineTuneGradients) { full_case(kPhi3Ref); }
 
 void lora_case(bool rslora, const char* variant, const fs::path& ref = kRef) {
   auto lm = model::load_causal_lm(ref / "model", at::kFloat);
@@ -139,9 +142,11 @@ void lora_case(bool rslora, const char* variant, const fs::path& ref = kRef) {
   o.rslora = rslora;
   o.targets = {"all-linear", "lm_head"};  // the reference's eight targets
   auto summary = peft::apply_lora(lm, o);
-  EXPECT_EQ(summary.wrapped.size(), 2u * 7 + 1);
-  // The reference's A and B (B non-zero, so both get gradients).
+  // The reference's A and B (B non-zero, so both get gradients): one pair per Linear of the
+  // blocks (7 a layer; Phi-3's fused 4) and lm_head.
   auto weights = read_tensors(ref / "lora.safetensors");
+  EXPECT_EQ(summary.wrapped.size(), weights.size() / 2);
+  EXPECT_EQ(summary.wrapped.size(), lm->config().arch.fused_qkv ? 2u * 4 + 1 : 2u * 7 + 1);
   {
     at::NoGradGuard no_grad;
     std::size_t set = 0;
@@ -168,6 +173,7 @@ TEST(TrainReference, RsLoraGradients) { lora_case(true, "rslora"); }
 TEST(TrainReference, Qwen3LoraGradients) { lora_case(false, "lora", kQwen3Ref); }
 TEST(TrainReference, Gemma2LoraGradients) { lora_case(false, "lora", kGemma2Ref); }
 TEST(TrainReference, Gemma3LoraGradients) { lora_case(false, "lora", kGemma3Ref); }
+TEST(TrainReference, Phi3LoraGradients) { lora_case(false, "lora", kPhi3Ref); }
 
 class CyclingSource : public train::BatchSource {
  public:

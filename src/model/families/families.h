@@ -15,6 +15,7 @@ const Family& smollm3();
 const Family& gemma2();
 const Family& gemma3_text();
 const Family& gemma3();  // the multimodal wrapper, read as its text model
+const Family& phi3();
 
 // config.json's activation key (`fallback` when absent) as an Activation; refuses others.
 Activation read_activation(const Json& json, const std::string& where, const char* key, const char* fallback);

@@ -17,6 +17,7 @@ const std::vector<const Family*>& all_families() {
       &families::gemma2(),
       &families::gemma3_text(),
       &families::gemma3(),
+      &families::phi3(),
   };
   return all;
 }

@@ -216,7 +216,7 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
   // RMSNorm keeps two fp32 [n, H] tensors: its input as fp32 (for the square) and the normalised
   // value (for the product with 1/rms); the weight's gradient reads the latter, no extra copy.
   const Term norm = Term::num(8) * n * s.H;
-  const Term qkv = shared_input({"q_proj", "k_proj", "v_proj"}, s.H);
+  const Term qkv = in.config.arch.fused_qkv ? input_saved("qkv_proj", s.H) : shared_input({"q_proj", "k_proj", "v_proj"}, s.H);
   // Qwen3's per-head q/k norms keep the same two fp32 tensors over the heads' n (nh + nkv) d.
   const Term qk_norm = in.config.arch.qk_norm ? Term::num(8) * n * (s.nh + s.nkv) * s.d : Term();
   // Materialized attention keeps the fp32 probabilities (and their cast), a negated mask and q
@@ -237,7 +237,7 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
       blocked ? s.B * s.nh * block_rows * s.T * (Term::num(12) + Term::num(2) * c + (capped ? c : Term())) : Term();
   const Term core = n * (blocked ? s.nh + Term::num(2) * s.nkv : Term::num(3) * s.nh) * s.d * c;
   const Term o_in = input_saved("o_proj", s.nh * s.d);
-  const Term mlp_in = shared_input({"gate_proj", "up_proj"}, s.H);
+  const Term mlp_in = in.config.arch.fused_gate_up ? input_saved("gate_up_proj", s.H) : shared_input({"gate_proj", "up_proj"}, s.H);
   // SwiGLU and GeGLU alike keep the gate's input, act(gate) and up for the product.
   const Term swiglu = Term::num(3) * n * s.I * c;
   const Term down_in = input_saved("down_proj", s.I);
