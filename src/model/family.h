@@ -20,12 +20,12 @@ struct ModelConfig;
 
 // How llama.cpp names this family's files (docs/formats.md#gguf-tensor-names).
 struct GgufNames {
-  std::string architecture;  // general.architecture; empty: no GGUF form
+  std::string architecture{};  // general.architecture; empty: no GGUF form
   // llama.cpp's `llama` applies RoPE to rows in interleaved order, so its converter permutes
   // q_proj/k_proj rows; the other architectures keep Hugging Face's order.
   bool permuted_qk = false;
   // Per-layer tensors: Hugging Face module path in the layer -> GGUF short name.
-  std::vector<std::pair<std::string, std::string>> layer_tensors;
+  std::vector<std::pair<std::string, std::string>> layer_tensors{};
   // The file stores every RMSNorm weight as 1 + w (convert_hf_to_gguf's Gemma): llama.cpp
   // scales by the stored value, ctune's (1 + w) norms by one plus theirs.
   bool norm_plus_one = false;
@@ -41,23 +41,23 @@ struct Wrapper {
   // Where the text model's tensors live: a text-model name "model.X" is looked up as
   // prefix + "X" for each prefix in turn (transformers' two spellings), lm_head.weight as each
   // of head_names.
-  std::vector<std::string> model_prefixes;
-  std::vector<std::string> head_names;
-  std::vector<std::string> ignored_prefixes;  // tensors that are not the text model's
+  std::vector<std::string> model_prefixes{};
+  std::vector<std::string> head_names{};
+  std::vector<std::string> ignored_prefixes{};  // tensors that are not the text model's
 };
 
 struct Family {
   std::string name;                      // the model_type this file reads: "qwen3"
-  std::vector<std::string> model_types;  // every config.json model_type it reads
+  std::vector<std::string> model_types{};  // every config.json model_type it reads
   std::int64_t default_max_position = 2048;
-  std::optional<std::int64_t> default_head_dim;  // when config.json has none (else hidden / heads)
+  std::optional<std::int64_t> default_head_dim{};  // when config.json has none (else hidden / heads)
   // Reads the family's own keys into `config.arch` (the shared dimensions are already read);
   // throws ConfigError / UnsupportedError naming the key for anything it cannot honour.
   void (*parse)(const Json& json, const std::string& where, ModelConfig& config) = nullptr;
-  GgufNames gguf;
+  GgufNames gguf{};
   double default_rope_theta = 10000.0;  // when config.json has no rope_theta
   bool default_tied = false;            // when config.json has no tie_word_embeddings
-  std::optional<Wrapper> wrapper;       // set for a multimodal wrapper (then parse is unused)
+  std::optional<Wrapper> wrapper{};     // set for a multimodal wrapper (then parse is unused)
   bool partial_rotary = false;          // honours partial_rotary_factor (else refuses one != 1)
 };
 
