@@ -31,6 +31,8 @@ std::optional<std::vector<bool>> read_layer_types(const Json& json, const std::s
 void parse_gemma_keys(const Json& json, const std::string& where, ModelConfig& config);
 // The decoder layer's tensors as llama.cpp's gemma2/gemma3 name them (families/gemma2.cpp).
 std::vector<std::pair<std::string, std::string>> gemma_gguf_layer_tensors();
+// sliding_window (4096 when absent, none when null) on the `sliding` layers (families/gemma2.cpp).
+std::vector<std::int64_t> gemma_layer_windows(const Json& json, const std::string& where, const std::vector<bool>& sliding);
 // A soft-cap key: its value, 0 when null (no cap), `fallback` when absent.
 double read_softcap(const Json& json, const std::string& where, const char* key, double fallback);
 // sliding_window on the `sliding` layers, when use_sliding_window and a window is set; else none.

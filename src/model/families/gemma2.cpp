@@ -40,6 +40,17 @@ void parse_gemma_keys(const Json& j, const std::string& where, ModelConfig& c) {
   c.arch.query_pre_attn_scalar = scalar;
 }
 
+std::vector<std::int64_t> gemma_layer_windows(const Json& j, const std::string& where, const std::vector<bool>& sliding) {
+  // Gemma2Config / Gemma3TextConfig have no use_sliding_window: the window always applies,
+  // 4096 when the key is absent; null means none.
+  const auto window = j.contains("sliding_window") ? read_sliding_window(j, where) : std::optional<std::int64_t>(4096);
+  if (!window) return {};
+  std::vector<std::int64_t> windows(sliding.size(), 0);
+  for (std::size_t i = 0; i < sliding.size(); ++i)
+    if (sliding[i]) windows[i] = *window;
+  return windows;
+}
+
 namespace {
 void parse(const Json& j, const std::string& where, ModelConfig& c) {
   parse_gemma_keys(j, where, c);
@@ -50,13 +61,7 @@ void parse(const Json& j, const std::string& where, ModelConfig& c) {
     sliding.emplace();
     for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) sliding->push_back(i % 2 == 0);
   }
-  // Gemma2Config has no use_sliding_window: the window always applies (4096 when absent).
-  const bool absent = !j.contains("sliding_window");
-  const auto window = absent ? std::optional<std::int64_t>(4096) : read_sliding_window(j, where);
-  if (!window) return;
-  c.arch.layer_windows.assign(sliding->size(), 0);
-  for (std::size_t i = 0; i < sliding->size(); ++i)
-    if ((*sliding)[i]) c.arch.layer_windows[i] = *window;
+  c.arch.layer_windows = gemma_layer_windows(j, where, *sliding);
 }
 }  // namespace
 

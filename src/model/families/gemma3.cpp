@@ -60,11 +60,7 @@ void parse(const Json& j, const std::string& where, ModelConfig& c) {
   const auto sliding = sliding_layers(j, where, c.num_hidden_layers);
   read_ropes(j, where, c);
   c.arch.local_rope_layers = sliding;
-  const auto window = j.contains("sliding_window") ? read_sliding_window(j, where) : std::optional<std::int64_t>(4096);
-  if (!window) return;
-  c.arch.layer_windows.assign(sliding.size(), 0);
-  for (std::size_t i = 0; i < sliding.size(); ++i)
-    if (sliding[i]) c.arch.layer_windows[i] = *window;
+  c.arch.layer_windows = gemma_layer_windows(j, where, sliding);
 }
 
 // Gemma3TextConfig's defaults, which a gemma3 wrapper's text_config relies on (Gemma-3-4B's
