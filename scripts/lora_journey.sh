@@ -14,7 +14,7 @@
 #   CTUNE_SKIP_INSTALL=1  do not run scripts/install-deps.sh
 #   CTUNE_LLAMA_CPP_NPM_CACHE  node-llama-cpp cache (default: the test suite's, in the build dir)
 #   CTUNE_JOURNEY_FAMILY  the tiny model's model_type: llama (default), mistral, qwen2, qwen3,
-#                         smollm3 (no GGUF form: the journey stops after merge), gemma2, gemma3_text
+#                         smollm3, gemma2, gemma3_text, phi3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${CTUNE_BUILD_DIR:-build}

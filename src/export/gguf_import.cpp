@@ -1,5 +1,6 @@
 // GGUF -> CausalLM. Every parameter the configuration implies must be present with the shape it
-// implies; every tensor in the file must be used (rope_freqs.weight by the rotary frequencies).
+// implies; every tensor in the file must be used (rope_freqs.weight by the rotary frequencies,
+// the longrope factors by the configuration).
 #include "export/gguf_import.h"
 
 #include <map>
@@ -34,10 +35,23 @@ model::CausalLM load_gguf_model(const io::GgufFile& file) {
   const std::string where = file.path().string();
   const io::GgufHeader& h = file.header();
   model::ModelConfig config = config_from_gguf(h, where);
+  std::set<std::string> used;
+  if (config.rope.type == "longrope") {
+    const std::vector<std::int64_t> pairs{config.rope.rotary_dim(config.head_dim) / 2};
+    for (auto [name, out] : {std::pair{kRopeFactorsLongName, &config.rope.long_factor},
+                             std::pair{kRopeFactorsShortName, &config.rope.short_factor}}) {
+      const io::GgufTensorInfo* info = h.find_tensor(name);
+      if (!info || info->shape() != pairs)
+        throw FormatError(where + ": " + name + " has shape " + (info ? shape_text(info->shape()) : "none") + " (expected " +
+                          shape_text(pairs) + ")");
+      const at::Tensor f = decode_tensor(file, *info).to(at::kDouble).contiguous();
+      out->assign(f.data_ptr<double>(), f.data_ptr<double>() + f.numel());
+      used.insert(name);
+    }
+  }
   const bool permuted = gguf_permutes_qk(config);
   model::CausalLM lm(config, at::kFloat);
   at::NoGradGuard no_grad;
-  std::set<std::string> used;
   for (auto& [name, param] : model::hf_state_dict(lm)) {
     const auto gguf = gguf_tensor_name(config, name);
     const io::GgufTensorInfo* info = gguf ? h.find_tensor(*gguf) : nullptr;

@@ -61,10 +61,47 @@ void check_gemma_exportable(const model::ModelConfig& c, const std::string& arch
   }
 }
 
+// llama.cpp's phi3: fused qkv of hidden rows for the queries (so heads x head_dim = hidden), NEOX
+// RoPE over rope.dimension_count dimensions, longrope factors as two tensors. Its loader reads
+// sliding_window but disables Phi windows (llama.cpp PR 13676), so the key is written, as
+// convert_hf_to_gguf writes it, and outputs agree up to the window.
+void check_phi3_exportable(const model::ModelConfig& c) {
+  const std::string what = "model_type " + c.model_type + ": ";
+  if (c.num_attention_heads * c.head_dim != c.hidden_size)
+    throw UnsupportedError(what + "heads x head_dim (" + std::to_string(c.num_attention_heads * c.head_dim) +
+                           ") must equal hidden_size (" + std::to_string(c.hidden_size) + ") for llama.cpp's phi3");
+  if (c.rope.type != "default" && c.rope.type != "longrope")
+    throw UnsupportedError(what + c.rope.type + " rope scaling has no phi3 GGUF form (expected none or longrope)");
+  if (c.arch.qkv_bias || c.arch.o_bias || c.arch.mlp_bias)
+    throw UnsupportedError(what + "projection biases have no phi3 GGUF form");
+}
+
+// llama.cpp's smollm3 fixes the NoPE layers at every 4th (layer i rotates when (i + 1) % 4 != 0)
+// and loads no o_proj or MLP biases and no rope_freqs.
+std::vector<bool> llama_cpp_smollm3_rope_layers(std::int64_t layers) {
+  std::vector<bool> rope(static_cast<std::size_t>(layers));
+  for (std::int64_t i = 0; i < layers; ++i) rope[static_cast<std::size_t>(i)] = (i + 1) % 4 != 0;
+  return rope;
+}
+
+void check_smollm3_exportable(const model::ModelConfig& c) {
+  const std::string what = "model_type " + c.model_type + ": ";
+  std::vector<bool> rope;
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) rope.push_back(c.arch.rope(i));
+  if (rope != llama_cpp_smollm3_rope_layers(c.num_hidden_layers))
+    throw UnsupportedError(what + "no_rope_layers has no smollm3 GGUF form (llama.cpp's smollm3 skips RoPE on every 4th layer, "
+                           "no_rope_layer_interval 4)");
+  if (c.rope.type != "default" && c.rope.type != "linear")
+    throw UnsupportedError(what + c.rope.type + " rope scaling has no smollm3 GGUF form (expected none or linear)");
+  if (c.arch.o_bias || c.arch.mlp_bias) throw UnsupportedError(what + "o_proj/MLP biases have no smollm3 GGUF form");
+}
+
 }  // namespace
 
 void check_exportable(const model::ModelConfig& c) {
   const std::string arch = gguf_architecture(c);
+  if (arch == "phi3") return check_phi3_exportable(c);
+  if (arch == "smollm3") check_smollm3_exportable(c);
   if (arch == "gemma2" || arch == "gemma3") {
     check_gemma_exportable(c, arch);
     if (c.rope.type == "llama3") throw UnsupportedError("model_type " + c.model_type + ": llama3 rope scaling has no " + arch + " GGUF form");
@@ -83,11 +120,18 @@ void check_exportable(const model::ModelConfig& c) {
     throw UnsupportedError("model_type qwen3: attention_bias has no qwen3 GGUF form (llama.cpp's qwen3 has no projection biases)");
   if (arch == "qwen3" && c.rope.type == "llama3")
     throw UnsupportedError("model_type qwen3: llama3 rope scaling has no qwen3 GGUF form (llama.cpp reads rope_freqs for llama only)");
-  if (const auto window = c.arch.sliding_window()) {
-    spdlog::warn("sliding_window {} is not written: llama.cpp's {} attends over the whole context, so its outputs "
-                 "agree with ctune's for contexts up to the window only", *window, arch);
-  }
 }
+
+namespace {
+// What the file cannot carry but llama.cpp runs anyway: windows outside Gemma.
+void warn_differences(const model::ModelConfig& c, const std::string& arch) {
+  const auto window = c.arch.sliding_window();
+  if (!window || arch == "gemma2" || arch == "gemma3") return;
+  spdlog::warn("sliding_window {} {}: llama.cpp's {} attends over the whole context, so its outputs agree with ctune's "
+               "for contexts up to the window only", *window, arch == "phi3" ? "is written but not read" : "is not written",
+               arch);
+}
+}  // namespace
 
 std::uint32_t gguf_file_type(io::GgmlType type) {
   switch (type) {
@@ -102,6 +146,7 @@ void write_model_metadata(io::GgufWriter& w, const model::ModelConfig& c, const 
                           io::GgmlType weight_type) {
   check_exportable(c);
   const std::string a = gguf_architecture(c);
+  warn_differences(c, a);
   auto u32 = [](std::int64_t v) { return GgufValue::u32(static_cast<std::uint32_t>(v)); };
   w.set("general.architecture", GgufValue::string(a));
   w.set("general.type", GgufValue::string("model"));
@@ -117,18 +162,28 @@ void write_model_metadata(io::GgufWriter& w, const model::ModelConfig& c, const 
   w.set(a + ".attention.key_length", u32(c.head_dim));
   w.set(a + ".attention.value_length", u32(c.head_dim));
   w.set(a + ".attention.layer_norm_rms_epsilon", GgufValue::f32(static_cast<float>(c.rms_norm_eps)));
-  w.set(a + ".rope.dimension_count", u32(c.head_dim));
+  w.set(a + ".rope.dimension_count", u32(c.rope.rotary_dim(c.head_dim)));
   w.set(a + ".rope.freq_base", GgufValue::f32(static_cast<float>(c.rope.theta)));
   w.set(a + ".vocab_size", u32(c.vocab_size));
   if (c.rope.type == "linear") {
     w.set(a + ".rope.scaling.type", GgufValue::string("linear"));
     w.set(a + ".rope.scaling.factor", GgufValue::f32(static_cast<float>(c.rope.factor)));
   }
+  if (c.rope.type == "longrope") {  // the factors themselves are tensors (longrope_factor_tensors)
+    w.set(a + ".rope.scaling.original_context_length", u32(c.rope.original_max_position));
+    w.set(a + ".rope.scaling.attn_factor", GgufValue::f32(static_cast<float>(c.rope.attention_factor)));
+  }
+  if (a == "phi3") w.set(a + ".attention.sliding_window", u32(c.arch.sliding_window().value_or(0)));
   if (a == "gemma2" || a == "gemma3") {
     w.set(a + ".attention.sliding_window", u32(*c.arch.sliding_window()));
     if (c.arch.attn_softcap > 0) w.set(a + ".attn_logit_softcapping", GgufValue::f32(static_cast<float>(c.arch.attn_softcap)));
     if (c.arch.final_softcap > 0) w.set(a + ".final_logit_softcapping", GgufValue::f32(static_cast<float>(c.arch.final_softcap)));
   }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> longrope_factor_tensors(const model::RopeConfig& rope) {
+  auto f32 = [](const std::vector<double>& v) { return at::tensor(v, at::kDouble).to(at::kFloat).contiguous(); };
+  return {{kRopeFactorsLongName, f32(rope.long_factor)}, {kRopeFactorsShortName, f32(rope.short_factor)}};
 }
 
 at::Tensor llama3_rope_factors(const model::ModelConfig& config) {
@@ -190,6 +245,22 @@ model::ModelConfig config_from_gguf(const io::GgufHeader& h, const std::string& 
   c.arch.o_bias = h.find_tensor("blk.0.attn_output.bias") != nullptr;
   c.arch.mlp_bias = h.find_tensor("blk.0.ffn_gate.bias") != nullptr;
   c.arch.qk_norm = h.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+  if (arch == "phi3") {
+    c.arch.fused_qkv = c.arch.fused_gate_up = true;
+    const std::int64_t rotary = optional_int("rope.dimension_count", c.head_dim);
+    if (rotary <= 0 || rotary > c.head_dim || rotary % 2)
+      throw FormatError(at(arch + ".rope.dimension_count") + ": " + std::to_string(rotary) + " (expected an even count up to " +
+                        std::to_string(c.head_dim) + ")");
+    c.rope.partial_rotary_factor = static_cast<double>(rotary) / static_cast<double>(c.head_dim);
+    if (const std::int64_t window = optional_int("attention.sliding_window", 0); window > 0)
+      c.arch.layer_windows.assign(static_cast<std::size_t>(c.num_hidden_layers), window);
+    if (h.find_tensor(kRopeFactorsLongName)) {  // the factors are read with the tensors (load_gguf_model)
+      c.rope.type = "longrope";
+      c.rope.original_max_position = optional_int("rope.scaling.original_context_length", c.max_position_embeddings);
+      c.rope.attention_factor = optional_float("rope.scaling.attn_factor", 1.0);
+    }
+  }
+  if (arch == "smollm3") c.arch.rope_layers = llama_cpp_smollm3_rope_layers(c.num_hidden_layers);
   if (arch == "gemma2" || arch == "gemma3") {  // what llama.cpp's gemma2/gemma3 fix or default
     c.arch.activation = model::Activation::gelu_tanh;
     c.arch.norm_offset = c.arch.sandwich_norms = c.arch.embed_scale = true;

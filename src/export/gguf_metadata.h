@@ -1,16 +1,21 @@
 // Model hyperparameters as GGUF keys and back (docs/formats.md#gguf-model-keys). Written for
-// general.architecture A (llama or qwen2):
+// general.architecture A (llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3):
 //   general.architecture, general.type = "model", general.name, general.file_type,
 //   (general.quantization_version = 2 with Q8_0 tensors), A.context_length, A.embedding_length,
 //   A.block_count, A.feed_forward_length, A.attention.head_count, A.attention.head_count_kv,
 //   A.attention.key_length, A.attention.value_length, A.attention.layer_norm_rms_epsilon (f32),
 //   A.rope.dimension_count, A.rope.freq_base (f32), A.vocab_size, and for linear rope scaling
 //   A.rope.scaling.type = "linear" and A.rope.scaling.factor. llama3 rope scaling is carried by
-//   the rope_freqs.weight tensor instead (llama3_rope_factors).
+//   the rope_freqs.weight tensor instead (llama3_rope_factors). A.rope.dimension_count is the
+//   rotary dimension (partial rotary). longrope: A.rope.scaling.original_context_length and
+//   A.rope.scaling.attn_factor, the factors as tensors (longrope_factor_tensors). Gemma and phi3
+//   add A.attention.sliding_window; Gemma its soft-caps.
 // config_from_gguf is the inverse, used to rebuild a model from an exported file.
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -34,9 +39,15 @@ void write_model_metadata(io::GgufWriter& writer, const model::ModelConfig& conf
 // wavelengths, `factor` for long ones, blended between). llama.cpp divides its angles by them.
 at::Tensor llama3_rope_factors(const model::ModelConfig& config);
 
+// longrope's factors as llama.cpp's phi3 reads them: (rope_factors_long, long_factor) and
+// (rope_factors_short, short_factor), F32.
+std::vector<std::pair<std::string, at::Tensor>> longrope_factor_tensors(const model::RopeConfig& rope);
+
 // The configuration an exported file describes: architecture keys plus what the tensors imply
 // (vocab size from token_embd, tied head when there is no output.weight, biases when present).
-// llama3 rope is left as "default": the caller applies rope_freqs itself. FormatError naming
+// llama3 rope is left as "default": the caller applies rope_freqs itself; longrope (phi3, when
+// rope_factors_long is present) has its type, original context and attention factor, and the
+// caller reads the factors from the tensors. FormatError naming
 // `where` for a missing or mistyped key.
 model::ModelConfig config_from_gguf(const io::GgufHeader& header, const std::string& where);
 

@@ -36,7 +36,7 @@ const char* gguf_type_label(io::GgmlType type) {
 
 namespace {
 
-// Adds every model tensor (and rope_freqs for llama3 scaling) to `writer`. The tensors are
+// Adds every model tensor (and rope_freqs for llama3 scaling, the longrope factors) to `writer`. The tensors are
 // captured by value: they share storage with the model, which outlives the write.
 void add_model_tensors(io::GgufWriter& writer, model::CausalLM& lm, io::GgmlType type) {
   const auto& c = lm->config();
@@ -54,10 +54,12 @@ void add_model_tensors(io::GgufWriter& writer, model::CausalLM& lm, io::GgmlType
     writer.add_tensor(*gguf, stored, ggml_dims(t), [t, stored] { return encode_tensor(t, stored); });
   }
   if (fallback) spdlog::info("{} weights with rows not a multiple of 32 stored as F16 instead of Q8_0", fallback);
-  if (c.rope.type == "llama3") {
-    at::Tensor factors = llama3_rope_factors(c);
-    writer.add_tensor(kRopeFreqsName, io::GgmlType::F32, ggml_dims(factors),
-                      [factors] { return encode_tensor(factors, io::GgmlType::F32); });
+  std::vector<std::pair<std::string, at::Tensor>> rope;
+  if (c.rope.type == "llama3") rope.emplace_back(kRopeFreqsName, llama3_rope_factors(c));
+  if (c.rope.type == "longrope") rope = longrope_factor_tensors(c.rope);
+  for (const auto& [name, factors] : rope) {
+    writer.add_tensor(name, io::GgmlType::F32, ggml_dims(factors),
+                      [factors = factors] { return encode_tensor(factors, io::GgmlType::F32); });
   }
 }
 
@@ -92,7 +94,7 @@ GgufExportReport export_gguf_model(const GgufExportOptions& o) {
 
   io::GgufWriter writer;
   const std::string name = fs::absolute(o.model_dir).lexically_normal().filename().string();
-  write_model_metadata(writer, config, name.empty() ? "model" : name, o.type);
+  write_model_metadata(writer, config, llama_cpp_loadable_name(name.empty() ? "model" : name, vocab), o.type);
   write_vocab_metadata(writer, vocab);
   add_model_tensors(writer, lm, o.type);
 

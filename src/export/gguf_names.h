@@ -12,6 +12,9 @@
 namespace ctune::exporter {
 
 inline constexpr const char* kRopeFreqsName = "rope_freqs.weight";
+// longrope (llama.cpp's phi3): the per-pair factors, each [rotary_dim / 2] in F32.
+inline constexpr const char* kRopeFactorsLongName = "rope_factors_long.weight";
+inline constexpr const char* kRopeFactorsShortName = "rope_factors_short.weight";
 
 // The family's general.architecture ("llama" for Llama and Mistral, "qwen2", "qwen3");
 // UnsupportedError for a family without one.

@@ -5,6 +5,8 @@
 #include "export/gguf_vocab.h"
 
 #include <algorithm>
+#include <cctype>
+#include <set>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -207,6 +209,24 @@ void write_vocab_metadata(io::GgufWriter& w, const GgufVocab& v) {
   if (v.remove_extra_whitespaces)
     w.set("tokenizer.ggml.remove_extra_whitespaces", GgufValue::boolean(*v.remove_extra_whitespaces));
   if (v.chat_template) w.set("tokenizer.chat_template", GgufValue::string(*v.chat_template));
+}
+
+std::string llama_cpp_loadable_name(const std::string& name, const GgufVocab& vocab) {
+  std::string lower = name;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (lower.find("phi3") == std::string::npos && lower.find("phi-3") == std::string::npos) return name;
+  const std::set<std::string> tokens(vocab.tokens.begin(), vocab.tokens.end());
+  bool complete = true;
+  for (const char* t : {"</s>", "<unk>", "<s>", "<|endoftext|>"}) complete = complete && tokens.count(t);
+  if (complete) return name;
+  std::string out = name;
+  for (std::size_t i = 0; i + 3 < out.size(); ++i) {
+    if (lower.compare(i, 4, "phi3") == 0) out.insert(i + 3, 1, '_'), lower.insert(i + 3, 1, '_');
+    else if (lower.compare(i, 5, "phi-3") == 0) out[i + 3] = '_', lower[i + 3] = '_';
+  }
+  spdlog::info("general.name \"{}\" written as \"{}\": llama.cpp reads a name with phi3 / phi-3 as Phi-3's vocabulary, "
+               "which this one is not", name, out);
+  return out;
 }
 
 }  // namespace ctune::exporter

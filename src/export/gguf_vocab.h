@@ -47,6 +47,11 @@ struct GgufVocab {
 // the model or two ids share a token string (llama.cpp requires unique strings).
 GgufVocab read_gguf_vocab(const std::filesystem::path& model_dir, const model::ModelConfig& config);
 
+// general.name as llama.cpp can load it with `vocab`: llama.cpp's vocabulary loader treats a
+// model whose name contains "phi3" or "phi-3" as Phi-3 and looks up </s>, <unk>, <s> and
+// <|endoftext|>, failing to load when one is missing; such a name is written with "phi_3".
+std::string llama_cpp_loadable_name(const std::string& name, const GgufVocab& vocab);
+
 void write_vocab_metadata(io::GgufWriter& writer, const GgufVocab& vocab);
 
 }  // namespace ctune::exporter

@@ -35,6 +35,9 @@ const std::vector<ConformanceCase>& conformance_cases() {
     add({"gemma2_caps_windows_f32", "gemma2_byte", "", "gemma2_byte.f32.gguf", "", "f32", false});
     add({"gemma3_local_global_f32", "gemma3_byte", "", "gemma3_byte.f32.gguf", "", "f32", false});
     add({"gemma3_gguf_lora", "gemma3_byte", "gemma3_byte_lora", "gemma3_byte.f32.gguf", "gemma3_byte_lora.gguf", "f32", false});
+    add({"phi3_longrope_partial_f32", "phi3_byte", "", "phi3_byte.f32.gguf", "", "f32", false});
+    add({"phi3_gguf_lora", "phi3_byte", "phi3_byte_lora", "phi3_byte.f32.gguf", "phi3_byte_lora.gguf", "f32", false});
+    add({"smollm3_nope_f32", "smollm3_byte", "", "smollm3_byte.f32.gguf", "", "f32", false});
     return c;
   }();
   return cases;

@@ -107,12 +107,36 @@ void make_models(const fs::path& cases) {
                   {"rope_local_base_freq", 10000.0}, {"hidden_activation", "gelu_pytorch_tanh"}};
   make_model(cases / "gemma3_byte", gemma3, "byte", 25);
 
+  // Phi-3: fused qkv_proj / gate_up_proj, half the head rotary, longrope with an original context
+  // of 16 (llama.cpp's context of 256 and ctune's forwards over the 28-token prompt and beyond
+  // both take the long factors; attention factor sqrt(1 + ln 16 / ln 16) = sqrt 2), untied; its
+  // window (512) is longer than the context, since llama.cpp's phi3 ignores windows.
+  TinyConfig phi3;
+  phi3.model_type = "phi3";
+  phi3.head_dim = 16;
+  phi3.rope_scaling = {{"rope_type", "longrope"},
+                       {"short_factor", {1.0, 1.3, 1.9, 2.4}},
+                       {"long_factor", {1.0, 2.5, 6.0, 11.0}}};
+  phi3.extra = {{"partial_rotary_factor", 0.5}, {"original_max_position_embeddings", 16}, {"sliding_window", 512}};
+  make_model(cases / "phi3_byte", phi3, "byte", 27);
+
+  // SmolLM3: 4 layers, the 4th without RoPE (llama.cpp's fixed step), tied.
+  TinyConfig smollm3;
+  smollm3.model_type = "smollm3";
+  smollm3.layers = 4;
+  smollm3.head_dim = 16;
+  smollm3.tie = true;
+  smollm3.rope_theta = 2000000.0;
+  smollm3.extra = {{"no_rope_layer_interval", 4}, {"use_sliding_window", false}};
+  make_model(cases / "smollm3_byte", smollm3, "byte", 28);
+
   make_adapter(cases / "llama_byte", cases / "llama_byte_lora",
                {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}, 21);
   make_adapter(cases / "qwen2_byte", cases / "qwen2_byte_lora", {"q_proj", "k_proj", "v_proj", "o_proj", "lm_head"},
                22, /*rslora=*/true);
   make_adapter(cases / "qwen3_byte", cases / "qwen3_byte_lora", {"all-linear", "lm_head"}, 23);
   make_adapter(cases / "gemma3_byte", cases / "gemma3_byte_lora", {"all-linear"}, 26);
+  make_adapter(cases / "phi3_byte", cases / "phi3_byte_lora", {"all-linear", "lm_head"}, 29);
 }
 
 // Runs `ctune export`, appending its report to the log; throws when it fails.
@@ -133,7 +157,7 @@ void export_models(const fs::path& cases, std::string& log) {
     run_export({"--model", d + "llama_byte", "--out", d + "llama_byte." + type + ".gguf", "--type", type}, log);
   for (const char* m :
        {"mistral_linear", "llama3_rope", "qwen2_qwen3tok", "llama_spm", "llama2_json", "qwen2_byte", "qwen3_qwen3tok", "qwen3_byte",
-        "gemma2_byte", "gemma3_byte"})
+        "gemma2_byte", "gemma3_byte", "phi3_byte", "smollm3_byte"})
     run_export({"--model", d + m, "--format", "gguf", "--out", d + m + ".f32.gguf"}, log);
   run_export({"--model", d + "llama_byte", "--adapter", d + "llama_byte_lora", "--out", d + "llama_byte_merged.f32.gguf"}, log);
   run_export({"--model", d + "llama_byte", "--adapter", d + "llama_byte_lora", "--format", "gguf-lora", "--out",
@@ -144,6 +168,8 @@ void export_models(const fs::path& cases, std::string& log) {
               d + "qwen3_byte_lora.gguf"}, log);
   run_export({"--model", d + "gemma3_byte", "--adapter", d + "gemma3_byte_lora", "--format", "gguf-lora", "--out",
               d + "gemma3_byte_lora.gguf"}, log);
+  run_export({"--model", d + "phi3_byte", "--adapter", d + "phi3_byte_lora", "--format", "gguf-lora", "--out",
+              d + "phi3_byte_lora.gguf"}, log);
 }
 
 Json jobs(const fs::path& cases) {

@@ -394,6 +394,26 @@ TEST(LlamaCppControls, Gemma3LocalRopeMatters) {
   }, "gemma3 case with the global RoPE on every layer", 1.0);
 }
 
+// The phi3 file's longrope is read: llama.cpp takes the long factors and scales cos/sin by the
+// attention factor; ctune with the short factors, or without the factor, is far from it.
+TEST(LlamaCppControls, Phi3LongFactorsMatter) {
+  expect_control_far("phi3_longrope_partial_f32", "phi3_byte", [](model::CausalLM& lm) {
+    lm->model->long_inv_freq = lm->model->inv_freq;
+  }, "phi3 case with the short factors", 0.1);
+}
+
+TEST(LlamaCppControls, Phi3AttentionFactorMatters) {
+  expect_control_far("phi3_longrope_partial_f32", "phi3_byte", [](model::CausalLM& lm) { lm->model->rope_scale = 1.0; },
+                     "phi3 case without the attention factor", 0.1);
+}
+
+// llama.cpp's smollm3 skips RoPE on the 4th layer, as ctune does: rotating it is far from it.
+TEST(LlamaCppControls, SmolLM3NoRopeLayerMatters) {
+  expect_control_far("smollm3_nope_f32", "smollm3_byte", [](model::CausalLM& lm) {
+    for (auto& layer : *lm->model->layers) layer->as<model::DecoderLayer>()->self_attn->use_rope = true;
+  }, "smollm3 case with RoPE on every layer", 0.1);
+}
+
 }  // namespace
 }  // namespace ctune::exporter::test
 

@@ -10,7 +10,7 @@
 //   - sliding_window, when set, on every layer.
 // resid_pdrop / embd_pdrop above 0 (dropouts ctune does not apply) and lm_head_bias are refused.
 // Phi3Attention has no projection biases whatever attention_bias says, so the key is not read.
-// Defaults as Phi3Config: 4096 positions, untied. No GGUF form yet (llama.cpp's phi3 not checked).
+// Defaults as Phi3Config: 4096 positions, untied. GGUF: llama.cpp's phi3 (export/gguf_metadata.cpp).
 #include "core/error.h"
 #include "model/config.h"
 #include "model/families/families.h"
@@ -38,7 +38,7 @@ void parse(const Json& j, const std::string& where, ModelConfig& c) {
 const Family& phi3() {
   static const Family f = [] {
     Family p{"phi3", {"phi3"}, 4096, std::nullopt, parse,
-             {"", false,
+             {"phi3", false,
               {{"input_layernorm", "attn_norm"}, {"self_attn.qkv_proj", "attn_qkv"}, {"self_attn.o_proj", "attn_output"},
                {"post_attention_layernorm", "ffn_norm"}, {"mlp.gate_up_proj", "ffn_up"}, {"mlp.down_proj", "ffn_down"}}}};
     p.partial_rotary = true;

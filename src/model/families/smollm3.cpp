@@ -1,8 +1,8 @@
 // SmolLM3: Llama's block and keys with NoPE layers: no_rope_layers[i] == 1 where layer i applies
 // RoPE, 0 where it does not (by default every no_rope_layer_interval-th layer, 4, is NoPE).
 // Windows (SmolLM3Config's layer_types): given, or sliding on the NoPE layers, and applied only
-// with use_sliding_window. Defaults: tied head, rope_theta 2e6, 32768 positions. llama.cpp's
-// `smollm3` fixes the NoPE step at 4 and is not yet checked against ctune, so no GGUF form.
+// with use_sliding_window. Defaults: tied head, rope_theta 2e6, 32768 positions. GGUF:
+// llama.cpp's `smollm3` (Llama's names and q/k row order), whose NoPE step is fixed at 4.
 #include "core/error.h"
 #include "model/config.h"
 #include "model/families/families.h"
@@ -45,7 +45,7 @@ void parse(const Json& j, const std::string& where, ModelConfig& c) {
 }  // namespace
 
 const Family& smollm3() {
-  static const Family f{"smollm3", {"smollm3"}, 32768, std::nullopt, parse, {"", false, llama_gguf_layer_tensors()}, 2000000.0, true};
+  static const Family f{"smollm3", {"smollm3"}, 32768, std::nullopt, parse, {"smollm3", true, llama_gguf_layer_tensors()}, 2000000.0, true};
   return f;
 }
 
