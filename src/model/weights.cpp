@@ -57,6 +57,13 @@ const io::TensorRef* find_tensor(const io::CheckpointReader& checkpoint, const M
   return nullptr;
 }
 
+// A wrapper's head module prefixes ("lm_head.", "language_model.lm_head."), from its head_names.
+std::vector<std::string> head_prefixes(const Wrapper& w) {
+  std::vector<std::string> out;
+  for (const auto& head : w.head_names) out.push_back(head.substr(0, head.size() - std::string("weight").size()));
+  return out;
+}
+
 // Tensors of the checkpoint that are not the model's and are ignored by design: a tied head's
 // duplicate, a wrapper's vision tower.
 bool ignored_tensor(const ModelConfig& config, const std::string& name) {
@@ -77,6 +84,24 @@ std::string summarise(const std::vector<std::string>& items, std::size_t limit =
   return s;
 }
 }  // namespace
+
+std::string checkpoint_module_name(const ModelConfig& config, const std::string& name) {
+  const Wrapper* w = wrapper_of(config);
+  if (!w) return name;
+  if (starts_with(name, "lm_head.")) return head_prefixes(*w).front() + name.substr(8);
+  if (starts_with(name, "model.")) return w->model_prefixes.front() + name.substr(6);
+  return name;
+}
+
+std::string model_module_name(const ModelConfig& config, const std::string& checkpoint_name) {
+  const Wrapper* w = wrapper_of(config);
+  if (!w) return checkpoint_name;
+  for (const auto& prefix : head_prefixes(*w))
+    if (starts_with(checkpoint_name, prefix)) return "lm_head." + checkpoint_name.substr(prefix.size());
+  for (const auto& prefix : w->model_prefixes)
+    if (starts_with(checkpoint_name, prefix)) return "model." + checkpoint_name.substr(prefix.size());
+  return checkpoint_name;
+}
 
 void check_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
   std::vector<std::string> missing, unexpected, misshapen;

@@ -29,6 +29,13 @@ void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint);
 // The tensors HF would save, in state-dict order (lm_head.weight omitted when tied).
 std::vector<std::pair<std::string, at::Tensor>> hf_state_dict(CausalLM& model);
 
+// Module names as the checkpoint's own transformers class spells them, for files keyed by
+// module (PEFT adapters): the model's name, or for a multimodal wrapper's text model its place
+// in the wrapper today ("model.language_model.layers.0..." for Gemma 3, model/family.h).
+std::string checkpoint_module_name(const ModelConfig& config, const std::string& name);
+// The inverse, accepting every spelling the wrapper has had (and the model's own names).
+std::string model_module_name(const ModelConfig& config, const std::string& checkpoint_name);
+
 struct SaveOptions {
   std::uint64_t max_shard_bytes = 5'000'000'000;  // HF's default "5GB"
   bool overwrite = false;

@@ -10,6 +10,7 @@
 #include "io/hf_checkpoint.h"
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
+#include "model/weights.h"
 
 namespace ctune::peft {
 namespace fs = std::filesystem;
@@ -18,9 +19,10 @@ namespace {
 const std::string kPrefix = "base_model.model.";
 }
 
-void write_adapter_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors, const fs::path& dir) {
+void write_adapter_tensors(const model::ModelConfig& base, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                           const fs::path& dir) {
   std::vector<std::pair<std::string, at::Tensor>> named;
-  for (const auto& [name, t] : tensors) named.emplace_back(kPrefix + name, t);
+  for (const auto& [name, t] : tensors) named.emplace_back(kPrefix + model::checkpoint_module_name(base, name), t);
   if (named.empty()) throw ConfigError("save_adapter: the model has no LoRA adapters");
   std::vector<at::Tensor> keep;
   io::write_safetensors(dir / kAdapterWeights, io::describe_tensors(named, &keep));
@@ -59,7 +61,7 @@ std::vector<std::pair<std::string, at::Tensor>> adapter_state_dict(model::Causal
 }
 
 void write_adapter_files(model::CausalLM& lm, const LoraOptions& o, const fs::path& dir, const std::string& base) {
-  write_adapter_tensors(adapter_state_dict(lm), dir);
+  write_adapter_tensors(lm->config(), adapter_state_dict(lm), dir);
   write_adapter_config(o, dir, base);
 }
 
@@ -144,6 +146,7 @@ LoraOptions load_adapter(model::CausalLM& lm, const fs::path& dir) {
     // PEFT may keep the adapter name in memory-style keys: "...lora_A.default.weight".
     auto pos = name.find(".default.weight");
     if (pos != std::string::npos) name = name.substr(0, pos) + ".weight";
+    name = model::model_module_name(lm->config(), name);
     auto it = params.find(name);
     if (it == params.end()) {
       throw ShapeError(file->path().string() + ": tensor \"" + info.name + "\" matches no LoRA layer of the model");
@@ -161,7 +164,8 @@ LoraOptions load_adapter(model::CausalLM& lm, const fs::path& dir) {
     loaded.insert(name);
   }
   for (const auto& [name, p] : params) {
-    if (!loaded.count(name)) throw ShapeError(file->path().string() + ": missing \"" + kPrefix + name + "\"");
+    if (!loaded.count(name))
+      throw ShapeError(file->path().string() + ": missing \"" + kPrefix + model::checkpoint_module_name(lm->config(), name) + "\"");
   }
   return o;
 }

@@ -28,7 +28,10 @@ std::vector<std::pair<std::string, at::Tensor>> adapter_state_dict(model::Causal
 // The two halves of write_adapter_files: adapter_config.json, and adapter_model.safetensors
 // from LoRA tensors under the model's parameter names (PEFT's base_model.model. prefix added).
 void write_adapter_config(const LoraOptions& options, const std::filesystem::path& dir, const std::string& base_model_name_or_path);
-void write_adapter_tensors(const std::vector<std::pair<std::string, at::Tensor>>& tensors, const std::filesystem::path& dir);
+// Names are written as the base checkpoint's class has the modules (model::checkpoint_module_name:
+// a Gemma 3 wrapper's text model under model.language_model.), as PEFT on that class names them.
+void write_adapter_tensors(const model::ModelConfig& base, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
+                           const std::filesystem::path& dir);
 
 // Writes the model's LoRA weights (as fp32 unless they are stored otherwise) into `dir`,
 // atomically (staged, then renamed).

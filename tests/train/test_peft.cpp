@@ -16,6 +16,8 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "infer/score.h"
+#include "io/safetensors.h"
+#include "io/tensor_io.h"
 #include "model/weights.h"
 #include "peft/adapter_io.h"
 #include "peft/lora.h"
@@ -127,6 +129,57 @@ TEST(Merge, MergedModelEqualsBasePlusAdapter) {
     EXPECT_TRUE(within(std::string(rslora ? "rslora" : "lora") + " on 7 projections: merged vs base + adapter: max |dNLL|",
                        d, 2 * noise_tolerance(noise)));
   }
+}
+
+// An adapter trained on a Gemma 3 multimodal checkpoint (Gemma3ForConditionalGeneration) is
+// named as PEFT names that class's modules: the text model under model.language_model., the
+// head at the top (transformers >= 4.52); the older spelling (language_model.model.,
+// language_model.lm_head.) loads too, with identical scores.
+TEST(PeftConformance, Gemma3WrapperAdaptersUseTheWrapperModuleNames) {
+  const fs::path base = kData / "models" / "gemma3_wrapper_untied_fp32";
+  auto lm = model::load_causal_lm(base, at::kFloat);
+  peft::LoraOptions options;
+  options.rank = 4;
+  options.alpha = 8.0;
+  options.targets = {"all-linear", "lm_head"};
+  peft::apply_lora(lm, options);
+  at::manual_seed(6);
+  {
+    at::NoGradGuard no_grad;
+    for (auto& item : lm->named_parameters(true))
+      if (item.key().find(".lora_B.") != std::string::npos) item.value().normal_(0.0, 0.3);
+  }
+  std::vector<std::int64_t> ids;
+  for (std::int64_t i = 0; i < 64; ++i) ids.push_back((i * 37 + 11) % lm->config().vocab_size);
+  const auto expected = infer::score_tokens(lm, ids, "wrapper + adapter").nll;
+  const fs::path dir = kData / "ctune-adapter-gemma3-wrapper";
+  peft::save_adapter(lm, options, dir, base.string(), /*overwrite=*/true);
+
+  std::size_t layers = 0, head = 0;
+  const auto written = io::SafetensorsFile::open(dir / peft::kAdapterWeights);
+  for (const auto& info : written->header().tensors) {
+    layers += info.name.rfind("base_model.model.model.language_model.layers.", 0) == 0;
+    head += info.name.rfind("base_model.model.lm_head.lora_", 0) == 0;
+  }
+  EXPECT_EQ(head, 2u);
+  EXPECT_EQ(layers + head, peft::adapter_state_dict(lm).size()) << "every adapter tensor under the wrapper's names";
+  auto again = model::load_causal_lm(base, at::kFloat);
+  peft::load_adapter(again, dir);
+  EXPECT_EQ(infer::score_tokens(again, ids, "reloaded").nll, expected);
+
+  // transformers < 4.52's spelling of the same modules.
+  std::vector<std::pair<std::string, at::Tensor>> old_names;
+  for (const auto& [name, t] : peft::adapter_state_dict(lm)) {
+    const bool is_head = name.rfind("lm_head.", 0) == 0;
+    old_names.emplace_back("base_model.model." + std::string(is_head ? "language_model.lm_head." : "language_model.model.") +
+                               name.substr(is_head ? 8 : 6),
+                           t.detach().contiguous());
+  }
+  std::vector<at::Tensor> keep;
+  io::write_safetensors(dir / peft::kAdapterWeights, io::describe_tensors(old_names, &keep));
+  auto old = model::load_causal_lm(base, at::kFloat);
+  peft::load_adapter(old, dir);
+  EXPECT_EQ(infer::score_tokens(old, ids, "older spelling").nll, expected);
 }
 
 TEST(PeftConformance, UnsupportedAdapterSettingsAreRefused) {

@@ -13,17 +13,18 @@ namespace fs = std::filesystem;
 
 void Method::write_weights(model::CausalLM& model, const fs::path& dir, const WeightFiles& files) const {
   write_weight_metadata(model->config(), dir, files);
-  write_weight_tensors(kind(), weight_tensors(model), dir, files.max_shard_bytes);
+  write_weight_tensors(kind(), model->config(), weight_tensors(model), dir, files.max_shard_bytes);
 }
 
-void write_weight_tensors(MethodKind method, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                          const fs::path& dir, std::uint64_t max_shard_bytes) {
+void write_weight_tensors(MethodKind method, const model::ModelConfig& base,
+                          const std::vector<std::pair<std::string, at::Tensor>>& tensors, const fs::path& dir,
+                          std::uint64_t max_shard_bytes) {
   switch (method) {
     case MethodKind::full:
       model::write_model_tensors(tensors, dir, max_shard_bytes);
       return;
     case MethodKind::lora:
-      peft::write_adapter_tensors(tensors, dir);
+      peft::write_adapter_tensors(base, tensors, dir);
       return;
   }
 }

@@ -79,9 +79,11 @@ class Method {
 
 // Writes `tensors` (weight_tensors' names) into `dir` as the weights of `method` (full: a
 // Hugging Face model's safetensors, sharded past max_shard_bytes; lora: PEFT's
-// adapter_model.safetensors). Needs no model: `ctune consolidate` writes assembled shards.
-void write_weight_tensors(MethodKind method, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                          const std::filesystem::path& dir, std::uint64_t max_shard_bytes);
+// adapter_model.safetensors, named for `base`'s checkpoint class). Needs no model: `ctune
+// consolidate` writes assembled shards.
+void write_weight_tensors(MethodKind method, const model::ModelConfig& base,
+                          const std::vector<std::pair<std::string, at::Tensor>>& tensors, const std::filesystem::path& dir,
+                          std::uint64_t max_shard_bytes);
 
 // The one factory: the method named `name` (the recipe's peft.method or a checkpoint's "method",
 // core/method_names.h). LoRA takes `lora`; with `init_from`, training starts from that PEFT

@@ -15,6 +15,7 @@
 #include "io/manifest.h"
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
+#include "model/config.h"
 
 namespace ctune::train {
 namespace fs = std::filesystem;
@@ -273,6 +274,16 @@ TrainingState read_training_state(const fs::path& checkpoint) {
   return s;
 }
 
+// The run's base model configuration, which names a LoRA adapter's tensors (a multimodal
+// wrapper's text model sits under its prefix); a plain one when the base is no longer there.
+static model::ModelConfig base_model_config(const fs::path& checkpoint) {
+  for (const auto& [name, path] : checkpoint_inputs(checkpoint)) {
+    std::error_code ec;
+    if (name == "model.path" && fs::exists(path / "config.json", ec)) return model::load_model_config(path);
+  }
+  return {};
+}
+
 Consolidated consolidate_checkpoint(const fs::path& checkpoint, const fs::path& dir, std::uint64_t max_shard_bytes) {
   const std::string problem = verify_checkpoint(checkpoint);
   if (!problem.empty()) throw FormatError(checkpoint.string() + ": not a usable checkpoint: " + problem);
@@ -297,7 +308,7 @@ Consolidated consolidate_checkpoint(const fs::path& checkpoint, const fs::path& 
   }
   const MethodNames* method = find_method(out.method);
   if (method == nullptr) throw FormatError(state_path.string() + ": unknown \"method\" \"" + out.method + "\" (expected full or lora)");
-  write_weight_tensors(method->kind, out.tensors, dir, max_shard_bytes);
+  write_weight_tensors(method->kind, base_model_config(checkpoint), out.tensors, dir, max_shard_bytes);
   return out;
 }
 
