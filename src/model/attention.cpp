@@ -79,6 +79,36 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   return o_proj->forward(out);
 }
 
+ActivationCost AttentionImpl::saved_activations(const ModelConfig& config, const ActivationShape& s) {
+  const Architecture& arch = config.arch;
+  const Term& n = s.n;
+  const Term& c = s.c;
+  ActivationCost a;
+  const Term qkv = arch.fused_qkv ? s.projection_input("qkv_proj", s.H) : shared_projection_input(s, {"q_proj", "k_proj", "v_proj"}, s.H);
+  // Per-head q/k norms: an RMSNorm's two fp32 tensors over the heads' n (nh + nkv) rows of d.
+  const Term qk_norm = arch.qk_norm ? RMSNormImpl::saved_activations(n * (s.nh + s.nkv), s.d) : Term();
+  // Materialized attention keeps the fp32 probabilities (and their cast), a negated mask and q
+  // with K and V repeated to every query head; blocked attention keeps q, the KV heads' K and V,
+  // and the model's one mask (DecoderImpl::saved_outside_layers), and needs one block's scores,
+  // probabilities and their gradients at a time (ops/attention.h).
+  const Term TT = s.T * s.T;
+  a.scores = s.blocked ? Term() : s.B * s.nh * TT * (Term::num(4) + (c.value() != 4 ? c : Term())) + s.B * TT;
+  // A soft-cap keeps the scaled scores and their tanh (materialized), or one more block-sized
+  // tanh (blocked).
+  const bool capped = arch.attn_softcap > 0;
+  if (capped && !s.blocked) a.scores += Term::num(2) * s.B * s.nh * TT * c;
+  // A block spans every batch row: fp32 P, dP and one product, and P and dS in the matmul dtype.
+  if (s.blocked) a.workspace = s.B * s.nh * s.block_rows * s.T * (Term::num(12) + Term::num(2) * c + (capped ? c : Term()));
+  const Term core = n * (s.blocked ? s.nh + Term::num(2) * s.nkv : Term::num(3) * s.nh) * s.d * c;
+  const Term o_in = s.projection_input("o_proj", s.nh * s.d);
+  a.saved = qkv + qk_norm + a.scores + core + o_in;
+  a.parts = {"q/k/v inputs"};
+  if (arch.qk_norm) a.parts.push_back("q/k norms");
+  a.parts.push_back(s.blocked ? "q, k, v (blocked attention keeps no scores)" : "scores, mask, q, k, v");
+  a.parts.push_back("o input");
+  return a;
+}
+
 at::Tensor build_attention_mask(std::int64_t batch, std::int64_t query_length, std::int64_t key_length,
                                 const at::Tensor& key_mask, const at::Tensor& segment_ids, const at::Device& device,
                                 std::int64_t window) {

@@ -7,6 +7,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include "model/activation_cost.h"
 #include "model/config.h"
 #include "model/layers.h"
 #include "ops/attention.h"
@@ -34,6 +35,9 @@ class AttentionImpl : public torch::nn::Module {
   // With a cache, the new keys/values are appended to it and attention covers all of them.
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
                      LayerCache* cache = nullptr);
+  // What forward keeps for backward (model/activation_cost.h): the projections' inputs, q/k
+  // norms, the scores (materialized) or a block's workspace (blocked), q, k, v, o's input.
+  static ActivationCost saved_activations(const ModelConfig& config, const ActivationShape& shape);
 
   std::int64_t num_heads, num_kv_heads, head_dim;
   double scale;    // ModelConfig::attention_scale

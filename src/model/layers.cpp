@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "model/activation_cost.h"
 #include "ops/compute.h"
 #include "quant/quantized_linear.h"
 
@@ -36,6 +37,20 @@ at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
   x32 = x32 * at::rsqrt(variance + eps);
   if (offset) return (x32 * (weight.to(at::kFloat) + 1.0)).to(x.scalar_type());
   return weight * x32.to(x.scalar_type());
+}
+
+// Two fp32 tensors: the input as fp32 (for the square) and the normalised value (for the
+// product with 1/rms); the weight's gradient reads the latter, no extra copy.
+Term RMSNormImpl::saved_activations(const Term& rows, const Term& dim) { return Term::num(8) * rows * dim; }
+
+Term shared_projection_input(const ActivationShape& s, std::initializer_list<const char*> modules, const Term& in_dim) {
+  Term sum, first;
+  for (const char* name : modules) {
+    const Term b = s.projection_input(name, in_dim);
+    sum += b;
+    if (b.value() > first.value()) first = b;
+  }
+  return !s.dropout && s.r.value() == s.c.value() ? first : sum;
 }
 
 RMSNorm config_norm(const ModelConfig& config, std::int64_t dim, at::ScalarType dtype) {

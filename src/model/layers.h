@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "core/term.h"
 #include "model/config.h"
 
 namespace ctune::quant {
@@ -63,6 +64,8 @@ class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(std::int64_t dim, double eps, at::ScalarType dtype, bool offset = false);
   at::Tensor forward(const at::Tensor& x);
+  // Bytes kept for backward over [rows, dim] (model/activation_cost.h).
+  static Term saved_activations(const Term& rows, const Term& dim);
 
   double eps;
   bool offset;

@@ -1,5 +1,7 @@
 #include "model/llama.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -39,6 +41,17 @@ at::Tensor MLPImpl::forward(const at::Tensor& x) {
   return down_proj->forward(act * up);
 }
 
+ActivationCost MLPImpl::saved_activations(const ModelConfig& config, const ActivationShape& s) {
+  const Architecture& arch = config.arch;
+  ActivationCost a;
+  const Term in = arch.fused_gate_up ? s.projection_input("gate_up_proj", s.H) : shared_projection_input(s, {"gate_proj", "up_proj"}, s.H);
+  // SwiGLU and GeGLU alike keep the gate's input, act(gate) and up for the product.
+  const Term glu = Term::num(3) * s.n * s.I * s.c;
+  a.saved = in + glu + s.projection_input("down_proj", s.I);
+  a.parts = {"MLP inputs", arch.activation == Activation::gelu_tanh ? "GeGLU" : "SwiGLU", "down input"};
+  return a;
+}
+
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, at::ScalarType dtype) {
   self_attn = register_module("self_attn", Attention(c, dtype));
   mlp = register_module("mlp", MLP(c, dtype));
@@ -67,6 +80,28 @@ at::Tensor DecoderLayerImpl::forward_block(const at::Tensor& x, const at::Tensor
   }
   auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache);
   return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
+ActivationCost DecoderLayerImpl::saved_activations(const ModelConfig& config, const ActivationShape& s) {
+  const int norms = config.arch.sandwich_norms ? 4 : 2;  // Gemma's two more, over attention's and the MLP's outputs
+  const ActivationCost attn = AttentionImpl::saved_activations(config, s);
+  const ActivationCost mlp = MLPImpl::saved_activations(config, s);
+  ActivationCost a;
+  a.saved = Term::num(norms) * RMSNormImpl::saved_activations(s.n, s.H) + attn.saved + mlp.saved;
+  a.scores = attn.scores;
+  a.workspace = attn.workspace;
+  a.parts = {std::to_string(norms) + " norms"};
+  a.parts.insert(a.parts.end(), attn.parts.begin(), attn.parts.end());
+  a.parts.insert(a.parts.end(), mlp.parts.begin(), mlp.parts.end());
+  return a;
+}
+
+Term DecoderImpl::saved_outside_layers(const ModelConfig& config, const ActivationShape& s) {
+  std::vector<std::int64_t> windows = config.arch.layer_windows;
+  windows.push_back(0);
+  std::sort(windows.begin(), windows.end());
+  const auto masks = static_cast<std::int64_t>(std::unique(windows.begin(), windows.end()) - windows.begin());
+  return RMSNormImpl::saved_activations(s.n, s.H) + s.r * s.n * s.H + (s.blocked ? Term::num(masks) * s.B * s.T * s.T : Term());
 }
 
 DecoderImpl::DecoderImpl(const ModelConfig& c, at::ScalarType dtype) {

@@ -10,6 +10,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
+#include "model/activation_cost.h"
 #include "model/attention.h"
 #include "model/config.h"
 #include "model/layers.h"
@@ -23,6 +24,8 @@ class MLPImpl : public torch::nn::Module {
  public:
   MLPImpl(const ModelConfig& config, at::ScalarType dtype);
   at::Tensor forward(const at::Tensor& x);
+  // What forward keeps for backward (model/activation_cost.h).
+  static ActivationCost saved_activations(const ModelConfig& config, const ActivationShape& shape);
 
   Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
   Linear gate_up_proj{nullptr};  // Architecture::fused_gate_up: [gate; up] rows, instead of the two
@@ -63,6 +66,8 @@ class DecoderLayerImpl : public torch::nn::Module {
                      LayerCache* cache = nullptr);
   at::Tensor forward_block(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
                            LayerCache* cache = nullptr);
+  // What forward_block keeps for backward without recompute: its norms, attention and MLP.
+  static ActivationCost saved_activations(const ModelConfig& config, const ActivationShape& shape);
 
   bool recompute = false;
   Attention self_attn{nullptr};
@@ -78,6 +83,9 @@ class DecoderImpl : public torch::nn::Module {
   DecoderImpl(const ModelConfig& config, at::ScalarType dtype);
   // -> final hidden states [B, T, H] (after the last norm). position_ids must be set.
   at::Tensor forward(const ForwardInputs& in);
+  // What a forward keeps outside its layers: the final norm's, the head's input, and under
+  // blocked attention the masks (one per window its layers use, shared by the layers).
+  static Term saved_outside_layers(const ModelConfig& config, const ActivationShape& shape);
 
   Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};

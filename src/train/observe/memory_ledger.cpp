@@ -6,9 +6,11 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/term.h"
+#include "model/activation_cost.h"
+#include "model/llama.h"
 #include "model/quantize.h"
 #include "quant/storage_bytes.h"
-#include "train/observe/ledger_term.h"
 #include "train/step/chunked_loss.h"
 
 namespace ctune::train {
@@ -180,70 +182,36 @@ StateTerms state_lines(const LedgerInputs& in, Symbols& sym, Ledger& led) {
   return t;
 }
 
-// Activations kept for backward by one decoder layer without recompute, and what the run keeps
-// of them; adapted from Korthikanti et al.'s per-layer accounting (docs/formats.md#memory-formulas).
+// Activations kept for backward by one decoder layer without recompute (the blocks state them,
+// model/activation_cost.h), and what the run keeps of them; adapted from Korthikanti et al.'s
+// per-layer accounting (docs/formats.md#memory-formulas).
 struct ActivationTerms {
   Term total, scores, layer, recomputed_transient;
 };
 
 ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols& sym, Ledger& led) {
   const Method& method = *in.method;
-  const Term& n = s.n;
-  const Term& c = s.c;
-  auto input_saved = [&](const char* name, const Term& in_dim) {
+  model::ActivationShape shape;
+  shape.B = s.B, shape.T = s.T, shape.n = s.n, shape.H = s.H, shape.I = s.I, shape.nh = s.nh, shape.nkv = s.nkv, shape.d = s.d;
+  shape.c = s.c, shape.r = s.r;
+  shape.dropout = s.dropout;
+  shape.blocked = in.recompute.blocked_attention;
+  shape.block_rows = sym("bq", std::min<std::int64_t>(ops::kBlockQueries, s.T.value()));
+  shape.projection_input = [&](const std::string& name, const Term& in_dim) {
     // The base keeps its input when its weight trains; an adapter keeps its (dropped-out) input,
     // which without dropout is the very tensor the base sees; and its rank-r intermediate.
     const ModuleTraining m = method.module(name);
-    Term b = m.weight_trains ? c * n * in_dim : Term();
+    Term b = m.weight_trains ? s.c * s.n * in_dim : Term();
     if (m.adapter_rank > 0) {
-      b += (m.adapter_dropout > 0 ? Term::num(2) * c * n * in_dim : (m.weight_trains ? Term() : c * n * in_dim)) +
-           c * n * Term::num(m.adapter_rank);
+      b += (m.adapter_dropout > 0 ? Term::num(2) * s.c * s.n * in_dim : (m.weight_trains ? Term() : s.c * s.n * in_dim)) +
+           s.c * s.n * Term::num(m.adapter_rank);
     }
     return b;
   };
-  auto shared_input = [&](std::initializer_list<const char*> names, const Term& in_dim) {
-    // Without dropout, projections that read the same norm output share one saved copy when the
-    // norm output already has the matmul dtype; with r != c (fp32 masters, low-precision
-    // matmuls) each projection casts (and keeps) its own copy, as autocast does.
-    Term sum, first;
-    for (const char* name : names) {
-      const Term b = input_saved(name, in_dim);
-      sum += b;
-      if (b.value() > first.value()) first = b;
-    }
-    return !s.dropout && s.r.value() == c.value() ? first : sum;
-  };
-  // RMSNorm keeps two fp32 [n, H] tensors: its input as fp32 (for the square) and the normalised
-  // value (for the product with 1/rms); the weight's gradient reads the latter, no extra copy.
-  const Term norm = Term::num(8) * n * s.H;
-  const Term qkv = in.config.arch.fused_qkv ? input_saved("qkv_proj", s.H) : shared_input({"q_proj", "k_proj", "v_proj"}, s.H);
-  // Qwen3's per-head q/k norms keep the same two fp32 tensors over the heads' n (nh + nkv) d.
-  const Term qk_norm = in.config.arch.qk_norm ? Term::num(8) * n * (s.nh + s.nkv) * s.d : Term();
-  // Materialized attention keeps the fp32 probabilities (and their cast), a negated mask and q
-  // with K and V repeated to every query head; blocked attention keeps q, the KV heads' K and V,
-  // and the model's one mask (shared by all layers, counted once below), and needs one block's
-  // scores, probabilities and their gradients at a time (ops/attention.h).
-  const bool blocked = in.recompute.blocked_attention;
-  const Term TT = s.T * s.T;
+  const model::ActivationCost layer = model::DecoderLayerImpl::saved_activations(in.config, shape);
   ActivationTerms a;
-  a.scores = blocked ? Term() : s.B * s.nh * TT * (Term::num(4) + (c.value() != 4 ? c : Term())) + s.B * TT;
-  // Gemma 2's soft-cap keeps the scaled scores and their tanh (materialized), or one more
-  // block-sized tanh (blocked).
-  const bool capped = in.config.arch.attn_softcap > 0;
-  if (capped && !blocked) a.scores += Term::num(2) * s.B * s.nh * TT * c;
-  // A block spans every batch row: fp32 P, dP and one product, and P and dS in the matmul dtype.
-  const Term block_rows = sym("bq", std::min<std::int64_t>(ops::kBlockQueries, s.T.value()));
-  const Term workspace =
-      blocked ? s.B * s.nh * block_rows * s.T * (Term::num(12) + Term::num(2) * c + (capped ? c : Term())) : Term();
-  const Term core = n * (blocked ? s.nh + Term::num(2) * s.nkv : Term::num(3) * s.nh) * s.d * c;
-  const Term o_in = input_saved("o_proj", s.nh * s.d);
-  const Term mlp_in = in.config.arch.fused_gate_up ? input_saved("gate_up_proj", s.H) : shared_input({"gate_proj", "up_proj"}, s.H);
-  // SwiGLU and GeGLU alike keep the gate's input, act(gate) and up for the product.
-  const Term swiglu = Term::num(3) * n * s.I * c;
-  const Term down_in = input_saved("down_proj", s.I);
-  // Gemma's sandwich norms: two more per layer, over the attention and MLP outputs.
-  const Term norms = Term::num(in.config.arch.sandwich_norms ? 4 : 2) * norm;
-  a.layer = norms + qkv + qk_norm + a.scores + core + o_in + mlp_in + swiglu + down_in;
+  a.scores = layer.scores;
+  a.layer = layer.saved;
   led.activations_per_layer = a.layer.value();
 
   std::int64_t recomputing = 0;
@@ -251,32 +219,22 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
   const Term Lr = sym("Lr", recomputing);
   Term kept;
   if (recomputing > 0) {
-    kept = (s.L - Lr) * a.layer + Lr * s.r * n * s.H;  // a recomputed layer keeps only its input
+    kept = (s.L - Lr) * a.layer + Lr * s.r * s.n * s.H;  // a recomputed layer keeps only its input
     a.recomputed_transient = a.layer;
   } else if (in.recompute.attention_kernel() == ops::AttentionKernel::recomputed) {
     kept = s.L * (a.layer - a.scores);
   } else {
     kept = s.L * a.layer;
   }
-  // The final norm, the loss input and the model's masks (one per window its layers use).
-  std::vector<std::int64_t> windows = in.config.arch.layer_windows;
-  windows.push_back(0);
-  std::sort(windows.begin(), windows.end());
-  const auto mask_count = static_cast<std::int64_t>(std::unique(windows.begin(), windows.end()) - windows.begin());
-  const Term top = Term::num(8) * n * s.H + s.r * n * s.H + (blocked ? Term::num(mask_count) * s.B * TT : Term());
-  a.total = kept + top + workspace;
-  std::string note = "per layer " + mb(a.layer.value()) + ": " + (in.config.arch.sandwich_norms ? "4" : "2") +
-                     " norms, q/k/v inputs, " +
-                     (in.config.arch.qk_norm ? "q/k norms, " : "") +
-                     (blocked ? std::string("q, k, v (blocked attention keeps no scores)") : std::string("scores, mask, q, k, v")) +
-                     ", o input, MLP inputs, " +
-                     (in.config.arch.activation == model::Activation::gelu_tanh ? "GeGLU" : "SwiGLU") + ", down input";
+  a.total = kept + model::DecoderImpl::saved_outside_layers(in.config, shape) + layer.workspace;
+  std::string note = "per layer " + mb(a.layer.value()) + ": ";
+  for (std::size_t i = 0; i < layer.parts.size(); ++i) note += (i ? ", " : "") + layer.parts[i];
   if (recomputing > 0) {
     note += "; Lr of L layers keep only their input (r n H) and recompute";
   } else if (in.recompute.attention_kernel() == ops::AttentionKernel::recomputed) {
     note += "; selective: the attention scores are recomputed";
   }
-  note += "; then the final norm, the loss input" + std::string(blocked ? ", the attention mask B T^2 and one attention block's workspace (bq query rows)" : "");
+  note += "; then the final norm, the loss input" + std::string(shape.blocked ? ", the attention mask B T^2 and one attention block's workspace (bq query rows)" : "");
   led.lines.push_back({"activations", a.total.value(), a.total.text(), note});
   return a;
 }

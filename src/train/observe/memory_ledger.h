@@ -66,7 +66,7 @@ struct LedgerLine {
   std::string name;     // "weights", "gradients", ...
   std::int64_t bytes = 0;
   std::string formula;  // how `bytes` was computed: for a training ledger, an expression in the
-                        // symbols of Ledger::symbol_values that evaluates to `bytes` (ledger_term.h)
+                        // symbols of Ledger::symbol_values that evaluates to `bytes` (core/term.h)
   std::string note;     // what the formula's parts are, in words
   std::string pool = "device";  // "host" under distributed.cpu_offload (on a CPU build, the same memory)
 };

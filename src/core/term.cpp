@@ -1,8 +1,8 @@
-#include "train/observe/ledger_term.h"
+#include "core/term.h"
 
 #include <algorithm>
 
-namespace ctune::train {
+namespace ctune {
 
 Term Term::sym(std::string name, std::int64_t value) { return Term(value, std::move(name), 3); }
 
@@ -52,4 +52,4 @@ Term call(const char* name, const std::vector<Term>& terms, bool largest) {
 Term Term::max(const std::vector<Term>& terms) { return call("max", terms, true); }
 Term Term::min(const std::vector<Term>& terms) { return call("min", terms, false); }
 
-}  // namespace ctune::train
+}  // namespace ctune

@@ -1,4 +1,4 @@
-// A ledger term: a byte (or element) count and the formula that computes it, built together from
+// A term of the memory ledger: a byte (or element) count and the formula that computes it, built together from
 // named symbols and numbers, so the printed formula is the computation itself and cannot drift
 // from it ("2 x L x nkv x d x T x B x c", each symbol's value in the ledger's symbol table).
 // Operators: + - and x, integer / (floor), ceil_div(a, b), max(...), min(...). Zero terms drop out
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace ctune::train {
+namespace ctune {
 
 class Term {
  public:
@@ -41,4 +41,4 @@ class Term {
   int binding_ = 3;
 };
 
-}  // namespace ctune::train
+}  // namespace ctune
