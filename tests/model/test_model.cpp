@@ -250,9 +250,11 @@ TEST(Model, ParameterCountIsTheShapeOnlyModels) {
   EXPECT_EQ(q->sizes, (std::vector<std::int64_t>{2048, 2048}));
   // The shipped Gemma shapes against their published counts: Gemma-2-2B 2,614,341,888 and
   // Gemma-3-1B 999,885,952 (tied, four norms a layer, Gemma 3's q/k norms), and Gemma-3-4B's text
-  // model, 3,880,263,168 (the wrapper's text_config with Gemma3TextConfig's defaults).
+  // model, 3,880,263,168 (the wrapper's text_config with Gemma3TextConfig's defaults); Phi-4-mini
+  // 3,836,021,760 (fused qkv_proj 5120 rows, gate_up_proj 16384, tied).
   for (const auto& [file, count] : std::vector<std::pair<std::string, std::int64_t>>{
-           {"gemma-2-2b.json", 2614341888}, {"gemma-3-1b.json", 999885952}, {"gemma-3-4b.json", 3880263168}}) {
+           {"gemma-2-2b.json", 2614341888}, {"gemma-3-1b.json", 999885952}, {"gemma-3-4b.json", 3880263168},
+           {"phi-4-mini.json", 3836021760}}) {
     const auto path = fs::path(CTUNE_SOURCE_DIR) / "recipes" / "models" / file;
     EXPECT_EQ(model::parameter_count(model::parameter_shapes(model::parse_model_config(read_json_file(path), file))), count) << file;
   }
