@@ -15,7 +15,11 @@
 # Workloads: the SmolLM-135M shape of issue 15 (hidden 576, 30 layers, 9/3 heads, inter 1536,
 # vocab 49152, untied) with LoRA rank 8 on q,v and full fine-tuning, fp32 and bf16, packed (the
 # quickstart's short stories) and unpacked (rows filled by long documents), seq 512 batch 4; LoRA
-# bf16 at seq 2048 batch 1; the quickstart's tiny Llama (full fp32, seq 256, batch 16).
+# bf16 at seq 2048 batch 1; the quickstart's tiny Llama (full fp32, seq 256, batch 16). One row per
+# family on the same shape (LoRA bf16, seq 512 batch 4, head_dim 64, untied): qwen3 (q/k norms),
+# gemma2 (caps 50/30, windows of 256 on the even layers), gemma3_text (5 local layers of 6, window
+# 256, local RoPE theta), phi3 (fused projections, LoRA on qkv_proj, rotary 0.75), smollm3 (NoPE
+# every 4th layer); the eager peer builds each from the same config (bench_eager.py Family).
 #   bash scripts/bench.sh                    # every row, REPS=3 STEPS=4
 #   ONLY='lora bf16,quickstart' REPS=1 bash scripts/bench.sh   # rows whose name contains one of these
 #   CTUNE_ARGS='memory.attention=materialized' bash scripts/bench.sh   # recipe overrides for ctune
@@ -44,11 +48,24 @@ stories = [json.loads(l)["text"] for l in open("recipes/quickstart/data/pretrain
 with open(f"{out}/long.jsonl", "w") as f:  # documents longer than any row: unpacked rows are full
     for i in range(0, len(stories) - 60, 20):  # 60 stories: ~8,500 bytes, past seq 2048
         f.write(json.dumps({"text": " ".join(stories[i:i + 60])}) + "\n")
+families = {  # the smol shape with each family's own keys
+    "qwen3": {"head_dim": 64, "rope_theta": 1000000.0, "use_sliding_window": False},
+    "gemma2": {"head_dim": 64, "query_pre_attn_scalar": 64, "sliding_window": 256, "attn_logit_softcapping": 50.0,
+               "final_logit_softcapping": 30.0, "hidden_activation": "gelu_pytorch_tanh"},
+    "gemma3_text": {"head_dim": 64, "query_pre_attn_scalar": 64, "sliding_window": 256, "sliding_window_pattern": 6,
+                    "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0, "hidden_activation": "gelu_pytorch_tanh"},
+    "phi3": {"partial_rotary_factor": 0.75, "sliding_window": None},
+    "smollm3": {"no_rope_layer_interval": 4, "rope_theta": 2000000.0, "use_sliding_window": False},
+}
+for family, keys in families.items():
+    cfg = dict(smol, model_type=family, **keys)
+    cfg.pop("architectures", None)
+    json.dump(cfg, open(f"{out}/{family}.json", "w"), indent=1)
 with open(f"{out}/doc_lengths.txt", "w") as f:  # the packed rows' documents, for the eager peer
     f.write(" ".join(str(len(s.encode()) + 2) for s in stories[:4000]))
 PY
 cp recipes/models/tiny-llama.json "$OUT/tiny.json"
-for m in smol tiny; do
+for m in smol tiny qwen3 gemma2 gemma3_text phi3 smollm3; do
   [[ -f $OUT/$m/config.json ]] ||
     $CTUNE init --config "$OUT/$m.json" --out "$OUT/$m" --tokenizer byte --seed 0 --dtype fp32 >/dev/null
 done
@@ -66,12 +83,18 @@ GRID=(
   "smol lora bf16 seq 2048|smol|lora|bf16|2048|1|no"
   "quickstart full fp32|tiny|full|fp32|256|16|no"
   "quickstart full fp32 packed|tiny|full|fp32|256|16|yes"
+  "qwen3 lora bf16|qwen3|lora|bf16|512|4|no"
+  "gemma2 lora bf16|gemma2|lora|bf16|512|4|no"
+  "gemma3 lora bf16|gemma3_text|lora|bf16|512|4|no"
+  "phi3 lora bf16|phi3|lora|bf16|512|4|no"
+  "smollm3 lora bf16|smollm3|lora|bf16|512|4|no"
 )
 
 ctune_row() {  # name model method precision seq batch packed -> one JSON line
-  local run="$OUT/run" data=$OUT/long.jsonl peft=none
+  local run="$OUT/run" data=$OUT/long.jsonl peft=none targets="q_proj, v_proj"
   [[ $7 == yes ]] && data=recipes/quickstart/data/pretrain.jsonl
   [[ $3 == lora ]] && peft=lora
+  [[ $2 == phi3 ]] && targets=qkv_proj  # Phi-3's fused projection, as PEFT names it
   rm -rf "$run"
   cat >"$OUT/recipe.yaml" <<YAML
 output_dir: $run
@@ -79,7 +102,7 @@ seed: 0
 threads: $THREADS
 model: {path: $OUT/$2, dtype: fp32}
 data: {train: $data, format: text, max_seq_len: $5, packing: $([[ $7 == yes ]] && echo true || echo false)}
-peft: {method: $peft, rank: 8, alpha: 16, target_modules: [q_proj, v_proj]}
+peft: {method: $peft, rank: 8, alpha: 16, target_modules: [$targets]}
 precision: $4
 optimizer: {name: adamw, lr: 1.0e-4}
 scheduler: {name: constant, warmup_steps: 0}
@@ -149,7 +172,10 @@ def model_flops_per_token(cfg, method, seq):
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     d = cfg.get("head_dim") or H // nh
     n = L * (H * nh * d * 2 + H * nkv * d * 2 + 3 * H * I) + H * V
-    if method == "lora":  # rank 8 A and B on q and v
+    if method == "lora" and cfg.get("model_type") == "phi3":  # rank 8 A and B on the fused qkv_proj
+        trainable = L * 8 * (H + (nh + 2 * nkv) * d)
+        n += trainable
+    elif method == "lora":  # rank 8 A and B on q and v
         trainable = L * (8 * (H + nh * d) + 8 * (H + nkv * d))
         n += trainable
     else:

@@ -9,6 +9,13 @@ torch.autocast("cpu", bfloat16), with the frozen base of a LoRA run stored in bf
 `torch_dtype=torch.bfloat16` loads it) and fp32 weights for full fine-tuning. Packed rows restart
 positions per document and attend within it through a block-diagonal causal mask.
 
+The other families change the decoder as their Hugging Face modeling files do (qwen3, gemma2,
+gemma3_text, phi3, smollm3; read from the config's model_type, see Family below): per-head q/k
+RMSNorm (Qwen3, Gemma 3), (1 + w) norms in fp32, sandwich norms, GeGLU with tanh GELU, scaled
+embeddings, query_pre_attn_scalar, soft-caps on scores and logits, sliding windows in the mask
+and a local RoPE theta (Gemma), fused qkv_proj / gate_up_proj and partial rotary (Phi-3), layers
+without RoPE (SmolLM3). LoRA goes on q_proj and v_proj, or on qkv_proj for Phi-3 (PEFT's names).
+
 Modes (one JSON line on stdout each):
   bench_eager.py step --config CONFIG.json --method lora|full --precision fp32|bf16
                       --seq T --batch B --steps N [--doc-lengths FILE]
@@ -29,16 +36,49 @@ import torch.nn.functional as F
 from torch import nn
 
 
+class Family:
+    """What a config's model_type changes in the decoder, per layer where it varies."""
+
+    def __init__(self, c):
+        t = c.get("model_type", "llama")
+        L = c["num_hidden_layers"]
+        gemma = t in ("gemma2", "gemma3_text")
+        self.qk_norm = t in ("qwen3", "gemma3_text")
+        self.gemma = gemma  # (1 + w) fp32 norms, sandwich norms, GeGLU, sqrt(H) embedding scale
+        self.fused = t == "phi3"
+        self.d = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+        self.rotary = int(self.d * c.get("partial_rotary_factor", 1.0))
+        self.scale = c.get("query_pre_attn_scalar", self.d) ** -0.5 if gemma else self.d ** -0.5
+        self.attn_cap = c.get("attn_logit_softcapping") if t == "gemma2" else None
+        self.final_cap = c.get("final_logit_softcapping") if t == "gemma2" else None
+        w = c.get("sliding_window")
+        if t == "gemma2":
+            self.windows = [w if i % 2 == 0 else None for i in range(L)]
+        elif t == "gemma3_text":
+            p = c.get("sliding_window_pattern", 6)
+            self.windows = [None if (i + 1) % p == 0 else w for i in range(L)]
+        elif t == "phi3" or (t == "mistral"):
+            self.windows = [w] * L
+        else:
+            self.windows = [None] * L
+        self.rope = [(i + 1) % c.get("no_rope_layer_interval", 4) != 0 if t == "smollm3" else True for i in range(L)]
+        theta = c.get("rope_theta", 10000.0)
+        self.theta = [c.get("rope_local_base_freq", 10000.0) if t == "gemma3_text" and self.windows[i] else theta for i in range(L)]
+
+
 class RMSNorm(nn.Module):
-    def __init__(self, dim, eps):
+    def __init__(self, dim, eps, offset=False):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
+        self.offset = offset  # Gemma: (1 + w) * x, the product in fp32
 
     def forward(self, x):
         dtype = x.dtype
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.offset:
+            return (x * (1.0 + self.weight.float())).to(dtype)
         return self.weight * x.to(dtype)
 
 
@@ -65,54 +105,93 @@ def rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
+def apply_rotary(x, cos, sin):
+    r = cos.size(-1)  # partial rotary: the trailing dimensions pass through
+    if r < x.size(-1):
+        return torch.cat((apply_rotary(x[..., :r], cos, sin), x[..., r:]), dim=-1)
+    return x * cos + rotate_half(x) * sin
+
+
 class Attention(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, f, i):
         super().__init__()
         self.nh, self.nkv = c["num_attention_heads"], c["num_key_value_heads"]
-        self.d = c.get("head_dim") or c["hidden_size"] // self.nh
+        self.d = f.d
+        self.f, self.i = f, i
         H = c["hidden_size"]
-        self.q_proj = nn.Linear(H, self.nh * self.d, bias=False)
-        self.k_proj = nn.Linear(H, self.nkv * self.d, bias=False)
-        self.v_proj = nn.Linear(H, self.nkv * self.d, bias=False)
+        if f.fused:
+            self.qkv_proj = nn.Linear(H, (self.nh + 2 * self.nkv) * self.d, bias=False)
+        else:
+            self.q_proj = nn.Linear(H, self.nh * self.d, bias=False)
+            self.k_proj = nn.Linear(H, self.nkv * self.d, bias=False)
+            self.v_proj = nn.Linear(H, self.nkv * self.d, bias=False)
         self.o_proj = nn.Linear(self.nh * self.d, H, bias=False)
+        if f.qk_norm:
+            self.q_norm = RMSNorm(self.d, c["rms_norm_eps"], f.gemma)
+            self.k_norm = RMSNorm(self.d, c["rms_norm_eps"], f.gemma)
 
     def forward(self, x, cos, sin, mask):
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.nh, self.d).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.nkv, self.d).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, self.nkv, self.d).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        if self.f.fused:
+            q, k, v = self.qkv_proj(x).split([self.nh * self.d, self.nkv * self.d, self.nkv * self.d], dim=-1)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(B, T, self.nh, self.d).transpose(1, 2)
+        k = k.view(B, T, self.nkv, self.d).transpose(1, 2)
+        v = v.view(B, T, self.nkv, self.d).transpose(1, 2)
+        if self.f.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.f.rope[self.i]:
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         groups = self.nh // self.nkv
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)
-        scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(self.d) + mask
-        probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+        scores = torch.matmul(q, k.transpose(2, 3)) * self.f.scale
+        if self.f.attn_cap:
+            scores = torch.tanh(scores / self.f.attn_cap) * self.f.attn_cap
+        probs = F.softmax(scores + mask, dim=-1, dtype=torch.float32).to(q.dtype)
         out = torch.matmul(probs, v).transpose(1, 2).reshape(B, T, self.nh * self.d)
         return self.o_proj(out)
 
 
 class MLP(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, f):
         super().__init__()
         H, I = c["hidden_size"], c["intermediate_size"]
-        self.gate_proj = nn.Linear(H, I, bias=False)
-        self.up_proj = nn.Linear(H, I, bias=False)
+        self.fused, self.I = f.fused, I
+        self.act = (lambda g: F.gelu(g, approximate="tanh")) if f.gemma else F.silu
+        if f.fused:
+            self.gate_up_proj = nn.Linear(H, 2 * I, bias=False)
+        else:
+            self.gate_proj = nn.Linear(H, I, bias=False)
+            self.up_proj = nn.Linear(H, I, bias=False)
         self.down_proj = nn.Linear(I, H, bias=False)
 
     def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.fused:
+            gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        return self.down_proj(self.act(gate) * up)
 
 
 class Layer(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, f, i):
         super().__init__()
-        self.self_attn = Attention(c)
-        self.mlp = MLP(c)
-        self.input_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
-        self.post_attention_layernorm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        H, eps = c["hidden_size"], c["rms_norm_eps"]
+        self.self_attn = Attention(c, f, i)
+        self.mlp = MLP(c, f)
+        self.input_layernorm = RMSNorm(H, eps, f.gemma)
+        self.post_attention_layernorm = RMSNorm(H, eps, f.gemma)
+        self.sandwich = f.gemma
+        if f.gemma:
+            self.pre_feedforward_layernorm = RMSNorm(H, eps, True)
+            self.post_feedforward_layernorm = RMSNorm(H, eps, True)
 
     def forward(self, x, cos, sin, mask):
+        if self.sandwich:
+            x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos, sin, mask))
+            return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -121,23 +200,35 @@ class Llama(nn.Module):
     def __init__(self, c):
         super().__init__()
         self.c = c
+        f = self.f = Family(c)
         self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
-        self.layers = nn.ModuleList(Layer(c) for _ in range(c["num_hidden_layers"]))
-        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"])
+        self.layers = nn.ModuleList(Layer(c, f, i) for i in range(c["num_hidden_layers"]))
+        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"], f.gemma)
         self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
         if c.get("tie_word_embeddings"):
             self.lm_head.weight = self.embed_tokens.weight
-        d = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-        self.inv_freq = 1.0 / (c.get("rope_theta", 10000.0) ** (torch.arange(0, d, 2).float() / d))
+        r = f.rotary
+        self.inv_freq = {t: 1.0 / (t ** (torch.arange(0, r, 2).float() / r)) for t in set(f.theta)}
 
     def forward(self, ids, positions, mask, labels):
         x = self.embed_tokens(ids)
-        freqs = positions[:, :, None].float() * self.inv_freq[None, None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = emb.cos()[:, None].to(x.dtype), emb.sin()[:, None].to(x.dtype)
-        for layer in self.layers:
-            x = layer(x, cos, sin, mask)
+        if self.f.gemma:
+            x = x * torch.tensor(self.c["hidden_size"] ** 0.5, dtype=x.dtype)
+        tables = {}
+        for theta, inv_freq in self.inv_freq.items():
+            freqs = positions[:, :, None].float() * inv_freq[None, None, :]
+            emb = torch.cat((freqs, freqs), dim=-1)
+            tables[theta] = (emb.cos()[:, None].to(x.dtype), emb.sin()[:, None].to(x.dtype))
+        masks = {None: mask}
+        for w in set(self.f.windows) - {None}:  # a window hides keys w or more positions back
+            t = torch.arange(mask.size(-1))
+            masks[w] = mask.masked_fill((t[:, None] - t[None, :]) >= w, torch.finfo(mask.dtype).min)
+        for i, layer in enumerate(self.layers):
+            cos, sin = tables[self.f.theta[i]]
+            x = layer(x, cos, sin, masks[self.f.windows[i]])
         logits = self.lm_head(self.norm(x)).float()
+        if self.f.final_cap:
+            logits = torch.tanh(logits / self.f.final_cap) * self.f.final_cap
         return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1))
 
 
@@ -189,8 +280,9 @@ def step_mode(a):
         if bf16:
             model.to(torch.bfloat16)
         for layer in model.layers:
-            layer.self_attn.q_proj = LoraLinear(layer.self_attn.q_proj, a.rank, 2 * a.rank)
-            layer.self_attn.v_proj = LoraLinear(layer.self_attn.v_proj, a.rank, 2 * a.rank)
+            attn = layer.self_attn
+            for name in ("qkv_proj",) if model.f.fused else ("q_proj", "v_proj"):
+                setattr(attn, name, LoraLinear(getattr(attn, name), a.rank, 2 * a.rank))
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.0)
     lengths = [int(x) for x in open(a.doc_lengths).read().split()] if a.doc_lengths else []
