@@ -8,6 +8,8 @@
 # MODEL_CONFIG=FILE measures another shape (any family; give it its own OUT), e.g.
 #   MODEL_CONFIG=recipes/models/qwen3-0.6b.json OUT=runs/bench-memory-qwen3 bash scripts/bench_memory.sh
 # ALLOCATOR=exact runs every row with memory.allocator: exact (resident memory follows live tensors).
+# ONLY='full fp32,lora bf16' runs the rows whose name is one of these (the per-family check of
+# issue 27), e.g. with a family's config on the SmolLM2 shape at BATCH=4.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CTUNE=${CTUNE:-./build/bin/ctune}
@@ -18,6 +20,7 @@ SEQ=${SEQ:-512}
 STEPS=${STEPS:-4}
 BATCH=${BATCH:-1}
 ALLOCATOR=${ALLOCATOR:-fast}
+ONLY=${ONLY:-}
 mkdir -p "$OUT"
 [[ -f $OUT/base/config.json ]] ||
   $CTUNE init --config "$MODEL_CONFIG" --out "$OUT/base" --tokenizer byte --seed 0 --dtype fp32 >/dev/null
@@ -53,6 +56,7 @@ GRID=(
 echo "memory.allocator: $ALLOCATOR" >&2
 for row in "${GRID[@]}"; do
   IFS='|' read -r name group overrides <<<"$row"
+  [[ -z $ONLY || ",$ONLY," == *",$name,"* ]] || continue
   run="$OUT/run-${name// /-}"
   rm -rf "$run"
   # shellcheck disable=SC2086
@@ -95,14 +99,15 @@ for r in rows:
           f"{step_mem/1e6:10.1f}{r['step_s']:8.2f}{r['measured']/b['measured']:8.3f}{step_mem/b_mem:11.3f}{r['step_s']/b['step_s']:8.3f}")
 by = {r["name"]: r for r in rows}
 def line(n, k): return by[n]["lines"][k]
-print("\nledger lines (MB):", ", ".join(f"{k} {v/1e6:.1f}" for k, v in by["lora bf16"]["lines"].items()))
+if "lora bf16" in by:
+    print("\nledger lines (MB):", ", ".join(f"{k} {v/1e6:.1f}" for k, v in by["lora bf16"]["lines"].items()))
 if "full fp32" in by and "lora fp32" in by:
     full = line("full fp32", "gradients") + line("full fp32", "optimizer state")
     lora = line("lora fp32", "gradients") + line("lora fp32", "optimizer state")
     print(f"LoRA gradients + optimizer state: {lora/1e6:.2f} MB vs full {full/1e6:.1f} MB = {lora/full:.4f}x")
 for q in ("lora bf16 int8", "lora bf16 nf4"):
-    if q in by: print(f"{q}: projection weights {by[q]['quantized']} (bf16 -> quantised), ledger weights {line(q, 'weights')/1e6:.1f} MB vs bf16 {line('lora bf16', 'weights')/1e6:.1f} MB")
-if "lora bf16 no chunked loss" in by:
+    if q in by and "lora bf16" in by: print(f"{q}: projection weights {by[q]['quantized']} (bf16 -> quantised), ledger weights {line(q, 'weights')/1e6:.1f} MB vs bf16 {line('lora bf16', 'weights')/1e6:.1f} MB")
+if "lora bf16 no chunked loss" in by and "lora bf16" in by:
     u, c = by["lora bf16 no chunked loss"], by["lora bf16"]
     print(f"chunked loss: measured peak {c['measured']/1e6:.1f} MB vs {u['measured']/1e6:.1f} MB without (saves {(u['measured']-c['measured'])/1e6:.1f} MB); "
           f"ledger loss buffers {line('lora bf16', 'logits and loss')/1e6:.1f} MB vs {line('lora bf16 no chunked loss', 'logits and loss')/1e6:.1f} MB")
