@@ -107,6 +107,37 @@ TEST(ExportCli, TokenizersLlamaCppCannotReproduceAreRefused) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// What a family's llama.cpp architecture cannot express is refused before any weight is read,
+// naming the key: SmolLM3 with NoPE layers off llama.cpp's fixed step of 4, Phi-3 whose query
+// rows are not hidden_size wide, a Gemma 2 with an untied head.
+TEST(ExportCli, ConfigsTheGgufArchitectureCannotExpressAreRefused) {
+  const fs::path dir = fresh_dir("cli-arch-" + std::to_string(::getpid()));
+  const std::string out = (dir / "arch.gguf").string();
+  TinyConfig smollm3;
+  smollm3.model_type = "smollm3";
+  smollm3.layers = 3;
+  smollm3.tie = true;
+  smollm3.extra = {{"no_rope_layer_interval", 3}};
+  make_model(dir / "smollm3", smollm3, "byte", 60);
+  expect_one_line_failure(ctune({"export", "--model", (dir / "smollm3").string(), "--out", out}), "no_rope_layers has no smollm3 GGUF form",
+                          "smollm3 NoPE every 3rd layer");
+  TinyConfig phi3;
+  phi3.model_type = "phi3";
+  phi3.head_dim = 32;  // 4 heads x 32 = 128 != hidden 64
+  make_model(dir / "phi3", phi3, "byte", 61);
+  expect_one_line_failure(ctune({"export", "--model", (dir / "phi3").string(), "--out", out}), "must equal hidden_size",
+                          "phi3 heads x head_dim != hidden");
+  TinyConfig gemma2;
+  gemma2.model_type = "gemma2";
+  gemma2.head_dim = 16;
+  gemma2.extra = {{"query_pre_attn_scalar", 16}};
+  make_model(dir / "gemma2", gemma2, "byte", 62);
+  expect_one_line_failure(ctune({"export", "--model", (dir / "gemma2").string(), "--out", out}), "untied lm_head",
+                          "gemma2 untied head");
+  EXPECT_FALSE(fs::exists(out));
+  fs::remove_all(dir);
+}
+
 TEST(ExportCli, SentencePieceUnigramIsRefused) {
   const fs::path dir = model_variant("unigram", nullptr);
   const std::string train = std::string(CTUNE_SPM_TRAIN) + " --input=" + (source_dir() / ".." / "tokenizer" / "corpus.jsonl").string() +
