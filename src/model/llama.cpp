@@ -36,7 +36,7 @@ at::Tensor MLPImpl::forward(const at::Tensor& x) {
   }
   // transformers' gelu_pytorch_tanh is torch's gelu(approximate="tanh").
   auto act = activation_override                  ? activation_override(gate)
-             : activation == Activation::gelu_tanh ? at::gelu(gate, "tanh")
+             : activation == Activation::gelu_tanh ? ops::gelu_tanh_any(gate)
                                                    : ops::silu_any(gate);
   return down_proj->forward(act * up);
 }
@@ -172,7 +172,7 @@ CausalLMImpl::CausalLMImpl(ModelConfig config, at::ScalarType dtype) : config_(s
 at::Tensor CausalLMImpl::head(const at::Tensor& hidden) {
   auto logits = lm_head ? lm_head->forward(hidden) : ops::linear_in(hidden, model->embed_tokens->weight, {}, compute_dtype_);
   const double cap = config_.arch.final_softcap;
-  return cap > 0 ? at::tanh(logits / cap) * cap : logits;
+  return cap > 0 ? ops::tanh_any(logits / cap) * cap : logits;
 }
 
 at::Tensor CausalLMImpl::hidden(ForwardInputs in) {

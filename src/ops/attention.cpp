@@ -40,7 +40,7 @@ at::Tensor repeat_kv(const at::Tensor& x, std::int64_t groups) {
 }
 
 // cap · tanh(s / cap), or s when cap is 0.
-at::Tensor soft_cap(const at::Tensor& scores, double cap) { return cap > 0 ? at::tanh(scores / cap) * cap : scores; }
+at::Tensor soft_cap(const at::Tensor& scores, double cap) { return cap > 0 ? tanh_any(scores / cap) * cap : scores; }
 
 at::Tensor materialized(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                         double scale, double softcap) {
@@ -146,7 +146,7 @@ BlockView view_block(const Block& blk, const at::Tensor& q, const at::Tensor& k,
 at::Tensor block_probs(const BlockView& x, double scale, double softcap, at::Tensor* capped = nullptr) {
   auto scores = matmul_in(x.q, x.k.transpose(2, 3), x.q.scalar_type()) * scale;
   if (softcap > 0) {
-    auto t = at::tanh(scores / softcap);
+    auto t = tanh_any(scores / softcap);
     scores = t * softcap;
     if (capped) *capped = std::move(t);
   }

@@ -66,6 +66,12 @@ at::Tensor matmul_nn(const at::Tensor& a, const at::Tensor& b) {
 
 at::Tensor silu_any(const at::Tensor& x) { return half_on_cpu(x) ? at::silu(fp32(x)).to(at::kHalf) : at::silu(x); }
 
+at::Tensor gelu_tanh_any(const at::Tensor& x) {
+  return half_on_cpu(x) ? at::gelu(fp32(x), "tanh").to(at::kHalf) : at::gelu(x, "tanh");
+}
+
+at::Tensor tanh_any(const at::Tensor& x) { return half_on_cpu(x) ? at::tanh(fp32(x)).to(at::kHalf) : at::tanh(x); }
+
 at::Tensor dropout_any(const at::Tensor& x, double p, bool train) {
   return half_on_cpu(x) ? at::dropout(fp32(x), p, train).to(at::kHalf) : at::dropout(x, p, train);
 }

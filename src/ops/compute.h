@@ -27,8 +27,11 @@ at::Tensor matmul_nt(const at::Tensor& a, const at::Tensor& b);
 // a: [.., n], b: [n, k] -> a b: [.., k], in a's dtype (b must have the same dtype).
 at::Tensor matmul_nn(const at::Tensor& a, const at::Tensor& b);
 
-// silu and dropout that also work on fp16 CPU tensors.
+// silu, tanh-approximated GELU, tanh and dropout that also work on fp16 CPU tensors (LibTorch
+// 1.13 has no Half CPU kernels for them: computed in fp32 and rounded back).
 at::Tensor silu_any(const at::Tensor& x);
+at::Tensor gelu_tanh_any(const at::Tensor& x);
+at::Tensor tanh_any(const at::Tensor& x);
 at::Tensor dropout_any(const at::Tensor& x, double p, bool train);
 
 }  // namespace ctune::ops
