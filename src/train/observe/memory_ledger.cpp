@@ -34,10 +34,10 @@ struct Symbols {
   }
 };
 
-// The shapes and dtypes every term is written in.
-struct Shape {
-  Term B, T, n, H, I, L, V, nh, nkv, d, c, r;
-  bool dropout = false;  // some adapter drops out its input
+// The shapes and dtypes every term is written in: what the blocks' activation terms read
+// (B, T, n, H, I, nh, nkv, d, c, r, dropout), plus the layer count and vocabulary.
+struct Shape : model::ActivationShape {
+  Term L, V;
 };
 
 Shape shape_symbols(const LedgerInputs& in, Symbols& sym) {
@@ -191,10 +191,7 @@ struct ActivationTerms {
 
 ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols& sym, Ledger& led) {
   const Method& method = *in.method;
-  model::ActivationShape shape;
-  shape.B = s.B, shape.T = s.T, shape.n = s.n, shape.H = s.H, shape.I = s.I, shape.nh = s.nh, shape.nkv = s.nkv, shape.d = s.d;
-  shape.c = s.c, shape.r = s.r;
-  shape.dropout = s.dropout;
+  model::ActivationShape shape = s;
   shape.blocked = in.recompute.blocked_attention;
   shape.block_rows = sym("bq", std::min<std::int64_t>(ops::kBlockQueries, s.T.value()));
   shape.projection_input = [&](const std::string& name, const Term& in_dim) {

@@ -275,12 +275,14 @@ TrainingState read_training_state(const fs::path& checkpoint) {
 }
 
 // The run's base model configuration, which names a LoRA adapter's tensors (a multimodal
-// wrapper's text model sits under its prefix); a plain one when the base is no longer there.
+// wrapper's text model sits under its prefix); a plain one, with a warning, when the base is no
+// longer there.
 static model::ModelConfig base_model_config(const fs::path& checkpoint) {
   for (const auto& [name, path] : checkpoint_inputs(checkpoint)) {
     std::error_code ec;
     if (name == "model.path" && fs::exists(path / "config.json", ec)) return model::load_model_config(path);
   }
+  spdlog::warn("{}: the run's base model is not here: adapter tensors are named as for a text-only model", checkpoint.string());
   return {};
 }
 
@@ -308,7 +310,8 @@ Consolidated consolidate_checkpoint(const fs::path& checkpoint, const fs::path& 
   }
   const MethodNames* method = find_method(out.method);
   if (method == nullptr) throw FormatError(state_path.string() + ": unknown \"method\" \"" + out.method + "\" (expected full or lora)");
-  write_weight_tensors(method->kind, base_model_config(checkpoint), out.tensors, dir, max_shard_bytes);
+  write_weight_tensors(method->kind, method->kind == MethodKind::lora ? base_model_config(checkpoint) : model::ModelConfig{},
+                       out.tensors, dir, max_shard_bytes);
   return out;
 }
 
