@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The speed benchmark of ctune's training step, side by side with the same step in PyTorch eager
-# (scripts/bench_eager.py, python3-torch: the same LibTorch kernels) in the same invocation.
-# Not part of the test run (minutes). For each configuration it runs ctune and the eager peer in
-# turn, REPS times (interleaved, so a noisy neighbour hits both), and prints one table of medians:
+# on the same LibTorch kernels (python3-torch), in the same invocation, against two peers:
+#   HF     scripts/bench_eager.py: the step a Hugging Face transformers + PEFT user runs;
+#   lean   scripts/bench_eager_lean.py: the fastest plain eager step (no extra casts, LoRA on
+#          the bf16 activations, grouped attention without repeated K/V; issue 33).
+# Not part of the test run (minutes). For each configuration it runs ctune and the two peers in
+# turn, REPS times (interleaved, so a noisy neighbour hits all), and prints one table of medians:
 #   tokens/s       input tokens per second of a step (median over steps 2..STEPS)
 #   MFU            model FLOPs per second over the GEMM rate of the same dtype measured in this
 #                  run (bench_eager.py gemm); model FLOPs per token: forward 2 N + backward
@@ -11,7 +14,7 @@
 #                  forward and twice that backward (no causal discount, as PaLM counts)
 #   sys            system time over the process's CPU time during the timed steps
 #   peak           resident high-water mark during training (VmHWM reset after loading, both)
-#   ratio          ctune tokens/s over eager's
+#   vs HF, vs lean ctune tokens/s over each peer's (the median of the runs' ratios)
 # Workloads: the SmolLM-135M shape of issue 15 (hidden 576, 30 layers, 9/3 heads, inter 1536,
 # vocab 49152, untied) with LoRA rank 8 on q,v and full fine-tuning, fp32 and bf16, packed (the
 # quickstart's short stories) and unpacked (rows filled by long documents), seq 512 batch 4; LoRA
@@ -130,10 +133,11 @@ print(json.dumps({"tokens_per_s": statistics.median(s["tokens_per_s"] for s in t
 PY
 }
 
-eager_row() {
-  local lengths=()
+peer_row() {  # script name model method precision seq batch packed
+  local script=$1 lengths=()
+  shift
   [[ $7 == yes ]] && lengths=(--doc-lengths "$OUT/doc_lengths.txt")
-  $PY scripts/bench_eager.py step --config "$OUT/$2.json" --method "$3" --precision "$4" --seq "$5" --batch "$6" \
+  $PY "scripts/$script" step --config "$OUT/$2.json" --method "$3" --precision "$4" --seq "$5" --batch "$6" \
     --steps "$STEPS" --threads "$THREADS" "${lengths[@]}"
 }
 
@@ -149,8 +153,9 @@ for row in "${GRID[@]}"; do
   [[ -z $wanted ]] || continue
   for ((rep = 0; rep < REPS; rep++)); do
     c=$(ctune_row "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed")
-    e=$(eager_row "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed")
-    echo "{\"name\": \"$name\", \"model\": \"$model\", \"method\": \"$method\", \"precision\": \"$precision\", \"seq\": $seq, \"batch\": $batch, \"ctune\": $c, \"eager\": $e}" >>"$OUT/results.jsonl"
+    e=$(peer_row bench_eager.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed")
+    l=$(peer_row bench_eager_lean.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed")
+    echo "{\"name\": \"$name\", \"model\": \"$model\", \"method\": \"$method\", \"precision\": \"$precision\", \"seq\": $seq, \"batch\": $batch, \"ctune\": $c, \"eager\": $e, \"lean\": $l}" >>"$OUT/results.jsonl"
     echo "done: $name ($((rep + 1))/$REPS)" >&2
   done
 done
@@ -185,18 +190,21 @@ def model_flops_per_token(cfg, method, seq):
 
 med = statistics.median
 print(f"GEMM 2048^3 in this run: fp32 {med(gemm['fp32']) / 1e9:.0f} GFLOP/s, bf16 {med(gemm['bf16']) / 1e9:.0f} GFLOP/s")
-print("| workload | ctune tok/s | eager tok/s | ratio | ctune MFU | eager MFU | ctune sys | eager sys | ctune peak MB | eager peak MB | runs |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+sides = ("ctune", "eager", "lean")  # eager: the HF/PEFT-style peer
+print("| workload | tok/s ctune / HF / lean | vs HF | vs lean | MFU ctune / HF / lean | sys ctune / HF / lean | peak MB ctune / HF / lean | runs |")
+print("|---|---|---|---|---|---|---|---|")
 for name, rs in rows.items():
     r0 = rs[0]
     cfg = json.load(open(f"{out}/{r0['model']}.json"))
     per_token = model_flops_per_token(cfg, r0["method"], r0["seq"])
     rate = med(gemm[r0["precision"]])
-    c = lambda key, side: med(r[side][key] for r in rs)
-    ct, et = c("tokens_per_s", "ctune"), c("tokens_per_s", "eager")
-    print(f"| {name} | {ct:.0f} | {et:.0f} | {med(r['ctune']['tokens_per_s'] / r['eager']['tokens_per_s'] for r in rs):.2f} | "
-          f"{ct * per_token / rate:.1%} | {et * per_token / rate:.1%} | {c('sys_share', 'ctune'):.1%} | {c('sys_share', 'eager'):.1%} | "
-          f"{c('peak_bytes', 'ctune') / 1e6:.0f} | {c('peak_bytes', 'eager') / 1e6:.0f} | {len(rs)} |")
+    c = lambda key, side: med(r[side][key] for r in rs if side in r)
+    tps = [c("tokens_per_s", side) for side in sides]
+    mfu = " / ".join(f"{t * per_token / rate:.1%}" for t in tps)
+    sys_share = " / ".join(f"{c('sys_share', side):.1%}" for side in sides)
+    peak = " / ".join(f"{c('peak_bytes', side) / 1e6:.0f}" for side in sides)
+    ratio = lambda peer: med(r["ctune"]["tokens_per_s"] / r[peer]["tokens_per_s"] for r in rs)
+    print(f"| {name} | {' / '.join(f'{t:.0f}' for t in tps)} | {ratio('eager'):.2f} | {ratio('lean'):.2f} | {mfu} | {sys_share} | {peak} | {len(rs)} |")
 # Packed rows should cost what unpacked rows cost at the same tokens per batch.
 for name, rs in rows.items():
     if name.endswith(" packed") and name[:-7] in rows:

@@ -176,17 +176,21 @@ class MLP(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, c, f, i):
+    """Pre-norm block (sandwich norms for Gemma) over the given attention, MLP and norm classes
+    (this file's, or bench_eager_lean.py's)."""
+
+    def __init__(self, c, f, i, parts=None):
         super().__init__()
+        attention, mlp, norm = parts or (Attention, MLP, RMSNorm)
         H, eps = c["hidden_size"], c["rms_norm_eps"]
-        self.self_attn = Attention(c, f, i)
-        self.mlp = MLP(c, f)
-        self.input_layernorm = RMSNorm(H, eps, f.gemma)
-        self.post_attention_layernorm = RMSNorm(H, eps, f.gemma)
+        self.self_attn = attention(c, f, i)
+        self.mlp = mlp(c, f)
+        self.input_layernorm = norm(H, eps, f.gemma)
+        self.post_attention_layernorm = norm(H, eps, f.gemma)
         self.sandwich = f.gemma
         if f.gemma:
-            self.pre_feedforward_layernorm = RMSNorm(H, eps, True)
-            self.post_feedforward_layernorm = RMSNorm(H, eps, True)
+            self.pre_feedforward_layernorm = norm(H, eps, True)
+            self.post_feedforward_layernorm = norm(H, eps, True)
 
     def forward(self, x, cos, sin, mask):
         if self.sandwich:
@@ -324,10 +328,8 @@ def gemm_mode(a):
                       "threads": torch.get_num_threads()}))
 
 
-def main():
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="mode", required=True)
-    s = sub.add_parser("step")
+def add_step_arguments(s):
+    """The step mode's arguments (bench_eager_lean.py takes the same)."""
     s.add_argument("--config", required=True)
     s.add_argument("--method", choices=["lora", "full"], required=True)
     s.add_argument("--precision", choices=["fp32", "bf16"], required=True)
@@ -337,6 +339,12 @@ def main():
     s.add_argument("--rank", type=int, default=8)
     s.add_argument("--doc-lengths")
     s.add_argument("--threads", type=int, default=0)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="mode", required=True)
+    add_step_arguments(sub.add_parser("step"))
     g = sub.add_parser("gemm")
     g.add_argument("--dtype", choices=["fp32", "bf16"], required=True)
     g.add_argument("--size", type=int, default=2048)

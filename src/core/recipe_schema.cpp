@@ -148,6 +148,8 @@ std::vector<KeySpec> build_schema() {
 
       may_change_on_resume({"logging.every_n_steps", T::Int, "1", "Log a progress line every N steps", {}, 1, 1e12}),
       may_change_on_resume({"logging.tensorboard", T::Bool, "true", "Also write the metrics as TensorBoard event files in output_dir/tb"}),
+      may_change_on_resume({"logging.profile", T::Bool, "false",
+       "Time each step by category (metrics.jsonl profile_ms, a table in the log, steps 2-3 as a Chrome trace in output_dir/profile.trace.json)"}),
   };
   return s;
 }

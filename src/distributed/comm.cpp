@@ -10,9 +10,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <ATen/record_function.h>
 #include <spdlog/spdlog.h>
 
 #include "distributed/local_store.h"
+#include "ops/profile_regions.h"
 
 namespace ctune::distributed {
 
@@ -225,6 +227,7 @@ void Comm::fail(const char* what, const std::string& cause) {
 template <typename F>
 void Comm::run(const char* what, F&& collective) {
   const Stopwatch timed(*seconds_);
+  RECORD_USER_SCOPE(ops::region::kCollective);
   try {
     collective(*group_->pg);
   } catch (const std::exception& e) {

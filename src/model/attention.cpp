@@ -8,7 +8,7 @@
 
 #include "model/recompute.h"
 #include "ops/attention.h"
-#include "model/rope.h"
+#include "ops/fused_rope.h"
 
 namespace ctune::model {
 
@@ -64,13 +64,13 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
     q = q_norm->forward(q);
     k = k_norm->forward(k);
   }
-  q = q.transpose(1, 2);
-  k = k.transpose(1, 2);
+  // [B, T, heads, d] -> [B, heads, T, d], rotated on the way (ops/fused_rope.h). q and k come
+  // out in v's dtype (the projections' compute dtype) so the attention matmuls stay in low
+  // precision under mixed precision, whatever the q/k norms returned.
+  const auto dtype = v.scalar_type();
+  q = use_rope ? ops::rope_heads_first(q, cos, sin, dtype) : q.transpose(1, 2).to(dtype);
+  k = use_rope ? ops::rope_heads_first(k, cos, sin, dtype) : k.transpose(1, 2).to(dtype);
   v = v.transpose(1, 2);
-  // RoPE tables follow the residual stream's dtype; q and k go back to v's (the projections'
-  // compute dtype) so the attention matmuls stay in low precision under mixed precision.
-  q = (use_rope ? apply_rope(q, cos, sin) : q).to(v.scalar_type());
-  k = (use_rope ? apply_rope(k, cos, sin) : k).to(v.scalar_type());
   if (cache) std::tie(k, v) = cache->append(k, v);
   // softmax(q kᵀ · scale) v over [B, nh, T, T_past + T] scores (soft-capped when the family
   // caps them); each KV head serves num_heads / num_kv_heads query heads.
@@ -85,21 +85,24 @@ ActivationCost AttentionImpl::saved_activations(const ModelConfig& config, const
   const Term& c = s.c;
   ActivationCost a;
   const Term qkv = arch.fused_qkv ? s.projection_input("qkv_proj", s.H) : shared_projection_input(s, {"q_proj", "k_proj", "v_proj"}, s.H);
-  // Per-head q/k norms: an RMSNorm's two fp32 tensors over the heads' n (nh + nkv) rows of d.
-  const Term qk_norm = arch.qk_norm ? RMSNormImpl::saved_activations(n * (s.nh + s.nkv), s.d) : Term();
+  // Per-head q/k norms over the heads' n (nh + nkv) rows of d, of the projections' outputs.
+  const Term qk_norm = arch.qk_norm ? RMSNormImpl::saved_activations(n * (s.nh + s.nkv), s.d, c) : Term();
   // Materialized attention keeps the fp32 probabilities (and their cast), a negated mask and q
   // with K and V repeated to every query head; blocked attention keeps q, the KV heads' K and V,
   // and the model's one mask (DecoderImpl::saved_outside_layers), and needs one block's scores,
   // probabilities and their gradients at a time (ops/attention.h).
   const Term TT = s.T * s.T;
   a.scores = s.blocked ? Term() : s.B * s.nh * TT * (Term::num(4) + (c.value() != 4 ? c : Term())) + s.B * TT;
-  // A soft-cap keeps the scaled scores and their tanh (materialized), or one more block-sized
-  // tanh (blocked).
+  // A soft-cap keeps the scaled scores and their tanh (materialized; the blocked kernel caps
+  // inside its sweep).
   const bool capped = arch.attn_softcap > 0;
   if (capped && !s.blocked) a.scores += Term::num(2) * s.B * s.nh * TT * c;
-  // A block spans every batch row: fp32 P, dP and one product, and P and dS in the matmul dtype.
-  if (s.blocked) a.workspace = s.B * s.nh * s.block_rows * s.T * (Term::num(12) + Term::num(2) * c + (capped ? c : Term()));
-  const Term core = n * (s.blocked ? s.nh + Term::num(2) * s.nkv : Term::num(3) * s.nh) * s.d * c;
+  // A block spans every batch row: in backward its scores S, dP = dO vᵀ, and the fused
+  // softmax's P and dS, all in the matmul dtype (ops/fused_softmax.h), and its mask rows.
+  if (s.blocked) a.workspace = Term::num(4) * s.B * s.nh * s.block_rows * s.T * c + s.B * s.block_rows * s.T;
+  // Blocked: q, the KV heads' k and v, and each query's fp32 log-sum-exp; materialized: q and
+  // k, v repeated to every query head.
+  const Term core = s.blocked ? n * (s.nh + Term::num(2) * s.nkv) * s.d * c + Term::num(4) * n * s.nh : Term::num(3) * n * s.nh * s.d * c;
   const Term o_in = s.projection_input("o_proj", s.nh * s.d);
   a.saved = qkv + qk_norm + a.scores + core + o_in;
   a.parts = {"q/k/v inputs"};

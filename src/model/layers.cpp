@@ -4,6 +4,7 @@
 
 #include "model/activation_cost.h"
 #include "ops/compute.h"
+#include "ops/fused_norm.h"
 #include "quant/quantized_linear.h"
 
 namespace ctune::model {
@@ -31,17 +32,10 @@ RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, at::ScalarType dtype, bo
   weight = register_parameter("weight", at::empty({dim}, at::TensorOptions().dtype(dtype)));
 }
 
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
-  auto x32 = x.to(at::kFloat);
-  auto variance = x32.pow(2).mean(-1, /*keepdim=*/true);
-  x32 = x32 * at::rsqrt(variance + eps);
-  if (offset) return (x32 * (weight.to(at::kFloat) + 1.0)).to(x.scalar_type());
-  return weight * x32.to(x.scalar_type());
-}
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) { return ops::rms_norm(x, weight, eps, offset); }
 
-// Two fp32 tensors: the input as fp32 (for the square) and the normalised value (for the
-// product with 1/rms); the weight's gradient reads the latter, no extra copy.
-Term RMSNormImpl::saved_activations(const Term& rows, const Term& dim) { return Term::num(8) * rows * dim; }
+// The input, in its own dtype, and one fp32 statistic per row (ops/fused_norm.h).
+Term RMSNormImpl::saved_activations(const Term& rows, const Term& dim, const Term& bytes) { return bytes * rows * dim + Term::num(4) * rows; }
 
 Term shared_projection_input(const ActivationShape& s, std::initializer_list<const char*> modules, const Term& in_dim) {
   Term sum, first;

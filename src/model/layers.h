@@ -64,8 +64,8 @@ class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(std::int64_t dim, double eps, at::ScalarType dtype, bool offset = false);
   at::Tensor forward(const at::Tensor& x);
-  // Bytes kept for backward over [rows, dim] (model/activation_cost.h).
-  static Term saved_activations(const Term& rows, const Term& dim);
+  // Bytes kept for backward over [rows, dim] of `bytes` per element (model/activation_cost.h).
+  static Term saved_activations(const Term& rows, const Term& dim, const Term& bytes);
 
   double eps;
   bool offset;

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "model/rope.h"
 #include "ops/compute.h"
+#include "ops/fused_glu.h"
 
 namespace ctune::model {
 
@@ -25,28 +26,25 @@ MLPImpl::MLPImpl(const ModelConfig& c, at::ScalarType dtype) : intermediate(c.in
 }
 
 at::Tensor MLPImpl::forward(const at::Tensor& x) {
-  at::Tensor gate, up;
+  // transformers' gelu_pytorch_tanh is torch's gelu(approximate="tanh").
+  const auto kind = activation == Activation::gelu_tanh ? ops::GluKind::gelu_tanh : ops::GluKind::silu;
   if (gate_up_proj) {
     auto both = gate_up_proj->forward(x);
-    gate = both.narrow(-1, 0, intermediate);
-    up = both.narrow(-1, intermediate, intermediate);
-  } else {
-    gate = gate_proj->forward(x);
-    up = up_proj->forward(x);
+    if (!activation_override) return down_proj->forward(ops::gated_activation_fused(both, kind));
+    return down_proj->forward(activation_override(both.narrow(-1, 0, intermediate)) * both.narrow(-1, intermediate, intermediate));
   }
-  // transformers' gelu_pytorch_tanh is torch's gelu(approximate="tanh").
-  auto act = activation_override                  ? activation_override(gate)
-             : activation == Activation::gelu_tanh ? ops::gelu_tanh_any(gate)
-                                                   : ops::silu_any(gate);
-  return down_proj->forward(act * up);
+  auto gate = gate_proj->forward(x);
+  auto up = up_proj->forward(x);
+  if (activation_override) return down_proj->forward(activation_override(gate) * up);
+  return down_proj->forward(ops::gated_activation(gate, up, kind));
 }
 
 ActivationCost MLPImpl::saved_activations(const ModelConfig& config, const ActivationShape& s) {
   const Architecture& arch = config.arch;
   ActivationCost a;
   const Term in = arch.fused_gate_up ? s.projection_input("gate_up_proj", s.H) : shared_projection_input(s, {"gate_proj", "up_proj"}, s.H);
-  // SwiGLU and GeGLU alike keep the gate's input, act(gate) and up for the product.
-  const Term glu = Term::num(3) * s.n * s.I * s.c;
+  // SwiGLU and GeGLU alike keep gate and up (ops/fused_glu.h recomputes act(gate) in backward).
+  const Term glu = Term::num(2) * s.n * s.I * s.c;
   a.saved = in + glu + s.projection_input("down_proj", s.I);
   a.parts = {"MLP inputs", arch.activation == Activation::gelu_tanh ? "GeGLU" : "SwiGLU", "down input"};
   return a;
@@ -87,7 +85,9 @@ ActivationCost DecoderLayerImpl::saved_activations(const ModelConfig& config, co
   const ActivationCost attn = AttentionImpl::saved_activations(config, s);
   const ActivationCost mlp = MLPImpl::saved_activations(config, s);
   ActivationCost a;
-  a.saved = Term::num(norms) * RMSNormImpl::saved_activations(s.n, s.H) + attn.saved + mlp.saved;
+  // Two norms read the residual stream; Gemma's two more read the projections' outputs.
+  a.saved = Term::num(2) * RMSNormImpl::saved_activations(s.n, s.H, s.r) + attn.saved + mlp.saved;
+  if (config.arch.sandwich_norms) a.saved += Term::num(2) * RMSNormImpl::saved_activations(s.n, s.H, s.c);
   a.scores = attn.scores;
   a.workspace = attn.workspace;
   a.parts = {std::to_string(norms) + " norms"};
@@ -101,7 +101,7 @@ Term DecoderImpl::saved_outside_layers(const ModelConfig& config, const Activati
   windows.push_back(0);
   std::sort(windows.begin(), windows.end());
   const auto masks = static_cast<std::int64_t>(std::unique(windows.begin(), windows.end()) - windows.begin());
-  return RMSNormImpl::saved_activations(s.n, s.H) + s.r * s.n * s.H + (s.blocked ? Term::num(masks) * s.B * s.T * s.T : Term());
+  return RMSNormImpl::saved_activations(s.n, s.H, s.r) + s.r * s.n * s.H + (s.blocked ? Term::num(masks) * s.B * s.T * s.T : Term());
 }
 
 DecoderImpl::DecoderImpl(const ModelConfig& c, at::ScalarType dtype) {

@@ -1,10 +1,12 @@
 #include "model/recompute.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "core/error.h"
+#include "ops/profile_regions.h"
 
 namespace ctune::model {
 
@@ -76,7 +78,11 @@ struct BlockFunction : public torch::autograd::Function<BlockFunction> {
     {
       RngReplay replay(ctx->saved_data["rng"].toTensor());
       at::AutoGradMode enable(true);
-      auto out = block->fn(x);
+      at::Tensor out;
+      {
+        RECORD_USER_SCOPE(ops::region::kRecompute);
+        out = block->fn(x);
+      }
       // Re-entrant backward through the recomputed block: parameter gradients accumulate in
       // place as in the plain graph; the input's gradient is returned to the outer graph.
       torch::autograd::backward({out}, {grad_out[0]});

@@ -32,8 +32,10 @@ std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq, const
   // freqs[b, t, i] = pos[b, t] * inv_freq[i]
   auto freqs = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq.to(position_ids.device()).view({1, 1, -1});
   auto emb = at::cat({freqs, freqs}, -1);
-  if (scale != 1.0) return {(emb.cos() * scale).to(dtype), (emb.sin() * scale).to(dtype)};
-  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+  const auto held = dtype == at::kDouble ? at::kDouble : at::kFloat;
+  auto c = emb.cos(), s = emb.sin();
+  if (scale != 1.0) c = c * scale, s = s * scale;
+  return {c.to(dtype).to(held), s.to(dtype).to(held)};
 }
 
 at::Tensor rope_long_inv_freq(const RopeConfig& r, std::int64_t head_dim) {
@@ -41,19 +43,6 @@ at::Tensor rope_long_inv_freq(const RopeConfig& r, std::int64_t head_dim) {
   RopeConfig plain = r;
   plain.type = "default";
   return rope_inv_freq(plain, head_dim) / at::tensor(r.long_factor, at::kDouble).to(at::kFloat);
-}
-
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  if (cos.size(-1) < x.size(-1)) {  // partial rotary: the trailing dimensions pass through
-    const auto rot = cos.size(-1);
-    return at::cat({apply_rope(x.narrow(-1, 0, rot), cos, sin), x.narrow(-1, rot, x.size(-1) - rot)}, -1);
-  }
-  const auto half = x.size(-1) / 2;
-  auto x1 = x.narrow(-1, 0, half);
-  auto x2 = x.narrow(-1, half, half);
-  auto rotated = at::cat({-x2, x1}, -1);
-  auto c = cos.unsqueeze(1), s = sin.unsqueeze(1);  // broadcast over heads
-  return x * c + rotated * s;
 }
 
 }  // namespace ctune::model

@@ -16,13 +16,10 @@ at::Tensor rope_inv_freq(const RopeConfig& rope, std::int64_t head_dim);
 // longrope's frequencies past original_max_position (long_factor); undefined for other types.
 at::Tensor rope_long_inv_freq(const RopeConfig& rope, std::int64_t head_dim);
 
-// cos, sin: [B, T, rotary_dim] in `dtype`, for position_ids [B, T], times `scale` (longrope's
-// attention factor). Computed in fp32.
+// cos, sin: [B, T, rotary_dim] for position_ids [B, T], times `scale` (longrope's attention
+// factor). Computed in fp32 and rounded to `dtype` (the residual stream's, as Hugging Face casts
+// them), held in fp32 (float64 for float64): the form ops/fused_rope.h reads.
 std::pair<at::Tensor, at::Tensor> rope_cos_sin(const at::Tensor& inv_freq, const at::Tensor& position_ids,
                                                at::ScalarType dtype, double scale = 1.0);
-
-// x: [B, heads, T, head_dim]; cos/sin: [B, T, rotary_dim], rotary_dim <= head_dim (the
-// dimensions past it are returned unchanged).
-at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 }  // namespace ctune::model

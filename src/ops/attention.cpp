@@ -1,5 +1,6 @@
 #include "ops/attention.h"
 
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/version.h>
@@ -9,6 +10,8 @@
 #include <vector>
 
 #include "ops/compute.h"
+#include "ops/fused_softmax.h"
+#include "ops/profile_regions.h"
 
 // scaled_dot_product_attention with grouped-query K/V arrived in LibTorch 2.5.
 #define CTUNE_FUSED_ATTENTION (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
@@ -53,7 +56,7 @@ at::Tensor materialized(const at::Tensor& q, const at::Tensor& k, const at::Tens
   return matmul_in(probs, repeat_kv(v, groups), v.scalar_type());
 }
 
-// Both custom functions keep only q, k, v and the mask for backward and run `forward` without a graph.
+// The recomputed kernel keeps only q, k, v and the mask for backward and runs `forward` without a graph.
 template <typename Forward>
 at::Tensor keep_inputs_and_run(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const at::Tensor& mask, double scale, double softcap, Forward forward) {
@@ -94,7 +97,7 @@ struct Block {
 // may see to the last: the mask's own answer, so causal, padding and packed-document masks all
 // skip what they rule out. A block whose queries see nothing keeps every key (the materialized
 // result).
-std::vector<Block> plan_blocks(const at::Tensor& mask, std::int64_t B, std::int64_t Tq, std::int64_t Tk) {
+std::vector<Block> plan_blocks_of(const at::Tensor& mask, std::int64_t B, std::int64_t Tq, std::int64_t Tk) {
   auto m = mask.expand({B, 1, Tq, Tk}).select(1, 0).to(at::kByte);  // [B, Tq, Tk]
   auto seen = m.amax(0);                                             // [Tq, Tk]: any row may see
   auto first = seen.argmax(-1).cpu().contiguous();                        // first 1 (0 when none)
@@ -116,6 +119,29 @@ std::vector<Block> plan_blocks(const at::Tensor& mask, std::int64_t B, std::int6
     blocks.push_back({0, B, q0, rows, lo, hi - lo + 1});
   }
   return blocks;
+}
+
+// plan_blocks_of, asked once per mask: every layer's forward and backward share the model's one
+// mask (one per window), and reading it costs a few passes over [B, Tq, Tk]. The last mask
+// planned is kept (a reference, so it cannot be freed and another take its place) with its
+// version, so a mask changed in place is planned again.
+std::vector<Block> plan_blocks(const at::Tensor& mask, std::int64_t B, std::int64_t Tq, std::int64_t Tk) {
+  struct Planned {
+    at::Tensor mask;
+    std::int64_t version = 0;
+    std::int64_t B = 0, Tq = 0, Tk = 0;
+    std::vector<Block> blocks;
+  };
+  thread_local std::vector<Planned> recent;  // a model uses one mask per window: a few at most
+  for (const Planned& p : recent) {
+    if (p.mask.unsafeGetTensorImpl() == mask.unsafeGetTensorImpl() && p.version == mask._version() && p.B == B && p.Tq == Tq &&
+        p.Tk == Tk) {
+      return p.blocks;
+    }
+  }
+  if (recent.size() >= 4) recent.erase(recent.begin());
+  recent.push_back({mask, mask._version(), B, Tq, Tk, plan_blocks_of(mask, B, Tq, Tk)});
+  return recent.back().blocks;
 }
 
 // The tensors of one block, with query heads grouped under their KV head: q [nb, hkv, g m, d],
@@ -141,29 +167,28 @@ BlockView view_block(const Block& blk, const at::Tensor& q, const at::Tensor& k,
   return out;
 }
 
-// The block's probabilities, in the softmax dtype: [nb, hkv, g m, n]. With a soft-cap and
-// `capped` given, *capped receives tanh(s / cap), whose square the backward needs.
-at::Tensor block_probs(const BlockView& x, double scale, double softcap, at::Tensor* capped = nullptr) {
-  auto scores = matmul_in(x.q, x.k.transpose(2, 3), x.q.scalar_type()) * scale;
-  if (softcap > 0) {
-    auto t = tanh_any(scores / softcap);
-    scores = t * softcap;
-    if (capped) *capped = std::move(t);
-  }
-  const auto nb = scores.size(0), hkv = scores.size(1), n = scores.size(3), m = x.mask.size(3);
-  scores.view({nb, hkv, x.groups, m, n})
-      .masked_fill_(x.mask.logical_not(), at::Scalar(lowest_finite(scores.scalar_type())));
-  return at::softmax(scores, -1, softmax_dtype(scores));
-}
+// The block's mask rows, [nb, m, n] bool and contiguous, as the fused softmax reads them.
+at::Tensor block_mask(const BlockView& x, const Block& blk) { return x.mask.reshape({blk.nb, blk.m, blk.n}).contiguous(); }
 
-at::Tensor blocked_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                           double scale, double softcap) {
+SoftmaxRows block_rows(const Block& blk, double scale, double softcap) { return {blk.nb, blk.m, scale, softcap}; }
+
+// Per block: S = q kᵀ, P = softmax(cap(scale S)) over the allowed keys (one fused sweep per row,
+// ops/fused_softmax.h), out = P v. With `lse` given it receives each query's log-sum-exp
+// [B, h, Tq] for the backward.
+at::Tensor blocked_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask, double scale,
+                           double softcap, at::Tensor* lse = nullptr) {
   const auto B = q.size(0), h = q.size(1), Tq = q.size(2), d = q.size(3);
+  const auto dtype = q.scalar_type();
   auto out = at::empty({B, h, Tq, d}, q.options());
+  if (lse) *lse = at::empty({B, h, Tq}, q.options().dtype(softmax_dtype(q)));
   for (const Block& blk : plan_blocks(mask, B, Tq, k.size(2))) {
     const BlockView x = view_block(blk, q, k, v, mask);
-    auto o = matmul_in(block_probs(x, scale, softcap).to(v.scalar_type()), x.v, v.scalar_type());  // [nb, hkv, g m, d]
+    auto scores = matmul_in(x.q, x.k.transpose(2, 3), dtype);  // [nb, hkv, g m, n]
+    at::Tensor probs, block_lse;
+    attention_softmax_forward(scores.view({-1, blk.n}), block_mask(x, blk), block_rows(blk, scale, softcap), probs, block_lse);
+    auto o = matmul_in(probs.view(scores.sizes()), x.v, dtype);  // [nb, hkv, g m, d]
     out.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).copy_(o.view({blk.nb, h, blk.m, d}));
+    if (lse) lse->narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).copy_(block_lse.view({blk.nb, h, blk.m}));
   }
   return out;
 }
@@ -171,18 +196,25 @@ at::Tensor blocked_forward(const at::Tensor& q, const at::Tensor& k, const at::T
 struct BlockedAttention : public torch::autograd::Function<BlockedAttention> {
   static at::Tensor forward(AutogradContext* ctx, at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor mask, double scale,
                             double softcap) {
-    return keep_inputs_and_run(ctx, q, k, v, mask, scale, softcap, blocked_forward);
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["softcap"] = softcap;
+    at::NoGradGuard no_grad;
+    at::Tensor lse;
+    auto out = blocked_forward(q, k, v, mask, scale, softcap, &lse);
+    ctx->save_for_backward({q, k, v, mask, lse});
+    return out;
   }
 
-  // Per block, with P the probabilities recomputed and dO the output's gradient:
+  // Per block, with P the probabilities recomputed from the saved log-sum-exp and dO the
+  // output's gradient:
   //   dP = dO vᵀ, dS = P ⊙ (dP - rowsum(P ⊙ dP)), dq = scale dS k, dk += scale dSᵀ q, dv += Pᵀ dO.
   // With a soft-cap, Z = cap tanh(S / cap) feeds the softmax, so dS above is dZ and the score
-  // gradient is dZ ⊙ (1 - tanh²(S / cap)).
+  // gradient is dZ ⊙ (1 - tanh²(S / cap)). The element-wise part is one fused sweep per row.
   // dk and dv collect several blocks' shares, in fp32 (float64 for float64), rounded once.
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     at::NoGradGuard no_grad;
     auto saved = ctx->get_saved_variables();
-    const auto &q = saved[0], &k = saved[1], &v = saved[2], &mask = saved[3];
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &mask = saved[3], &lse = saved[4];
     const double scale = ctx->saved_data["scale"].toDouble();
     const double softcap = ctx->saved_data["softcap"].toDouble();
     const auto dtype = q.scalar_type();
@@ -194,18 +226,18 @@ struct BlockedAttention : public torch::autograd::Function<BlockedAttention> {
     auto dv = at::zeros(v.sizes(), v.options().dtype(acc));
     for (const Block& blk : plan_blocks(mask, q.size(0), q.size(2), k.size(2))) {
       const BlockView x = view_block(blk, q, k, v, mask);
-      at::Tensor capped;
-      auto probs = block_probs(x, scale, softcap, &capped);  // [nb, hkv, g m, n]
+      auto scores = matmul_in(x.q, x.k.transpose(2, 3), dtype);  // [nb, hkv, g m, n]
       auto d_out = grad.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).reshape({blk.nb, hkv, x.groups * blk.m, d});
-      auto d_probs = matmul_in(d_out, x.v.transpose(2, 3), dtype).to(acc);
-      // In place on d_probs (a fresh tensor): one block holds P, dP and one product at a time.
-      auto row_sums = (probs * d_probs).sum(-1, /*keepdim=*/true);
-      d_probs.sub_(row_sums).mul_(probs);
-      if (capped.defined()) d_probs.mul_(1 - capped.to(acc).square());
-      auto d_scores = d_probs.mul_(scale).to(dtype);
+      auto d_probs = matmul_in(d_out, x.v.transpose(2, 3), dtype);
+      auto block_lse = lse.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).contiguous();
+      at::Tensor probs, d_scores;
+      attention_softmax_backward(scores.view({-1, blk.n}), block_mask(x, blk), block_rows(blk, scale, softcap), block_lse.view({-1}),
+                                 d_probs.view({-1, blk.n}), probs, d_scores);
+      probs = probs.view(scores.sizes());
+      d_scores = d_scores.view(scores.sizes());
       dq.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).copy_(matmul_in(d_scores, x.k, dtype).view({blk.nb, h, blk.m, d}));
       dk.narrow(0, blk.b0, blk.nb).narrow(2, blk.k0, blk.n).add_(matmul_in(d_scores.transpose(2, 3), x.q, dtype));
-      dv.narrow(0, blk.b0, blk.nb).narrow(2, blk.k0, blk.n).add_(matmul_in(probs.to(dtype).transpose(2, 3), d_out, dtype));
+      dv.narrow(0, blk.b0, blk.nb).narrow(2, blk.k0, blk.n).add_(matmul_in(probs.transpose(2, 3), d_out, dtype));
     }
     return {dq, dk.to(k.scalar_type()), dv.to(v.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -236,7 +268,10 @@ at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Te
                   q.size(3) == k.size(3) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
               "attention: q ", q.sizes(), " with k ", k.sizes(), " and v ", v.sizes(),
               " (need [B, h, Tq, d] and [B, hkv, Tk, d] with h a multiple of hkv)");
+  TORCH_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(), "attention: q, k, v in one dtype, found ",
+              q.scalar_type(), ", ", k.scalar_type(), ", ", v.scalar_type());
   const bool grads = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  RECORD_USER_SCOPE(region::kAttention);
   switch (kernel) {
     case AttentionKernel::blocked:
 #if CTUNE_FUSED_ATTENTION

@@ -6,10 +6,12 @@
 //                 scores: per batch row and block of kBlockQueries queries it computes scores
 //                 only against the keys the mask can let that block see (causal: none after
 //                 the block; packed rows: none before the first document the block touches),
-//                 with each KV head shared by its query heads without copying K or V. Backward
-//                 recomputes each block's probabilities from the saved q, k, v (FlashAttention's
-//                 backward, in ATen matmuls: docs/formats.md#blocked-attention). On a GPU
-//                 (LibTorch >= 2.5) it is LibTorch's fused scaled_dot_product_attention.
+//                 with each KV head shared by its query heads without copying K or V; between
+//                 its matmuls, one fused sweep per row (ops/fused_softmax.h). Backward
+//                 recomputes each block's probabilities from the saved q, k, v and each query's
+//                 log-sum-exp (FlashAttention's backward, in ATen matmuls:
+//                 docs/formats.md#blocked-attention). On a GPU (LibTorch >= 2.5) it is
+//                 LibTorch's fused scaled_dot_product_attention.
 //   materialized  the textbook graph; autograd keeps the scores and probabilities.
 //   recomputed    materialized, but a custom autograd function keeps only q, k, v and recomputes
 //                 the whole scores in backward (Megatron's "selective recomputation",

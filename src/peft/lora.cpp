@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "core/progress.h"
@@ -35,7 +36,19 @@ at::Tensor LoraAdapter::apply(const at::Tensor& x, const at::Tensor& base) {
   const auto dtype = lora_A->compute_dtype != at::ScalarType::Undefined ? lora_A->compute_dtype : lora_A->weight.scalar_type();
   auto h = x.to(dtype);
   if (dropout > 0 && owner_->is_training()) h = ops::dropout_any(h, dropout, /*train=*/true);
-  auto delta = lora_B->forward(lora_A->forward(h)) * scale;
+  auto down = lora_A->forward(h);  // [.., r]
+  // base + scale · down Bᵀ as one GEMM that accumulates into a copy of base (addmm's alpha and
+  // beta), where the dtypes allow: no separate pass for the scale and the sum, forward or
+  // backward. (CPU fp16 has no GEMM: ops/compute.h. addmm refuses an alpha past the float range,
+  // which an absurd lora_alpha reaches: the plain product then makes the infs merge reports.)
+  if (base.scalar_type() == dtype && !(dtype == at::kHalf && base.is_cpu()) && base.dim() >= 1 &&
+      std::abs(scale) <= std::numeric_limits<float>::max()) {
+    const auto out = base.size(-1);
+    auto b = lora_B->weight.to(dtype);  // [out, r]; a transient cast of the fp32 master
+    return at::addmm(base.reshape({-1, out}), down.reshape({-1, down.size(-1)}), b.t(), /*beta=*/1, /*alpha=*/scale)
+        .view(base.sizes());
+  }
+  auto delta = lora_B->forward(down) * scale;
   return base + delta.to(base.scalar_type());
 }
 

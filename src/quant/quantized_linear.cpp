@@ -1,6 +1,7 @@
 #include "quant/quantized_linear.h"
 
 #include <ATen/core/ivalue.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 
 #include "core/error.h"
 #include "ops/compute.h"
+#include "ops/profile_regions.h"
 
 namespace ctune::quant {
 
@@ -25,6 +27,7 @@ const char* quant_kind_name(QuantSpec::Kind kind) { return kind == QuantSpec::In
 std::int64_t QuantizedWeight::bytes() const { return int8 ? int8->bytes() : nf4->bytes(); }
 
 at::Tensor QuantizedWeight::dequantize(at::ScalarType dtype) const {
+  RECORD_USER_SCOPE(ops::region::kDequantize);
   return int8 ? quant::dequantize(*int8, dtype) : quant::dequantize(*nf4, dtype);
 }
 

@@ -15,11 +15,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "core/json.h"
 #include "io/run_dir.h"
 #include "model/weights.h"
+#include "margins.h"
 #include "run_ctune.h"
 
 namespace fs = std::filesystem;
@@ -300,6 +302,51 @@ TEST_F(Checkpoints, RunWithEveryStepSkippedFails) {
   EXPECT_EQ(r.status, 1) << r.err;
   EXPECT_NE(last_line(r.err).find("all 3 steps were skipped"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(run / "adapter"));
+}
+
+// logging.profile: every step's time by category in metrics.jsonl (the categories are self
+// times, so they add up to the step: the remainder is "untracked", never negative, and small
+// here), the table in the log, and steps 2-3 as a Chrome trace whose events nest and name
+// ATen's operators and ctune's regions. Gradient accumulation, LoRA with dropout, evaluation.
+TEST_F(Checkpoints, ProfileAccountsForTheStepAndWritesATrace) {
+  const fs::path recipe_path = kDir / "profile.yaml";
+  write(recipe_path, recipe("lora") + "logging: {profile: true}\n");
+  const fs::path run = kDir / "profile";
+  auto r = train_with_kill(recipe_path, "", false, {"output_dir=" + run.string(), "training.max_steps=4"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("step profile: median of 3 steps"), std::string::npos) << r.err;
+  std::ifstream in(run / "metrics.jsonl");
+  int steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (!j.contains("loss")) continue;
+    ASSERT_TRUE(j.contains("profile_ms")) << line;
+    double total = 0, untracked = 0;
+    for (const auto& [category, ms] : j["profile_ms"].items()) {
+      EXPECT_GE(ms.get<double>(), 0.0) << category;
+      total += ms.get<double>();
+      if (category == "untracked") untracked = ms.get<double>();
+    }
+    for (const char* category : {"matmul forward", "matmul backward", "attention", "norms", "RoPE", "activation (GLU)", "loss", "optimizer"}) {
+      EXPECT_GT(j["profile_ms"].value(category, 0.0), 0.0) << "step " << j["step"] << ": no time for " << category;
+    }
+    // The operators cover most of the step; what is left is the loop itself.
+    EXPECT_TRUE(ctune::test::within("step " + j["step"].dump() + ": untracked share of the step", untracked / total, 0.5));
+    ++steps;
+  }
+  EXPECT_EQ(steps, 4);
+  std::ifstream trace_in(run / "profile.trace.json");
+  const Json trace = Json::parse(trace_in);
+  ASSERT_GT(trace["traceEvents"].size(), 100u);
+  std::set<std::string> names;
+  for (const auto& e : trace["traceEvents"]) {
+    EXPECT_EQ(e["ph"], "X");
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+    names.insert(e["name"].get<std::string>());
+  }
+  for (const char* name : {"aten::mm", "ctune::attention", "ctune::norm", "ctune::loss", "ctune::optimizer"}) {
+    EXPECT_TRUE(names.count(name)) << "no " << name << " in the trace";
+  }
 }
 
 // A model with a NaN in its final norm makes every loss non-finite: each such step is skipped

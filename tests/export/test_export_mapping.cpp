@@ -15,6 +15,7 @@
 #include "export/pre_tokenizer_names.h"
 #include "model/config.h"
 #include "model/rope.h"
+#include "ops/fused_rope.h"
 #include "margins.h"
 
 namespace ctune::exporter {
@@ -118,11 +119,11 @@ TEST(QkPermutation, TurnsRotateHalfRopeIntoAdjacentPairRope) {
   auto x = at::randn({hidden}, at::kDouble);
   auto inv_freq = model::rope_inv_freq(c).to(at::kDouble);
   for (double pos : {0.0, 1.0, 7.0, 123.0}) {
-    // HF: rotate-half on the original rows (model::apply_rope, [B, heads, T, d]).
+    // HF: rotate-half on the original rows (ops::apply_rope, [B, heads, T, d]).
     auto q = at::matmul(w, x).view({1, heads, 1, d});
     auto positions = at::full({1, 1}, static_cast<std::int64_t>(pos), at::kLong);
     auto [cos, sin] = model::rope_cos_sin(inv_freq.to(at::kFloat), positions, at::kDouble);
-    auto hf = model::apply_rope(q, cos, sin).reshape({heads * d});
+    auto hf = ops::apply_rope(q, cos, sin).reshape({heads * d});
     // llama.cpp: adjacent pairs on the permuted rows.
     auto gg = norm_rope(at::matmul(permute_qk_rows(w, heads), x), heads, inv_freq, pos);
     // HF's side forms the angles pos * inv_freq in fp32 (as HF does), this side in double: an

@@ -83,9 +83,9 @@ TEST(ChunkedLoss, EqualsThePlainLossAndGradients) {
 }
 
 TEST(ChunkedLoss, ChunkRowsKeepLogitsWithinBudget) {
-  EXPECT_EQ(train::default_chunk_rows(128256), (16ll << 20) / (4 * 128256));
-  EXPECT_EQ(train::default_chunk_rows(320), (16ll << 20) / (4 * 320));
-  EXPECT_GE(train::default_chunk_rows(1 << 30), 16);
+  EXPECT_EQ(train::default_chunk_rows(128256, 4), (32ll << 20) / (4 * 128256));
+  EXPECT_EQ(train::default_chunk_rows(49152, 2), (32ll << 20) / (2 * 49152));
+  EXPECT_GE(train::default_chunk_rows(1 << 30, 4), 16);
 }
 
 }  // namespace

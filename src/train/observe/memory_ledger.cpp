@@ -243,10 +243,12 @@ Term loss_line(const LedgerInputs& in, const Shape& s, Symbols& sym, Ledger& led
   const bool head_trains = head.weight_trains || head.adapter_rank > 0;
   const Term VH = s.V * s.H;
   if (in.chunked_loss && head.adapter_rank == 0) {
-    const Term rows = sym("rows", std::min<std::int64_t>(s.n.value(), default_chunk_rows(s.V.value())));
-    const Term t = rows * s.V * (Term::num(2) * s.c + Term::num(8)) + (head_trains ? Term::num(8) * VH : Term());
+    const Term rows = sym("rows", std::min<std::int64_t>(s.n.value(), default_chunk_rows(s.V.value(), s.c.value())));
+    // A chunk's logits and their gradient in the matmul dtype; the head's fp32 gradient
+    // accumulator and one chunk's share of it.
+    const Term t = rows * s.V * Term::num(2) * s.c + (head_trains ? (Term::num(4) + s.c) * VH : Term());
     led.lines.push_back({"logits and loss", t.value(), t.text(),
-                         "chunked: one chunk of rows (fp32 logits near 16 MiB)" +
+                         "chunked: one chunk of rows, its logits and their gradient" +
                              std::string(head_trains ? ", the head gradient and its accumulator" : "")});
     return t;
   }

@@ -55,6 +55,11 @@ void MetricsLog::write(const StepMetrics& m) {
                               {"cpu_s", m.cpu_s},         {"sys_s", m.sys_s}};
   if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale;
   if (m.skipped) j["skipped"] = true;
+  if (!m.profile.empty()) {
+    nlohmann::ordered_json p;
+    for (const auto& [category, seconds] : m.profile) p[category] = seconds * 1e3;
+    j["profile_ms"] = std::move(p);
+  }
   write_line(j.dump());
   if (events_) {
     events_->scalars(m.step, time, finite({{"train/loss", m.loss}, {"train/lr", m.lr}, {"train/grad_norm", m.grad_norm},

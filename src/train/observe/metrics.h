@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 
 #include "core/progress.h"
+#include "train/observe/profiler.h"
 #include "train/observe/tensorboard.h"
 
 namespace ctune::train {
@@ -31,6 +32,7 @@ struct StepMetrics {
                             // benchmark reports its share of the steps (scripts/bench.sh)
   bool skipped = false;     // non-finite loss or gradients: no update was applied
   double loss_scale = 0;    // fp16 loss scale used for the step (0: no loss scaling)
+  StepProfile profile = {};  // logging.profile: seconds per category (empty when off)
 };
 
 struct EvalMetrics {

@@ -217,6 +217,7 @@ void plan_steps(RunPlan& p, const distributed::World& world) {
   t.eval_every = r.get_int("training.eval_every");
   t.log_every = r.get_int("logging.every_n_steps");
   p.tensorboard = r.get_bool("logging.tensorboard");
+  p.profile = r.get_bool("logging.profile");
   t.chunked_loss = r.get_bool("memory.chunked_loss");
   t.max_nonfinite_steps = r.get_int("training.max_nonfinite_steps");
   t.device = p.device;

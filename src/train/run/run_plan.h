@@ -73,6 +73,7 @@ struct RunPlan {
   std::int64_t eval_batches = -1;  // -1: the whole eval split
   CheckpointPolicy checkpoint;
   bool tensorboard = true;  // logging.tensorboard: event files beside metrics.jsonl
+  bool profile = false;     // logging.profile: each step timed by category (train/observe/profiler.h)
   distributed::World world;  // this process's rank and the world size (1: a single process)
   DistributedPlan distributed;
 

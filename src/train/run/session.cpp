@@ -253,6 +253,13 @@ TrainResult Session::run() {
   trainer.sample_memory = [&] { meter.sample(); };
   parallel.sample_memory_with(trainer.sample_memory);
   trainer.on_step_end = [&](std::int64_t step) { cadence.after_step(step); };
+  //    logging.profile: rank 0 times its steps; the second and third go to a trace (the first warms up).
+  std::optional<StepProfiler> profiler;
+  if (plan.profile && writer()) {
+    const std::int64_t first = plan.trainer.first_step + 2;
+    profiler.emplace(plan.output_dir / io::kProfileTrace, first, 2);
+    trainer.profiler = &*profiler;
+  }
   trainer.on_stop = [&](std::int64_t step, int signal) {
     // Stopped by a signal after `step` (every rank after the same one): save it, so --resume
     // continues exactly here.
@@ -267,6 +274,7 @@ TrainResult Session::run() {
   ops::reset_peak_memory(plan.device);  // the measured peak is training's, not loading's
   const double communicating_before = comm_.seconds_communicating();
   const auto result = trainer.run();
+  if (profiler) log_lines(profiler->table());
   if (metrics) report_memory(ledger, *metrics, start_bytes, meter, plan.device);
   if (plan.world.distributed()) {
     const double waited = comm_.seconds_communicating() - communicating_before;

@@ -1,7 +1,9 @@
 // Cross-entropy over the vocabulary without ever holding all logits: positions are projected to
-// the vocabulary a chunk at a time in forward (only the loss is kept) and again in backward
-// (each chunk's softmax becomes its gradient and is dropped). With 49k-152k vocabularies the
-// fp32 logits are otherwise the largest buffer of a small model's step.
+// the vocabulary a chunk at a time, and while a chunk's logits exist its loss and its gradient
+// (softmax - onehot, one fused kernel: ops/fused_cross_entropy.h) are taken and the gradients
+// of the hidden states and of the head follow from it; backward only scales them. With
+// 49k-152k vocabularies the logits are otherwise the largest buffer of a small model's step,
+// and projecting them again in backward would cost the head's matmul a second time.
 #pragma once
 
 #include <cstdint>
@@ -13,14 +15,16 @@ namespace ctune::train {
 // Sum over rows of -log softmax(cap(hidden · weightᵀ))[target], logits in fp32, where
 // cap(z) = softcap · tanh(z / softcap) when softcap > 0 (Gemma 2's final_logit_softcapping)
 // and z otherwise. hidden: [N, H], weight: [V, H] (the output head), targets: [N] int64.
-// `chunk_rows` rows are projected at a time (0: chosen so a chunk's fp32 logits stay near 16 MiB).
-// `compute_dtype` is the projection's matmul dtype under mixed precision (Undefined: as stored);
-// logits, softmax and the sum are fp32 either way.
+// `chunk_rows` rows are projected at a time (0: default_chunk_rows).
+// `compute_dtype` is the projection's matmul dtype under mixed precision (Undefined: as stored):
+// the logits and the gradient are in it, the softmax and the sum in fp32 (float64 for float64).
 at::Tensor chunked_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                      std::int64_t chunk_rows = 0, at::ScalarType compute_dtype = at::ScalarType::Undefined,
                                      double softcap = 0);
 
-// The rows per chunk that keep one chunk's fp32 logits under `budget_bytes`.
-std::int64_t default_chunk_rows(std::int64_t vocab, std::int64_t budget_bytes = 16ll << 20);
+// The rows per chunk that keep one chunk's logits (`logit_bytes` each: the matmul dtype's size)
+// under `budget_bytes`: 32 MiB gives a 49k vocabulary 341 bf16 rows, where the head's matmuls
+// run near the GEMM rate (85 rows ran them 25-40% slower; docs/performance.md).
+std::int64_t default_chunk_rows(std::int64_t vocab, std::int64_t logit_bytes, std::int64_t budget_bytes = 32ll << 20);
 
 }  // namespace ctune::train

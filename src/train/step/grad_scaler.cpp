@@ -1,8 +1,11 @@
 #include "train/step/grad_scaler.h"
 
+#include <ATen/record_function.h>
+
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/profile_regions.h"
 
 namespace ctune::train {
 
@@ -21,6 +24,7 @@ at::Tensor GradScaler::scale_loss(const at::Tensor& loss) const {
 bool GradScaler::unscale_and_check(const std::vector<ParamGroup>& groups) const {
   // GradScaler computes 1/scale in fp64 and applies it as an fp32 number.
   const float inv_scale = static_cast<float>(1.0 / state_.scale);
+  RECORD_USER_SCOPE(ops::region::kOptimizer);
   bool found_inf = false;
   for (const auto& group : groups) {
     for (const auto& p : group.params) {

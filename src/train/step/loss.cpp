@@ -1,10 +1,12 @@
 #include "train/step/loss.h"
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
 
 #include <algorithm>
 #include <cstdio>
 
+#include "ops/profile_regions.h"
 #include "train/step/chunked_loss.h"
 
 namespace ctune::train {
@@ -15,6 +17,7 @@ at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b, bool c
   in.position_ids = b.position_ids;
   in.segment_ids = b.segment_ids;
   auto hidden = lm->hidden(in);  // [B, T, H]
+  RECORD_USER_SCOPE(ops::region::kLoss);
   const auto B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
   if (T < 2) return hidden.sum() * 0.0;  // keeps the graph connected for backward
   auto h = hidden.narrow(1, 0, T - 1).reshape({B * (T - 1), H});

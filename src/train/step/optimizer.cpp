@@ -1,9 +1,11 @@
 #include "train/step/optimizer.h"
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/profile_regions.h"
 
 namespace ctune::train {
 
@@ -29,6 +31,7 @@ class AdamW : public Optimizer {
   }
 
   void step(double lr) override {
+    RECORD_USER_SCOPE(ops::region::kOptimizer);
     at::NoGradGuard no_grad;
     ++steps_;
     const double bias1 = 1.0 - std::pow(beta1_, static_cast<double>(steps_));
@@ -102,6 +105,7 @@ class Sgd : public Optimizer {
   }
 
   void step(double lr) override {
+    RECORD_USER_SCOPE(ops::region::kOptimizer);
     at::NoGradGuard no_grad;
     ++steps_;
     std::size_t i = 0;
@@ -153,6 +157,7 @@ class Sgd : public Optimizer {
 }  // namespace
 
 void Optimizer::zero_grad() {
+  RECORD_USER_SCOPE(ops::region::kOptimizer);
   for (auto& g : groups_)
     for (auto& p : g.params)
       if (p.grad().defined()) p.mutable_grad() = at::Tensor();
@@ -178,6 +183,7 @@ std::unique_ptr<Optimizer> make_optimizer(std::vector<ParamGroup> groups, const 
 }
 
 double squared_grad_norm(const std::vector<ParamGroup>& groups) {
+  RECORD_USER_SCOPE(ops::region::kOptimizer);
   at::NoGradGuard no_grad;
   double total_sq = 0;
   for (const auto& g : groups)
@@ -188,6 +194,7 @@ double squared_grad_norm(const std::vector<ParamGroup>& groups) {
 
 void clip_gradients(const std::vector<ParamGroup>& groups, double max_norm, double norm) {
   if (max_norm <= 0 || !std::isfinite(norm)) return;
+  RECORD_USER_SCOPE(ops::region::kOptimizer);
   // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), clamped to 1.
   const double coef = max_norm / (norm + 1e-6);
   if (coef >= 1.0) return;

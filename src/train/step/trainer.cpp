@@ -1,5 +1,7 @@
 #include "train/step/trainer.h"
 
+#include <ATen/record_function.h>
+
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -10,6 +12,7 @@
 #include "core/log.h"
 #include "core/stop_signal.h"
 #include "ops/memory.h"
+#include "ops/profile_regions.h"
 
 namespace ctune::train {
 
@@ -57,6 +60,7 @@ TrainResult Trainer::run() {
 
   for (std::int64_t step = options_.first_step; step < options_.max_steps; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
+    profiler_or_none().begin_step(step + 1);
 
     // 1. This step's micro-batches, fetched first so the loss can be normalised by the
     //    step's total target count before any backward pass.
@@ -64,6 +68,7 @@ TrainResult Trainer::run() {
     std::vector<TensorBatch> micro;
     std::vector<double> counts = {0, 0};  // targets, input tokens
     for (std::int64_t i = 0; i < options_.grad_accum; ++i) {
+      RECORD_USER_SCOPE(ops::region::kData);
       micro.push_back(train_.next());
       counts[0] += static_cast<double>(micro.back().target_tokens);
       counts[1] += static_cast<double>(micro.back().input_ids.numel());
@@ -141,8 +146,10 @@ TrainResult Trainer::run() {
 }
 
 void Trainer::measure(StepMetrics& m, std::int64_t input_tokens, std::chrono::steady_clock::time_point step_start,
-                      std::chrono::steady_clock::time_point start) const {
-  m.tokens_per_s = static_cast<double>(input_tokens) / std::max(1e-9, seconds_since(step_start));
+                      std::chrono::steady_clock::time_point start) {
+  const double seconds = seconds_since(step_start);
+  m.tokens_per_s = static_cast<double>(input_tokens) / std::max(1e-9, seconds);
+  m.profile = profiler_or_none().end_step(seconds, input_tokens);
   m.peak_mem_bytes = ops::peak_memory(options_.device);
   m.elapsed_s = seconds_since(start);
   const auto cpu = process_cpu_times();
@@ -168,6 +175,11 @@ void Trainer::stop_if_requested(std::int64_t step, bool nothing_new) {
   if (signal == 0) return;
   if (on_stop && !nothing_new) on_stop(step, signal);  // saves the step and throws
   throw StoppedError(signal, signal_name(signal) + " before the first step of this run: nothing new to save");
+}
+
+StepProfiler& Trainer::profiler_or_none() {
+  static StepProfiler off;
+  return profiler ? *profiler : off;
 }
 
 StepSync& Trainer::sync() {

@@ -14,6 +14,7 @@
 
 #include "model/llama.h"
 #include "train/observe/metrics.h"
+#include "train/observe/profiler.h"
 #include "train/step/grad_scaler.h"
 #include "train/step/loss.h"
 #include "train/step/optimizer.h"
@@ -92,15 +93,18 @@ class Trainer {
   // Called where parameters, gradients and optimizer state peak (after each backward, and after
   // the gradients are reduced): a memory meter hooks here.
   std::function<void()> sample_memory;
+  // logging.profile: times each step by category (train/observe/profiler.h); null: not profiled.
+  StepProfiler* profiler = nullptr;
 
  private:
   // Step 4 of run(): the step's speed, memory and times into `m`.
   void measure(StepMetrics& m, std::int64_t input_tokens, std::chrono::steady_clock::time_point step_start,
-               std::chrono::steady_clock::time_point start) const;
+               std::chrono::steady_clock::time_point start);
   // Step 5 of run(): the eval split's loss after `step` when the cadence or the last step says so.
   void evaluate_on_cadence(std::int64_t step, Progress* progress, TrainResult& result);
   void stop_if_requested(std::int64_t step, bool nothing_new);
   StepSync& sync();
+  StepProfiler& profiler_or_none();
 
   model::CausalLM model_;
   Optimizer& optimizer_;
