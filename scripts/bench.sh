@@ -7,8 +7,10 @@
 # Not part of the test run (minutes). For each configuration it runs ctune and the two peers in
 # turn, REPS times (interleaved, so a noisy neighbour hits all), and prints one table of medians:
 #   tokens/s       input tokens per second of a step (median over steps 2..STEPS)
-#   MFU            model FLOPs per second over the GEMM rate of the same dtype measured in this
-#                  run (bench_eager.py gemm); model FLOPs per token: forward 2 N + backward
+#   MFU            model FLOPs per second over the GEMM rate of the same dtype measured in the
+#                  same repetition, between the sides (bench_eager.py gemm: the best of 10 2048^3
+#                  matmuls; these shared machines' rate drifts by 2x over minutes), the median
+#                  over repetitions; model FLOPs per token: forward 2 N + backward
 #                  2 N (input gradients) + 2 N_trainable (weight gradients), N the matmul
 #                  weights (head included, embedding not), plus attention 4 T nh d per layer
 #                  forward and twice that backward (no causal discount, as PaLM counts)
@@ -25,6 +27,7 @@
 # every 4th layer); the eager peer builds each from the same config (bench_eager.py Family).
 #   bash scripts/bench.sh                    # every row, REPS=3 STEPS=4
 #   ONLY='lora bf16,quickstart' REPS=1 bash scripts/bench.sh   # rows whose name contains one of these
+#   ONLY='smol lora bf16$' bash scripts/bench.sh   # a trailing $: exactly this row
 #   CTUNE_ARGS='memory.attention=materialized' bash scripts/bench.sh   # recipe overrides for ctune
 #   KEEP=1 ONLY=quickstart bash scripts/bench.sh   # add rows to the previous table (long runs in parts)
 set -euo pipefail
@@ -149,13 +152,16 @@ for row in "${GRID[@]}"; do
   IFS='|' read -r name model method precision seq batch packed <<<"$row"
   wanted=${ONLY:+no}
   IFS=',' read -ra pieces <<<"$ONLY"
-  for piece in "${pieces[@]}"; do [[ $name == *"$piece"* ]] && wanted=; done
+  for piece in "${pieces[@]}"; do
+    if [[ $piece == *'$' ]]; then [[ $name == "${piece%$}" ]] && wanted=; else [[ $name == *"$piece"* ]] && wanted=; fi
+  done
   [[ -z $wanted ]] || continue
   for ((rep = 0; rep < REPS; rep++)); do
     c=$(ctune_row "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed")
+    g=$($PY scripts/bench_eager.py gemm --dtype "$precision" --threads "$THREADS" --repeats 10)
     e=$(peer_row bench_eager.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed")
     l=$(peer_row bench_eager_lean.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed")
-    echo "{\"name\": \"$name\", \"model\": \"$model\", \"method\": \"$method\", \"precision\": \"$precision\", \"seq\": $seq, \"batch\": $batch, \"ctune\": $c, \"eager\": $e, \"lean\": $l}" >>"$OUT/results.jsonl"
+    echo "{\"name\": \"$name\", \"model\": \"$model\", \"method\": \"$method\", \"precision\": \"$precision\", \"seq\": $seq, \"batch\": $batch, \"gemm\": $g, \"ctune\": $c, \"eager\": $e, \"lean\": $l}" >>"$OUT/results.jsonl"
     echo "done: $name ($((rep + 1))/$REPS)" >&2
   done
 done
@@ -189,7 +195,7 @@ def model_flops_per_token(cfg, method, seq):
     return 2 * n + 2 * n + 2 * trainable + 3 * attention
 
 med = statistics.median
-print(f"GEMM 2048^3 in this run: fp32 {med(gemm['fp32']) / 1e9:.0f} GFLOP/s, bf16 {med(gemm['bf16']) / 1e9:.0f} GFLOP/s")
+print(f"GEMM 2048^3 in this run (before and after): fp32 {med(gemm['fp32']) / 1e9:.0f} GFLOP/s, bf16 {med(gemm['bf16']) / 1e9:.0f} GFLOP/s")
 sides = ("ctune", "eager", "lean")  # eager: the HF/PEFT-style peer
 print("| workload | tok/s ctune / HF / lean | vs HF | vs lean | MFU ctune / HF / lean | sys ctune / HF / lean | peak MB ctune / HF / lean | runs |")
 print("|---|---|---|---|---|---|---|---|")
@@ -200,7 +206,9 @@ for name, rs in rows.items():
     rate = med(gemm[r0["precision"]])
     c = lambda key, side: med(r[side][key] for r in rs if side in r)
     tps = [c("tokens_per_s", side) for side in sides]
-    mfu = " / ".join(f"{t * per_token / rate:.1%}" for t in tps)
+    # Each repetition against the GEMM rate measured within it (older result lines: the run's).
+    mfu = " / ".join(f"{med(r[side]['tokens_per_s'] * per_token / r.get('gemm', {}).get('flops_per_s', rate) for r in rs):.1%}"
+                     for side in sides)
     sys_share = " / ".join(f"{c('sys_share', side):.1%}" for side in sides)
     peak = " / ".join(f"{c('peak_bytes', side) / 1e6:.0f}" for side in sides)
     ratio = lambda peer: med(r["ctune"]["tokens_per_s"] / r[peer]["tokens_per_s"] for r in rs)

@@ -370,6 +370,58 @@ void rope_backward(const RopeArgs& a, std::int64_t begin, std::int64_t end) {
   {CTUNE_ROPE_ROW(fn, float), CTUNE_ROPE_ROW(fn, c10::BFloat16), CTUNE_ROPE_ROW(fn, c10::Half), \
    {nullptr, nullptr, nullptr, &fn<double, double>}}
 
+// ---- optimizer step (fused_optimizer.h) ----------------------------------------------------------
+
+// torch.optim.AdamW's single-tensor update, element by element in the same order: decay, the
+// first moment by lerp (weight 1 - beta1 < 0.5: m + w (g - m)), the second moment, then
+// p - step_size m / (sqrt(v) / bias2_sqrt + eps).
+template <typename T>
+void adamw(const AdamWArgs& a, std::int64_t begin, std::int64_t end) {
+  T* p = static_cast<T*>(a.param);
+  const T* g = static_cast<const T*>(a.grad);
+  T* m = static_cast<T*>(a.exp_avg);
+  T* v = static_cast<T*>(a.exp_avg_sq);
+  const T decay = static_cast<T>(a.decay), w1 = static_cast<T>(1 - a.beta1), b2 = static_cast<T>(a.beta2),
+          w2 = static_cast<T>(1 - a.beta2), eps = static_cast<T>(a.eps), bias2_sqrt = static_cast<T>(a.bias2_sqrt),
+          step = static_cast<T>(a.step_size);
+#pragma omp simd
+  for (std::int64_t i = begin; i < end; ++i) {
+    const T gi = g[i];
+    const T pi = p[i] * decay;  // exact when there is no decay (decay 1)
+    const T mi = m[i] + w1 * (gi - m[i]);
+    const T vi = v[i] * b2 + w2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = pi - step * (mi / (std::sqrt(vi) / bias2_sqrt + eps));
+  }
+}
+
+template <typename T>
+bool scale_check(void* x, double scale, bool apply, std::int64_t begin, std::int64_t end) {
+  T* d = static_cast<T*>(x);
+  const T s = static_cast<T>(scale);
+  int bad = 0;
+#pragma omp simd reduction(max : bad)
+  for (std::int64_t i = begin; i < end; ++i) {
+    const T v = apply ? d[i] * s : d[i];
+    d[i] = v;
+    const T z = v - v;  // NaN exactly when v is inf or NaN
+    bad = z != z ? 1 : bad;
+  }
+  return bad == 0;
+}
+
+template <typename T>
+double sum_squares(const void* x, std::int64_t begin, std::int64_t end) {
+  const T* d = static_cast<const T*>(x);
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (std::int64_t i = begin; i < end; ++i) sum += static_cast<double>(d[i]) * static_cast<double>(d[i]);
+  return sum;
+}
+
+#define CTUNE_FP32_F64(fn) {&fn<float>, nullptr, nullptr, &fn<double>}
+
 // One entry per element type, in Elem's order.
 #define CTUNE_PER_ELEM(fn) {&fn<float>, &fn<c10::BFloat16>, &fn<c10::Half>, &fn<double>}
 
@@ -393,6 +445,9 @@ const CpuKernels& CTUNE_CAT(cpu_kernels_, CTUNE_ISA)() {
        {&norm_backward_same<double>, &norm_backward_f32<double>}},
       CTUNE_ROPE_TABLE(rope_forward),
       CTUNE_ROPE_TABLE(rope_backward),
+      CTUNE_FP32_F64(adamw),
+      CTUNE_FP32_F64(scale_check),
+      CTUNE_FP32_F64(sum_squares),
   };
   return table;
 }

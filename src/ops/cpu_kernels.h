@@ -103,6 +103,24 @@ struct RopeArgs {
 };
 using RopeRowsFn = void (*)(const RopeArgs&, std::int64_t begin, std::int64_t end);
 
+// ---- optimizer step (fused_optimizer.h) ----------------------------------------------------------
+// Elements [begin, end) of flat fp32 (or float64) tensors.
+struct AdamWArgs {
+  void* param;
+  const void* grad;
+  void* exp_avg;
+  void* exp_avg_sq;
+  double decay;       // p *= decay first (1 - lr weight_decay)
+  double beta1, beta2, eps;
+  double bias2_sqrt;  // sqrt(1 - beta2^t)
+  double step_size;   // lr / (1 - beta1^t)
+};
+using AdamWFn = void (*)(const AdamWArgs&, std::int64_t begin, std::int64_t end);
+// x *= scale when `apply` (unscaling fp16 gradients), and whether every element is finite.
+using ScaleCheckFn = bool (*)(void* x, double scale, bool apply, std::int64_t begin, std::int64_t end);
+// Σ x², accumulated in float64.
+using SumSquaresFn = double (*)(const void* x, std::int64_t begin, std::int64_t end);
+
 struct CpuKernels {
   const char* isa;  // "x86_64_v4", "x86_64_v3", "baseline"
   SoftmaxRowsFn softmax_forward[kElems];
@@ -114,6 +132,9 @@ struct CpuKernels {
   NormRowsFn norm_backward[kElems][2];
   RopeRowsFn rope_forward[kElems][kElems];   // [x's type][out's type]; null where not covered
   RopeRowsFn rope_backward[kElems][kElems];  // [d_x's type][d_out's type]
+  AdamWFn adamw[kElems];                     // fp32 and float64 only (null for the others)
+  ScaleCheckFn scale_check[kElems];
+  SumSquaresFn sum_squares[kElems];
 };
 
 // The table for the widest instruction set this CPU supports (chosen once), or the one a

@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "ops/fused_cross_entropy.h"
 #include "ops/fused_glu.h"
 #include "ops/fused_norm.h"
+#include "ops/fused_optimizer.h"
 #include "ops/fused_rope.h"
 #include "ops/vector_math.h"
 
@@ -292,6 +294,65 @@ TEST(Kernels, CrossEntropyRowsAgreeWithFloat64) {
 TEST(Kernels, CrossEntropyRefusesATargetOutsideTheVocabulary) {
   at::Tensor rows;
   EXPECT_THROW(ops::cross_entropy_rows(at::zeros({2, 5}), at::tensor({1, 5}, at::kLong), 0, &rows, nullptr), c10::Error);
+}
+
+}  // namespace
+}  // namespace ctune
+
+// ---- optimizer step -------------------------------------------------------------------------
+
+namespace ctune {
+namespace {
+
+TEST(Kernels, AdamWStepIsTorchsUpdate) {
+  // torch.optim.AdamW's single-tensor update, in ATen operations (as train/step/optimizer.cpp
+  // runs it where the kernel does not apply), five steps with weight decay.
+  for (const auto dtype : {at::kDouble, at::kFloat}) {
+    on_every_table([&](const std::string& isa) {
+      at::manual_seed(12);
+      auto p = at::randn({1000}, dtype), m = at::zeros_like(p), v = at::zeros_like(p);
+      auto rp = p.clone(), rm = m.clone(), rv = v.clone();
+      const double lr = 1e-2, wd = 0.1, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+      for (std::int64_t step = 1; step <= 5; ++step) {
+        auto g = at::randn({1000}, dtype);
+        ASSERT_TRUE(ops::adamw_step(p, g, m, v, {lr, wd, b1, b2, eps, step}));
+        rp.mul_(1.0 - lr * wd);
+        rm.lerp_(g, 1.0 - b1);
+        rv.mul_(b2).addcmul_(g, g, 1.0 - b2);
+        const double bias1 = 1.0 - std::pow(b1, double(step)), bias2_sqrt = std::sqrt(1.0 - std::pow(b2, double(step)));
+        rp.addcdiv_(rm, (rv.sqrt() / bias2_sqrt).add_(eps), -lr / bias1);
+      }
+      // The same operations in the same order; a fused multiply-add rounds once where ATen
+      // rounds twice, so each step may leave p one rounding (u |p|) apart, and the moments too:
+      // five steps, 16 u of the largest value. (u: unit roundoff of the dtype.)
+      const double u = dtype == at::kDouble ? 1.1102230246251565e-16 : kUnitRoundoffFp32;
+      const std::string what = std::string("AdamW ") + c10::toString(dtype) + " [" + isa + "]";
+      EXPECT_TRUE(within(what + ": max |p - torch's update| / max |p| after 5 steps", max_diff(p, rp) / max_abs(rp), 16 * u));
+      EXPECT_TRUE(within(what + ": max |v - torch's| / max v", max_diff(v, rv) / max_abs(rv), 16 * u));
+      EXPECT_TRUE(within(what + ": max |m - torch's| / max |m|", max_diff(m, rm) / max_abs(rm), 16 * u));
+    });
+  }
+}
+
+TEST(Kernels, GradientUnscaleCheckAndNormAgreeWithFloat64) {
+  on_every_table([&](const std::string& isa) {
+    at::manual_seed(13);
+    auto g = at::randn({70001}) * 100;
+    const double ref = g.to(at::kDouble).pow(2).sum().item<double>();
+    // Σ of 70001 float64 products of fp32 values: exact products, float64 sums, 1e-12 relative.
+    EXPECT_TRUE(within("sum of squares vs float64 [" + isa + "]", std::abs(*ops::sum_of_squares(g) - ref) / ref, 1e-12));
+    auto scaled = g.clone();
+    EXPECT_TRUE(*ops::scale_and_check_finite(scaled, 1.0 / 1024, true));
+    EXPECT_TRUE(at::equal(scaled, g * (1.0f / 1024))) << "unscaling multiplies as ATen's mul_";
+    for (const float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), std::nanf("")}) {
+      auto h = g.clone();
+      h[54321] = bad;
+      EXPECT_FALSE(*ops::scale_and_check_finite(h, 1.0, false)) << bad << " [" << isa << "]";
+      EXPECT_FALSE(std::isfinite(*ops::sum_of_squares(h))) << "a non-finite gradient makes the norm non-finite";
+    }
+  });
+  auto half = at::zeros({4}, at::kHalf);
+  EXPECT_FALSE(ops::sum_of_squares(half).has_value()) << "fp16: ATen's path";
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/fused_optimizer.h"
 #include "ops/profile_regions.h"
 
 namespace ctune::train {
@@ -32,6 +33,10 @@ bool GradScaler::unscale_and_check(const std::vector<ParamGroup>& groups) const 
       if (!g.defined()) continue;
       TORCH_CHECK(!enabled() || g.scalar_type() == at::kFloat || g.scalar_type() == at::kDouble,
                   "loss scaling needs fp32 master gradients, found ", g.scalar_type());
+      if (const auto finite = ops::scale_and_check_finite(g, inv_scale, enabled())) {  // one pass (ops/fused_optimizer.h)
+        found_inf = found_inf || !*finite;
+        continue;
+      }
       if (enabled()) g.mul_(inv_scale);
       if (!found_inf) found_inf = !at::isfinite(g).all().item<bool>();
     }

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/fused_optimizer.h"
 #include "ops/profile_regions.h"
 
 namespace ctune::train {
@@ -45,6 +46,8 @@ class AdamW : public Optimizer {
         ++i;
         if (!p.grad().defined()) continue;
         const auto& grad = p.grad();
+        // One pass per parameter (ops/fused_optimizer.h) where the kernel covers it.
+        if (ops::adamw_step(p, grad, m, v, {lr, g.weight_decay, beta1_, beta2_, eps_, steps_})) continue;
         if (g.weight_decay != 0) p.mul_(1.0 - lr * g.weight_decay);
         m.lerp_(grad, 1.0 - beta1_);
         v.mul_(beta2_).addcmul_(grad, grad, 1.0 - beta2_);
@@ -188,7 +191,10 @@ double squared_grad_norm(const std::vector<ParamGroup>& groups) {
   double total_sq = 0;
   for (const auto& g : groups)
     for (const auto& p : g.params)
-      if (p.grad().defined()) total_sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+      if (p.grad().defined()) {
+        const auto fused = ops::sum_of_squares(p.grad());
+        total_sq += fused ? *fused : p.grad().to(at::kDouble).pow(2).sum().item<double>();
+      }
   return total_sq;
 }
 
