@@ -70,7 +70,9 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   const auto dtype = v.scalar_type();
   q = use_rope ? ops::rope_heads_first(q, cos, sin, dtype) : q.transpose(1, 2).to(dtype);
   k = use_rope ? ops::rope_heads_first(k, cos, sin, dtype) : k.transpose(1, 2).to(dtype);
-  v = v.transpose(1, 2);
+  // Contiguous once per layer: the blocked kernel's per-block matmuls would otherwise copy
+  // their slice of the transposed view every time.
+  v = v.transpose(1, 2).contiguous();
   if (cache) std::tie(k, v) = cache->append(k, v);
   // softmax(q kᵀ · scale) v over [B, nh, T, T_past + T] scores (soft-capped when the family
   // caps them); each KV head serves num_heads / num_kv_heads query heads.

@@ -301,7 +301,9 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const Term backward_start = act.total + loss + (sharded ? st.gathered + st.gathered_grads : (in.grad_accum > 1 ? st.grads : Term()));
   const Term backward_end = step_grads + act.recomputed_transient;
   const Term optimizer_step = (sharded ? Term() : st.grads) +
-                              (in.optimizer == "adamw" ? Term::num(8) * Term::min({st.largest, Term::ceil_div(st.trainable, st.shards)}) : Term());
+                              (in.optimizer == "adamw" && !in.fused_optimizer
+                                   ? Term::num(8) * Term::min({st.largest, Term::ceil_div(st.trainable, st.shards)})
+                                   : Term());
   // Between steps, for a whole checkpoint, sharded optimizer state is gathered whole (rank 0
   // writes it); a sharded checkpoint gathers nothing. Under full_shard the whole weights are
   // gathered for the run's result (and for whole checkpoints) all the same (docs/distributed.md).

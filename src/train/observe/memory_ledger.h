@@ -40,6 +40,10 @@ struct LedgerInputs {
   std::int64_t optimizer_shards = 1;  // ranks sharing gradients and optimizer state (sharded strategies)
   std::int64_t parameter_shards = 1;  // ranks sharing the parameters (full_shard, hybrid_shard)
   bool cpu_offload = false;           // shards, their gradients and optimizer state in host memory
+  // The optimizer step runs the fused CPU kernels (ops/fused_optimizer.h: the model on the CPU,
+  // or its shards offloaded there): no temporaries; else ATen's (a float64 copy of the largest
+  // gradient for the norm, the update's intermediates).
+  bool fused_optimizer = true;
   bool sharded_checkpoints = false;   // checkpoint.layout sharded: each rank writes its part, nothing is gathered
   bool prefetch = false;              // full_shard: the next part gathered while one computes
   double momentum = 0.9;

@@ -320,6 +320,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.parameter_shards = p.distributed.parameter_shards(p.world);
   in.sharded_checkpoints = p.checkpoint.sharded;
   in.cpu_offload = p.distributed.cpu_offload;
+  in.fused_optimizer = p.device.is_cpu() || p.distributed.cpu_offload;
   in.prefetch = p.distributed.prefetch;
   in.momentum = p.optimizer.momentum;
   in.runtime_bytes = runtime_bytes;
