@@ -347,6 +347,12 @@ TEST_F(Checkpoints, ProfileAccountsForTheStepAndWritesATrace) {
   for (const char* name : {"aten::mm", "ctune::attention", "ctune::norm", "ctune::loss", "ctune::optimizer"}) {
     EXPECT_TRUE(names.count(name)) << "no " << name << " in the trace";
   }
+  // A run that ends inside the trace's window (step 2 of 2-3) still writes what it traced.
+  const fs::path short_run = kDir / "profile-short";
+  r = train_with_kill(recipe_path, "", false, {"output_dir=" + short_run.string(), "training.max_steps=2", "scheduler.warmup_steps=1"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream short_in(short_run / "profile.trace.json");
+  EXPECT_GT(Json::parse(short_in)["traceEvents"].size(), 100u);
 }
 
 // A model with a NaN in its final norm makes every loss non-finite: each such step is skipped

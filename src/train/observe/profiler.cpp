@@ -294,6 +294,12 @@ StepProfile StepProfiler::end_step(double wall_s, std::int64_t input_tokens) {
   return out;
 }
 
+void StepProfiler::finish() {
+  if (!state_ || state_->events.empty()) return;
+  write_trace(*state_);
+  state_->events.clear();
+}
+
 std::string StepProfiler::table() const {
   if (steps_.empty()) return "";
   const std::size_t first = steps_.size() > 1 ? 1 : 0;
@@ -313,8 +319,8 @@ std::string StepProfiler::table() const {
     rows.emplace_back(name, m);
     total += m;
   }
-  std::string out = fmt::format("step profile: median of {} steps (the first left out), {:.0f} input tokens per step\n",
-                                steps_.size() - first, tokens_per_step);
+  std::string out = fmt::format("step profile: median of {} steps{}, {:.0f} input tokens per step\n", steps_.size() - first,
+                                first ? " (the first left out)" : "", tokens_per_step);
   out += fmt::format("  {:<28} {:>10} {:>7} {:>12}\n", "category", "ms/step", "share", "us/token");
   for (const auto& [name, sec] : rows) {
     out += fmt::format("  {:<28} {:>10.1f} {:>6.1f}% {:>12.2f}\n", name, sec * 1e3, 100.0 * sec / std::max(1e-12, total),

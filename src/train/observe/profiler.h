@@ -47,6 +47,8 @@ class StepProfiler {
   void begin_step(std::int64_t step);
   // The step's categories; `wall_s` is its measured duration (the untracked remainder).
   StepProfile end_step(double wall_s, std::int64_t input_tokens);
+  // Writes the trace of a window the run ended inside (fewer steps than it spans).
+  void finish();
   // Median seconds per step of each category over the steps profiled after the first (the first
   // warms caches and the allocator), and per input token, as a table for the log.
   std::string table() const;

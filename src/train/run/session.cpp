@@ -274,7 +274,10 @@ TrainResult Session::run() {
   ops::reset_peak_memory(plan.device);  // the measured peak is training's, not loading's
   const double communicating_before = comm_.seconds_communicating();
   const auto result = trainer.run();
-  if (profiler) log_lines(profiler->table());
+  if (profiler) {
+    profiler->finish();
+    log_lines(profiler->table());
+  }
   if (metrics) report_memory(ledger, *metrics, start_bytes, meter, plan.device);
   if (plan.world.distributed()) {
     const double waited = comm_.seconds_communicating() - communicating_before;
