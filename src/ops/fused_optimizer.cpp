@@ -12,7 +12,7 @@ namespace {
 
 // Covered: contiguous fp32 or float64 on the CPU, with the fused operations on.
 int covered(const at::Tensor& t) {
-  if (!fused_ops_enabled() || !t.defined() || !t.device().is_cpu() || !t.is_contiguous()) return -1;
+  if (!t.defined() || !fused_optimizer_on(t.device()) || !t.is_contiguous()) return -1;
   const int e = elem_index(t.scalar_type());
   return e == kF32 || e == kF64 ? e : -1;
 }
@@ -20,6 +20,8 @@ int covered(const at::Tensor& t) {
 constexpr std::int64_t kGrain = 1 << 16;
 
 }  // namespace
+
+bool fused_optimizer_on(const at::Device& device) { return device.is_cpu() && fused_ops_enabled(); }
 
 bool adamw_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, const AdamWStep& s) {
   const int e = covered(param);

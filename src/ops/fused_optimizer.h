@@ -16,6 +16,10 @@ struct AdamWStep {
   std::int64_t step;  // 1-based, for the bias corrections
 };
 
+// Whether the step's kernels run for tensors on `device` (the CPU, with the fused operations on):
+// the one answer the optimizer and the memory ledger (no update temporaries) both read.
+bool fused_optimizer_on(const at::Device& device);
+
 // param, its grad and the two moments: same shape, dtype and device. Returns false (nothing
 // done) when the kernel does not cover them.
 bool adamw_step(at::Tensor& param, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, const AdamWStep& s);

@@ -296,13 +296,7 @@ TEST(Kernels, CrossEntropyRefusesATargetOutsideTheVocabulary) {
   EXPECT_THROW(ops::cross_entropy_rows(at::zeros({2, 5}), at::tensor({1, 5}, at::kLong), 0, &rows, nullptr), c10::Error);
 }
 
-}  // namespace
-}  // namespace ctune
-
 // ---- optimizer step -------------------------------------------------------------------------
-
-namespace ctune {
-namespace {
 
 TEST(Kernels, AdamWStepIsTorchsUpdate) {
   // torch.optim.AdamW's single-tensor update, in ATen operations (as train/step/optimizer.cpp

@@ -17,6 +17,7 @@
 #include "model/quantize.h"
 #include "model/weights.h"
 #include "ops/device.h"
+#include "ops/fused_optimizer.h"
 #include "peft/adapter_io.h"
 #include "tokenizer/load.h"
 
@@ -320,7 +321,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.parameter_shards = p.distributed.parameter_shards(p.world);
   in.sharded_checkpoints = p.checkpoint.sharded;
   in.cpu_offload = p.distributed.cpu_offload;
-  in.fused_optimizer = p.device.is_cpu() || p.distributed.cpu_offload;
+  in.fused_optimizer = ops::fused_optimizer_on(p.distributed.cpu_offload ? at::Device(at::kCPU) : p.device);
   in.prefetch = p.distributed.prefetch;
   in.momentum = p.optimizer.momentum;
   in.runtime_bytes = runtime_bytes;
