@@ -48,4 +48,12 @@ class UnsupportedError : public Error {
   const char* kind() const noexcept override { return "unsupported"; }
 };
 
+// A chat template that does not parse, or fails while rendering (its own raise_exception, an
+// undefined value used, a sandbox limit). The message names the template position.
+class TemplateError : public Error {
+ public:
+  using Error::Error;
+  const char* kind() const noexcept override { return "template error"; }
+};
+
 }  // namespace ctune

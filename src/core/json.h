@@ -13,6 +13,9 @@
 namespace ctune {
 
 using Json = nlohmann::json;
+// Keeps an object's keys in file order (dataset records rendered by chat templates, where the
+// order shows in tojson output); lookups are linear, so only for small objects.
+using OrderedJson = nlohmann::ordered_json;
 
 // Bounds on every JSON ctune reads. Parsing, copying, printing and walking a nested value all
 // recurse, so a file nested a million deep would overflow the stack; no ctune input needs more

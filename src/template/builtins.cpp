@@ -1,0 +1,839 @@
+// Built-in filters, tests, globals and Python methods; see builtins.h.
+#include "template/builtins.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <unordered_map>
+
+#include "template/pystr.h"
+
+namespace ctune::tmpl {
+
+namespace {
+
+using Filter = Value (*)(Env&, const Value&, Args&);
+using Test = bool (*)(Env&, const Value&, Args&);
+
+[[noreturn]] void fail(const std::string& what) { throw EvalError(what); }
+
+const Value* arg(const Args& a, std::size_t i, std::string_view name) { return a.get(i, name); }
+
+bool arg_bool(const Args& a, std::size_t i, std::string_view name, bool dflt) {
+  const Value* v = arg(a, i, name);
+  return v ? v->truthy() : dflt;
+}
+
+std::int64_t arg_int(const Args& a, std::size_t i, std::string_view name, std::int64_t dflt) {
+  const Value* v = arg(a, i, name);
+  if (!v || v->is_none()) return dflt;
+  if (!v->is_int() && !v->is_bool()) fail("expected an integer for '" + std::string(name) + "', found " + v->type_name());
+  return v->integer();
+}
+
+std::optional<std::string> arg_str(const Args& a, std::size_t i, std::string_view name) {
+  const Value* v = arg(a, i, name);
+  if (!v || v->is_none() || v->is_undefined()) return std::nullopt;
+  if (!v->is_string()) fail("expected a string for '" + std::string(name) + "', found " + v->type_name());
+  return v->str_ref();
+}
+
+const std::string& need_str(const Value& v, const char* what) {
+  if (!v.is_string()) fail(std::string(what) + " expects a string, found " + v.type_name());
+  return v.str_ref();
+}
+
+Value make_list(List items, bool tuple = false) { return Value(std::make_shared<List>(std::move(items)), tuple); }
+
+// The items a `for` loop or a list-taking filter sees: list items, dict keys, string code points.
+List iterate(const Value& v) {
+  if (v.is_list()) return v.list();
+  if (v.is_undefined()) return {};
+  List out;
+  if (v.is_dict()) {
+    for (const auto& [k, x] : v.dict().items()) out.emplace_back(k);
+    return out;
+  }
+  if (v.is_string()) {
+    const std::string& s = v.str_ref();
+    std::size_t i = 0;
+    while (i < s.size()) {
+      const std::size_t start = i;
+      decode_code_point(s, i);
+      out.emplace_back(s.substr(start, i - start));
+    }
+    return out;
+  }
+  fail("'" + v.type_name() + "' object is not iterable");
+}
+
+Value bound(std::string name, std::function<Value(Args&)> f) {
+  return Value(std::make_shared<Function>(Function{std::move(name), std::move(f)}));
+}
+
+// A dotted attribute path ("function.name") or an integer index, as Jinja2's make_attrgetter.
+Value attr_path(Env& env, const Value& v, const std::string& path) {
+  Value cur = v;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t dot = path.find('.', start);
+    const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    cur = digits ? get_item(env, cur, Value(static_cast<std::int64_t>(std::stoll(part)))) : get_item(env, cur, Value(part));
+    if (dot == std::string::npos) return cur;
+    start = dot + 1;
+  }
+}
+
+std::string lower_if(const Value& v, bool case_sensitive, Value& key) {
+  if (!case_sensitive && v.is_string()) {
+    key = Value(py_lower(v.str_ref()));
+    return {};
+  }
+  key = v;
+  return {};
+}
+
+Value sort_key(Env& env, const Value& v, const std::optional<std::string>& attribute, bool case_sensitive) {
+  Value key = attribute ? attr_path(env, v, *attribute) : v;
+  Value out;
+  lower_if(key, case_sensitive, out);
+  return out;
+}
+
+int ordered(const Value& a, const Value& b) {
+  auto c = compare(a, b);
+  if (!c) fail("'<' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'");
+  return *c;
+}
+
+// ---- filters --------------------------------------------------------------------------------
+
+Value f_default(Env&, const Value& v, Args& a) {
+  const Value* d = arg(a, 0, "default_value");
+  const bool boolean = arg_bool(a, 1, "boolean", false);
+  if (v.is_undefined() || (boolean && !v.truthy())) return d ? *d : Value(std::string());
+  return v;
+}
+
+Value f_length(Env&, const Value& v, Args&) {
+  auto n = v.length();
+  if (!n) fail("object of type '" + v.type_name() + "' has no len()");
+  return Value(static_cast<std::int64_t>(*n));
+}
+
+Value f_join(Env& env, const Value& v, Args& a) {
+  const std::string sep = arg_str(a, 0, "d").value_or("");
+  const auto attribute = arg_str(a, 1, "attribute");
+  std::string out;
+  bool first = true;
+  for (const Value& x : iterate(v)) {
+    if (!first) out += sep;
+    first = false;
+    out += (attribute ? attr_path(env, x, *attribute) : x).str();
+    if (out.size() > env.limits().max_output_bytes) fail("join result exceeds the output limit");
+  }
+  return Value(std::move(out));
+}
+
+Value f_upper(Env&, const Value& v, Args&) { return Value(py_upper(v.str())); }
+Value f_lower(Env&, const Value& v, Args&) { return Value(py_lower(v.str())); }
+Value f_capitalize(Env&, const Value& v, Args&) { return Value(py_capitalize(v.str())); }
+Value f_title(Env&, const Value& v, Args&) { return Value(py_title(v.str())); }
+Value f_trim(Env&, const Value& v, Args& a) { return Value(py_strip(v.str(), arg_str(a, 0, "chars"))); }
+Value f_string(Env&, const Value& v, Args&) { return Value(v.str()); }
+Value f_safe(Env&, const Value& v, Args&) { return v; }
+
+Value f_first(Env&, const Value& v, Args&) {
+  List l = iterate(v);
+  return l.empty() ? Value::undefined("No first item, sequence was empty.") : l.front();
+}
+Value f_last(Env&, const Value& v, Args&) {
+  List l = iterate(v);
+  return l.empty() ? Value::undefined("No last item, sequence was empty.") : l.back();
+}
+
+Value f_list(Env&, const Value& v, Args&) { return make_list(iterate(v)); }
+
+Value f_items(Env&, const Value& v, Args&) {
+  if (v.is_undefined()) return make_list({});
+  if (!v.is_dict()) fail("can only get item pairs from a mapping, found " + v.type_name());
+  List out;
+  for (const auto& [k, x] : v.dict().items()) out.push_back(make_list({Value(k), x}, true));
+  return make_list(std::move(out));
+}
+
+Value f_replace(Env& env, const Value& v, Args& a) {
+  const Value* old = arg(a, 0, "old");
+  const Value* repl = arg(a, 1, "new");
+  if (!old || !repl) fail("replace() needs the old and new strings");
+  std::string out = py_replace(v.str(), old->str(), repl->str(), arg_int(a, 2, "count", -1));
+  if (out.size() > env.limits().max_output_bytes) fail("replace result exceeds the output limit");
+  return Value(std::move(out));
+}
+
+Value f_tojson(Env&, const Value& v, Args& a) {
+  std::optional<int> indent;
+  if (const Value* i = arg(a, 0, "indent"); i && !i->is_none()) {
+    if (!i->is_int()) fail("tojson indent expects an integer, found " + i->type_name());
+    indent = static_cast<int>(std::clamp<std::int64_t>(i->integer(), 0, 64));
+  }
+  std::optional<std::pair<std::string, std::string>> separators;
+  if (const Value* s = arg(a, 2, "separators"); s && s->is_list() && s->list().size() == 2)
+    separators = std::make_pair(s->list()[0].str(), s->list()[1].str());
+  std::string bad;
+  auto out = to_json(v, indent, arg_bool(a, 3, "sort_keys", false), separators, bad);
+  if (!out) fail("Object of type " + bad + " is not JSON serializable");
+  return Value(std::move(*out));
+}
+
+Value f_int(Env&, const Value& v, Args& a) {
+  const std::int64_t dflt = arg_int(a, 0, "default", 0);
+  if (v.is_int() || v.is_bool()) return Value(v.integer());
+  if (v.is_float()) return std::isfinite(v.number()) ? Value(static_cast<std::int64_t>(v.number())) : Value(dflt);
+  if (v.is_string()) {
+    const std::string s = py_strip(v.str_ref());
+    try {
+      std::size_t used = 0;
+      const long long i = std::stoll(s, &used, static_cast<int>(arg_int(a, 1, "base", 10)));
+      if (used == s.size()) return Value(static_cast<std::int64_t>(i));
+      const double d = std::stod(s, &used);
+      if (used == s.size()) return Value(static_cast<std::int64_t>(d));
+    } catch (const std::exception&) {
+    }
+  }
+  return Value(dflt);
+}
+
+Value f_float(Env&, const Value& v, Args& a) {
+  const Value* d = arg(a, 0, "default");
+  const Value dflt = d ? *d : Value(0.0);
+  if (v.is_number()) return Value(v.number());
+  if (v.is_string()) {
+    try {
+      std::size_t used = 0;
+      const std::string s = py_strip(v.str_ref());
+      const double x = std::stod(s, &used);
+      if (used == s.size()) return Value(x);
+    } catch (const std::exception&) {
+    }
+  }
+  return dflt;
+}
+
+Value f_abs(Env&, const Value& v, Args&) {
+  if (v.is_int() || v.is_bool()) return Value(v.integer() < 0 ? -v.integer() : v.integer());
+  if (v.is_float()) return Value(std::fabs(v.number()));
+  fail("bad operand type for abs(): '" + v.type_name() + "'");
+}
+
+Value f_round(Env&, const Value& v, Args& a) {
+  if (!v.is_number()) fail("round() expects a number, found " + v.type_name());
+  const std::int64_t precision = arg_int(a, 0, "precision", 0);
+  const std::string method = arg_str(a, 1, "method").value_or("common");
+  const double scale = std::pow(10.0, static_cast<double>(precision));
+  const double x = v.number() * scale;
+  double r;
+  if (method == "ceil") r = std::ceil(x);
+  else if (method == "floor") r = std::floor(x);
+  else if (method == "common") r = std::nearbyint(x);  // Python's round(): halves to even
+  else fail("method must be common, ceil or floor");
+  return Value(r / scale);
+}
+
+Value f_reverse(Env&, const Value& v, Args&) {
+  if (v.is_string()) {
+    List cps = iterate(v);
+    std::string out;
+    for (auto it = cps.rbegin(); it != cps.rend(); ++it) out += it->str_ref();
+    return Value(std::move(out));
+  }
+  List l = iterate(v);
+  std::reverse(l.begin(), l.end());
+  return make_list(std::move(l));
+}
+
+Value f_sort(Env& env, const Value& v, Args& a) {
+  const bool reverse = arg_bool(a, 0, "reverse", false);
+  const bool case_sensitive = arg_bool(a, 1, "case_sensitive", false);
+  const auto attribute = arg_str(a, 2, "attribute");
+  List l = iterate(v);
+  std::vector<std::pair<Value, Value>> keyed;
+  for (auto& x : l) keyed.emplace_back(sort_key(env, x, attribute, case_sensitive), x);
+  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& p, const auto& q) {
+    return reverse ? ordered(q.first, p.first) < 0 : ordered(p.first, q.first) < 0;
+  });
+  List out;
+  for (auto& [k, x] : keyed) out.push_back(x);
+  return make_list(std::move(out));
+}
+
+Value f_unique(Env& env, const Value& v, Args& a) {
+  const bool case_sensitive = arg_bool(a, 0, "case_sensitive", false);
+  const auto attribute = arg_str(a, 1, "attribute");
+  List out, seen;
+  for (const Value& x : iterate(v)) {
+    Value key = sort_key(env, x, attribute, case_sensitive);
+    if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) continue;
+    seen.push_back(key);
+    out.push_back(x);
+  }
+  return make_list(std::move(out));
+}
+
+Value min_max(Env& env, const Value& v, Args& a, bool want_max) {
+  const bool case_sensitive = arg_bool(a, 0, "case_sensitive", false);
+  const auto attribute = arg_str(a, 1, "attribute");
+  List l = iterate(v);
+  if (l.empty()) return Value::undefined(std::string("No aggregated item, sequence was empty."));
+  std::size_t best = 0;
+  Value best_key = sort_key(env, l[0], attribute, case_sensitive);
+  for (std::size_t i = 1; i < l.size(); ++i) {
+    Value k = sort_key(env, l[i], attribute, case_sensitive);
+    const int c = ordered(k, best_key);
+    if (want_max ? c > 0 : c < 0) {
+      best = i;
+      best_key = k;
+    }
+  }
+  return l[best];
+}
+Value f_min(Env& env, const Value& v, Args& a) { return min_max(env, v, a, false); }
+Value f_max(Env& env, const Value& v, Args& a) { return min_max(env, v, a, true); }
+
+Value f_sum(Env& env, const Value& v, Args& a) {
+  const auto attribute = arg_str(a, 0, "attribute");
+  const Value* start = arg(a, 1, "start");
+  Value total = start ? *start : Value(std::int64_t{0});
+  for (const Value& x : iterate(v)) total = add(total, attribute ? attr_path(env, x, *attribute) : x);
+  return total;
+}
+
+Value select_impl(Env& env, const Value& v, Args& a, bool by_attr, bool keep) {
+  std::size_t first_test_arg = 0;
+  std::optional<std::string> attribute;
+  if (by_attr) {
+    attribute = arg_str(a, 0, "attribute");
+    if (!attribute) fail("selectattr/rejectattr need an attribute name");
+    first_test_arg = 1;
+  }
+  std::optional<std::string> test_name;
+  if (a.pos.size() > first_test_arg) test_name = need_str(a.pos[first_test_arg], "the test name");
+  Args test_args;
+  for (std::size_t i = first_test_arg + 1; i < a.pos.size(); ++i) test_args.pos.push_back(a.pos[i]);
+  List out;
+  for (const Value& x : iterate(v)) {
+    const Value item = attribute ? attr_path(env, x, *attribute) : x;
+    Args copy = test_args;
+    const bool ok = test_name ? env.test(*test_name, item, copy) : item.truthy();
+    if (ok == keep) out.push_back(x);
+  }
+  return make_list(std::move(out));
+}
+Value f_select(Env& env, const Value& v, Args& a) { return select_impl(env, v, a, false, true); }
+Value f_reject(Env& env, const Value& v, Args& a) { return select_impl(env, v, a, false, false); }
+Value f_selectattr(Env& env, const Value& v, Args& a) { return select_impl(env, v, a, true, true); }
+Value f_rejectattr(Env& env, const Value& v, Args& a) { return select_impl(env, v, a, true, false); }
+
+Value f_map(Env& env, const Value& v, Args& a) {
+  List out;
+  if (const auto attribute = arg_str(a, 99, "attribute")) {
+    const Value* dflt = arg(a, 99, "default");
+    for (const Value& x : iterate(v)) {
+      Value r = attr_path(env, x, *attribute);
+      out.push_back(r.is_undefined() && dflt ? *dflt : r);
+    }
+    return make_list(std::move(out));
+  }
+  if (a.pos.empty()) fail("map() needs a filter name or attribute=");
+  const std::string name = need_str(a.pos[0], "map's filter name");
+  Args rest;
+  rest.pos.assign(a.pos.begin() + 1, a.pos.end());
+  rest.kw = a.kw;
+  for (const Value& x : iterate(v)) {
+    Args copy = rest;
+    out.push_back(env.filter(name, x, copy));
+  }
+  return make_list(std::move(out));
+}
+
+Value f_attr(Env& env, const Value& v, Args& a) {
+  const auto name = arg_str(a, 0, "name");
+  if (!name) fail("attr() needs a name");
+  return get_attribute(env, v, *name);
+}
+
+Value f_indent(Env&, const Value& v, Args& a) {
+  std::string pad;
+  if (const Value* w = arg(a, 0, "width"); w && w->is_string()) pad = w->str_ref();
+  else pad = std::string(static_cast<std::size_t>(std::clamp<std::int64_t>(arg_int(a, 0, "width", 4), 0, 256)), ' ');
+  const bool first = arg_bool(a, 1, "first", false);
+  const bool blank = arg_bool(a, 2, "blank", false);
+  std::string s = v.str();
+  std::string newline = "\n";
+  s += newline;  // Jinja2 appends a newline, indents, then removes it again
+  std::vector<std::string> lines = py_splitlines(s, false);
+  std::string out;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (i > 0) out += newline;
+    const bool indent = (i == 0 ? first : true) && (blank || !py_strip(lines[i]).empty());
+    out += (indent ? pad : "") + lines[i];
+  }
+  return Value(std::move(out));
+}
+
+Value f_escape(Env&, const Value& v, Args&) {
+  std::string out;
+  for (const char c : v.str()) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return Value(std::move(out));
+}
+
+Value f_dictsort(Env&, const Value& v, Args& a) {
+  if (!v.is_dict()) fail("dictsort expects a mapping, found " + v.type_name());
+  const bool case_sensitive = arg_bool(a, 0, "case_sensitive", false);
+  const bool by_value = arg_str(a, 1, "by").value_or("key") == "value";
+  const bool reverse = arg_bool(a, 2, "reverse", false);
+  List items;
+  for (const auto& [k, x] : v.dict().items()) items.push_back(make_list({Value(k), x}, true));
+  std::stable_sort(items.begin(), items.end(), [&](const Value& p, const Value& q) {
+    Value kp, kq;
+    lower_if(p.list()[by_value ? 1 : 0], case_sensitive, kp);
+    lower_if(q.list()[by_value ? 1 : 0], case_sensitive, kq);
+    return reverse ? ordered(kq, kp) < 0 : ordered(kp, kq) < 0;
+  });
+  return make_list(std::move(items));
+}
+
+Value f_wordcount(Env&, const Value& v, Args&) {
+  return Value(static_cast<std::int64_t>(py_split(v.str(), std::nullopt, -1).size()));
+}
+
+const std::unordered_map<std::string, Filter>& filters() {
+  static const std::unordered_map<std::string, Filter> table = {
+      {"default", f_default}, {"d", f_default}, {"length", f_length}, {"count", f_length}, {"join", f_join},
+      {"upper", f_upper}, {"lower", f_lower}, {"capitalize", f_capitalize}, {"title", f_title}, {"trim", f_trim},
+      {"string", f_string}, {"safe", f_safe}, {"first", f_first}, {"last", f_last}, {"list", f_list},
+      {"items", f_items}, {"replace", f_replace}, {"tojson", f_tojson}, {"int", f_int}, {"float", f_float},
+      {"abs", f_abs}, {"round", f_round}, {"reverse", f_reverse}, {"sort", f_sort}, {"unique", f_unique},
+      {"min", f_min}, {"max", f_max}, {"sum", f_sum}, {"select", f_select}, {"reject", f_reject},
+      {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr}, {"map", f_map}, {"attr", f_attr},
+      {"indent", f_indent}, {"e", f_escape}, {"escape", f_escape}, {"forceescape", f_escape},
+      {"dictsort", f_dictsort}, {"wordcount", f_wordcount},
+  };
+  return table;
+}
+
+// ---- tests ----------------------------------------------------------------------------------
+
+const Value& test_arg(const Args& a, const char* test) {
+  const Value* v = arg(a, 0, "other");
+  if (!v) fail(std::string("test '") + test + "' needs an argument");
+  return *v;
+}
+
+bool t_defined(Env&, const Value& v, Args&) { return !v.is_undefined(); }
+bool t_undefined(Env&, const Value& v, Args&) { return v.is_undefined(); }
+bool t_none(Env&, const Value& v, Args&) { return v.is_none(); }
+bool t_boolean(Env&, const Value& v, Args&) { return v.is_bool(); }
+bool t_true(Env&, const Value& v, Args&) { return v.is_bool() && v.boolean(); }
+bool t_false(Env&, const Value& v, Args&) { return v.is_bool() && !v.boolean(); }
+bool t_integer(Env&, const Value& v, Args&) { return v.is_int(); }
+bool t_float(Env&, const Value& v, Args&) { return v.is_float(); }
+bool t_number(Env&, const Value& v, Args&) { return v.is_number(); }
+bool t_string(Env&, const Value& v, Args&) { return v.is_string(); }
+bool t_mapping(Env&, const Value& v, Args&) { return v.is_dict(); }
+bool t_iterable(Env&, const Value& v, Args&) { return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined(); }
+bool t_sequence(Env&, const Value& v, Args&) { return v.is_string() || v.is_list() || v.is_dict(); }
+bool t_callable(Env&, const Value& v, Args&) { return v.is_function(); }
+bool t_odd(Env&, const Value& v, Args&) {
+  if (!v.is_int() && !v.is_bool()) fail("test 'odd' expects an integer, found " + v.type_name());
+  return v.integer() % 2 != 0;
+}
+bool t_even(Env& e, const Value& v, Args& a) { return !t_odd(e, v, a); }
+bool t_divisibleby(Env&, const Value& v, Args& a) {
+  const std::int64_t n = arg_int(a, 0, "num", 1);
+  if (n == 0) fail("integer division or modulo by zero");
+  return v.integer() % n == 0;
+}
+bool t_eq(Env&, const Value& v, Args& a) { return equal(v, test_arg(a, "eq")); }
+bool t_ne(Env&, const Value& v, Args& a) { return !equal(v, test_arg(a, "ne")); }
+bool t_lt(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "lt")) < 0; }
+bool t_le(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "le")) <= 0; }
+bool t_gt(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "gt")) > 0; }
+bool t_ge(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "ge")) >= 0; }
+bool t_lower(Env&, const Value& v, Args&) { return v.is_string() && py_lower(v.str_ref()) == v.str_ref(); }
+bool t_upper(Env&, const Value& v, Args&) { return v.is_string() && py_upper(v.str_ref()) == v.str_ref(); }
+bool t_escaped(Env&, const Value&, Args&) { return false; }
+bool t_in(Env&, const Value& v, Args& a) { return contains(test_arg(a, "in"), v); }
+bool t_sameas(Env&, const Value& v, Args& a) {
+  const Value& o = test_arg(a, "sameas");
+  if (v.is_list() && o.is_list()) return v.list_ptr() == o.list_ptr();
+  if (v.is_dict() && o.is_dict()) return v.dict_ptr() == o.dict_ptr();
+  return v.kind() == o.kind() && (v.is_none() || v.is_undefined() || (v.is_bool() && v.boolean() == o.boolean()));
+}
+
+const std::unordered_map<std::string, Test>& tests() {
+  static const std::unordered_map<std::string, Test> table = {
+      {"defined", t_defined}, {"undefined", t_undefined}, {"none", t_none}, {"boolean", t_boolean},
+      {"true", t_true}, {"false", t_false}, {"integer", t_integer}, {"float", t_float}, {"number", t_number},
+      {"string", t_string}, {"mapping", t_mapping}, {"iterable", t_iterable}, {"sequence", t_sequence},
+      {"callable", t_callable}, {"odd", t_odd}, {"even", t_even}, {"divisibleby", t_divisibleby},
+      {"eq", t_eq}, {"equalto", t_eq}, {"==", t_eq}, {"ne", t_ne}, {"!=", t_ne}, {"lt", t_lt}, {"lessthan", t_lt},
+      {"<", t_lt}, {"le", t_le}, {"<=", t_le}, {"gt", t_gt}, {"greaterthan", t_gt}, {">", t_gt}, {"ge", t_ge},
+      {">=", t_ge}, {"lower", t_lower}, {"upper", t_upper}, {"escaped", t_escaped}, {"in", t_in},
+      {"sameas", t_sameas},
+  };
+  return table;
+}
+
+// ---- methods --------------------------------------------------------------------------------
+
+std::optional<std::vector<std::string>> prefixes(const Value& v) {
+  if (v.is_string()) return std::vector<std::string>{v.str_ref()};
+  if (v.is_list() && v.is_tuple()) {
+    std::vector<std::string> out;
+    for (const Value& x : v.list()) out.push_back(need_str(x, "startswith/endswith"));
+    return out;
+  }
+  return std::nullopt;
+}
+
+// Python's str.format with {} / {0} / {name} fields (no format specs).
+std::string py_format(const std::string& fmt, const Args& a) {
+  std::string out;
+  std::size_t auto_index = 0;
+  for (std::size_t i = 0; i < fmt.size(); ++i) {
+    const char c = fmt[i];
+    if (c == '{' && i + 1 < fmt.size() && fmt[i + 1] == '{') {
+      out += '{';
+      ++i;
+    } else if (c == '}' && i + 1 < fmt.size() && fmt[i + 1] == '}') {
+      out += '}';
+      ++i;
+    } else if (c == '{') {
+      const std::size_t close = fmt.find('}', i);
+      if (close == std::string::npos) fail("Single '{' encountered in format string");
+      const std::string field = fmt.substr(i + 1, close - i - 1);
+      if (field.find_first_of(":!") != std::string::npos) fail("format specs in str.format are not supported");
+      const Value* v = nullptr;
+      if (field.empty()) v = arg(a, auto_index++, "\x01");
+      else if (std::all_of(field.begin(), field.end(), ::isdigit)) v = arg(a, std::stoul(field), "\x01");
+      else v = arg(a, SIZE_MAX, field);
+      if (!v) fail("str.format: no argument for {" + field + "}");
+      out += v->str();
+      i = close;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+Value string_method(Env& env, const Value& self, const std::string& name) {
+  const std::string s = self.str_ref();
+  auto m = [&](auto f) { return bound("str." + name, f); };
+  if (name == "strip" || name == "lstrip" || name == "rstrip")
+    return m([s, name](Args& a) {
+      return Value(py_strip(s, arg_str(a, 0, "chars"), name != "rstrip", name != "lstrip"));
+    });
+  if (name == "split" || name == "rsplit")
+    return m([s, name](Args& a) {
+      List out;
+      for (auto& part : py_split(s, arg_str(a, 0, "sep"), arg_int(a, 1, "maxsplit", -1), name == "rsplit"))
+        out.emplace_back(std::move(part));
+      return make_list(std::move(out));
+    });
+  if (name == "splitlines")
+    return m([s](Args& a) {
+      List out;
+      for (auto& part : py_splitlines(s, arg_bool(a, 0, "keepends", false))) out.emplace_back(std::move(part));
+      return make_list(std::move(out));
+    });
+  if (name == "startswith" || name == "endswith")
+    return m([s, name](Args& a) {
+      const Value* p = arg(a, 0, "prefix");
+      if (!p) fail(name + "() needs an argument");
+      auto options = prefixes(*p);
+      if (!options) fail(name + " first arg must be str or a tuple of str, not " + p->type_name());
+      for (const auto& o : *options) {
+        if (name == "startswith" ? s.compare(0, o.size(), o) == 0
+                                 : (s.size() >= o.size() && s.compare(s.size() - o.size(), o.size(), o) == 0))
+          return Value(true);
+      }
+      return Value(false);
+    });
+  if (name == "upper") return m([s](Args&) { return Value(py_upper(s)); });
+  if (name == "lower") return m([s](Args&) { return Value(py_lower(s)); });
+  if (name == "title") return m([s](Args&) { return Value(py_title(s)); });
+  if (name == "capitalize") return m([s](Args&) { return Value(py_capitalize(s)); });
+  if (name == "replace")
+    return m([s, &env](Args& a) {
+      const auto old = arg_str(a, 0, "old"), repl = arg_str(a, 1, "new");
+      if (!old || !repl) fail("replace() needs the old and new strings");
+      std::string out = py_replace(s, *old, *repl, arg_int(a, 2, "count", -1));
+      if (out.size() > env.limits().max_output_bytes) fail("replace result exceeds the output limit");
+      return Value(std::move(out));
+    });
+  if (name == "find" || name == "rfind" || name == "index" || name == "rindex")
+    return m([s, name](Args& a) {
+      const auto sub = arg_str(a, 0, "sub");
+      if (!sub) fail(name + "() needs a string");
+      const std::int64_t at = py_find(s, *sub, name[0] == 'r');
+      if (at < 0 && (name == "index" || name == "rindex")) fail("substring not found");
+      return Value(at);
+    });
+  if (name == "count")
+    return m([s](Args& a) {
+      const auto sub = arg_str(a, 0, "sub");
+      if (!sub) fail("count() needs a string");
+      return Value(py_count(s, *sub));
+    });
+  if (name == "join")
+    return m([s, &env](Args& a) {
+      if (a.pos.empty()) fail("join() needs an iterable");
+      std::string out;
+      bool first = true;
+      for (const Value& x : iterate(a.pos[0])) {
+        if (!first) out += s;
+        first = false;
+        out += need_str(x, "str.join");
+        if (out.size() > env.limits().max_output_bytes) fail("join result exceeds the output limit");
+      }
+      return Value(std::move(out));
+    });
+  if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "islower" ||
+      name == "isupper")
+    return m([s, name](Args&) { return Value(py_is(s, name)); });
+  if (name == "removeprefix" || name == "removesuffix")
+    return m([s, name](Args& a) {
+      const std::string p = arg_str(a, 0, "prefix").value_or("");
+      if (name == "removeprefix") return Value(s.compare(0, p.size(), p) == 0 ? s.substr(p.size()) : s);
+      return Value(s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0 ? s.substr(0, s.size() - p.size())
+                                                                                         : s);
+    });
+  if (name == "format") return m([s](Args& a) { return Value(py_format(s, a)); });
+  return Value::undefined("'str object' has no attribute '" + name + "'");
+}
+
+Value dict_method(const Value& self, const std::string& name) {
+  const DictPtr d = self.dict_ptr();
+  if (name == "items")
+    return bound("dict.items", [d](Args&) {
+      List out;
+      for (const auto& [k, x] : d->items()) out.push_back(make_list({Value(k), x}, true));
+      return make_list(std::move(out));
+    });
+  if (name == "keys")
+    return bound("dict.keys", [d](Args&) {
+      List out;
+      for (const auto& [k, x] : d->items()) out.emplace_back(k);
+      return make_list(std::move(out));
+    });
+  if (name == "values")
+    return bound("dict.values", [d](Args&) {
+      List out;
+      for (const auto& [k, x] : d->items()) out.push_back(x);
+      return make_list(std::move(out));
+    });
+  if (name == "get")
+    return bound("dict.get", [d](Args& a) {
+      if (a.pos.empty()) fail("get() needs a key");
+      const Value* found = a.pos[0].is_string() ? d->find(a.pos[0].str_ref()) : nullptr;
+      if (found) return *found;
+      return a.pos.size() > 1 ? a.pos[1] : Value::none();
+    });
+  return Value();
+}
+
+Value list_method(const Value& self, const std::string& name) {
+  const ListPtr l = self.list_ptr();
+  if (name == "index")
+    return bound("list.index", [l](Args& a) {
+      if (a.pos.empty()) fail("index() needs a value");
+      for (std::size_t i = 0; i < l->size(); ++i)
+        if (equal((*l)[i], a.pos[0])) return Value(static_cast<std::int64_t>(i));
+      fail(a.pos[0].repr() + " is not in list");
+    });
+  if (name == "count")
+    return bound("list.count", [l](Args& a) {
+      if (a.pos.empty()) fail("count() needs a value");
+      return Value(static_cast<std::int64_t>(std::count_if(l->begin(), l->end(), [&](const Value& x) { return equal(x, a.pos[0]); })));
+    });
+  return Value();
+}
+
+bool is_mutating(const Value& obj, const std::string& name) {
+  static const char* const list_ops[] = {"append", "extend", "insert", "pop", "remove", "reverse", "sort", "clear"};
+  static const char* const dict_ops[] = {"clear", "pop", "popitem", "setdefault", "update"};
+  if (obj.is_list())
+    return std::any_of(std::begin(list_ops), std::end(list_ops), [&](const char* o) { return name == o; });
+  if (obj.is_dict())
+    return std::any_of(std::begin(dict_ops), std::end(dict_ops), [&](const char* o) { return name == o; });
+  return false;
+}
+
+std::string type_object(const Value& v) { return v.type_name() + " object"; }
+
+}  // namespace
+
+// ---- arithmetic helpers shared with the renderer ---------------------------------------------
+
+Value add(const Value& x, const Value& y) {
+  if (x.is_number() && y.is_number()) {
+    if (x.is_float() || y.is_float()) return Value(x.number() + y.number());
+    std::int64_t r;
+    if (__builtin_add_overflow(x.integer(), y.integer(), &r)) fail("integer overflow in +");
+    return Value(r);
+  }
+  if (x.is_string() && y.is_string()) return Value(x.str_ref() + y.str_ref());
+  if (x.is_list() && y.is_list() && x.is_tuple() == y.is_tuple()) {
+    List out = x.list();
+    out.insert(out.end(), y.list().begin(), y.list().end());
+    return Value(std::make_shared<List>(std::move(out)), x.is_tuple());
+  }
+  if (x.is_undefined() || y.is_undefined())
+    fail("'" + (x.is_undefined() ? x : y).undefined_hint() + "' is undefined");
+  fail("unsupported operand type(s) for +: '" + x.type_name() + "' and '" + y.type_name() + "'");
+}
+
+bool contains(const Value& container, const Value& item) {
+  if (container.is_string()) {
+    if (!item.is_string()) fail("'in <string>' requires string as left operand, not " + item.type_name());
+    return container.str_ref().find(item.str_ref()) != std::string::npos;
+  }
+  if (container.is_list())
+    return std::any_of(container.list().begin(), container.list().end(), [&](const Value& x) { return equal(x, item); });
+  if (container.is_dict()) return item.is_string() && container.dict().find(item.str_ref()) != nullptr;
+  if (container.is_undefined()) return false;
+  if (container.is_namespace()) return item.is_string() && container.ns().attrs.find(item.str_ref()) != nullptr;
+  fail("argument of type '" + container.type_name() + "' is not iterable");
+}
+
+std::optional<Value> apply_filter(Env& env, const std::string& name, const Value& v, Args& args) {
+  const auto& table = filters();
+  auto it = table.find(name);
+  if (it == table.end()) return std::nullopt;
+  Value out = it->second(env, v, args);
+  check_size(env, out);
+  return out;
+}
+
+std::optional<bool> apply_test(Env& env, const std::string& name, const Value& v, Args& args) {
+  const auto& table = tests();
+  auto it = table.find(name);
+  if (it == table.end()) return std::nullopt;
+  return it->second(env, v, args);
+}
+
+Value get_attribute(Env& env, const Value& obj, const std::string& name) {
+  if (name.size() >= 2 && name[0] == '_' && name[1] == '_')
+    fail("access to attribute '" + name + "' of '" + obj.type_name() + "' object is unsafe");
+  if (obj.is_undefined()) fail("'" + (obj.undefined_hint().empty() ? std::string("value") : obj.undefined_hint()) + "' is undefined");
+  if (is_mutating(obj, name))
+    fail("access to attribute '" + name + "' of '" + obj.type_name() + "' object is unsafe (templates cannot change their inputs)");
+  if (obj.is_string()) return string_method(env, obj, name);
+  if (obj.is_dict()) {
+    Value m = dict_method(obj, name);
+    if (m.is_function()) return m;
+    if (const Value* v = obj.dict().find(name)) return *v;
+    return Value::undefined("'dict object' has no attribute '" + name + "'");
+  }
+  if (obj.is_list()) {
+    Value m = list_method(obj, name);
+    if (m.is_function()) return m;
+  }
+  if (obj.is_namespace()) {
+    if (const Value* v = obj.ns().attrs.find(name)) return *v;
+  }
+  return Value::undefined("'" + type_object(obj) + "' has no attribute '" + name + "'");
+}
+
+Value get_item(Env& env, const Value& obj, const Value& key) {
+  if (obj.is_undefined()) fail("'" + (obj.undefined_hint().empty() ? std::string("value") : obj.undefined_hint()) + "' is undefined");
+  if (obj.is_dict() && key.is_string()) {
+    if (const Value* v = obj.dict().find(key.str_ref())) return *v;
+  } else if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
+    const bool is_str = obj.is_string();
+    const std::vector<std::size_t> offsets = is_str ? code_point_offsets(obj.str_ref()) : std::vector<std::size_t>{};
+    const auto n = static_cast<std::int64_t>(is_str ? offsets.size() - 1 : obj.list().size());
+    std::int64_t i = key.integer();
+    if (i < 0) i += n;
+    if (i >= 0 && i < n) {
+      if (!is_str) return obj.list()[static_cast<std::size_t>(i)];
+      const auto k = static_cast<std::size_t>(i);
+      return Value(obj.str_ref().substr(offsets[k], offsets[k + 1] - offsets[k]));
+    }
+    return Value::undefined(type_object(obj) + " has no element " + std::to_string(key.integer()));
+  }
+  if (key.is_string()) return get_attribute(env, obj, key.str_ref());
+  return Value::undefined(type_object(obj) + " has no element " + key.repr());
+}
+
+void check_size(const Env& env, const Value& v) {
+  if (v.is_string() && v.str_ref().size() > env.limits().max_output_bytes)
+    fail("a string of " + std::to_string(v.str_ref().size()) + " bytes exceeds the template output limit of " +
+         std::to_string(env.limits().max_output_bytes));
+  if (v.is_list() && v.list().size() > env.limits().max_items)
+    fail("a list of " + std::to_string(v.list().size()) + " items exceeds the template limit of " +
+         std::to_string(env.limits().max_items));
+}
+
+void add_globals(Dict& g, Env& env) {
+  g.set("range", bound("range", [](Args& a) {
+          std::int64_t start = 0, stop, step = 1;
+          for (const Value& v : a.pos)
+            if (!v.is_int() && !v.is_bool()) fail("range() expects integers, found " + v.type_name());
+          if (a.pos.size() == 1) stop = a.pos[0].integer();
+          else if (a.pos.size() >= 2) {
+            start = a.pos[0].integer();
+            stop = a.pos[1].integer();
+            if (a.pos.size() > 2) step = a.pos[2].integer();
+          } else fail("range expected at least 1 argument, got 0");
+          if (step == 0) fail("range() arg 3 must not be zero");
+          const long double count = step > 0 ? (stop > start ? (static_cast<long double>(stop) - start + step - 1) / step : 0)
+                                              : (stop < start ? (static_cast<long double>(start) - stop - step - 1) / -step : 0);
+          // Jinja2's sandbox refuses ranges over MAX_RANGE (100000) items.
+          if (count > 100000) fail("range too big: the sandbox blocks ranges larger than 100000 items");
+          List out;
+          for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
+          return make_list(std::move(out));
+        }));
+  g.set("namespace", bound("namespace", [](Args& a) {
+          auto ns = std::make_shared<Namespace>();
+          for (const Value& p : a.pos) {
+            if (!p.is_dict()) fail("namespace() takes keyword arguments or a dict");
+            for (const auto& [k, v] : p.dict().items()) ns->attrs.set(k, v);
+          }
+          for (const auto& [k, v] : a.kw) ns->attrs.set(k, v);
+          return Value(ns);
+        }));
+  g.set("dict", bound("dict", [](Args& a) {
+          auto d = std::make_shared<Dict>();
+          for (const auto& [k, v] : a.kw) d->set(k, v);
+          return Value(d);
+        }));
+  g.set("raise_exception", bound("raise_exception", [](Args& a) -> Value {
+          fail(a.pos.empty() ? std::string("raise_exception called") : a.pos[0].str());
+        }));
+  g.set("strftime_now", bound("strftime_now", [&env](Args& a) {
+          const auto fmt = arg_str(a, 0, "format");
+          if (!fmt) fail("strftime_now() needs a format");
+          const std::time_t t = env.now();
+          std::tm tm{};
+          localtime_r(&t, &tm);
+          char buf[512];
+          const std::size_t n = std::strftime(buf, sizeof buf, fmt->c_str(), &tm);
+          return Value(std::string(buf, n));
+        }));
+}
+
+}  // namespace ctune::tmpl

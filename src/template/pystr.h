@@ -1,0 +1,48 @@
+// Python's str operations as chat templates call them (`content.strip()`, `.split('</think>')`,
+// `|upper`, `s[::-1]`, `len(s)`), on valid UTF-8 with code-point indices, because the templates
+// run on Python strings in transformers. Whitespace is str.isspace()'s set; case mapping is
+// Unicode's simple mapping (utf8proc), which differs from Python's full mapping only for the
+// few characters that expand (German sharp s upper-cases to "SS" in Python, stays one here).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ctune::tmpl {
+
+// Decodes the code point at s[i] (valid UTF-8) and advances i.
+std::uint32_t decode_code_point(std::string_view s, std::size_t& i);
+void append_code_point(std::string& out, std::uint32_t cp);
+std::size_t code_point_count(std::string_view s);
+// Byte offsets of every code point boundary, including s.size() at the end (size count+1).
+std::vector<std::size_t> code_point_offsets(std::string_view s);
+
+bool is_py_space(std::uint32_t cp);  // str.isspace()
+bool is_printable(std::uint32_t cp);  // str.isprintable(), as repr() decides what to escape
+
+// strip/lstrip/rstrip: without `chars`, Python whitespace; with it, any of its code points.
+std::string py_strip(std::string_view s, const std::optional<std::string>& chars = std::nullopt, bool left = true,
+                     bool right = true);
+// str.split(sep, maxsplit) / str.rsplit: no sep splits on whitespace runs and drops empties.
+std::vector<std::string> py_split(std::string_view s, const std::optional<std::string>& sep, std::int64_t maxsplit,
+                                  bool from_right = false);
+std::vector<std::string> py_splitlines(std::string_view s, bool keepends);
+std::string py_replace(std::string_view s, std::string_view old, std::string_view repl, std::int64_t count);
+std::string py_upper(std::string_view s);
+std::string py_lower(std::string_view s);
+std::string py_title(std::string_view s);
+std::string py_capitalize(std::string_view s);
+// str.find / rfind / count (code-point index, -1 when absent).
+std::int64_t py_find(std::string_view s, std::string_view sub, bool from_right = false);
+std::int64_t py_count(std::string_view s, std::string_view sub);
+// str.isdigit/isalpha/isalnum/islower/isupper/isspace by Unicode category.
+bool py_is(std::string_view s, std::string_view what);
+
+// Python's slice semantics over `n` items: fills the indices selected by [start:stop:step].
+std::vector<std::size_t> slice_indices(std::size_t n, std::optional<std::int64_t> start, std::optional<std::int64_t> stop,
+                                       std::int64_t step);
+
+}  // namespace ctune::tmpl

@@ -1,0 +1,561 @@
+// The renderer: walks the parsed template with Jinja2's scoping (a for-loop iteration and a
+// macro call are scopes, if-blocks are not; `set` writes to the innermost scope, so only a
+// namespace carries values out of a loop) and the sandbox's bounds. See template.h.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "template/ast.h"
+#include "template/builtins.h"
+#include "template/lexer.h"
+#include "template/parser.h"
+#include "template/pystr.h"
+#include "template/template.h"
+
+namespace ctune::tmpl {
+
+struct Program {
+  std::string source;
+  Body body;
+  bool has_generation = false;
+};
+
+namespace {
+
+// Real chat templates are a few KB; the largest seen are ~20 KB.
+constexpr std::size_t kMaxSourceBytes = 1u << 20;
+
+struct Frame;
+using FramePtr = std::shared_ptr<Frame>;
+struct Frame {
+  FramePtr parent;
+  std::unordered_map<std::string, Value> vars;
+  const Value* find(const std::string& name) const {
+    for (const Frame* f = this; f; f = f->parent.get()) {
+      auto it = f->vars.find(name);
+      if (it != f->vars.end()) return &it->second;
+    }
+    return nullptr;
+  }
+};
+
+enum class Flow { normal, break_, continue_ };
+
+[[noreturn]] void fail(const std::string& what) { throw EvalError(what); }
+
+std::string where(int line, int column) {
+  return "template line " + std::to_string(line) + ", column " + std::to_string(column) + ": ";
+}
+
+bool walk_has_generation(const Body& body) {
+  for (const auto& n : body) {
+    if (n->kind == Node::Kind::generation) return true;
+    if (walk_has_generation(n->body) || walk_has_generation(n->else_body)) return true;
+    for (const auto& [c, b] : n->branches)
+      if (walk_has_generation(b)) return true;
+    if (n->macro && walk_has_generation(n->macro->body)) return true;
+  }
+  return false;
+}
+
+class Renderer final : public Env {
+ public:
+  Renderer(const Program& program, const RenderOptions& options) : program_(program), options_(options) {
+    now_ = options.now ? *options.now : std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  }
+
+  Rendered run(const Dict& variables) {
+    auto globals = std::make_shared<Frame>();
+    Dict builtins;
+    add_globals(builtins, *this);
+    for (const auto& [k, v] : builtins.items()) globals->vars[k] = v;
+    for (const auto& [k, v] : variables.items()) globals->vars[k] = v;
+    root_ = &result_.text;
+    exec(program_.body, globals, result_.text);
+    return std::move(result_);
+  }
+
+  // Env
+  Value filter(const std::string& name, const Value& v, Args& args) override {
+    auto r = apply_filter(*this, name, v, args);
+    if (!r) fail("no filter named '" + name + "'");
+    return std::move(*r);
+  }
+  bool test(const std::string& name, const Value& v, Args& args) override {
+    auto r = apply_test(*this, name, v, args);
+    if (!r) fail("no test named '" + name + "'");
+    return *r;
+  }
+  Value call(const Value& callee, Args& args) override {
+    if (callee.is_undefined())
+      fail("'" + (callee.undefined_hint().empty() ? std::string("value") : callee.undefined_hint()) + "' is undefined");
+    if (!callee.is_function()) fail("'" + callee.type_name() + "' object is not callable");
+    Value out = callee.function().call(args);
+    check_size(*this, out);
+    return out;
+  }
+  const Limits& limits() const override { return options_.limits; }
+  std::time_t now() const override { return now_; }
+
+ private:
+  void write(std::string& out, std::string_view s) {
+    out.append(s);
+    if (out.size() > options_.limits.max_output_bytes)
+      fail("the rendered text exceeds the output limit of " + std::to_string(options_.limits.max_output_bytes) + " bytes");
+  }
+
+  Flow exec(const Body& body, const FramePtr& frame, std::string& out) {
+    for (const auto& node : body) {
+      const Flow f = exec_node(*node, frame, out);
+      if (f != Flow::normal) return f;
+    }
+    return Flow::normal;
+  }
+
+  Flow exec_node(const Node& n, const FramePtr& frame, std::string& out) {
+    try {
+      return exec_node_unchecked(n, frame, out);
+    } catch (const EvalError& e) {
+      throw TemplateError(where(n.line, n.column) + e.what());
+    }
+  }
+
+  Flow exec_node_unchecked(const Node& n, const FramePtr& frame, std::string& out) {
+    switch (n.kind) {
+      case Node::Kind::text: write(out, n.text); return Flow::normal;
+      case Node::Kind::output: write(out, eval(*n.expr, frame).str()); return Flow::normal;
+      case Node::Kind::if_:
+        for (const auto& [cond, body] : n.branches)
+          if (eval(*cond, frame).truthy()) return exec(body, frame, out);
+        return exec(n.else_body, frame, out);
+      case Node::Kind::for_: return exec_for(n, frame, out);
+      case Node::Kind::set: exec_set(n, frame); return Flow::normal;
+      case Node::Kind::set_block: {
+        std::string captured;
+        exec(n.body, std::make_shared<Frame>(Frame{frame, {}}), captured);
+        Value v(std::move(captured));
+        if (n.filter) v = apply_chain(*n.filter, v, frame);
+        frame->vars[n.targets[0]] = v;
+        return Flow::normal;
+      }
+      case Node::Kind::macro: frame->vars[n.macro->name] = make_macro(n.macro, frame, Value()); return Flow::normal;
+      case Node::Kind::call_block: {
+        const Value caller = make_macro(n.macro, frame, Value());
+        const Expr& call = *n.expr;
+        Args args = eval_args(call, frame, 1);
+        args.kw.emplace_back("caller", caller);
+        write(out, this->call(eval(*call.items[0], frame), args).str());
+        return Flow::normal;
+      }
+      case Node::Kind::filter_block: {
+        std::string captured;
+        exec(n.body, frame, captured);
+        write(out, apply_chain(*n.filter, Value(std::move(captured)), frame).str());
+        return Flow::normal;
+      }
+      case Node::Kind::generation: {
+        const std::size_t begin = out.size();
+        const Flow f = exec(n.body, frame, out);
+        if (&out == root_ && out.size() > begin) result_.generation.emplace_back(begin, out.size());
+        return f;
+      }
+      case Node::Kind::scope: return exec(n.body, std::make_shared<Frame>(Frame{frame, {}}), out);
+      case Node::Kind::break_: return Flow::break_;
+      case Node::Kind::continue_: return Flow::continue_;
+    }
+    return Flow::normal;
+  }
+
+  // A filter chain parsed with a null innermost operand ({% filter %}, block set) applied to `v`.
+  Value apply_chain(const Expr& chain, const Value& v, const FramePtr& frame) {
+    if (chain.kind != Expr::Kind::filter) return v;
+    const Value inner = chain.items[0] ? apply_chain(*chain.items[0], v, frame) : v;
+    Args args = eval_args(chain, frame, 1);
+    return filter(chain.name, inner, args);
+  }
+
+  static void assign(Frame& frame, const Node& n, const Value& v) {
+    if (!n.tuple_target) {
+      frame.vars[n.targets[0]] = v;
+      return;
+    }
+    if (!v.is_list()) fail("cannot unpack a non-sequence " + v.type_name());
+    if (v.list().size() != n.targets.size())
+      fail("expected " + std::to_string(n.targets.size()) + " values to unpack, found " + std::to_string(v.list().size()));
+    for (std::size_t i = 0; i < n.targets.size(); ++i) frame.vars[n.targets[i]] = v.list()[i];
+  }
+
+  void exec_set(const Node& n, const FramePtr& frame) {
+    Value v = eval(*n.expr, frame);
+    if (!n.attr.empty()) {
+      const Value* target = frame->find(n.targets[0]);
+      if (!target || !target->is_namespace()) fail("cannot assign attribute on non-namespace object '" + n.targets[0] + "'");
+      target->ns().attrs.set(n.attr, std::move(v));
+      return;
+    }
+    assign(*frame, n, v);
+  }
+
+  Flow exec_for(const Node& n, const FramePtr& frame, std::string& out) {
+    const Value seq = eval(*n.expr, frame);
+    List items;
+    if (seq.is_list()) items = seq.list();
+    else if (seq.is_dict()) {
+      for (const auto& [k, v] : seq.dict().items()) items.emplace_back(k);
+    } else if (seq.is_string()) {
+      const std::string& s = seq.str_ref();
+      std::size_t i = 0;
+      while (i < s.size()) {
+        const std::size_t start = i;
+        decode_code_point(s, i);
+        items.emplace_back(s.substr(start, i - start));
+      }
+    } else if (!seq.is_undefined()) {
+      fail("'" + seq.type_name() + "' object is not iterable");
+    }
+    if (n.filter) {
+      List kept;
+      for (const Value& item : items) {
+        auto scope = std::make_shared<Frame>(Frame{frame, {}});
+        assign(*scope, n, item);
+        if (eval(*n.filter, scope).truthy()) kept.push_back(item);
+      }
+      items = std::move(kept);
+    }
+    if (items.empty()) return exec(n.else_body, frame, out);
+    const auto length = static_cast<std::int64_t>(items.size());
+    for (std::int64_t i = 0; i < length; ++i) {
+      if (++iterations_ > options_.limits.max_iterations)
+        fail("more than " + std::to_string(options_.limits.max_iterations) + " loop iterations in one render");
+      auto scope = std::make_shared<Frame>(Frame{frame, {}});
+      assign(*scope, n, items[static_cast<std::size_t>(i)]);
+      auto loop = std::make_shared<Dict>();
+      loop->set("index", Value(i + 1));
+      loop->set("index0", Value(i));
+      loop->set("revindex", Value(length - i));
+      loop->set("revindex0", Value(length - i - 1));
+      loop->set("first", Value(i == 0));
+      loop->set("last", Value(i == length - 1));
+      loop->set("length", Value(length));
+      loop->set("depth", Value(1));
+      loop->set("depth0", Value(0));
+      loop->set("previtem", i > 0 ? items[static_cast<std::size_t>(i - 1)] : Value::undefined("there is no previous item"));
+      loop->set("nextitem", i + 1 < length ? items[static_cast<std::size_t>(i + 1)] : Value::undefined("there is no next item"));
+      loop->set("cycle", Value(std::make_shared<Function>(Function{"loop.cycle", [i](Args& a) {
+                                  if (a.pos.empty()) fail("no items for cycling given");
+                                  return a.pos[static_cast<std::size_t>(i) % a.pos.size()];
+                                }})));
+      scope->vars["loop"] = Value(loop);
+      const Flow f = exec(n.body, scope, out);
+      if (f == Flow::break_) break;
+    }
+    return Flow::normal;
+  }
+
+  Value make_macro(const std::shared_ptr<Macro>& macro, const FramePtr& defined_in, const Value&) {
+    return Value(std::make_shared<Function>(Function{macro->name, [this, macro, defined_in](Args& a) {
+                   if (depth_ + 1 > options_.limits.max_depth) {
+                     fail("macro calls nested deeper than " + std::to_string(options_.limits.max_depth));
+                   }
+                   struct Guard {
+                     int& d;
+                     explicit Guard(int& depth) : d(depth) { ++d; }
+                     ~Guard() { --d; }
+                   } guard{depth_};
+                   auto scope = std::make_shared<Frame>(Frame{defined_in, {}});
+                   List varargs;
+                   for (std::size_t i = 0; i < a.pos.size(); ++i) {
+                     if (i < macro->params.size()) scope->vars[macro->params[i].first] = a.pos[i];
+                     else varargs.push_back(a.pos[i]);
+                   }
+                   auto kwargs = std::make_shared<Dict>();
+                   for (const auto& [k, v] : a.kw) {
+                     const bool param = std::any_of(macro->params.begin(), macro->params.end(),
+                                                    [&](const auto& p) { return p.first == k; });
+                     if (param || k == "caller") scope->vars[k] = v;
+                     else kwargs->set(k, v);
+                   }
+                   for (const auto& [name, dflt] : macro->params) {
+                     if (scope->vars.count(name)) continue;
+                     scope->vars[name] = dflt ? eval(*dflt, scope) : Value::undefined(name);
+                   }
+                   scope->vars["varargs"] = Value(std::make_shared<List>(std::move(varargs)));
+                   scope->vars["kwargs"] = Value(kwargs);
+                   std::string out;
+                   exec(macro->body, scope, out);
+                   return Value(std::move(out));
+                 }}));
+  }
+
+  Args eval_args(const Expr& e, const FramePtr& frame, std::size_t first) {
+    Args a;
+    for (std::size_t i = first; i < e.items.size(); ++i) a.pos.push_back(eval(*e.items[i], frame));
+    for (const auto& [k, v] : e.kwargs) a.kw.emplace_back(k, eval(*v, frame));
+    return a;
+  }
+
+  Value eval(const Expr& e, const FramePtr& frame) {
+    try {
+      Value v = eval_unchecked(e, frame);
+      return v;
+    } catch (const EvalError& err) {
+      throw TemplateError(where(e.line, e.column) + err.what());
+    }
+  }
+
+  static std::optional<std::int64_t> slice_part(const Value& v) {
+    if (v.is_none() || v.is_undefined()) return std::nullopt;
+    if (!v.is_int() && !v.is_bool()) fail("slice indices must be integers or None, found " + v.type_name());
+    return v.integer();
+  }
+
+  Value eval_unchecked(const Expr& e, const FramePtr& frame) {
+    switch (e.kind) {
+      case Expr::Kind::literal: return e.value;
+      case Expr::Kind::name: {
+        const Value* v = frame->find(e.name);
+        return v ? *v : Value::undefined(e.name);
+      }
+      case Expr::Kind::list:
+      case Expr::Kind::tuple: {
+        auto l = std::make_shared<List>();
+        for (const auto& x : e.items) l->push_back(eval(*x, frame));
+        return Value(l, e.kind == Expr::Kind::tuple);
+      }
+      case Expr::Kind::dict: {
+        auto d = std::make_shared<Dict>();
+        for (std::size_t i = 0; i + 1 < e.items.size(); i += 2) {
+          Value k = eval(*e.items[i], frame);
+          if (!k.is_string()) fail("dictionary keys must be strings here, found " + k.type_name());
+          d->set(k.str_ref(), eval(*e.items[i + 1], frame));
+        }
+        return Value(d);
+      }
+      case Expr::Kind::attr: return get_attribute(*this, eval(*e.items[0], frame), e.name);
+      case Expr::Kind::item: return get_item(*this, eval(*e.items[0], frame), eval(*e.items[1], frame));
+      case Expr::Kind::slice: {
+        const Value target = eval(*e.items[0], frame);
+        auto part = [&](std::size_t k) { return e.items[k] ? slice_part(eval(*e.items[k], frame)) : std::nullopt; };
+        const auto start = part(1), stop = part(2), step = part(3);
+        if (step && *step == 0) fail("slice step cannot be zero");
+        if (target.is_string()) {
+          const std::vector<std::size_t> off = code_point_offsets(target.str_ref());
+          std::string out;
+          for (std::size_t i : slice_indices(off.size() - 1, start, stop, step.value_or(1)))
+            out.append(target.str_ref(), off[i], off[i + 1] - off[i]);
+          return Value(std::move(out));
+        }
+        if (target.is_list()) {
+          List out;
+          for (std::size_t i : slice_indices(target.list().size(), start, stop, step.value_or(1)))
+            out.push_back(target.list()[i]);
+          return Value(std::make_shared<List>(std::move(out)), target.is_tuple());
+        }
+        if (target.is_undefined()) fail("'" + target.undefined_hint() + "' is undefined");
+        fail("'" + target.type_name() + "' object is not subscriptable");
+      }
+      case Expr::Kind::call: {
+        const Value callee = eval(*e.items[0], frame);
+        Args args = eval_args(e, frame, 1);
+        return call(callee, args);
+      }
+      case Expr::Kind::filter: {
+        const Value v = e.items[0] ? eval(*e.items[0], frame) : Value();
+        Args args = eval_args(e, frame, 1);
+        return filter(e.name, v, args);
+      }
+      case Expr::Kind::test: {
+        const Value v = eval(*e.items[0], frame);
+        Args args = eval_args(e, frame, 1);
+        return Value(test(e.name, v, args) != e.negated);
+      }
+      case Expr::Kind::unary: {
+        const Value v = eval(*e.items[0], frame);
+        if (e.name == "not") return Value(!v.truthy());
+        if (v.is_undefined()) fail("'" + v.undefined_hint() + "' is undefined");
+        if (!v.is_number()) fail("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
+        if (e.name == "+") return v.is_float() ? v : Value(v.integer());
+        if (v.is_float()) return Value(-v.number());
+        if (v.integer() == INT64_MIN) fail("integer overflow in unary -");
+        return Value(-v.integer());
+      }
+      case Expr::Kind::binary: return eval_binary(e, frame);
+      case Expr::Kind::compare: {
+        Value left = eval(*e.items[0], frame);
+        for (std::size_t k = 0; k < e.ops.size(); ++k) {
+          Value right = eval(*e.items[k + 1], frame);
+          if (!compare_op(e.ops[k], left, right)) return Value(false);
+          left = std::move(right);
+        }
+        return Value(true);
+      }
+      case Expr::Kind::cond:
+        if (eval(*e.items[0], frame).truthy()) return eval(*e.items[1], frame);
+        return e.items[2] ? eval(*e.items[2], frame) : Value::undefined("the conditional expression has no else");
+    }
+    return Value();
+  }
+
+  static bool compare_op(const std::string& op, const Value& a, const Value& b) {
+    if (op == "==") return equal(a, b);
+    if (op == "!=") return !equal(a, b);
+    if (op == "in") return contains(b, a);
+    if (op == "notin") return !contains(b, a);
+    if (a.is_undefined() || b.is_undefined())
+      fail("'" + (a.is_undefined() ? a : b).undefined_hint() + "' is undefined");
+    const auto c = compare(a, b);
+    if (!c) fail("'" + op + "' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'");
+    if (op == "<") return *c < 0;
+    if (op == "<=") return *c <= 0;
+    if (op == ">") return *c > 0;
+    return *c >= 0;
+  }
+
+  Value eval_binary(const Expr& e, const FramePtr& frame) {
+    const std::string& op = e.name;
+    const Value a = eval(*e.items[0], frame);
+    if (op == "and") return a.truthy() ? eval(*e.items[1], frame) : a;
+    if (op == "or") return a.truthy() ? a : eval(*e.items[1], frame);
+    const Value b = eval(*e.items[1], frame);
+    Value r = arithmetic(op, a, b);
+    check_size(*this, r);
+    return r;
+  }
+
+  Value arithmetic(const std::string& op, const Value& a, const Value& b) {
+    if (op == "~") {
+      if (a.str().size() + b.str().size() > options_.limits.max_output_bytes) fail("string exceeds the output limit");
+      return Value(a.str() + b.str());
+    }
+    if (op == "+") {
+      if (a.is_string() && b.is_string() && a.str_ref().size() + b.str_ref().size() > options_.limits.max_output_bytes)
+        fail("string exceeds the output limit");
+      return add(a, b);
+    }
+    if (a.is_undefined() || b.is_undefined()) fail("'" + (a.is_undefined() ? a : b).undefined_hint() + "' is undefined");
+    if (op == "*") {
+      const Value* seq = a.is_string() || a.is_list() ? &a : b.is_string() || b.is_list() ? &b : nullptr;
+      const Value* times = seq == &a ? &b : &a;
+      if (seq && (times->is_int() || times->is_bool())) {
+        const std::int64_t n = std::max<std::int64_t>(0, times->integer());
+        const std::size_t unit = seq->is_string() ? seq->str_ref().size() : seq->list().size();
+        const std::size_t cap = seq->is_string() ? options_.limits.max_output_bytes : options_.limits.max_items;
+        if (unit > 0 && static_cast<std::uint64_t>(n) > cap / unit) fail("repetition exceeds the template size limit");
+        if (seq->is_string()) {
+          std::string out;
+          for (std::int64_t i = 0; i < n; ++i) out += seq->str_ref();
+          return Value(std::move(out));
+        }
+        List out;
+        for (std::int64_t i = 0; i < n; ++i) out.insert(out.end(), seq->list().begin(), seq->list().end());
+        return Value(std::make_shared<List>(std::move(out)), seq->is_tuple());
+      }
+    }
+    if (!a.is_number() || !b.is_number())
+      fail("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" + b.type_name() + "'");
+    const bool ints = !a.is_float() && !b.is_float();
+    const std::int64_t x = ints ? a.integer() : 0, y = ints ? b.integer() : 0;
+    const double p = a.number(), q = b.number();
+    std::int64_t r = 0;
+    if (op == "-") {
+      if (!ints) return Value(p - q);
+      if (__builtin_sub_overflow(x, y, &r)) fail("integer overflow in -");
+      return Value(r);
+    }
+    if (op == "*") {
+      if (!ints) return Value(p * q);
+      if (__builtin_mul_overflow(x, y, &r)) fail("integer overflow in *");
+      return Value(r);
+    }
+    if (op == "/") {
+      if (q == 0) fail("division by zero");
+      return Value(p / q);
+    }
+    if (op == "//" || op == "%") {
+      if (q == 0) fail(op == "//" ? "integer division or modulo by zero" : "modulo by zero");
+      if (ints) {
+        if (x == INT64_MIN && y == -1) fail("integer overflow in " + op);
+        std::int64_t d = x / y, m = x % y;
+        if (m != 0 && ((m < 0) != (y < 0))) {  // Python floors toward negative infinity
+          --d;
+          m += y;
+        }
+        return Value(op == "//" ? d : m);
+      }
+      const double d = std::floor(p / q);
+      if (op == "//") return Value(d);
+      double m = std::fmod(p, q);
+      if (m != 0 && ((m < 0) != (q < 0))) m += q;
+      return Value(m);
+    }
+    if (op == "**") {
+      if (ints && y >= 0) {
+        std::int64_t out = 1;
+        for (std::int64_t i = 0; i < y; ++i)
+          if (__builtin_mul_overflow(out, x, &out)) fail("integer overflow in **");
+        return Value(out);
+      }
+      return Value(std::pow(p, q));
+    }
+    fail("unknown operator " + op);
+  }
+
+  const Program& program_;
+  const RenderOptions& options_;
+  std::time_t now_;
+  Rendered result_;
+  const std::string* root_ = nullptr;
+  std::int64_t iterations_ = 0;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+Template::Template(std::string source) : program_(std::make_unique<Program>()) {
+  if (source.size() > kMaxSourceBytes)
+    throw TemplateError("template of " + std::to_string(source.size()) + " bytes is larger than the limit of " +
+                        std::to_string(kMaxSourceBytes));
+  for (std::size_t i = 0; i < source.size();) {
+    const auto b = static_cast<unsigned char>(source[i]);
+    const std::size_t n = b < 0x80 ? 1 : b >= 0xC2 && b < 0xE0 ? 2 : b >= 0xE0 && b < 0xF0 ? 3 : b >= 0xF0 && b < 0xF5 ? 4 : 0;
+    bool ok = n > 0 && i + n <= source.size();
+    for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(source[i + k]) & 0xC0) == 0x80;
+    if (!ok) {
+      int line, column;
+      position_of(source, i, line, column);
+      throw TemplateError(where(line, column) + "the template is not valid UTF-8");
+    }
+    i += n;
+  }
+  // Jinja2's lexer: \r\n and \r are line breaks, and one trailing line break is dropped.
+  std::string normal;
+  normal.reserve(source.size());
+  for (std::size_t i = 0; i < source.size(); ++i) {
+    if (source[i] == '\r') {
+      normal += '\n';
+      if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+    } else {
+      normal += source[i];
+    }
+  }
+  if (!normal.empty() && normal.back() == '\n') normal.pop_back();
+  program_->body = parse(lex(normal));
+  program_->has_generation = walk_has_generation(program_->body);
+  program_->source = std::move(source);
+}
+
+Template::~Template() = default;
+Template::Template(Template&&) noexcept = default;
+Template& Template::operator=(Template&&) noexcept = default;
+
+Rendered Template::render(const Dict& variables, const RenderOptions& options) const {
+  Renderer r(*program_, options);
+  return r.run(variables);
+}
+
+bool Template::has_generation() const { return program_->has_generation; }
+const std::string& Template::source() const { return program_->source; }
+
+}  // namespace ctune::tmpl

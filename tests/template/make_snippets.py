@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Golden expectations for the template engine's construct tests (test_template.cpp): each
+snippet rendered by Python's Jinja2, configured as transformers' apply_chat_template configures
+it (ImmutableSandboxedEnvironment, trim_blocks, lstrip_blocks, loopcontrols, tojson without
+HTML escaping, raise_exception, strftime_now at a fixed time). The output, snippets.json, is
+committed, so the test runs without Python; rerun this after adding a snippet:
+  python3 tests/template/make_snippets.py > tests/template/snippets.json
+Each entry: {"template", "vars", "text"} or {"template", "vars", "error": true} (Jinja2 raised).
+Two snippets are known departures and say so: ctune refuses internal attributes outright
+(Jinja2 prints '' and fails only on further use) and ints beyond 64 bits (Python's are unbounded)."""
+import json
+import time
+
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+NOW = 1768480496  # 2026-01-15 12:34:56 UTC, the time the C++ test pins strftime_now to
+
+
+def raise_exception(message):
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+env.filters["tojson"] = tojson
+env.globals["raise_exception"] = raise_exception
+env.globals["strftime_now"] = lambda fmt: time.strftime(fmt, time.gmtime(NOW))
+
+T = []
+DEPARTURES = {"{{ x.__class__ }}": "error", "{{ 10 ** 20 }}": "error"}
+
+
+def t(tpl, **v):
+    T.append({"template": tpl, "vars": v})
+
+
+m = [{"role":"system","content":"Be nice."},{"role":"user","content":"Hi \"there\" é 😀"},{"role":"assistant","content":"  Hello!\n"}]
+t("{% for i in [1,2] %}{% if loop.first %}{% set y = 5 %}{% endif %}[{{ y }}]{% endfor %}")
+t("a  \n  {% if true %}\n  x\n  {% endif %}\n b\n")
+t("  {{ 1 }} {% if true %}y{% endif %}\n")
+t("{{ 'a' * 3 }}{{ [1,2]*2 }}{{ 1e20 }} {{ 1e16 }} {{ 1.5e-5 }} {{ 0.1+0.2 }} {{ -0.0 }} {{ 1e15 }} {{ 123.456 }}")
+t("{{ {'a': 'it\\'s', 'b': [True, none, 1.0]} }}")
+t("{{ undefined_x }}|{{ undefined_x is defined }}|{{ undefined_x|length }}")
+t("{% set ns = namespace(a=1) %}{% for i in [1,2] %}{% set ns.a = ns.a + i %}{% endfor %}{{ ns.a }}")
+t("{{ 'x' ~ none ~ 1 ~ true }}")
+t("{{ (1,2) }} {{ [1,(2,3)] }} {{ 'a\"b' }}{{ ['a\"b', \"it's\", 'x\\n'] }}")
+t("{{ x | tojson }}", x={"a": [1, 2.0, "é\u0001"], "b": None})
+t("{{ x | tojson(indent=2) }}", x={"a": [1, {}], "b": []})
+t("{{ 7 // -2 }} {{ -7 % 3 }} {{ 2 ** -1 }} {{ 3 / 2 }} {{ 1 == 1.0 }} {{ true == 1 }} {{ 2**10 }} {{ 7.5 // 2 }} {{ -7.5 % 2 }}")
+t("{%- for m in messages -%}\n<|{{ m.role }}|>\n{{ m.content | trim }}{% if not loop.last %}\n{% endif %}\n{%- endfor %}", messages=m)
+t("{% for m in messages %}{{ loop.index }}/{{ loop.length }} {{ loop.revindex }} {{ loop.previtem.role if loop.previtem is defined else '-' }} {{ loop.cycle('a','b') }}\n{% endfor %}", messages=m)
+t("{{ messages | map(attribute='role') | join(', ') }} {{ messages|selectattr('role','equalto','user')|list|length }} {{ messages|rejectattr('role','in',['system'])|map(attribute='role')|list }}", messages=m)
+t("{{ 'Hello World'.split() }} {{ 'a,b,,c'.split(',') }} {{ 'a b c'.split(' ', 1) }} {{ '  x  '.strip() }}|{{ 'xxhixx'.strip('x') }}|{{ 'abc'.upper() }} {{ 'hello world'.title() }} {{ 'aBC'.capitalize() }}")
+t("{{ 'abc'[::-1] }} {{ 'héllo'[1:3] }} {{ [1,2,3,4][1:] }} {{ [1,2,3][-1] }} {{ 'abc'[5] }}|{{ 'héllo'|length }}")
+t("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('a') }} {{ greet('b', '?') }} {{ greet(name='c') }}")
+t("{% macro wrap() %}[{{ caller() }}]{% endmacro %}{% call wrap() %}inside{% endcall %}")
+t("{% set x %}block {{ 1 + 1 }}{% endset %}{{ x | upper }}")
+t("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}{% for k in d %}{{ k }}{% endfor %}", d={"b": 1, "a": [1]})
+t("{% for i in range(5) if i % 2 == 0 %}{{ i }}{{ ',' if not loop.last }}{% else %}none{% endfor %}")
+t("{% for i in [] %}x{% else %}empty{% endfor %}")
+t("{% for i in range(10) %}{% if i == 3 %}{% continue %}{% endif %}{% if i == 6 %}{% break %}{% endif %}{{ i }}{% endfor %}")
+t("{{ x is string }} {{ x is mapping }} {{ y is iterable }} {{ 3 is odd }} {{ 4 is divisibleby 2 }} {{ none is none }} {{ 1 is number }} {{ true is boolean }} {{ 1 is integer }} {{ 1.0 is float }} {{ y is sequence }}", x="s", y=[1])
+t("{{ raise_exception('bad role') }}")
+t("{{ strftime_now('%Y-%m-%d %d %b %Y') }}")
+t("{{ foo.bar }}")
+t("{{ d.missing }}|{{ d.missing is defined }}|{{ d['missing'] | default('dflt') }}|{{ '' | default('e', true) }}", d={})
+t("{# comment #}\n  {#- c2 -#}  \nx {{- ' y ' -}} z")
+t("{% if a %}\n  A\n{% elif b %}\n  B\n{% else %}\n  C\n{% endif %}\n", b=1)
+t("{{ 'a' in 'cat' }} {{ 'x' not in ['x'] }} {{ 'k' in {'k':1} }} {{ 1 < 2 < 3 }} {{ 'b' > 'a' }}")
+t("{{ [3,1,2]|sort }} {{ ['b','A','c']|sort }} {{ [3,1,2]|sort(reverse=true) }} {{ ['a','A','b']|unique|list }} {{ [1,2,3]|sum }} {{ [1,5,2]|max }} {{ 'abc'|first }} {{ [1,2]|last }}")
+t("{{ 'x\ny\n\nz'|indent(2) }}|{{ 'x\ny'|indent(2, true) }}|{{ 3.7|int }} {{ '42'|int }} {{ 'x'|int }} {{ '2.5'|float }} {{ -3|abs }} {{ 2.5|round }} {{ 3.14159|round(2) }}")
+t("{{ '<a href=\"x\">&</a>'|e }} {{ 'a-b'.replace('-', '+') }} {{ 'a'|replace('a','b') }} {{ 'abc'.startswith(('x','a')) }} {{ 'abc'.endswith('bc') }} {{ 'hello'.find('l') }} {{ 'a,b'.count(',') }}")
+t("{{ '{} is {}'.format('x', 1) }} {{ ', '.join(['a','b']) }} {{ 'AbC'.lower() }} {{ '  '.isspace() }}")
+t("{%- set content = '<think>\nreason\n</think>\n\nanswer' -%}{{ content.split('</think>')[-1].lstrip('\\n') }}|{{ content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') }}")
+t("{{ x }}", x=1.5)
+t("{{ [1, 'a', none, true, 1.5, {'k': [2]}] }} {{ (1,) }} {{ () }}")
+t("{% with a = 1 %}{{ a }}{% endwith %}{{ a }}")
+t("{% filter upper %}hello {{ 'x' }}{% endfilter %}")
+t("{% raw %}{{ not rendered }}{% endraw %}")
+t("{% for a, b in [[1, 2], [3, 4]] %}{{ a + b }}{% endfor %}")
+t("{{ messages[0]['content'] }} {{ messages[-1].content|trim }} {{ messages|length }}", messages=m)
+t("{{ tools | tojson(indent=4) }}", tools=[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"x":{"type":"string"}}}}}])
+t("{{ 1 if false }}|{{ 'a' if true else 'b' }}|{{ none }}|{{ x or 'dflt' }}|{{ 0 and 1 }}")
+t("{{ loop }}")
+t("{% set a, b = 1, 2 %}{{ a }}{{ b }}")
+t("{{ -1 ** 2 }} {{ 2 * 3 + 4 ~ 'x' }} {{ 1 + 2 ~ 3 }} {{ not true == false }}")
+t("{% macro r(n) %}{% if n > 0 %}{{ n }}{{ r(n - 1) }}{% endif %}{% endmacro %}{{ r(5) }}")
+t("{{ range(3)|list }} {{ range(1, 10, 3)|list }} {{ range(5, 0, -2)|list }}")
+t("{{ d|items|list }} {{ d|dictsort }} {{ d.keys()|list }} {{ d.values()|list }} {{ d.get('a') }} {{ d.get('zz', 9) }}", d={"b": 1, "a": 2})
+t("{{ 'héllo wörld'.upper() }} {{ 'ÀB'.lower() }}")
+t("   {%- if true %}x{% endif %}")
+t("line\n    {% if true %}\n    y\n    {%+ if true %}z{% endif %}\n{% endif %}")
+t("{{ messages | selectattr('role', 'eq', 'user') | map(attribute='content') | first }}", messages=m)
+t("{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% else %}{% set loop_messages = messages %}{% endif %}{{ loop_messages|length }}", messages=m)
+t("{{ x.__class__ }}", x="a")
+t("{{ l.append(1) }}", l=[])
+t("{{ range(200000)|length }}")
+t("{{ 'abc' + 1 }}")
+t("{{ 1 / 0 }}")
+t("{% for x in 5 %}{% endfor %}")
+t("{{ 'a' 'b' }}")
+t("{{ \"\\u00e9\\n\\t\\x41\\\\\" }}")
+t("{{ 10 ** 20 }}")
+
+out = []
+for c in T:
+    entry = dict(c)
+    if c["template"] in DEPARTURES:
+        entry["error"] = True
+        entry["departure"] = True
+    else:
+        try:
+            entry["text"] = env.from_string(c["template"]).render(**c["vars"])
+        except Exception:  # any Jinja2 failure: the C++ side must fail too
+            entry["error"] = True
+    out.append(entry)
+print(json.dumps(out, ensure_ascii=False, indent=1))

@@ -1,0 +1,134 @@
+// The template engine against Python's Jinja2: every construct snippet of snippets.json (made by
+// make_snippets.py with Jinja2 configured as transformers configures it) renders byte-equal, or
+// fails where Jinja2 fails; hostile templates end in one TemplateError naming the position,
+// quickly and without exhausting memory or the stack.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/json.h"
+#include "template/template.h"
+
+namespace ctune::tmpl {
+namespace {
+
+constexpr std::time_t kNow = 1768480496;  // make_snippets.py's NOW
+
+OrderedJson read_fixture(const std::string& name) {
+  std::ifstream in(std::string(CTUNE_TEMPLATE_SOURCE_DIR) + "/" + name);
+  EXPECT_TRUE(in.good()) << name;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return OrderedJson::parse(ss.str());
+}
+
+std::string render(const std::string& source, const OrderedJson& vars = OrderedJson::object(), RenderOptions options = {}) {
+  options.now = kNow;
+  Template t(source);
+  return t.render(from_json(vars).dict(), options).text;
+}
+
+TEST(Template, SnippetsMatchJinja2) {
+  const OrderedJson cases = read_fixture("snippets.json");
+  ASSERT_GT(cases.size(), 50u);
+  int checked = 0;
+  for (const auto& c : cases) {
+    const std::string source = c["template"];
+    SCOPED_TRACE(source);
+    if (c.contains("error")) {
+      EXPECT_THROW(render(source, c["vars"]), TemplateError);
+    } else {
+      std::string got;
+      try {
+        got = render(source, c["vars"]);
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "threw: " << e.what();
+        continue;
+      }
+      EXPECT_EQ(got, c["text"].get<std::string>());
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, static_cast<int>(cases.size()));
+}
+
+TEST(Template, GenerationBlocksGiveByteRanges) {
+  Template t("{% for m in messages %}<{{ m.role }}>{% if m.role == 'assistant' %}{% generation %}{{ m.content }}|{% endgeneration %}{% else %}{{ m.content }}{% endif %}{% endfor %}");
+  ASSERT_TRUE(t.has_generation());
+  OrderedJson vars = {{"messages", OrderedJson::array({{{"role", "user"}, {"content", "hé"}},
+                                                        {{"role", "assistant"}, {"content", "yo"}}})}};
+  const Rendered r = t.render(from_json(vars).dict());
+  EXPECT_EQ(r.text, "<user>hé<assistant>yo|");
+  ASSERT_EQ(r.generation.size(), 1u);
+  EXPECT_EQ(r.text.substr(r.generation[0].first, r.generation[0].second - r.generation[0].first), "yo|");
+}
+
+// Each hostile template fails with one line that names a template position, in well under a
+// second, whatever it tries.
+void expect_refused(const std::string& source, const std::string& what) {
+  SCOPED_TRACE(what);
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    render(source);
+    ADD_FAILURE() << "rendered without error";
+  } catch (const TemplateError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("template line ", 0), 0u) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+}
+
+TEST(Template, HostileTemplatesAreRefused) {
+  expect_refused("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "infinite recursion through a macro");
+  expect_refused("{% macro a() %}{{ b() }}{% endmacro %}{% macro b() %}{{ a() }}{% endmacro %}{{ a() }}",
+                 "mutual recursion");
+  expect_refused("{% for i in range(1000000000) %}x{% endfor %}", "a loop over a huge range");
+  expect_refused("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+                 "nested loops past the iteration bound");
+  expect_refused("{{ 'x' * 100000000 }}", "a 10^8-character string");
+  expect_refused("{% for i in range(100000) %}{{ 'y' * 1000 }}{% endfor %}", "10^8 characters of output");
+  expect_refused("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+                 "a doubling string");
+  expect_refused("{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
+                 "a doubling list");
+  expect_refused("{{ ''.__class__.__mro__ }}", "attribute access to internals");
+  expect_refused("{{ messages.append(1) }}", "mutating an input");
+  expect_refused("{% if x %}unclosed", "a block without its end");
+  expect_refused("{{ 1 + }}", "a syntax error");
+  expect_refused("{% for %}", "a for without a target");
+  expect_refused("{{ 'unterminated }}", "an unterminated string");
+  expect_refused("{{" + std::string(100000, '(') + "1" + std::string(100000, ')') + "}}", "deep parentheses in a tag");
+  std::string deep_ifs;
+  for (int i = 0; i < 5000; ++i) deep_ifs += "{% if true %}";
+  expect_refused(deep_ifs, "deeply nested blocks");
+  expect_refused("{% include 'x' %}", "include (no loader)");
+  expect_refused("{{ undefined_thing.attr }}", "an attribute of an undefined value");
+  expect_refused("{{ raise_exception('no tools here') }}", "the template's own exception");
+}
+
+TEST(Template, ErrorsNameLineAndColumn) {
+  try {
+    render("line one\n{% if true %}\n  {{ 1 + }}\n{% endif %}");
+    FAIL();
+  } catch (const TemplateError& e) {
+    EXPECT_NE(std::string(e.what()).find("template line 3, column"), std::string::npos) << e.what();
+  }
+  try {
+    render("a\nb {{ raise_exception('bad role: ' ~ r) }}", {{"r", "tool"}});
+    FAIL();
+  } catch (const TemplateError& e) {
+    EXPECT_EQ(std::string(e.what()), "template line 2, column 6: bad role: tool");
+  }
+}
+
+TEST(Template, InvalidUtf8SourceIsRefused) {
+  EXPECT_THROW(Template(std::string("ok \xff\xfe")), TemplateError);
+}
+
+}  // namespace
+}  // namespace ctune::tmpl
