@@ -177,7 +177,7 @@ int run_generate(GenerateCliOptions o) {
   std::optional<ChatPrompt> chat;
   if (o.chat) {
     chat.emplace(*tokenizer, tokenizer_dir, o.chat_format);
-    if (const auto eot = chat->end_of_turn_id()) add_stop(*eot);  // the assistant's turn ends there
+    for (const auto eot : chat->end_of_turn_ids()) add_stop(eot);  // the assistant's turn ends there
   }
   // Ids past the tokenizer's vocabulary (embedding rows padded beyond it) decode to nothing, as
   // in Hugging Face's tokenizers.

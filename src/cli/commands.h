@@ -13,6 +13,7 @@ using Action = std::function<int()>;
 CLI::App* add_init_command(CLI::App& app, Action& run);
 CLI::App* add_score_command(CLI::App& app, Action& run);
 CLI::App* add_tokenize_command(CLI::App& app, Action& run);
+CLI::App* add_render_command(CLI::App& app, Action& run);
 CLI::App* add_info_command(CLI::App& app, Action& run);
 CLI::App* add_train_command(CLI::App& app, Action& run);
 CLI::App* add_validate_command(CLI::App& app, Action& run);

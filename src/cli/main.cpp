@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   ctune::cli::add_init_command(app, run);
   ctune::cli::add_score_command(app, run);
   ctune::cli::add_tokenize_command(app, run);
+  ctune::cli::add_render_command(app, run);
   ctune::cli::add_info_command(app, run);
   ctune::cli::add_export_command(app, run);
   ctune::cli::add_report_command(app, run);

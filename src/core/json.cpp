@@ -34,17 +34,25 @@ void check_json_depth(std::string_view text, const std::string& where, int max_d
   }
 }
 
-Json parse_json(const std::string& text, const std::string& where) {
+namespace {
+template <class J>
+J parse_any(const std::string& text, const std::string& where) {
   check_json_depth(text, where);
   try {
-    return Json::parse(text);
-  } catch (const Json::parse_error& e) {
+    return J::parse(text);
+  } catch (const typename J::parse_error& e) {
     // nlohmann's message is "[json.exception.parse_error.101] parse error at line 1, column 3: ..."
     std::string msg = e.what();
     auto pos = msg.find("] ");
     if (pos != std::string::npos) msg = msg.substr(pos + 2);
     throw FormatError(where + ": invalid JSON (" + msg + ")");
   }
+}
+}  // namespace
+
+Json parse_json(const std::string& text, const std::string& where) { return parse_any<Json>(text, where); }
+OrderedJson parse_json_ordered(const std::string& text, const std::string& where) {
+  return parse_any<OrderedJson>(text, where);
 }
 
 Json read_json_file(const std::filesystem::path& path, std::uint64_t max_bytes) {
@@ -63,8 +71,11 @@ Json read_json_file(const std::filesystem::path& path, std::uint64_t max_bytes) 
   return parse_json(ss.str(), path.string());
 }
 
-std::string json_type_name(const Json& value) {
-  switch (value.type()) {
+std::string json_type_name(const Json& value) { return json_type_name(value.type()); }
+std::string json_type_name(const OrderedJson& value) { return json_type_name(value.type()); }
+
+std::string json_type_name(nlohmann::detail::value_t type) {
+  switch (type) {
     case Json::value_t::null: return "null";
     case Json::value_t::object: return "an object";
     case Json::value_t::array: return "an array";

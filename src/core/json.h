@@ -37,8 +37,13 @@ Json parse_json(const std::string& text, const std::string& where);
 // FormatError when it is too large or not JSON.
 Json read_json_file(const std::filesystem::path& path, std::uint64_t max_bytes = kMaxJsonFileBytes);
 
+// The same keeping objects' key order (dataset records).
+OrderedJson parse_json_ordered(const std::string& text, const std::string& where);
+
 // Name of a JSON value's type for messages ("a string", "an integer", "null" ...).
 std::string json_type_name(const Json& value);
+std::string json_type_name(const OrderedJson& value);
+std::string json_type_name(nlohmann::detail::value_t type);
 
 // Typed field access. `where` is the file (and object path) for messages. A missing key or a
 // JSON null gives the fallback (or nullopt); a present value of the wrong type is a FormatError.

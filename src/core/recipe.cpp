@@ -8,6 +8,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/regular_file.h"
 #include "core/recipe_schema.h"
 
@@ -134,6 +135,31 @@ std::string validate(const KeySpec& spec, const YAML::Node& node, const std::str
       e << YAML::EndSeq;
       if (node.size() == 0) bad(" (an empty list)");
       return e.c_str();
+    }
+    case KeyType::Map: {
+      // Kept as JSON text (valid YAML too), so that a scalar's type survives: a quoted "false"
+      // stays a string, a plain false becomes a boolean, as YAML reads them.
+      if (!node.IsMap()) bad();
+      OrderedJson out = OrderedJson::object();
+      for (auto it = node.begin(); it != node.end(); ++it) {
+        if (!it->first.IsScalar() || it->first.Scalar().empty()) bad(" (a key that is not a name)");
+        const YAML::Node& v = it->second;
+        if (is_yaml_null(v)) {
+          out[it->first.Scalar()] = nullptr;
+          continue;
+        }
+        if (!v.IsScalar()) bad(" (\"" + it->first.Scalar() + "\" is not a string, number or boolean)");
+        const std::string& text = v.Scalar();
+        bool b = false;
+        std::int64_t i = 0;
+        double d = 0;
+        if (v.Tag() == "!") out[it->first.Scalar()] = text;  // quoted
+        else if (parse_bool(text, &b)) out[it->first.Scalar()] = b;
+        else if (parse_int(text, &i)) out[it->first.Scalar()] = i;
+        else if (parse_float(text, &d)) out[it->first.Scalar()] = d;
+        else out[it->first.Scalar()] = text;
+      }
+      return out.dump();
     }
     case KeyType::FloatList: {
       if (!node.IsSequence() || (spec.length && node.size() != spec.length)) bad();
@@ -318,6 +344,10 @@ std::vector<std::string> Recipe::get_strings(const std::string& key) const {
 }
 std::vector<double> Recipe::get_floats(const std::string& key) const {
   return YAML::Load(value(key).yaml).as<std::vector<double>>();
+}
+OrderedJson Recipe::get_map(const std::string& key) const {
+  if (is_null(key)) return OrderedJson::object();
+  return OrderedJson::parse(value(key).yaml);
 }
 std::optional<std::int64_t> Recipe::get_optional_int(const std::string& key) const {
   if (is_null(key)) return std::nullopt;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
+
 namespace ctune {
 
 class Recipe {
@@ -28,6 +30,8 @@ class Recipe {
   bool get_bool(const std::string& key) const;
   std::vector<std::string> get_strings(const std::string& key) const;
   std::vector<double> get_floats(const std::string& key) const;
+  // A Map key's value as a JSON object (empty when null).
+  OrderedJson get_map(const std::string& key) const;
   std::optional<std::int64_t> get_optional_int(const std::string& key) const;
   std::optional<double> get_optional_float(const std::string& key) const;
   std::optional<std::string> get_optional_string(const std::string& key) const;

@@ -58,8 +58,16 @@ std::vector<KeySpec> build_schema() {
       {"data.columns.output", T::String, "output", "instruct: column holding the response"},
       {"data.columns.messages", T::String, "messages", "chat: column holding the list of {role, content}"},
       {"data.columns.text", T::String, "text", "text: column holding the document"},
-      {"data.chat_format", T::String, "auto", "Chat rendering (auto: from the tokenizer's chat_template)",
-       {"auto", "llama3", "chatml", "qwen3", "llama2", "plain"}},
+      {"data.chat_format", T::String, "auto",
+       "Chat rendering: auto (the tokenizer's own chat_template when it has one, else plain), template (that template, "
+       "required), or a native renderer",
+       {"auto", "template", "llama3", "chatml", "qwen3", "llama2", "plain"}},
+      {"data.chat_template", T::String, "null",
+       "Which chat template: a name from the tokenizer's list (e.g. tool_use) or a .jinja file; null: default",
+       {}, {}, {}, true},
+      {"data.template_kwargs", T::Map, "null",
+       "Extra chat-template variables, e.g. {enable_thinking: false}", {}, {}, {}, true},
+      {"data.columns.tools", T::String, "tools", "chat: column holding the optional list of tool schemas"},
       {"data.instruct_template", T::String, "auto", "instruct rendering (auto: chat when the tokenizer has a chat template)",
        {"auto", "alpaca", "chat"}},
       {"data.train_on_input", T::Bool, "false", "Also train on prompt/user/system tokens"},
@@ -251,6 +259,7 @@ std::string describe_expected(const KeySpec& spec) {
     case KeyType::Float: text = "a number" + range; break;
     case KeyType::Bool: text = "true or false"; break;
     case KeyType::Path: text = "a path"; break;
+    case KeyType::Map: text = "a mapping of names to strings, numbers or booleans"; break;
     case KeyType::StringList: text = spec.allowed.empty() ? "a list of strings" : "a list of (" + one_of() + ")"; break;
     case KeyType::FloatList:
       text = (spec.length ? "a list of " + std::to_string(spec.length) + " numbers" : std::string("a list of numbers")) + range;

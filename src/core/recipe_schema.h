@@ -18,6 +18,7 @@ enum class KeyType {
   StringList,  // list of strings, each one of `allowed` when given
   FloatList,   // list of numbers within [min, max]; `length` fixes the count when > 0
   Path,        // a path (relative to the working directory)
+  Map,         // a mapping of names to scalars (strings, numbers, booleans, null), kept as JSON
 };
 
 // Extra checks a type and range cannot express; return an error text or "" when fine.

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "data/chat_template.h"
 
 namespace ctune::data {
 namespace {
@@ -88,29 +89,10 @@ Rendered render_plain(const Conversation& conv, const ChatTokens& tokens) {
 }  // namespace
 
 std::optional<std::string> read_chat_template(const std::filesystem::path& dir) {
-  if (dir.empty()) return std::nullopt;
-  std::error_code ec;
-  const auto jinja = dir / "chat_template.jinja";
-  if (std::filesystem::is_regular_file(jinja, ec)) {
-    std::ifstream in(jinja, std::ios::binary);
-    if (!in) throw IoError(jinja.string() + ": cannot open for reading");
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  const auto config = dir / "tokenizer_config.json";
-  if (!std::filesystem::is_regular_file(config, ec)) return std::nullopt;
-  const Json root = read_json_file(config);
-  auto it = root.find("chat_template");
-  if (it == root.end() || it->is_null()) return std::nullopt;
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_array()) {
-    for (const Json& entry : *it) {
-      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
-          entry["template"].is_string())
-        return entry["template"].get<std::string>();
-    }
-    throw FormatError(config.string() + ": chat_template is a list without a {\"name\": \"default\", \"template\": ...} entry");
-  }
-  throw FormatError(config.string() + ": chat_template expected a string or a list, found " + json_type_name(*it));
+  const auto all = read_chat_templates(dir);
+  auto it = all.find("default");
+  if (it == all.end()) return std::nullopt;
+  return it->second;
 }
 
 ChatSpec detect_chat_format(const std::optional<std::string>& chat_template) {
@@ -146,9 +128,13 @@ ChatSpec detect_chat_format(const std::optional<std::string>& chat_template) {
 }
 
 ChatSpec resolve_chat_format(ChatFormat requested, const std::optional<std::string>& chat_template) {
-  if (requested == ChatFormat::automatic) return detect_chat_format(chat_template);
   ChatSpec spec;
+  if (requested == ChatFormat::automatic) {
+    spec.format = chat_template && !chat_template->empty() ? ChatFormat::model_template : ChatFormat::plain;
+    return spec;
+  }
   spec.format = requested;
+  if (requested == ChatFormat::model_template) return spec;
   try {
     ChatSpec detected = detect_chat_format(chat_template);
     if (detected.format == requested) spec = detected;
@@ -166,9 +152,10 @@ Rendered render_chat(const Conversation& conv, const ChatSpec& spec, const ChatT
     case ChatFormat::chatml: return render_chatml(conv, spec);
     case ChatFormat::qwen3: return render_qwen3(conv);
     case ChatFormat::plain: return render_plain(conv, tokens);
-    case ChatFormat::automatic: break;
+    case ChatFormat::automatic:
+    case ChatFormat::model_template: break;
   }
-  throw ConfigError("data.chat_format: auto must be resolved before rendering");
+  throw std::logic_error("render_chat: auto and template are rendered by ChatTemplate");
 }
 
 void append_generation_prompt(Rendered& r, const ChatSpec& spec, bool conversation_empty) {
@@ -190,9 +177,10 @@ void append_generation_prompt(Rendered& r, const ChatSpec& spec, bool conversati
       // render_plain's assistant turn starts "Assistant:" and the answer " <content>".
       r.text(conversation_empty ? "Assistant:" : "\nAssistant:", false);
       return;
-    case ChatFormat::automatic: break;
+    case ChatFormat::automatic:
+    case ChatFormat::model_template: break;
   }
-  throw ConfigError("data.chat_format: auto must be resolved before rendering");
+  throw std::logic_error("append_generation_prompt: auto and template are rendered by ChatTemplate");
 }
 
 std::optional<std::string> end_of_turn_token(const ChatSpec& spec) {

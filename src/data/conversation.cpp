@@ -14,7 +14,7 @@ const char* role_name(Role role) {
   return "?";
 }
 
-Conversation parse_conversation(const Json& record, const std::string& column, const std::string& where) {
+Conversation parse_conversation(const OrderedJson& record, const std::string& column, const std::string& where) {
   auto it = record.find(column);
   if (it == record.end())
     throw FormatError(where + ": missing key \"" + column + "\" (data.columns.messages)");
@@ -25,7 +25,7 @@ Conversation parse_conversation(const Json& record, const std::string& column, c
   Conversation conv;
   conv.reserve(it->size());
   for (std::size_t i = 0; i < it->size(); ++i) {
-    const Json& m = (*it)[i];
+    const OrderedJson& m = (*it)[i];
     const std::string at = where + ": " + column + "[" + std::to_string(i) + "]";
     if (!m.is_object()) throw FormatError(at + ": expected an object {\"role\", \"content\"}, found " + json_type_name(m));
     auto role = m.find("role");

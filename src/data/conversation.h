@@ -31,6 +31,6 @@ const char* role_name(Role role);
 //   "data/train.jsonl:4: messages is empty"
 // Keys that would change how a model's template renders the message (tool_calls,
 // reasoning_content) are refused rather than silently ignored.
-Conversation parse_conversation(const Json& record, const std::string& column, const std::string& where);
+Conversation parse_conversation(const OrderedJson& record, const std::string& column, const std::string& where);
 
 }  // namespace ctune::data

@@ -16,8 +16,8 @@ ExampleBuilder::ExampleBuilder(const tok::Tokenizer& tokenizer, bool train_on_in
     : tok_(tokenizer), train_on_input_(train_on_input), max_seq_len_(max_seq_len), special_as_text_(!parse_special_in_content) {}
 
 // The data's own text: special-token strings in it stay text unless data.parse_special_in_content.
-std::vector<std::int32_t> ExampleBuilder::encode(std::string_view text) const {
-  return tok_.encode(text, /*add_special=*/false, special_as_text_);
+std::vector<std::int32_t> ExampleBuilder::encode(std::string_view text, bool special_as_text) const {
+  return tok_.encode(text, /*add_special=*/false, special_as_text);
 }
 
 std::int32_t ExampleBuilder::special_id(const std::string& token) const {
@@ -33,7 +33,7 @@ std::int32_t ExampleBuilder::special_id(const std::string& token) const {
 }
 
 void ExampleBuilder::encode_chunk(const std::vector<Piece>& pieces, std::size_t begin, std::size_t end,
-                                  bool train_all, Example& out, std::int64_t& straddles) const {
+                                  bool train_all, bool special_as_text, Example& out, std::int64_t& straddles) const {
   std::string text;
   // Segments of equal training flag: (byte offset in text, trained).
   std::vector<std::pair<std::size_t, bool>> segments;
@@ -43,12 +43,12 @@ void ExampleBuilder::encode_chunk(const std::vector<Piece>& pieces, std::size_t 
     text += pieces[k].text;
   }
   if (text.empty()) return;
-  const std::vector<std::int32_t> ids = encode(text);
+  const std::vector<std::int32_t> ids = encode(text, special_as_text);
   // Token index where each segment starts.
   std::vector<std::size_t> starts(segments.size() + 1, 0);
   starts.back() = ids.size();
   for (std::size_t s = 1; s < segments.size(); ++s) {
-    const std::vector<std::int32_t> prefix = encode(std::string_view(text).substr(0, segments[s].first));
+    const std::vector<std::int32_t> prefix = encode(std::string_view(text).substr(0, segments[s].first), special_as_text);
     const auto mismatch = std::mismatch(prefix.begin(), prefix.end(), ids.begin(), ids.end());
     std::size_t at = static_cast<std::size_t>(mismatch.first - prefix.begin());
     if (at != prefix.size()) ++straddles;
@@ -69,7 +69,7 @@ BuildResult ExampleBuilder::build(const Rendered& rendered) const {
   std::size_t chunk = 0;
   for (std::size_t k = 0; k <= pieces.size(); ++k) {
     if (k < pieces.size() && !pieces[k].special) continue;
-    encode_chunk(pieces, chunk, k, train_on_input_, ex, result.straddles);
+    encode_chunk(pieces, chunk, k, train_on_input_, special_as_text_ && !rendered.parse_special(), ex, result.straddles);
     chunk = k + 1;
     if (k == pieces.size()) break;
     const std::int32_t id = special_id(pieces[k].text);

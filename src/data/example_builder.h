@@ -44,10 +44,10 @@ class ExampleBuilder {
 
  private:
   std::int32_t special_id(const std::string& token) const;
-  std::vector<std::int32_t> encode(std::string_view text) const;
+  std::vector<std::int32_t> encode(std::string_view text, bool special_as_text) const;
   // Appends the ids and labels of one chunk of text pieces [begin, end).
   void encode_chunk(const std::vector<Piece>& pieces, std::size_t begin, std::size_t end, bool train_all,
-                    Example& out, std::int64_t& straddles) const;
+                    bool special_as_text, Example& out, std::int64_t& straddles) const;
 
   const tok::Tokenizer& tok_;
   bool train_on_input_;

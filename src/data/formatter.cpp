@@ -19,12 +19,16 @@ ChatTokens chat_tokens(const tok::Tokenizer& tokenizer) {
 
 RecordFormatter::RecordFormatter(const DataOptions& options, const tok::Tokenizer& tokenizer,
                                  const std::optional<std::string>& chat_template)
-    : format_(options.format), columns_(options.columns), add_eos_(options.add_eos), tokens_(chat_tokens(tokenizer)) {
+    : format_(options.format), columns_(options.columns), add_eos_(options.add_eos), tokens_(chat_tokens(tokenizer)),
+      train_on_input_(options.train_on_input) {
   instruct_ = options.instruct_template;
   if (instruct_ == InstructTemplate::automatic)
     instruct_ = chat_template && !chat_template->empty() ? InstructTemplate::chat : InstructTemplate::alpaca;
   const bool uses_chat = format_ == DataFormat::chat || (format_ == DataFormat::instruct && instruct_ == InstructTemplate::chat);
   if (uses_chat) chat_ = resolve_chat_format(options.chat_format, chat_template);
+  if (uses_chat && chat_.format == ChatFormat::model_template)
+    template_.emplace(read_chat_templates(options.tokenizer_dir), options.chat_template, options.tokenizer_dir, tokenizer,
+                      options.template_kwargs);
 
   // Formats that end a response with eos cannot teach the model to stop without one.
   const bool needs_eos = (format_ == DataFormat::instruct && instruct_ == InstructTemplate::alpaca) ||
@@ -37,16 +41,29 @@ RecordFormatter::RecordFormatter(const DataOptions& options, const tok::Tokenize
                       (format_ == DataFormat::text ? ", or data.add_eos: false)" : ")"));
 }
 
-Rendered RecordFormatter::render(const Json& record, const std::string& where) const {
+Rendered RecordFormatter::render(const OrderedJson& record, const std::string& where) const {
   switch (format_) {
     case DataFormat::text:
       return render_text(*string_column(record, columns_.text, "data.columns.text", where, true), tokens_, add_eos_);
     case DataFormat::instruct: {
       const InstructRecord rec = parse_instruct(record, columns_, where);
       if (instruct_ == InstructTemplate::alpaca) return render_alpaca(rec, tokens_);
+      if (template_) {
+        ChatRecord chat;
+        chat.messages = OrderedJson::array();
+        for (const Message& m : instruct_to_conversation(rec)) {
+          chat.messages.push_back({{"role", role_name(m.role)}, {"content", m.content}});
+          chat.trainable.push_back(true);
+        }
+        chat.tools = nullptr;
+        return template_->render_training(chat, train_on_input_, where);
+      }
       return render_chat(instruct_to_conversation(rec), chat_, tokens_, where);
     }
     case DataFormat::chat:
+      if (template_)
+        return template_->render_training(parse_chat_record(record, columns_.messages, columns_.tools, where),
+                                          train_on_input_, where);
       return render_chat(parse_conversation(record, columns_.messages, where), chat_, tokens_, where);
   }
   throw ConfigError("data.format: unknown value");

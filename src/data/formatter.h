@@ -9,6 +9,7 @@
 
 #include "core/json.h"
 #include "data/chat_format.h"
+#include "data/chat_template.h"
 #include "data/options.h"
 #include "data/rendered.h"
 #include "tokenizer/tokenizer.h"
@@ -26,12 +27,14 @@ class RecordFormatter {
                   const std::optional<std::string>& chat_template);
 
   // FormatError naming `where` for a record that does not fit the format.
-  Rendered render(const Json& record, const std::string& where) const;
+  Rendered render(const OrderedJson& record, const std::string& where) const;
 
   // What auto resolved to: the chat format used for chat records and for instruct records
   // rendered as chat.
   const ChatSpec& chat_spec() const { return chat_; }
   InstructTemplate instruct_template() const { return instruct_; }
+  // The model's own template when chat records render with it (chat_format auto or template).
+  const ChatTemplate* chat_template() const { return template_ ? &*template_ : nullptr; }
 
  private:
   DataFormat format_;
@@ -39,6 +42,8 @@ class RecordFormatter {
   bool add_eos_;
   ChatTokens tokens_;
   ChatSpec chat_;
+  std::optional<ChatTemplate> template_;
+  bool train_on_input_;
   InstructTemplate instruct_;
 };
 

@@ -5,7 +5,7 @@
 
 namespace ctune::data {
 
-InstructRecord parse_instruct(const Json& record, const Columns& columns, const std::string& where) {
+InstructRecord parse_instruct(const OrderedJson& record, const Columns& columns, const std::string& where) {
   InstructRecord rec;
   rec.instruction = *string_column(record, columns.instruction, "data.columns.instruction", where, true);
   rec.input = string_column(record, columns.input, "data.columns.input", where, false).value_or("");

@@ -20,7 +20,7 @@ struct InstructRecord {
 };
 
 // Reads the three columns; FormatError naming `where` and the data.columns key.
-InstructRecord parse_instruct(const Json& record, const Columns& columns, const std::string& where);
+InstructRecord parse_instruct(const OrderedJson& record, const Columns& columns, const std::string& where);
 
 // The Alpaca prompt, up to and including "### Response:\n":
 //   Below is an instruction that describes a task[, paired with an input that provides further

@@ -31,7 +31,7 @@ std::string enum_name(E value, const std::pair<const char*, E> (&table)[N]) {
 const std::pair<const char*, DataFormat> kFormats[] = {
     {"instruct", DataFormat::instruct}, {"chat", DataFormat::chat}, {"text", DataFormat::text}};
 const std::pair<const char*, ChatFormat> kChatFormats[] = {
-    {"auto", ChatFormat::automatic}, {"llama3", ChatFormat::llama3}, {"chatml", ChatFormat::chatml},
+    {"auto", ChatFormat::automatic}, {"template", ChatFormat::model_template}, {"llama3", ChatFormat::llama3}, {"chatml", ChatFormat::chatml},
     {"qwen3", ChatFormat::qwen3},    {"llama2", ChatFormat::llama2}, {"plain", ChatFormat::plain}};
 const std::pair<const char*, InstructTemplate> kInstructTemplates[] = {
     {"auto", InstructTemplate::automatic}, {"alpaca", InstructTemplate::alpaca}, {"chat", InstructTemplate::chat}};
@@ -71,7 +71,7 @@ void validate(const DataOptions& o) {
     throw ConfigError("batch_size: expected at least 1, found " + std::to_string(o.batch_size));
   const std::pair<const char*, const std::string*> columns[] = {
       {"instruction", &o.columns.instruction}, {"input", &o.columns.input},   {"output", &o.columns.output},
-      {"messages", &o.columns.messages},       {"text", &o.columns.text}};
+      {"messages", &o.columns.messages},       {"text", &o.columns.text},     {"tools", &o.columns.tools}};
   for (const auto& [name, value] : columns)
     if (value->empty()) throw ConfigError(std::string("data.columns.") + name + ": empty column name");
 }

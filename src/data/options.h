@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/json.h"
+
 namespace ctune::data {
 
 // How one record (JSON object) of the dataset becomes text.
@@ -19,8 +21,9 @@ enum class DataFormat {
   text,      // one text column, every token trained
 };
 
-// How a conversation is rendered. `automatic` detects it from the tokenizer's chat_template.
-enum class ChatFormat { automatic, llama3, chatml, qwen3, llama2, plain };
+// How a conversation is rendered. `automatic`: the tokenizer's own chat_template when it has
+// one (model_template), else plain. The native renderers (llama3 ... plain) stay as choices.
+enum class ChatFormat { automatic, model_template, llama3, chatml, qwen3, llama2, plain };
 
 // How an instruct record is rendered. `automatic`: chat when the tokenizer has a chat
 // template, else alpaca.
@@ -36,6 +39,7 @@ struct Columns {
   std::string output = "output";
   std::string messages = "messages";
   std::string text = "text";
+  std::string tools = "tools";  // chat: optional list of tool schemas, passed to the template
 };
 
 struct DataOptions {
@@ -62,6 +66,10 @@ struct DataOptions {
   bool add_eos = true;  // text format: append the eos token to every document
   std::uint64_t seed = 0;          // shuffle order and eval_fraction split derive from it
   std::int64_t batch_size = 1;     // rows per batch
+  // chat_format template: which of the tokenizer's templates ("" = default; "tool_use" for
+  // records with tools when it has one), or a .jinja file; and extra template variables.
+  std::string chat_template;
+  OrderedJson template_kwargs = OrderedJson::object();
   // Directory of the tokenizer: its tokenizer_config.json (or chat_template.jinja) gives the
   // chat_template used by chat_format/instruct_template auto detection. Empty: no template.
   std::filesystem::path tokenizer_dir;

@@ -55,7 +55,7 @@ bool read_line(std::istream& in, std::string& line, std::size_t cap, bool* too_l
   return true;
 }
 
-void require_object(const Json& value, const std::string& where) {
+void require_object(const OrderedJson& value, const std::string& where) {
   if (!value.is_object())
     throw FormatError(where + ": expected a JSON object, found " + json_type_name(value));
 }
@@ -79,7 +79,7 @@ RecordReader::RecordReader(const std::filesystem::path& path) : name_(path.strin
     ss << in_.rdbuf();
     std::string text = ss.str();
     if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);
-    array_ = parse_json(text, name_);
+    array_ = parse_json_ordered(text, name_);
     in_.close();
   }
 }
@@ -104,7 +104,7 @@ bool RecordReader::next(Record& out) {
     if (line_ == 1 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);
     if (is_blank(line)) continue;
     out.where = name_ + ":" + std::to_string(line_);
-    out.value = parse_json(line, out.where);
+    out.value = parse_json_ordered(line, out.where);
     require_object(out.value, out.where);
     return true;
   }
@@ -117,7 +117,7 @@ std::uint64_t RecordReader::bytes_read() const {
   return array_.empty() ? file_bytes_ : static_cast<std::uint64_t>(static_cast<double>(file_bytes_) * static_cast<double>(index_) / static_cast<double>(array_.size()));
 }
 
-std::optional<std::string> string_column(const Json& record, const std::string& key, std::string_view option,
+std::optional<std::string> string_column(const OrderedJson& record, const std::string& key, std::string_view option,
                                          const std::string& where, bool required) {
   auto it = record.find(key);
   if (it == record.end() || (it->is_null() && !required)) {

@@ -23,7 +23,7 @@ inline constexpr std::size_t kMaxRecordBytes = 16u << 20;
 inline constexpr std::uint64_t kMaxJsonArrayFileBytes = 2ull << 30;
 
 struct Record {
-  Json value;         // always a JSON object
+  OrderedJson value;       // always a JSON object
   std::string where;  // file:line (JSONL, 1-based) or file[index] (JSON array, 0-based)
 };
 
@@ -49,7 +49,7 @@ class RecordReader {
   std::ifstream in_;
   std::int64_t line_ = 0;
   bool array_mode_ = false;
-  Json array_;
+  OrderedJson array_;
   std::size_t index_ = 0;
   std::uint64_t file_bytes_ = 0, bytes_read_ = 0;
 };
@@ -59,7 +59,7 @@ class RecordReader {
 // A missing or null key gives nullopt when !required, else FormatError
 // "<where>: missing key \"output\" (data.columns.output)"; a value of another type is a
 // FormatError naming the type found.
-std::optional<std::string> string_column(const Json& record, const std::string& key, std::string_view option,
+std::optional<std::string> string_column(const OrderedJson& record, const std::string& key, std::string_view option,
                                          const std::string& where, bool required);
 
 }  // namespace ctune::data

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "template/pystr.h"
+
 namespace ctune::data {
 
 void Rendered::text(std::string_view s, bool trained) {
@@ -30,12 +32,7 @@ void Rendered::train_all() {
 
 namespace {
 
-bool is_py_space(std::uint32_t cp) {
-  if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x1F)) return true;
-  if (cp < 0x80) return false;
-  return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 ||
-         cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
-}
+using tmpl::is_py_space;  // str.isspace(), one home: the template layer's Python string rules
 
 // Length in bytes of the UTF-8 sequence starting with `lead` (1 for an invalid lead byte).
 std::size_t seq_len(unsigned char lead) {

@@ -37,9 +37,15 @@ class Rendered {
   std::string str() const;
   // Marks every piece trained (train_on_input: true).
   void train_all();
+  // Text rendered by a model's own chat template: special-token strings anywhere in it are
+  // tokenized as their ids, as transformers tokenizes the template's output (the template's
+  // markers are not separate pieces here).
+  void set_parse_special(bool on) { parse_special_ = on; }
+  bool parse_special() const { return parse_special_; }
 
  private:
   std::vector<Piece> pieces_;
+  bool parse_special_ = false;
 };
 
 // Python's str.strip()/lstrip()/rstrip() with no argument: Unicode whitespace as str.isspace()

@@ -139,7 +139,27 @@ Value f_join(Env& env, const Value& v, Args& a) {
 Value f_upper(Env&, const Value& v, Args&) { return Value(py_upper(v.str())); }
 Value f_lower(Env&, const Value& v, Args&) { return Value(py_lower(v.str())); }
 Value f_capitalize(Env&, const Value& v, Args&) { return Value(py_capitalize(v.str())); }
-Value f_title(Env&, const Value& v, Args&) { return Value(py_title(v.str())); }
+// Jinja2's title filter (not str.title): a word starts after whitespace or one of - ( { [ <.
+Value f_title(Env&, const Value& v, Args&) {
+  const std::string s = v.str();
+  std::string out;
+  bool word_start = true;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const std::size_t start = i;
+    const std::uint32_t cp = decode_code_point(s, i);
+    const bool sep = is_py_space(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
+    if (sep) {
+      out.append(s, start, i - start);
+      word_start = true;
+      continue;
+    }
+    const std::string ch = s.substr(start, i - start);
+    out += word_start ? py_upper(ch) : py_lower(ch);
+    word_start = false;
+  }
+  return Value(std::move(out));
+}
 Value f_trim(Env&, const Value& v, Args& a) { return Value(py_strip(v.str(), arg_str(a, 0, "chars"))); }
 Value f_string(Env&, const Value& v, Args&) { return Value(v.str()); }
 Value f_safe(Env&, const Value& v, Args&) { return v; }
@@ -172,9 +192,12 @@ Value f_replace(Env& env, const Value& v, Args& a) {
   return Value(std::move(out));
 }
 
+// transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+// its positional order differs from Jinja2's own tojson(indent), so tojson(2) escapes non-ASCII.
 Value f_tojson(Env&, const Value& v, Args& a) {
+  const bool ensure_ascii = arg_bool(a, 0, "ensure_ascii", false);
   std::optional<int> indent;
-  if (const Value* i = arg(a, 0, "indent"); i && !i->is_none()) {
+  if (const Value* i = arg(a, 1, "indent"); i && !i->is_none()) {
     if (!i->is_int()) fail("tojson indent expects an integer, found " + i->type_name());
     indent = static_cast<int>(std::clamp<std::int64_t>(i->integer(), 0, 64));
   }
@@ -182,7 +205,7 @@ Value f_tojson(Env&, const Value& v, Args& a) {
   if (const Value* s = arg(a, 2, "separators"); s && s->is_list() && s->list().size() == 2)
     separators = std::make_pair(s->list()[0].str(), s->list()[1].str());
   std::string bad;
-  auto out = to_json(v, indent, arg_bool(a, 3, "sort_keys", false), separators, bad);
+  auto out = to_json(v, indent, arg_bool(a, 3, "sort_keys", false), separators, bad, ensure_ascii);
   if (!out) fail("Object of type " + bad + " is not JSON serializable");
   return Value(std::move(*out));
 }
@@ -231,6 +254,7 @@ Value f_round(Env&, const Value& v, Args& a) {
   if (!v.is_number()) fail("round() expects a number, found " + v.type_name());
   const std::int64_t precision = arg_int(a, 0, "precision", 0);
   const std::string method = arg_str(a, 1, "method").value_or("common");
+  if (method == "common" && !v.is_float() && precision >= 0) return Value(v.integer());  // Python's round(int) is the int
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double x = v.number() * scale;
   double r;
@@ -564,9 +588,22 @@ Value string_method(Env& env, const Value& self, const std::string& name) {
       if (!p) fail(name + "() needs an argument");
       auto options = prefixes(*p);
       if (!options) fail(name + " first arg must be str or a tuple of str, not " + p->type_name());
+      // Optional start and end (code-point indices, Python's slice rules) narrow the string.
+      const Value* start = arg(a, 1, "start");
+      const Value* end = arg(a, 2, "end");
+      std::string_view view = s;
+      std::string sliced;
+      if ((start && !start->is_none()) || (end && !end->is_none())) {
+        const std::vector<std::size_t> off = code_point_offsets(s);
+        const std::vector<std::size_t> idx =
+            slice_indices(off.size() - 1, start && !start->is_none() ? std::optional<std::int64_t>(start->integer()) : std::nullopt,
+                          end && !end->is_none() ? std::optional<std::int64_t>(end->integer()) : std::nullopt, 1);
+        if (!idx.empty()) sliced = s.substr(off[idx.front()], off[idx.back() + 1] - off[idx.front()]);
+        view = sliced;
+      }
       for (const auto& o : *options) {
-        if (name == "startswith" ? s.compare(0, o.size(), o) == 0
-                                 : (s.size() >= o.size() && s.compare(s.size() - o.size(), o.size(), o) == 0))
+        if (name == "startswith" ? view.compare(0, o.size(), o) == 0
+                                 : (view.size() >= o.size() && view.compare(view.size() - o.size(), o.size(), o) == 0))
           return Value(true);
       }
       return Value(false);

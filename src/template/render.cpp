@@ -224,7 +224,10 @@ class Renderer final : public Env {
       }
       items = std::move(kept);
     }
-    if (items.empty()) return exec(n.else_body, frame, out);
+    // Jinja2 runs the else block unless some iteration reached the end of the body: an
+    // iteration left by continue or break does not count (its generated code clears the flag
+    // at the body's end).
+    bool completed = false;
     const auto length = static_cast<std::int64_t>(items.size());
     for (std::int64_t i = 0; i < length; ++i) {
       if (++iterations_ > options_.limits.max_iterations)
@@ -250,7 +253,9 @@ class Renderer final : public Env {
       scope->vars["loop"] = Value(loop);
       const Flow f = exec(n.body, scope, out);
       if (f == Flow::break_) break;
+      if (f == Flow::normal) completed = true;
     }
+    if (!completed) return exec(n.else_body, frame, out);
     return Flow::normal;
   }
 

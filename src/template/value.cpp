@@ -257,9 +257,23 @@ std::string string_repr(std::string_view s) {
 
 namespace {
 
-void json_string(std::string& out, std::string_view s) {
+void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
   out += '"';
-  for (const char c : s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (ensure_ascii && static_cast<unsigned char>(c) >= 0x80) {  // \uXXXX, surrogate pairs past the BMP
+      std::uint32_t cp = decode_code_point(s, i);
+      --i;
+      char buf[16];
+      if (cp >= 0x10000) {
+        cp -= 0x10000;
+        std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+      } else {
+        std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+      }
+      out += buf;
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -284,6 +298,7 @@ void json_string(std::string& out, std::string_view s) {
 struct JsonWriter {
   std::optional<int> indent;
   bool sort_keys;
+  bool ensure_ascii;
   std::string item_sep, key_sep;
   std::string bad;
 
@@ -303,7 +318,7 @@ struct JsonWriter {
         out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity") : float_repr(d);
         return true;
       }
-      case K::string: json_string(out, v.str_ref()); return true;
+      case K::string: json_string(out, v.str_ref(), ensure_ascii); return true;
       case K::list: {
         const List& l = v.list();
         if (l.empty()) {
@@ -339,7 +354,7 @@ struct JsonWriter {
         for (std::size_t i = 0; i < items.size(); ++i) {
           if (i) out += item_sep;
           if (indent) newline(out, level + 1);
-          json_string(out, items[i]->first);
+          json_string(out, items[i]->first, ensure_ascii);
           out += key_sep;
           if (!write(out, items[i]->second, level + 1)) return false;
         }
@@ -355,8 +370,9 @@ struct JsonWriter {
 }  // namespace
 
 std::optional<std::string> to_json(const Value& v, std::optional<int> indent, bool sort_keys,
-                                   std::optional<std::pair<std::string, std::string>> separators, std::string& bad) {
-  JsonWriter w{indent, sort_keys, indent ? "," : ", ", ": ", {}};
+                                   std::optional<std::pair<std::string, std::string>> separators, std::string& bad,
+                                   bool ensure_ascii) {
+  JsonWriter w{indent, sort_keys, ensure_ascii, indent ? "," : ", ", ": ", {}};
   if (separators) {
     w.item_sep = separators->first;
     w.key_sep = separators->second;

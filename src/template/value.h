@@ -150,7 +150,8 @@ Value from_json(const OrderedJson& j);
 // ("," , ": ") with it. Returns nullopt and sets `bad` to the type name for values JSON cannot
 // hold (undefined, functions).
 std::optional<std::string> to_json(const Value& v, std::optional<int> indent, bool sort_keys,
-                                   std::optional<std::pair<std::string, std::string>> separators, std::string& bad);
+                                   std::optional<std::pair<std::string, std::string>> separators, std::string& bad,
+                                   bool ensure_ascii = false);
 
 // Python's repr() of a float ("0.5", "2.0", "1e+16", "inf").
 std::string float_repr(double d);

@@ -240,6 +240,13 @@ std::optional<std::int32_t> HfTokenizer::token_to_id(std::string_view token) con
   return model_->token_to_id(token);
 }
 
+std::vector<std::string> HfTokenizer::special_tokens() const {
+  std::vector<std::string> out;
+  for (const AddedToken& t : added_)
+    if (t.special) out.push_back(t.content);
+  return out;
+}
+
 std::string HfTokenizer::id_to_token(std::int32_t id) const {
   const std::optional<std::string_view> t = token_text(id);
   if (!t)

@@ -34,6 +34,7 @@ class HfTokenizer : public Tokenizer {
   std::size_t vocab_size() const override;
   std::optional<std::int32_t> token_to_id(std::string_view token) const override;
   std::string id_to_token(std::int32_t id) const override;
+  std::vector<std::string> special_tokens() const override;
   std::string kind() const override { return byte_level_ ? "bpe-byte-level" : "bpe-sentencepiece"; }
   // Byte-level files round-trip every string (after normalisation). SentencePiece-style files
   // do not: a literal U+2581 decodes to a space, and text right after an added token gains

@@ -145,6 +145,12 @@ std::optional<std::int32_t> SentencePieceTokenizer::token_to_id(std::string_view
   return id >= 0 ? std::optional<std::int32_t>(id) : std::nullopt;
 }
 
+std::vector<std::string> SentencePieceTokenizer::special_tokens() const {
+  std::vector<std::string> out;
+  for (const AddedToken& t : specials_) out.push_back(t.content);
+  return out;
+}
+
 std::string SentencePieceTokenizer::id_to_token(std::int32_t id) const {
   if (id < 0 || id >= vocab_size_) {
     throw FormatError("id_to_token: id " + std::to_string(id) + " is not in the vocabulary (size " +

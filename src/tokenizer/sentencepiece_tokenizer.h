@@ -30,6 +30,7 @@ class SentencePieceTokenizer : public Tokenizer {
   std::size_t vocab_size() const override { return static_cast<std::size_t>(vocab_size_); }
   std::optional<std::int32_t> token_to_id(std::string_view token) const override;
   std::string id_to_token(std::int32_t id) const override;
+  std::vector<std::string> special_tokens() const override;
   std::string kind() const override { return "sentencepiece"; }
   // Decided at load time by round-tripping a probe string with repeated, leading and trailing
   // spaces, tabs, newlines, decomposed and compatibility characters: true for models trained

@@ -42,6 +42,10 @@ class Tokenizer {
   virtual std::optional<std::int32_t> token_to_id(std::string_view token) const = 0;
   virtual std::string id_to_token(std::int32_t id) const = 0;
 
+  // The strings of the special tokens (added tokens marked special, SentencePiece control
+  // pieces), e.g. "<|im_end|>": what chat-template masks look for at the end of a turn.
+  virtual std::vector<std::string> special_tokens() const = 0;
+
   // "sentencepiece", "bpe-byte-level" or "bpe-sentencepiece".
   virtual std::string kind() const = 0;
   // True when decode(encode(x, false)) == x for every valid UTF-8 x (after normalisation).

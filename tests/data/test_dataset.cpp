@@ -231,12 +231,18 @@ TEST_F(DatasetTest, ChatTemplateInTheTokenizerDirSelectsTheFormat) {
   const auto tok_dir = dir_ / "tok";
   std::filesystem::copy(byte_tokenizer_dir(), tok_dir, std::filesystem::copy_options::recursive);
   Json config = read_json_file(tok_dir / "tokenizer_config.json");
-  config["chat_template"] = "{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}";
+  config["chat_template"] = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
   write_text(tok_dir / "tokenizer_config.json", config.dump());
   options_.tokenizer_dir = tok_dir;
   options_.train = file("train.jsonl", instruct_line(0));
+  // auto: the tokenizer's own template renders the record (its markers are plain text to this
+  // tokenizer, as they would be to transformers).
+  EXPECT_EQ(load().chat.format, ChatFormat::model_template);
+  // The native ChatML renderer needs <|im_start|> as a token.
+  options_.chat_format = ChatFormat::chatml;
   EXPECT_NE(error<ConfigError>().find("\"<|im_start|>\" of the chat format is not in the tokenizer's vocabulary"),
             std::string::npos);
+  options_.chat_format = ChatFormat::automatic;
   options_.instruct_template = InstructTemplate::alpaca;
   EXPECT_EQ(load().chat.format, ChatFormat::plain);  // unused: no chat rendering
   options_.format = DataFormat::chat;
@@ -254,7 +260,7 @@ TEST(DataOptions, ParseAndValidate) {
     ADD_FAILURE();
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "data.chat_format: unknown value \"mistral\" (expected auto | llama3 | chatml | qwen3 | llama2 | plain)");
+              "data.chat_format: unknown value \"mistral\" (expected auto | template | llama3 | chatml | qwen3 | llama2 | plain)");
   }
   EXPECT_THROW(parse_on_error("ignore"), ConfigError);
   EXPECT_THROW(parse_instruct_template("vicuna"), ConfigError);

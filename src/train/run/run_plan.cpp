@@ -64,7 +64,10 @@ data::DataOptions data_options(const Recipe& r, const fs::path& tokenizer_dir) {
   d.columns.output = r.get_string("data.columns.output");
   d.columns.messages = r.get_string("data.columns.messages");
   d.columns.text = r.get_string("data.columns.text");
+  d.columns.tools = r.get_string("data.columns.tools");
   d.chat_format = data::parse_chat_format(r.get_string("data.chat_format"));
+  d.chat_template = r.get_optional_string("data.chat_template").value_or("");
+  d.template_kwargs = r.get_map("data.template_kwargs");
   d.instruct_template = data::parse_instruct_template(r.get_string("data.instruct_template"));
   d.train_on_input = r.get_bool("data.train_on_input");
   d.parse_special_in_content = r.get_bool("data.parse_special_in_content");
