@@ -229,27 +229,32 @@ class Renderer final : public Env {
     // at the body's end).
     bool completed = false;
     const auto length = static_cast<std::int64_t>(items.size());
+    // One loop.cycle for the whole loop, reading the current index.
+    auto index = std::make_shared<std::int64_t>(0);
+    const Value cycle(std::make_shared<Function>(Function{"loop.cycle", [index](Args& a) {
+                                                   if (a.pos.empty()) fail("no items for cycling given");
+                                                   return a.pos[static_cast<std::size_t>(*index) % a.pos.size()];
+                                                 }}));
     for (std::int64_t i = 0; i < length; ++i) {
+      *index = i;
       if (++iterations_ > options_.limits.max_iterations)
         fail("more than " + std::to_string(options_.limits.max_iterations) + " loop iterations in one render");
       auto scope = std::make_shared<Frame>(Frame{frame, {}});
       assign(*scope, n, items[static_cast<std::size_t>(i)]);
       auto loop = std::make_shared<Dict>();
-      loop->set("index", Value(i + 1));
-      loop->set("index0", Value(i));
-      loop->set("revindex", Value(length - i));
-      loop->set("revindex0", Value(length - i - 1));
-      loop->set("first", Value(i == 0));
-      loop->set("last", Value(i == length - 1));
-      loop->set("length", Value(length));
-      loop->set("depth", Value(1));
-      loop->set("depth0", Value(0));
-      loop->set("previtem", i > 0 ? items[static_cast<std::size_t>(i - 1)] : Value::undefined("there is no previous item"));
-      loop->set("nextitem", i + 1 < length ? items[static_cast<std::size_t>(i + 1)] : Value::undefined("there is no next item"));
-      loop->set("cycle", Value(std::make_shared<Function>(Function{"loop.cycle", [i](Args& a) {
-                                  if (a.pos.empty()) fail("no items for cycling given");
-                                  return a.pos[static_cast<std::size_t>(i) % a.pos.size()];
-                                }})));
+      loop->reserve(12);
+      loop->append("index", Value(i + 1));
+      loop->append("index0", Value(i));
+      loop->append("revindex", Value(length - i));
+      loop->append("revindex0", Value(length - i - 1));
+      loop->append("first", Value(i == 0));
+      loop->append("last", Value(i == length - 1));
+      loop->append("length", Value(length));
+      loop->append("depth", Value(1));
+      loop->append("depth0", Value(0));
+      loop->append("previtem", i > 0 ? items[static_cast<std::size_t>(i - 1)] : Value::undefined("there is no previous item"));
+      loop->append("nextitem", i + 1 < length ? items[static_cast<std::size_t>(i + 1)] : Value::undefined("there is no next item"));
+      loop->append("cycle", cycle);
       scope->vars["loop"] = Value(loop);
       const Flow f = exec(n.body, scope, out);
       if (f == Flow::break_) break;

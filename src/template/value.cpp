@@ -24,6 +24,8 @@ void Dict::set(std::string key, Value value) {
   items_.emplace_back(std::move(key), std::move(value));
 }
 
+void Dict::append(std::string key, Value value) { items_.emplace_back(std::move(key), std::move(value)); }
+
 const Value* Args::get(std::size_t index, std::string_view name) const {
   if (index < pos.size()) return &pos[index];
   for (const auto& [k, v] : kw)
@@ -406,7 +408,8 @@ Value from_json_any(const J& j) {
     }
     case J::value_t::object: {
       auto d = std::make_shared<Dict>();
-      for (const auto& [k, x] : j.items()) d->set(k, from_json_any(x));
+      d->reserve(j.size());
+      for (const auto& [k, x] : j.items()) d->append(k, from_json_any(x));  // JSON object keys are unique
       return Value(d);
     }
     default: return Value();

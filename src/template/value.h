@@ -35,6 +35,9 @@ class Dict {
   const Value* find(std::string_view key) const;
   // Inserts or replaces, keeping the first insertion's position.
   void set(std::string key, Value value);
+  // Appends a key the dict does not hold yet (building a fresh dict: no search).
+  void append(std::string key, Value value);
+  void reserve(std::size_t n) { items_.reserve(n); }
   const std::vector<std::pair<std::string, Value>>& items() const { return items_; }
   std::size_t size() const { return items_.size(); }
 
