@@ -21,11 +21,11 @@ bash scripts/margins.sh "$CTUNE_MARGINS_DIR" || echo "margins: could not print t
 unset CTUNE_MARGINS_DIR
 
 if [ "${CTUNE_SKIP_ASAN:-0}" != "1" ]; then
-  echo "== AddressSanitizer + UBSan: format, tokenizer and data readers"
-  CTUNE_TARGETS="test_formats test_tokenizer test_data" bash scripts/build.sh build-asan -DCTUNE_SANITIZE=ON \
+  echo "== AddressSanitizer + UBSan: format, tokenizer and data readers, the template engine"
+  CTUNE_TARGETS="test_formats test_tokenizer test_data test_template test_template_corpus" bash scripts/build.sh build-asan -DCTUNE_SANITIZE=ON \
     -DCTUNE_TOKENIZER_NPM_CACHE="$PWD/build/test-data/tokenizer/npm"
   ./build-asan/tests/formats/test_formats --gtest_brief=1
-  (cd build-asan && ctest --output-on-failure -j "${CTUNE_TEST_JOBS:-2}" -L "tokenizer|data")
+  (cd build-asan && ctest --output-on-failure -j "${CTUNE_TEST_JOBS:-2}" -L "tokenizer|data|template")
 fi
 
 if [ "${CTUNE_SKIP_THIRD_PARTY:-0}" != "1" ]; then

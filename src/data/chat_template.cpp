@@ -204,22 +204,27 @@ const tmpl::Template& ChatTemplate::pick(const OrderedJson& tools) const {
   return tool_use_ && !tools.is_null() ? *tool_use_ : *main_;
 }
 
-std::string ChatTemplate::render(const OrderedJson& messages, const OrderedJson& tools, bool add_generation_prompt) const {
+tmpl::Rendered ChatTemplate::render_values(const tmpl::Value& messages, const tmpl::Value& tools,
+                                           const OrderedJson& tools_json, bool add_generation_prompt) const {
   tmpl::Dict vars;
-  vars.set("messages", tmpl::from_json(messages));
-  vars.set("tools", tmpl::from_json(tools));
+  vars.set("messages", messages);
+  vars.set("tools", tools);
   vars.set("documents", tmpl::Value::none());
   vars.set("add_generation_prompt", tmpl::Value(add_generation_prompt));
   for (const auto& [k, v] : variables_.items()) vars.set(k, v);
-  return pick(tools).render(vars, options_).text;
+  return pick(tools_json).render(vars, options_);
+}
+
+std::string ChatTemplate::render(const OrderedJson& messages, const OrderedJson& tools, bool add_generation_prompt) const {
+  return render_values(tmpl::from_json(messages), tmpl::from_json(tools), tools, add_generation_prompt).text;
 }
 
 namespace {
 
-// Message `index` with every field the assistant writes replaced by `sentinel`.
-OrderedJson with_sentinel(const OrderedJson& messages, std::size_t index, const std::string& sentinel) {
-  OrderedJson out = messages;
-  OrderedJson& m = out[index];
+// A message with every field the assistant writes replaced by `sentinel`.
+OrderedJson with_sentinel(const OrderedJson& message, const std::string& sentinel) {
+  OrderedJson out = message;
+  OrderedJson& m = out;
   if (auto c = m.find("content"); c != m.end()) {
     if (c->is_string()) {
       *c = sentinel;
@@ -249,10 +254,16 @@ OrderedJson with_sentinel(const OrderedJson& messages, std::size_t index, const 
 constexpr const char* kSentinelA = "\xEE\x80\x80";  // U+E000
 constexpr const char* kSentinelB = "\xEE\x80\x81";  // U+E001
 
-std::optional<std::pair<std::size_t, std::size_t>> ChatTemplate::changed_region(const ChatRecord& record, std::size_t index,
+std::optional<std::pair<std::size_t, std::size_t>> ChatTemplate::changed_region(const Converted& c, std::size_t index,
                                                                                const std::string& full) const {
-  const std::string a = render(with_sentinel(record.messages, index, kSentinelA), record.tools, false);
-  const std::string b = render(with_sentinel(record.messages, index, kSentinelB), record.tools, false);
+  // The conversation with message `index` replaced; the other messages' values are shared.
+  auto variant = [&](const char* sentinel) {
+    auto list = std::make_shared<tmpl::List>(c.messages.list());
+    (*list)[index] = tmpl::from_json(with_sentinel(c.record.messages[index], sentinel));
+    return render_values(tmpl::Value(list), c.tools, c.record.tools, false).text;
+  };
+  const std::string a = variant(kSentinelA);
+  const std::string b = variant(kSentinelB);
   if (a == b) return std::nullopt;  // nothing of the message is rendered
   // The common prefix and suffix of all three renderings bound what the message changes.
   const std::size_t limit = std::min({full.size(), a.size(), b.size()});
@@ -269,7 +280,7 @@ std::optional<std::pair<std::size_t, std::size_t>> ChatTemplate::changed_region(
   return std::make_pair(p, e);
 }
 
-std::size_t ChatTemplate::end_of_turn(const ChatRecord& record, std::size_t index, const std::string& text,
+std::size_t ChatTemplate::end_of_turn(const Converted& c, std::size_t index, const std::string& text,
                                       std::size_t at) const {
   // Right after the message (whitespace between): the usual case.
   std::size_t i = at;
@@ -283,8 +294,8 @@ std::size_t ChatTemplate::end_of_turn(const ChatRecord& record, std::size_t inde
   // Text the template writes after the message's own fields (the closing of a tool call):
   // the first end-of-turn token before the next message starts.
   std::size_t bound = text.size();
-  if (index + 1 < record.messages.size())
-    if (auto next = changed_region(record, index + 1, text)) bound = next->first;
+  if (index + 1 < c.record.messages.size())
+    if (auto next = changed_region(c, index + 1, text)) bound = next->first;
   for (std::size_t k = at; k < bound; ++k)
     for (const std::string& t : end_tokens_)
       if (k + t.size() <= bound && text.compare(k, t.size(), t) == 0) return k + t.size();
@@ -294,14 +305,9 @@ std::size_t ChatTemplate::end_of_turn(const ChatRecord& record, std::size_t inde
 ChatTemplate::Text ChatTemplate::render_with_spans(const ChatRecord& record, const std::string& where) const {
   Text out;
   try {
-    tmpl::Dict vars;
-    vars.set("messages", tmpl::from_json(record.messages));
-    vars.set("tools", tmpl::from_json(record.tools));
-    vars.set("documents", tmpl::Value::none());
-    vars.set("add_generation_prompt", tmpl::Value(false));
-    for (const auto& [k, v] : variables_.items()) vars.set(k, v);
+    const Converted c{record, tmpl::from_json(record.messages), tmpl::from_json(record.tools)};
     const tmpl::Template& t = pick(record.tools);
-    tmpl::Rendered r = t.render(vars, options_);
+    tmpl::Rendered r = render_values(c.messages, c.tools, record.tools, false);
     out.text = std::move(r.text);
     if (t.has_generation()) {
       for (auto [b, e] : r.generation) {
@@ -313,9 +319,9 @@ ChatTemplate::Text ChatTemplate::render_with_spans(const ChatRecord& record, con
     for (std::size_t i = 0; i < record.messages.size(); ++i) {
       const auto& m = record.messages[i];
       if (!record.trainable[i] || m.value("role", "") != "assistant") continue;
-      const auto region = changed_region(record, i, out.text);
+      const auto region = changed_region(c, i, out.text);
       if (!region) continue;
-      const std::size_t end = end_of_turn(record, i, out.text, region->second);
+      const std::size_t end = end_of_turn(c, i, out.text, region->second);
       if (end > region->first) out.spans.emplace_back(region->first, end);
     }
   } catch (const TemplateError& e) {

@@ -81,13 +81,20 @@ class ChatTemplate {
   bool uses_generation_blocks() const { return main_->has_generation(); }
 
  private:
+  // A record's messages and tools as template values, converted once per record.
+  struct Converted {
+    const ChatRecord& record;
+    tmpl::Value messages, tools;
+  };
   const tmpl::Template& pick(const OrderedJson& tools) const;
+  tmpl::Rendered render_values(const tmpl::Value& messages, const tmpl::Value& tools, const OrderedJson& tools_json,
+                               bool add_generation_prompt) const;
   // [first, last) byte range of `full` that changes with message `index`'s own fields;
   // nullopt when the template renders nothing of them.
-  std::optional<std::pair<std::size_t, std::size_t>> changed_region(const ChatRecord& record, std::size_t index,
+  std::optional<std::pair<std::size_t, std::size_t>> changed_region(const Converted& c, std::size_t index,
                                                                     const std::string& full) const;
   // Where message `index`'s turn ends: through the end-of-turn token after `at`.
-  std::size_t end_of_turn(const ChatRecord& record, std::size_t index, const std::string& text, std::size_t at) const;
+  std::size_t end_of_turn(const Converted& c, std::size_t index, const std::string& text, std::size_t at) const;
 
   std::string name_;
   std::shared_ptr<tmpl::Template> main_, tool_use_;

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "template/ast.h"
+#include "template/builtin_args.h"
 #include "template/builtins.h"
 #include "template/lexer.h"
 #include "template/parser.h"
@@ -199,22 +200,7 @@ class Renderer final : public Env {
   }
 
   Flow exec_for(const Node& n, const FramePtr& frame, std::string& out) {
-    const Value seq = eval(*n.expr, frame);
-    List items;
-    if (seq.is_list()) items = seq.list();
-    else if (seq.is_dict()) {
-      for (const auto& [k, v] : seq.dict().items()) items.emplace_back(k);
-    } else if (seq.is_string()) {
-      const std::string& s = seq.str_ref();
-      std::size_t i = 0;
-      while (i < s.size()) {
-        const std::size_t start = i;
-        decode_code_point(s, i);
-        items.emplace_back(s.substr(start, i - start));
-      }
-    } else if (!seq.is_undefined()) {
-      fail("'" + seq.type_name() + "' object is not iterable");
-    }
+    List items = builtin::iterate(eval(*n.expr, frame));
     if (n.filter) {
       List kept;
       for (const Value& item : items) {

@@ -69,8 +69,8 @@ class Value {
   Value(std::int64_t i) : data_(i) {}
   Value(int i) : data_(static_cast<std::int64_t>(i)) {}
   Value(double d) : data_(d) {}
-  Value(std::string s) : data_(std::move(s)) {}
-  Value(const char* s) : data_(std::string(s)) {}
+  Value(std::string s) : data_(std::make_shared<const std::string>(std::move(s))) {}
+  Value(const char* s) : data_(std::make_shared<const std::string>(s)) {}
   Value(ListPtr l, bool tuple = false) : data_(std::move(l)), tuple_(tuple) {}
   Value(DictPtr d) : data_(std::move(d)) {}
   Value(FunctionPtr f) : data_(std::move(f)) {}
@@ -81,7 +81,7 @@ class Value {
   Kind kind() const;
   bool is_undefined() const { return kind() == Kind::undefined; }
   bool is_none() const { return kind() == Kind::none; }
-  bool is_string() const { return std::holds_alternative<std::string>(data_); }
+  bool is_string() const { return std::holds_alternative<StrPtr>(data_); }
   bool is_list() const { return std::holds_alternative<ListPtr>(data_); }
   bool is_tuple() const { return is_list() && tuple_; }
   bool is_dict() const { return std::holds_alternative<DictPtr>(data_); }
@@ -92,7 +92,7 @@ class Value {
   bool is_function() const { return std::holds_alternative<FunctionPtr>(data_); }
   bool is_namespace() const { return std::holds_alternative<NamespacePtr>(data_); }
 
-  const std::string& str_ref() const { return std::get<std::string>(data_); }
+  const std::string& str_ref() const { return *std::get<StrPtr>(data_); }
   const List& list() const { return *std::get<ListPtr>(data_); }
   const ListPtr& list_ptr() const { return std::get<ListPtr>(data_); }
   const Dict& dict() const { return *std::get<DictPtr>(data_); }
@@ -117,7 +117,10 @@ class Value {
 
  private:
   explicit Value(Kind k);
-  std::variant<std::monostate, std::nullptr_t, bool, std::int64_t, double, std::string, ListPtr, DictPtr,
+  // Strings are shared like Python's immutable str: copying a value (a message's content into a
+  // loop variable, a list, a sentinel variant of a conversation) copies a pointer, not the text.
+  using StrPtr = std::shared_ptr<const std::string>;
+  std::variant<std::monostate, std::nullptr_t, bool, std::int64_t, double, StrPtr, ListPtr, DictPtr,
                FunctionPtr, NamespacePtr>
       data_;
   bool tuple_ = false;

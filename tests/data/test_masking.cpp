@@ -72,7 +72,8 @@ std::vector<std::string> expected_trained(ChatFormat format, const Conversation&
         }
         break;
       }
-      case ChatFormat::automatic: break;
+      case ChatFormat::automatic:
+      case ChatFormat::model_template: break;  // native formats only (templates: tests/template)
     }
   }
   return out;

@@ -1,0 +1,470 @@
+// Jinja2's built-in filters and tests, as Jinja2 3.1 defines them (and transformers' tojson);
+// see builtins.h.
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+#include "template/builtin_args.h"
+#include "template/builtins.h"
+#include "template/pystr.h"
+
+namespace ctune::tmpl {
+
+namespace {
+
+using namespace builtin;  // NOLINT: this file is the built-ins' own
+
+using Filter = Value (*)(Env&, const Value&, Args&);
+using Test = bool (*)(Env&, const Value&, Args&);
+
+// A dotted attribute path ("function.name") or an integer index, as Jinja2's make_attrgetter.
+Value attr_path(Env& env, const Value& v, const std::string& path) {
+  Value cur = v;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t dot = path.find('.', start);
+    const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    cur = digits ? get_item(env, cur, Value(static_cast<std::int64_t>(std::stoll(part)))) : get_item(env, cur, Value(part));
+    if (dot == std::string::npos) return cur;
+    start = dot + 1;
+  }
+}
+
+// The value sort/unique/min/max compare: the attribute, lower-cased unless case_sensitive.
+Value sort_key(Env& env, const Value& v, const std::optional<std::string>& attribute, bool case_sensitive) {
+  return folded(attribute ? attr_path(env, v, *attribute) : v, case_sensitive);
+}
+
+// ---- filters --------------------------------------------------------------------------------
+
+Value f_default(Env&, const Value& v, Args& a) {
+  const Value* d = arg(a, 0, "default_value");
+  const bool boolean = arg_bool(a, 1, "boolean", false);
+  if (v.is_undefined() || (boolean && !v.truthy())) return d ? *d : Value(std::string());
+  return v;
+}
+
+Value f_length(Env&, const Value& v, Args&) {
+  auto n = v.length();
+  if (!n) fail("object of type '" + v.type_name() + "' has no len()");
+  return Value(static_cast<std::int64_t>(*n));
+}
+
+Value f_join(Env& env, const Value& v, Args& a) {
+  const std::string sep = arg_str(a, 0, "d").value_or("");
+  const auto attribute = arg_str(a, 1, "attribute");
+  std::string out;
+  bool first = true;
+  for (const Value& x : iterate(v)) {
+    if (!first) out += sep;
+    first = false;
+    out += (attribute ? attr_path(env, x, *attribute) : x).str();
+    if (out.size() > env.limits().max_output_bytes) fail("join result exceeds the output limit");
+  }
+  return Value(std::move(out));
+}
+
+Value f_upper(Env&, const Value& v, Args&) { return Value(py_upper(v.str())); }
+Value f_lower(Env&, const Value& v, Args&) { return Value(py_lower(v.str())); }
+Value f_capitalize(Env&, const Value& v, Args&) { return Value(py_capitalize(v.str())); }
+// Jinja2's title filter (not str.title): a word starts after whitespace or one of - ( { [ <.
+Value f_title(Env&, const Value& v, Args&) {
+  const std::string s = v.str();
+  std::string out;
+  bool word_start = true;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const std::size_t start = i;
+    const std::uint32_t cp = decode_code_point(s, i);
+    const bool sep = is_py_space(cp) || cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<';
+    if (sep) {
+      out.append(s, start, i - start);
+      word_start = true;
+      continue;
+    }
+    const std::string ch = s.substr(start, i - start);
+    out += word_start ? py_upper(ch) : py_lower(ch);
+    word_start = false;
+  }
+  return Value(std::move(out));
+}
+Value f_trim(Env&, const Value& v, Args& a) { return Value(py_strip(v.str(), arg_str(a, 0, "chars"))); }
+Value f_string(Env&, const Value& v, Args&) { return Value(v.str()); }
+Value f_safe(Env&, const Value& v, Args&) { return v; }
+
+Value f_first(Env&, const Value& v, Args&) {
+  List l = iterate(v);
+  return l.empty() ? Value::undefined("No first item, sequence was empty.") : l.front();
+}
+Value f_last(Env&, const Value& v, Args&) {
+  List l = iterate(v);
+  return l.empty() ? Value::undefined("No last item, sequence was empty.") : l.back();
+}
+
+Value f_list(Env&, const Value& v, Args&) { return make_list(iterate(v)); }
+
+Value f_items(Env&, const Value& v, Args&) {
+  if (v.is_undefined()) return make_list({});
+  if (!v.is_dict()) fail("can only get item pairs from a mapping, found " + v.type_name());
+  List out;
+  for (const auto& [k, x] : v.dict().items()) out.push_back(make_list({Value(k), x}, true));
+  return make_list(std::move(out));
+}
+
+Value f_replace(Env& env, const Value& v, Args& a) {
+  const Value* old = arg(a, 0, "old");
+  const Value* repl = arg(a, 1, "new");
+  if (!old || !repl) fail("replace() needs the old and new strings");
+  std::string out = py_replace(v.str(), old->str(), repl->str(), arg_int(a, 2, "count", -1));
+  if (out.size() > env.limits().max_output_bytes) fail("replace result exceeds the output limit");
+  return Value(std::move(out));
+}
+
+// transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+// its positional order differs from Jinja2's own tojson(indent), so tojson(2) escapes non-ASCII.
+Value f_tojson(Env&, const Value& v, Args& a) {
+  const bool ensure_ascii = arg_bool(a, 0, "ensure_ascii", false);
+  std::optional<int> indent;
+  if (const Value* i = arg(a, 1, "indent"); i && !i->is_none()) {
+    if (!i->is_int()) fail("tojson indent expects an integer, found " + i->type_name());
+    indent = static_cast<int>(std::clamp<std::int64_t>(i->integer(), 0, 64));
+  }
+  std::optional<std::pair<std::string, std::string>> separators;
+  if (const Value* s = arg(a, 2, "separators"); s && s->is_list() && s->list().size() == 2)
+    separators = std::make_pair(s->list()[0].str(), s->list()[1].str());
+  std::string bad;
+  auto out = to_json(v, indent, arg_bool(a, 3, "sort_keys", false), separators, bad, ensure_ascii);
+  if (!out) fail("Object of type " + bad + " is not JSON serializable");
+  return Value(std::move(*out));
+}
+
+Value f_int(Env&, const Value& v, Args& a) {
+  const std::int64_t dflt = arg_int(a, 0, "default", 0);
+  if (v.is_int() || v.is_bool()) return Value(v.integer());
+  if (v.is_float()) return std::isfinite(v.number()) ? Value(static_cast<std::int64_t>(v.number())) : Value(dflt);
+  if (v.is_string()) {
+    const std::string s = py_strip(v.str_ref());
+    try {
+      std::size_t used = 0;
+      const long long i = std::stoll(s, &used, static_cast<int>(arg_int(a, 1, "base", 10)));
+      if (used == s.size()) return Value(static_cast<std::int64_t>(i));
+      const double d = std::stod(s, &used);
+      if (used == s.size()) return Value(static_cast<std::int64_t>(d));
+    } catch (const std::exception&) {
+    }
+  }
+  return Value(dflt);
+}
+
+Value f_float(Env&, const Value& v, Args& a) {
+  const Value* d = arg(a, 0, "default");
+  const Value dflt = d ? *d : Value(0.0);
+  if (v.is_number()) return Value(v.number());
+  if (v.is_string()) {
+    try {
+      std::size_t used = 0;
+      const std::string s = py_strip(v.str_ref());
+      const double x = std::stod(s, &used);
+      if (used == s.size()) return Value(x);
+    } catch (const std::exception&) {
+    }
+  }
+  return dflt;
+}
+
+Value f_abs(Env&, const Value& v, Args&) {
+  if (v.is_int() || v.is_bool()) return Value(v.integer() < 0 ? -v.integer() : v.integer());
+  if (v.is_float()) return Value(std::fabs(v.number()));
+  fail("bad operand type for abs(): '" + v.type_name() + "'");
+}
+
+Value f_round(Env&, const Value& v, Args& a) {
+  if (!v.is_number()) fail("round() expects a number, found " + v.type_name());
+  const std::int64_t precision = arg_int(a, 0, "precision", 0);
+  const std::string method = arg_str(a, 1, "method").value_or("common");
+  if (method == "common" && !v.is_float() && precision >= 0) return Value(v.integer());  // Python's round(int) is the int
+  const double scale = std::pow(10.0, static_cast<double>(precision));
+  const double x = v.number() * scale;
+  double r;
+  if (method == "ceil") r = std::ceil(x);
+  else if (method == "floor") r = std::floor(x);
+  else if (method == "common") r = std::nearbyint(x);  // Python's round(): halves to even
+  else fail("method must be common, ceil or floor");
+  return Value(r / scale);
+}
+
+Value f_reverse(Env&, const Value& v, Args&) {
+  if (v.is_string()) {
+    List cps = iterate(v);
+    std::string out;
+    for (auto it = cps.rbegin(); it != cps.rend(); ++it) out += it->str_ref();
+    return Value(std::move(out));
+  }
+  List l = iterate(v);
+  std::reverse(l.begin(), l.end());
+  return make_list(std::move(l));
+}
+
+Value f_sort(Env& env, const Value& v, Args& a) {
+  const bool reverse = arg_bool(a, 0, "reverse", false);
+  const bool case_sensitive = arg_bool(a, 1, "case_sensitive", false);
+  const auto attribute = arg_str(a, 2, "attribute");
+  List l = iterate(v);
+  std::vector<std::pair<Value, Value>> keyed;
+  for (auto& x : l) keyed.emplace_back(sort_key(env, x, attribute, case_sensitive), x);
+  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& p, const auto& q) {
+    return reverse ? ordered(q.first, p.first) < 0 : ordered(p.first, q.first) < 0;
+  });
+  List out;
+  for (auto& [k, x] : keyed) out.push_back(x);
+  return make_list(std::move(out));
+}
+
+Value f_unique(Env& env, const Value& v, Args& a) {
+  const bool case_sensitive = arg_bool(a, 0, "case_sensitive", false);
+  const auto attribute = arg_str(a, 1, "attribute");
+  List out, seen;
+  for (const Value& x : iterate(v)) {
+    Value key = sort_key(env, x, attribute, case_sensitive);
+    if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) continue;
+    seen.push_back(key);
+    out.push_back(x);
+  }
+  return make_list(std::move(out));
+}
+
+Value min_max(Env& env, const Value& v, Args& a, bool want_max) {
+  const bool case_sensitive = arg_bool(a, 0, "case_sensitive", false);
+  const auto attribute = arg_str(a, 1, "attribute");
+  List l = iterate(v);
+  if (l.empty()) return Value::undefined(std::string("No aggregated item, sequence was empty."));
+  std::size_t best = 0;
+  Value best_key = sort_key(env, l[0], attribute, case_sensitive);
+  for (std::size_t i = 1; i < l.size(); ++i) {
+    Value k = sort_key(env, l[i], attribute, case_sensitive);
+    const int c = ordered(k, best_key);
+    if (want_max ? c > 0 : c < 0) {
+      best = i;
+      best_key = k;
+    }
+  }
+  return l[best];
+}
+Value f_min(Env& env, const Value& v, Args& a) { return min_max(env, v, a, false); }
+Value f_max(Env& env, const Value& v, Args& a) { return min_max(env, v, a, true); }
+
+Value f_sum(Env& env, const Value& v, Args& a) {
+  const auto attribute = arg_str(a, 0, "attribute");
+  const Value* start = arg(a, 1, "start");
+  Value total = start ? *start : Value(std::int64_t{0});
+  for (const Value& x : iterate(v)) total = add(total, attribute ? attr_path(env, x, *attribute) : x);
+  return total;
+}
+
+Value select_impl(Env& env, const Value& v, Args& a, bool by_attr, bool keep) {
+  std::size_t first_test_arg = 0;
+  std::optional<std::string> attribute;
+  if (by_attr) {
+    attribute = arg_str(a, 0, "attribute");
+    if (!attribute) fail("selectattr/rejectattr need an attribute name");
+    first_test_arg = 1;
+  }
+  std::optional<std::string> test_name;
+  if (a.pos.size() > first_test_arg) test_name = need_str(a.pos[first_test_arg], "the test name");
+  Args test_args;
+  for (std::size_t i = first_test_arg + 1; i < a.pos.size(); ++i) test_args.pos.push_back(a.pos[i]);
+  List out;
+  for (const Value& x : iterate(v)) {
+    const Value item = attribute ? attr_path(env, x, *attribute) : x;
+    Args copy = test_args;
+    const bool ok = test_name ? env.test(*test_name, item, copy) : item.truthy();
+    if (ok == keep) out.push_back(x);
+  }
+  return make_list(std::move(out));
+}
+Value f_select(Env& env, const Value& v, Args& a) { return select_impl(env, v, a, false, true); }
+Value f_reject(Env& env, const Value& v, Args& a) { return select_impl(env, v, a, false, false); }
+Value f_selectattr(Env& env, const Value& v, Args& a) { return select_impl(env, v, a, true, true); }
+Value f_rejectattr(Env& env, const Value& v, Args& a) { return select_impl(env, v, a, true, false); }
+
+Value f_map(Env& env, const Value& v, Args& a) {
+  List out;
+  if (const auto attribute = arg_str(a, 99, "attribute")) {
+    const Value* dflt = arg(a, 99, "default");
+    for (const Value& x : iterate(v)) {
+      Value r = attr_path(env, x, *attribute);
+      out.push_back(r.is_undefined() && dflt ? *dflt : r);
+    }
+    return make_list(std::move(out));
+  }
+  if (a.pos.empty()) fail("map() needs a filter name or attribute=");
+  const std::string name = need_str(a.pos[0], "map's filter name");
+  Args rest;
+  rest.pos.assign(a.pos.begin() + 1, a.pos.end());
+  rest.kw = a.kw;
+  for (const Value& x : iterate(v)) {
+    Args copy = rest;
+    out.push_back(env.filter(name, x, copy));
+  }
+  return make_list(std::move(out));
+}
+
+Value f_attr(Env& env, const Value& v, Args& a) {
+  const auto name = arg_str(a, 0, "name");
+  if (!name) fail("attr() needs a name");
+  return get_attribute(env, v, *name);
+}
+
+Value f_indent(Env&, const Value& v, Args& a) {
+  std::string pad;
+  if (const Value* w = arg(a, 0, "width"); w && w->is_string()) pad = w->str_ref();
+  else pad = std::string(static_cast<std::size_t>(std::clamp<std::int64_t>(arg_int(a, 0, "width", 4), 0, 256)), ' ');
+  const bool first = arg_bool(a, 1, "first", false);
+  const bool blank = arg_bool(a, 2, "blank", false);
+  std::string s = v.str();
+  std::string newline = "\n";
+  s += newline;  // Jinja2 appends a newline, indents, then removes it again
+  std::vector<std::string> lines = py_splitlines(s, false);
+  std::string out;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (i > 0) out += newline;
+    const bool indent = (i == 0 ? first : true) && (blank || !py_strip(lines[i]).empty());
+    out += (indent ? pad : "") + lines[i];
+  }
+  return Value(std::move(out));
+}
+
+Value f_escape(Env&, const Value& v, Args&) {
+  std::string out;
+  for (const char c : v.str()) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return Value(std::move(out));
+}
+
+Value f_dictsort(Env&, const Value& v, Args& a) {
+  if (!v.is_dict()) fail("dictsort expects a mapping, found " + v.type_name());
+  const bool case_sensitive = arg_bool(a, 0, "case_sensitive", false);
+  const bool by_value = arg_str(a, 1, "by").value_or("key") == "value";
+  const bool reverse = arg_bool(a, 2, "reverse", false);
+  List items;
+  for (const auto& [k, x] : v.dict().items()) items.push_back(make_list({Value(k), x}, true));
+  std::stable_sort(items.begin(), items.end(), [&](const Value& p, const Value& q) {
+    const Value kp = folded(p.list()[by_value ? 1 : 0], case_sensitive);
+    const Value kq = folded(q.list()[by_value ? 1 : 0], case_sensitive);
+    return reverse ? ordered(kq, kp) < 0 : ordered(kp, kq) < 0;
+  });
+  return make_list(std::move(items));
+}
+
+Value f_wordcount(Env&, const Value& v, Args&) {
+  return Value(static_cast<std::int64_t>(py_split(v.str(), std::nullopt, -1).size()));
+}
+
+const std::unordered_map<std::string, Filter>& filters() {
+  static const std::unordered_map<std::string, Filter> table = {
+      {"default", f_default}, {"d", f_default}, {"length", f_length}, {"count", f_length}, {"join", f_join},
+      {"upper", f_upper}, {"lower", f_lower}, {"capitalize", f_capitalize}, {"title", f_title}, {"trim", f_trim},
+      {"string", f_string}, {"safe", f_safe}, {"first", f_first}, {"last", f_last}, {"list", f_list},
+      {"items", f_items}, {"replace", f_replace}, {"tojson", f_tojson}, {"int", f_int}, {"float", f_float},
+      {"abs", f_abs}, {"round", f_round}, {"reverse", f_reverse}, {"sort", f_sort}, {"unique", f_unique},
+      {"min", f_min}, {"max", f_max}, {"sum", f_sum}, {"select", f_select}, {"reject", f_reject},
+      {"selectattr", f_selectattr}, {"rejectattr", f_rejectattr}, {"map", f_map}, {"attr", f_attr},
+      {"indent", f_indent}, {"e", f_escape}, {"escape", f_escape}, {"forceescape", f_escape},
+      {"dictsort", f_dictsort}, {"wordcount", f_wordcount},
+  };
+  return table;
+}
+
+// ---- tests ----------------------------------------------------------------------------------
+
+const Value& test_arg(const Args& a, const char* test) {
+  const Value* v = arg(a, 0, "other");
+  if (!v) fail(std::string("test '") + test + "' needs an argument");
+  return *v;
+}
+
+bool t_defined(Env&, const Value& v, Args&) { return !v.is_undefined(); }
+bool t_undefined(Env&, const Value& v, Args&) { return v.is_undefined(); }
+bool t_none(Env&, const Value& v, Args&) { return v.is_none(); }
+bool t_boolean(Env&, const Value& v, Args&) { return v.is_bool(); }
+bool t_true(Env&, const Value& v, Args&) { return v.is_bool() && v.boolean(); }
+bool t_false(Env&, const Value& v, Args&) { return v.is_bool() && !v.boolean(); }
+bool t_integer(Env&, const Value& v, Args&) { return v.is_int(); }
+bool t_float(Env&, const Value& v, Args&) { return v.is_float(); }
+bool t_number(Env&, const Value& v, Args&) { return v.is_number(); }
+bool t_string(Env&, const Value& v, Args&) { return v.is_string(); }
+bool t_mapping(Env&, const Value& v, Args&) { return v.is_dict(); }
+bool t_iterable(Env&, const Value& v, Args&) { return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined(); }
+bool t_sequence(Env&, const Value& v, Args&) { return v.is_string() || v.is_list() || v.is_dict(); }
+bool t_callable(Env&, const Value& v, Args&) { return v.is_function(); }
+bool t_odd(Env&, const Value& v, Args&) {
+  if (!v.is_int() && !v.is_bool()) fail("test 'odd' expects an integer, found " + v.type_name());
+  return v.integer() % 2 != 0;
+}
+bool t_even(Env& e, const Value& v, Args& a) { return !t_odd(e, v, a); }
+bool t_divisibleby(Env&, const Value& v, Args& a) {
+  const std::int64_t n = arg_int(a, 0, "num", 1);
+  if (n == 0) fail("integer division or modulo by zero");
+  return v.integer() % n == 0;
+}
+bool t_eq(Env&, const Value& v, Args& a) { return equal(v, test_arg(a, "eq")); }
+bool t_ne(Env&, const Value& v, Args& a) { return !equal(v, test_arg(a, "ne")); }
+bool t_lt(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "lt")) < 0; }
+bool t_le(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "le")) <= 0; }
+bool t_gt(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "gt")) > 0; }
+bool t_ge(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "ge")) >= 0; }
+bool t_lower(Env&, const Value& v, Args&) { return v.is_string() && py_lower(v.str_ref()) == v.str_ref(); }
+bool t_upper(Env&, const Value& v, Args&) { return v.is_string() && py_upper(v.str_ref()) == v.str_ref(); }
+bool t_escaped(Env&, const Value&, Args&) { return false; }
+bool t_in(Env&, const Value& v, Args& a) { return contains(test_arg(a, "in"), v); }
+bool t_sameas(Env&, const Value& v, Args& a) {
+  const Value& o = test_arg(a, "sameas");
+  if (v.is_list() && o.is_list()) return v.list_ptr() == o.list_ptr();
+  if (v.is_dict() && o.is_dict()) return v.dict_ptr() == o.dict_ptr();
+  return v.kind() == o.kind() && (v.is_none() || v.is_undefined() || (v.is_bool() && v.boolean() == o.boolean()));
+}
+
+const std::unordered_map<std::string, Test>& tests() {
+  static const std::unordered_map<std::string, Test> table = {
+      {"defined", t_defined}, {"undefined", t_undefined}, {"none", t_none}, {"boolean", t_boolean},
+      {"true", t_true}, {"false", t_false}, {"integer", t_integer}, {"float", t_float}, {"number", t_number},
+      {"string", t_string}, {"mapping", t_mapping}, {"iterable", t_iterable}, {"sequence", t_sequence},
+      {"callable", t_callable}, {"odd", t_odd}, {"even", t_even}, {"divisibleby", t_divisibleby},
+      {"eq", t_eq}, {"equalto", t_eq}, {"==", t_eq}, {"ne", t_ne}, {"!=", t_ne}, {"lt", t_lt}, {"lessthan", t_lt},
+      {"<", t_lt}, {"le", t_le}, {"<=", t_le}, {"gt", t_gt}, {"greaterthan", t_gt}, {">", t_gt}, {"ge", t_ge},
+      {">=", t_ge}, {"lower", t_lower}, {"upper", t_upper}, {"escaped", t_escaped}, {"in", t_in},
+      {"sameas", t_sameas},
+  };
+  return table;
+}
+
+
+}  // namespace
+
+std::optional<Value> apply_filter(Env& env, const std::string& name, const Value& v, Args& args) {
+  const auto& table = filters();
+  auto it = table.find(name);
+  if (it == table.end()) return std::nullopt;
+  Value out = it->second(env, v, args);
+  check_size(env, out);
+  return out;
+}
+
+std::optional<bool> apply_test(Env& env, const std::string& name, const Value& v, Args& args) {
+  const auto& table = tests();
+  auto it = table.find(name);
+  if (it == table.end()) return std::nullopt;
+  return it->second(env, v, args);
+}
+
+
+}  // namespace ctune::tmpl
