@@ -250,8 +250,13 @@ class Renderer final : public Env {
     return Flow::normal;
   }
 
-  Value make_macro(const std::shared_ptr<Macro>& macro, const FramePtr& defined_in, const Value&) {
-    return Value(std::make_shared<Function>(Function{macro->name, [this, macro, defined_in](Args& a) {
+  // The macro sees the scope it was defined in. That scope holds the macro, so the macro keeps
+  // only a weak reference to it (a strong one would be a cycle, never freed).
+  Value make_macro(const std::shared_ptr<Macro>& macro, const FramePtr& frame, const Value&) {
+    const std::weak_ptr<Frame> scope_of_definition = frame;
+    return Value(std::make_shared<Function>(Function{macro->name, [this, macro, scope_of_definition](Args& a) {
+                   const FramePtr defined_in = scope_of_definition.lock();
+                   if (!defined_in) fail("macro '" + macro->name + "' called after the scope it was defined in ended");
                    if (depth_ + 1 > options_.limits.max_depth) {
                      fail("macro calls nested deeper than " + std::to_string(options_.limits.max_depth));
                    }
