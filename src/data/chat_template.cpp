@@ -5,13 +5,21 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "template/pystr.h"
 
 namespace ctune::data {
 
 namespace {
 
+// A template file, refused before reading when it is not a regular file or is larger than any
+// template the engine accepts.
 std::string read_text(const std::filesystem::path& path) {
+  require_regular_file(path, "a chat template file");
+  std::error_code ec;
+  if (const auto size = std::filesystem::file_size(path, ec); !ec && size > tmpl::kMaxSourceBytes)
+    throw FormatError(path.string() + ": " + std::to_string(size) + " bytes, more than a chat template may have (" +
+                      std::to_string(tmpl::kMaxSourceBytes) + ")");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path.string() + ": cannot open for reading");
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

@@ -25,7 +25,9 @@ RecordFormatter::RecordFormatter(const DataOptions& options, const tok::Tokenize
   if (instruct_ == InstructTemplate::automatic)
     instruct_ = chat_template && !chat_template->empty() ? InstructTemplate::chat : InstructTemplate::alpaca;
   const bool uses_chat = format_ == DataFormat::chat || (format_ == DataFormat::instruct && instruct_ == InstructTemplate::chat);
-  if (uses_chat) chat_ = resolve_chat_format(options.chat_format, chat_template);
+  // A chosen template (data.chat_template) is what auto renders, even when the tokenizer has none.
+  const bool chosen = options.chat_format == ChatFormat::automatic && !options.chat_template.empty();
+  if (uses_chat) chat_ = resolve_chat_format(chosen ? ChatFormat::model_template : options.chat_format, chat_template);
   if (uses_chat && chat_.format == ChatFormat::model_template)
     template_.emplace(read_chat_templates(options.tokenizer_dir), options.chat_template, options.tokenizer_dir, tokenizer,
                       options.template_kwargs);

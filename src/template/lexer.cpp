@@ -142,22 +142,7 @@ class Lexer {
       char sign = 0;
       if (at + 2 < s_.size() && (s_[at + 2] == '-' || s_[at + 2] == '+')) sign = s_[at + 2];
       const std::size_t inner = at + 2 + (sign ? 1 : 0);
-      std::size_t text_end = at;
-      if (sign == '-') {
-        text_end = rstrip_end(s_, pos, at);
-      } else if (sign != '+' && kind != '{') {  // lstrip_blocks
-        const std::size_t nl = s_.rfind('\n', at == 0 ? 0 : at - 1);
-        const std::size_t l_pos = (nl == std::string::npos || nl < pos) ? pos : nl + 1;
-        if ((l_pos > pos || line_starting) && l_pos < at) {
-          bool all_space = true;
-          for (std::size_t i = l_pos; i < at && all_space;) {
-            std::size_t next;
-            all_space = is_space_at(s_, i, next);
-            i = next;
-          }
-          if (all_space) text_end = l_pos;
-        }
-      }
+      const std::size_t text_end = text_end_before(pos, at, sign, /*lstrip=*/kind != '{', line_starting);
       if (text_end > pos) push(Tok::text, s_.substr(pos, text_end - pos), pos);
 
       if (kind == '#') {
@@ -185,6 +170,24 @@ class Lexer {
       ++cursor_;
     }
     out_.push_back(Token{type, std::move(value), line_, column_});
+  }
+
+  // Where the text [begin, tag) ends once the tag's whitespace control is applied: `-` strips
+  // all whitespace before it; otherwise lstrip_blocks (block and comment tags, not `+`) drops the
+  // spaces and tabs between the start of the line and the tag, when the text has a line break
+  // or starts a line itself.
+  std::size_t text_end_before(std::size_t begin, std::size_t tag, char sign, bool lstrip, bool line_starting) const {
+    if (sign == '-') return rstrip_end(s_, begin, tag);
+    if (sign == '+' || !lstrip || tag == 0) return tag;
+    const std::size_t nl = s_.rfind('\n', tag - 1);
+    const std::size_t l_pos = (nl == std::string::npos || nl < begin) ? begin : nl + 1;
+    if (!(l_pos > begin || line_starting) || l_pos >= tag) return tag;
+    for (std::size_t i = l_pos; i < tag;) {
+      std::size_t next;
+      if (!is_space_at(s_, i, next)) return tag;
+      i = next;
+    }
+    return l_pos;
   }
 
   // After a comment or block end: trim_blocks drops one \n unless the end was `+`.
@@ -225,22 +228,7 @@ class Lexer {
       if (j < s_.size() && (s_[j] == '-' || s_[j] == '+')) end_sign = s_[j++];
       if (!starts_with(s_, j, "%}")) continue;
       j += 2;
-      std::size_t text_end = k;
-      if (sign == '-') {
-        text_end = rstrip_end(s_, i, k);
-      } else if (sign != '+') {
-        const std::size_t nl = s_.rfind('\n', k - 1);
-        const std::size_t l_pos = (nl == std::string::npos || nl < i) ? i : nl + 1;
-        if (l_pos > i) {
-          bool all_space = l_pos < k;
-          for (std::size_t q = l_pos; q < k && all_space;) {
-            std::size_t next;
-            all_space = is_space_at(s_, q, next);
-            q = next;
-          }
-          if (all_space) text_end = l_pos;
-        }
-      }
+      const std::size_t text_end = text_end_before(i, k, sign, /*lstrip=*/true, /*line_starting=*/false);
       if (text_end > i) push(Tok::text, s_.substr(i, text_end - i), i);
       if (end_sign == '-') j = skip_space(s_, j);
       else if (end_sign != '+' && j < s_.size() && s_[j] == '\n') ++j;

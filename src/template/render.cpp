@@ -25,8 +25,6 @@ struct Program {
 
 namespace {
 
-// Real chat templates are a few KB; the largest seen are ~20 KB.
-constexpr std::size_t kMaxSourceBytes = 1u << 20;
 
 struct Frame;
 using FramePtr = std::shared_ptr<Frame>;

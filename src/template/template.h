@@ -23,6 +23,9 @@
 
 namespace ctune::tmpl {
 
+// The largest template source accepted (real chat templates are a few KB, the largest ~20 KB).
+inline constexpr std::size_t kMaxSourceBytes = 1u << 20;
+
 struct Limits {
   std::size_t max_output_bytes = 32u << 20;  // the rendered text, and any one string value
   std::size_t max_items = 1u << 20;          // any one list value
