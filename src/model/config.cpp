@@ -236,11 +236,13 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   const double params = static_cast<double>(c.vocab_size) * static_cast<double>(c.hidden_size) * 2 +
                         static_cast<double>(c.num_hidden_layers) *
                             (4.0 * static_cast<double>(c.hidden_size) * static_cast<double>(c.num_attention_heads * c.head_dim) +
-                             3.0 * static_cast<double>(c.hidden_size) * static_cast<double>(c.intermediate_size));
+                             3.0 * static_cast<double>(c.hidden_size) * static_cast<double>(c.intermediate_size) +
+                             3.0 * static_cast<double>(c.hidden_size) * static_cast<double>(c.arch.moe.intermediate) *
+                                 static_cast<double>(c.arch.moe.experts));
   if (params > 1099511627776.0) {
     throw ConfigError(where + ": the sizes describe about " + std::to_string(static_cast<long long>(params / 1e9)) +
                       " billion parameters, past any model ctune can load (check hidden_size, intermediate_size, "
-                      "num_hidden_layers, vocab_size)");
+                      "num_hidden_layers, vocab_size, the expert count)");
   }
   return c;
 }

@@ -46,6 +46,25 @@ enum class Activation {
   gelu_tanh,  // GeGLU with tanh-approximated GELU (Gemma: gelu_pytorch_tanh)
 };
 
+// Mixture-of-experts MLPs (model/moe.h): a router over the hidden state picks `top_k` of
+// `experts` SwiGLU experts per token (docs/families.md#mixture-of-experts).
+struct MoeArchitecture {
+  std::int64_t experts = 0;       // 0: every layer is dense
+  std::int64_t top_k = 0;         // experts per token
+  std::int64_t intermediate = 0;  // each expert's (Qwen3-MoE: moe_intermediate_size)
+  bool normalize_top_k = true;    // the k chosen weights renormalised to sum to 1
+  // Per layer, whether its MLP is the sparse block (else a dense MLP of intermediate_size).
+  std::vector<bool> sparse_layers;
+  double router_aux_loss_coef = 0;  // config.json's; the recipe's moe.aux_loss_coef defaults to it
+  // Mixtral's module names: block_sparse_moe.{gate, experts.N.{w1, w3, w2}} (gate, up, down);
+  // else mlp.{gate, experts.N.{gate_proj, up_proj, down_proj}} (Qwen3-MoE).
+  bool mixtral_names = false;
+
+  bool sparse(std::int64_t layer) const {
+    return experts > 0 && layer < static_cast<std::int64_t>(sparse_layers.size()) && sparse_layers[static_cast<std::size_t>(layer)];
+  }
+};
+
 // What varies between families, as data the shared blocks read (docs/families.md).
 struct Architecture {
   bool qkv_bias = false;  // biases on q/k/v_proj
@@ -82,6 +101,7 @@ struct Architecture {
   // final logits; 0: none (Gemma 2: attn_logit_softcapping, final_logit_softcapping).
   double attn_softcap = 0;
   double final_softcap = 0;
+  MoeArchitecture moe;
 
   bool local_rope_layer(std::int64_t layer) const {
     return local_rope && layer < static_cast<std::int64_t>(local_rope_layers.size()) &&
@@ -123,6 +143,11 @@ struct ModelConfig {
   // The multimodal checkpoint's model_type this text model was read from ("gemma3"; its
   // Family::wrapper says where the tensors are), or empty. raw is then the text model's config.
   std::string wrapper_type;
+  // Where the checkpoint keeps a sparse layer's experts: empty, one module per expert
+  // (experts.N.gate_proj.weight); else stacked under this module of the layer ("mlp":
+  // transformers v5's mlp.experts.gate_up_proj [E, 2 I, H] and mlp.experts.down_proj [E, H, I],
+  // the router at mlp.gate.weight). Set by the loader; written back the same way.
+  std::string stacked_experts;
 
   std::int64_t kv_groups() const { return num_attention_heads / num_key_value_heads; }
   // The projection called `name` (q_proj ... down_proj of the Llama block).

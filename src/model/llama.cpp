@@ -11,48 +11,17 @@
 #include "core/error.h"
 #include "model/rope.h"
 #include "ops/compute.h"
-#include "ops/fused_glu.h"
 
 namespace ctune::model {
 
-MLPImpl::MLPImpl(const ModelConfig& c, at::ScalarType dtype) : intermediate(c.intermediate_size), activation(c.arch.activation) {
-  if (c.arch.fused_gate_up) {
-    gate_up_proj = register_module("gate_up_proj", projection_linear(c, "gate_up_proj", dtype));
-  } else {
-    gate_proj = register_module("gate_proj", projection_linear(c, "gate_proj", dtype));
-    up_proj = register_module("up_proj", projection_linear(c, "up_proj", dtype));
-  }
-  down_proj = register_module("down_proj", projection_linear(c, "down_proj", dtype));
-}
-
-at::Tensor MLPImpl::forward(const at::Tensor& x) {
-  // transformers' gelu_pytorch_tanh is torch's gelu(approximate="tanh").
-  const auto kind = activation == Activation::gelu_tanh ? ops::GluKind::gelu_tanh : ops::GluKind::silu;
-  if (gate_up_proj) {
-    auto both = gate_up_proj->forward(x);
-    if (!activation_override) return down_proj->forward(ops::gated_activation_fused(both, kind));
-    return down_proj->forward(activation_override(both.narrow(-1, 0, intermediate)) * both.narrow(-1, intermediate, intermediate));
-  }
-  auto gate = gate_proj->forward(x);
-  auto up = up_proj->forward(x);
-  if (activation_override) return down_proj->forward(activation_override(gate) * up);
-  return down_proj->forward(ops::gated_activation(gate, up, kind));
-}
-
-ActivationCost MLPImpl::saved_activations(const ModelConfig& config, const ActivationShape& s) {
-  const Architecture& arch = config.arch;
-  ActivationCost a;
-  const Term in = arch.fused_gate_up ? s.projection_input("gate_up_proj", s.H) : shared_projection_input(s, {"gate_proj", "up_proj"}, s.H);
-  // SwiGLU and GeGLU alike keep gate and up (ops/fused_glu.h recomputes act(gate) in backward).
-  const Term glu = Term::num(2) * s.n * s.I * s.c;
-  a.saved = in + glu + s.projection_input("down_proj", s.I);
-  a.parts = {"MLP inputs", arch.activation == Activation::gelu_tanh ? "GeGLU" : "SwiGLU", "down input"};
-  return a;
-}
-
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, at::ScalarType dtype) {
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, at::ScalarType dtype, std::int64_t layer,
+                                   std::shared_ptr<RouterRecord> record) {
   self_attn = register_module("self_attn", Attention(c, dtype));
-  mlp = register_module("mlp", MLP(c, dtype));
+  if (c.arch.moe.sparse(layer)) {
+    moe = register_module(c.arch.moe.mixtral_names ? "block_sparse_moe" : "mlp", SparseMoe(c, dtype, layer, std::move(record)));
+  } else {
+    mlp = register_module("mlp", MLP(c, dtype));
+  }
   input_layernorm = register_module("input_layernorm", config_norm(c, c.hidden_size, dtype));
   post_attention_layernorm = register_module("post_attention_layernorm", config_norm(c, c.hidden_size, dtype));
   if (c.arch.sandwich_norms) {
@@ -72,18 +41,20 @@ at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos,
 
 at::Tensor DecoderLayerImpl::forward_block(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                            const at::Tensor& mask, LayerCache* cache) {
+  const auto feed_forward = [this](const at::Tensor& h) { return moe ? moe->forward(h) : mlp->forward(h); };
   if (pre_feedforward_layernorm) {
     auto h = x + post_attention_layernorm->forward(self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache));
-    return h + post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h)));
+    return h + post_feedforward_layernorm->forward(feed_forward(pre_feedforward_layernorm->forward(h)));
   }
   auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache);
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+  return h + feed_forward(post_attention_layernorm->forward(h));
 }
 
-ActivationCost DecoderLayerImpl::saved_activations(const ModelConfig& config, const ActivationShape& s) {
+ActivationCost DecoderLayerImpl::saved_activations(const ModelConfig& config, const ActivationShape& s, std::int64_t layer) {
   const int norms = config.arch.sandwich_norms ? 4 : 2;  // Gemma's two more, over attention's and the MLP's outputs
   const ActivationCost attn = AttentionImpl::saved_activations(config, s);
-  const ActivationCost mlp = MLPImpl::saved_activations(config, s);
+  const ActivationCost mlp =
+      config.arch.moe.sparse(layer) ? SparseMoeImpl::saved_activations(config, s) : MLPImpl::saved_activations(config, s);
   ActivationCost a;
   // Two norms read the residual stream; Gemma's two more read the projections' outputs.
   a.saved = Term::num(2) * RMSNormImpl::saved_activations(s.n, s.H, s.r) + attn.saved + mlp.saved;
@@ -107,8 +78,9 @@ Term DecoderImpl::saved_outside_layers(const ModelConfig& config, const Activati
 DecoderImpl::DecoderImpl(const ModelConfig& c, at::ScalarType dtype) {
   embed_tokens = register_module("embed_tokens", Embedding(c.vocab_size, c.hidden_size, dtype));
   layers = register_module("layers", torch::nn::ModuleList());
+  if (c.arch.moe.experts > 0) router_record = std::make_shared<RouterRecord>();
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    DecoderLayer layer(c, dtype);
+    DecoderLayer layer(c, dtype, i, router_record);
     layer->self_attn->use_rope = c.arch.rope(i);
     layers->push_back(layer);
   }
@@ -130,6 +102,13 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, at::ScalarType dtype) {
 at::Tensor DecoderImpl::forward(const ForwardInputs& in) {
   const auto B = in.input_ids.size(0), T = in.input_ids.size(1);
   const auto past = in.cache ? in.cache->length() : 0;
+  if (router_record) {
+    if (in.router_mask.defined() && is_training()) {
+      router_record->begin(in.router_mask, static_cast<std::int64_t>(layers->size()));
+    } else {
+      router_record->clear();
+    }
+  }
   scopes->enter(ParamScopes::kEmbedding, in.input_ids);
   auto x = scopes->leave(ParamScopes::kEmbedding, embed_tokens->forward(in.input_ids));
   if (embed_scale) {
@@ -218,6 +197,7 @@ void CausalLMImpl::set_compute_dtype(at::ScalarType dtype) {
   compute_dtype_ = dtype;
   for (const auto& module : modules(/*include_self=*/false)) {
     if (auto* linear = dynamic_cast<LinearImpl*>(module.get())) linear->compute_dtype = dtype;
+    if (auto* router = dynamic_cast<RouterImpl*>(module.get())) router->compute_dtype = dtype;
   }
 }
 

@@ -14,28 +14,12 @@
 #include "model/attention.h"
 #include "model/config.h"
 #include "model/layers.h"
+#include "model/mlp.h"
+#include "model/moe.h"
 #include "model/param_scopes.h"
 #include "model/recompute.h"
 
 namespace ctune::model {
-
-// down(act(gate(x)) * up(x)): SwiGLU, or GeGLU with tanh GELU (Architecture::activation).
-class MLPImpl : public torch::nn::Module {
- public:
-  MLPImpl(const ModelConfig& config, at::ScalarType dtype);
-  at::Tensor forward(const at::Tensor& x);
-  // What forward keeps for backward (model/activation_cost.h).
-  static ActivationCost saved_activations(const ModelConfig& config, const ActivationShape& shape);
-
-  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
-  Linear gate_up_proj{nullptr};  // Architecture::fused_gate_up: [gate; up] rows, instead of the two
-  std::int64_t intermediate = 0;
-  Activation activation;
-  // When set, replaces act(): the llama.cpp conformance test puts ggml's GELU there (its f32
-  // GELU reads an f16 table), as LinearAdapter lets it put ggml's matmul rounding.
-  std::function<at::Tensor(const at::Tensor&)> activation_override;
-};
-TORCH_MODULE(MLP);
 
 // Keys and values of every layer for incremental decoding (CausalLM::new_cache).
 struct KVCache {
@@ -51,27 +35,34 @@ struct ForwardInputs {
   at::Tensor input_ids;       // [B, T] int64
   at::Tensor attention_mask;  // [B, T_past + T]: 1 token, 0 padding (optional)
   at::Tensor position_ids;    // [B, T] (optional: derived from the mask or the cache length)
+  // [B, T], 1 where a token counts in the loss: a training forward's mask for the routers'
+  // auxiliary loss (RouterRecord). Undefined: nothing recorded.
+  at::Tensor router_mask;
   at::Tensor segment_ids;     // [B, T] packed documents, 0 = padding (optional; not with a cache)
   KVCache* cache = nullptr;   // appended to when given
 };
 
 // Pre-norm block: h = x + attn(norm(x)); out = h + mlp(norm(h)). With sandwich norms
 // (Gemma): h = x + post_attention_layernorm(attn(input_layernorm(x))),
-// out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))).
+// out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))). On a sparse layer
+// (MoeArchitecture) the MLP is a SparseMoe, registered as `mlp` or Mixtral's `block_sparse_moe`.
 class DecoderLayerImpl : public torch::nn::Module {
  public:
-  DecoderLayerImpl(const ModelConfig& config, at::ScalarType dtype);
+  DecoderLayerImpl(const ModelConfig& config, at::ScalarType dtype, std::int64_t layer = 0,
+                   std::shared_ptr<RouterRecord> record = nullptr);
   // With recompute set (and training, no cache), only x is kept for backward (recompute.h).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
                      LayerCache* cache = nullptr);
   at::Tensor forward_block(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
                            LayerCache* cache = nullptr);
-  // What forward_block keeps for backward without recompute: its norms, attention and MLP.
-  static ActivationCost saved_activations(const ModelConfig& config, const ActivationShape& shape);
+  // What forward_block keeps for backward without recompute: its norms, attention and MLP
+  // (layer `layer`'s: dense or sparse).
+  static ActivationCost saved_activations(const ModelConfig& config, const ActivationShape& shape, std::int64_t layer = 0);
 
   bool recompute = false;
   Attention self_attn{nullptr};
-  MLP mlp{nullptr};
+  MLP mlp{nullptr};        // a dense layer's
+  SparseMoe moe{nullptr};  // a sparse layer's
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   RMSNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // sandwich norms only
 };
@@ -104,6 +95,8 @@ class DecoderImpl : public torch::nn::Module {
   std::vector<bool> local_rope_layers;
   std::vector<std::int64_t> windows;  // per layer, Architecture::layer_windows (0: global)
   bool embed_scale = false;           // Architecture::embed_scale
+  // The sparse layers' routing figures of the last training forward (null without MoE layers).
+  std::shared_ptr<RouterRecord> router_record;
 };
 TORCH_MODULE(Decoder);
 

@@ -1,6 +1,8 @@
 #include "model/weights.h"
 
 #include <ATen/core/grad_mode.h>
+#include <map>
+#include <optional>
 #include <set>
 
 #include <ATen/ATen.h>
@@ -57,6 +59,74 @@ const io::TensorRef* find_tensor(const io::CheckpointReader& checkpoint, const M
   return nullptr;
 }
 
+// A parameter of a sparse layer's expert or router, split into the pieces a stacked checkpoint
+// names: "model.layers.3.mlp.experts.5.up_proj.weight" -> layer "model.layers.3.", module "mlp",
+// expert 5, projection "up_proj". expert < 0 for the router ("...mlp.gate.weight").
+struct ExpertParam {
+  std::string layer, module, projection;
+  std::int64_t expert = -1;
+};
+
+std::optional<ExpertParam> expert_param(const std::string& name) {
+  static const std::string prefix = "model.layers.";
+  if (!starts_with(name, prefix)) return std::nullopt;
+  const auto layer_end = name.find('.', prefix.size());
+  if (layer_end == std::string::npos) return std::nullopt;
+  ExpertParam p;
+  p.layer = name.substr(0, layer_end + 1);
+  const auto module_end = name.find('.', layer_end + 1);
+  if (module_end == std::string::npos) return std::nullopt;
+  p.module = name.substr(layer_end + 1, module_end - layer_end - 1);
+  const std::string rest = name.substr(module_end + 1);
+  if (rest == "gate.weight") return p;
+  if (!starts_with(rest, "experts.")) return std::nullopt;
+  const auto index_end = rest.find('.', 8);
+  if (index_end == std::string::npos || !ends_with(rest, ".weight")) return std::nullopt;
+  p.expert = std::stoll(rest.substr(8, index_end - 8));
+  p.projection = rest.substr(index_end + 1, rest.size() - index_end - 1 - 7);
+  return p;
+}
+
+bool is_gate(const std::string& projection) { return projection == "gate_proj" || projection == "w1"; }
+bool is_up(const std::string& projection) { return projection == "up_proj" || projection == "w3"; }
+
+// Where a parameter's values are in the checkpoint: a tensor, or rows of one expert's matrix in
+// a stacked tensor (gate: rows [0, I) of gate_up_proj[e], up: rows [I, 2 I), down: down_proj[e]).
+struct Source {
+  const io::TensorRef* ref = nullptr;
+  std::string name;  // the checkpoint tensor's
+  std::int64_t expert = -1;
+  std::int64_t row0 = 0;
+  std::vector<std::int64_t> expected;  // the checkpoint tensor's shape this parameter implies
+};
+
+Source find_source(const io::CheckpointReader& checkpoint, const ModelConfig& config, const std::string& stacked,
+                   const std::string& name, at::IntArrayRef sizes) {
+  Source src;
+  const auto expert = stacked.empty() ? std::nullopt : expert_param(name);
+  if (!expert) {
+    src.ref = find_tensor(checkpoint, config, name);
+    src.name = name;
+    src.expected = sizes.vec();
+    return src;
+  }
+  const std::string base = expert->layer + stacked + ".";
+  if (expert->expert < 0) {
+    src.name = base + "gate.weight";
+    src.expected = sizes.vec();
+  } else if (is_gate(expert->projection) || is_up(expert->projection)) {
+    src.name = base + "experts.gate_up_proj";
+    src.expected = {config.arch.moe.experts, 2 * sizes[0], sizes[1]};
+    src.row0 = is_up(expert->projection) ? sizes[0] : 0;
+  } else {
+    src.name = base + "experts.down_proj";
+    src.expected = {config.arch.moe.experts, sizes[0], sizes[1]};
+  }
+  src.expert = expert->expert;
+  src.ref = checkpoint.find(src.name);
+  return src;
+}
+
 // A wrapper's head module prefixes ("lm_head.", "language_model.lm_head."), from its head_names.
 std::vector<std::string> head_prefixes(const Wrapper& w) {
   std::vector<std::string> out;
@@ -103,22 +173,34 @@ std::string model_module_name(const ModelConfig& config, const std::string& chec
   return checkpoint_name;
 }
 
+std::string stacked_experts_module(const ModelConfig& config, const io::CheckpointReader& checkpoint) {
+  if (config.arch.moe.experts == 0) return "";
+  for (const auto& [name, ref] : checkpoint.tensors()) {
+    (void)ref;
+    for (const char* module : {"mlp", "block_sparse_moe"})
+      if (ends_with(name, std::string(".") + module + ".experts.gate_up_proj")) return module;
+  }
+  return "";
+}
+
 void check_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
   std::vector<std::string> missing, unexpected, misshapen;
   std::set<std::string> used;
   const ModelConfig& config = model->config();
+  std::set<std::string> misshapen_seen;
+  const std::string stacked = stacked_experts_module(config, checkpoint);
   for (auto& item : model->named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
     if (is_adapter_parameter(name)) continue;
-    const io::TensorRef* ref = find_tensor(checkpoint, config, name);
-    if (!ref) {
-      missing.push_back(name);
+    const Source src = find_source(checkpoint, config, stacked, name, item.value().sizes());
+    if (!src.ref) {
+      if (used.insert(src.name).second || src.expert < 0) missing.push_back(src.name);
       continue;
     }
-    used.insert(ref->info->name);
-    if (ref->info->shape != item.value().sizes().vec()) {
-      misshapen.push_back(name + " in " + ref->file->path().filename().string() + " (expected " +
-                          shape_text(item.value().sizes()) + ", found " + shape_text(ref->info->shape) + ")");
+    used.insert(src.ref->info->name);
+    if (src.ref->info->shape != src.expected && misshapen_seen.insert(src.name).second) {
+      misshapen.push_back(src.name + " in " + src.ref->file->path().filename().string() + " (expected " +
+                          shape_text(src.expected) + ", found " + shape_text(src.ref->info->shape) + ")");
     }
   }
   std::size_t foreign = 0;
@@ -147,15 +229,26 @@ void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
   check_weights(model, checkpoint);
   at::NoGradGuard no_grad;
   std::vector<at::Tensor> params;
-  std::vector<const io::TensorRef*> refs;
+  std::vector<Source> sources;
+  const std::string stacked = stacked_experts_module(model->config(), checkpoint);
   for (auto& item : model->named_parameters(/*recurse=*/true)) {
     if (is_adapter_parameter(item.key())) continue;
     params.push_back(item.value());
-    refs.push_back(find_tensor(checkpoint, model->config(), item.key()));
+    sources.push_back(find_source(checkpoint, model->config(), stacked, item.key(), item.value().sizes()));
   }
   Stage stage("loading " + checkpoint.dir().string(), static_cast<std::int64_t>(params.size()), "tensors");
+  // A stacked tensor is read once; each expert's parameter is a view of its rows.
+  std::map<std::string, at::Tensor> read_stacked;
   for (std::size_t i = 0; i < params.size(); ++i) {
-    params[i].set_data(io::load_tensor(*refs[i]->file, *refs[i]->info, params[i].scalar_type()));
+    const Source& src = sources[i];
+    if (src.expert < 0) {
+      params[i].set_data(io::load_tensor(*src.ref->file, *src.ref->info, params[i].scalar_type()));
+    } else {
+      auto it = read_stacked.find(src.name);
+      if (it == read_stacked.end())
+        it = read_stacked.emplace(src.name, io::load_tensor(*src.ref->file, *src.ref->info, params[i].scalar_type())).first;
+      params[i].set_data(it->second[src.expert].narrow(0, src.row0, params[i].size(0)));
+    }
     stage.advance(1, static_cast<std::uint64_t>(params[i].nbytes()));
   }
   stage.finish();
@@ -164,6 +257,7 @@ void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
 CausalLM load_causal_lm(const fs::path& dir, at::ScalarType dtype) {
   ModelConfig config = load_model_config(dir);
   io::CheckpointReader checkpoint(dir);  // validates every file before anything is allocated
+  config.stacked_experts = stacked_experts_module(config, checkpoint);
   CausalLM model(std::move(config), dtype);
   load_weights(model, checkpoint);
   model->eval();
@@ -174,6 +268,41 @@ std::vector<std::pair<std::string, at::Tensor>> hf_state_dict(CausalLM& model) {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (auto& item : model->named_parameters(true)) {
     if (!is_adapter_parameter(item.key())) out.emplace_back(item.key(), item.value());
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> checkpoint_state_dict(CausalLM& model) {
+  auto state = hf_state_dict(model);
+  const ModelConfig& config = model->config();
+  if (config.stacked_experts.empty()) return state;
+  // Per sparse layer: the router renamed under the stacked module, the experts' tensors
+  // replaced (where the first expert's gate was) by the two stacked ones.
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  std::map<std::string, std::vector<at::Tensor>> gate_up, down;
+  for (auto& [name, t] : state) {
+    const auto expert = expert_param(name);
+    if (!expert || !config.arch.moe.sparse(std::stoll(expert->layer.substr(13)))) {
+      out.emplace_back(name, t);
+      continue;
+    }
+    const std::string base = expert->layer + config.stacked_experts + ".";
+    if (expert->expert < 0) {
+      out.emplace_back(base + "gate.weight", t);
+    } else if (is_gate(expert->projection)) {
+      gate_up[base].push_back(t);
+      if (expert->expert == 0) out.emplace_back(base + "experts.gate_up_proj", at::Tensor());
+    } else if (is_up(expert->projection)) {
+      gate_up[base].back() = at::cat({gate_up[base].back(), t});
+    } else {
+      down[base].push_back(t);
+      if (expert->expert == 0) out.emplace_back(base + "experts.down_proj", at::Tensor());
+    }
+  }
+  for (auto& [name, t] : out) {
+    if (t.defined()) continue;
+    const std::string base = name.substr(0, name.find("experts."));
+    t = at::stack(ends_with(name, "gate_up_proj") ? gate_up[base] : down[base]);
   }
   return out;
 }
@@ -189,7 +318,7 @@ void write_model_tensors(const std::vector<std::pair<std::string, at::Tensor>>& 
 }
 
 void write_causal_lm_files(CausalLM& model, const fs::path& dir, std::uint64_t max_shard_bytes) {
-  const auto state = hf_state_dict(model);
+  const auto state = checkpoint_state_dict(model);
   write_model_tensors(state, dir, max_shard_bytes);
   write_model_config(model->config(), state.empty() ? at::kFloat : state.front().second.scalar_type(), dir);
 }

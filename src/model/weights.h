@@ -18,6 +18,11 @@ namespace ctune::model {
 // Parameters borrow the mapped files when the stored dtype equals `dtype`.
 CausalLM load_causal_lm(const std::filesystem::path& dir, at::ScalarType dtype);
 
+// The module a sparse layer's experts are stacked under in this checkpoint ("mlp" for
+// transformers v5's mlp.experts.gate_up_proj), or empty: one module per expert, or no experts.
+// Reading follows the checkpoint; ModelConfig::stacked_experts says how to write.
+std::string stacked_experts_module(const ModelConfig& config, const io::CheckpointReader& checkpoint);
+
 // Checks that the checkpoint holds exactly the model's tensors with the model's shapes;
 // throws ShapeError listing every missing, unexpected and wrongly shaped tensor.
 void check_weights(CausalLM& model, const io::CheckpointReader& checkpoint);
@@ -26,8 +31,12 @@ void check_weights(CausalLM& model, const io::CheckpointReader& checkpoint);
 // parameter's dtype; borrowed from the mapped file when the dtype matches).
 void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint);
 
-// The tensors HF would save, in state-dict order (lm_head.weight omitted when tied).
+// The tensors HF would save, in state-dict order (lm_head.weight omitted when tied), one per
+// parameter (a sparse layer's experts one module each).
 std::vector<std::pair<std::string, at::Tensor>> hf_state_dict(CausalLM& model);
+// hf_state_dict in the layout the model's checkpoint had: with ModelConfig::stacked_experts,
+// each sparse layer's experts stacked back into gate_up_proj and down_proj (new tensors).
+std::vector<std::pair<std::string, at::Tensor>> checkpoint_state_dict(CausalLM& model);
 
 // Module names as the checkpoint's own transformers class spells them, for files keyed by
 // module (PEFT adapters): the model's name, or for a multimodal wrapper's text model its place

@@ -38,12 +38,12 @@ void write(const fs::path& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
-std::string recipe(const std::string& method) {
+std::string recipe(const std::string& method, const fs::path& model = kDir / "model") {
   const std::string d = kDir.string();
   std::string peft = method == "lora" ? "peft: {method: lora, rank: 4, alpha: 8, dropout: 0.1, target_modules: [q_proj, v_proj, down_proj]}\n"
                                       : "peft: {method: none}\n";
   return "output_dir: " + d + "/run\n"
-         "model: {path: " + d + "/model}\n"
+         "model: {path: " + model.string() + "}\n"
          "data: {train: " + d + "/train.jsonl, eval: " + d + "/eval.jsonl, format: instruct, instruct_template: chat,\n"
          "       chat_format: plain, max_seq_len: 64}\n" + peft +
          "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.01}\n"
@@ -205,10 +205,11 @@ void expect_report_matches_metrics(const fs::path& run, std::size_t resumes, con
   EXPECT_EQ(points(ctune::testing::slurp(out), other.filename().string() + ": train loss").size(), 2u);
 }
 
-void kill_and_resume_is_exact(const std::string& method, const std::string& more_recipe = "", const std::string& name = "") {
+void kill_and_resume_is_exact(const std::string& method, const std::string& more_recipe = "", const std::string& name = "",
+                              const fs::path& model = kDir / "model") {
   const std::string tag = name.empty() ? method : name;
   const fs::path recipe_path = kDir / (tag + ".yaml");
-  write(recipe_path, recipe(method) + more_recipe);
+  write(recipe_path, recipe(method, model) + more_recipe);
   const fs::path reference = kDir / (tag + "-reference");
   const fs::path run = kDir / (tag + "-killed");
   auto ref = train_with_kill(recipe_path, "", false, {"output_dir=" + reference.string()});
@@ -257,6 +258,35 @@ void kill_and_resume_is_exact(const std::string& method, const std::string& more
 
 TEST_F(Checkpoints, KilledLoraRunResumesBitIdentical) { kill_and_resume_is_exact("lora"); }
 TEST_F(Checkpoints, KilledFullRunResumesBitIdentical) { kill_and_resume_is_exact("full"); }
+
+// A mixture of experts (recipes/models/qwen3-moe-tiny.json: 32 experts, 8 per token, a dense
+// first layer), LoRA on the attention and every expert's down_proj, blocks recomputed in
+// backward, the routers' aux loss on (its gradient reaches the routers' inputs through the
+// recomputed blocks): the killed and resumed run is the uninterrupted one, and every step
+// records the aux loss and each sparse layer's expert load.
+TEST_F(Checkpoints, KilledMoeLoraRunResumesBitIdentical) {
+  const fs::path moe = kDir / "moe-model";
+  const auto init = ctune({"init", "--config", CTUNE_SOURCE_DIR "/recipes/models/qwen3-moe-tiny.json", "--out", moe.string(),
+                           "--tokenizer", "byte", "--seed", "3"});
+  ASSERT_EQ(init.status, 0) << init.err;
+  kill_and_resume_is_exact("lora", "memory: {activation_checkpointing: full}\nmoe: {aux_loss_coef: 0.05}\n", "moe-lora", moe);
+  std::ifstream in(kDir / "moe-lora-reference" / "metrics.jsonl");
+  std::size_t steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (!j.contains("loss")) continue;
+    ++steps;
+    EXPECT_GT(j["aux_loss"].get<double>(), 0.0) << line;
+    ASSERT_EQ(j["expert_load"].size(), 3u) << line;  // layers 1-3 are sparse
+    for (const auto& [layer, shares] : j["expert_load"].items()) {
+      double total = 0;
+      for (const auto& s : shares) total += s.get<double>();
+      EXPECT_EQ(shares.size(), 32u);
+      EXPECT_NEAR(total, 1.0, 1e-9) << layer;
+    }
+  }
+  EXPECT_EQ(steps, 12u);
+}
 
 // fp16 with dynamic loss scaling: an initial scale of 2^24 makes the first steps' fp16
 // gradients overflow (an injected overflow); each such step is skipped and the scale halves

@@ -133,6 +133,17 @@ std::vector<MalformedCase> write_malformed_cases(const fs::path& root) {
               R"({"model_type":"gemma3_text","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"use_bidirectional_attention":true})");
   config_case("config_gemma3_local_rope_type", Expect::Unsupported, "rope type \"yarn\" is not supported",
               R"({"model_type":"gemma3_text","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2,"rope_parameters":{"sliding_attention":{"rope_type":"yarn","factor":2.0}}})");
+  const std::string moe = R"("vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":2,"num_attention_heads":2)";
+  config_case("config_moe_top_k_past_experts", Expect::Config, "\"num_experts_per_tok\" must be between 1 and num_experts (4), found 5",
+              R"({"model_type":"qwen3_moe",)" + moe + R"(,"num_experts":4,"num_experts_per_tok":5})");
+  config_case("config_moe_jitter", Expect::Unsupported, "\"router_jitter_noise\" 0.010000 is not supported",
+              R"({"model_type":"mixtral",)" + moe + R"(,"router_jitter_noise":0.01})");
+  config_case("config_moe_mlp_only_layer", Expect::Config, "\"mlp_only_layers\" entries must be layer indices 0..1, found 7",
+              R"({"model_type":"qwen3_moe",)" + moe + R"(,"num_experts":4,"num_experts_per_tok":2,"mlp_only_layers":[7]})");
+  config_case("config_moe_sparse_step", Expect::Config, "\"decoder_sparse_step\" must be >= 1, found 0",
+              R"({"model_type":"qwen3_moe",)" + moe + R"(,"num_experts":4,"num_experts_per_tok":2,"decoder_sparse_step":0})");
+  config_case("config_moe_expert_count", Expect::Config, "\"num_local_experts\" must be between 0 and 16384, found 100000",
+              R"({"model_type":"mixtral",)" + moe + R"(,"num_local_experts":100000})");
   config_case("config_gemma3_wrapper_text_config", Expect::Config, "\"text_config\" must be an object, found",
               R"({"model_type":"gemma3","text_config":[1,2]})");
   config_case("config_gemma3_wrapper_text_type", Expect::Unsupported, "text_config model_type \"llama\" is not supported (expected gemma3_text)",

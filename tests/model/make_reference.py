@@ -4,7 +4,7 @@ per-token NLL / argmax a Hugging Face-equivalent forward gives for them.
 
 Written directly against PyTorch (python3-torch from Debian), following the computation in
 transformers' modeling_llama.py / modeling_qwen2.py / modeling_qwen3.py / modeling_smollm3.py /
-modeling_gemma2.py / modeling_gemma3.py (see docs/formats.md#forward-computation and
+modeling_gemma2.py / modeling_gemma3.py / modeling_mixtral.py / modeling_qwen3_moe.py (see docs/formats.md#forward-computation and
 docs/families.md), with its own
 safetensors writer. It shares no code with ctune. The forward runs in float64 on the stored
 (possibly bf16-rounded) weights; RoPE frequencies are computed in fp32 as HF does.
@@ -25,7 +25,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from fp32_noise import fp32_noise, max_abs  # noqa: E402
+from fp32_noise import fp32_noise, max_abs, relative_norm  # noqa: E402
 from beam_reference import beam_search  # noqa: E402
 
 SEQ_LEN = 160
@@ -160,7 +160,32 @@ CASES = {
                                  rope_scaling={"type": "longrope", "short_factor": [1.0] * 4 + [1.5] * 4,
                                                "long_factor": [4.0] * 8},
                                  tie_word_embeddings=True, torch_dtype="bfloat16", rope_theta=10000.0, _seq_len=256),
+    # Mixture of experts (modeling_mixtral.py, modeling_qwen3_moe.py): routing must be decisive
+    # too (ROUTE_MARGIN between the k-th and (k+1)-th router probability at every token).
+    "mixtral_untied_fp32": dict(model_type="mixtral", num_key_value_heads=2, num_local_experts=4,
+                                num_experts_per_tok=2, intermediate_size=48, tie_word_embeddings=False,
+                                torch_dtype="float32", rope_theta=1e6),
+    "mixtral_window_tied_bf16": dict(model_type="mixtral", num_key_value_heads=1, num_local_experts=6,
+                                     num_experts_per_tok=3, intermediate_size=32, sliding_window=40,
+                                     tie_word_embeddings=True, torch_dtype="bfloat16", router_aux_loss_coef=0.02),
+    "qwen3_moe_dense_tied_bf16": dict(model_type="qwen3_moe", num_hidden_layers=3, num_key_value_heads=2, head_dim=16,
+                                      num_experts=8, num_experts_per_tok=3, moe_intermediate_size=24,
+                                      intermediate_size=80, mlp_only_layers=[1], norm_topk_prob=False,
+                                      tie_word_embeddings=True, torch_dtype="bfloat16"),
+    "qwen3_moe_norm_step_untied_fp32": dict(model_type="qwen3_moe", num_hidden_layers=4, num_key_value_heads=4,
+                                            num_experts=16, num_experts_per_tok=4, moe_intermediate_size=16,
+                                            decoder_sparse_step=2, norm_topk_prob=True, tie_word_embeddings=False,
+                                            torch_dtype="float32", _seq_len=256),
+    # transformers v5's layout: each layer's experts stacked as mlp.experts.gate_up_proj
+    # [E, 2 I, H] and mlp.experts.down_proj [E, H, I].
+    "qwen3_moe_stacked_fp32": dict(model_type="qwen3_moe", num_hidden_layers=2, num_key_value_heads=2,
+                                   num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                                   norm_topk_prob=True, tie_word_embeddings=False, torch_dtype="float32",
+                                   _stacked=True),
 }
+
+MOE = ("mixtral", "qwen3_moe")
+ROUTE_MARGIN = 1e-5
 
 GEMMA = ("gemma2", "gemma3_text")
 
@@ -218,6 +243,10 @@ def layer_windows(cfg):
     if kind in GEMMA:  # the window always applies on the sliding layers (default 4096)
         window = cfg.get("sliding_window", 4096)
         return [window if t == "sliding_attention" else None for t in gemma_layer_types(cfg)]
+    if kind == "mixtral":  # MixtralModel: the sliding mask on every layer when sliding_window is set
+        return [cfg.get("sliding_window")] * L
+    if kind == "qwen3_moe":  # Qwen3MoeModel: one mask for every layer, sliding under use_sliding_window
+        return [cfg.get("sliding_window") if cfg.get("use_sliding_window", False) else None] * L
     if kind in ("qwen2", "qwen3"):
         window = cfg.get("sliding_window") if cfg.get("use_sliding_window", False) else None
         types = cfg.get("layer_types") or [
@@ -239,6 +268,21 @@ def gemma_layer_types(cfg):
     return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(L)]
 
 
+def moe_layout(cfg):
+    """(experts, k, expert intermediate, renormalise, per-layer sparse, module, expert names):
+    MixtralConfig's and Qwen3MoeConfig's defaults, Qwen3MoeDecoderLayer's sparse-layer rule."""
+    L = cfg["num_hidden_layers"]
+    if cfg["model_type"] == "mixtral":
+        return (cfg.get("num_local_experts", 8), cfg.get("num_experts_per_tok", 2), cfg["intermediate_size"], True,
+                [True] * L, "block_sparse_moe", ("w1", "w3", "w2"))
+    E = cfg.get("num_experts", 128)
+    step = cfg.get("decoder_sparse_step", 1)
+    only = cfg.get("mlp_only_layers") or []
+    sparse = [i not in only and E > 0 and (i + 1) % step == 0 for i in range(L)]
+    return (E, cfg.get("num_experts_per_tok", 8), cfg.get("moe_intermediate_size", 768), cfg.get("norm_topk_prob", False),
+            sparse, "mlp", ("gate_proj", "up_proj", "down_proj"))
+
+
 def tied(cfg):
     return cfg.get("tie_word_embeddings", cfg["model_type"] in ("smollm3",) + GEMMA)  # their configs tie by default
 
@@ -256,7 +300,7 @@ def tensor_shapes(cfg):
     nkv = cfg.get("num_key_value_heads", nh)
     d = head_dim(cfg)
     qwen2 = cfg["model_type"] == "qwen2"
-    qwen3 = cfg["model_type"] in ("qwen3", "gemma3_text")  # q_norm/k_norm
+    qwen3 = cfg["model_type"] in ("qwen3", "gemma3_text", "qwen3_moe")  # q_norm/k_norm
     phi3 = cfg["model_type"] == "phi3"  # fused qkv_proj, gate_up_proj
     gemma = cfg["model_type"] in GEMMA
     attn_bias = cfg.get("attention_bias", False)
@@ -282,6 +326,14 @@ def tensor_shapes(cfg):
             out += [(p + "self_attn.o_proj.bias", (H,))]
         if qwen3:
             out += [(p + "self_attn.q_norm.weight", (d,)), (p + "self_attn.k_norm.weight", (d,))]
+        if cfg["model_type"] in MOE and moe_layout(cfg)[4][i]:
+            E, _, Ie, _, _, module, names = moe_layout(cfg)
+            out += [(p + f"{module}.gate.weight", (E, H))]
+            for e in range(E):
+                for proj, shape in zip(names, ((Ie, H), (Ie, H), (H, Ie))):
+                    out += [(p + f"{module}.experts.{e}.{proj}.weight", shape)]
+            out += [(p + "input_layernorm.weight", (H,)), (p + "post_attention_layernorm.weight", (H,))]
+            continue
         for proj, shape in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
             out += [(p + f"mlp.{proj}.weight", shape)]
             if cfg.get("mlp_bias", False):
@@ -350,6 +402,24 @@ def wrap(cfg, weights, prefix):
     return outer, out
 
 
+def stack_experts(cfg, weights):
+    """transformers v5's expert layout: per sparse layer mlp.experts.gate_up_proj [E, 2 I, H]
+    ([gate; up] rows per expert) and mlp.experts.down_proj [E, H, I], no `.weight` suffix."""
+    E, _, _, _, sparse, module, (g, u, d) = moe_layout(cfg)
+    out = {}
+    for name, t in weights.items():
+        if ".experts." not in name:
+            out[name] = t
+            continue
+        layer = name.split(".experts.")[0]
+        if name.endswith(f".experts.0.{g}.weight"):
+            out[layer + ".experts.gate_up_proj"] = torch.stack(
+                [torch.cat((weights[f"{layer}.experts.{e}.{g}.weight"], weights[f"{layer}.experts.{e}.{u}.weight"]))
+                 for e in range(E)])
+            out[layer + ".experts.down_proj"] = torch.stack([weights[f"{layer}.experts.{e}.{d}.weight"] for e in range(E)])
+    return out
+
+
 def write_checkpoint(out_dir, cfg, weights, shards):
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
@@ -376,7 +446,7 @@ def inv_freq_hf(cfg, local=False, long=False):
     `local` layers use rope_local_base_freq, unscaled; v5 configs give a section per layer type."""
     d = head_dim(cfg)
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    default_theta = {"smollm3": 2000000.0, "gemma3_text": 1000000.0}.get(cfg["model_type"], 10000.0)
+    default_theta = {"smollm3": 2000000.0, "gemma3_text": 1000000.0, "mixtral": 1000000.0}.get(cfg["model_type"], 10000.0)
     if cfg["model_type"] == "gemma3_text":
         if "full_attention" in params or "sliding_attention" in params:
             params = params.get("sliding_attention" if local else "full_attention") or {}
@@ -406,8 +476,38 @@ def inv_freq_hf(cfg, local=False, long=False):
     return inv
 
 
-def forward(cfg, w, ids, dtype=torch.float64):
-    """Logits [T, V] in `dtype` (float64; float32 for the noise runs) for one sequence."""
+def sparse_moe(cfg, W, h, p, stats):
+    """The sparse block as Mixtral/Qwen3MoeSparseMoeBlock compute it: softmax over the router's
+    logits (fp32 there; here the forward's dtype), top-k, renormalised when the family says, then
+    a loop over the experts, each taking the rows routed to it (torch.where on the one-hot mask)
+    and adding its weighted output back with index_add_."""
+    E, k, _, renorm, _, module, (g, u, d) = moe_layout(cfg)
+    probs = torch.softmax(h @ W[p + f"{module}.gate.weight"].T, dim=-1)
+    top, idx = torch.topk(probs, k, dim=-1)
+    if stats is not None:
+        ranked = probs.sort(dim=-1, descending=True).values
+        if k < E:
+            stats["route_margin"] = min(stats.get("route_margin", 1.0), (ranked[:, k - 1] - ranked[:, k]).min().item())
+        stats.setdefault("router_logits", []).append(h @ W[p + f"{module}.gate.weight"].T)
+    if renorm:
+        top = top / top.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(h)
+    mask = torch.nn.functional.one_hot(idx, num_classes=E).permute(2, 1, 0)  # [E, k, T]
+    for e in range(E):
+        slot, rows = torch.where(mask[e])
+        if rows.numel() == 0:
+            continue
+        x = h[rows]
+        ex = p + f"{module}.experts.{e}."
+        y = (torch.nn.functional.silu(x @ W[ex + g + ".weight"].T) * (x @ W[ex + u + ".weight"].T)) @ W[ex + d + ".weight"].T
+        out.index_add_(0, rows, y * top[rows, slot, None])
+    return out
+
+
+def forward(cfg, w, ids, dtype=torch.float64, stats=None):
+    """Logits [T, V] in `dtype` (float64; float32 for the noise runs) for one sequence. `stats`,
+    when given, receives the MoE routing's smallest k-th/(k+1)-th probability gap and each sparse
+    layer's router logits."""
     W = {k: v.to(dtype) for k, v in w.items()}
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     nkv = cfg.get("num_key_value_heads", nh)
@@ -501,6 +601,9 @@ def forward(cfg, w, ids, dtype=torch.float64):
             continue
         x = x + o
         h = rms(x, W[p + "post_attention_layernorm.weight"])
+        if cfg["model_type"] in MOE and moe_layout(cfg)[4][i]:
+            x = x + sparse_moe(cfg, W, h, p, stats)
+            continue
         if p + "mlp.gate_up_proj.weight" in W:             # Phi3: [gate; up] rows
             g, u = lin(h, p + "mlp.gate_up_proj").chunk(2, dim=-1)
         else:
@@ -509,6 +612,43 @@ def forward(cfg, w, ids, dtype=torch.float64):
     x = rms(x, W["model.norm.weight"])
     head = W["lm_head.weight"] if "lm_head.weight" in W else W["model.embed_tokens.weight"]
     return cap(x @ head.T, final_cap)
+
+
+def load_balancing_loss(gate_logits, num_experts, top_k, mask):
+    """transformers' load_balancing_loss_func (Switch Transformer eqs. 4-6) for one sequence:
+    over the router logits of every sparse layer concatenated, the fraction of masked tokens
+    routed to each expert (per top-k slot) times the mean masked router probability, summed,
+    times the expert count."""
+    logits = torch.cat(gate_logits, dim=0)                         # [L T, E]
+    probs = torch.softmax(logits, dim=-1)
+    _, chosen = torch.topk(probs, top_k, dim=-1)
+    expert_mask = torch.nn.functional.one_hot(chosen, num_experts).to(probs.dtype)  # [L T, k, E]
+    m = mask.to(probs.dtype).repeat(len(gate_logits))             # the attention mask per layer
+    tokens_per_expert = (expert_mask * m[:, None, None]).sum(0) / m.sum()
+    prob_per_expert = (probs * m[:, None]).sum(0) / m.sum()
+    return (tokens_per_expert * prob_per_expert[None]).sum() * num_experts
+
+
+def aux_reference(cfg, weights, ids):
+    """The aux loss over a mask (a 30-token prompt and the last position excluded, as the main
+    loss excludes them) and its gradient with respect to each sparse layer's router weight
+    (float64 autograd), with the float32 noise of both."""
+    E, k, _, _, sparse, module, _ = moe_layout(cfg)
+    mask = torch.tensor([0.0] * 30 + [1.0] * (len(ids) - 31) + [0.0])
+    gates = [f"model.layers.{i}.{module}.gate.weight" for i in range(cfg["num_hidden_layers"]) if sparse[i]]
+
+    def compute(t):
+        t = {n: (v.clone().requires_grad_(True) if n in gates else v) for n, v in t.items()}
+        stats = {}
+        forward(cfg, t, ids, torch.get_default_dtype(), stats=stats)
+        aux = load_balancing_loss(stats["router_logits"], E, k, mask.to(torch.get_default_dtype()))
+        grads = torch.autograd.grad(aux, [t[g] for g in gates])
+        return {"aux": aux, **{g: gr for g, gr in zip(gates, grads)}}
+    w64 = {n: v.to(torch.float64) for n, v in weights.items()}
+    exact = compute(w64)
+    noise = fp32_noise(compute, w64, relative_norm)
+    return {"aux_mask": mask.tolist(), "aux_loss": exact["aux"].item(), "aux_loss_fp32_noise": noise["aux"],
+            "aux_grads": {g: exact[g].flatten().tolist() for g in gates}, "aux_grads_fp32_noise": {g: noise[g] for g in gates}}
 
 
 def write_beam_fixture(path, cfg, weights):
@@ -545,10 +685,11 @@ def main():
         seq_len = case.get("_seq_len", SEQ_LEN)
         for attempt in range(50):
             ids = torch.randint(0, cfg["vocab_size"], (seq_len,), generator=gen).tolist()
-            logits = forward(cfg, weights, ids)
+            stats = {}
+            logits = forward(cfg, weights, ids, stats=stats)
             top2 = logits.topk(2, dim=-1).values
             margin = (top2[:, 0] - top2[:, 1]).min().item()
-            if margin > MARGIN:
+            if margin > MARGIN and stats.get("route_margin", 1.0) > ROUTE_MARGIN:
                 break
         else:
             raise SystemExit(f"{name}: no sequence with a decisive argmax")
@@ -561,11 +702,16 @@ def main():
         noise = fp32_noise(nll_of, {k: v.to(torch.float64) for k, v in weights.items()}, max_abs)["nll"]
         if case.get("_wrapper"):
             write_checkpoint(os.path.join(out_root, name), *wrap(cfg, weights, case["_wrapper"]), 1)
+        elif case.get("_stacked"):
+            write_checkpoint(os.path.join(out_root, name), cfg, stack_experts(cfg, weights), 1)
         else:
             write_checkpoint(os.path.join(out_root, name), cfg, weights, case.get("_shards", 1))
+        reference = {"ids": ids, "nll": nll, "argmax": logits.argmax(-1).tolist(), "min_margin": margin,
+                     "nll_fp32_noise": noise}
+        if cfg["model_type"] in MOE:
+            reference.update(aux_reference(cfg, weights, ids))
         with open(os.path.join(out_root, name + ".reference.json"), "w") as f:
-            json.dump({"ids": ids, "nll": nll, "argmax": logits.argmax(-1).tolist(), "min_margin": margin,
-                       "nll_fp32_noise": noise}, f)
+            json.dump(reference, f)
         if name in BEAM_CASES:
             write_beam_fixture(os.path.join(out_root, name + ".beam.json"), cfg, weights)
         print(f"{name}: {len(weights)} tensors, {dtype}, mean nll {sum(nll) / len(nll):.4f}, min margin {margin:.2e}, "

@@ -14,11 +14,13 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "core/error.h"
 #include "core/json.h"
 #include "infer/score.h"
 #include "io/hf_checkpoint.h"
+#include "io/tensor_io.h"
 #include "model/parameter_shapes.h"
 #include "model/weights.h"
 #include "margins.h"
@@ -52,7 +54,9 @@ const std::vector<std::string> kCases = {"llama_mha_fp32",      "llama_gqa_tied_
                                          "smollm3_nope_bf16",   "smollm3_list_bias_fp32", "gemma2_caps_window_bf16",
                                          "gemma2_defaults_untied_fp32", "gemma3_pattern_bf16", "gemma3_v5_untied_fp32",
                                          "gemma3_wrapper_tied_bf16", "gemma3_wrapper_untied_fp32",
-                                         "phi3_longrope_partial_fp32", "phi3_short_tied_bf16"};
+                                         "phi3_longrope_partial_fp32", "phi3_short_tied_bf16",
+                                         "mixtral_untied_fp32", "mixtral_window_tied_bf16", "qwen3_moe_dense_tied_bf16",
+                                         "qwen3_moe_norm_step_untied_fp32", "qwen3_moe_stacked_fp32"};
 
 class ReferenceCase : public ::testing::TestWithParam<std::string> {};
 
@@ -149,6 +153,64 @@ TEST(Model, Gemma3WrapperIsWrittenAsItsTextModel) {
   }
 }
 
+// Experts are written back in the layout they were read in: stacked (transformers v5:
+// mlp.experts.gate_up_proj [E, 2 I, H], mlp.experts.down_proj [E, H, I]) or one module per
+// expert (Mixtral's block_sparse_moe.experts.N.w1), byte for byte the tensors that were read.
+TEST(Model, ExpertsAreWrittenInTheLayoutRead) {
+  for (const std::string name : {"qwen3_moe_stacked_fp32", "mixtral_untied_fp32"}) {
+    const bool stacked = name == "qwen3_moe_stacked_fp32";
+    auto lm = model::load_causal_lm(kModels / name, at::kFloat);
+    EXPECT_EQ(lm->config().stacked_experts, stacked ? "mlp" : "") << name;
+    const fs::path out = fs::path(CTUNE_TEST_DATA_DIR) / ("rewritten_" + name);
+    model::SaveOptions opts;
+    opts.overwrite = true;
+    model::save_causal_lm(lm, out, opts);
+    io::CheckpointReader before(kModels / name), after(out);
+    ASSERT_EQ(after.tensors().size(), before.tensors().size()) << name;
+    for (const auto& [tensor, ref] : before.tensors()) {
+      const auto* got = after.find(tensor);
+      ASSERT_NE(got, nullptr) << name << ": " << tensor << " not written";
+      EXPECT_TRUE(at::equal(io::load_tensor(*got->file, *got->info, at::kFloat), io::load_tensor(*ref.file, *ref.info, at::kFloat)))
+          << name << ": " << tensor;
+    }
+    const auto ref = read_reference(name);
+    auto again = model::load_causal_lm(out, at::kFloat);
+    EXPECT_EQ(infer::score_tokens(again, ref.ids, name).nll, infer::score_tokens(lm, ref.ids, name).nll) << name;
+  }
+}
+
+// The routers' auxiliary loss over a masked sequence, and its gradient on each sparse layer's
+// router weight (passed in the layer's own backward, model/moe.h), against transformers'
+// load_balancing_loss_func over the same mask in float64 (make_reference.py aux_reference):
+// within the float32 noise of each, and the loss within 1e-6 relative.
+TEST(Model, RouterAuxLossMatchesReference) {
+  for (const std::string name : {"mixtral_window_tied_bf16", "qwen3_moe_dense_tied_bf16", "qwen3_moe_norm_step_untied_fp32"}) {
+    const Json j = read_json_file(kModels / (name + ".reference.json"));
+    auto lm = model::load_causal_lm(kModels / name, at::kFloat);
+    for (auto& p : lm->parameters()) p.set_requires_grad(true);
+    lm->train();
+    model::ForwardInputs in;
+    in.input_ids = at::tensor(j["ids"].get<std::vector<std::int64_t>>()).unsqueeze(0);
+    in.router_mask = at::tensor(j["aux_mask"].get<std::vector<double>>()).unsqueeze(0);
+    auto hidden = lm->hidden(in);
+    auto& record = *lm->model->router_record;
+    const double ref = j["aux_loss"].get<double>();
+    const double rel = std::abs(record.aux_loss() - ref) / ref;
+    EXPECT_TRUE(within(name + ": aux loss, relative error", rel, noise_tolerance(j["aux_loss_fp32_noise"].get<double>())));
+    EXPECT_LT(rel, 1e-6) << name;
+    record.grad_weight = 1.0;
+    (hidden * 0.0).sum().backward();  // only the routers' aux gradient is non-zero
+    const auto params = lm->named_parameters();
+    for (const auto& [gate, values] : j["aux_grads"].items()) {
+      const at::Tensor got = params[gate].grad().to(at::kDouble);
+      const at::Tensor want = at::tensor(values.get<std::vector<double>>(), at::kDouble).reshape(got.sizes());
+      const double err = ((got - want).norm() / want.norm()).item<double>();
+      EXPECT_TRUE(within(name + ": d aux / d " + gate + ", relative norm", err,
+                         noise_tolerance(j["aux_grads_fp32_noise"][gate].get<double>())));
+    }
+  }
+}
+
 TEST(Model, SaveShardedRoundTripIsExact) {
   const fs::path out = fs::path(CTUNE_TEST_DATA_DIR) / "roundtrip_gqa_tied";
   fs::remove_all(out);
@@ -227,6 +289,32 @@ TEST(Model, ShapeMismatchNamesTensorAndFile) {
         << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos);
   }
+}
+
+// Experts that do not match config.json are named, in either layout: a stacked tensor of the
+// wrong shape by its stacked name, a missing expert by its module.
+TEST(Model, ExpertMismatchNamesTheTensor) {
+  const auto refused = [](const std::string& name, const std::function<void(model::ModelConfig&)>& change) {
+    auto config = model::load_model_config(kModels / name);
+    change(config);
+    model::CausalLM lm(config, at::kFloat);
+    io::CheckpointReader checkpoint(kModels / name);
+    try {
+      model::load_weights(lm, checkpoint);
+    } catch (const ShapeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string msg = refused("qwen3_moe_stacked_fp32", [](model::ModelConfig& c) { c.arch.moe.intermediate = 20; });
+  EXPECT_NE(msg.find("model.layers.0.mlp.experts.gate_up_proj in model.safetensors (expected [8,40,64], found [8,64,64])"),
+            std::string::npos) << msg;
+  EXPECT_NE(msg.find("model.layers.0.mlp.experts.down_proj in model.safetensors (expected [8,64,20], found [8,64,32])"),
+            std::string::npos) << msg;
+  msg = refused("mixtral_untied_fp32", [](model::ModelConfig& c) { c.arch.moe.experts = 5; });
+  EXPECT_NE(msg.find("missing (model.layers.0.block_sparse_moe.experts.4.w1.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("wrongly shaped (model.layers.0.block_sparse_moe.gate.weight"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
 }
 
 TEST(Model, ParameterCountIsTheShapeOnlyModels) {

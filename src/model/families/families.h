@@ -16,6 +16,8 @@ const Family& gemma2();
 const Family& gemma3_text();
 const Family& gemma3();  // the multimodal wrapper, read as its text model
 const Family& phi3();
+const Family& mixtral();
+const Family& qwen3_moe();
 
 // config.json's activation key (`fallback` when absent) as an Activation; refuses others.
 Activation read_activation(const Json& json, const std::string& where, const char* key, const char* fallback);
@@ -35,6 +37,11 @@ std::vector<std::pair<std::string, std::string>> gemma_gguf_layer_tensors();
 std::vector<std::int64_t> gemma_layer_windows(const Json& json, const std::string& where, const std::vector<bool>& sliding);
 // A soft-cap key: its value, 0 when null (no cap), `fallback` when absent.
 double read_softcap(const Json& json, const std::string& where, const char* key, double fallback);
+// The MoE keys Mixtral and Qwen3-MoE share (families/moe_keys.cpp): the expert count under
+// `experts_key`, num_experts_per_tok, router_aux_loss_coef; refuses router_jitter_noise. Call
+// after setting moe.intermediate (and moe.sparse_layers, else every layer is sparse).
+void parse_moe_keys(const Json& json, const std::string& where, const char* experts_key, std::int64_t default_experts,
+                    std::int64_t default_top_k, ModelConfig& config);
 // sliding_window on the `sliding` layers, when use_sliding_window and a window is set; else none.
 std::vector<std::int64_t> sliding_layer_windows(const Json& json, const std::string& where, const std::vector<bool>& sliding);
 

@@ -18,6 +18,8 @@ const std::vector<const Family*>& all_families() {
       &families::gemma3_text(),
       &families::gemma3(),
       &families::phi3(),
+      &families::mixtral(),
+      &families::qwen3_moe(),
   };
   return all;
 }

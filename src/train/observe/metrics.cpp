@@ -55,6 +55,12 @@ void MetricsLog::write(const StepMetrics& m) {
                               {"cpu_s", m.cpu_s},         {"sys_s", m.sys_s}};
   if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale;
   if (m.skipped) j["skipped"] = true;
+  if (m.aux_loss) j["aux_loss"] = num(*m.aux_loss);
+  if (!m.expert_load.empty()) {
+    nlohmann::ordered_json load;
+    for (const auto& [layer, shares] : m.expert_load) load[std::to_string(layer)] = shares;
+    j["expert_load"] = std::move(load);
+  }
   if (!m.profile.empty()) {
     nlohmann::ordered_json p;
     for (const auto& [category, seconds] : m.profile) p[category] = seconds * 1e3;
@@ -62,9 +68,13 @@ void MetricsLog::write(const StepMetrics& m) {
   }
   write_line(j.dump());
   if (events_) {
-    events_->scalars(m.step, time, finite({{"train/loss", m.loss}, {"train/lr", m.lr}, {"train/grad_norm", m.grad_norm},
-                                           {"train/tokens_per_s", m.tokens_per_s},
-                                           {"train/peak_mem_bytes", static_cast<double>(m.peak_mem_bytes)}}));
+    auto scalars = finite({{"train/loss", m.loss}, {"train/lr", m.lr}, {"train/grad_norm", m.grad_norm},
+                           {"train/tokens_per_s", m.tokens_per_s}, {"train/peak_mem_bytes", static_cast<double>(m.peak_mem_bytes)}});
+    if (m.aux_loss && std::isfinite(*m.aux_loss)) scalars.emplace_back("train/aux_loss", *m.aux_loss);
+    // Per layer, the busiest expert's share (1/E when balanced, 1 when one expert takes all).
+    for (const auto& [layer, shares] : m.expert_load)
+      if (!shares.empty()) scalars.emplace_back("moe/max_expert_load/layer_" + std::to_string(layer), *std::max_element(shares.begin(), shares.end()));
+    events_->scalars(m.step, time, scalars);
   }
 }
 

@@ -33,6 +33,10 @@ struct StepMetrics {
   bool skipped = false;     // non-finite loss or gradients: no update was applied
   double loss_scale = 0;    // fp16 loss scale used for the step (0: no loss scaling)
   StepProfile profile = {};  // logging.profile: seconds per category (empty when off)
+  // A model with experts: the routers' load-balancing loss (its value, before moe.aux_loss_coef)
+  // and per sparse layer the share of routed tokens each expert got (this rank's rows).
+  std::optional<double> aux_loss = {};
+  std::vector<std::pair<std::int64_t, std::vector<double>>> expert_load = {};
 };
 
 struct EvalMetrics {

@@ -69,7 +69,7 @@ class FullFinetuning : public Method {
     io::copy_tokenizer_files(files.tokenizer_dir, dir);
   }
   std::vector<std::pair<std::string, at::Tensor>> weight_tensors(model::CausalLM& model) const override {
-    return model::hf_state_dict(model);
+    return model::checkpoint_state_dict(model);
   }
 };
 

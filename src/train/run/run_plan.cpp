@@ -223,6 +223,7 @@ void plan_steps(RunPlan& p, const distributed::World& world) {
   p.tensorboard = r.get_bool("logging.tensorboard");
   p.profile = r.get_bool("logging.profile");
   t.chunked_loss = r.get_bool("memory.chunked_loss");
+  t.aux_loss_coef = r.get_optional_float("moe.aux_loss_coef").value_or(p.model_config.arch.moe.router_aux_loss_coef);
   t.max_nonfinite_steps = r.get_int("training.max_nonfinite_steps");
   t.device = p.device;
   if (auto n = r.get_optional_int("training.eval_batches")) p.eval_batches = *n;

@@ -16,6 +16,13 @@ at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b, bool c
   in.input_ids = b.input_ids;
   in.position_ids = b.position_ids;
   in.segment_ids = b.segment_ids;
+  if (lm->model->router_record && lm->is_training() && b.labels.size(1) >= 2) {
+    // The routers' auxiliary loss counts the tokens the main loss counts: position t when
+    // label t + 1 is a target (the last position never is).
+    const auto T = b.labels.size(1);
+    in.router_mask = at::cat({b.labels.narrow(1, 1, T - 1) != data::kIgnoreIndex,
+                              at::zeros({b.labels.size(0), 1}, b.labels.options().dtype(at::kBool))}, 1);
+  }
   auto hidden = lm->hidden(in);  // [B, T, H]
   RECORD_USER_SCOPE(ops::region::kLoss);
   const auto B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
@@ -34,6 +41,18 @@ at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b, bool c
   }
   auto logits = lm->head(h).to(at::kFloat);  // [N, V]
   return at::nll_loss(at::log_softmax(logits, -1), targets, {}, at::Reduction::Sum);
+}
+
+double router_aux_loss(model::CausalLM& lm, double weight) {
+  const auto& record = lm->model->router_record;
+  if (!record || !record->recording()) return 0;
+  record->grad_weight = weight;
+  return record->aux_loss();
+}
+
+std::vector<std::pair<std::int64_t, std::vector<double>>> expert_load(model::CausalLM& lm) {
+  const auto& record = lm->model->router_record;
+  return record && record->recording() ? record->expert_load() : std::vector<std::pair<std::int64_t, std::vector<double>>>{};
 }
 
 EvalLoss evaluate_loss(model::CausalLM& lm, const std::vector<TensorBatch>& batches, bool chunked, Stage* stage) {

@@ -34,6 +34,13 @@ struct EvalLoss {
   double loss = 0;          // mean NLL per target token
   std::int64_t tokens = 0;  // target tokens
 };
+// After a training forward of next_token_loss_sum: the sparse layers' auxiliary load-balancing
+// loss over the tokens the main loss counts (model/moe.h RouterRecord), armed so the coming
+// backward adds `weight` times its gradient. 0, arming nothing, for a model without experts.
+double router_aux_loss(model::CausalLM& model, double weight);
+// Per sparse layer, the share of routed tokens each expert got in that forward.
+std::vector<std::pair<std::int64_t, std::vector<double>>> expert_load(model::CausalLM& model);
+
 EvalLoss evaluate_loss(model::CausalLM& model, const std::vector<TensorBatch>& batches, bool chunked, Stage* stage = nullptr);
 
 }  // namespace ctune::train

@@ -25,6 +25,19 @@ void log_memory(std::int64_t step, const char* when) {
                 static_cast<double>(ops::peak_resident_bytes()) / 1e6, when);
 }
 
+// Adds `weight` times each layer's expert shares to `into` (the step's mean over micro-batches).
+void accumulate_load(std::vector<std::pair<std::int64_t, std::vector<double>>>& into,
+                     const std::vector<std::pair<std::int64_t, std::vector<double>>>& add, double weight) {
+  if (into.empty()) {
+    into = add;
+    for (auto& [layer, shares] : into)
+      for (double& v : shares) v *= weight;
+    return;
+  }
+  for (std::size_t l = 0; l < into.size() && l < add.size(); ++l)
+    for (std::size_t e = 0; e < into[l].second.size() && e < add[l].second.size(); ++e) into[l].second[e] += weight * add[l].second[e];
+}
+
 void log_skipped_step(std::int64_t step, double loss, bool found_inf, const GradScaler& scaler) {
   if (!std::isfinite(loss)) {
     spdlog::warn("step {}: loss is {} (non-finite); the step is skipped", step, loss);
@@ -78,17 +91,23 @@ TrainResult Trainer::run() {
 
     // 2. Forward and backward per micro-batch: sum of token losses / step targets (times the
     //    loss scale under fp16).
+    //    A model with experts adds aux_loss_coef times the routers' load-balancing loss, each
+    //    micro-batch's weighted by its share of the step's targets.
     const double loss_scale = scaler.scale();
-    double loss_sum = 0;
+    double loss_sum = 0, aux_sum = 0;
+    std::vector<std::pair<std::int64_t, std::vector<double>>> load;
     for (const auto& batch : micro) {
       auto loss = next_token_loss_sum(model_, batch, options_.chunked_loss);
       loss_sum += loss.item<double>();
+      const double share = targets > 0 ? static_cast<double>(batch.target_tokens) / static_cast<double>(targets) : 0.0;
+      aux_sum += share * router_aux_loss(model_, options_.aux_loss_coef * share * loss_scale);
+      accumulate_load(load, expert_load(model_), 1.0 / static_cast<double>(micro.size()));
       if (targets > 0) scaler.scale_loss(loss / static_cast<double>(targets)).backward();
       log_memory(step + 1, "after backward");
       if (sample_memory) sample_memory();
       kill_point("step", step + 1, "mid");
     }
-    std::vector<double> sums = {loss_sum};
+    std::vector<double> sums = {loss_sum, aux_sum};
     sync().sum(sums);
     const double loss = targets > 0 ? sums[0] / static_cast<double>(targets) : 0.0;
 
@@ -123,6 +142,10 @@ TrainResult Trainer::run() {
     measure(m, input_tokens, step_start, start);
     m.skipped = skip;
     m.loss_scale = scaler.enabled() ? loss_scale : 0.0;
+    if (!load.empty()) {
+      m.aux_loss = sums[1];
+      m.expert_load = std::move(load);
+    }
     if (metrics_) metrics_->write(m);
     if (nonfinite_in_a_row >= options_.max_nonfinite_steps) {
       throw Error("step " + std::to_string(m.step) + ": the loss was non-finite in " + std::to_string(nonfinite_in_a_row) +

@@ -1,0 +1,28 @@
+// Mixtral: Mistral's attention (a window on every layer when sliding_window is set; no biases)
+// and a sparse MLP on every layer: `block_sparse_moe` with a router `gate` over
+// num_local_experts (8) SwiGLU experts w1 (gate), w3 (up), w2 (down) of intermediate_size,
+// num_experts_per_tok (2) per token, their weights always renormalised (MixtralSparseMoeBlock).
+#include "model/config.h"
+#include "model/families/families.h"
+
+namespace ctune::model::families {
+
+namespace {
+void parse(const Json& j, const std::string& where, ModelConfig& c) {
+  c.arch.activation = read_activation(j, where, "hidden_act", "silu");
+  if (const auto window = read_sliding_window(j, where))
+    c.arch.layer_windows.assign(static_cast<std::size_t>(c.num_hidden_layers), *window);
+  c.arch.moe.intermediate = c.intermediate_size;
+  c.arch.moe.normalize_top_k = true;
+  c.arch.moe.mixtral_names = true;
+  parse_moe_keys(j, where, "num_local_experts", 8, 2, c);
+}
+}  // namespace
+
+const Family& mixtral() {
+  // No GGUF form yet: llama.cpp's `llama` with stacked expert tensors (ffn_*_exps) is not written.
+  static const Family f{"mixtral", {"mixtral"}, 131072, std::nullopt, parse, {}, 1e6};
+  return f;
+}
+
+}  // namespace ctune::model::families

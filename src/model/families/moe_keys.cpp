@@ -1,0 +1,41 @@
+// The mixture-of-experts keys Mixtral and Qwen3-MoE share (num_experts_per_tok,
+// router_aux_loss_coef) and the checks every MoE configuration gets.
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/config.h"
+#include "model/families/families.h"
+
+namespace ctune::model::families {
+
+void parse_moe_keys(const Json& j, const std::string& where, const char* experts_key, std::int64_t default_experts,
+                    std::int64_t default_top_k, ModelConfig& c) {
+  MoeArchitecture& m = c.arch.moe;
+  m.experts = json_int(j, experts_key, where).value_or(default_experts);
+  m.top_k = json_int(j, "num_experts_per_tok", where).value_or(default_top_k);
+  // Released models have 8 to 384 experts; a count past 2^14 is a corrupt file, refused before
+  // a module is built for each.
+  if (m.experts < 0 || m.experts > 16384) {
+    throw ConfigError(where + ": \"" + experts_key + "\" must be between 0 and 16384, found " + std::to_string(m.experts));
+  }
+  if (m.experts > 0 && (m.top_k < 1 || m.top_k > m.experts)) {
+    throw ConfigError(where + ": \"num_experts_per_tok\" must be between 1 and " + experts_key + " (" +
+                      std::to_string(m.experts) + "), found " + std::to_string(m.top_k));
+  }
+  m.router_aux_loss_coef = json_number(j, "router_aux_loss_coef", where).value_or(0.001);
+  if (m.router_aux_loss_coef < 0) {
+    throw ConfigError(where + ": \"router_aux_loss_coef\" must be >= 0, found " + std::to_string(m.router_aux_loss_coef));
+  }
+  // Multiplicative noise on the router's input in training (MixtralConfig's router_jitter_noise);
+  // ctune does not implement it, and a run with it would not be the run the config describes.
+  if (const auto jitter = json_number(j, "router_jitter_noise", where); jitter && *jitter != 0.0) {
+    throw UnsupportedError(where + ": \"router_jitter_noise\" " + std::to_string(*jitter) +
+                           " is not supported (expected 0: ctune routes without input noise)");
+  }
+  if (m.intermediate <= 0 && m.experts > 0) {
+    throw ConfigError(where + ": the experts' intermediate size must be positive, found " + std::to_string(m.intermediate));
+  }
+  if (m.sparse_layers.empty()) m.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), m.experts > 0);
+}
+
+}  // namespace ctune::model::families

@@ -1,0 +1,47 @@
+// Qwen3-MoE: Qwen3's attention (per-head q_norm/k_norm, head_dim hidden / heads when absent) and,
+// on the layers decoder_sparse_step (1) selects that mlp_only_layers ([]) does not list, a
+// sparse MLP `mlp` with a router `gate` over num_experts (128) SwiGLU experts gate_proj, up_proj,
+// down_proj of moe_intermediate_size (768), num_experts_per_tok (8) per token, renormalised only
+// with norm_topk_prob (false); the other layers a dense MLP of intermediate_size
+// (Qwen3MoeDecoderLayer). A window on every layer when use_sliding_window (the model's one mask).
+#include "core/error.h"
+#include "model/config.h"
+#include "model/families/families.h"
+
+namespace ctune::model::families {
+
+namespace {
+void parse(const Json& j, const std::string& where, ModelConfig& c) {
+  parse_llama_keys(j, where, c);
+  c.arch.mlp_bias = false;
+  c.arch.qk_norm = true;
+  c.arch.layer_windows = sliding_layer_windows(j, where, std::vector<bool>(static_cast<std::size_t>(c.num_hidden_layers), true));
+  MoeArchitecture& m = c.arch.moe;
+  m.intermediate = json_int(j, "moe_intermediate_size", where).value_or(768);
+  m.normalize_top_k = json_bool(j, "norm_topk_prob", where).value_or(false);
+  const std::int64_t step = json_int(j, "decoder_sparse_step", where).value_or(1);
+  if (step < 1) throw ConfigError(where + ": \"decoder_sparse_step\" must be >= 1, found " + std::to_string(step));
+  m.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), false);
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) m.sparse_layers[static_cast<std::size_t>(i)] = (i + 1) % step == 0;
+  if (const auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) throw ConfigError(where + ": \"mlp_only_layers\" must be a list of layer indices, found " + it->dump());
+    for (const Json& layer : *it) {
+      if (!layer.is_number_integer() || layer.get<std::int64_t>() < 0 || layer.get<std::int64_t>() >= c.num_hidden_layers) {
+        throw ConfigError(where + ": \"mlp_only_layers\" entries must be layer indices 0.." +
+                          std::to_string(c.num_hidden_layers - 1) + ", found " + layer.dump());
+      }
+      m.sparse_layers[static_cast<std::size_t>(layer.get<std::int64_t>())] = false;
+    }
+  }
+  parse_moe_keys(j, where, "num_experts", 128, 8, c);
+  if (m.experts == 0) m.sparse_layers.assign(m.sparse_layers.size(), false);
+}
+}  // namespace
+
+const Family& qwen3_moe() {
+  // No GGUF form yet: llama.cpp's `qwen3moe` with stacked expert tensors (ffn_*_exps) is not written.
+  static const Family f{"qwen3_moe", {"qwen3_moe"}, 32768, std::nullopt, parse, {}};
+  return f;
+}
+
+}  // namespace ctune::model::families

@@ -1,0 +1,178 @@
+#include "model/moe.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "model/mlp.h"
+#include "ops/compute.h"
+
+namespace ctune::model {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+void RouterRecord::begin(const at::Tensor& mask, std::int64_t layers) {
+  token_mask = mask.reshape({-1}).to(at::kFloat);
+  grad_weight = 0;
+  counts.assign(static_cast<std::size_t>(layers), at::Tensor());
+  prob_sums.assign(static_cast<std::size_t>(layers), at::Tensor());
+}
+
+void RouterRecord::clear() {
+  token_mask = at::Tensor();
+  grad_weight = 0;
+  counts.clear();
+  prob_sums.clear();
+}
+
+namespace {
+// Σ over the recorded layers of `per_layer`, and how many there were.
+std::pair<at::Tensor, std::int64_t> layer_sum(const std::vector<at::Tensor>& per_layer) {
+  at::Tensor sum;
+  std::int64_t n = 0;
+  for (const auto& t : per_layer) {
+    if (!t.defined()) continue;
+    sum = sum.defined() ? sum + t : t.clone();
+    ++n;
+  }
+  return {sum, n};
+}
+}  // namespace
+
+double RouterRecord::aux_loss() const {
+  if (!recording()) return 0;
+  const auto [C, L] = layer_sum(counts);
+  const auto [S, L2] = layer_sum(prob_sums);
+  const double tokens = token_mask.sum().item<double>();
+  if (L == 0 || tokens == 0) return 0;
+  const double LN = static_cast<double>(L) * tokens;
+  return static_cast<double>(experts) * (C.to(at::kDouble) * S.to(at::kDouble)).sum().item<double>() / (LN * LN);
+}
+
+at::Tensor RouterRecord::prob_sum_grad() const {
+  const auto [C, L] = layer_sum(counts);
+  const double tokens = token_mask.sum().item<double>();
+  if (L == 0 || tokens == 0 || grad_weight == 0) return at::Tensor();
+  const double LN = static_cast<double>(L) * tokens;
+  return C * (grad_weight * static_cast<double>(experts) / (LN * LN));
+}
+
+std::vector<std::pair<std::int64_t, std::vector<double>>> RouterRecord::expert_load() const {
+  std::vector<std::pair<std::int64_t, std::vector<double>>> out;
+  for (std::size_t l = 0; l < counts.size(); ++l) {
+    if (!counts[l].defined()) continue;
+    const auto share = (counts[l].to(at::kDouble) / std::max(1.0, counts[l].sum().item<double>())).contiguous();
+    out.emplace_back(static_cast<std::int64_t>(l), std::vector<double>(share.data_ptr<double>(), share.data_ptr<double>() + share.numel()));
+  }
+  return out;
+}
+
+namespace {
+
+struct RecordHolder : torch::CustomClassHolder {
+  explicit RecordHolder(std::shared_ptr<RouterRecord> r) : record(std::move(r)) {}
+  std::shared_ptr<RouterRecord> record;
+};
+
+// weights: the chosen experts' routing weights [N, k], passed through; prob_sum: this layer's
+// S^l [E] (differentiable in the router's weight). Backward adds the auxiliary loss's gradient
+// to S^l, known only once the whole forward has routed (RouterRecord::prob_sum_grad).
+struct AuxGradient : public torch::autograd::Function<AuxGradient> {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor weights, at::Tensor prob_sum, c10::intrusive_ptr<RecordHolder> holder) {
+    ctx->saved_data["record"] = c10::IValue::make_capsule(holder);
+    ctx->saved_data["experts"] = prob_sum.size(0);
+    return weights.clone();
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    auto holder = c10::static_intrusive_pointer_cast<RecordHolder>(ctx->saved_data["record"].toCapsule());
+    at::Tensor g = holder->record->prob_sum_grad();
+    if (g.defined()) g = g.to(grad_out[0].device());
+    return {grad_out[0], g, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+RouterImpl::RouterImpl(std::int64_t hidden, std::int64_t experts, at::ScalarType dtype) {
+  weight = register_parameter("weight", at::empty({experts, hidden}, at::TensorOptions().dtype(dtype)));
+}
+
+at::Tensor RouterImpl::forward(const at::Tensor& x) { return ops::linear_in(x, weight, {}, compute_dtype); }
+
+SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, at::ScalarType dtype, std::int64_t layer_, std::shared_ptr<RouterRecord> record_)
+    : top_k(c.arch.moe.top_k), normalize(c.arch.moe.normalize_top_k), layer(layer_), record(std::move(record_)) {
+  const MoeArchitecture& m = c.arch.moe;
+  gate = register_module("gate", Router(c.hidden_size, m.experts, dtype));
+  experts = register_module("experts", torch::nn::ModuleList());
+  for (std::int64_t e = 0; e < m.experts; ++e)
+    experts->push_back(MLP(c.hidden_size, m.intermediate, c.arch.activation, dtype, m.mixtral_names));
+}
+
+at::Tensor SparseMoeImpl::forward(const at::Tensor& x) {
+  const auto H = x.size(-1);
+  const auto flat = x.reshape({-1, H});
+  const auto N = flat.size(0);
+  const auto E = static_cast<std::int64_t>(experts->size());
+  if (N == 0) return at::zeros_like(x);
+
+  // Routing in fp32 (transformers: softmax with dtype=float), the chosen weights renormalised
+  // when the family says, then cast to the activations' dtype for the combine.
+  const auto probs = at::softmax(gate->forward(flat).to(at::kFloat), -1);  // [N, E]
+  auto [top, chosen] = probs.topk(top_k, -1);                             // [N, k]
+  if (normalize) top = top / top.sum(-1, /*keepdim=*/true);
+
+  if (record && record->recording() && is_training()) {
+    // Masked figures for the auxiliary loss; a recomputing backward writes the same values.
+    const auto& mask = record->token_mask;
+    TORCH_CHECK(mask.numel() == N, "router mask has ", mask.numel(), " tokens, the layer ", N);
+    const auto m = mask.to(probs.device());
+    const auto slot_mask = m.unsqueeze(1).expand({N, top_k}).reshape({-1});
+    auto counts = at::bincount(chosen.reshape({-1}), slot_mask, E).to(at::kFloat).detach();
+    auto prob_sum = (probs * m.unsqueeze(1)).sum(0);  // [E]
+    const auto l = static_cast<std::size_t>(layer);
+    if (l < record->counts.size()) {
+      record->counts[l] = counts;
+      record->prob_sums[l] = prob_sum.detach();
+    }
+    record->experts = E;
+    record->top_k = top_k;
+    if (at::GradMode::is_enabled() && prob_sum.requires_grad())
+      top = AuxGradient::apply(top, prob_sum, c10::make_intrusive<RecordHolder>(record));
+  }
+  const auto weights = top.to(x.scalar_type());
+
+  // Dropless grouped compute: the N·k (token, expert) slots sorted by expert, each expert's
+  // rows one contiguous slice of a single gather. split's backward is one concatenation (a
+  // narrow per expert would zero-fill the whole buffer once per expert).
+  const auto slots = chosen.reshape({-1});
+  const auto order = slots.argsort(/*stable=*/true);
+  const auto token = at::div(order, top_k, "floor");
+  const auto sizes_t = at::bincount(slots, {}, E).cpu();
+  std::vector<std::int64_t> sizes(sizes_t.data_ptr<std::int64_t>(), sizes_t.data_ptr<std::int64_t>() + E);
+  const auto rows = at::split_with_sizes(flat.index_select(0, token), sizes);
+  std::vector<at::Tensor> outs;
+  outs.reserve(static_cast<std::size_t>(E));
+  for (std::int64_t e = 0; e < E; ++e) {
+    if (sizes[static_cast<std::size_t>(e)] == 0) continue;
+    outs.push_back(experts[static_cast<std::size_t>(e)]->as<MLP>()->forward(rows[static_cast<std::size_t>(e)]));
+  }
+  const auto routed = at::cat(outs) * weights.reshape({-1}).index_select(0, order).unsqueeze(1);
+  return at::zeros({N, H}, routed.options()).index_add(0, token, routed).reshape(x.sizes());
+}
+
+ActivationCost SparseMoeImpl::saved_activations(const ModelConfig& config, const ActivationShape& s) {
+  const MoeArchitecture& m = config.arch.moe;
+  const Term k = Term::num(m.top_k), E = Term::num(m.experts), Ie = Term::num(m.intermediate);
+  const Term routed = k * s.n;  // rows the experts see
+  ActivationCost a;
+  // The router's input (when its weight trains it is kept; the experts' gather keeps its own
+  // indices, not the rows), the fp32 probabilities, the gathered rows as the experts' input,
+  // each routed row's gate and up (GLU) and down input, the combine's outputs and weights.
+  a.saved = s.c * s.n * s.H + Term::num(4) * s.n * E + routed * s.H * s.c + Term::num(2) * routed * Ie * s.c +
+            routed * Ie * s.c + routed * s.H * s.c + Term::num(8 + 8 + 4) * routed;
+  a.parts = {"router (fp32 probabilities)", "routed rows (k n H)", "experts' SwiGLU (k n I_e)", "combine"};
+  return a;
+}
+
+}  // namespace ctune::model

@@ -1,0 +1,83 @@
+// The sparse mixture-of-experts MLP (Mixtral's block_sparse_moe, Qwen3-MoE's sparse mlp): a
+// router picks k of E SwiGLU experts per token; each expert multiplies only the tokens routed to
+// it (grouped by one sort, no capacity, nothing dropped), and their outputs come back weighted
+// by the router's probabilities. The router's auxiliary load-balancing loss is recorded per
+// forward in a RouterRecord the model shares with its sparse layers. docs/families.md#mixture-of-experts.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+
+#include "model/activation_cost.h"
+#include "model/config.h"
+#include "model/layers.h"
+
+namespace ctune::model {
+
+// What a training forward's sparse layers report for the auxiliary loss (Switch Transformer's,
+// with transformers' load_balancing_loss_func semantics over all sparse layers at once):
+//   aux = E · Σ_e (C_e / (L N)) · (S_e / (L N)),
+// C_e: tokens routed to expert e summed over the L sparse layers (each token counts once per
+// chosen expert), S_e: the router probability of e summed likewise, N: the tokens counted (the
+// main loss's mask). Only S carries a gradient: each layer's share, E C_e / (L N)^2 times the
+// weight the caller gives the aux loss, is passed to that layer's router in the layer's own
+// backward (so activation checkpointing and sharded blocks need nothing more).
+struct RouterRecord {
+  // Set by the caller for a training forward: [tokens] (the forward's flattened rows), 1 where a
+  // token counts. Undefined: nothing is recorded (evaluation, generation).
+  at::Tensor token_mask;
+  // d(the loss backward runs on) / d(aux), set after the forward and before its backward.
+  double grad_weight = 0;
+  std::int64_t experts = 0;
+  std::int64_t top_k = 0;
+  // Per sparse layer (indexed by layer; undefined for dense ones): [E] fp32, detached.
+  std::vector<at::Tensor> counts, prob_sums;
+
+  // Starts a forward over `mask` ([tokens], any dtype), clearing the previous one's figures.
+  void begin(const at::Tensor& mask, std::int64_t layers);
+  void clear();
+  bool recording() const { return token_mask.defined(); }
+  // After the forward: the aux loss's value (0 when nothing was recorded).
+  double aux_loss() const;
+  // After the forward: per sparse layer, the share of routed tokens each expert got [E].
+  std::vector<std::pair<std::int64_t, std::vector<double>>> expert_load() const;
+  // E · C / (L N)^2 · grad_weight: d(loss)/d(S^l), the same for every layer.
+  at::Tensor prob_sum_grad() const;
+};
+
+// The router: logits = x Wᵀ, W [experts, hidden] (`gate.weight`). Not a Linear: never a LoRA
+// target and never quantised.
+class RouterImpl : public torch::nn::Module {
+ public:
+  RouterImpl(std::int64_t hidden, std::int64_t experts, at::ScalarType dtype);
+  at::Tensor forward(const at::Tensor& x);
+
+  at::Tensor weight;
+  at::ScalarType compute_dtype = at::ScalarType::Undefined;  // as LinearImpl's
+};
+TORCH_MODULE(Router);
+
+// The experts are MLPs (model/llama.h) of the expert intermediate size, under their family's
+// names (MoeArchitecture::mixtral_names).
+class SparseMoeImpl : public torch::nn::Module {
+ public:
+  SparseMoeImpl(const ModelConfig& config, at::ScalarType dtype, std::int64_t layer, std::shared_ptr<RouterRecord> record);
+  at::Tensor forward(const at::Tensor& x);  // [.., H] -> [.., H]
+  // What forward keeps for backward: the router's input and probabilities, the routed rows'
+  // gather, each routed row's expert activations, the combine's inputs.
+  static ActivationCost saved_activations(const ModelConfig& config, const ActivationShape& shape);
+
+  Router gate{nullptr};
+  torch::nn::ModuleList experts{nullptr};
+  std::int64_t top_k = 0;
+  bool normalize = true;
+  std::int64_t layer = 0;
+  std::shared_ptr<RouterRecord> record;
+};
+TORCH_MODULE(SparseMoe);
+
+}  // namespace ctune::model
