@@ -25,6 +25,11 @@
 # gemma2 (caps 50/30, windows of 256 on the even layers), gemma3_text (5 local layers of 6, window
 # 256, local RoPE theta), phi3 (fused projections, LoRA on qkv_proj, rotary 0.75), smollm3 (NoPE
 # every 4th layer); the eager peer builds each from the same config (bench_eager.py Family).
+# Mixture of experts (issue 29): a small Qwen3-MoE shape (hidden 512, 8 layers, 8/4 heads of 64,
+# 32 experts of 256, 8 per token, vocab 49152, untied), LoRA bf16 and full fp32, seq 512 batch 4,
+# against transformers' expert loop (bench_eager.py SparseMoe; the lean peer runs the same loop);
+# both sides add 0.001 times the load-balancing loss. Its MFU counts the routed FLOPs only (k of
+# E experts per token).
 #   bash scripts/bench.sh                    # every row, REPS=3 STEPS=4
 #   ONLY='lora bf16,quickstart' REPS=1 bash scripts/bench.sh   # rows whose name contains one of these
 #   ONLY='smol lora bf16$' bash scripts/bench.sh   # a trailing $: exactly this row
@@ -67,11 +72,17 @@ for family, keys in families.items():
     cfg = dict(smol, model_type=family, **keys)
     cfg.pop("architectures", None)
     json.dump(cfg, open(f"{out}/{family}.json", "w"), indent=1)
+qwen3moe = dict(model_type="qwen3_moe", vocab_size=49152, hidden_size=512, intermediate_size=1536, moe_intermediate_size=256,
+                num_hidden_layers=8, num_attention_heads=8, num_key_value_heads=4, head_dim=64, num_experts=32,
+                num_experts_per_tok=8, norm_topk_prob=True, router_aux_loss_coef=0.001, max_position_embeddings=4096,
+                rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False, torch_dtype="float32",
+                bos_token_id=256, eos_token_id=257)
+json.dump(qwen3moe, open(f"{out}/qwen3moe.json", "w"), indent=1)
 with open(f"{out}/doc_lengths.txt", "w") as f:  # the packed rows' documents, for the eager peer
     f.write(" ".join(str(len(s.encode()) + 2) for s in stories[:4000]))
 PY
 cp recipes/models/tiny-llama.json "$OUT/tiny.json"
-for m in smol tiny qwen3 gemma2 gemma3_text phi3 smollm3; do
+for m in smol tiny qwen3 gemma2 gemma3_text phi3 smollm3 qwen3moe; do
   [[ -f $OUT/$m/config.json ]] ||
     $CTUNE init --config "$OUT/$m.json" --out "$OUT/$m" --tokenizer byte --seed 0 --dtype fp32 >/dev/null
 done
@@ -94,6 +105,8 @@ GRID=(
   "gemma3 lora bf16|gemma3_text|lora|bf16|512|4|no"
   "phi3 lora bf16|phi3|lora|bf16|512|4|no"
   "smollm3 lora bf16|smollm3|lora|bf16|512|4|no"
+  "qwen3moe lora bf16|qwen3moe|lora|bf16|512|4|no"
+  "qwen3moe full fp32|qwen3moe|full|fp32|512|4|no"
 )
 
 ctune_row() {  # name model method precision seq batch packed -> one JSON line
@@ -182,7 +195,11 @@ def model_flops_per_token(cfg, method, seq):
     H, I, L, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     d = cfg.get("head_dim") or H // nh
-    n = L * (H * nh * d * 2 + H * nkv * d * 2 + 3 * H * I) + H * V
+    if cfg.get("model_type") == "qwen3_moe":  # every layer sparse here: k routed experts and the router
+        I = cfg["num_experts_per_tok"] * cfg["moe_intermediate_size"]
+        n = L * (H * nh * d * 2 + H * nkv * d * 2 + 3 * H * I + H * cfg["num_experts"]) + H * V
+    else:
+        n = L * (H * nh * d * 2 + H * nkv * d * 2 + 3 * H * I) + H * V
     if method == "lora" and cfg.get("model_type") == "phi3":  # rank 8 A and B on the fused qkv_proj
         trainable = L * 8 * (H + (nh + 2 * nkv) * d)
         n += trainable

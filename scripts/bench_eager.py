@@ -15,6 +15,11 @@ RMSNorm (Qwen3, Gemma 3), (1 + w) norms in fp32, sandwich norms, GeGLU with tanh
 embeddings, query_pre_attn_scalar, soft-caps on scores and logits, sliding windows in the mask
 and a local RoPE theta (Gemma), fused qkv_proj / gate_up_proj and partial rotary (Phi-3), layers
 without RoPE (SmolLM3). LoRA goes on q_proj and v_proj, or on qkv_proj for Phi-3 (PEFT's names).
+Mixtures of experts (qwen3_moe, mixtral) replace the MLP of their sparse layers with the sparse
+block as transformers' Qwen3MoeSparseMoeBlock writes it (a softmax router in fp32, top-k, then a
+loop over the experts that were hit, each taking its tokens through torch.where on a one-hot
+mask and adding its weighted output back with index_add_), and add router_aux_loss_coef times
+load_balancing_loss_func (output_router_logits on), as ctune adds it by default.
 
 Modes (one JSON line on stdout each):
   bench_eager.py step --config CONFIG.json --method lora|full --precision fp32|bf16
@@ -64,6 +69,17 @@ class Family:
         self.rope = [(i + 1) % c.get("no_rope_layer_interval", 4) != 0 if t == "smollm3" else True for i in range(L)]
         theta = c.get("rope_theta", 10000.0)
         self.theta = [c.get("rope_local_base_freq", 10000.0) if t == "gemma3_text" and self.windows[i] else theta for i in range(L)]
+        # Experts: (count, per token, intermediate, renormalise) and the sparse layers.
+        self.moe, self.sparse = None, [False] * L
+        if t == "qwen3_moe":
+            self.moe = (c.get("num_experts", 128), c.get("num_experts_per_tok", 8), c.get("moe_intermediate_size", 768),
+                        c.get("norm_topk_prob", False))
+            only = c.get("mlp_only_layers") or []
+            self.sparse = [i not in only and (i + 1) % c.get("decoder_sparse_step", 1) == 0 for i in range(L)]
+        elif t == "mixtral":
+            self.moe = (c.get("num_local_experts", 8), c.get("num_experts_per_tok", 2), c["intermediate_size"], True)
+            self.sparse = [True] * L
+        self.aux_coef = c.get("router_aux_loss_coef", 0.001)
 
 
 class RMSNorm(nn.Module):
@@ -175,6 +191,59 @@ class MLP(nn.Module):
         return self.down_proj(self.act(gate) * up)
 
 
+class Expert(nn.Module):
+    def __init__(self, H, I):
+        super().__init__()
+        self.gate_proj = nn.Linear(H, I, bias=False)
+        self.up_proj = nn.Linear(H, I, bias=False)
+        self.down_proj = nn.Linear(I, H, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class SparseMoe(nn.Module):
+    """Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock as transformers writes them."""
+
+    def __init__(self, c, f):
+        super().__init__()
+        H = c["hidden_size"]
+        self.E, self.k, I, self.norm = f.moe
+        self.gate = nn.Linear(H, self.E, bias=False)
+        self.experts = nn.ModuleList(Expert(H, I) for _ in range(self.E))
+        self.router_logits = None
+
+    def forward(self, x):
+        B, T, H = x.shape
+        h = x.view(-1, H)
+        logits = self.gate(h)
+        weights = F.softmax(logits, dim=1, dtype=torch.float)
+        weights, chosen = torch.topk(weights, self.k, dim=-1)
+        if self.norm:
+            weights /= weights.sum(dim=-1, keepdim=True)
+        weights = weights.to(h.dtype)
+        out = torch.zeros((B * T, H), dtype=h.dtype)
+        mask = F.one_hot(chosen, num_classes=self.E).permute(2, 1, 0)
+        hit = torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()
+        for e in hit:
+            slot, rows = torch.where(mask[e].squeeze(0))
+            y = self.experts[int(e)](h[None, rows].reshape(-1, H)) * weights[rows, slot, None]
+            out.index_add_(0, rows, y.to(h.dtype))
+        self.router_logits = logits
+        return out.reshape(B, T, H)
+
+
+def load_balancing_loss(gate_logits, E, k):
+    """transformers' load_balancing_loss_func without an attention mask."""
+    logits = torch.cat(gate_logits, dim=0)
+    probs = F.softmax(logits, dim=-1)
+    _, chosen = torch.topk(probs, k, dim=-1)
+    expert_mask = F.one_hot(chosen, E)
+    tokens_per_expert = torch.mean(expert_mask.float(), dim=0)
+    prob_per_expert = torch.mean(probs, dim=0)
+    return torch.sum(tokens_per_expert * prob_per_expert.unsqueeze(0)) * E
+
+
 class Layer(nn.Module):
     """Pre-norm block (sandwich norms for Gemma) over the given attention, MLP and norm classes
     (this file's, or bench_eager_lean.py's)."""
@@ -184,7 +253,7 @@ class Layer(nn.Module):
         attention, mlp, norm = parts or (Attention, MLP, RMSNorm)
         H, eps = c["hidden_size"], c["rms_norm_eps"]
         self.self_attn = attention(c, f, i)
-        self.mlp = mlp(c, f)
+        self.mlp = SparseMoe(c, f) if f.sparse[i] else mlp(c, f)
         self.input_layernorm = norm(H, eps, f.gemma)
         self.post_attention_layernorm = norm(H, eps, f.gemma)
         self.sandwich = f.gemma
@@ -233,7 +302,11 @@ class Llama(nn.Module):
         logits = self.lm_head(self.norm(x)).float()
         if self.f.final_cap:
             logits = torch.tanh(logits / self.f.final_cap) * self.f.final_cap
-        return F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1))
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1))
+        if self.f.moe and self.f.aux_coef > 0:
+            routers = [layer.mlp.router_logits for layer in self.layers if isinstance(layer.mlp, SparseMoe)]
+            loss = loss + self.f.aux_coef * load_balancing_loss(routers, self.f.moe[0], self.f.moe[1])
+        return loss
 
 
 def rows(batch, seq, doc_lengths):

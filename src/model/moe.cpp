@@ -164,14 +164,24 @@ at::Tensor SparseMoeImpl::forward(const at::Tensor& x) {
 ActivationCost SparseMoeImpl::saved_activations(const ModelConfig& config, const ActivationShape& s) {
   const MoeArchitecture& m = config.arch.moe;
   const Term k = Term::num(m.top_k), E = Term::num(m.experts), Ie = Term::num(m.intermediate);
-  const Term routed = k * s.n;  // rows the experts see
+  const char* gate = m.mixtral_names ? "w1" : "gate_proj";
+  const char* up = m.mixtral_names ? "w3" : "up_proj";
+  const char* down = m.mixtral_names ? "w2" : "down_proj";
   ActivationCost a;
-  // The router's input (when its weight trains it is kept; the experts' gather keeps its own
-  // indices, not the rows), the fp32 probabilities, the gathered rows as the experts' input,
-  // each routed row's gate and up (GLU) and down input, the combine's outputs and weights.
-  a.saved = s.c * s.n * s.H + Term::num(4) * s.n * E + routed * s.H * s.c + Term::num(2) * routed * Ie * s.c +
-            routed * Ie * s.c + routed * s.H * s.c + Term::num(8 + 8 + 4) * routed;
-  a.parts = {"router (fp32 probabilities)", "routed rows (k n H)", "experts' SwiGLU (k n I_e)", "combine"};
+  // The router: its input when its weight trains (projection_input of "gate"), the fp32
+  // probabilities (softmax's output), the top-k indices (int64) and, renormalised, the k
+  // weights and their sum.
+  const Term router = s.projection_input("gate", s.H) + Term::num(4) * s.n * E + Term::num(8) * k * s.n +
+                      (m.normalize_top_k ? Term::num(4) * (k + Term::num(1)) * s.n : Term());
+  // The experts see k n rows in all: each keeps what a dense MLP keeps of its rows (its
+  // projections' inputs as the method needs them, gate and up for the GLU's backward).
+  const Term experts = k * (shared_projection_input(s, {gate, up}, s.H) + Term::num(2) * s.n * Ie * s.c +
+                            s.projection_input(down, Ie));
+  // The combine multiplies the k n expert outputs by their weights (both kept), and the
+  // gather, reorder and scatter keep their int64 indices (order and token, k n each).
+  const Term combine = k * s.n * s.H * s.c + k * s.n * s.c + Term::num(16) * k * s.n;
+  a.saved = router + experts + combine;
+  a.parts = {"router (fp32 probabilities, top-k)", "k routed rows through SwiGLU experts (I_e)", "combine (k n H)"};
   return a;
 }
 

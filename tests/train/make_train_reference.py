@@ -26,7 +26,11 @@ without caps, (1 + w) q/k norms, layer 0 local (window 8, RoPE theta 10000), lay
 (theta 1e6). With FAMILY phi3 (modeling_phi3.py): fused qkv_proj and gate_up_proj (LoRA on the
 fused layers, as PEFT targets them), half of each head rotating, longrope past an original
 context of 16 (these 24-token rows use the long factors and the attention factor). The same
-outputs as for qwen3.
+outputs as for qwen3. With FAMILY qwen3_moe / mixtral (modeling_qwen3_moe.py, modeling_mixtral.py):
+every layer a sparse block (8 experts, 3 per token, not renormalised / 4 experts, 2 per token,
+renormalised), the loss plus 0.1 times transformers' load_balancing_loss_func over the tokens
+the CE counts, each micro-batch weighted by its share of the targets; LoRA on the attention and
+every expert's projections (the routers frozen). The same outputs as for qwen3.
 
 Usage: make_train_reference.py OUT_DIR [FAMILY]
 """
@@ -46,13 +50,26 @@ CFG = dict(model_type="llama", vocab_size=96, hidden_size=32, intermediate_size=
            num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0,
            max_position_embeddings=256, tie_word_embeddings=False, torch_dtype="float32", hidden_act="silu")
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head",
-           "qkv_proj", "gate_up_proj"]
+           "qkv_proj", "gate_up_proj", "w1", "w2", "w3"]
 RANK, ALPHA = 4, 8.0
+AUX_COEF = 0.1          # moe.aux_loss_coef of the MoE cases (large, so its gradient matters)
+ROUTE_MARGINS = []      # the smallest k-th/(k+1)-th router probability gap of each MoE forward
 IGNORE = -100
 
 
 def head_dim():
     return CFG.get("head_dim") or CFG["hidden_size"] // CFG["num_attention_heads"]
+
+
+def moe():
+    """(experts, k, expert intermediate, renormalise, module, (gate, up, down) names) of a
+    Mixtral / Qwen3-MoE configuration (every layer sparse here), else None."""
+    if CFG["model_type"] == "mixtral":
+        return CFG["num_local_experts"], CFG["num_experts_per_tok"], CFG["intermediate_size"], True, "block_sparse_moe", ("w1", "w3", "w2")
+    if CFG["model_type"] == "qwen3_moe":
+        return (CFG["num_experts"], CFG["num_experts_per_tok"], CFG["moe_intermediate_size"], CFG["norm_topk_prob"], "mlp",
+                ("gate_proj", "up_proj", "down_proj"))
+    return None
 
 
 def shapes():
@@ -61,6 +78,17 @@ def shapes():
     out = [("model.embed_tokens.weight", (V, H))]
     for i in range(CFG["num_hidden_layers"]):
         p = f"model.layers.{i}."
+        if moe():
+            E, _, Ie, _, module, names = moe()
+            out += [(p + "self_attn.q_proj.weight", (nh * d, H)), (p + "self_attn.k_proj.weight", (nkv * d, H)),
+                    (p + "self_attn.v_proj.weight", (nkv * d, H)), (p + "self_attn.o_proj.weight", (H, nh * d)),
+                    (p + f"{module}.gate.weight", (E, H))]
+            for e in range(E):
+                out += [(p + f"{module}.experts.{e}.{n}.weight", s) for n, s in zip(names, ((Ie, H), (Ie, H), (H, Ie)))]
+            out += [(p + "input_layernorm.weight", (H,)), (p + "post_attention_layernorm.weight", (H,))]
+            if CFG["model_type"] == "qwen3_moe":
+                out += [(p + "self_attn.q_norm.weight", (d,)), (p + "self_attn.k_norm.weight", (d,))]
+            continue
         if CFG["model_type"] == "phi3":
             out += [(p + "self_attn.qkv_proj.weight", ((nh + 2 * nkv) * d, H)), (p + "self_attn.o_proj.weight", (H, nh * d)),
                     (p + "mlp.gate_up_proj.weight", (2 * I, H)), (p + "mlp.down_proj.weight", (H, I)),
@@ -135,8 +163,52 @@ def cap(x, c):
     return x if c is None else c * torch.tanh(x / c)
 
 
-def forward_logits(W, lora, scale, batch):
-    """Logits [B, T, V] of the model with weights W (and LoRA A/B scaled by `scale`)."""
+def sparse_moe(h, p, lin, stats):
+    """Mixtral / Qwen3MoeSparseMoeBlock: softmax router, top-k (renormalised as the family says),
+    then transformers' loop over the experts, each taking its rows (torch.where on the one-hot
+    mask) and adding its weighted output back with index_add_. Router logits go to `stats`."""
+    E, k, _, renorm, module, (g, u, d) = moe()
+    B, T, H = h.shape
+    x = h.reshape(-1, H)
+    logits = lin(x, p + f"{module}.gate")
+    stats.setdefault("router_logits", []).append(logits)
+    probs = torch.softmax(logits, dim=-1)
+    top, idx = torch.topk(probs, k, dim=-1)
+    ranked = probs.detach().sort(dim=-1, descending=True).values
+    stats["route_margin"] = min(stats.get("route_margin", 1.0), (ranked[:, k - 1] - ranked[:, k]).min().item())
+    if renorm:
+        top = top / top.sum(dim=-1, keepdim=True)
+    out = torch.zeros_like(x)
+    mask = torch.nn.functional.one_hot(idx, num_classes=E).permute(2, 1, 0)
+    for e in range(E):
+        slot, rows = torch.where(mask[e])
+        if rows.numel() == 0:
+            continue
+        ex = p + f"{module}.experts.{e}."
+        r = x[rows]
+        y = lin(torch.nn.functional.silu(lin(r, ex + g)) * lin(r, ex + u), ex + d)
+        out = out.index_add(0, rows, y * top[rows, slot, None])
+    return out.reshape(B, T, H)
+
+
+def load_balancing_loss(gate_logits, mask):
+    """transformers' load_balancing_loss_func with an attention mask [B, T]: over every sparse
+    layer's router logits at once, the masked fraction of tokens per expert and top-k slot times
+    the masked mean router probability, summed, times the expert count."""
+    E, k = moe()[0], moe()[1]
+    logits = torch.cat(gate_logits, dim=0)
+    probs = torch.softmax(logits, dim=-1)
+    _, chosen = torch.topk(probs, k, dim=-1)
+    expert_mask = torch.nn.functional.one_hot(chosen, E).to(probs.dtype)
+    m = mask.reshape(-1).to(probs.dtype).repeat(len(gate_logits))
+    tokens_per_expert = (expert_mask * m[:, None, None]).sum(0) / m.sum()
+    prob_per_expert = (probs * m[:, None]).sum(0) / m.sum()
+    return (tokens_per_expert * prob_per_expert[None]).sum() * E
+
+
+def forward_logits(W, lora, scale, batch, stats=None):
+    """Logits [B, T, V] of the model with weights W (and LoRA A/B scaled by `scale`); with MoE
+    layers `stats` receives the router logits and the smallest routing gap."""
     H, nh, nkv = CFG["hidden_size"], CFG["num_attention_heads"], CFG["num_key_value_heads"]
     d, eps = head_dim(), CFG["rms_norm_eps"]
     ids, pos, seg = batch["ids"], batch["pos"], batch["seg"]
@@ -212,6 +284,9 @@ def forward_logits(W, lora, scale, batch):
             continue
         x = x + lin(a, p + "self_attn.o_proj")
         h = rms(x, W[p + "post_attention_layernorm.weight"])
+        if moe():
+            x = x + sparse_moe(h, p, lin, stats if stats is not None else {})
+            continue
         if p + "mlp.gate_up_proj.weight" in W:  # Phi3: [gate; up] rows
             g, u = lin(h, p + "mlp.gate_up_proj").chunk(2, -1)
         else:
@@ -221,22 +296,30 @@ def forward_logits(W, lora, scale, batch):
     return cap(lin(x, "lm_head"), CFG.get("final_logit_softcapping"))
 
 
-def forward_loss(W, lora, scale, batch):
+def forward_loss(W, lora, scale, batch, stats=None):
     """Summed next-token CE over targeted positions, and the target count."""
     labels = batch["labels"]
-    logits = forward_logits(W, lora, scale, batch)[:, :-1].reshape(-1, CFG["vocab_size"])
+    logits = forward_logits(W, lora, scale, batch, stats)[:, :-1].reshape(-1, CFG["vocab_size"])
     targets = labels[:, 1:].reshape(-1)
     loss = torch.nn.functional.cross_entropy(logits, targets, ignore_index=IGNORE, reduction="sum")
     return loss, int((targets != IGNORE).sum())
 
 
 def step_loss(W, lora, scale, micro):
-    """Token-correct accumulation: sum of token losses over micro-batches / total targets."""
+    """Token-correct accumulation: sum of token losses over micro-batches / total targets. With
+    experts, plus AUX_COEF times each micro-batch's load-balancing loss weighted by its share of
+    the targets, over the tokens the CE counts (position t when label t + 1 is a target)."""
     total = sum(int((m["labels"][:, 1:] != IGNORE).sum()) for m in micro)
     out = 0
     for m in micro:
-        out = out + forward_loss(W, lora, scale, m)[0]
-    return out / total
+        stats = {}
+        loss, targets = forward_loss(W, lora, scale, m, stats)
+        out = out + loss / total
+        if moe():
+            counts = torch.cat((m["labels"][:, 1:] != IGNORE, torch.zeros(m["labels"].shape[0], 1, dtype=torch.bool)), 1)
+            out = out + AUX_COEF * (targets / total) * load_balancing_loss(stats["router_logits"], counts)
+            ROUTE_MARGINS.append(stats["route_margin"])
+    return out
 
 
 def grads(loss, tensors):
@@ -331,6 +414,12 @@ def main():
         CFG.update(model_type="phi3", partial_rotary_factor=0.5, max_position_embeddings=256,
                    original_max_position_embeddings=16,
                    rope_scaling={"type": "longrope", "short_factor": [1.0, 1.2], "long_factor": [1.5, 4.0]})
+    elif family == "qwen3_moe":
+        CFG.update(model_type="qwen3_moe", head_dim=16, num_experts=8, num_experts_per_tok=3, moe_intermediate_size=16,
+                   norm_topk_prob=False, router_aux_loss_coef=AUX_COEF)
+    elif family == "mixtral":
+        CFG.update(model_type="mixtral", num_local_experts=4, num_experts_per_tok=2, intermediate_size=24,
+                   router_aux_loss_coef=AUX_COEF)
     elif family != "llama":
         raise SystemExit(f"unknown family {family}")
     os.makedirs(os.path.join(out, "model"), exist_ok=True)
@@ -378,6 +467,11 @@ def main():
             return dict(g, loss=loss)
         noise[variant] = fp32_noise(split, {**W, **lora}, relative_norm)
 
+    if moe():
+        # Routing must be decisive for float32 to route as float64 does.
+        info["min_route_margin"] = min(ROUTE_MARGINS)
+        if info["min_route_margin"] < 1e-5:
+            raise SystemExit(f"{family}: a routing decision within {info['min_route_margin']:.1e} of a tie; change the seed")
     if family != "llama":
         with open(os.path.join(out, "noise.json"), "w") as f:
             json.dump(noise, f, indent=1)

@@ -38,6 +38,8 @@ const fs::path kGemma2Ref = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference-gem
 const fs::path kGemma3Ref = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference-gemma3";
 // Phi-3: fused qkv_proj / gate_up_proj (LoRA on the fused layers), partial rotary, longrope.
 const fs::path kPhi3Ref = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference-phi3";
+const fs::path kQwen3MoeRef = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference-qwen3_moe";
+const fs::path kMixtralRef = fs::path(CTUNE_TEST_DATA_DIR) / "train-reference-mixtral";
 
 // How far float32 rounding alone moves each reference value (relative; see make_train_reference.py).
 const Json& noise(const fs::path& ref = kRef) {
@@ -75,17 +77,22 @@ std::vector<train::TensorBatch> read_batches(const fs::path& ref = kRef) {
   return out;
 }
 
-// One accumulated step over `micro`: sum of token losses / total targets, backward.
+// One accumulated step over `micro`: sum of token losses / total targets, backward; with
+// experts plus the config's router_aux_loss_coef times each micro-batch's load-balancing loss,
+// weighted by its share of the targets (as the trainer adds moe.aux_loss_coef's).
 double accumulate(model::CausalLM& lm, const std::vector<train::TensorBatch>& micro) {
   std::int64_t targets = 0;
   for (const auto& b : micro) targets += b.target_tokens;
+  const double coef = lm->config().arch.moe.router_aux_loss_coef;
+  if (coef > 0) lm->train();  // the routers record their statistics in training mode only
   double total = 0;
   for (const auto& b : micro) {
     auto loss = train::next_token_loss_sum(lm, b);
-    total += loss.item<double>();
+    const double share = static_cast<double>(b.target_tokens) / static_cast<double>(targets);
+    total += loss.item<double>() / static_cast<double>(targets) + coef * share * train::router_aux_loss(lm, coef * share);
     (loss / static_cast<double>(targets)).backward();
   }
-  return total / static_cast<double>(targets);
+  return total;
 }
 
 // ||a - b|| / ||b||, the relative error of a whole gradient tensor.
@@ -133,6 +140,9 @@ TEST(TrainReference, Qwen3FullFineTuneGradients) { full_case(kQwen3Ref); }
 TEST(TrainReference, Gemma2FullFineTuneGradients) { full_case(kGemma2Ref); }
 TEST(TrainReference, Gemma3FullFineTuneGradients) { full_case(kGemma3Ref); }
 TEST(TrainReference, Phi3FullFineTuneGradients) { full_case(kPhi3Ref); }
+// Experts and routers, the routers' gradient including the load-balancing loss's.
+TEST(TrainReference, Qwen3MoeFullFineTuneGradients) { full_case(kQwen3MoeRef); }
+TEST(TrainReference, MixtralFullFineTuneGradients) { full_case(kMixtralRef); }
 
 void lora_case(bool rslora, const char* variant, const fs::path& ref = kRef) {
   auto lm = model::load_causal_lm(ref / "model", at::kFloat);
@@ -146,7 +156,10 @@ void lora_case(bool rslora, const char* variant, const fs::path& ref = kRef) {
   // blocks (7 a layer; Phi-3's fused 4) and lm_head.
   auto weights = read_tensors(ref / "lora.safetensors");
   EXPECT_EQ(summary.wrapped.size(), weights.size() / 2);
-  EXPECT_EQ(summary.wrapped.size(), lm->config().arch.fused_qkv ? 2u * 4 + 1 : 2u * 7 + 1);
+  const auto& moe = lm->config().arch.moe;  // attention's four and every expert's three
+  EXPECT_EQ(summary.wrapped.size(), moe.experts > 0             ? 2u * (4 + 3 * static_cast<std::size_t>(moe.experts)) + 1
+                                    : lm->config().arch.fused_qkv ? 2u * 4 + 1
+                                                                  : 2u * 7 + 1);
   {
     at::NoGradGuard no_grad;
     std::size_t set = 0;
@@ -174,6 +187,10 @@ TEST(TrainReference, Qwen3LoraGradients) { lora_case(false, "lora", kQwen3Ref); 
 TEST(TrainReference, Gemma2LoraGradients) { lora_case(false, "lora", kGemma2Ref); }
 TEST(TrainReference, Gemma3LoraGradients) { lora_case(false, "lora", kGemma3Ref); }
 TEST(TrainReference, Phi3LoraGradients) { lora_case(false, "lora", kPhi3Ref); }
+// LoRA on every expert (PEFT's names: gate/up/down_proj, Mixtral's w1/w3/w2), routers frozen;
+// the aux loss's gradient reaches the adapters through the routers' inputs.
+TEST(TrainReference, Qwen3MoeLoraGradients) { lora_case(false, "lora", kQwen3MoeRef); }
+TEST(TrainReference, MixtralLoraGradients) { lora_case(false, "lora", kMixtralRef); }
 
 class CyclingSource : public train::BatchSource {
  public:

@@ -205,26 +205,48 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
     }
     return b;
   };
-  const model::ActivationCost layer = model::DecoderLayerImpl::saved_activations(in.config, shape);
+  // A model with experts may mix dense and sparse layers (Qwen3-MoE's mlp_only_layers): each
+  // kind states its own saving, counted over the layers of that kind.
+  const auto& moe = in.config.arch.moe;
+  std::int64_t sparse = 0, sparse_recomputed = 0, recomputing = 0, first_sparse = -1, first_dense = -1;
+  for (std::int64_t l = 0; l < s.L.value(); ++l) {
+    const bool r = in.recompute.recompute_block(l);
+    recomputing += r;
+    if (moe.sparse(l)) {
+      ++sparse;
+      sparse_recomputed += r;
+      if (first_sparse < 0) first_sparse = l;
+    } else if (first_dense < 0) {
+      first_dense = l;
+    }
+  }
+  const bool mixed = sparse > 0 && sparse < s.L.value();
+  const model::ActivationCost layer = model::DecoderLayerImpl::saved_activations(in.config, shape, first_sparse >= 0 ? first_sparse : 0);
+  const model::ActivationCost dense_layer = mixed ? model::DecoderLayerImpl::saved_activations(in.config, shape, first_dense) : layer;
   ActivationTerms a;
   a.scores = layer.scores;
-  a.layer = layer.saved;
+  a.layer = layer.saved;  // the largest layer's (a sparse one's, when there are both)
   led.activations_per_layer = a.layer.value();
 
-  std::int64_t recomputing = 0;
-  for (std::int64_t l = 0; l < s.L.value(); ++l) recomputing += in.recompute.recompute_block(l);
   const Term Lr = sym("Lr", recomputing);
+  const bool selective = in.recompute.attention_kernel() == ops::AttentionKernel::recomputed && recomputing == 0;
+  const Term per_sparse = selective ? a.layer - a.scores : a.layer;
+  const Term per_dense = selective ? dense_layer.saved - dense_layer.scores : dense_layer.saved;
   Term kept;
-  if (recomputing > 0) {
+  if (mixed) {
+    const Term Ls = sym("Ls", sparse - sparse_recomputed), Ld = sym("Ld", s.L.value() - sparse - (recomputing - sparse_recomputed));
+    kept = Ls * per_sparse + Ld * per_dense + (recomputing > 0 ? Lr * s.r * s.n * s.H : Term());
+    if (recomputing > 0) a.recomputed_transient = a.layer;
+  } else if (recomputing > 0) {
     kept = (s.L - Lr) * a.layer + Lr * s.r * s.n * s.H;  // a recomputed layer keeps only its input
     a.recomputed_transient = a.layer;
-  } else if (in.recompute.attention_kernel() == ops::AttentionKernel::recomputed) {
-    kept = s.L * (a.layer - a.scores);
   } else {
-    kept = s.L * a.layer;
+    kept = s.L * per_sparse;
   }
   a.total = kept + model::DecoderImpl::saved_outside_layers(in.config, shape) + layer.workspace;
-  std::string note = "per layer " + mb(a.layer.value()) + ": ";
+  std::string note = (mixed ? "per sparse layer (Ls of them; Ld dense layers keep " + mb(dense_layer.saved.value()) + ") "
+                            : std::string("per layer ")) +
+                     mb(a.layer.value()) + ": ";
   for (std::size_t i = 0; i < layer.parts.size(); ++i) note += (i ? ", " : "") + layer.parts[i];
   if (recomputing > 0) {
     note += "; Lr of L layers keep only their input (r n H) and recompute";
