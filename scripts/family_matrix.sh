@@ -7,12 +7,13 @@
 # in fp16, full fine-tuning with full activation checkpointing, LoRA bf16 with selective
 # checkpointing, and on two ranks full_shard with CPU offload (sharded checkpoints),
 # shard_grad_op (full fine-tuning) and hybrid_shard. Exits non-zero when a cell fails.
+# Qwen3-MoE and Mixtral with 8 experts, 2 per token (Qwen3-MoE's first layer dense).
 # A few minutes on 2 cores after the build; not part of the CI test run.
 #   FAMILIES='gemma2 phi3' bash scripts/family_matrix.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${CTUNE_BUILD_DIR:-build}
-FAMILIES=${FAMILIES:-llama qwen3 gemma2 gemma3_text phi3 smollm3}
+FAMILIES=${FAMILIES:-llama qwen3 gemma2 gemma3_text phi3 smollm3 qwen3_moe mixtral}
 OUT=${OUT:-runs/family-matrix}
 [[ -x $BUILD/bin/ctune ]] || CTUNE_TARGETS=ctune bash scripts/build.sh "$BUILD"
 CTUNE=$BUILD/bin/ctune
@@ -29,6 +30,9 @@ for family in $FAMILIES; do
   extra=""
   [[ $family == gemma* ]] && extra='"query_pre_attn_scalar": 16, "sliding_window": 16,'
   [[ $family == phi3 ]] && extra='"partial_rotary_factor": 0.5,'
+  # Experts: 8 of 32 (2 per token) on every layer but Qwen3-MoE's first (a dense one).
+  [[ $family == qwen3_moe ]] && extra='"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": true, "mlp_only_layers": [0],'
+  [[ $family == mixtral ]] && extra='"num_local_experts": 8, "num_experts_per_tok": 2,'
   cat >"$dir/config.json" <<EOF
 {"model_type": "$family", $extra "vocab_size": 320, "hidden_size": 64, "intermediate_size": 160,
  "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,

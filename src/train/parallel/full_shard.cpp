@@ -68,6 +68,11 @@ FullShard::FullShard(model::CausalLM& model, const std::vector<ParamGroup>& grou
   std::size_t sharded = 0;
   for (const auto& group : trainable()) sharded += group.flat->indices().size();
   TORCH_CHECK(sharded == index, "full_shard: ", index - sharded, " trainable parameters lie outside the embedding, blocks and head");
+  // With experts, ranks route differently, so which gradients a backward produces, and in what
+  // order, differs between them: reducing each as it is accumulated would pair different
+  // collectives. Their gradients stay whole until the step's flush, which the ranks agree on
+  // (docs/distributed.md#mixtures-of-experts).
+  if (model->model->router_record) return;
   // A parameter's accumulator lives as long as something holds it; holding it here keeps the
   // same node (and its hook) for every step's graph.
   for (const auto& group : trainable()) {

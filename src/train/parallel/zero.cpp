@@ -67,8 +67,14 @@ ShardedOptimizer::ShardedOptimizer(std::vector<FlatGroup> flats, const Optimizer
 }
 
 void ShardedOptimizer::reduce_scatter_gradients() {
-  for (auto& f : flats_)
-    if (f.flat->has_gradients()) f.flat->reduce_scatter_gradients(comm_);
+  // The ranks agree which flats hold a gradient (with experts, a rank may have none where
+  // another has some), so each issues the same reduce-scatters; a missing one counts as zeros.
+  at::Tensor pending = at::zeros({static_cast<std::int64_t>(flats_.size())}, at::kLong);
+  for (std::size_t i = 0; i < flats_.size(); ++i) pending[static_cast<std::int64_t>(i)] = flats_[i].flat->has_gradients() ? 1 : 0;
+  comm_.all_reduce_max(pending, "agreeing which gradients to reduce");
+  const auto* p = pending.data_ptr<std::int64_t>();
+  for (std::size_t i = 0; i < flats_.size(); ++i)
+    if (p[i] != 0) flats_[i].flat->reduce_scatter_gradients(comm_);
 }
 
 void ShardedOptimizer::step(double lr) {
