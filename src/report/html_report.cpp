@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 #include "io/file.h"
 #include "io/run_layout.h"
@@ -116,6 +117,57 @@ pre{background:#f6f6f6;padding:8px;font-size:12px;overflow:auto}.note{font-size:
 
 }  // namespace
 
+// A model with experts: the routers' load-balancing loss of every run, and per sparse layer of
+// the first run each expert's share of the routed tokens over the steps (up to 16 experts one
+// line each; more as the largest, median and smallest share), against the balanced share 1/E.
+std::string experts_section(const std::vector<const RunData*>& runs) {
+  std::vector<Series> aux;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    Points p;
+    for (const auto& [step, value] : series_of(*runs[i], [](const StepRecord& s) { return s.aux_loss; }))
+      if (std::isfinite(value)) p.emplace_back(step, value);
+    if (!p.empty()) aux.push_back({(runs.size() > 1 ? label(*runs[i], i) + ": " : "") + "aux loss", kColours[i % 8], downsample(p)});
+  }
+  if (aux.empty()) return "";
+  PlotOptions aux_o;
+  aux_o.title = "routers' load-balancing loss";
+  aux_o.y_label = "aux loss (before moe.aux_loss_coef)";
+  std::string h = "<h2>Mixture of experts</h2>\n<div class=\"plots\">\n" + line_plot(aux, aux_o);
+  std::map<std::int64_t, std::vector<std::pair<double, std::vector<double>>>> layers;  // layer -> (step, shares)
+  for (const auto& s : runs.front()->steps)
+    for (const auto& [layer, shares] : s.expert_load) layers[layer].emplace_back(static_cast<double>(s.step), shares);
+  for (const auto& [layer, steps] : layers) {
+    const std::size_t experts = steps.front().second.size();
+    std::vector<Series> lines;
+    if (experts <= 16) {
+      for (std::size_t e = 0; e < experts; ++e) {
+        Points p;
+        for (const auto& [step, shares] : steps)
+          if (e < shares.size()) p.emplace_back(step, shares[e]);
+        lines.push_back({"expert " + std::to_string(e), kColours[e % 8], downsample(p), e >= 8});
+      }
+    } else {
+      Points top, mid, low;
+      for (const auto& [step, shares] : steps) {
+        if (shares.empty()) continue;
+        std::vector<double> sorted = shares;
+        std::sort(sorted.begin(), sorted.end());
+        low.emplace_back(step, sorted.front());
+        mid.emplace_back(step, sorted[sorted.size() / 2]);
+        top.emplace_back(step, sorted.back());
+      }
+      lines = {{"busiest expert", kColours[1], downsample(top)}, {"median expert", kColours[0], downsample(mid)},
+               {"idlest expert", kColours[2], downsample(low)}};
+    }
+    PlotOptions o;
+    o.title = "expert load, layer " + std::to_string(layer);
+    o.y_label = "share of routed tokens";
+    if (experts > 0) o.y_lines.emplace_back(1.0 / static_cast<double>(experts), "balanced (1/" + std::to_string(experts) + ")");
+    h += line_plot(lines, o);
+  }
+  return h + "</div>\n";
+}
+
 std::string render_report(const RunData& run, const std::vector<RunData>& others) {
   std::vector<const RunData*> runs = {&run};
   for (const auto& o : others) runs.push_back(&o);
@@ -172,6 +224,7 @@ std::string render_report(const RunData& run, const std::vector<RunData>& others
   h += "<div class=\"plots\">\n" + line_plot(loss, loss_o) + line_plot(lr, lr_o) + line_plot(grad, grad_o) + line_plot(speed, speed_o) +
        line_plot(memory, memory_o) + "</div>\n";
   if (!run.resumes.empty()) h += "<p class=\"note\">Dashed vertical lines: steps the run was resumed from.</p>\n";
+  h += experts_section(runs);
   h += "<h2>Memory ledger</h2>\n" + ledger_table(run);
   h += "<h2>Recipe (resolved)</h2>\n<pre>" + html_escape(run.recipe_yaml.empty() ? "(no recipe.yaml)" : run.recipe_yaml) + "</pre>\n";
   return h + "</body></html>\n";

@@ -90,6 +90,17 @@ void read_metrics(RunData& r) {
       s.tokens = j.value("tokens", std::int64_t{0});
       s.peak_mem_bytes = j.value("peak_mem_bytes", std::int64_t{0});
       s.skipped = j.value("skipped", false);
+      s.aux_loss = number(j, "aux_loss");
+      if (const auto it = j.find("expert_load"); it != j.end() && it->is_object()) {
+        for (const auto& [layer, shares] : it->items()) {
+          if (!shares.is_array() || layer.empty() || layer.size() > 9 || layer.find_first_not_of("0123456789") != std::string::npos) {
+            throw FormatError("\"expert_load\" must map layer numbers to lists of shares");
+          }
+          std::vector<double> v;
+          for (const auto& x : shares) v.push_back(x.is_number() ? x.get<double>() : std::nan(""));
+          s.expert_load.emplace_back(std::stoll(layer), std::move(v));
+        }
+      }
       r.steps.push_back(s);
     } catch (const std::exception& e) {
       if (bad++ == 0) first_bad = "metrics.jsonl line " + std::to_string(line_no) + " is cut short or malformed (" + std::string(e.what()).substr(0, 160) + ")";

@@ -19,6 +19,10 @@ struct StepRecord {
   double time = 0, loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, elapsed_s = 0;
   std::int64_t tokens = 0, peak_mem_bytes = 0;
   bool skipped = false;
+  // A model with experts: the routers' load-balancing loss (NaN when absent) and, per sparse
+  // layer, each expert's share of the routed tokens.
+  double aux_loss = 0;
+  std::vector<std::pair<std::int64_t, std::vector<double>>> expert_load;
 };
 
 struct EvalRecord {

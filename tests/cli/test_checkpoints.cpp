@@ -256,7 +256,13 @@ void kill_and_resume_is_exact(const std::string& method, const std::string& more
   }
 }
 
-TEST_F(Checkpoints, KilledLoraRunResumesBitIdentical) { kill_and_resume_is_exact("lora"); }
+TEST_F(Checkpoints, KilledLoraRunResumesBitIdentical) {
+  kill_and_resume_is_exact("lora");
+  // A dense model's report has no experts' section.
+  const fs::path out = kDir / "lora-report.html";
+  ASSERT_EQ(ctune({"report", (kDir / "lora-reference").string(), "--out", out.string()}).status, 0);
+  EXPECT_EQ(ctune::testing::slurp(out).find("Mixture of experts"), std::string::npos);
+}
 TEST_F(Checkpoints, KilledFullRunResumesBitIdentical) { kill_and_resume_is_exact("full"); }
 
 // A mixture of experts (recipes/models/qwen3-moe-tiny.json: 32 experts, 8 per token, a dense
@@ -286,6 +292,15 @@ TEST_F(Checkpoints, KilledMoeLoraRunResumesBitIdentical) {
     }
   }
   EXPECT_EQ(steps, 12u);
+  // The report plots the aux loss and each sparse layer's expert load (32 experts: the busiest,
+  // median and idlest share against 1/32).
+  const fs::path out = kDir / "moe-report.html";
+  ASSERT_EQ(ctune({"report", (kDir / "moe-lora-reference").string(), "--out", out.string()}).status, 0);
+  const std::string html = ctune::testing::slurp(out);
+  EXPECT_NE(html.find("data-series=\"aux loss\""), std::string::npos);
+  for (const char* layer : {"expert load, layer 1", "expert load, layer 2", "expert load, layer 3"}) EXPECT_NE(html.find(layer), std::string::npos) << layer;
+  EXPECT_EQ(html.find("expert load, layer 0"), std::string::npos);  // the dense layer
+  EXPECT_NE(html.find("balanced (1/32)"), std::string::npos);
 }
 
 // fp16 with dynamic loss scaling: an initial scale of 2^24 makes the first steps' fp16
