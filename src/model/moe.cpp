@@ -13,14 +13,14 @@ using torch::autograd::variable_list;
 
 void RouterRecord::begin(const at::Tensor& mask, std::int64_t layers) {
   token_mask = mask.reshape({-1}).to(at::kFloat);
-  grad_weight = 0;
+  prob_sum_grad_ = at::Tensor();
   counts.assign(static_cast<std::size_t>(layers), at::Tensor());
   prob_sums.assign(static_cast<std::size_t>(layers), at::Tensor());
 }
 
 void RouterRecord::clear() {
   token_mask = at::Tensor();
-  grad_weight = 0;
+  prob_sum_grad_ = at::Tensor();
   counts.clear();
   prob_sums.clear();
 }
@@ -49,12 +49,14 @@ double RouterRecord::aux_loss() const {
   return static_cast<double>(experts) * (C.to(at::kDouble) * S.to(at::kDouble)).sum().item<double>() / (LN * LN);
 }
 
-at::Tensor RouterRecord::prob_sum_grad() const {
+void RouterRecord::arm(double weight) {
+  prob_sum_grad_ = at::Tensor();
+  if (!recording() || weight == 0) return;
   const auto [C, L] = layer_sum(counts);
   const double tokens = token_mask.sum().item<double>();
-  if (L == 0 || tokens == 0 || grad_weight == 0) return at::Tensor();
+  if (L == 0 || tokens == 0) return;
   const double LN = static_cast<double>(L) * tokens;
-  return C * (grad_weight * static_cast<double>(experts) / (LN * LN));
+  prob_sum_grad_ = C * (weight * static_cast<double>(experts) / (LN * LN));
 }
 
 std::vector<std::pair<std::int64_t, std::vector<double>>> RouterRecord::expert_load() const {
@@ -79,8 +81,8 @@ struct RecordHolder : torch::CustomClassHolder {
 // to S^l, known only once the whole forward has routed (RouterRecord::prob_sum_grad).
 struct AuxGradient : public torch::autograd::Function<AuxGradient> {
   static at::Tensor forward(AutogradContext* ctx, at::Tensor weights, at::Tensor prob_sum, c10::intrusive_ptr<RecordHolder> holder) {
+    (void)prob_sum;  // an input only so that its gradient is asked for
     ctx->saved_data["record"] = c10::IValue::make_capsule(holder);
-    ctx->saved_data["experts"] = prob_sum.size(0);
     return weights.clone();
   }
 
@@ -136,7 +138,6 @@ at::Tensor SparseMoeImpl::forward(const at::Tensor& x) {
       record->prob_sums[l] = prob_sum.detach();
     }
     record->experts = E;
-    record->top_k = top_k;
     if (at::GradMode::is_enabled() && prob_sum.requires_grad())
       top = AuxGradient::apply(top, prob_sum, c10::make_intrusive<RecordHolder>(record));
   }

@@ -30,10 +30,7 @@ struct RouterRecord {
   // Set by the caller for a training forward: [tokens] (the forward's flattened rows), 1 where a
   // token counts. Undefined: nothing is recorded (evaluation, generation).
   at::Tensor token_mask;
-  // d(the loss backward runs on) / d(aux), set after the forward and before its backward.
-  double grad_weight = 0;
   std::int64_t experts = 0;
-  std::int64_t top_k = 0;
   // Per sparse layer (indexed by layer; undefined for dense ones): [E] fp32, detached.
   std::vector<at::Tensor> counts, prob_sums;
 
@@ -45,8 +42,15 @@ struct RouterRecord {
   double aux_loss() const;
   // After the forward: per sparse layer, the share of routed tokens each expert got [E].
   std::vector<std::pair<std::int64_t, std::vector<double>>> expert_load() const;
-  // E · C / (L N)^2 · grad_weight: d(loss)/d(S^l), the same for every layer.
-  at::Tensor prob_sum_grad() const;
+  // After the forward and before its backward: the coming backward adds `weight` times the aux
+  // loss's gradient (weight = d(the loss backward runs on) / d(aux)). Computes, once,
+  // d(loss)/d(S^l) = weight · E · C / (L N)^2, the same for every layer.
+  void arm(double weight);
+  // What arm() computed; undefined when unarmed or nothing was routed.
+  const at::Tensor& prob_sum_grad() const { return prob_sum_grad_; }
+
+ private:
+  at::Tensor prob_sum_grad_;
 };
 
 // The router: logits = x Wᵀ, W [experts, hidden] (`gate.weight`). Not a Linear: never a LoRA

@@ -64,6 +64,7 @@ const io::TensorRef* find_tensor(const io::CheckpointReader& checkpoint, const M
 // expert 5, projection "up_proj". expert < 0 for the router ("...mlp.gate.weight").
 struct ExpertParam {
   std::string layer, module, projection;
+  std::int64_t layer_index = 0;
   std::int64_t expert = -1;
 };
 
@@ -74,6 +75,7 @@ std::optional<ExpertParam> expert_param(const std::string& name) {
   if (layer_end == std::string::npos) return std::nullopt;
   ExpertParam p;
   p.layer = name.substr(0, layer_end + 1);
+  p.layer_index = std::stoll(name.substr(prefix.size(), layer_end - prefix.size()));
   const auto module_end = name.find('.', layer_end + 1);
   if (module_end == std::string::npos) return std::nullopt;
   p.module = name.substr(layer_end + 1, module_end - layer_end - 1);
@@ -282,7 +284,7 @@ std::vector<std::pair<std::string, at::Tensor>> checkpoint_state_dict(CausalLM& 
   std::map<std::string, std::vector<at::Tensor>> gate_up, down;
   for (auto& [name, t] : state) {
     const auto expert = expert_param(name);
-    if (!expert || !config.arch.moe.sparse(std::stoll(expert->layer.substr(13)))) {
+    if (!expert || !config.arch.moe.sparse(expert->layer_index)) {
       out.emplace_back(name, t);
       continue;
     }

@@ -198,7 +198,7 @@ TEST(Model, RouterAuxLossMatchesReference) {
     const double rel = std::abs(record.aux_loss() - ref) / ref;
     EXPECT_TRUE(within(name + ": aux loss, relative error", rel, noise_tolerance(j["aux_loss_fp32_noise"].get<double>())));
     EXPECT_LT(rel, 1e-6) << name;
-    record.grad_weight = 1.0;
+    record.arm(1.0);
     (hidden * 0.0).sum().backward();  // only the routers' aux gradient is non-zero
     const auto params = lm->named_parameters();
     for (const auto& [gate, values] : j["aux_grads"].items()) {

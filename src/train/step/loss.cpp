@@ -46,7 +46,7 @@ at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b, bool c
 double router_aux_loss(model::CausalLM& lm, double weight) {
   const auto& record = lm->model->router_record;
   if (!record || !record->recording()) return 0;
-  record->grad_weight = weight;
+  record->arm(weight);
   return record->aux_loss();
 }
 
