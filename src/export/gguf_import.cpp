@@ -52,17 +52,20 @@ model::CausalLM load_gguf_model(const io::GgufFile& file) {
   const bool permuted = gguf_permutes_qk(config);
   model::CausalLM lm(config, at::kFloat);
   at::NoGradGuard no_grad;
-  for (auto& [name, param] : model::hf_state_dict(lm)) {
-    const auto gguf = gguf_tensor_name(config, name);
-    const io::GgufTensorInfo* info = gguf ? h.find_tensor(*gguf) : nullptr;
-    if (!info) throw FormatError(where + ": missing tensor " + gguf.value_or(name) + " (for " + name + ")");
-    if (info->shape() != param.sizes().vec())
+  for (const GgufSource& source : gguf_sources(config, model::hf_state_dict(lm))) {
+    const auto& [name, param] = source.parts.front();
+    const io::GgufTensorInfo* info = h.find_tensor(source.gguf);
+    if (!info) throw FormatError(where + ": missing tensor " + source.gguf + " (for " + name + ")");
+    std::vector<std::int64_t> expected = param.sizes().vec();
+    if (source.stacked) expected.insert(expected.begin(), static_cast<std::int64_t>(source.parts.size()));
+    if (info->shape() != expected)
       throw FormatError(where + ": tensor " + info->name + " has shape " + shape_text(info->shape()) + " (expected " +
-                        shape_text(param.sizes().vec()) + ")");
+                        shape_text(expected) + ")");
     at::Tensor value = decode_tensor(file, *info);
     if (const char p = qk_projection(name); p && permuted) value = unpermute_qk_rows(value, qk_heads(config, p));
     if (gguf_shifts_norm(config, name)) value = value - 1;
-    param.copy_(value);
+    for (std::size_t e = 0; e < source.parts.size(); ++e)
+      source.parts[e].second.copy_(source.stacked ? value[static_cast<std::int64_t>(e)] : value);
     used.insert(info->name);
   }
   if (const io::GgufTensorInfo* freqs = h.find_tensor(kRopeFreqsName)) {
@@ -89,8 +92,8 @@ std::size_t apply_gguf_lora(model::CausalLM& lm, const io::GgufFile& adapter) {
     throw FormatError(where + ": adapter for architecture " + text("general.architecture") + ", model is " + arch);
   const double alpha = h.require("adapter.lora.alpha", where).as_float(where + ": adapter.lora.alpha");
 
-  std::map<std::string, at::Tensor> params;
-  for (auto& [name, p] : model::hf_state_dict(lm)) params.emplace(name, p);
+  std::map<std::string, GgufSource> weights;  // GGUF weight name -> the parameters it stores
+  for (GgufSource& s : gguf_sources(config, model::hf_state_dict(lm))) weights.emplace(s.gguf, std::move(s));
   at::NoGradGuard no_grad;
   std::size_t changed = 0;
   for (const auto& a_info : h.tensors) {
@@ -101,18 +104,30 @@ std::size_t apply_gguf_lora(model::CausalLM& lm, const io::GgufFile& adapter) {
     }
     const std::string base = a_info.name.substr(0, a_info.name.size() - suffix.size());
     const io::GgufTensorInfo* b_info = h.find_tensor(base + ".lora_b");
-    const auto hf = hf_tensor_name(config, base);
     if (!b_info) throw FormatError(where + ": " + a_info.name + " has no " + base + ".lora_b");
-    if (!hf || !params.count(*hf)) throw FormatError(where + ": " + base + " is not a weight of this model");
-    at::Tensor& w = params.at(*hf);
-    at::Tensor a = decode_tensor(adapter, a_info);   // [r, in]
-    at::Tensor b = decode_tensor(adapter, *b_info);  // [out, r]
-    if (a.dim() != 2 || b.dim() != 2 || a.size(1) != w.size(1) || b.size(0) != w.size(0) || a.size(0) != b.size(1))
-      throw FormatError(where + ": " + base + ": lora_a " + shape_text(a.sizes().vec()) + " and lora_b " +
-                        shape_text(b.sizes().vec()) + " do not fit the weight " + shape_text(w.sizes().vec()));
-    if (const char p = qk_projection(*hf); p && gguf_permutes_qk(config)) b = unpermute_qk_rows(b, qk_heads(config, p));
-    const double scale = alpha != 0 ? alpha / static_cast<double>(a.size(0)) : 1.0;
-    w.copy_((w.to(at::kFloat) + scale * at::matmul(b, a)).to(w.scalar_type()));
+    const auto weight = weights.find(base);
+    if (weight == weights.end()) throw FormatError(where + ": " + base + " is not a weight of this model");
+    const GgufSource& target = weight->second;
+    at::Tensor a = decode_tensor(adapter, a_info);   // [r, in], or [experts, r, in]
+    at::Tensor b = decode_tensor(adapter, *b_info);  // [out, r], or [experts, out, r]
+    if (!target.stacked) {
+      a = a.unsqueeze(0);
+      b = b.unsqueeze(0);
+    }
+    const at::Tensor& w = target.parts.front().second;
+    const auto experts = static_cast<std::int64_t>(target.parts.size());
+    if (a.dim() != 3 || b.dim() != 3 || a.size(0) != experts || b.size(0) != experts || a.size(2) != w.size(1) ||
+        b.size(1) != w.size(0) || a.size(1) != b.size(2))
+      throw FormatError(where + ": " + base + ": lora_a " + shape_text(a_info.shape()) + " and lora_b " +
+                        shape_text(b_info->shape()) + " do not fit the weight " + shape_text(w.sizes().vec()) +
+                        (target.stacked ? " of each of " + std::to_string(experts) + " experts" : std::string()));
+    const std::string& hf = target.parts.front().first;
+    if (const char p = qk_projection(hf); p && gguf_permutes_qk(config)) b = unpermute_qk_rows(b[0], qk_heads(config, p)).unsqueeze(0);
+    const double scale = alpha != 0 ? alpha / static_cast<double>(a.size(1)) : 1.0;
+    for (std::int64_t e = 0; e < experts; ++e) {
+      at::Tensor part = target.parts[static_cast<std::size_t>(e)].second;
+      part.copy_((part.to(at::kFloat) + scale * at::matmul(b[e], a[e])).to(part.scalar_type()));
+    }
     ++changed;
   }
   return changed;

@@ -1,6 +1,7 @@
 // LoRA adapter export (docs/formats.md#gguf-lora-adapters): general.type "adapter", adapter.type "lora",
 // adapter.lora.alpha, and per adapted weight <gguf name>.lora_a (PyTorch [r, in], ne [in, r]) and
-// <gguf name>.lora_b ([out, r], ne [r, out]; rows permuted like the weight for llama q/k).
+// <gguf name>.lora_b ([out, r], ne [r, out]; rows permuted like the weight for llama q/k); a
+// sparse layer's experts' pairs stacked like their weights ([experts, r, in], [experts, out, r]).
 // llama.cpp scales by alpha / rank; alpha is written as scale * rank so rsLoRA's alpha / sqrt(r)
 // comes out right too.
 #include <torch/csrc/autograd/grad_mode.h>
@@ -68,15 +69,22 @@ GgufExportReport export_gguf_lora(const GgufExportOptions& o) {
   writer.set("general.name", io::GgufValue::string(name.empty() ? "adapter" : name));
   writer.set("adapter.type", io::GgufValue::string("lora"));
   writer.set("adapter.lora.alpha", io::GgufValue::f32(static_cast<float>(peft::lora_scale(lora) * lora.rank)));
+  std::vector<std::pair<std::string, at::Tensor>> as, bs;  // keyed by the adapted weight's name
   for (LoraPair& p : lora_pairs(lm)) {
-    const auto base = gguf_tensor_name(config, p.module + ".weight");
-    if (!base) throw UnsupportedError(p.module + ": LoRA on a layer without a GGUF tensor");
     if (const char proj = qk_projection(p.module + ".weight"); proj && gguf_permutes_qk(config))
       p.b = permute_qk_rows(p.b, proj == 'q' ? config.num_attention_heads : config.num_key_value_heads);
-    const at::Tensor a = p.a, b = p.b;
+    as.emplace_back(p.module + ".weight", p.a);
+    bs.emplace_back(p.module + ".weight", p.b);
+  }
+  // A sparse layer's experts are one stacked weight in llama.cpp, so their adapters are one
+  // stacked pair too: lora_a [experts, r, in], lora_b [experts, out, r].
+  const std::vector<GgufSource> a_sources = gguf_sources(config, as), b_sources = gguf_sources(config, bs);
+  for (std::size_t i = 0; i < a_sources.size(); ++i) {
+    const at::Tensor a = a_sources[i].value(), b = b_sources[i].value();
     const io::GgmlType type = o.type;
-    writer.add_tensor(*base + ".lora_a", type, ggml_dims(a), [a, type] { return encode_tensor(a, type); });
-    writer.add_tensor(*base + ".lora_b", type, ggml_dims(b), [b, type] { return encode_tensor(b, type); });
+    const std::string& base = a_sources[i].gguf;
+    writer.add_tensor(base + ".lora_a", type, ggml_dims(a), [a, type] { return encode_tensor(a, type); });
+    writer.add_tensor(base + ".lora_b", type, ggml_dims(b), [b, type] { return encode_tensor(b, type); });
   }
   if (writer.tensor_count() == 0) throw ConfigError(o.adapter_dir.string() + ": the adapter has no LoRA layers");
 

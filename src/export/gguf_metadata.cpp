@@ -96,10 +96,26 @@ void check_smollm3_exportable(const model::ModelConfig& c) {
   if (c.arch.o_bias || c.arch.mlp_bias) throw UnsupportedError(what + "o_proj/MLP biases have no smollm3 GGUF form");
 }
 
+// llama.cpp's MoE layers (llama for Mixtral, qwen3moe): every layer sparse, softmax routing
+// over all experts, the chosen k weights always renormalised (build_moe_ffn with norm_w).
+void check_moe_exportable(const model::ModelConfig& c, const std::string& arch) {
+  const model::MoeArchitecture& m = c.arch.moe;
+  if (m.experts == 0) return;
+  const std::string what = "model_type " + c.model_type + ": ";
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i)
+    if (!m.sparse(i))
+      throw UnsupportedError(what + "dense layer " + std::to_string(i) + " (mlp_only_layers / decoder_sparse_step) has no " + arch +
+                             " GGUF form (llama.cpp's " + arch + " makes every layer sparse)");
+  if (!m.normalize_top_k)
+    throw UnsupportedError(what + "norm_topk_prob false has no " + arch +
+                           " GGUF form (llama.cpp renormalises the chosen experts' weights)");
+}
+
 }  // namespace
 
 void check_exportable(const model::ModelConfig& c) {
   const std::string arch = gguf_architecture(c);
+  check_moe_exportable(c, arch);
   if (arch == "phi3") return check_phi3_exportable(c);
   if (arch == "smollm3") check_smollm3_exportable(c);
   if (arch == "gemma2" || arch == "gemma3") {
@@ -116,10 +132,13 @@ void check_exportable(const model::ModelConfig& c) {
       throw UnsupportedError(what + "heads x head_dim (" + std::to_string(c.num_attention_heads * c.head_dim) +
                              ") must equal hidden_size (" + std::to_string(c.hidden_size) + ") for llama.cpp's qwen2");
   }
-  if (arch == "qwen3" && (c.arch.qkv_bias || c.arch.o_bias || c.arch.mlp_bias))
-    throw UnsupportedError("model_type qwen3: attention_bias has no qwen3 GGUF form (llama.cpp's qwen3 has no projection biases)");
-  if (arch == "qwen3" && c.rope.type == "llama3")
-    throw UnsupportedError("model_type qwen3: llama3 rope scaling has no qwen3 GGUF form (llama.cpp reads rope_freqs for llama only)");
+  if (arch == "qwen3" || arch == "qwen3moe") {
+    const std::string what = "model_type " + c.model_type + ": ";
+    if (c.arch.qkv_bias || c.arch.o_bias || c.arch.mlp_bias)
+      throw UnsupportedError(what + "attention_bias has no " + arch + " GGUF form (llama.cpp's " + arch + " has no projection biases)");
+    if (c.rope.type == "llama3")
+      throw UnsupportedError(what + "llama3 rope scaling has no " + arch + " GGUF form (llama.cpp reads rope_freqs for llama only)");
+  }
 }
 
 namespace {
@@ -173,6 +192,11 @@ void write_model_metadata(io::GgufWriter& w, const model::ModelConfig& c, const 
     w.set(a + ".rope.scaling.original_context_length", u32(c.rope.original_max_position));
     w.set(a + ".rope.scaling.attn_factor", GgufValue::f32(static_cast<float>(c.rope.attention_factor)));
   }
+  if (c.arch.moe.experts > 0) {  // what convert_hf_to_gguf writes for Mixtral and Qwen3-MoE
+    w.set(a + ".expert_count", u32(c.arch.moe.experts));
+    w.set(a + ".expert_used_count", u32(c.arch.moe.top_k));
+    if (a != "llama") w.set(a + ".expert_feed_forward_length", u32(c.arch.moe.intermediate));
+  }
   if (a == "phi3") w.set(a + ".attention.sliding_window", u32(c.arch.sliding_window().value_or(0)));
   if (a == "gemma2" || a == "gemma3") {
     w.set(a + ".attention.sliding_window", u32(*c.arch.sliding_window()));
@@ -196,7 +220,12 @@ model::ModelConfig config_from_gguf(const io::GgufHeader& h, const std::string& 
   auto key = [&](const std::string& k) -> const GgufValue& { return h.require(k, where); };
   auto at = [&](const std::string& k) { return where + ": " + k; };
   const std::string arch = key("general.architecture").as_string(at("general.architecture"));
-  const model::Family* family = model::family_for_gguf_architecture(arch);
+  const GgufValue* expert_count = h.find(arch + ".expert_count");
+  const std::int64_t experts = expert_count ? expert_count->as_int(at(arch + ".expert_count")) : 0;
+  const model::Family* family = model::family_for_gguf_architecture(arch, experts > 0);
+  if (!family && model::family_for_gguf_architecture(arch, experts == 0))
+    throw UnsupportedError(at(arch + ".expert_count") + ": " + std::to_string(experts) + " (ctune reads " + arch + " files " +
+                           (experts > 0 ? "without" : "with") + " experts)");
   if (!family) {
     std::string known;
     for (const model::Family* f : model::all_families())
@@ -259,6 +288,18 @@ model::ModelConfig config_from_gguf(const io::GgufHeader& h, const std::string& 
       c.rope.original_max_position = optional_int("rope.scaling.original_context_length", c.max_position_embeddings);
       c.rope.attention_factor = optional_float("rope.scaling.attn_factor", 1.0);
     }
+  }
+  if (experts > 0) {  // what llama.cpp's MoE layers fix: every layer sparse, weights renormalised
+    model::MoeArchitecture& m = c.arch.moe;
+    m.experts = experts;
+    m.top_k = integer("expert_used_count");
+    m.intermediate = arch == "llama" ? c.intermediate_size : integer("expert_feed_forward_length");
+    if (m.experts > 16384 || m.top_k < 1 || m.top_k > m.experts || m.intermediate <= 0)
+      throw FormatError(where + ": " + std::to_string(m.top_k) + " of " + std::to_string(m.experts) + " experts of size " +
+                        std::to_string(m.intermediate) + " is not a valid mixture");
+    m.normalize_top_k = true;
+    m.mixtral_names = family->name == "mixtral";  // block_sparse_moe.experts.N.w1/w2/w3
+    m.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), true);
   }
   if (arch == "smollm3") c.arch.rope_layers = llama_cpp_smollm3_rope_layers(c.num_hidden_layers);
   if (arch == "gemma2" || arch == "gemma3") {  // what llama.cpp's gemma2/gemma3 fix or default

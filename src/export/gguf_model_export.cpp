@@ -36,22 +36,29 @@ const char* gguf_type_label(io::GgmlType type) {
 
 namespace {
 
-// Adds every model tensor (and rope_freqs for llama3 scaling, the longrope factors) to `writer`. The tensors are
-// captured by value: they share storage with the model, which outlives the write.
+// Adds every model tensor (each sparse layer's experts stacked per projection; rope_freqs for
+// llama3 scaling, the longrope factors) to `writer`. The tensors are captured by value: they
+// share storage with the model, which outlives the write.
 void add_model_tensors(io::GgufWriter& writer, model::CausalLM& lm, io::GgmlType type) {
   const auto& c = lm->config();
   const bool permute = gguf_permutes_qk(c);
   std::size_t fallback = 0;
-  for (auto& [name, tensor] : model::hf_state_dict(lm)) {
-    const auto gguf = gguf_tensor_name(c, name);
-    if (!gguf) throw UnsupportedError("parameter " + name + " has no GGUF tensor name");
-    at::Tensor t = tensor.detach();
+  for (const GgufSource& source : gguf_sources(c, model::hf_state_dict(lm))) {
+    const auto& [name, first] = source.parts.front();
+    if (source.stacked) {  // stacked when written, so that only one stack is in memory at a time
+      const std::vector<std::int64_t> dims = {first.size(1), first.size(0), static_cast<std::int64_t>(source.parts.size())};
+      const io::GgmlType stored = storage_type(first, type);
+      fallback += stored != type;
+      writer.add_tensor(source.gguf, stored, dims, [source, stored] { return encode_tensor(source.value().detach(), stored); });
+      continue;
+    }
+    at::Tensor t = first.detach();
     if (const char p = qk_projection(name); p && permute)
       t = permute_qk_rows(t, p == 'q' ? c.num_attention_heads : c.num_key_value_heads);
     if (gguf_shifts_norm(c, name)) t = t + 1;  // 1-D, so stored F32: the shift is exact to fp32 rounding
     const io::GgmlType stored = storage_type(t, type);
     fallback += stored != type && t.dim() == 2;
-    writer.add_tensor(*gguf, stored, ggml_dims(t), [t, stored] { return encode_tensor(t, stored); });
+    writer.add_tensor(source.gguf, stored, ggml_dims(t), [t, stored] { return encode_tensor(t, stored); });
   }
   if (fallback) spdlog::info("{} weights with rows not a multiple of 32 stored as F16 instead of Q8_0", fallback);
   std::vector<std::pair<std::string, at::Tensor>> rope;

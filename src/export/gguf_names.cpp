@@ -3,6 +3,7 @@
 #include "export/gguf_names.h"
 
 #include <cstdlib>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -87,6 +88,59 @@ std::optional<std::string> hf_tensor_name(const model::ModelConfig& config, cons
   for (const auto& [hf, gguf] : layer_names(config))
     if (gguf == param->first) return "model.layers." + layer->first + "." + hf + "." + param->second;
   return std::nullopt;
+}
+
+std::optional<ExpertSlot> gguf_expert_slot(const model::ModelConfig& config, const std::string& hf_name) {
+  const model::GgufNames& names = family_of(config).gguf;
+  if (names.experts_module.empty()) return std::nullopt;
+  auto layer = split_layer(hf_name, "model.layers.");
+  if (!layer) return std::nullopt;
+  auto expert = split_layer(layer->second, names.experts_module + ".");  // "<e>.<projection>.weight"
+  if (!expert) return std::nullopt;
+  auto param = split_param(expert->second);
+  if (!param || param->second != "weight") return std::nullopt;
+  for (const auto& [hf, gguf] : names.expert_tensors)
+    if (hf == param->first) return ExpertSlot{"blk." + layer->first + "." + gguf + ".weight", std::stoll(expert->first)};
+  return std::nullopt;
+}
+
+at::Tensor GgufSource::value() const {
+  if (!stacked) return parts.front().second;
+  std::vector<at::Tensor> experts;
+  for (const auto& part : parts) experts.push_back(part.second);
+  return at::stack(experts);
+}
+
+std::vector<GgufSource> gguf_sources(const model::ModelConfig& config,
+                                     const std::vector<std::pair<std::string, at::Tensor>>& named) {
+  std::vector<GgufSource> out;
+  std::map<std::string, std::size_t> stacks;  // GGUF name -> index in out
+  for (const auto& [name, tensor] : named) {
+    if (const auto slot = gguf_expert_slot(config, name)) {
+      auto [it, fresh] = stacks.emplace(slot->gguf, out.size());
+      if (fresh) {
+        out.push_back({slot->gguf, {}, true});
+        out.back().parts.resize(static_cast<std::size_t>(config.arch.moe.experts));
+      }
+      if (slot->expert < 0 || slot->expert >= config.arch.moe.experts)
+        throw ShapeError(name + ": expert " + std::to_string(slot->expert) + " of " + std::to_string(config.arch.moe.experts));
+      out[it->second].parts[static_cast<std::size_t>(slot->expert)] = {name, tensor};
+      continue;
+    }
+    const auto gguf = gguf_tensor_name(config, name);
+    if (!gguf) throw UnsupportedError(name + " has no GGUF tensor name");
+    out.push_back({*gguf, {{name, tensor}}, false});
+  }
+  for (const GgufSource& s : out) {
+    if (!s.stacked) continue;
+    for (std::size_t e = 0; e < s.parts.size(); ++e) {
+      const auto& [name, t] = s.parts[e];
+      if (!t.defined()) throw ShapeError(s.gguf + ": expert " + std::to_string(e) + " has no tensor (every expert must have one)");
+      if (t.sizes() != s.parts.front().second.sizes())
+        throw ShapeError(s.gguf + ": " + name + " differs in shape from " + s.parts.front().first);
+    }
+  }
+  return out;
 }
 
 char qk_projection(const std::string& hf_name) {

@@ -4,8 +4,13 @@
 // architecture name llama.cpp knows a config by. Facts: docs/formats.md#gguf-tensor-names.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
 
 #include "model/config.h"
 
@@ -29,6 +34,27 @@ bool gguf_shifts_norm(const model::ModelConfig& config, const std::string& hf_na
 std::optional<std::string> gguf_tensor_name(const model::ModelConfig& config, const std::string& hf_name);
 // The inverse: "blk.3.attn_q.weight" -> "model.layers.3.self_attn.q_proj.weight".
 std::optional<std::string> hf_tensor_name(const model::ModelConfig& config, const std::string& gguf_name);
+
+// An expert's part of a stacked tensor: "model.layers.3.mlp.experts.5.up_proj.weight" ->
+// {"blk.3.ffn_up_exps.weight", 5} in Qwen3-MoE; nullopt for a name that is not an expert's.
+struct ExpertSlot {
+  std::string gguf;
+  std::int64_t expert = 0;
+};
+std::optional<ExpertSlot> gguf_expert_slot(const model::ModelConfig& config, const std::string& hf_name);
+
+// The GGUF tensors that named parameters (HF names, or a LoRA matrix keyed by its base weight's
+// name) make, in order of first appearance: one parameter each, or every expert's of one sparse
+// layer and projection, in expert order, stacked along a new first dimension. UnsupportedError
+// for a name with no GGUF tensor; ShapeError when a stack lacks an expert or its parts differ.
+struct GgufSource {
+  std::string gguf;
+  std::vector<std::pair<std::string, at::Tensor>> parts;
+  bool stacked = false;
+  at::Tensor value() const;  // the part, or the parts stacked (a new tensor)
+};
+std::vector<GgufSource> gguf_sources(const model::ModelConfig& config,
+                                     const std::vector<std::pair<std::string, at::Tensor>>& named);
 
 // Which attention projection a HF name belongs to: 'q', 'k' or 0 (the rows llama.cpp's NORM
 // RoPE needs permuted are those of q_proj and k_proj, weight and bias).

@@ -29,6 +29,12 @@ struct GgufNames {
   // The file stores every RMSNorm weight as 1 + w (convert_hf_to_gguf's Gemma): llama.cpp
   // scales by the stored value, ctune's (1 + w) norms by one plus theirs.
   bool norm_plus_one = false;
+  // Sparse layers: the experts' module path in the layer ("mlp.experts") and each expert
+  // projection's GGUF name. llama.cpp stacks a layer's experts into one tensor per projection,
+  // PyTorch shape [experts, out, in] (ffn_gate_exps, ffn_up_exps, ffn_down_exps); the router is
+  // an ordinary layer tensor (ffn_gate_inp). Empty: a dense family.
+  std::string experts_module{};
+  std::vector<std::pair<std::string, std::string>> expert_tensors{};
 };
 
 // A multimodal checkpoint whose text model ctune trains (Gemma 3's Gemma3ForConditionalGeneration):
@@ -63,12 +69,16 @@ struct Family {
 
 // The family reading `model_type`; UnsupportedError (naming every supported type) when none does.
 const Family& family_for_model_type(const std::string& model_type, const std::string& where);
-// The family llama.cpp's `general.architecture` value belongs to; nullptr when none.
-const Family* family_for_gguf_architecture(const std::string& architecture);
+// The family llama.cpp's `general.architecture` value belongs to, with or without experts (a
+// `llama` file with expert_count is Mixtral's); nullptr when none.
+const Family* family_for_gguf_architecture(const std::string& architecture, bool experts);
 // Every registered family, in registry order.
 const std::vector<const Family*>& all_families();
 
 // The decoder layer's tensors as llama.cpp's `llama` names them; families extend it.
 std::vector<std::pair<std::string, std::string>> llama_gguf_layer_tensors();
+// The expert projections' stacked names: {gate, up, down} module names -> ffn_{gate,up,down}_exps.
+std::vector<std::pair<std::string, std::string>> gguf_expert_tensors(const std::string& gate, const std::string& up,
+                                                                     const std::string& down);
 
 }  // namespace ctune::model

@@ -38,6 +38,11 @@ const std::vector<ConformanceCase>& conformance_cases() {
     add({"phi3_longrope_partial_f32", "phi3_byte", "", "phi3_byte.f32.gguf", "", "f32", false});
     add({"phi3_gguf_lora", "phi3_byte", "phi3_byte_lora", "phi3_byte.f32.gguf", "phi3_byte_lora.gguf", "f32", false});
     add({"smollm3_nope_f32", "smollm3_byte", "", "smollm3_byte.f32.gguf", "", "f32", false});
+    add({"qwen3moe_experts_f32", "qwen3moe_byte", "", "qwen3moe_byte.f32.gguf", "", "f32", false});
+    add({"qwen3moe_gguf_lora_experts", "qwen3moe_byte", "qwen3moe_byte_lora", "qwen3moe_byte.f32.gguf", "qwen3moe_byte_lora.gguf", "f32", false});
+    add({"mixtral_experts_f32", "mixtral_byte", "", "mixtral_byte.f32.gguf", "", "f32", false});
+    add({"mixtral_merged_lora_experts", "mixtral_byte", "mixtral_byte_lora", "mixtral_byte_merged.f32.gguf", "", "f32", false});
+    add({"mixtral_gguf_lora_experts", "mixtral_byte", "mixtral_byte_lora", "mixtral_byte.f32.gguf", "mixtral_byte_lora.gguf", "f32", false});
     return c;
   }();
   return cases;

@@ -130,6 +130,19 @@ void make_models(const fs::path& cases) {
   smollm3.extra = {{"no_rope_layer_interval", 4}, {"use_sliding_window", false}};
   make_model(cases / "smollm3_byte", smollm3, "byte", 28);
 
+  // Qwen3-MoE: 8 experts of 32, top 2 renormalised (norm_topk_prob, as llama.cpp's qwen3moe
+  // always does), q/k norms, untied. Mixtral: 4 experts of 128, top 2, tied.
+  TinyConfig qwen3moe;
+  qwen3moe.model_type = "qwen3_moe";
+  qwen3moe.head_dim = 16;
+  qwen3moe.extra = {{"num_experts", 8}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32}, {"norm_topk_prob", true}};
+  make_model(cases / "qwen3moe_byte", qwen3moe, "byte", 30);
+  TinyConfig mixtral;
+  mixtral.model_type = "mixtral";
+  mixtral.tie = true;
+  mixtral.extra = {{"num_local_experts", 4}, {"num_experts_per_tok", 2}};
+  make_model(cases / "mixtral_byte", mixtral, "byte", 31);
+
   make_adapter(cases / "llama_byte", cases / "llama_byte_lora",
                {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}, 21);
   make_adapter(cases / "qwen2_byte", cases / "qwen2_byte_lora", {"q_proj", "k_proj", "v_proj", "o_proj", "lm_head"},
@@ -137,6 +150,8 @@ void make_models(const fs::path& cases) {
   make_adapter(cases / "qwen3_byte", cases / "qwen3_byte_lora", {"all-linear", "lm_head"}, 23);
   make_adapter(cases / "gemma3_byte", cases / "gemma3_byte_lora", {"all-linear"}, 26);
   make_adapter(cases / "phi3_byte", cases / "phi3_byte_lora", {"all-linear", "lm_head"}, 29);
+  make_adapter(cases / "qwen3moe_byte", cases / "qwen3moe_byte_lora", {"all-linear", "lm_head"}, 32);  // experts included
+  make_adapter(cases / "mixtral_byte", cases / "mixtral_byte_lora", {"q_proj", "v_proj", "w1", "w2", "w3"}, 33);
 }
 
 // Runs `ctune export`, appending its report to the log; throws when it fails.
@@ -157,7 +172,7 @@ void export_models(const fs::path& cases, std::string& log) {
     run_export({"--model", d + "llama_byte", "--out", d + "llama_byte." + type + ".gguf", "--type", type}, log);
   for (const char* m :
        {"mistral_linear", "llama3_rope", "qwen2_qwen3tok", "llama_spm", "llama2_json", "qwen2_byte", "qwen3_qwen3tok", "qwen3_byte",
-        "gemma2_byte", "gemma3_byte", "phi3_byte", "smollm3_byte"})
+        "gemma2_byte", "gemma3_byte", "phi3_byte", "smollm3_byte", "qwen3moe_byte", "mixtral_byte"})
     run_export({"--model", d + m, "--format", "gguf", "--out", d + m + ".f32.gguf"}, log);
   run_export({"--model", d + "llama_byte", "--adapter", d + "llama_byte_lora", "--out", d + "llama_byte_merged.f32.gguf"}, log);
   run_export({"--model", d + "llama_byte", "--adapter", d + "llama_byte_lora", "--format", "gguf-lora", "--out",
@@ -170,6 +185,11 @@ void export_models(const fs::path& cases, std::string& log) {
               d + "gemma3_byte_lora.gguf"}, log);
   run_export({"--model", d + "phi3_byte", "--adapter", d + "phi3_byte_lora", "--format", "gguf-lora", "--out",
               d + "phi3_byte_lora.gguf"}, log);
+  for (const char* m : {"qwen3moe_byte", "mixtral_byte"}) {
+    run_export({"--model", d + m, "--adapter", d + m + "_lora", "--format", "gguf-lora", "--out", d + m + "_lora.gguf"}, log);
+  }
+  run_export({"--model", d + "mixtral_byte", "--adapter", d + "mixtral_byte_lora", "--out", d + "mixtral_byte_merged.f32.gguf"},
+             log);
 }
 
 Json jobs(const fs::path& cases) {

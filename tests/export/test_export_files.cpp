@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <tuple>
 
 #include "core/error.h"
 #include "export/gguf_export.h"
@@ -253,6 +254,56 @@ TEST(GgufExportFiles, LoraAdapterLayout) {
             << std::endl;
   auto fb = io::GgufFile::open(dir / "a.bf16.gguf");
   EXPECT_EQ(fb->header().find_tensor("blk.0.attn_q.weight.lora_b")->type, io::GgmlType::BF16);
+}
+
+// Qwen3-MoE: each sparse layer's experts stacked per projection ([experts, out, in], ne reversed)
+// in expert order, the router as ffn_gate_inp, the expert keys; Q8_0 rows of the stacks pass the
+// self-check like 2-D weights; what llama.cpp's qwen3moe cannot express is refused before any
+// file is written.
+TEST(GgufExportFiles, ExpertsStackedPerProjection) {
+  const fs::path dir = fresh_dir("files-moe");
+  TinyConfig moe;
+  moe.model_type = "qwen3_moe";
+  moe.head_dim = 16;
+  moe.extra = {{"num_experts", 4}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32}, {"norm_topk_prob", true}};
+  make_model(dir / "m", moe, "byte", 40);
+  const auto report = export_model(dir / "m", dir / "m.gguf", "f32");
+  EXPECT_EQ(report.architecture, "qwen3moe");
+  EXPECT_TRUE(ctune::test::within("f32 self-check: max |dNLL|", report.check.max_diff, kNllTolerance));
+  auto f = io::GgufFile::open(dir / "m.gguf");
+  const auto& h = f->header();
+  EXPECT_EQ(h.require("qwen3moe.expert_count", "t").as_int("t"), 4);
+  EXPECT_EQ(h.require("qwen3moe.expert_used_count", "t").as_int("t"), 2);
+  EXPECT_EQ(h.require("qwen3moe.expert_feed_forward_length", "t").as_int("t"), 32);
+  EXPECT_EQ(h.require("qwen3moe.feed_forward_length", "t").as_int("t"), 128);
+  ASSERT_NE(h.find_tensor("blk.1.ffn_gate_inp.weight"), nullptr);
+  EXPECT_EQ(h.find_tensor("blk.1.ffn_gate_inp.weight")->ne, (std::vector<std::int64_t>{64, 4}));
+  EXPECT_EQ(h.find_tensor("blk.1.ffn_gate_exps.weight")->ne, (std::vector<std::int64_t>{64, 32, 4}));
+  EXPECT_EQ(h.find_tensor("blk.1.ffn_up_exps.weight")->ne, (std::vector<std::int64_t>{64, 32, 4}));
+  EXPECT_EQ(h.find_tensor("blk.1.ffn_down_exps.weight")->ne, (std::vector<std::int64_t>{32, 64, 4}));
+  EXPECT_EQ(h.find_tensor("blk.1.ffn_gate.weight"), nullptr);
+  const at::Tensor down = gguf_tensor(*f, "blk.1.ffn_down_exps.weight");
+  for (int e = 0; e < 4; ++e)
+    EXPECT_TRUE(down[e].equal(hf_tensor(dir / "m", "model.layers.1.mlp.experts." + std::to_string(e) + ".down_proj.weight"))) << e;
+  EXPECT_TRUE(gguf_tensor(*f, "blk.0.ffn_gate_inp.weight").equal(hf_tensor(dir / "m", "model.layers.0.mlp.gate.weight")));
+
+  const auto q8 = export_model(dir / "m", dir / "m.q8_0.gguf", "q8_0");
+  EXPECT_TRUE(ctune::test::within("q8_0 self-check vs the rounded model: max |dNLL|", q8.check.max_diff, kNllTolerance));
+  EXPECT_EQ(io::GgufFile::open(dir / "m.q8_0.gguf")->header().find_tensor("blk.0.ffn_up_exps.weight")->type, io::GgmlType::Q8_0);
+
+  for (const auto& [key, value, says] : std::vector<std::tuple<std::string, Json, std::string>>{
+           {"norm_topk_prob", false, "norm_topk_prob false"}, {"mlp_only_layers", Json::array({1}), "dense layer 1"}}) {
+    TinyConfig refused = moe;
+    refused.extra[key] = value;
+    make_model(dir / "r", refused, "byte", 41);
+    try {
+      export_model(dir / "r", dir / "r.gguf", "f32");
+      ADD_FAILURE() << key << ": exported";
+    } catch (const UnsupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(dir / "r.gguf")) << key;
+  }
 }
 
 TEST(GgufExportFiles, FailedCheckLeavesNoFile) {

@@ -59,6 +59,20 @@ TEST(GgufNames, HfAndGgufNamesMapBothWays) {
     EXPECT_FALSE(gguf_tensor_name(llama, bad).has_value()) << bad;
     EXPECT_FALSE(hf_tensor_name(llama, bad).has_value()) << bad;
   }
+  // Experts: parts of one stacked tensor per projection; the router an ordinary layer tensor.
+  const auto mixtral = config_of("mixtral");
+  const auto slot = gguf_expert_slot(mixtral, "model.layers.7.block_sparse_moe.experts.5.w3.weight");
+  ASSERT_TRUE(slot.has_value());
+  EXPECT_EQ(slot->gguf, "blk.7.ffn_up_exps.weight");
+  EXPECT_EQ(slot->expert, 5);
+  EXPECT_EQ(gguf_expert_slot(mixtral, "model.layers.7.block_sparse_moe.experts.0.w2.weight")->gguf, "blk.7.ffn_down_exps.weight");
+  EXPECT_EQ(gguf_tensor_name(mixtral, "model.layers.7.block_sparse_moe.gate.weight").value_or("?"), "blk.7.ffn_gate_inp.weight");
+  const auto qwen3_moe = config_of("qwen3_moe");
+  EXPECT_EQ(gguf_expert_slot(qwen3_moe, "model.layers.2.mlp.experts.11.gate_proj.weight")->gguf, "blk.2.ffn_gate_exps.weight");
+  EXPECT_EQ(hf_tensor_name(qwen3_moe, "blk.2.ffn_gate_inp.weight").value_or("?"), "model.layers.2.mlp.gate.weight");
+  EXPECT_FALSE(gguf_expert_slot(qwen3_moe, "model.layers.2.mlp.gate_proj.weight").has_value());
+  EXPECT_FALSE(gguf_expert_slot(qwen3_moe, "model.layers.2.mlp.experts.x.gate_proj.weight").has_value());
+  EXPECT_FALSE(gguf_expert_slot(llama, "model.layers.2.mlp.experts.1.gate_proj.weight").has_value());
   EXPECT_EQ(qk_projection("model.layers.0.self_attn.q_proj.bias"), 'q');
   EXPECT_EQ(qk_projection("model.layers.0.self_attn.k_proj.weight"), 'k');
   EXPECT_EQ(qk_projection("model.layers.0.self_attn.v_proj.weight"), 0);

@@ -423,6 +423,26 @@ TEST(LlamaCppControls, SmolLM3NoRopeLayerMatters) {
   }, "smollm3 case with RoPE on every layer", 0.1);
 }
 
+// The MoE files' routing is read as ctune routes: llama.cpp's results are far from ctune's with
+// the chosen experts' weights left unnormalised (qwen3moe's norm_topk_prob false), or with one
+// expert per token instead of the file's two.
+void for_each_moe(model::CausalLM& lm, const std::function<void(model::SparseMoeImpl&)>& f) {
+  for (auto& layer : *lm->model->layers)
+    if (auto& moe = layer->as<model::DecoderLayer>()->moe) f(*moe);
+}
+
+TEST(LlamaCppControls, Qwen3MoeRenormalisedWeightsMatter) {
+  expect_control_far("qwen3moe_experts_f32", "qwen3moe_byte", [](model::CausalLM& lm) {
+    for_each_moe(lm, [](model::SparseMoeImpl& moe) { moe.normalize = false; });
+  }, "qwen3moe case without renormalised routing weights", 0.1);
+}
+
+TEST(LlamaCppControls, MixtralExpertsPerTokenMatter) {
+  expect_control_far("mixtral_experts_f32", "mixtral_byte", [](model::CausalLM& lm) {
+    for_each_moe(lm, [](model::SparseMoeImpl& moe) { moe.top_k = 1; });
+  }, "mixtral case with one expert per token", 0.1);
+}
+
 }  // namespace
 }  // namespace ctune::exporter::test
 

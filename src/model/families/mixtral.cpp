@@ -20,8 +20,11 @@ void parse(const Json& j, const std::string& where, ModelConfig& c) {
 }  // namespace
 
 const Family& mixtral() {
-  // No GGUF form yet: llama.cpp's `llama` with stacked expert tensors (ffn_*_exps) is not written.
-  static const Family f{"mixtral", {"mixtral"}, 131072, std::nullopt, parse, {}, 1e6};
+  // GGUF: llama.cpp reads Mixtral as `llama` with expert tensors (convert_hf_to_gguf's MixtralModel).
+  auto tensors = llama_gguf_layer_tensors();
+  tensors.emplace_back("block_sparse_moe.gate", "ffn_gate_inp");
+  static const Family f{"mixtral", {"mixtral"}, 131072, std::nullopt, parse,
+                        {"llama", true, tensors, false, "block_sparse_moe.experts", gguf_expert_tensors("w1", "w3", "w2")}, 1e6};
   return f;
 }
 

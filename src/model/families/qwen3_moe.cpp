@@ -39,8 +39,10 @@ void parse(const Json& j, const std::string& where, ModelConfig& c) {
 }  // namespace
 
 const Family& qwen3_moe() {
-  // No GGUF form yet: llama.cpp's `qwen3moe` with stacked expert tensors (ffn_*_exps) is not written.
-  static const Family f{"qwen3_moe", {"qwen3_moe"}, 32768, std::nullopt, parse, {}};
+  auto tensors = llama_gguf_layer_tensors();
+  tensors.insert(tensors.end(), {{"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"}, {"mlp.gate", "ffn_gate_inp"}});
+  static const Family f{"qwen3_moe", {"qwen3_moe"}, 32768, std::nullopt, parse,
+                        {"qwen3moe", false, tensors, false, "mlp.experts", gguf_expert_tensors("gate_proj", "up_proj", "down_proj")}};
   return f;
 }
 

@@ -33,9 +33,10 @@ const Family& family_for_model_type(const std::string& model_type, const std::st
   throw UnsupportedError(where + ": model_type \"" + model_type + "\" is not supported (supported: " + supported + ")");
 }
 
-const Family* family_for_gguf_architecture(const std::string& architecture) {
+const Family* family_for_gguf_architecture(const std::string& architecture, bool experts) {
   for (const Family* f : all_families())
-    if (!f->gguf.architecture.empty() && f->gguf.architecture == architecture) return f;
+    if (!f->gguf.architecture.empty() && f->gguf.architecture == architecture && f->gguf.experts_module.empty() != experts)
+      return f;
   return nullptr;
 }
 
@@ -45,6 +46,11 @@ std::vector<std::pair<std::string, std::string>> llama_gguf_layer_tensors() {
       {"self_attn.v_proj", "attn_v"},      {"self_attn.o_proj", "attn_output"},  {"post_attention_layernorm", "ffn_norm"},
       {"mlp.gate_proj", "ffn_gate"},       {"mlp.up_proj", "ffn_up"},            {"mlp.down_proj", "ffn_down"},
   };
+}
+
+std::vector<std::pair<std::string, std::string>> gguf_expert_tensors(const std::string& gate, const std::string& up,
+                                                                     const std::string& down) {
+  return {{gate, "ffn_gate_exps"}, {up, "ffn_up_exps"}, {down, "ffn_down_exps"}};
 }
 
 }  // namespace ctune::model
