@@ -14,15 +14,19 @@ using torch::autograd::variable_list;
 void RouterRecord::begin(const at::Tensor& mask, std::int64_t layers) {
   token_mask = mask.reshape({-1}).to(at::kFloat);
   prob_sum_grad_ = at::Tensor();
+  z_grad_scale_ = 0;
   counts.assign(static_cast<std::size_t>(layers), at::Tensor());
   prob_sums.assign(static_cast<std::size_t>(layers), at::Tensor());
+  z_sums.assign(static_cast<std::size_t>(layers), at::Tensor());
 }
 
 void RouterRecord::clear() {
   token_mask = at::Tensor();
   prob_sum_grad_ = at::Tensor();
+  z_grad_scale_ = 0;
   counts.clear();
   prob_sums.clear();
+  z_sums.clear();
 }
 
 namespace {
@@ -49,14 +53,24 @@ double RouterRecord::aux_loss() const {
   return static_cast<double>(experts) * (C.to(at::kDouble) * S.to(at::kDouble)).sum().item<double>() / (LN * LN);
 }
 
-void RouterRecord::arm(double weight) {
+double RouterRecord::z_loss() const {
+  if (!recording()) return 0;
+  const auto [Z, L] = layer_sum(z_sums);
+  const double tokens = token_mask.sum().item<double>();
+  if (L == 0 || tokens == 0) return 0;
+  return Z.item<double>() / (static_cast<double>(L) * tokens);
+}
+
+void RouterRecord::arm(double aux_weight, double z_weight) {
   prob_sum_grad_ = at::Tensor();
-  if (!recording() || weight == 0) return;
+  z_grad_scale_ = 0;
+  if (!recording()) return;
   const auto [C, L] = layer_sum(counts);
   const double tokens = token_mask.sum().item<double>();
   if (L == 0 || tokens == 0) return;
   const double LN = static_cast<double>(L) * tokens;
-  prob_sum_grad_ = C * (weight * static_cast<double>(experts) / (LN * LN));
+  if (aux_weight != 0) prob_sum_grad_ = C * (aux_weight * static_cast<double>(experts) / (LN * LN));
+  z_grad_scale_ = z_weight * 2.0 / LN;
 }
 
 std::vector<std::pair<std::int64_t, std::vector<double>>> RouterRecord::expert_load() const {
@@ -94,6 +108,28 @@ struct AuxGradient : public torch::autograd::Function<AuxGradient> {
   }
 };
 
+// logits: a layer's router logits [N, E] fp32, passed through; masked_lse: lse(logits) of
+// each token times its mask [N], detached. Backward adds the z-loss's gradient,
+// scale · masked_lse · softmax(logits), with scale armed after the forward (RouterRecord::arm).
+struct ZLossGradient : public torch::autograd::Function<ZLossGradient> {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor logits, at::Tensor masked_lse, c10::intrusive_ptr<RecordHolder> holder) {
+    ctx->save_for_backward({logits, masked_lse});
+    ctx->saved_data["record"] = c10::IValue::make_capsule(holder);
+    return logits.clone();
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    auto holder = c10::static_intrusive_pointer_cast<RecordHolder>(ctx->saved_data["record"].toCapsule());
+    const double scale = holder->record->z_grad_scale();
+    at::Tensor g = grad_out[0];
+    if (scale != 0) {
+      const auto saved = ctx->get_saved_variables();
+      g = g + scale * saved[1].unsqueeze(1) * at::softmax(saved[0], -1);
+    }
+    return {g, at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 RouterImpl::RouterImpl(std::int64_t hidden, std::int64_t experts, at::ScalarType dtype) {
@@ -120,15 +156,25 @@ at::Tensor SparseMoeImpl::forward(const at::Tensor& x) {
 
   // Routing in fp32 (transformers: softmax with dtype=float), the chosen weights renormalised
   // when the family says, then cast to the activations' dtype for the combine.
-  const auto probs = at::softmax(gate->forward(flat).to(at::kFloat), -1);  // [N, E]
-  auto [top, chosen] = probs.topk(top_k, -1);                             // [N, k]
-  if (normalize) top = top / top.sum(-1, /*keepdim=*/true);
-
-  if (record && record->recording() && is_training()) {
-    // Masked figures for the auxiliary loss; a recomputing backward writes the same values.
+  auto logits = gate->forward(flat).to(at::kFloat);  // [N, E]
+  const bool recording = record && record->recording() && is_training();
+  at::Tensor m;  // the counted tokens [N] while recording
+  if (recording) {
+    // Masked figures for the auxiliary and z losses; a recomputing backward writes the same values.
     const auto& mask = record->token_mask;
     TORCH_CHECK(mask.numel() == N, "router mask has ", mask.numel(), " tokens, the layer ", N);
-    const auto m = mask.to(probs.device());
+    m = mask.to(logits.device());
+    const auto masked_lse = at::logsumexp(logits.detach(), -1) * m;  // [N]
+    const auto l = static_cast<std::size_t>(layer);
+    if (l < record->z_sums.size()) record->z_sums[l] = (masked_lse * masked_lse).sum();
+    if (record->z_loss_trains && at::GradMode::is_enabled() && logits.requires_grad())
+      logits = ZLossGradient::apply(logits, masked_lse, c10::make_intrusive<RecordHolder>(record));
+  }
+  const auto probs = at::softmax(logits, -1);  // [N, E]
+  auto [top, chosen] = probs.topk(top_k, -1);  // [N, k]
+  if (normalize) top = top / top.sum(-1, /*keepdim=*/true);
+
+  if (recording) {
     const auto slot_mask = m.unsqueeze(1).expand({N, top_k}).reshape({-1});
     auto counts = at::bincount(chosen.reshape({-1}), slot_mask, E).to(at::kFloat).detach();
     auto prob_sum = (probs * m.unsqueeze(1)).sum(0);  // [E]
@@ -172,8 +218,10 @@ ActivationCost SparseMoeImpl::saved_activations(const ModelConfig& config, const
   // The router: its input when its weight trains (projection_input of "gate"), the fp32
   // probabilities (softmax's output), the top-k indices (int64) and, renormalised, the k
   // weights and their sum.
+  // With the z-loss training, its gradient keeps the fp32 logits and each token's masked lse.
   const Term router = s.projection_input("gate", s.H) + Term::num(4) * s.n * E + Term::num(8) * k * s.n +
-                      (m.normalize_top_k ? Term::num(4) * (k + Term::num(1)) * s.n : Term());
+                      (m.normalize_top_k ? Term::num(4) * (k + Term::num(1)) * s.n : Term()) +
+                      (s.router_z_loss ? Term::num(4) * s.n * (E + Term::num(1)) : Term());
   // The experts see k n rows in all: each keeps what a dense MLP keeps of its rows (its
   // projections' inputs as the method needs them, gate and up for the GLU's backward).
   const Term experts = k * (shared_projection_input(s, {gate, up}, s.H) + Term::num(2) * s.n * Ie * s.c +

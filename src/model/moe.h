@@ -26,6 +26,12 @@ namespace ctune::model {
 // main loss's mask). Only S carries a gradient: each layer's share, E C_e / (L N)^2 times the
 // weight the caller gives the aux loss, is passed to that layer's router in the layer's own
 // backward (so activation checkpointing and sharded blocks need nothing more).
+//
+// And the router z-loss (ST-MoE's; transformers' router_z_loss_func over all sparse layers at
+// once), which keeps the routers' logits small:
+//   z = (1 / (L N)) Σ_l Σ_t lse(logits_t^l)²,
+// whose gradient 2 lse_t softmax(logits_t) / (L N) needs nothing beyond the layer: a layer adds
+// it to its router logits in its own backward, scaled by the weight the caller arms.
 struct RouterRecord {
   // Set by the caller for a training forward: [tokens] (the forward's flattened rows), 1 where a
   // token counts. Undefined: nothing is recorded (evaluation, generation).
@@ -33,6 +39,11 @@ struct RouterRecord {
   std::int64_t experts = 0;
   // Per sparse layer (indexed by layer; undefined for dense ones): [E] fp32, detached.
   std::vector<at::Tensor> counts, prob_sums;
+  // Per sparse layer: Σ over the counted tokens of lse(logits)², fp32 scalar, detached.
+  std::vector<at::Tensor> z_sums;
+  // Set once by the run when the z-loss trains (moe.router_z_loss_coef > 0): training forwards
+  // then keep the router logits for its gradient. Its value is recorded either way.
+  bool z_loss_trains = false;
 
   // Starts a forward over `mask` ([tokens], any dtype), clearing the previous one's figures.
   void begin(const at::Tensor& mask, std::int64_t layers);
@@ -42,15 +53,20 @@ struct RouterRecord {
   double aux_loss() const;
   // After the forward: per sparse layer, the share of routed tokens each expert got [E].
   std::vector<std::pair<std::int64_t, std::vector<double>>> expert_load() const;
-  // After the forward and before its backward: the coming backward adds `weight` times the aux
-  // loss's gradient (weight = d(the loss backward runs on) / d(aux)). Computes, once,
-  // d(loss)/d(S^l) = weight · E · C / (L N)^2, the same for every layer.
-  void arm(double weight);
-  // What arm() computed; undefined when unarmed or nothing was routed.
+  // After the forward: the z-loss's value (0 when nothing was recorded).
+  double z_loss() const;
+  // After the forward and before its backward: the coming backward adds `aux_weight` times the
+  // aux loss's gradient and `z_weight` times the z-loss's (weight = d(the loss backward runs on)
+  // / d(that loss)). Computes, once, d(loss)/d(S^l) = aux_weight · E · C / (L N)^2, the same for
+  // every layer, and the z-gradient's factor z_weight · 2 / (L N).
+  void arm(double aux_weight, double z_weight);
+  // What arm() computed; undefined (0) when unarmed or nothing was routed.
   const at::Tensor& prob_sum_grad() const { return prob_sum_grad_; }
+  double z_grad_scale() const { return z_grad_scale_; }
 
  private:
   at::Tensor prob_sum_grad_;
+  double z_grad_scale_ = 0;
 };
 
 // The router: logits = x Wᵀ, W [experts, hidden] (`gate.weight`). Not a Linear: never a LoRA

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <set>
 #include <sstream>
 
@@ -398,6 +399,49 @@ TEST_F(Checkpoints, ProfileAccountsForTheStepAndWritesATrace) {
   ASSERT_EQ(r.status, 0) << r.err;
   std::ifstream short_in(short_run / "profile.trace.json");
   EXPECT_GT(Json::parse(short_in)["traceEvents"].size(), 100u);
+}
+
+// Routed compute, counted: logging.profile sums the FLOPs of every GEMM the step ran, from the
+// shapes each call received. A full fine-tuning step of recipes/models/qwen3-moe-tiny.json (a
+// dense layer 0, three sparse layers of 32 experts with 8 per token) must execute the routed
+// count and not the dense one. Per position the linear layers hold
+//   attention 4 x (H nh d + 2 H nkv d + nh d H), layer 0's MLP 3 H I, per sparse layer the
+//   router H E and k experts of 3 H I_e,
+// and per target position (the chunked loss's rows) the head H V; forward is 2 FLOPs per weight
+// and row, backward twice that (input and weight gradients; every weight trains, and the
+// embedding under layer 0 needs its input's gradient), so 6 per weight and row. The attention
+// core's own GEMMs are in the attention category, not in projection_gemm_gflop.
+TEST_F(Checkpoints, MoeStepExecutesTheRoutedFlops) {
+  const fs::path moe = kDir / "moe-flops-model";
+  const auto init = ctune({"init", "--config", CTUNE_SOURCE_DIR "/recipes/models/qwen3-moe-tiny.json", "--out", moe.string(),
+                           "--tokenizer", "byte", "--seed", "4"});
+  ASSERT_EQ(init.status, 0) << init.err;
+  const fs::path recipe_path = kDir / "moe-flops.yaml";
+  write(recipe_path, recipe("full", moe) + "logging: {profile: true}\n");
+  const fs::path run = kDir / "moe-flops";
+  const auto r = train_with_kill(recipe_path, "", false, {"output_dir=" + run.string(), "training.max_steps=3", "training.eval_every=100"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("GEMMs executed:"), std::string::npos) << r.err;
+  const double H = 64, nh = 4, nkv = 2, d = 16, I = 160, E = 32, k = 8, Ie = 32, V = 320;
+  const double attention = 4 * (H * nh * d + 2 * H * nkv * d + nh * d * H);
+  auto per_position = [&](double experts) { return attention + 3 * H * I + 3 * (H * E + experts * 3 * H * Ie); };
+  std::ifstream in(run / "metrics.jsonl");
+  int steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (!j.contains("loss")) continue;
+    ++steps;
+    const double positions = j["input_tokens"].get<double>(), targets = j["tokens"].get<double>();
+    const double routed = 6 * (positions * per_position(k) + targets * H * V);
+    const double dense = 6 * (positions * per_position(E) + targets * H * V);
+    const double executed = j["projection_gemm_gflop"].get<double>() * 1e9;
+    std::cout << std::setprecision(12) << "[flops] step " << j["step"] << ": " << positions << " positions, executed " << executed << ", routed count "
+              << routed << " (ratio " << executed / routed << "), dense count " << dense << std::endl;
+    // Exact but for the float sums of integer counts; the bar is 10%.
+    EXPECT_TRUE(ctune::test::within("step " + j["step"].dump() + ": |executed / routed - 1|", std::fabs(executed / routed - 1), 1e-6));
+    EXPECT_GT(j["gemm_gflop"].get<double>() * 1e9, executed);  // plus the attention core's
+  }
+  EXPECT_EQ(steps, 3);
 }
 
 // A model with a NaN in its final norm makes every loss non-finite: each such step is skipped

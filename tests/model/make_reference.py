@@ -630,25 +630,38 @@ def load_balancing_loss(gate_logits, num_experts, top_k, mask):
 
 
 def aux_reference(cfg, weights, ids):
-    """The aux loss over a mask (a 30-token prompt and the last position excluded, as the main
-    loss excludes them) and its gradient with respect to each sparse layer's router weight
-    (float64 autograd), with the float32 noise of both."""
+    """The aux loss and the router z-loss over a mask (a 30-token prompt and the last position
+    excluded, as the main loss excludes them) and their gradients with respect to each sparse
+    layer's router weight (float64 autograd), with the float32 noise of each."""
     E, k, _, _, sparse, module, _ = moe_layout(cfg)
     mask = torch.tensor([0.0] * 30 + [1.0] * (len(ids) - 31) + [0.0])
     gates = [f"model.layers.{i}.{module}.gate.weight" for i in range(cfg["num_hidden_layers"]) if sparse[i]]
 
-    def compute(t):
+    def compute(t, loss):
         t = {n: (v.clone().requires_grad_(True) if n in gates else v) for n, v in t.items()}
         stats = {}
         forward(cfg, t, ids, torch.get_default_dtype(), stats=stats)
-        aux = load_balancing_loss(stats["router_logits"], E, k, mask.to(torch.get_default_dtype()))
-        grads = torch.autograd.grad(aux, [t[g] for g in gates])
-        return {"aux": aux, **{g: gr for g, gr in zip(gates, grads)}}
+        value = loss(stats["router_logits"], mask.to(torch.get_default_dtype()))
+        grads = torch.autograd.grad(value, [t[g] for g in gates])
+        return {"loss": value, **{g: gr for g, gr in zip(gates, grads)}}
     w64 = {n: v.to(torch.float64) for n, v in weights.items()}
-    exact = compute(w64)
-    noise = fp32_noise(compute, w64, relative_norm)
-    return {"aux_mask": mask.tolist(), "aux_loss": exact["aux"].item(), "aux_loss_fp32_noise": noise["aux"],
-            "aux_grads": {g: exact[g].flatten().tolist() for g in gates}, "aux_grads_fp32_noise": {g: noise[g] for g in gates}}
+    out = {"aux_mask": mask.tolist()}
+    for name, loss in (("aux", lambda logits, m: load_balancing_loss(logits, E, k, m)), ("z", router_z_loss)):
+        exact = compute(w64, loss)
+        noise = fp32_noise(lambda t, loss=loss: compute(t, loss), w64, relative_norm)
+        out.update({f"{name}_loss": exact["loss"].item(), f"{name}_loss_fp32_noise": noise["loss"],
+                    f"{name}_grads": {g: exact[g].flatten().tolist() for g in gates},
+                    f"{name}_grads_fp32_noise": {g: noise[g] for g in gates}})
+    return out
+
+
+def router_z_loss(gate_logits, mask):
+    """transformers' router_z_loss_func (Switch Transformers, ST-MoE): the mean over tokens of
+    logsumexp(router logits)^2; here over every sparse layer's logits at once and over the
+    masked tokens, as the load-balancing loss (transformers' takes every token)."""
+    logits = torch.cat(gate_logits, dim=0)
+    m = mask.reshape(-1).to(logits.dtype).repeat(len(gate_logits))
+    return (torch.logsumexp(logits, dim=-1) ** 2 * m).sum() / m.sum()
 
 
 def write_beam_fixture(path, cfg, weights):

@@ -179,34 +179,38 @@ TEST(Model, ExpertsAreWrittenInTheLayoutRead) {
   }
 }
 
-// The routers' auxiliary loss over a masked sequence, and its gradient on each sparse layer's
-// router weight (passed in the layer's own backward, model/moe.h), against transformers'
-// load_balancing_loss_func over the same mask in float64 (make_reference.py aux_reference):
-// within the float32 noise of each, and the loss within 1e-6 relative.
-TEST(Model, RouterAuxLossMatchesReference) {
+// The routers' auxiliary loss and z-loss over a masked sequence, and the gradient of each on
+// every sparse layer's router weight (passed in the layer's own backward, model/moe.h), against
+// transformers' load_balancing_loss_func and router_z_loss_func over the same mask in float64
+// (make_reference.py aux_reference): within the float32 noise of each, and the losses within
+// 1e-6 relative.
+TEST(Model, RouterAuxAndZLossesMatchReference) {
   for (const std::string name : {"mixtral_window_tied_bf16", "qwen3_moe_dense_tied_bf16", "qwen3_moe_norm_step_untied_fp32"}) {
     const Json j = read_json_file(kModels / (name + ".reference.json"));
-    auto lm = model::load_causal_lm(kModels / name, at::kFloat);
-    for (auto& p : lm->parameters()) p.set_requires_grad(true);
-    lm->train();
-    model::ForwardInputs in;
-    in.input_ids = at::tensor(j["ids"].get<std::vector<std::int64_t>>()).unsqueeze(0);
-    in.router_mask = at::tensor(j["aux_mask"].get<std::vector<double>>()).unsqueeze(0);
-    auto hidden = lm->hidden(in);
-    auto& record = *lm->model->router_record;
-    const double ref = j["aux_loss"].get<double>();
-    const double rel = std::abs(record.aux_loss() - ref) / ref;
-    EXPECT_TRUE(within(name + ": aux loss, relative error", rel, noise_tolerance(j["aux_loss_fp32_noise"].get<double>())));
-    EXPECT_LT(rel, 1e-6) << name;
-    record.arm(1.0);
-    (hidden * 0.0).sum().backward();  // only the routers' aux gradient is non-zero
-    const auto params = lm->named_parameters();
-    for (const auto& [gate, values] : j["aux_grads"].items()) {
-      const at::Tensor got = params[gate].grad().to(at::kDouble);
-      const at::Tensor want = at::tensor(values.get<std::vector<double>>(), at::kDouble).reshape(got.sizes());
-      const double err = ((got - want).norm() / want.norm()).item<double>();
-      EXPECT_TRUE(within(name + ": d aux / d " + gate + ", relative norm", err,
-                         noise_tolerance(j["aux_grads_fp32_noise"][gate].get<double>())));
+    for (const std::string loss : {"aux", "z"}) {
+      auto lm = model::load_causal_lm(kModels / name, at::kFloat);
+      for (auto& p : lm->parameters()) p.set_requires_grad(true);
+      lm->train();
+      auto& record = *lm->model->router_record;
+      record.z_loss_trains = loss == "z";
+      model::ForwardInputs in;
+      in.input_ids = at::tensor(j["ids"].get<std::vector<std::int64_t>>()).unsqueeze(0);
+      in.router_mask = at::tensor(j["aux_mask"].get<std::vector<double>>()).unsqueeze(0);
+      auto hidden = lm->hidden(in);
+      const double ref = j[loss + "_loss"].get<double>();
+      const double rel = std::abs((loss == "aux" ? record.aux_loss() : record.z_loss()) - ref) / ref;
+      EXPECT_TRUE(within(name + ": " + loss + " loss, relative error", rel, noise_tolerance(j[loss + "_loss_fp32_noise"].get<double>())));
+      EXPECT_LT(rel, 1e-6) << name << " " << loss;
+      record.arm(loss == "aux" ? 1.0 : 0.0, loss == "z" ? 1.0 : 0.0);
+      (hidden * 0.0).sum().backward();  // only the routers' loss gradient is non-zero
+      const auto params = lm->named_parameters();
+      for (const auto& [gate, values] : j[loss + "_grads"].items()) {
+        const at::Tensor got = params[gate].grad().to(at::kDouble);
+        const at::Tensor want = at::tensor(values.get<std::vector<double>>(), at::kDouble).reshape(got.sizes());
+        const double err = ((got - want).norm() / want.norm()).item<double>();
+        EXPECT_TRUE(within(name + ": d " + loss + " / d " + gate + ", relative norm", err,
+                           noise_tolerance(j[loss + "_grads_fp32_noise"][gate].get<double>())));
+      }
     }
   }
 }

@@ -53,6 +53,7 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
            "qkv_proj", "gate_up_proj", "w1", "w2", "w3"]
 RANK, ALPHA = 4, 8.0
 AUX_COEF = 0.1          # moe.aux_loss_coef of the MoE cases (large, so its gradient matters)
+Z_COEF = 0.05           # moe.router_z_loss_coef of the MoE cases (written to trajectory.json)
 ROUTE_MARGINS = []      # the smallest k-th/(k+1)-th router probability gap of each MoE forward
 IGNORE = -100
 
@@ -206,6 +207,15 @@ def load_balancing_loss(gate_logits, mask):
     return (tokens_per_expert * prob_per_expert[None]).sum() * E
 
 
+def router_z_loss(gate_logits, mask):
+    """transformers' router_z_loss_func (Switch Transformers, ST-MoE): the mean over tokens of
+    logsumexp(router logits)^2; here over every sparse layer's logits at once and, as the
+    load-balancing loss, over the tokens the CE counts (transformers' takes every token)."""
+    logits = torch.cat(gate_logits, dim=0)
+    m = mask.reshape(-1).to(logits.dtype).repeat(len(gate_logits))
+    return (torch.logsumexp(logits, dim=-1) ** 2 * m).sum() / m.sum()
+
+
 def forward_logits(W, lora, scale, batch, stats=None):
     """Logits [B, T, V] of the model with weights W (and LoRA A/B scaled by `scale`); with MoE
     layers `stats` receives the router logits and the smallest routing gap."""
@@ -307,8 +317,9 @@ def forward_loss(W, lora, scale, batch, stats=None):
 
 def step_loss(W, lora, scale, micro):
     """Token-correct accumulation: sum of token losses over micro-batches / total targets. With
-    experts, plus AUX_COEF times each micro-batch's load-balancing loss weighted by its share of
-    the targets, over the tokens the CE counts (position t when label t + 1 is a target)."""
+    experts, plus AUX_COEF times each micro-batch's load-balancing loss and Z_COEF times its router
+    z-loss, weighted by its share of the targets, over the tokens the CE counts (position t when
+    label t + 1 is a target)."""
     total = sum(int((m["labels"][:, 1:] != IGNORE).sum()) for m in micro)
     out = 0
     for m in micro:
@@ -317,7 +328,8 @@ def step_loss(W, lora, scale, micro):
         out = out + loss / total
         if moe():
             counts = torch.cat((m["labels"][:, 1:] != IGNORE, torch.zeros(m["labels"].shape[0], 1, dtype=torch.bool)), 1)
-            out = out + AUX_COEF * (targets / total) * load_balancing_loss(stats["router_logits"], counts)
+            out = out + (targets / total) * (AUX_COEF * load_balancing_loss(stats["router_logits"], counts) +
+                                             Z_COEF * router_z_loss(stats["router_logits"], counts))
             ROUTE_MARGINS.append(stats["route_margin"])
     return out
 
@@ -470,6 +482,7 @@ def main():
     if moe():
         # Routing must be decisive for float32 to route as float64 does.
         info["min_route_margin"] = min(ROUTE_MARGINS)
+        info["router_z_loss_coef"] = Z_COEF
         if info["min_route_margin"] < 1e-5:
             raise SystemExit(f"{family}: a routing decision within {info['min_route_margin']:.1e} of a tie; change the seed")
     if family != "llama":

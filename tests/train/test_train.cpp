@@ -78,21 +78,29 @@ std::vector<train::TensorBatch> read_batches(const fs::path& ref = kRef) {
 }
 
 // One accumulated step over `micro`: sum of token losses / total targets, backward; with
-// experts plus the config's router_aux_loss_coef times each micro-batch's load-balancing loss,
-// weighted by its share of the targets (as the trainer adds moe.aux_loss_coef's).
-double accumulate(model::CausalLM& lm, const std::vector<train::TensorBatch>& micro) {
+// experts plus the config's router_aux_loss_coef times each micro-batch's load-balancing loss and
+// `z_coef` times its router z-loss, weighted by its share of the targets (as the trainer adds
+// moe.aux_loss_coef's and moe.router_z_loss_coef's).
+double accumulate(model::CausalLM& lm, const std::vector<train::TensorBatch>& micro, double z_coef = 0) {
   std::int64_t targets = 0;
   for (const auto& b : micro) targets += b.target_tokens;
   const double coef = lm->config().arch.moe.router_aux_loss_coef;
   if (coef > 0) lm->train();  // the routers record their statistics in training mode only
+  if (lm->model->router_record) lm->model->router_record->z_loss_trains = z_coef > 0;
   double total = 0;
   for (const auto& b : micro) {
     auto loss = train::next_token_loss_sum(lm, b);
     const double share = static_cast<double>(b.target_tokens) / static_cast<double>(targets);
-    total += loss.item<double>() / static_cast<double>(targets) + coef * share * train::router_aux_loss(lm, coef * share);
+    const auto router = train::router_losses(lm, coef * share, z_coef * share);
+    total += loss.item<double>() / static_cast<double>(targets) + share * (coef * router.aux + z_coef * router.z);
     (loss / static_cast<double>(targets)).backward();
   }
   return total;
+}
+
+// The MoE references' router z-loss weight (0 for the dense ones).
+double z_coef_of(const fs::path& ref) {
+  return read_json_file(ref / "trajectory.json").value("router_z_loss_coef", 0.0);
 }
 
 // ||a - b|| / ||b||, the relative error of a whole gradient tensor.
@@ -130,7 +138,7 @@ void full_case(const fs::path& ref) {
   auto lm = model::load_causal_lm(ref / "model", at::kFloat);
   peft::enable_full_finetune(lm);
   auto batches = read_batches(ref);
-  const double loss = accumulate(lm, {batches[0], batches[1]});
+  const double loss = accumulate(lm, {batches[0], batches[1]}, z_coef_of(ref));
   expect_loss_matches(loss, "full_loss", noise(ref)["full"], ref);
   expect_grads_match(lm, read_tensors(ref / "grads_full.safetensors"), noise(ref)["full"]);
 }
@@ -172,7 +180,7 @@ void lora_case(bool rslora, const char* variant, const fs::path& ref = kRef) {
     ASSERT_EQ(set, weights.size());
   }
   auto batches = read_batches(ref);
-  const double loss = accumulate(lm, {batches[0], batches[1]});
+  const double loss = accumulate(lm, {batches[0], batches[1]}, z_coef_of(ref));
   expect_loss_matches(loss, (std::string(variant) + "_loss").c_str(), noise(ref)[variant], ref);
   expect_grads_match(lm, read_tensors(ref / ("grads_" + std::string(variant) + ".safetensors")), noise(ref)[variant]);
   // The base stays frozen.

@@ -193,6 +193,7 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
   const Method& method = *in.method;
   model::ActivationShape shape = s;
   shape.blocked = in.recompute.blocked_attention;
+  shape.router_z_loss = in.router_z_loss;
   shape.block_rows = sym("bq", std::min<std::int64_t>(ops::kBlockQueries, s.T.value()));
   shape.projection_input = [&](const std::string& name, const Term& in_dim) {
     // The base keeps its input when its weight trains; an adapter keeps its (dropped-out) input,

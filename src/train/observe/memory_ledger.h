@@ -33,6 +33,7 @@ struct LedgerInputs {
   std::optional<quant::QuantSpec> quantize_base;
   model::RecomputePolicy recompute;
   bool chunked_loss = true;
+  bool router_z_loss = false;  // moe.router_z_loss_coef > 0: each router keeps its logits
   std::int64_t batch_size = 1;
   std::int64_t seq_len = 512;  // the longest sequence a batch can hold (data.max_seq_len)
   std::int64_t grad_accum = 1;

@@ -50,12 +50,14 @@ void MetricsLog::write(const StepMetrics& m) {
   const double time = unix_seconds();  // the record's "time" and its TensorBoard wall_time
   nlohmann::ordered_json j = {{"step", m.step},           {"time", time},                 {"loss", num(m.loss)},
                               {"lr", m.lr},               {"grad_norm", num(m.grad_norm)},
-                              {"tokens", m.tokens},       {"tokens_per_s", num(m.tokens_per_s)},
+                              {"tokens", m.tokens},       {"input_tokens", m.input_tokens},
+                              {"tokens_per_s", num(m.tokens_per_s)},
                               {"peak_mem_bytes", m.peak_mem_bytes}, {"elapsed_s", m.elapsed_s},
                               {"cpu_s", m.cpu_s},         {"sys_s", m.sys_s}};
   if (m.loss_scale > 0) j["loss_scale"] = m.loss_scale;
   if (m.skipped) j["skipped"] = true;
   if (m.aux_loss) j["aux_loss"] = num(*m.aux_loss);
+  if (m.z_loss) j["z_loss"] = num(*m.z_loss);
   if (!m.expert_load.empty()) {
     nlohmann::ordered_json load;
     for (const auto& [layer, shares] : m.expert_load) load[std::to_string(layer)] = shares;
@@ -63,14 +65,18 @@ void MetricsLog::write(const StepMetrics& m) {
   }
   if (!m.profile.empty()) {
     nlohmann::ordered_json p;
-    for (const auto& [category, seconds] : m.profile) p[category] = seconds * 1e3;
+    for (const auto& [category, seconds] : m.profile.seconds) p[category] = seconds * 1e3;
     j["profile_ms"] = std::move(p);
+    // This process's GEMMs (with several ranks: rank 0's share of the step).
+    j["gemm_gflop"] = m.profile.gemm_flops * 1e-9;
+    j["projection_gemm_gflop"] = m.profile.projection_gemm_flops * 1e-9;
   }
   write_line(j.dump());
   if (events_) {
     auto scalars = finite({{"train/loss", m.loss}, {"train/lr", m.lr}, {"train/grad_norm", m.grad_norm},
                            {"train/tokens_per_s", m.tokens_per_s}, {"train/peak_mem_bytes", static_cast<double>(m.peak_mem_bytes)}});
     if (m.aux_loss && std::isfinite(*m.aux_loss)) scalars.emplace_back("train/aux_loss", *m.aux_loss);
+    if (m.z_loss && std::isfinite(*m.z_loss)) scalars.emplace_back("train/z_loss", *m.z_loss);
     // Per layer, the busiest expert's share (1/E when balanced, 1 when one expert takes all).
     for (const auto& [layer, shares] : m.expert_load)
       if (!shares.empty()) scalars.emplace_back("moe/max_expert_load/layer_" + std::to_string(layer), *std::max_element(shares.begin(), shares.end()));

@@ -24,6 +24,7 @@ struct StepMetrics {
   double lr = 0;
   double grad_norm = 0;
   std::int64_t tokens = 0;  // target tokens in the step
+  std::int64_t input_tokens = 0;  // positions the step's forwards ran over, targets or not
   double tokens_per_s = 0;  // input tokens (targets or not) per second of the step
   std::int64_t peak_mem_bytes = 0;
   double elapsed_s = 0;
@@ -36,6 +37,7 @@ struct StepMetrics {
   // A model with experts: the routers' load-balancing loss (its value, before moe.aux_loss_coef)
   // and per sparse layer the share of routed tokens each expert got (this rank's rows).
   std::optional<double> aux_loss = {};
+  std::optional<double> z_loss = {};  // the routers' z-loss (before moe.router_z_loss_coef)
   std::vector<std::pair<std::int64_t, std::vector<double>>> expert_load = {};
 };
 

@@ -87,7 +87,10 @@ bool named_one_of(const char* name, std::initializer_list<const char*> names) {
   return false;
 }
 
-bool is_gemm(const char* n) { return named_one_of(n, {"mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "_int_mm"}); }
+// outer: the rank-1 GEMM a one-row linear's weight gradient is (mv's backward, through ger).
+bool is_gemm(const char* n) {
+  return named_one_of(n, {"mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "outer", "_int_mm"});
+}
 bool is_copy(const char* n) {
   return named_one_of(n, {"copy_", "_to_copy", "to", "contiguous", "clone", "cat", "_cat", "stack", "index_select", "gather", "flip"});
 }
@@ -126,6 +129,25 @@ Category categorise(const char* name, Region region, bool backward, bool node) {
   return kElementwise;
 }
 
+// 2 m n k (times the batch) of a GEMM from its operands' shapes, 2 m n for an outer product
+// (the K = 1 GEMM it stands for); 0 when they are not the shapes the operator takes.
+double gemm_flops(const char* name, c10::ArrayRef<const c10::IValue> in) {
+  auto dims = [&](std::size_t i) -> std::vector<std::int64_t> {
+    if (i >= in.size() || !in[i].isTensor()) return {};
+    return in[i].toTensor().sizes().vec();
+  };
+  const std::string_view op(name + 6);  // past "aten::"
+  // The two matrix operands: mm, bmm, _int_mm, mv, dot take them first; the add variants second.
+  const bool with_input = op == "addmm" || op == "baddbmm" || op == "addbmm" || op == "addmv";
+  const auto a = dims(with_input ? 1 : 0), b = dims(with_input ? 2 : 1);
+  if (a.empty() || b.empty()) return 0;
+  if (a.size() == 2 && b.size() == 2 && a[1] == b[0]) return 2.0 * a[0] * a[1] * b[1];
+  if (a.size() == 3 && b.size() == 3 && a[0] == b[0] && a[2] == b[1]) return 2.0 * a[0] * a[1] * a[2] * b[2];
+  if (a.size() == 2 && b.size() == 1 && a[1] == b[0]) return 2.0 * a[0] * a[1];
+  if (a.size() == 1 && b.size() == 1) return op == "dot" ? (a[0] == b[0] ? 2.0 * a[0] : 0) : 2.0 * a[0] * b[0];
+  return 0;
+}
+
 using Clock = std::chrono::steady_clock;
 
 struct Frame {
@@ -151,6 +173,7 @@ struct StepProfiler::State {
   bool in_step = false;
   std::vector<Frame> stack;
   std::array<double, kCategories> seconds{};
+  std::array<double, kCategories> flops{};
   std::filesystem::path trace_path;
   std::int64_t first_trace_step = 0, trace_steps = 0, step = 0;
   bool tracing = false;
@@ -195,6 +218,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (region == Region::none && !s->stack.empty()) region = s->stack.back().region;
   f.region = region;
   f.category = categorise(name, region, f.backward, node);
+  if (is_gemm(name)) s->flops[f.category] += gemm_flops(name, fn.inputs());
   if (s->tracing) f.name = s->intern(name);
   f.start = Clock::now();
   s->stack.push_back(f);
@@ -252,7 +276,7 @@ StepProfiler::StepProfiler(std::filesystem::path trace_path, std::int64_t first_
   if (trace_steps > 0) state_->events.reserve(static_cast<std::size_t>(trace_steps) * 100000);
   g_state = state_.get();
   state_->handle = at::addGlobalCallback(at::RecordFunctionCallback(on_start, on_end)
-                                             .needsInputs(false)
+                                             .needsInputs(true)  // the GEMMs' shapes
                                              .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION,
                                                       at::RecordScope::USER_SCOPE}));
 }
@@ -268,6 +292,7 @@ void StepProfiler::begin_step(std::int64_t step) {
   if (!state_) return;
   State& s = *state_;
   s.seconds.fill(0);
+  s.flops.fill(0);
   s.stack.clear();
   s.step = step;
   s.tracing = !s.trace_path.empty() && step >= s.first_trace_step && step < s.first_trace_step + s.trace_steps;
@@ -283,8 +308,11 @@ StepProfile StepProfiler::end_step(double wall_s, std::int64_t input_tokens) {
   for (double v : s.seconds) covered += v;
   s.seconds[kUntracked] = std::max(0.0, wall_s - covered);
   StepProfile out;
-  for (int c = 0; c < kCategories; ++c)
-    if (s.seconds[c] > 0) out.emplace_back(kNames[c], s.seconds[c]);
+  for (int c = 0; c < kCategories; ++c) {
+    if (s.seconds[c] > 0) out.seconds.emplace_back(kNames[c], s.seconds[c]);
+    out.gemm_flops += s.flops[c];
+  }
+  out.projection_gemm_flops = s.flops[kMatmulForward] + s.flops[kMatmulBackward];
   steps_.push_back(out);
   if (s.tracing && s.step == s.first_trace_step + s.trace_steps - 1) {
     write_trace(s);
@@ -310,7 +338,7 @@ std::string StepProfiler::table() const {
     std::vector<double> per_step;
     for (std::size_t i = first; i < steps_.size(); ++i) {
       double v = 0;
-      for (const auto& [n, sec] : steps_[i])
+      for (const auto& [n, sec] : steps_[i].seconds)
         if (n == name) v = sec;
       per_step.push_back(v);
     }
@@ -328,6 +356,13 @@ std::string StepProfiler::table() const {
   }
   out += fmt::format("  {:<28} {:>10.1f} {:>6.1f}% {:>12.2f}", "sum of medians", total * 1e3, 100.0,
                      total * 1e6 / std::max(1.0, tokens_per_step));
+  std::vector<double> flops, projection;
+  for (std::size_t i = first; i < steps_.size(); ++i) {
+    flops.push_back(steps_[i].gemm_flops);
+    projection.push_back(steps_[i].projection_gemm_flops);
+  }
+  out += fmt::format("\n  GEMMs executed: {:.3f} GFLOP/step ({:.2f} MFLOP/token), of which projections, experts and head {:.3f}",
+                     median(flops) * 1e-9, median(flops) * 1e-6 / std::max(1.0, tokens_per_step), median(projection) * 1e-9);
   return out;
 }
 

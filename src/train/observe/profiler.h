@@ -16,7 +16,8 @@
 //                                      itself, the autograd engine between nodes)
 // The regions are marked by ops/profile_regions.h. The categories add up to the step's wall
 // time by construction (untracked is the remainder). Off, nothing is installed and the step
-// pays nothing; on, each operator costs about a microsecond more.
+// pays nothing; on, each operator costs about a microsecond more. The GEMMs' FLOPs are counted
+// from their input shapes (docs/performance.md#seeing-it-loggingprofile).
 #pragma once
 
 #include <cstdint>
@@ -28,8 +29,15 @@
 
 namespace ctune::train {
 
-// Seconds per category of one step, in the table's order (categories with no time left out).
-using StepProfile = std::vector<std::pair<std::string, double>>;
+// One step: seconds per category, in the table's order (categories with no time left out), and
+// the floating-point operations its GEMMs executed (2 m n k per mm/addmm, per batch for bmm...),
+// counted from the shapes each call received: what ran, not what a formula expects.
+struct StepProfile {
+  std::vector<std::pair<std::string, double>> seconds;
+  double gemm_flops = 0;            // every GEMM of the step, attention's included
+  double projection_gemm_flops = 0;  // those of the matmul categories: projections, experts, head
+  bool empty() const { return seconds.empty(); }
+};
 
 class StepProfiler {
  public:

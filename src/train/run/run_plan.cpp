@@ -224,6 +224,7 @@ void plan_steps(RunPlan& p, const distributed::World& world) {
   p.profile = r.get_bool("logging.profile");
   t.chunked_loss = r.get_bool("memory.chunked_loss");
   t.aux_loss_coef = r.get_optional_float("moe.aux_loss_coef").value_or(p.model_config.arch.moe.router_aux_loss_coef);
+  t.router_z_loss_coef = r.get_float("moe.router_z_loss_coef");
   t.max_nonfinite_steps = r.get_int("training.max_nonfinite_steps");
   t.device = p.device;
   if (auto n = r.get_optional_int("training.eval_batches")) p.eval_batches = *n;
@@ -317,6 +318,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.quantize_base = p.quantize_base;
   in.recompute = p.recompute;
   in.chunked_loss = p.trainer.chunked_loss;
+  in.router_z_loss = p.trainer.router_z_loss_coef > 0;
   in.batch_size = p.data.batch_size;
   in.seq_len = p.data.max_seq_len;
   in.grad_accum = p.trainer.grad_accum;

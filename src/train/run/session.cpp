@@ -37,10 +37,13 @@ void log_to_run_dir(const fs::path& dir) {
   spdlog::default_logger()->flush_on(spdlog::level::info);
 }
 
+// Each line of `text`, the last one included whether or not a newline ends it.
 void log_lines(const std::string& text) {
-  for (std::size_t pos = 0, end; (end = text.find('\n', pos)) != std::string::npos; pos = end + 1) {
+  std::size_t pos = 0;
+  for (std::size_t end; (end = text.find('\n', pos)) != std::string::npos; pos = end + 1) {
     spdlog::info("{}", text.substr(pos, end - pos));
   }
+  if (pos < text.size()) spdlog::info("{}", text.substr(pos));
 }
 
 }  // namespace

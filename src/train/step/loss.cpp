@@ -43,11 +43,11 @@ at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b, bool c
   return at::nll_loss(at::log_softmax(logits, -1), targets, {}, at::Reduction::Sum);
 }
 
-double router_aux_loss(model::CausalLM& lm, double weight) {
+RouterLosses router_losses(model::CausalLM& lm, double aux_weight, double z_weight) {
   const auto& record = lm->model->router_record;
-  if (!record || !record->recording()) return 0;
-  record->arm(weight);
-  return record->aux_loss();
+  if (!record || !record->recording()) return {};
+  record->arm(aux_weight, z_weight);
+  return {record->aux_loss(), record->z_loss()};
 }
 
 std::vector<std::pair<std::int64_t, std::vector<double>>> expert_load(model::CausalLM& lm) {

@@ -35,9 +35,13 @@ struct EvalLoss {
   std::int64_t tokens = 0;  // target tokens
 };
 // After a training forward of next_token_loss_sum: the sparse layers' auxiliary load-balancing
-// loss over the tokens the main loss counts (model/moe.h RouterRecord), armed so the coming
-// backward adds `weight` times its gradient. 0, arming nothing, for a model without experts.
-double router_aux_loss(model::CausalLM& model, double weight);
+// loss and router z-loss over the tokens the main loss counts (model/moe.h RouterRecord), armed
+// so the coming backward adds `aux_weight` and `z_weight` times their gradients. Zeros, arming
+// nothing, for a model without experts.
+struct RouterLosses {
+  double aux = 0, z = 0;
+};
+RouterLosses router_losses(model::CausalLM& model, double aux_weight, double z_weight);
 // Per sparse layer, the share of routed tokens each expert got in that forward.
 std::vector<std::pair<std::int64_t, std::vector<double>>> expert_load(model::CausalLM& model);
 

@@ -56,7 +56,10 @@ Trainer::Trainer(model::CausalLM model, Optimizer& optimizer, BatchSource& train
       train_(train),
       eval_(std::move(eval)),
       options_(std::move(options)),
-      metrics_(metrics) {}
+      metrics_(metrics) {
+  // The routers keep their logits for the z-loss's gradient only when it trains.
+  if (model_->model->router_record) model_->model->router_record->z_loss_trains = options_.router_z_loss_coef > 0;
+}
 
 TrainResult Trainer::run() {
   TrainResult result;
@@ -91,23 +94,27 @@ TrainResult Trainer::run() {
 
     // 2. Forward and backward per micro-batch: sum of token losses / step targets (times the
     //    loss scale under fp16).
-    //    A model with experts adds aux_loss_coef times the routers' load-balancing loss, each
-    //    micro-batch's weighted by its share of the step's targets.
+    //    A model with experts adds aux_loss_coef times the routers' load-balancing loss and
+    //    router_z_loss_coef times their z-loss, each micro-batch's weighted by its share of the
+    //    step's targets.
     const double loss_scale = scaler.scale();
-    double loss_sum = 0, aux_sum = 0;
+    double loss_sum = 0, aux_sum = 0, z_sum = 0;
     std::vector<std::pair<std::int64_t, std::vector<double>>> load;
     for (const auto& batch : micro) {
       auto loss = next_token_loss_sum(model_, batch, options_.chunked_loss);
       loss_sum += loss.item<double>();
       const double share = targets > 0 ? static_cast<double>(batch.target_tokens) / static_cast<double>(targets) : 0.0;
-      aux_sum += share * router_aux_loss(model_, options_.aux_loss_coef * share * loss_scale);
+      const double weight = share * loss_scale;
+      const RouterLosses router = router_losses(model_, options_.aux_loss_coef * weight, options_.router_z_loss_coef * weight);
+      aux_sum += share * router.aux;
+      z_sum += share * router.z;
       accumulate_load(load, expert_load(model_), 1.0 / static_cast<double>(micro.size()));
       if (targets > 0) scaler.scale_loss(loss / static_cast<double>(targets)).backward();
       log_memory(step + 1, "after backward");
       if (sample_memory) sample_memory();
       kill_point("step", step + 1, "mid");
     }
-    std::vector<double> sums = {loss_sum, aux_sum};
+    std::vector<double> sums = {loss_sum, aux_sum, z_sum};
     sync().sum(sums);
     const double loss = targets > 0 ? sums[0] / static_cast<double>(targets) : 0.0;
 
@@ -144,6 +151,7 @@ TrainResult Trainer::run() {
     m.loss_scale = scaler.enabled() ? loss_scale : 0.0;
     if (!load.empty()) {
       m.aux_loss = sums[1];
+      m.z_loss = sums[2];
       m.expert_load = std::move(load);
     }
     if (metrics_) metrics_->write(m);
@@ -171,6 +179,7 @@ TrainResult Trainer::run() {
 void Trainer::measure(StepMetrics& m, std::int64_t input_tokens, std::chrono::steady_clock::time_point step_start,
                       std::chrono::steady_clock::time_point start) {
   const double seconds = seconds_since(step_start);
+  m.input_tokens = input_tokens;
   m.tokens_per_s = static_cast<double>(input_tokens) / std::max(1e-9, seconds);
   m.profile = profiler_or_none().end_step(seconds, input_tokens);
   m.peak_mem_bytes = ops::peak_memory(options_.device);

@@ -56,6 +56,7 @@ struct TrainerOptions {
   std::int64_t log_every = 1;
   bool chunked_loss = true;  // memory.chunked_loss
   double aux_loss_coef = 0;  // moe.aux_loss_coef: the routers' load-balancing loss weight
+  double router_z_loss_coef = 0;  // moe.router_z_loss_coef: the routers' z-loss weight
   std::int64_t first_step = 0;  // steps already done (a resumed run starts after them)
   std::int64_t max_nonfinite_steps = 10;  // abort after this many non-finite losses in a row
   at::Device device = at::kCPU;  // where the model lives: whose memory a step's peak is
