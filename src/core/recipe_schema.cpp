@@ -92,6 +92,8 @@ std::vector<KeySpec> build_schema() {
       {"peft.target_modules", T::StringList, "[q_proj, v_proj]",
        "Linear layers that get adapters, by the model's names (all-linear: every one but lm_head)"},
       {"peft.rslora", T::Bool, "false", "Rank-stabilised scale alpha/sqrt(r)"},
+      {"peft.train_router", T::Bool, "false",
+       "LoRA on a model with experts: the routers train too (fp32, saved with the adapter as PEFT's modules_to_save [gate])"},
       {"peft.init_from", T::Path, "null", "Start from an existing PEFT LoRA adapter directory", {}, {}, {}, true},
 
       {"optimizer.name", T::String, "adamw", "Optimizer", {"adamw", "sgd"}},

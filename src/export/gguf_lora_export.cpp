@@ -56,6 +56,10 @@ GgufExportReport export_gguf_lora(const GgufExportOptions& o) {
   const model::ModelConfig config = model::load_model_config(o.model_dir);
   const std::string arch = gguf_architecture(config);
   const peft::LoraOptions lora = peft::read_adapter_config(o.adapter_dir);
+  if (!lora.modules_to_save.empty()) {
+    throw UnsupportedError(o.adapter_dir.string() + ": the adapter trained the routers (modules_to_save), which a GGUF LoRA adapter " +
+                           "cannot carry; export the merged model instead (--format gguf with --adapter)");
+  }
   const std::vector<std::int64_t> probe = probe_ids(o.model_dir, config.vocab_size);
 
   auto lm = model::load_causal_lm(o.model_dir, at::kFloat);

@@ -78,6 +78,9 @@ class RouterImpl : public torch::nn::Module {
 
   at::Tensor weight;
   at::ScalarType compute_dtype = at::ScalarType::Undefined;  // as LinearImpl's
+  // Under LoRA, the router trains (in fp32) and is saved with the adapter: PEFT's
+  // modules_to_save ["gate"] (peft.train_router; peft/lora.h).
+  bool saved_with_adapter = false;
 };
 TORCH_MODULE(Router);
 

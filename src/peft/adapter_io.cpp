@@ -1,6 +1,7 @@
 #include "peft/adapter_io.h"
 
 #include <ATen/core/grad_mode.h>
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -42,7 +43,7 @@ void write_adapter_config(const LoraOptions& o, const fs::path& dir, const std::
                                    {"bias", "none"},
                                    {"use_rslora", o.rslora},
                                    {"use_dora", false},
-                                   {"modules_to_save", nullptr},
+                                   {"modules_to_save", o.modules_to_save.empty() ? Json() : Json(o.modules_to_save)},
                                    {"init_lora_weights", true},
                                    {"layers_to_transform", nullptr},
                                    {"layers_pattern", nullptr},
@@ -57,6 +58,8 @@ std::vector<std::pair<std::string, at::Tensor>> adapter_state_dict(model::Causal
   for (const auto& item : lm->named_parameters(true)) {
     if (item.key().find(".lora_") != std::string::npos) tensors.emplace_back(item.key(), item.value());
   }
+  // PEFT saves a module_to_save at the wrapped module's path, its adapter name dropped.
+  for (auto& saved : adapter_saved_modules(lm)) tensors.push_back(std::move(saved));
   return tensors;
 }
 
@@ -84,7 +87,6 @@ LoraOptions read_adapter_config(const fs::path& dir) {
   refuse_if(json_bool(j, "use_dora", where).value_or(false), "use_dora: true (DoRA)");
   refuse_if(json_bool(j, "fan_in_fan_out", where).value_or(false), "fan_in_fan_out: true");
   refuse_if(json_string(j, "bias", where).value_or("none") != "none", "bias other than \"none\"");
-  refuse_if(j.contains("modules_to_save") && !j["modules_to_save"].is_null() && !j["modules_to_save"].empty(), "modules_to_save");
   refuse_if(j.contains("layers_to_transform") && !j["layers_to_transform"].is_null(), "layers_to_transform");
   refuse_if(j.contains("rank_pattern") && j["rank_pattern"].is_object() && !j["rank_pattern"].empty(), "rank_pattern");
   refuse_if(j.contains("alpha_pattern") && j["alpha_pattern"].is_object() && !j["alpha_pattern"].empty(), "alpha_pattern");
@@ -111,6 +113,15 @@ LoraOptions read_adapter_config(const fs::path& dir) {
   } else {
     throw UnsupportedError(where + ": target_modules as a regular expression is not supported (use a list of names)");
   }
+  if (const auto saved = j.find("modules_to_save"); saved != j.end() && !saved->is_null()) {
+    if (!saved->is_array()) throw FormatError(where + ": modules_to_save must be a list of module names, found " + saved->dump());
+    for (const auto& m : *saved) {
+      if (!m.is_string() || m.get<std::string>() != "gate")
+        throw UnsupportedError(where + ": modules_to_save " + m.dump() +
+                               " is not supported (expected \"gate\", the routers of a model with experts)");
+      if (std::find(o.modules_to_save.begin(), o.modules_to_save.end(), "gate") == o.modules_to_save.end()) o.modules_to_save.push_back("gate");
+    }
+  }
   return o;
 }
 
@@ -135,9 +146,7 @@ LoraOptions load_adapter(model::CausalLM& lm, const fs::path& dir) {
   // Tensor handles, not pointers: named_parameters() returns a temporary dict, and a handle
   // shares the parameter's storage, so copy_ below still writes into the model.
   std::map<std::string, at::Tensor> params;
-  for (auto& item : lm->named_parameters(true)) {
-    if (item.key().find(".lora_") != std::string::npos) params[item.key()] = item.value();
-  }
+  for (auto& [name, tensor] : adapter_state_dict(lm)) params[name] = tensor;
   std::set<std::string> loaded;
   at::NoGradGuard no_grad;
   for (const auto& info : file->header().tensors) {
@@ -149,7 +158,7 @@ LoraOptions load_adapter(model::CausalLM& lm, const fs::path& dir) {
     name = model::model_module_name(lm->config(), name);
     auto it = params.find(name);
     if (it == params.end()) {
-      throw ShapeError(file->path().string() + ": tensor \"" + info.name + "\" matches no LoRA layer of the model");
+      throw ShapeError(file->path().string() + ": tensor \"" + info.name + "\" matches no LoRA layer (or module to save) of the model");
     }
     if (info.shape != it->second.sizes().vec()) {
       auto text = [](const std::vector<std::int64_t>& shape) {

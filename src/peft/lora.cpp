@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/progress.h"
+#include "model/moe.h"
 #include "ops/compute.h"
 
 namespace ctune::peft {
@@ -123,8 +124,34 @@ LoraSummary apply_lora(model::CausalLM& lm, const LoraOptions& options) {
     for (const auto& w : s.wrapped) found = found || leaf(w) == t;
     if (!found) throw ConfigError("peft.target_modules: no layer named \"" + t + "\" in the model");
   }
+  for (const auto& name : o.modules_to_save) {
+    bool found = false;
+    for (const auto& item : lm->named_modules("", /*include_self=*/false)) {
+      auto* router = dynamic_cast<model::RouterImpl*>(item.value().get());
+      if (!router || leaf(item.key()) != name) continue;
+      // An fp32 master of its own (the base may be bf16, or a file mapped read-only), as full
+      // fine-tuning keeps; the forward casts it to the compute dtype.
+      at::NoGradGuard no_grad;
+      router->weight.set_data(router->weight.detach().to(o.dtype).clone());
+      router->weight.set_requires_grad(true);
+      router->saved_with_adapter = found = true;
+    }
+    if (!found) {
+      throw ConfigError("modules_to_save \"" + name + "\": no router of that name in the model (ctune trains the routers, \"gate\", " +
+                        "of a model with experts: peft.train_router)");
+    }
+  }
   count(lm, &s);
   return s;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> adapter_saved_modules(model::CausalLM& lm) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& item : lm->named_modules("", /*include_self=*/false)) {
+    auto* router = dynamic_cast<model::RouterImpl*>(item.value().get());
+    if (router && router->saved_with_adapter) out.emplace_back(item.key() + ".weight", router->weight);
+  }
+  return out;
 }
 
 std::size_t merge_lora(model::CausalLM& lm) {
@@ -156,6 +183,12 @@ std::size_t merge_lora(model::CausalLM& lm) {
     stage.advance(1, static_cast<std::uint64_t>(linear->weight.nbytes()));
   }
   stage.finish();
+  for (const auto& item : lm->named_modules("", /*include_self=*/false)) {
+    auto* router = dynamic_cast<model::RouterImpl*>(item.value().get());
+    if (!router || !router->saved_with_adapter) continue;
+    router->weight.set_data(router->weight.detach().to(lm->model->embed_tokens->weight.scalar_type()));
+    router->saved_with_adapter = false;
+  }
   return layers.size();
 }
 
@@ -169,6 +202,7 @@ LoraSummary enable_lora_training(model::CausalLM& lm) {
       if (s.wrapped.empty() || s.wrapped.back() != item.key().substr(0, dot)) s.wrapped.push_back(item.key().substr(0, dot));
     }
   }
+  for (auto& [name, weight] : adapter_saved_modules(lm)) weight.set_requires_grad(true);
   count(lm, &s);
   return s;
 }

@@ -21,7 +21,14 @@ struct LoraOptions {
   std::vector<std::string> targets = {"q_proj", "v_proj"};
   std::uint64_t seed = 0;  // initialisation of A
   at::ScalarType dtype = at::kFloat;  // adapters train in fp32 whatever the base dtype
+  // PEFT's modules_to_save: whole modules that train beside the adapters and are saved with
+  // them. ctune's: "gate", the routers of a model with experts (peft.train_router).
+  std::vector<std::string> modules_to_save = {};
 };
+
+// The routers that train and are saved with the adapter (RouterImpl::saved_with_adapter), by
+// parameter name (model.layers.1.mlp.gate.weight).
+std::vector<std::pair<std::string, at::Tensor>> adapter_saved_modules(model::CausalLM& model);
 
 double lora_scale(const LoraOptions& options);
 
@@ -52,16 +59,19 @@ struct LoraSummary {
   std::int64_t total = 0;            // parameters, base included
 };
 
-// Freezes every base parameter and attaches adapters to the target layers. Throws ConfigError
-// when a target matches no layer (e.g. lm_head on a model with tied embeddings).
+// Freezes every base parameter and attaches adapters to the target layers; the modules_to_save
+// (the routers) get fp32 weights of their own and train. Throws ConfigError when a target
+// matches no layer (e.g. lm_head on a model with tied embeddings), or a module to save none.
 LoraSummary apply_lora(model::CausalLM& model, const LoraOptions& options);
 
 // Folds every adapter into its base weight, W' = W + s * B A computed in fp32 and cast to W's
 // dtype, and detaches the adapters (their tensors stay registered but no longer apply and are
-// never saved with the model). Returns the number of layers merged.
+// never saved with the model); trained routers are cast to the embeddings' dtype and become the
+// model's. Returns the number of layers merged.
 std::size_t merge_lora(model::CausalLM& model);
 
-// After load_adapter: only the adapters train (the base stays frozen); returns the counts.
+// After load_adapter: only the adapters (and the routers saved with them) train; the base stays
+// frozen. Returns the counts.
 LoraSummary enable_lora_training(model::CausalLM& model);
 
 // Marks every parameter trainable (full fine-tuning) and returns the counts.

@@ -21,6 +21,8 @@
 
 #include "core/json.h"
 #include "io/run_dir.h"
+#include "io/safetensors.h"
+#include "io/tensor_io.h"
 #include "model/weights.h"
 #include "margins.h"
 #include "run_ctune.h"
@@ -39,9 +41,11 @@ void write(const fs::path& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
-std::string recipe(const std::string& method, const fs::path& model = kDir / "model") {
+// `peft_more`: further keys of the LoRA recipe's peft map (", train_router: true").
+std::string recipe(const std::string& method, const fs::path& model = kDir / "model", const std::string& peft_more = "") {
   const std::string d = kDir.string();
-  std::string peft = method == "lora" ? "peft: {method: lora, rank: 4, alpha: 8, dropout: 0.1, target_modules: [q_proj, v_proj, down_proj]}\n"
+  std::string peft = method == "lora" ? "peft: {method: lora, rank: 4, alpha: 8, dropout: 0.1, target_modules: [q_proj, v_proj, down_proj]" +
+                                            peft_more + "}\n"
                                       : "peft: {method: none}\n";
   return "output_dir: " + d + "/run\n"
          "model: {path: " + model.string() + "}\n"
@@ -207,10 +211,10 @@ void expect_report_matches_metrics(const fs::path& run, std::size_t resumes, con
 }
 
 void kill_and_resume_is_exact(const std::string& method, const std::string& more_recipe = "", const std::string& name = "",
-                              const fs::path& model = kDir / "model") {
+                              const fs::path& model = kDir / "model", const std::string& peft_more = "") {
   const std::string tag = name.empty() ? method : name;
   const fs::path recipe_path = kDir / (tag + ".yaml");
-  write(recipe_path, recipe(method, model) + more_recipe);
+  write(recipe_path, recipe(method, model, peft_more) + more_recipe);
   const fs::path reference = kDir / (tag + "-reference");
   const fs::path run = kDir / (tag + "-killed");
   auto ref = train_with_kill(recipe_path, "", false, {"output_dir=" + reference.string()});
@@ -267,16 +271,35 @@ TEST_F(Checkpoints, KilledLoraRunResumesBitIdentical) {
 TEST_F(Checkpoints, KilledFullRunResumesBitIdentical) { kill_and_resume_is_exact("full"); }
 
 // A mixture of experts (recipes/models/qwen3-moe-tiny.json: 32 experts, 8 per token, a dense
-// first layer), LoRA on the attention and every expert's down_proj, blocks recomputed in
-// backward, the routers' aux loss on (its gradient reaches the routers' inputs through the
-// recomputed blocks): the killed and resumed run is the uninterrupted one, and every step
-// records the aux loss and each sparse layer's expert load.
+// first layer), LoRA on the attention and every expert's down_proj, the routers trained too
+// (peft.train_router), blocks recomputed in backward, the routers' aux loss and z-loss on (their
+// gradients reach the routers' inputs through the recomputed blocks): the killed and resumed run
+// is the uninterrupted one, and every step records the aux loss, the z-loss and each sparse
+// layer's expert load. The adapter holds the trained routers as PEFT's modules_to_save, and the
+// merged model has them.
 TEST_F(Checkpoints, KilledMoeLoraRunResumesBitIdentical) {
   const fs::path moe = kDir / "moe-model";
   const auto init = ctune({"init", "--config", CTUNE_SOURCE_DIR "/recipes/models/qwen3-moe-tiny.json", "--out", moe.string(),
                            "--tokenizer", "byte", "--seed", "3"});
   ASSERT_EQ(init.status, 0) << init.err;
-  kill_and_resume_is_exact("lora", "memory: {activation_checkpointing: full}\nmoe: {aux_loss_coef: 0.05}\n", "moe-lora", moe);
+  kill_and_resume_is_exact("lora", "memory: {activation_checkpointing: full}\nmoe: {aux_loss_coef: 0.05, router_z_loss_coef: 0.01}\n",
+                           "moe-lora", moe, ", train_router: true");
+  const fs::path adapter = kDir / "moe-lora-reference" / "adapter";
+  EXPECT_EQ(ctune::read_json_file(adapter / "adapter_config.json")["modules_to_save"], Json::array({"gate"}));
+  const auto trained = ctune::io::SafetensorsFile::open(adapter / "adapter_model.safetensors");
+  const fs::path merged = kDir / "moe-lora-merged";
+  const auto merge = ctune({"merge", "--base", moe.string(), "--adapter", adapter.string(), "--out", merged.string(), "--overwrite"});
+  ASSERT_EQ(merge.status, 0) << merge.err;
+  const auto base = ctune::io::SafetensorsFile::open(moe / "model.safetensors");
+  const auto merged_file = ctune::io::SafetensorsFile::open(merged / "model.safetensors");
+  for (const char* layer : {"1", "2", "3"}) {
+    const std::string name = std::string("model.layers.") + layer + ".mlp.gate.weight";
+    const auto* info = trained->header().find("base_model.model." + name);
+    ASSERT_NE(info, nullptr) << name;
+    const at::Tensor router = ctune::io::load_tensor(*trained, *info, at::kFloat);
+    EXPECT_FALSE(router.equal(ctune::io::load_tensor(*base, *base->header().find(name), at::kFloat))) << name << " did not train";
+    EXPECT_TRUE(router.equal(ctune::io::load_tensor(*merged_file, *merged_file->header().find(name), at::kFloat))) << name << " not merged";
+  }
   std::ifstream in(kDir / "moe-lora-reference" / "metrics.jsonl");
   std::size_t steps = 0;
   for (std::string line; std::getline(in, line);) {
@@ -284,6 +307,7 @@ TEST_F(Checkpoints, KilledMoeLoraRunResumesBitIdentical) {
     if (!j.contains("loss")) continue;
     ++steps;
     EXPECT_GT(j["aux_loss"].get<double>(), 0.0) << line;
+    EXPECT_GT(j["z_loss"].get<double>(), 0.0) << line;
     ASSERT_EQ(j["expert_load"].size(), 3u) << line;  // layers 1-3 are sparse
     for (const auto& [layer, shares] : j["expert_load"].items()) {
       double total = 0;

@@ -158,6 +158,8 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
        "the tokenizer has no chat_template"},
       {"quantized_full_finetune", replace(base, "method: lora", "method: none"), {"memory.quantize_base=nf4"},
        "a quantised base is frozen, so it needs LoRA"},
+      {"train_router_without_experts", base, {"peft.train_router=true"}, "model_type llama has no experts, so no router to train"},
+      {"moe_z_loss_negative", base, {"moe.router_z_loss_coef=-1"}, "`moe.router_z_loss_coef` expected a number"},
       {"nf4_blocksize_not_pow2", base, {"memory.quantize_base=nf4", "memory.nf4_blocksize=96"}, "power of two"},
       {"backoff_not_below_one", base, {"loss_scaling.backoff_factor=1.5"}, "`loss_scaling.backoff_factor`"},
       {"bad_int8_kernel", base, {"memory.int8_kernel=amx"}, "`memory.int8_kernel` expected one of dequantize, int8_gemm"},

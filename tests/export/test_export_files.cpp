@@ -24,6 +24,7 @@
 #include "io/tensor_io.h"
 #include "model/weights.h"
 #include "peft/adapter_io.h"
+#include "peft/lora.h"
 #include "tokenizer/tokenizer.h"
 #include "margins.h"
 
@@ -290,6 +291,30 @@ TEST(GgufExportFiles, ExpertsStackedPerProjection) {
   const auto q8 = export_model(dir / "m", dir / "m.q8_0.gguf", "q8_0");
   EXPECT_TRUE(ctune::test::within("q8_0 self-check vs the rounded model: max |dNLL|", q8.check.max_diff, kNllTolerance));
   EXPECT_EQ(io::GgufFile::open(dir / "m.q8_0.gguf")->header().find_tensor("blk.0.ffn_up_exps.weight")->type, io::GgmlType::Q8_0);
+
+  // An adapter that trained the routers (peft.train_router): the merged model exports (the
+  // routers' new weights in ffn_gate_inp), a GGUF LoRA adapter cannot carry them and is refused.
+  {
+    auto lm = model::load_causal_lm(dir / "m", at::kFloat);
+    peft::LoraOptions o;
+    o.rank = 4;
+    o.targets = {"q_proj", "gate_proj"};
+    o.modules_to_save = {"gate"};
+    peft::apply_lora(lm, o);
+    at::NoGradGuard no_grad;
+    for (auto& [name, router] : peft::adapter_saved_modules(lm)) router.add_(0.5);
+    peft::save_adapter(lm, o, dir / "routers", (dir / "m").string(), /*overwrite=*/true);
+  }
+  const auto merged = export_model(dir / "m", dir / "merged.gguf", "f32", dir / "routers");
+  EXPECT_TRUE(ctune::test::within("merged router adapter self-check: max |dNLL|", merged.check.max_diff, kNllTolerance));
+  auto mf = io::GgufFile::open(dir / "merged.gguf");
+  EXPECT_TRUE(gguf_tensor(*mf, "blk.0.ffn_gate_inp.weight").equal(hf_tensor(dir / "m", "model.layers.0.mlp.gate.weight") + 0.5));
+  GgufExportOptions lora;
+  lora.model_dir = dir / "m";
+  lora.adapter_dir = dir / "routers";
+  lora.out = dir / "routers.gguf";
+  EXPECT_THROW(export_gguf_lora(lora), UnsupportedError);
+  EXPECT_FALSE(fs::exists(dir / "routers.gguf"));
 
   for (const auto& [key, value, says] : std::vector<std::tuple<std::string, Json, std::string>>{
            {"norm_topk_prob", false, "norm_topk_prob false"}, {"mlp_only_layers", Json::array({1}), "dense layer 1"}}) {

@@ -190,7 +190,9 @@ TEST(PeftConformance, UnsupportedAdapterSettingsAreRefused) {
            {"fan_in_fan_out", true, "fan_in_fan_out"},
            {"target_modules", ".*proj", "regular expression"},
            {"peft_type", "IA3", "peft_type"},
-           {"rank_pattern", Json{{"q_proj", 8}}, "rank_pattern"}}) {
+           {"rank_pattern", Json{{"q_proj", 8}}, "rank_pattern"},
+           {"modules_to_save", Json::array({"lm_head"}), "modules_to_save \"lm_head\" is not supported"},
+           {"modules_to_save", "gate", "modules_to_save must be a list"}}) {
     fs::create_directories(dir);
     Json config = read_json_file(kPeft / "lora" / "adapter_config.json");
     config[key] = value;

@@ -78,13 +78,18 @@ class FullFinetuning : public Method {
 class Lora : public Method {
  public:
   Lora(peft::LoraOptions options, fs::path init_from) : options_(std::move(options)), init_from_(std::move(init_from)) {
-    if (!init_from_.empty()) options_ = peft::read_adapter_config(init_from_);
+    if (init_from_.empty()) return;
+    const peft::LoraOptions adapter = peft::read_adapter_config(init_from_);
+    if (options_.modules_to_save != adapter.modules_to_save && !options_.modules_to_save.empty())
+      throw ConfigError("peft.train_router: the adapter to start from trained no routers (its modules_to_save has no \"gate\")");
+    options_ = adapter;
   }
 
   MethodKind kind() const override { return MethodKind::lora; }
   std::string describe() const override {
     return "LoRA r=" + std::to_string(options_.rank) + " alpha=" + std::to_string(options_.alpha) +
            (options_.rslora ? " (rsLoRA)" : "") + " on " + std::to_string(options_.targets.size()) + " target kinds" +
+           (options_.modules_to_save.empty() ? std::string() : ", routers trained") +
            (init_from_.empty() ? std::string() : ", starting from " + init_from_.string());
   }
 
@@ -107,7 +112,8 @@ class Lora : public Method {
 
   ModuleTraining module(const std::string& name) const override {
     const bool targeted = std::find(options_.targets.begin(), options_.targets.end(), name) != options_.targets.end();
-    return {false, targeted ? options_.rank : 0, targeted ? options_.dropout : 0.0};
+    const bool saved = std::find(options_.modules_to_save.begin(), options_.modules_to_save.end(), name) != options_.modules_to_save.end();
+    return {saved, targeted ? options_.rank : 0, targeted ? options_.dropout : 0.0};
   }
 
   void write_weight_metadata(const model::ModelConfig& /*config*/, const fs::path& dir, const WeightFiles& files) const override {

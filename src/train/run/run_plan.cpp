@@ -150,6 +150,13 @@ void plan_method(RunPlan& p, model::CausalLM& shape_only) {
   lora.rslora = r.get_bool("peft.rslora");
   lora.targets = r.get_strings("peft.target_modules");
   lora.seed = p.seed;
+  if (r.get_bool("peft.train_router")) {
+    if (p.model_config.arch.moe.experts == 0)
+      r.fail("peft.train_router", "model_type " + p.model_config.model_type + " has no experts, so no router to train");
+    if (r.get_string("peft.method") != "lora")
+      r.fail("peft.train_router", "applies to LoRA (peft.method: lora); full fine-tuning trains the routers already");
+    lora.modules_to_save = {"gate"};
+  }
   const fs::path init_from = r.get_optional_string("peft.init_from").value_or("");
   auto method = for_key(r, init_from.empty() ? "peft.method" : "peft.init_from",
                         [&] { return make_method(r.get_string("peft.method"), lora, init_from); });
