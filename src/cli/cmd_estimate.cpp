@@ -60,7 +60,7 @@ int run_estimate(const EstimateOptions& o) {
   distributed::World world;
   world.size = o.nproc;
   world.local_size = o.nproc / o.nodes;
-  const auto plan = train::plan_run(Recipe::load(o.recipe, o.overrides), world);
+  const auto plan = train::plan_run(Recipe::load(o.recipe, o.overrides), world, train::PlanScope::shapes);
   const auto ledger = train::estimate_memory(train::ledger_inputs(plan, ops::memory_now(plan.device)));
   if (o.json) {
     std::cout << ledger.to_json().dump() << std::endl;

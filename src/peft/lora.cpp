@@ -21,6 +21,7 @@ LoraAdapter::LoraAdapter(model::LinearImpl& owner, const LoraOptions& o, at::Gen
     : scale(lora_scale(o)), dropout(o.dropout), owner_(&owner) {
   lora_A = owner.register_module("lora_A", model::Linear(owner.in_features, o.rank, false, o.dtype));
   lora_B = owner.register_module("lora_B", model::Linear(o.rank, owner.out_features, false, o.dtype));
+  if (!o.initialise) return;
   at::NoGradGuard no_grad;
   // kaiming_uniform_(a=sqrt(5)) on [r, in]: bound = gain * sqrt(3 / fan_in) with
   // gain = sqrt(2 / (1 + a^2)) = sqrt(1/3), i.e. 1 / sqrt(in).

@@ -20,6 +20,7 @@ struct LoraOptions {
   bool rslora = false;
   std::vector<std::string> targets = {"q_proj", "v_proj"};
   std::uint64_t seed = 0;  // initialisation of A
+  bool initialise = true;  // false: a shape-only model's adapters (planning), no memory touched
   at::ScalarType dtype = at::kFloat;  // adapters train in fp32 whatever the base dtype
   // PEFT's modules_to_save: whole modules that train beside the adapters and are saved with
   // them. ctune's: "gate", the routers of a model with experts (peft.train_router).

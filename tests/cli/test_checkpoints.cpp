@@ -41,11 +41,13 @@ void write(const fs::path& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
-// `peft_more`: further keys of the LoRA recipe's peft map (", train_router: true").
+// `peft_more`: further keys of the LoRA recipe's peft map (", train_router: true"), or others
+// than its target_modules.
 std::string recipe(const std::string& method, const fs::path& model = kDir / "model", const std::string& peft_more = "") {
   const std::string d = kDir.string();
-  std::string peft = method == "lora" ? "peft: {method: lora, rank: 4, alpha: 8, dropout: 0.1, target_modules: [q_proj, v_proj, down_proj]" +
-                                            peft_more + "}\n"
+  const bool own_targets = peft_more.find("target_modules") != std::string::npos;
+  std::string peft = method == "lora" ? "peft: {method: lora, rank: 4, alpha: 8, dropout: 0.1" +
+                                            std::string(own_targets ? "" : ", target_modules: [q_proj, v_proj, down_proj]") + peft_more + "}\n"
                                       : "peft: {method: none}\n";
   return "output_dir: " + d + "/run\n"
          "model: {path: " + model.string() + "}\n"
@@ -326,6 +328,27 @@ TEST_F(Checkpoints, KilledMoeLoraRunResumesBitIdentical) {
   for (const char* layer : {"expert load, layer 1", "expert load, layer 2", "expert load, layer 3"}) EXPECT_NE(html.find(layer), std::string::npos) << layer;
   EXPECT_EQ(html.find("expert load, layer 0"), std::string::npos);  // the dense layer
   EXPECT_NE(html.find("balanced (1/32)"), std::string::npos);
+}
+
+// Mixtral (recipes/models/mixtral-tiny.json: 8 experts, 2 per token, every layer sparse),
+// LoRA by Mixtral's expert names (w1, w2, w3) and on the attention, bf16 compute, the aux loss
+// at the config's 0.02: killed and resumed, the uninterrupted run.
+TEST_F(Checkpoints, KilledMixtralLoraRunResumesBitIdentical) {
+  const fs::path moe = kDir / "mixtral-model";
+  const auto init = ctune({"init", "--config", CTUNE_SOURCE_DIR "/recipes/models/mixtral-tiny.json", "--out", moe.string(),
+                           "--tokenizer", "byte", "--seed", "6"});
+  ASSERT_EQ(init.status, 0) << init.err;
+  kill_and_resume_is_exact("lora", "precision: bf16\n", "mixtral-lora", moe, ", target_modules: [q_proj, v_proj, w1, w2, w3]");
+  std::ifstream in(kDir / "mixtral-lora-reference" / "metrics.jsonl");
+  std::size_t steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (!j.contains("loss")) continue;
+    ++steps;
+    EXPECT_GT(j["aux_loss"].get<double>(), 0.0) << line;
+    EXPECT_EQ(j["expert_load"].size(), 4u) << line;
+  }
+  EXPECT_EQ(steps, 12u);
 }
 
 // fp16 with dynamic loss scaling: an initial scale of 2^24 makes the first steps' fp16

@@ -248,6 +248,31 @@ void expect_run_files(const fs::path& run, std::int64_t steps, bool lora) {
   }
 }
 
+// `ctune estimate` before the model is downloaded: the shipped Qwen3-30B-A3B QLoRA recipe over a
+// directory holding only its config.json (recipes/models/qwen3-30b-a3b.json), no weights, no
+// tokenizer, no data. The frozen bytes are those of 30.5B parameters with the projections in
+// NF4 (half a byte each plus double-quantised block scales, about 3% more) and the untied
+// embedding and head in bf16 (2 x 151936 x 2048 x 2 bytes = 1.24 GB): 16.2 to 17.2 GB. A run
+// (validate, train) still refuses the directory.
+TEST_F(Recipes, EstimateFromConfigAlone) {
+  const fs::path dir = kDir / "config-only-30b";
+  fs::create_directories(dir);
+  fs::copy_file(fs::path(CTUNE_SOURCE_DIR) / "recipes/models/qwen3-30b-a3b.json", dir / "config.json",
+                fs::copy_options::overwrite_existing);
+  const std::string recipe = std::string(CTUNE_SOURCE_DIR) + "/recipes/qwen3-30b-a3b-qlora.yaml";
+  const auto r = ctune({"estimate", recipe, "model.path=" + dir.string(), "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("no weights, so planned from config.json alone"), std::string::npos) << r.err;
+  const Json j = Json::parse(r.out);
+  const double frozen = j["symbol_values"]["F"].get<double>();
+  EXPECT_GT(frozen, 16.2e9);
+  EXPECT_LT(frozen, 17.2e9);
+  EXPECT_GT(j["peak_bytes"].get<double>(), frozen);
+  const auto run = ctune({"validate", recipe, "model.path=" + dir.string()});
+  EXPECT_NE(run.status, 0);
+  EXPECT_NE(run.err.find("no model.safetensors"), std::string::npos) << run.err;
+}
+
 // `ctune estimate`: the ledger's lines with their formulas, and a peak that is at least their
 // persistent part; what each technique moves, moves the line it should.
 TEST_F(Recipes, EstimatePrintsTheLedger) {

@@ -106,7 +106,9 @@ class Lora : public Method {
   }
   void resolve_targets(model::CausalLM& shape_only) override {
     options_.targets = peft::resolve_targets(shape_only, options_.targets);
-    peft::apply_lora(shape_only, options_);
+    peft::LoraOptions shapes = options_;
+    shapes.initialise = false;  // a 30B model's adapters are gigabytes: planning touches none of them
+    peft::apply_lora(shape_only, shapes);
   }
   peft::LoraSummary make_trainable(model::CausalLM& model) const override { return peft::enable_lora_training(model); }
 

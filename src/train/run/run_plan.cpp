@@ -116,10 +116,15 @@ model::CausalLM plan_model(RunPlan& p) {
   p.model_config = for_key(r, "model.path", [&] { return model::load_model_config(p.model_dir); });
   model::CausalLM shape_only(p.model_config, p.model_dtype);
   p.parameters = model::parameter_shapes(*shape_only);
-  for_key(r, "model.path", [&] {
-    io::CheckpointReader checkpoint(p.model_dir);
-    model::check_weights(shape_only, checkpoint);
-  });
+  const bool weights = fs::exists(p.model_dir / io::kSingleFileName) || fs::exists(p.model_dir / io::kIndexFileName);
+  if (p.scope == PlanScope::shapes && !weights) {
+    spdlog::info("{}: no weights, so planned from config.json alone", p.model_dir.string());
+  } else {
+    for_key(r, "model.path", [&] {
+      io::CheckpointReader checkpoint(p.model_dir);
+      model::check_weights(shape_only, checkpoint);
+    });
+  }
   if (r.get_int("data.max_seq_len") > p.model_config.max_position_embeddings) {
     spdlog::warn("{}: `data.max_seq_len` {} is past the model's max_position_embeddings {}: positions beyond it were "
                  "never trained, and the model's own config says not to use them",
@@ -128,6 +133,11 @@ model::CausalLM plan_model(RunPlan& p) {
 
   // Tokenizer, and whether its ids fit the embedding.
   p.tokenizer_dir = r.is_null("tokenizer.path") ? p.model_dir : fs::path(r.get_string("tokenizer.path"));
+  if (p.scope == PlanScope::shapes && !fs::exists(p.tokenizer_dir / "tokenizer.json") && !fs::exists(p.tokenizer_dir / "tokenizer.model") &&
+      !fs::is_regular_file(p.tokenizer_dir)) {
+    spdlog::info("{}: no tokenizer, so no data read either", p.tokenizer_dir.string());
+    return shape_only;
+  }
   p.tokenizer = for_key(r, r.is_null("tokenizer.path") ? "model.path" : "tokenizer.path",
                         [&] { return tok::load_tokenizer(p.tokenizer_dir); });
   if (static_cast<std::int64_t>(p.tokenizer->vocab_size()) > p.model_config.vocab_size) {
@@ -186,6 +196,10 @@ void plan_method(RunPlan& p, model::CausalLM& shape_only) {
 void plan_data(RunPlan& p) {
   const Recipe& r = p.recipe;
   p.data = data_options(r, p.tokenizer_dir);
+  if (p.scope == PlanScope::shapes && (!p.tokenizer || !fs::exists(p.data.train))) {
+    if (p.tokenizer) spdlog::info("{}: no such file, so planned without data", p.data.train.string());
+    return;
+  }
   p.inputs = {{"model.path", p.model_dir}, {"tokenizer.path", p.tokenizer_dir}, {"data.train", p.data.train}};
   if (!p.data.eval.empty()) p.inputs.emplace_back("data.eval", p.data.eval);
   if (auto init = r.get_optional_string("peft.init_from")) p.inputs.emplace_back("peft.init_from", *init);
@@ -212,13 +226,18 @@ void plan_steps(RunPlan& p, const distributed::World& world) {
   auto& t = p.trainer;
   t.grad_accum = r.get_int("training.grad_accum");
   p.distributed = distributed_plan(r);
-  const data::Sampler sampler(p.datasets.train, p.sampler_options());
-  const auto batches = sampler.batches_per_epoch();
-  if (p.data.packing) {
-    p.packed_fill = static_cast<double>(sampler.plan().num_tokens()) /
-                    static_cast<double>(std::max<std::int64_t>(1, sampler.plan().num_rows() * p.data.max_seq_len));
+  const bool data = p.datasets.train != nullptr;  // else a shapes plan without data: one step an epoch
+  if (data) {
+    const data::Sampler sampler(p.datasets.train, p.sampler_options());
+    const auto batches = sampler.batches_per_epoch();
+    if (p.data.packing) {
+      p.packed_fill = static_cast<double>(sampler.plan().num_tokens()) /
+                      static_cast<double>(std::max<std::int64_t>(1, sampler.plan().num_rows() * p.data.max_seq_len));
+    }
+    p.steps_per_epoch = std::max<std::int64_t>(1, (batches + t.grad_accum - 1) / t.grad_accum);
+  } else {
+    p.steps_per_epoch = 1;
   }
-  p.steps_per_epoch = std::max<std::int64_t>(1, (batches + t.grad_accum - 1) / t.grad_accum);
   const auto max_steps = r.get_optional_int("training.max_steps");
   const auto epochs = r.get_optional_int("training.epochs");
   if (max_steps && epochs) r.fail("training.epochs", "set training.max_steps or training.epochs, not both");
@@ -242,7 +261,7 @@ void plan_steps(RunPlan& p, const distributed::World& world) {
   // auto: each rank writes its part when the ranks hold different parts of the optimizer state.
   const std::string layout = r.get_string("checkpoint.layout");
   p.checkpoint.sharded = layout == "sharded" || (layout == "auto" && p.distributed.optimizer_shards(world) > 1);
-  if (t.eval_every > 0 && p.datasets.eval->empty()) {
+  if (t.eval_every > 0 && data && p.datasets.eval->empty()) {
     r.fail("training.eval_every", "evaluation is requested but there is no eval data (set data.eval or data.eval_fraction)");
   }
   t.schedule.name = r.get_string("scheduler.name");
@@ -250,7 +269,7 @@ void plan_steps(RunPlan& p, const distributed::World& world) {
   t.schedule.warmup_steps = r.get_int("scheduler.warmup_steps");
   t.schedule.total_steps = t.max_steps;
   t.schedule.min_lr_ratio = r.get_float("scheduler.min_lr_ratio");
-  if (t.schedule.warmup_steps >= t.max_steps) {
+  if (t.schedule.warmup_steps >= t.max_steps && (data || max_steps)) {  // epochs without data: no step count
     r.fail("scheduler.warmup_steps", "warmup of " + std::to_string(t.schedule.warmup_steps) +
                                          " steps does not end before the run's " + std::to_string(t.max_steps) + " steps");
   }
@@ -270,8 +289,9 @@ void refuse_what_cuda_lacks(RunPlan& p, const distributed::World& world) {
 
 }  // namespace
 
-RunPlan plan_run(Recipe recipe, const distributed::World& world) {
+RunPlan plan_run(Recipe recipe, const distributed::World& world, PlanScope scope) {
   RunPlan p;
+  p.scope = scope;
   p.recipe = std::move(recipe);
   p.world = world;
   const Recipe& r = p.recipe;

@@ -43,9 +43,16 @@ struct CheckpointPolicy {
 // How the run spreads over ranks (distributed.*; the world itself comes from the launcher's
 // environment, dist/world.h).
 
+// What a plan is for. run: everything the run reads must be there (weights, tokenizer, data).
+// shapes: `ctune estimate`, which needs the model's config.json and the recipe: what is there is
+// checked as for a run, and missing weights, tokenizer or data are planned without (a 30B
+// model's memory can be predicted before it is downloaded); such a plan only feeds the ledger.
+enum class PlanScope { run, shapes };
+
 // Everything a run needs, resolved from the recipe by plan_run(). Nothing reads the recipe after
 // planning: every value is here.
 struct RunPlan {
+  PlanScope scope = PlanScope::run;
   Recipe recipe;  // the resolved recipe, read only by plan_run (run_plan*.cpp)
   std::filesystem::path output_dir, model_dir, tokenizer_dir;
   // What the run reads, by recipe key: model.path, tokenizer.path, data.train, data.eval (when
@@ -63,7 +70,7 @@ struct RunPlan {
   at::Device device = at::kCPU;               // device: where the model and batches live
   int threads = 1;
   std::uint64_t seed = 42;
-  std::unique_ptr<tok::Tokenizer> tokenizer;
+  std::unique_ptr<tok::Tokenizer> tokenizer;  // null only in a shapes plan without one
   data::DataOptions data;
   data::Datasets datasets;
   OptimizerOptions optimizer;
@@ -92,7 +99,7 @@ struct RunPlan {
 
 // Throws ConfigError (naming the recipe file/override and key), IoError, FormatError. `world`:
 // where this process stands in a multi-process run.
-RunPlan plan_run(Recipe recipe, const distributed::World& world = {});
+RunPlan plan_run(Recipe recipe, const distributed::World& world = {}, PlanScope scope = PlanScope::run);
 
 // The quantised base that memory.quantize_base (int8 or nf4) and its memory.* settings describe.
 quant::QuantSpec quant_spec(const Recipe& recipe);
