@@ -272,6 +272,28 @@ TEST_F(Checkpoints, KilledLoraRunResumesBitIdentical) {
 }
 TEST_F(Checkpoints, KilledFullRunResumesBitIdentical) { kill_and_resume_is_exact("full"); }
 
+// Every training step of `run` records the aux loss (and the z-loss when it trains) and, per
+// sparse layer, each of the `experts` experts' share of the routed tokens.
+void expect_moe_metrics(const fs::path& run, std::size_t sparse_layers, std::size_t experts, bool z_loss) {
+  std::ifstream in(run / "metrics.jsonl");
+  std::size_t steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (!j.contains("loss")) continue;
+    ++steps;
+    EXPECT_GT(j["aux_loss"].get<double>(), 0.0) << line;
+    if (z_loss) EXPECT_GT(j["z_loss"].get<double>(), 0.0) << line;
+    ASSERT_EQ(j["expert_load"].size(), sparse_layers) << line;
+    for (const auto& [layer, shares] : j["expert_load"].items()) {
+      double total = 0;
+      for (const auto& share : shares) total += share.get<double>();
+      EXPECT_EQ(shares.size(), experts);
+      EXPECT_NEAR(total, 1.0, 1e-9) << layer;
+    }
+  }
+  EXPECT_EQ(steps, 12u);
+}
+
 // A mixture of experts (recipes/models/qwen3-moe-tiny.json: 32 experts, 8 per token, a dense
 // first layer), LoRA on the attention and every expert's down_proj, the routers trained too
 // (peft.train_router), blocks recomputed in backward, the routers' aux loss and z-loss on (their
@@ -302,23 +324,7 @@ TEST_F(Checkpoints, KilledMoeLoraRunResumesBitIdentical) {
     EXPECT_FALSE(router.equal(ctune::io::load_tensor(*base, *base->header().find(name), at::kFloat))) << name << " did not train";
     EXPECT_TRUE(router.equal(ctune::io::load_tensor(*merged_file, *merged_file->header().find(name), at::kFloat))) << name << " not merged";
   }
-  std::ifstream in(kDir / "moe-lora-reference" / "metrics.jsonl");
-  std::size_t steps = 0;
-  for (std::string line; std::getline(in, line);) {
-    const Json j = Json::parse(line);
-    if (!j.contains("loss")) continue;
-    ++steps;
-    EXPECT_GT(j["aux_loss"].get<double>(), 0.0) << line;
-    EXPECT_GT(j["z_loss"].get<double>(), 0.0) << line;
-    ASSERT_EQ(j["expert_load"].size(), 3u) << line;  // layers 1-3 are sparse
-    for (const auto& [layer, shares] : j["expert_load"].items()) {
-      double total = 0;
-      for (const auto& s : shares) total += s.get<double>();
-      EXPECT_EQ(shares.size(), 32u);
-      EXPECT_NEAR(total, 1.0, 1e-9) << layer;
-    }
-  }
-  EXPECT_EQ(steps, 12u);
+  expect_moe_metrics(kDir / "moe-lora-reference", 3, 32, /*z_loss=*/true);  // layers 1-3 are sparse
   // The report plots the aux loss and each sparse layer's expert load (32 experts: the busiest,
   // median and idlest share against 1/32).
   const fs::path out = kDir / "moe-report.html";
@@ -339,16 +345,7 @@ TEST_F(Checkpoints, KilledMixtralLoraRunResumesBitIdentical) {
                            "--tokenizer", "byte", "--seed", "6"});
   ASSERT_EQ(init.status, 0) << init.err;
   kill_and_resume_is_exact("lora", "precision: bf16\n", "mixtral-lora", moe, ", target_modules: [q_proj, v_proj, w1, w2, w3]");
-  std::ifstream in(kDir / "mixtral-lora-reference" / "metrics.jsonl");
-  std::size_t steps = 0;
-  for (std::string line; std::getline(in, line);) {
-    const Json j = Json::parse(line);
-    if (!j.contains("loss")) continue;
-    ++steps;
-    EXPECT_GT(j["aux_loss"].get<double>(), 0.0) << line;
-    EXPECT_EQ(j["expert_load"].size(), 4u) << line;
-  }
-  EXPECT_EQ(steps, 12u);
+  expect_moe_metrics(kDir / "mixtral-lora-reference", 4, 8, /*z_loss=*/false);
 }
 
 // fp16 with dynamic loss scaling: an initial scale of 2^24 makes the first steps' fp16
