@@ -268,6 +268,8 @@ TEST_F(Recipes, EstimateFromConfigAlone) {
   EXPECT_GT(frozen, 16.2e9);
   EXPECT_LT(frozen, 17.2e9);
   EXPECT_GT(j["peak_bytes"].get<double>(), frozen);
+  // The largest trainable tensor: rank 16 x q_proj's 32 x 128 outputs (o_proj's inputs).
+  EXPECT_EQ(j["symbol_values"]["Nmax"].get<std::int64_t>(), 16 * 32 * 128);
   const auto run = ctune({"validate", recipe, "model.path=" + dir.string()});
   EXPECT_NE(run.status, 0);
   EXPECT_NE(run.err.find("no model.safetensors"), std::string::npos) << run.err;

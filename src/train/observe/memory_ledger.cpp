@@ -110,6 +110,7 @@ StateCount count_state(const LedgerInputs& in) {
       const std::int64_t adapter = training.adapter_rank * (p.sizes[0] + p.sizes[1]);
       s.trainable += adapter;
       part.trainable += adapter;
+      s.largest_trainable = std::max(s.largest_trainable, training.adapter_rank * std::max(p.sizes[0], p.sizes[1]));
     }
   }
   // A part whole: its frozen bytes (a quantised base's stay whole anyway) and fp32 trainables;
