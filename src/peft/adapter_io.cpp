@@ -1,7 +1,6 @@
 #include "peft/adapter_io.h"
 
 #include <ATen/core/grad_mode.h>
-#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -119,8 +118,8 @@ LoraOptions read_adapter_config(const fs::path& dir) {
       if (!m.is_string() || m.get<std::string>() != "gate")
         throw UnsupportedError(where + ": modules_to_save " + m.dump() +
                                " is not supported (expected \"gate\", the routers of a model with experts)");
-      if (std::find(o.modules_to_save.begin(), o.modules_to_save.end(), "gate") == o.modules_to_save.end()) o.modules_to_save.push_back("gate");
     }
+    if (!saved->empty()) o.modules_to_save = {"gate"};
   }
   return o;
 }

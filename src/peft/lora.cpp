@@ -66,6 +66,13 @@ void count(model::CausalLM& lm, LoraSummary* s) {
     if (p.requires_grad()) s->trainable += p.numel();
   }
 }
+// Every router of the model (a model with experts), by module name.
+std::vector<std::pair<std::string, model::RouterImpl*>> routers(model::CausalLM& lm) {
+  std::vector<std::pair<std::string, model::RouterImpl*>> out;
+  for (const auto& item : lm->named_modules("", /*include_self=*/false))
+    if (auto* router = dynamic_cast<model::RouterImpl*>(item.value().get())) out.emplace_back(item.key(), router);
+  return out;
+}
 }  // namespace
 
 std::vector<std::string> linear_layer_names(model::CausalLM& lm) {
@@ -127,9 +134,8 @@ LoraSummary apply_lora(model::CausalLM& lm, const LoraOptions& options) {
   }
   for (const auto& name : o.modules_to_save) {
     bool found = false;
-    for (const auto& item : lm->named_modules("", /*include_self=*/false)) {
-      auto* router = dynamic_cast<model::RouterImpl*>(item.value().get());
-      if (!router || leaf(item.key()) != name) continue;
+    for (auto& [module, router] : routers(lm)) {
+      if (leaf(module) != name) continue;
       // An fp32 master of its own (the base may be bf16, or a file mapped read-only), as full
       // fine-tuning keeps; the forward casts it to the compute dtype.
       at::NoGradGuard no_grad;
@@ -148,10 +154,8 @@ LoraSummary apply_lora(model::CausalLM& lm, const LoraOptions& options) {
 
 std::vector<std::pair<std::string, at::Tensor>> adapter_saved_modules(model::CausalLM& lm) {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& item : lm->named_modules("", /*include_self=*/false)) {
-    auto* router = dynamic_cast<model::RouterImpl*>(item.value().get());
-    if (router && router->saved_with_adapter) out.emplace_back(item.key() + ".weight", router->weight);
-  }
+  for (auto& [module, router] : routers(lm))
+    if (router->saved_with_adapter) out.emplace_back(module + ".weight", router->weight);
   return out;
 }
 
@@ -184,9 +188,8 @@ std::size_t merge_lora(model::CausalLM& lm) {
     stage.advance(1, static_cast<std::uint64_t>(linear->weight.nbytes()));
   }
   stage.finish();
-  for (const auto& item : lm->named_modules("", /*include_self=*/false)) {
-    auto* router = dynamic_cast<model::RouterImpl*>(item.value().get());
-    if (!router || !router->saved_with_adapter) continue;
+  for (auto& [module, router] : routers(lm)) {
+    if (!router->saved_with_adapter) continue;
     router->weight.set_data(router->weight.detach().to(lm->model->embed_tokens->weight.scalar_type()));
     router->saved_with_adapter = false;
   }

@@ -25,9 +25,19 @@ bool looks_like_json(const std::filesystem::path& file) {
 }
 }  // namespace
 
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer.model"};  // in order of preference
+
+bool has_tokenizer(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) return true;
+  for (const char* name : kTokenizerFiles)
+    if (std::filesystem::exists(path / name, ec)) return true;
+  return false;
+}
+
 std::filesystem::path tokenizer_file(const std::filesystem::path& dir) {
   std::error_code ec;
-  for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+  for (const char* name : kTokenizerFiles) {
     const auto file = dir / name;
     if (!std::filesystem::exists(file, ec)) continue;
     require_regular_file(file, "a tokenizer file");  // a link to /dev/zero or a FIFO: said so, never read

@@ -14,6 +14,8 @@ namespace ctune::tok {
 // tokenizer.model. Throws IoError naming `dir` when it has neither, or one that is not a
 // regular file. Every reader of a directory's tokenizer (load_tokenizer, GGUF export) asks here.
 std::filesystem::path tokenizer_file(const std::filesystem::path& dir);
+// Whether load_tokenizer has something to read at `path`: a file, or a directory with either file.
+bool has_tokenizer(const std::filesystem::path& path);
 
 // Loads from a directory holding tokenizer.json (preferred) or tokenizer.model, or from a path
 // to either file. Reads tokenizer_config.json and special_tokens_map.json beside it.

@@ -133,8 +133,7 @@ model::CausalLM plan_model(RunPlan& p) {
 
   // Tokenizer, and whether its ids fit the embedding.
   p.tokenizer_dir = r.is_null("tokenizer.path") ? p.model_dir : fs::path(r.get_string("tokenizer.path"));
-  if (p.scope == PlanScope::shapes && !fs::exists(p.tokenizer_dir / "tokenizer.json") && !fs::exists(p.tokenizer_dir / "tokenizer.model") &&
-      !fs::is_regular_file(p.tokenizer_dir)) {
+  if (p.scope == PlanScope::shapes && !tok::has_tokenizer(p.tokenizer_dir)) {
     spdlog::info("{}: no tokenizer, so no data read either", p.tokenizer_dir.string());
     return shape_only;
   }
