@@ -7,6 +7,9 @@
                                          say who a sentence mentions, "person", "animal", "both"
                                          or "nobody" ({"instruction", "output"}); the 200 eval
                                          sentences never occur in the task's training set
+  pref_train.jsonl / pref_eval.jsonl     the task as preference pairs for DPO (TRL's conversational
+                                         form): the right answer chosen, a plausible wrong one
+                                         rejected; the eval pairs are the task's 200 held-out sentences
 
 Usage: make_quickstart_data.py OUT_DIR
 """
@@ -82,6 +85,19 @@ def task_rows(rng, count):
     return rows
 
 
+def wrong_answer(rng, right):
+    """A plausible wrong answer: one that shares an actor with the right one where possible."""
+    near = {"both": ["person", "animal"], "person": ["both", "nobody"], "animal": ["both", "nobody"],
+            "nobody": ["person", "animal"]}
+    return rng.choice(near[right])
+
+
+def pairs(rng, rows):
+    return [{"prompt": [{"role": "user", "content": r["instruction"]}],
+             "chosen": [{"role": "assistant", "content": r["output"]}],
+             "rejected": [{"role": "assistant", "content": wrong_answer(rng, r["output"])}]} for r in rows]
+
+
 def write(path, rows):
     with open(path, "w", encoding="utf-8") as f:
         for r in rows:
@@ -97,6 +113,10 @@ def main():
     rows = task_rows(rng, 3000)
     write(os.path.join(out, "task_eval.jsonl"), rows[:200])    # sentences never seen in task training
     write(os.path.join(out, "task_train.jsonl"), rows[200:])
+    # Its own generator, so the files above stay byte for byte what they were.
+    prng = random.Random(2027)
+    write(os.path.join(out, "pref_eval.jsonl"), pairs(prng, rows[:200]))
+    write(os.path.join(out, "pref_train.jsonl"), pairs(prng, rows[200:1400]))
 
 
 if __name__ == "__main__":

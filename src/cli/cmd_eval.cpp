@@ -28,6 +28,7 @@
 #include "model/config.h"
 #include "train/run/run_plan.h"
 #include "train/step/batches.h"
+#include "train/objective/objectives.h"
 #include "train/step/loss.h"
 
 namespace ctune::cli {
@@ -115,18 +116,30 @@ int run_eval(EvalOptions o) {
   auto batches = train::all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
                                     plan.eval_batches, plan.device);
   Stage stage("evaluating " + plan.datasets.eval_stats.file, static_cast<std::int64_t>(batches.size()), "batches");
-  const auto eval = train::evaluate_loss(lm, batches, plan.trainer.chunked_loss, &stage);
+  // The recipe's objective, as training evaluates it (a preference objective: its pair loss and
+  // reward metrics against the same reference).
+  auto objective = train::make_objective(plan.objective, plan.trainer.chunked_loss, train::build_reference(plan));
+  const auto eval = train::evaluate_objective(*objective, lm, batches, &stage);
   stage.finish();
-  const double loss = eval.loss;
-  const std::int64_t tokens = eval.tokens;
+  const double loss = eval.units > 0 ? eval.loss / eval.units : 0.0;
+  const std::int64_t tokens = eval.target_tokens;
+  const bool token_loss = objective->token_loss();
   lm->eval();
   at::NoGradGuard no_grad;
   infer::Accuracy acc;
+  if (o.accuracy && !token_loss)
+    throw ConfigError("--accuracy generates each example's reference response; a preference split has two per prompt (evaluate the "
+                      "task with an SFT recipe's data instead)");
   if (o.accuracy) acc = exact_match(lm, *plan.datasets.eval, *plan.tokenizer, o.limit, o.show);
 
   // Perplexity is exp of the mean token NLL: exp of the mean of `ctune score`'s NLLs over the
   // same target tokens.
-  nlohmann::ordered_json out = {{"eval_loss", loss}, {"eval_ppl", std::exp(loss)}, {"eval_tokens", tokens}};
+  nlohmann::ordered_json out = {{"eval_loss", loss}};
+  if (token_loss) out["eval_ppl"] = std::exp(loss);
+  out["eval_tokens"] = tokens;
+  const auto names = objective->metric_names();
+  for (std::size_t i = 0; i < names.size(); ++i) out["eval_" + names[i]] = eval.units > 0 ? eval.metrics[i] / eval.units : 0.0;
+  if (!token_loss) out["eval_pairs"] = eval.units;
   if (o.accuracy) {
     out["accuracy"] = acc.total ? static_cast<double>(acc.correct) / static_cast<double>(acc.total) : 0.0;
     out["correct"] = acc.correct;
@@ -141,8 +154,9 @@ int run_eval(EvalOptions o) {
   std::printf("%-12s %s: %zu examples (%s)\n", "data", plan.datasets.eval_stats.file.c_str(), plan.datasets.eval->size(),
               data::to_string(plan.data.format).c_str());
   std::printf("%-12s %lld\n", "tokens", static_cast<long long>(tokens));
-  std::printf("%-12s %.4f\n", "eval loss", loss);
-  std::printf("%-12s %.3f\n", "perplexity", std::exp(loss));
+  std::printf("%-12s %.4f\n", token_loss ? "eval loss" : ("eval " + objective->name() + " loss").c_str(), loss);
+  if (token_loss) std::printf("%-12s %.3f\n", "perplexity", std::exp(loss));
+  for (std::size_t i = 0; i < names.size(); ++i) std::printf("%-18s %.4f\n", names[i].c_str(), out["eval_" + names[i]].get<double>());
   if (o.accuracy) {
     std::printf("%-12s %.1f%% (%lld/%lld exact matches)\n", "accuracy", 100.0 * out["accuracy"].get<double>(),
                 static_cast<long long>(acc.correct), static_cast<long long>(acc.total));

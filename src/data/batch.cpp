@@ -25,6 +25,7 @@ Batch Batch::slice_rows(std::int64_t begin, std::int64_t end) const {
   out.labels.assign(labels.begin() + from, labels.begin() + to);
   out.position_ids.assign(position_ids.begin() + from, position_ids.begin() + to);
   out.segment_ids.assign(segment_ids.begin() + from, segment_ids.begin() + to);
+  out.rows_per_group = rows_per_group;
   return out;
 }
 
@@ -34,6 +35,12 @@ BatchPlan::BatchPlan(const std::vector<Example>& examples, const std::vector<std
   if (options.batch_size < 1) throw ConfigError("batch_size: expected at least 1, found " + std::to_string(options.batch_size));
   if (options.packing_window < 0)
     throw ConfigError("data.packing_window: expected 0 or more documents, found " + std::to_string(options.packing_window));
+  if (options.rows_per_group < 1) throw ConfigError("rows per group: expected at least 1, found " + std::to_string(options.rows_per_group));
+  if (options.rows_per_group > 1 && options.packing)
+    throw ConfigError("data.packing: a preference pair's rows are scored as whole sequences; set data.packing: false");
+  if (static_cast<std::int64_t>(order.size()) % options.rows_per_group != 0)
+    throw ShapeError("batch plan: " + std::to_string(order.size()) + " examples do not make whole groups of " +
+                     std::to_string(options.rows_per_group));
   pieces_.reserve(order.size());
   row_begin_.reserve(order.size() + 1);
   if (!options.packing) {
@@ -136,7 +143,7 @@ void BatchPlan::pack_split(const std::vector<std::int64_t>& order) {
 }
 
 std::int64_t BatchPlan::size() const {
-  return (num_rows() + options_.batch_size - 1) / options_.batch_size;
+  return (num_rows() + rows_per_batch() - 1) / rows_per_batch();
 }
 
 std::int64_t BatchPlan::num_tokens() const {
@@ -149,11 +156,12 @@ Batch BatchPlan::batch(std::int64_t index) const {
   if (index < 0 || index >= size())
     throw ShapeError("batch index " + std::to_string(index) + " out of range (plan has " + std::to_string(size()) +
                      " batches)");
-  const std::int64_t first_row = index * options_.batch_size;
-  const std::int64_t last_row = std::min(first_row + options_.batch_size, num_rows());
+  const std::int64_t first_row = index * rows_per_batch();
+  const std::int64_t last_row = std::min(first_row + rows_per_batch(), num_rows());
   auto piece = [&](std::int64_t k) -> const Piece& { return pieces_[static_cast<std::size_t>(k)]; };
   Batch b;
   b.rows = last_row - first_row;
+  b.rows_per_group = options_.rows_per_group;
   if (options_.packing) {
     b.length = options_.max_seq_len;
   } else {

@@ -14,6 +14,8 @@
 //     not fit continues at the start of the next row as a document of its own (positions
 //     restart, its first token there is not a target). The window is then moot.
 // The last batch of a plan may have fewer rows; it is kept.
+// Groups (BatchOptions::rows_per_group > 1, preference pairs): one example per row, batch_size
+// groups per batch, a group never split between batches.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,8 @@ struct Batch {
   std::vector<std::int64_t> labels;        // [rows * length], -100 at padding and masked positions
   std::vector<std::int64_t> position_ids;  // [rows * length], 0.. per document, 0 at padding
   std::vector<std::int32_t> segment_ids;   // [rows * length], k > 0 = k-th document of the row, 0 = padding
+  // Consecutive rows that form one group (BatchOptions::rows_per_group); rows is a multiple.
+  std::int64_t rows_per_group = 1;
   // The loss's token count: pairs (t, t+1) inside a row with labels[t + 1] != -100.
   std::int64_t target_tokens() const;
   // Rows [begin, end) as a batch of their own (a rank's share of a global batch).
@@ -42,6 +46,9 @@ struct BatchOptions {
   std::int64_t pad_id = 0;
   std::int64_t packing_window = 0;  // documents per bin-packing window (0: pack in order)
   bool packing_split = false;       // documents may continue in the next row
+  // Examples that belong together, consecutive in the order: 2 for preference pairs (chosen,
+  // rejected). A batch holds batch_size groups, one example per row, never packed.
+  std::int64_t rows_per_group = 1;
 };
 
 class BatchPlan {
@@ -66,6 +73,7 @@ class BatchPlan {
   void pack_windows(const std::vector<std::int64_t>& order);
   void pack_split(const std::vector<std::int64_t>& order);
   std::int64_t length_of(std::int64_t example) const;
+  std::int64_t rows_per_batch() const { return options_.batch_size * options_.rows_per_group; }
 
   const std::vector<Example>* examples_ = nullptr;
   BatchOptions options_;

@@ -14,14 +14,52 @@
 namespace ctune::data {
 namespace {
 
-// The examples built from one file, and the valid-record indices of those that were dropped or
-// truncated, so that the counts can be split along with the examples.
+// The examples built from one file (a preference record's two consecutive, with the same record
+// index), and the valid-record indices of those that were dropped, truncated, too long
+// (data.truncation: drop) or identical pairs, so that the counts can be split along with the
+// examples.
 struct Built {
   std::vector<Example> examples;
   std::vector<std::int64_t> dropped_records;
   std::vector<std::int64_t> truncated_records;
+  std::vector<std::int64_t> too_long_records;
+  std::vector<std::int64_t> identical_records;
   std::int64_t straddles = 0;
 };
+
+// data.truncation on one built example that the builder did not cut (every rule but keep_start
+// builds whole examples). Returns false when the example is to be dropped as too long.
+bool truncate(BuildResult& b, const DataOptions& options, const std::string& where) {
+  const auto max = static_cast<std::size_t>(options.max_seq_len);
+  if (options.truncation == Truncation::keep_start || b.example.ids.size() <= max) return true;
+  switch (options.truncation) {
+    case Truncation::error:
+      throw FormatError(where + ": " + std::to_string(b.example.ids.size()) + " tokens, more than data.max_seq_len " +
+                        std::to_string(options.max_seq_len) + " (data.truncation: error)");
+    case Truncation::drop: return false;
+    case Truncation::keep_end: {
+      const auto cut = static_cast<std::ptrdiff_t>(b.example.ids.size() - max);
+      b.example.ids.erase(b.example.ids.begin(), b.example.ids.begin() + cut);
+      b.example.labels.erase(b.example.labels.begin(), b.example.labels.begin() + cut);
+      b.truncated = true;
+      return true;
+    }
+    case Truncation::keep_start: break;
+  }
+  return true;
+}
+
+// One record's examples: one, or a preference pair's two.
+std::vector<BuildResult> build_record(const Record& rec, const DataOptions& options, const RecordFormatter& formatter,
+                                      const ExampleBuilder& builder) {
+  std::vector<BuildResult> out;
+  if (options.format == DataFormat::preference) {
+    for (const Rendered& r : formatter.render_pair(rec.value, rec.where)) out.push_back(builder.build(r));
+  } else {
+    out.push_back(builder.build(formatter.render(rec.value, rec.where)));
+  }
+  return out;
+}
 
 // Reads and builds every record of `path`; fills the file-level counts of `stats`.
 Built build_file(const std::filesystem::path& path, const DataOptions& options, const RecordFormatter& formatter,
@@ -37,18 +75,36 @@ Built build_file(const std::filesystem::path& path, const DataOptions& options, 
   for (;;) {
     try {
       if (!reader.next(rec)) break;
-      BuildResult b = builder.build(formatter.render(rec.value, rec.where));
+      std::vector<BuildResult> built = build_record(rec, options, formatter, builder);
+      bool fits = true;
+      for (BuildResult& b : built) fits = truncate(b, options, rec.where) && fits;
       const std::int64_t index = stats.records++;
-      tokens += static_cast<std::int64_t>(b.example.ids.size());
+      bool truncated = false, targets = true;
+      for (const BuildResult& b : built) {
+        tokens += static_cast<std::int64_t>(b.example.ids.size());
+        out.straddles += b.straddles;
+        truncated = truncated || b.truncated;
+        targets = targets && b.has_target();
+      }
       stage.update(static_cast<std::int64_t>(reader.bytes_read()), 0, counts);
-      out.straddles += b.straddles;
-      if (b.truncated) out.truncated_records.push_back(index);
-      if (!b.has_target()) {
+      if (!fits) {
+        out.too_long_records.push_back(index);
+        continue;
+      }
+      if (truncated) out.truncated_records.push_back(index);
+      if (!targets) {
         out.dropped_records.push_back(index);
         continue;
       }
-      b.example.record = index;
-      out.examples.push_back(std::move(b.example));
+      // A pair whose responses are the same tokens teaches nothing.
+      if (built.size() == 2 && built[0].example.ids == built[1].example.ids) {
+        out.identical_records.push_back(index);
+        continue;
+      }
+      for (BuildResult& b : built) {
+        b.example.record = index;
+        out.examples.push_back(std::move(b.example));
+      }
     } catch (const FormatError& e) {
       if (options.on_error == OnError::error) throw;
       ++stats.skipped;
@@ -76,6 +132,8 @@ std::vector<Example> take(Built& built, LoadStats& stats, const std::vector<char
   stats.examples = static_cast<std::int64_t>(out.size());
   stats.dropped = std::count_if(built.dropped_records.begin(), built.dropped_records.end(), selected);
   stats.truncated = std::count_if(built.truncated_records.begin(), built.truncated_records.end(), selected);
+  stats.too_long = std::count_if(built.too_long_records.begin(), built.too_long_records.end(), selected);
+  stats.identical = std::count_if(built.identical_records.begin(), built.identical_records.end(), selected);
   return out;
 }
 
@@ -85,6 +143,8 @@ std::string summary(const LoadStats& s, const DataOptions& o) {
   if (s.dropped)
     msg += ", " + std::to_string(s.dropped) + " without a trained token after truncation to " +
            std::to_string(o.max_seq_len) + " tokens";
+  if (s.too_long) msg += ", " + std::to_string(s.too_long) + " longer than " + std::to_string(o.max_seq_len) + " tokens (data.truncation: drop)";
+  if (s.identical) msg += ", " + std::to_string(s.identical) + " pairs whose chosen and rejected are the same tokens";
   return msg;
 }
 
@@ -94,7 +154,10 @@ Datasets load_datasets(const DataOptions& options, const tok::Tokenizer& tokeniz
   validate(options);
   const std::optional<std::string> chat_template = read_chat_template(options.tokenizer_dir);
   const RecordFormatter formatter(options, tokenizer, chat_template);
-  const ExampleBuilder builder(tokenizer, options.train_on_input, options.max_seq_len, options.parse_special_in_content);
+  // The builder cuts the end itself (keep_start); every other rule sees whole examples.
+  const ExampleBuilder builder(tokenizer, options.train_on_input,
+                               options.truncation == Truncation::keep_start ? options.max_seq_len : 0,
+                               options.parse_special_in_content);
 
   Datasets ds;
   ds.chat = formatter.chat_spec();

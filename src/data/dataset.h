@@ -26,11 +26,13 @@ namespace ctune::data {
 // file-level counts (records, skipped) are reported in the train split's stats.
 struct LoadStats {
   std::string file;
-  std::int64_t records = 0;    // records read and rendered without error
+  std::int64_t records = 0;    // records read and rendered without error (a preference pair is one)
   std::int64_t skipped = 0;    // malformed records skipped (data.on_error: skip)
-  std::int64_t dropped = 0;    // examples without a trained token after truncation
-  std::int64_t truncated = 0;  // examples cut to data.max_seq_len
-  std::int64_t examples = 0;   // examples kept
+  std::int64_t dropped = 0;    // records left without a trained token after truncation
+  std::int64_t truncated = 0;  // records with an example cut to data.max_seq_len
+  std::int64_t too_long = 0;   // records left out as longer than data.max_seq_len (data.truncation: drop)
+  std::int64_t identical = 0;  // preference pairs left out: chosen and rejected are the same tokens
+  std::int64_t examples = 0;   // examples kept (two per preference pair)
   std::int64_t tokens = 0;     // tokens of the kept examples
   std::int64_t target_tokens = 0;  // labels != -100 among them
   std::int64_t straddles = 0;      // mask boundaries that fell inside a token (see example_builder.h)

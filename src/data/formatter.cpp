@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "data/conversation.h"
 #include "data/instruct.h"
+#include "data/preference.h"
 #include "data/records.h"
 
 namespace ctune::data {
@@ -24,7 +25,9 @@ RecordFormatter::RecordFormatter(const DataOptions& options, const tok::Tokenize
   instruct_ = options.instruct_template;
   if (instruct_ == InstructTemplate::automatic)
     instruct_ = chat_template && !chat_template->empty() ? InstructTemplate::chat : InstructTemplate::alpaca;
-  const bool uses_chat = format_ == DataFormat::chat || (format_ == DataFormat::instruct && instruct_ == InstructTemplate::chat);
+  // Preference records may be conversations: the chat format is resolved for them too.
+  const bool uses_chat = format_ == DataFormat::chat || format_ == DataFormat::preference ||
+                         (format_ == DataFormat::instruct && instruct_ == InstructTemplate::chat);
   // A chosen template (data.chat_template) is what auto renders, even when the tokenizer has none.
   const bool chosen = options.chat_format == ChatFormat::automatic && !options.chat_template.empty();
   if (uses_chat) chat_ = resolve_chat_format(chosen ? ChatFormat::model_template : options.chat_format, chat_template);
@@ -35,7 +38,7 @@ RecordFormatter::RecordFormatter(const DataOptions& options, const tok::Tokenize
   // Formats that end a response with eos cannot teach the model to stop without one.
   const bool needs_eos = (format_ == DataFormat::instruct && instruct_ == InstructTemplate::alpaca) ||
                          (uses_chat && (chat_.format == ChatFormat::plain || chat_.format == ChatFormat::llama2)) ||
-                         (format_ == DataFormat::text && add_eos_);
+                         (format_ == DataFormat::text && add_eos_) || format_ == DataFormat::preference;
   if (needs_eos && !tokens_.eos)
     throw ConfigError("the tokenizer has no eos token, which data.format " + to_string(format_) +
                       (uses_chat ? " with chat format " + to_string(chat_.format) : std::string()) +
@@ -67,8 +70,14 @@ Rendered RecordFormatter::render(const OrderedJson& record, const std::string& w
         return template_->render_training(parse_chat_record(record, columns_.messages, columns_.tools, where),
                                           train_on_input_, where);
       return render_chat(parse_conversation(record, columns_.messages, where), chat_, tokens_, where);
+    case DataFormat::preference:
+      throw std::logic_error("RecordFormatter::render: a preference record renders as a pair (render_pair)");
   }
   throw ConfigError("data.format: unknown value");
+}
+
+std::array<Rendered, 2> RecordFormatter::render_pair(const OrderedJson& record, const std::string& where) const {
+  return render_preference(record, columns_, ChatRendering{chat_, tokens_, template_ ? &*template_ : nullptr}, where);
 }
 
 }  // namespace ctune::data

@@ -4,6 +4,7 @@
 // the tokenizer has the tokens the choice needs.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 
@@ -28,6 +29,8 @@ class RecordFormatter {
 
   // FormatError naming `where` for a record that does not fit the format.
   Rendered render(const OrderedJson& record, const std::string& where) const;
+  // data.format preference: {prompt + chosen, prompt + rejected} (preference.h).
+  std::array<Rendered, 2> render_pair(const OrderedJson& record, const std::string& where) const;
 
   // What auto resolved to: the chat format used for chat records and for instruct records
   // rendered as chat.

@@ -29,13 +29,16 @@ std::string enum_name(E value, const std::pair<const char*, E> (&table)[N]) {
 }
 
 const std::pair<const char*, DataFormat> kFormats[] = {
-    {"instruct", DataFormat::instruct}, {"chat", DataFormat::chat}, {"text", DataFormat::text}};
+    {"instruct", DataFormat::instruct}, {"chat", DataFormat::chat}, {"text", DataFormat::text},
+    {"preference", DataFormat::preference}};
 const std::pair<const char*, ChatFormat> kChatFormats[] = {
     {"auto", ChatFormat::automatic}, {"template", ChatFormat::model_template}, {"llama3", ChatFormat::llama3}, {"chatml", ChatFormat::chatml},
     {"qwen3", ChatFormat::qwen3},    {"llama2", ChatFormat::llama2}, {"plain", ChatFormat::plain}};
 const std::pair<const char*, InstructTemplate> kInstructTemplates[] = {
     {"auto", InstructTemplate::automatic}, {"alpaca", InstructTemplate::alpaca}, {"chat", InstructTemplate::chat}};
 const std::pair<const char*, OnError> kOnError[] = {{"error", OnError::error}, {"skip", OnError::skip}};
+const std::pair<const char*, Truncation> kTruncations[] = {
+    {"keep_start", Truncation::keep_start}, {"keep_end", Truncation::keep_end}, {"drop", Truncation::drop}, {"error", Truncation::error}};
 
 }  // namespace
 
@@ -52,10 +55,15 @@ OnError parse_on_error(std::string_view value, std::string_view key) {
   return parse_enum(value, key, kOnError);
 }
 
+Truncation parse_truncation(std::string_view value, std::string_view key) { return parse_enum(value, key, kTruncations); }
+
+std::int64_t examples_per_record(DataFormat format) { return format == DataFormat::preference ? 2 : 1; }
+
 std::string to_string(DataFormat value) { return enum_name(value, kFormats); }
 std::string to_string(ChatFormat value) { return enum_name(value, kChatFormats); }
 std::string to_string(InstructTemplate value) { return enum_name(value, kInstructTemplates); }
 std::string to_string(OnError value) { return enum_name(value, kOnError); }
+std::string to_string(Truncation value) { return enum_name(value, kTruncations); }
 
 void validate(const DataOptions& o) {
   if (o.train.empty()) throw ConfigError("data.train: missing (the training file is required)");
@@ -67,11 +75,14 @@ void validate(const DataOptions& o) {
                       std::to_string(o.eval_fraction));
   if (o.max_seq_len < 2)
     throw ConfigError("data.max_seq_len: expected at least 2, found " + std::to_string(o.max_seq_len));
+  if (o.format == DataFormat::preference && o.packing)
+    throw ConfigError("data.packing: preference pairs are scored as whole sequences, one per row; set data.packing: false");
   if (o.batch_size < 1)
     throw ConfigError("batch_size: expected at least 1, found " + std::to_string(o.batch_size));
   const std::pair<const char*, const std::string*> columns[] = {
       {"instruction", &o.columns.instruction}, {"input", &o.columns.input},   {"output", &o.columns.output},
-      {"messages", &o.columns.messages},       {"text", &o.columns.text},     {"tools", &o.columns.tools}};
+      {"messages", &o.columns.messages},       {"text", &o.columns.text},     {"tools", &o.columns.tools},
+      {"prompt", &o.columns.prompt},           {"chosen", &o.columns.chosen}, {"rejected", &o.columns.rejected}};
   for (const auto& [name, value] : columns)
     if (value->empty()) throw ConfigError(std::string("data.columns.") + name + ": empty column name");
 }

@@ -19,6 +19,21 @@ enum class DataFormat {
   instruct,  // Alpaca columns: instruction, optional input, output
   chat,      // a list of {"role", "content"} messages
   text,      // one text column, every token trained
+  // prompt, chosen, rejected: strings, or chat messages (TRL's conversational form). Each record
+  // gives two examples, prompt + chosen then prompt + rejected, the prompt not trained
+  // (docs/objectives.md#preference-data).
+  preference,
+};
+
+// Examples one record gives: 2 for preference pairs, else 1 (they stay together: a group).
+std::int64_t examples_per_record(DataFormat format);
+
+// What happens to an example longer than data.max_seq_len (for a pair: either of its sequences).
+enum class Truncation {
+  keep_start,  // cut the end (a pair's responses lose their last tokens)
+  keep_end,    // cut the start (a pair's prompt loses its first tokens, the responses stay whole)
+  drop,        // leave it out and count it
+  error,       // stop with a FormatError naming the record
 };
 
 // How a conversation is rendered. `automatic`: the tokenizer's own chat_template when it has
@@ -40,6 +55,9 @@ struct Columns {
   std::string messages = "messages";
   std::string text = "text";
   std::string tools = "tools";  // chat: optional list of tool schemas, passed to the template
+  std::string prompt = "prompt";      // preference
+  std::string chosen = "chosen";      // preference: the preferred response
+  std::string rejected = "rejected";  // preference: the other one
 };
 
 struct DataOptions {
@@ -57,7 +75,8 @@ struct DataOptions {
   // tokenized as text, so data cannot forge turn boundaries; true: as their ids (Hugging Face's
   // behaviour). The chat format's own control tokens are unaffected.
   bool parse_special_in_content = false;
-  std::int64_t max_seq_len = 1024;  // longer examples are truncated (the start is kept)
+  std::int64_t max_seq_len = 1024;  // longer examples are truncated by `truncation`
+  Truncation truncation = Truncation::keep_start;
   bool packing = false;             // concatenate examples into rows of exactly max_seq_len
   std::int64_t packing_window = 1024;  // documents per bin-packing window; 0: in order (batch.h)
   bool packing_split = false;       // a document may continue in the next row (batch.h)
@@ -79,12 +98,14 @@ DataFormat parse_data_format(std::string_view value, std::string_view key = "dat
 ChatFormat parse_chat_format(std::string_view value, std::string_view key = "data.chat_format");
 InstructTemplate parse_instruct_template(std::string_view value, std::string_view key = "data.instruct_template");
 OnError parse_on_error(std::string_view value, std::string_view key = "data.on_error");
+Truncation parse_truncation(std::string_view value, std::string_view key = "data.truncation");
 
 // Recipe spelling of each value ("instruct", "auto", "llama3", "skip", ...).
 std::string to_string(DataFormat value);
 std::string to_string(ChatFormat value);
 std::string to_string(InstructTemplate value);
 std::string to_string(OnError value);
+std::string to_string(Truncation value);
 
 // Cross-field and range checks; ConfigError naming the recipe key.
 void validate(const DataOptions& options);

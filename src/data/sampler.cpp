@@ -17,6 +17,7 @@ BatchOptions batch_options(const DataOptions& options, const tok::Tokenizer& tok
   b.packing = options.packing;
   b.packing_window = options.packing_window;
   b.pad_id = tokenizer.special().pad.value_or(0);
+  b.rows_per_group = examples_per_record(options.format);
   return b;
 }
 
@@ -55,9 +56,15 @@ Sampler::Sampler(Examples examples, const SamplerOptions& options)
 
 std::vector<std::int64_t> Sampler::epoch_order(std::int64_t epoch) const {
   const auto n = static_cast<std::int64_t>(examples_->size());
-  if (options_.shuffle) return permutation(n, options_.seed, Stream::epoch_order, static_cast<std::uint64_t>(epoch));
+  const std::int64_t g = options_.batch.rows_per_group;
   std::vector<std::int64_t> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), std::int64_t{0});
+  if (!options_.shuffle) return order;
+  if (g == 1) return permutation(n, options_.seed, Stream::epoch_order, static_cast<std::uint64_t>(epoch));
+  // Groups (preference pairs) are shuffled as units; their rows stay together and in order.
+  const auto groups = permutation(n / g, options_.seed, Stream::epoch_order, static_cast<std::uint64_t>(epoch));
+  for (std::size_t k = 0; k < groups.size(); ++k)
+    for (std::int64_t j = 0; j < g; ++j) order[k * static_cast<std::size_t>(g) + static_cast<std::size_t>(j)] = groups[k] * g + j;
   return order;
 }
 
@@ -88,6 +95,7 @@ SamplerState Sampler::state() const {
   s.packing_window = options_.batch.packing_window;
   s.packing_split = options_.batch.packing_split;
   s.batch_size = options_.batch.batch_size;
+  s.rows_per_group = options_.batch.rows_per_group;
   s.max_seq_len = options_.batch.max_seq_len;
   s.num_examples = static_cast<std::int64_t>(examples_->size());
   s.fingerprint = fingerprint_;
@@ -111,6 +119,8 @@ void Sampler::restore(const SamplerState& s) {
         std::to_string(now.packing_window));
   check(!now.packing || s.packing_split == now.packing_split, "data.packing_split", s.packing_split ? "true" : "false",
         now.packing_split ? "true" : "false");
+  check(s.rows_per_group == now.rows_per_group, "rows per group (data.format preference: 2)", std::to_string(s.rows_per_group),
+        std::to_string(now.rows_per_group));
   check(s.batch_size == now.batch_size, "batch_size", std::to_string(s.batch_size), std::to_string(now.batch_size));
   check(!now.packing || s.max_seq_len == now.max_seq_len, "data.max_seq_len", std::to_string(s.max_seq_len),
         std::to_string(now.max_seq_len));
@@ -130,7 +140,7 @@ Json SamplerState::to_json() const {
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fingerprint));
   return Json{{"epoch", epoch},       {"position", position},       {"seed", seed},
               {"shuffle", shuffle},   {"packing", packing},         {"packing_window", packing_window},
-              {"packing_split", packing_split}, {"batch_size", batch_size},
+              {"packing_split", packing_split}, {"batch_size", batch_size}, {"rows_per_group", rows_per_group},
               {"max_seq_len", max_seq_len}, {"num_examples", num_examples}, {"fingerprint", hex}};
 }
 
@@ -158,6 +168,7 @@ SamplerState SamplerState::from_json(const Json& json, const std::string& where)
   s.packing_window = json_int(json, "packing_window", where).value_or(0);
   s.packing_split = json_bool(json, "packing_split", where).value_or(false);
   s.batch_size = need_int("batch_size");
+  s.rows_per_group = json_int(json, "rows_per_group", where).value_or(1);  // absent before preference data: 1
   s.max_seq_len = need_int("max_seq_len");
   s.num_examples = need_int("num_examples");
   auto fp = json_string(json, "fingerprint", where);

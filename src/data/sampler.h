@@ -46,12 +46,13 @@ struct SamplerState {
   std::int64_t packing_window = 0;  // absent in checkpoints from before bin-packing: 0
   bool packing_split = false;
   std::int64_t batch_size = 0;
+  std::int64_t rows_per_group = 1;  // 2: preference pairs (absent in older checkpoints: 1)
   std::int64_t max_seq_len = 0;
   std::int64_t num_examples = 0;
   std::uint64_t fingerprint = 0;  // FNV-1a of every example's ids and labels
 
   // {"epoch", "position", "seed", "shuffle", "packing", "packing_window", "packing_split",
-  //  "batch_size", "max_seq_len", "num_examples", "fingerprint": "0123abcd..."}
+  //  "batch_size", "rows_per_group", "max_seq_len", "num_examples", "fingerprint": "0123abcd..."}
   Json to_json() const;
   // FormatError naming `where` for a missing or mistyped key.
   static SamplerState from_json(const Json& json, const std::string& where);

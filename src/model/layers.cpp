@@ -19,8 +19,16 @@ at::Tensor LinearImpl::forward(const at::Tensor& x) {
   auto y = quantized ? quant::quantized_linear(x, quantized, bias,
                                               compute_dtype != at::ScalarType::Undefined ? compute_dtype : x.scalar_type())
                      : ops::linear_in(x, weight, bias, compute_dtype);
-  return adapter ? adapter->apply(x, y) : y;
+  return adapter && !AdaptersOff::active() ? adapter->apply(x, y) : y;
 }
+
+namespace {
+thread_local bool adapters_off = false;
+}
+
+AdaptersOff::AdaptersOff() : was_(adapters_off) { adapters_off = true; }
+AdaptersOff::~AdaptersOff() { adapters_off = was_; }
+bool AdaptersOff::active() { return adapters_off; }
 
 EmbeddingImpl::EmbeddingImpl(std::int64_t n, std::int64_t dim, at::ScalarType dtype) {
   weight = register_parameter("weight", at::empty({n, dim}, at::TensorOptions().dtype(dtype)));

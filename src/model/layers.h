@@ -28,6 +28,21 @@ class LinearAdapter {
   virtual at::Tensor apply(const at::Tensor& x, const at::Tensor& base) = 0;
 };
 
+// While one is alive, this thread's Linear layers skip their adapters: the model computes as its
+// frozen base. Preference tuning's reference under LoRA is the policy with its adapters off (no
+// second copy of the weights), as PEFT's disable_adapter() gives TRL.
+class AdaptersOff {
+ public:
+  AdaptersOff();
+  ~AdaptersOff();
+  AdaptersOff(const AdaptersOff&) = delete;
+  AdaptersOff& operator=(const AdaptersOff&) = delete;
+  static bool active();
+
+ private:
+  bool was_;
+};
+
 // y = x W^T (+ b). weight: [out, in], as nn.Linear stores it.
 class LinearImpl : public torch::nn::Module {
  public:

@@ -168,6 +168,50 @@ std::string experts_section(const std::vector<const RunData*>& runs) {
   return h + "</div>\n";
 }
 
+// A preference objective (DPO): per run, the rewards of the chosen and rejected responses and
+// their margin, and the share of pairs whose chosen reward is higher, in training and on the
+// eval split (TRL's rewards/*; docs/objectives.md).
+std::string preference_section(const std::vector<const RunData*>& runs) {
+  std::vector<Series> rewards, accuracy;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const RunData& r = *runs[i];
+    const std::string name = runs.size() > 1 ? label(r, i) + ": " : "";
+    auto train_points = [&](const std::string& key) {
+      Points p;
+      for (const auto& s : r.steps)
+        if (auto it = s.objective.find(key); it != s.objective.end() && std::isfinite(it->second)) p.emplace_back(static_cast<double>(s.step), it->second);
+      return p;
+    };
+    auto eval_points = [&](const std::string& key) {
+      Points p;
+      for (const auto& e : r.evals)
+        if (auto it = e.objective.find(key); it != e.objective.end() && std::isfinite(it->second)) p.emplace_back(static_cast<double>(e.step), it->second);
+      return p;
+    };
+    const char* keys[] = {"rewards/chosen", "rewards/rejected", "rewards/margins"};
+    for (std::size_t k = 0; k < 3; ++k) {
+      const std::string c = runs.size() > 1 ? kColours[i % 8] : kColours[k];
+      const Points train = train_points(keys[k]), eval = eval_points(keys[k]);
+      if (!train.empty()) rewards.push_back({name + keys[k], c, downsample(train), false, true});
+      if (!eval.empty()) rewards.push_back({name + "eval " + keys[k], c, downsample(eval), true});
+    }
+    const Points train = train_points("rewards/accuracies"), eval = eval_points("rewards/accuracies");
+    if (!train.empty()) accuracy.push_back({name + "train", kColours[i % 8], downsample(train), false, true});
+    if (!eval.empty()) accuracy.push_back({name + "eval", kColours[i % 8], downsample(eval), true});
+  }
+  if (rewards.empty() && accuracy.empty()) return "";
+  PlotOptions ro, ao;
+  ro.title = "rewards";
+  ro.y_label = "beta x log(pi / ref), mean over pairs";
+  ao.title = "reward accuracy";
+  ao.y_label = "share of pairs with chosen reward > rejected";
+  ao.y_lines.emplace_back(0.5, "chance");
+  std::string h = "<h2>Preference</h2>\n<div class=\"plots\">\n";
+  if (!rewards.empty()) h += line_plot(rewards, ro);
+  if (!accuracy.empty()) h += line_plot(accuracy, ao);
+  return h + "</div>\n";
+}
+
 std::string render_report(const RunData& run, const std::vector<RunData>& others) {
   std::vector<const RunData*> runs = {&run};
   for (const auto& o : others) runs.push_back(&o);
@@ -225,6 +269,7 @@ std::string render_report(const RunData& run, const std::vector<RunData>& others
        line_plot(memory, memory_o) + "</div>\n";
   if (!run.resumes.empty()) h += "<p class=\"note\">Dashed vertical lines: steps the run was resumed from.</p>\n";
   h += experts_section(runs);
+  h += preference_section(runs);
   h += "<h2>Memory ledger</h2>\n" + ledger_table(run);
   h += "<h2>Recipe (resolved)</h2>\n<pre>" + html_escape(run.recipe_yaml.empty() ? "(no recipe.yaml)" : run.recipe_yaml) + "</pre>\n";
   return h + "</body></html>\n";

@@ -75,8 +75,16 @@ void read_metrics(RunData& r) {
         continue;
       }
       if (!j.contains("step") || !j["step"].is_number_integer()) throw FormatError("no integer \"step\"");
+      // An objective's figures: the keys with a '/' (DPO's rewards/..., logps/...).
+      auto objective = [&](const std::string& prefix) {
+        std::map<std::string, double> out;
+        for (const auto& [key, value] : j.items())
+          if (key.rfind(prefix, 0) == 0 && key.find('/') != std::string::npos && out.size() < 32)
+            out[key.substr(prefix.size())] = value.is_number() ? value.get<double>() : std::nan("");
+        return out;
+      };
       if (j.contains("eval_loss")) {
-        r.evals.push_back({j["step"].get<std::int64_t>(), number(j, "time"), number(j, "eval_loss")});
+        r.evals.push_back({j["step"].get<std::int64_t>(), number(j, "time"), number(j, "eval_loss"), objective("eval_")});
         continue;
       }
       StepRecord s;
@@ -101,6 +109,7 @@ void read_metrics(RunData& r) {
           s.expert_load.emplace_back(std::stoll(layer), std::move(v));
         }
       }
+      s.objective = objective("");
       r.steps.push_back(s);
     } catch (const std::exception& e) {
       if (bad++ == 0) first_bad = "metrics.jsonl line " + std::to_string(line_no) + " is cut short or malformed (" + std::string(e.what()).substr(0, 160) + ")";

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,11 +24,15 @@ struct StepRecord {
   // layer, each expert's share of the routed tokens.
   double aux_loss = 0;
   std::vector<std::pair<std::int64_t, std::vector<double>>> expert_load;
+  // The objective's own figures (DPO: rewards/chosen, rewards/accuracies, ...): every key with a
+  // '/' in its name.
+  std::map<std::string, double> objective;
 };
 
 struct EvalRecord {
   std::int64_t step = 0;
   double time = 0, loss = 0;
+  std::map<std::string, double> objective;  // as StepRecord's, without the eval_ prefix
 };
 
 struct RunData {

@@ -43,16 +43,19 @@ void write(const fs::path& path, const std::string& text) {
 
 // `peft_more`: further keys of the LoRA recipe's peft map (", train_router: true"), or others
 // than its target_modules.
-std::string recipe(const std::string& method, const fs::path& model = kDir / "model", const std::string& peft_more = "") {
+// `data`: the recipe's data map, when not the instruct records.
+std::string recipe(const std::string& method, const fs::path& model = kDir / "model", const std::string& peft_more = "",
+                   const std::string& data = "") {
   const std::string d = kDir.string();
   const bool own_targets = peft_more.find("target_modules") != std::string::npos;
   std::string peft = method == "lora" ? "peft: {method: lora, rank: 4, alpha: 8, dropout: 0.1" +
                                             std::string(own_targets ? "" : ", target_modules: [q_proj, v_proj, down_proj]") + peft_more + "}\n"
                                       : "peft: {method: none}\n";
   return "output_dir: " + d + "/run\n"
-         "model: {path: " + model.string() + "}\n"
-         "data: {train: " + d + "/train.jsonl, eval: " + d + "/eval.jsonl, format: instruct, instruct_template: chat,\n"
-         "       chat_format: plain, max_seq_len: 64}\n" + peft +
+         "model: {path: " + model.string() + "}\n" +
+         (data.empty() ? "data: {train: " + d + "/train.jsonl, eval: " + d + "/eval.jsonl, format: instruct, instruct_template: chat,\n"
+                         "       chat_format: plain, max_seq_len: 64}\n"
+                       : "data: " + data + "\n") + peft +
          "optimizer: {name: adamw, lr: 3.0e-3, weight_decay: 0.01}\n"
          "scheduler: {name: cosine, warmup_steps: 2}\n"
          "training: {batch_size: 3, grad_accum: 2, max_steps: 12, eval_every: 4}\n"
@@ -129,10 +132,17 @@ void expect_events_match_metrics(const fs::path& run, std::size_t sessions) {
     if (j.contains("memory")) continue;
     ++records;
     const bool eval = j.contains("eval_loss");
-    const std::vector<std::pair<std::string, std::string>> tags =
-        eval ? std::vector<std::pair<std::string, std::string>>{{"eval/loss", "eval_loss"}, {"eval/ppl", "eval_ppl"}}
+    std::vector<std::pair<std::string, std::string>> tags =
+        eval ? std::vector<std::pair<std::string, std::string>>{{"eval/loss", "eval_loss"}}
              : std::vector<std::pair<std::string, std::string>>{{"train/loss", "loss"}, {"train/lr", "lr"}, {"train/grad_norm", "grad_norm"},
                                                                 {"train/tokens_per_s", "tokens_per_s"}, {"train/peak_mem_bytes", "peak_mem_bytes"}};
+    if (j.contains("eval_ppl")) tags.emplace_back("eval/ppl", "eval_ppl");  // a token loss (sft)
+    // An objective's own figures (DPO's rewards/..., logps/...) under their names.
+    for (const auto& [key, value] : j.items()) {
+      const bool eval_metric = key.rfind("eval_", 0) == 0 && key.find('/') != std::string::npos;
+      if (eval_metric) tags.emplace_back("eval/" + key.substr(5), key);
+      if (!eval && key.find('/') != std::string::npos) tags.emplace_back("train/" + key, key);
+    }
     std::size_t found = 0;
     for (const auto& e : events) {
       if (e["step"] != j["step"] || e["values"].contains("eval/loss") != eval) continue;
@@ -213,10 +223,10 @@ void expect_report_matches_metrics(const fs::path& run, std::size_t resumes, con
 }
 
 void kill_and_resume_is_exact(const std::string& method, const std::string& more_recipe = "", const std::string& name = "",
-                              const fs::path& model = kDir / "model", const std::string& peft_more = "") {
+                              const fs::path& model = kDir / "model", const std::string& peft_more = "", const std::string& data = "") {
   const std::string tag = name.empty() ? method : name;
   const fs::path recipe_path = kDir / (tag + ".yaml");
-  write(recipe_path, recipe(method, model, peft_more) + more_recipe);
+  write(recipe_path, recipe(method, model, peft_more, data) + more_recipe);
   const fs::path reference = kDir / (tag + "-reference");
   const fs::path run = kDir / (tag + "-killed");
   auto ref = train_with_kill(recipe_path, "", false, {"output_dir=" + reference.string()});
@@ -346,6 +356,65 @@ TEST_F(Checkpoints, KilledMixtralLoraRunResumesBitIdentical) {
   ASSERT_EQ(init.status, 0) << init.err;
   kill_and_resume_is_exact("lora", "precision: bf16\n", "mixtral-lora", moe, ", target_modules: [q_proj, v_proj, w1, w2, w3]");
   expect_moe_metrics(kDir / "mixtral-lora-reference", 4, 8, /*z_loss=*/false);
+}
+
+// Preference pairs for DPO from the instruct records' task: the right sum chosen, a near miss
+// rejected; training pairs as strings (TRL's standard form), eval pairs as chat messages (its
+// conversational form). Returns the recipe's data map.
+std::string write_preference_data() {
+  std::string train, eval;
+  for (int i = 0; i < 60; ++i)
+    train += R"({"prompt": "Add )" + std::to_string(i) + R"( and 3 = ", "chosen": ")" + std::to_string(i + 3) + R"(", "rejected": ")" +
+             std::to_string(i + 4 + i % 3) + "\"}\n";
+  for (int i = 0; i < 6; ++i)
+    eval += R"({"prompt": [{"role": "user", "content": "Add )" + std::to_string(i) + R"( and 5"}], "chosen": [{"role": "assistant", "content": ")" +
+            std::to_string(i + 5) + R"("}], "rejected": [{"role": "assistant", "content": ")" + std::to_string(i + 7) + "\"}]}\n";
+  write(kDir / "pairs-train.jsonl", train);
+  write(kDir / "pairs-eval.jsonl", eval);
+  return "{train: " + (kDir / "pairs-train.jsonl").string() + ", eval: " + (kDir / "pairs-eval.jsonl").string() +
+         ", format: preference, chat_format: plain, max_seq_len: 64}";
+}
+
+// Every step and eval of a DPO run records TRL's reward metrics.
+void expect_dpo_metrics(const fs::path& run) {
+  std::ifstream in(run / "metrics.jsonl");
+  std::size_t steps = 0, evals = 0;
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    const std::string prefix = j.contains("loss") ? "" : j.contains("eval_loss") ? "eval_" : "-";
+    if (prefix == "-") continue;
+    (prefix.empty() ? steps : evals) += 1;
+    for (const char* key : {"rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "logps/chosen", "logps/rejected"})
+      EXPECT_TRUE(j.contains(prefix + key)) << key << " missing: " << line;
+    const double accuracy = j[prefix + "rewards/accuracies"].get<double>();
+    EXPECT_GE(accuracy, 0.0);
+    EXPECT_LE(accuracy, 1.0);
+    EXPECT_NEAR(j[prefix + "rewards/margins"].get<double>(), j[prefix + "rewards/chosen"].get<double>() - j[prefix + "rewards/rejected"].get<double>(), 1e-9);
+    if (!prefix.empty()) EXPECT_FALSE(j.contains("eval_ppl")) << "a pair loss has no perplexity";
+  }
+  EXPECT_EQ(steps, 12u);
+  EXPECT_EQ(evals, 3u);
+}
+
+// DPO through the real binary, killed at six moments and resumed: the uninterrupted run, bit
+// for bit. Pairs stay whole through shuffling (3 pairs a micro-batch, accumulation 2) and the
+// cursor. LoRA's reference is the policy with its adapters off; full fine-tuning's a frozen copy
+// of model.path, rebuilt on resume from the base, not from the checkpoint.
+TEST_F(Checkpoints, KilledDpoLoraRunResumesBitIdentical) {
+  kill_and_resume_is_exact("lora", "objective: {name: dpo, beta: 0.2}\n", "dpo-lora", kDir / "model", "", write_preference_data());
+  expect_dpo_metrics(kDir / "dpo-lora-reference");
+  // The report plots the rewards and the reward accuracy, in training and on the eval split.
+  const fs::path out = kDir / "dpo-report.html";
+  ASSERT_EQ(ctune({"report", (kDir / "dpo-lora-reference").string(), "--out", out.string()}).status, 0);
+  const std::string html = ctune::testing::slurp(out);
+  for (const char* series : {"rewards/chosen", "rewards/rejected", "rewards/margins", "eval rewards/margins", "train", "eval"})
+    EXPECT_NE(html.find("data-series=\"" + std::string(series) + "\""), std::string::npos) << series;
+  EXPECT_NE(html.find("reward accuracy"), std::string::npos);
+}
+TEST_F(Checkpoints, KilledDpoFullRunResumesBitIdentical) {
+  kill_and_resume_is_exact("full", "objective: {name: dpo, loss_type: ipo, beta: 0.5}\n", "dpo-full", kDir / "model", "",
+                           write_preference_data());
+  expect_dpo_metrics(kDir / "dpo-full-reference");
 }
 
 // fp16 with dynamic loss scaling: an initial scale of 2^24 makes the first steps' fp16

@@ -237,6 +237,48 @@ TEST_F(Distributed, ARankWithoutRowsComputesOnAnIdleBatch) {
   EXPECT_TRUE(within("full_shard x4 with idle ranks: loss trajectory vs one process", max_difference(got, trajectory(alone)), kSameNumbers));
 }
 
+// DPO: a preference pair's two rows go to one rank. 35 pairs in global batches of one pair a
+// rank: each epoch's last global batch is short (2 ranks: 1 pair, which a split by rows would
+// cut in half; 4 ranks: 3 pairs over 4 ranks), and the ranks left without a pair compute on an
+// idle batch. Under every strategy and both methods (LoRA's reference: adapters off; full
+// fine-tuning's: a frozen copy on every rank) N ranks follow one process on the global batch.
+TEST_F(Distributed, DpoPairsStayWholeAndRanksFollowOneProcess) {
+  std::string pairs, eval;
+  for (int i = 0; i < 35; ++i)
+    pairs += R"({"prompt": "Add )" + std::to_string(i) + R"( and 3 = ", "chosen": ")" + std::to_string(i + 3) + R"(", "rejected": ")" +
+             std::to_string(i + 5) + "\"}\n";
+  for (int i = 0; i < 5; ++i)
+    eval += R"({"prompt": "Add )" + std::to_string(i) + R"( and 9 = ", "chosen": ")" + std::to_string(i + 9) + R"(", "rejected": ")" +
+            std::to_string(i + 8) + "\"}\n";
+  write(kDir / "pairs.jsonl", pairs);
+  write(kDir / "pairs-eval.jsonl", eval);
+  for (const std::string method : {"full", "lora"}) {
+    std::string text = recipe(method);
+    const auto data = text.find("data: {"), end = text.find("}\n", data);
+    text.replace(data, end + 2 - data, "data: {train: " + (kDir / "pairs.jsonl").string() + ", eval: " + (kDir / "pairs-eval.jsonl").string() +
+                                           ", format: preference, max_seq_len: 64}\n");
+    text += "objective: {name: dpo, beta: 0.5}\n";
+    const fs::path yaml = kDir / ("dpo-" + method + ".yaml");
+    write(yaml, text);
+    for (int ranks : {2, 4}) {
+      const fs::path one = kDir / ("dpo-" + method + "-one-" + std::to_string(ranks));
+      const auto single = ctune({"train", yaml.string(), "output_dir=" + one.string(), "training.batch_size=" + std::to_string(ranks),
+                                 "training.max_steps=9"});
+      ASSERT_EQ(single.status, 0) << single.err;
+      for (const std::string strategy : {"no_shard", "shard_grad_op", "full_shard"}) {
+        const std::string tag = "dpo " + strategy + " " + method + " x" + std::to_string(ranks);
+        const fs::path run = kDir / ("dpo-" + strategy + "-" + method + "-" + std::to_string(ranks));
+        const auto r = ctune({"train", yaml.string(), "output_dir=" + run.string(), "--nproc", std::to_string(ranks),
+                              "training.batch_size=1", "training.max_steps=9", "distributed.strategy=" + strategy});
+        ASSERT_EQ(r.status, 0) << tag << "\n" << r.err;
+        const auto got = trajectory(run);
+        ASSERT_EQ(got.size(), 9u + 3u) << tag;
+        EXPECT_TRUE(within(tag + " loss trajectory vs one process", max_difference(got, trajectory(one)), kSameNumbers));
+      }
+    }
+  }
+}
+
 TEST_F(Distributed, HybridShardOnTwoSimulatedNodesComputesWhatFullShardDoes) {
   // 4 ranks as 2 nodes of 2 (LOCAL_WORLD_SIZE=2, started by hand as torchrun would): each node
   // shards the parameters over its 2 ranks, the nodes hold the same shards, and each reduced

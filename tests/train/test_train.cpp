@@ -21,11 +21,14 @@
 #include "train/step/optimizer.h"
 #include "train/step/trainer.h"
 #include "margins.h"
+#include "reference_io.h"
 
 namespace fs = std::filesystem;
 using namespace ctune;
 using ctune::test::noise_tolerance;
 using ctune::test::within;
+using ctune::test::read_tensors;
+using ctune::test::relative_error;
 
 namespace {
 
@@ -49,31 +52,9 @@ const Json& noise(const fs::path& ref = kRef) {
   return it->second;
 }
 
-std::map<std::string, at::Tensor> read_tensors(const fs::path& path) {
-  auto file = io::SafetensorsFile::open(path);
-  std::map<std::string, at::Tensor> out;
-  for (const auto& t : file->header().tensors) out[t.name] = io::load_tensor(*file, t, at::kFloat).clone();
-  return out;
-}
-
 std::vector<train::TensorBatch> read_batches(const fs::path& ref = kRef) {
-  Json j = read_json_file(ref / "batches.json");
   std::vector<train::TensorBatch> out;
-  for (const auto& b : j) {
-    auto t = [&](const char* key, at::ScalarType type) {
-      auto rows = b[key].get<std::vector<std::vector<std::int64_t>>>();
-      auto x = at::empty({static_cast<std::int64_t>(rows.size()), static_cast<std::int64_t>(rows[0].size())}, at::kLong);
-      for (std::size_t r = 0; r < rows.size(); ++r) x[r] = at::tensor(rows[r], at::kLong);
-      return x.to(type);
-    };
-    train::TensorBatch tb;
-    tb.input_ids = t("ids", at::kLong);
-    tb.labels = t("labels", at::kLong);
-    tb.position_ids = t("pos", at::kLong);
-    tb.segment_ids = t("seg", at::kInt);
-    tb.target_tokens = (tb.labels.narrow(1, 1, tb.labels.size(1) - 1) != data::kIgnoreIndex).sum().item<std::int64_t>();
-    out.push_back(tb);
-  }
+  for (const auto& b : read_json_file(ref / "batches.json")) out.push_back(test::batch_from_json(b));
   return out;
 }
 
@@ -101,12 +82,6 @@ double accumulate(model::CausalLM& lm, const std::vector<train::TensorBatch>& mi
 // The MoE references' router z-loss weight (0 for the dense ones).
 double z_coef_of(const fs::path& ref) {
   return read_json_file(ref / "trajectory.json").value("router_z_loss_coef", 0.0);
-}
-
-// ||a - b|| / ||b||, the relative error of a whole gradient tensor.
-double relative_error(const at::Tensor& a, const at::Tensor& b) {
-  const double denom = b.to(at::kDouble).norm().item<double>();
-  return (a.to(at::kDouble) - b.to(at::kDouble)).norm().item<double>() / std::max(denom, 1e-30);
 }
 
 // Every trainable gradient against the reference, relative to the reference tensor's norm,

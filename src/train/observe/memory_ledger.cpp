@@ -315,12 +315,15 @@ Ledger estimate_memory(const LedgerInputs& in) {
   led.lines.push_back({"KV cache", 0, "0", "none in training (generation at this batch and length: " + kv.text() + " = " + mb(kv.value()) + ")"});
   const Term runtime = sym("runtime", in.runtime_bytes);
   led.lines.push_back({"runtime", in.runtime_bytes, runtime.text(), "this process before training: LibTorch, tokenizer, datasets"});
+  const Term reference = in.reference_bytes > 0 ? sym("Wref", in.reference_bytes) : Term();
+  if (in.reference_bytes > 0)
+    led.lines.push_back({"reference", in.reference_bytes, reference.text(), "the preference objective's frozen reference: model.path as stored"});
 
   // The peak: what is always there, plus the largest of the step's moments, plus what the
   // allocator holds on to. Under full_shard the sharded gradients stay through the step and
   // one part is whole (with its gradients in backward) at a time.
   const bool sharded = st.sharded_params;
-  const Term base = st.weights + st.optimizer + (sharded ? st.grads : Term());
+  const Term base = st.weights + st.optimizer + (sharded ? st.grads : Term()) + reference;
   const Term step_grads = sharded ? st.gathered + st.gathered_grads : st.grads;
   const Term backward_start = act.total + loss + (sharded ? st.gathered + st.gathered_grads : (in.grad_accum > 1 ? st.grads : Term()));
   const Term backward_end = step_grads + act.recomputed_transient;

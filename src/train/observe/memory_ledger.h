@@ -34,7 +34,7 @@ struct LedgerInputs {
   model::RecomputePolicy recompute;
   bool chunked_loss = true;
   bool router_z_loss = false;  // moe.router_z_loss_coef > 0: each router keeps its logits
-  std::int64_t batch_size = 1;
+  std::int64_t batch_size = 1;  // rows per micro-batch (a preference pair is two)
   std::int64_t seq_len = 512;  // the longest sequence a batch can hold (data.max_seq_len)
   std::int64_t grad_accum = 1;
   std::string optimizer = "adamw";  // adamw | sgd
@@ -49,6 +49,9 @@ struct LedgerInputs {
   bool prefetch = false;              // full_shard: the next part gathered while one computes
   double momentum = 0.9;
   std::int64_t runtime_bytes = 0;  // the process before training: libraries, tokenizer, data
+  // A preference objective under full fine-tuning: the frozen reference copy's weights (LoRA's
+  // reference is the policy with its adapters off: 0).
+  std::int64_t reference_bytes = 0;
   bool exact_allocator = false;    // memory.allocator: exact (no allocator reserve)
 };
 

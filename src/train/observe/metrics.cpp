@@ -71,12 +71,15 @@ void MetricsLog::write(const StepMetrics& m) {
     j["gemm_gflop"] = m.profile.gemm_flops * 1e-9;
     j["projection_gemm_gflop"] = m.profile.projection_gemm_flops * 1e-9;
   }
+  for (const auto& [name, value] : m.objective) j[name] = num(value);
   write_line(j.dump());
   if (events_) {
     auto scalars = finite({{"train/loss", m.loss}, {"train/lr", m.lr}, {"train/grad_norm", m.grad_norm},
                            {"train/tokens_per_s", m.tokens_per_s}, {"train/peak_mem_bytes", static_cast<double>(m.peak_mem_bytes)}});
     if (m.aux_loss && std::isfinite(*m.aux_loss)) scalars.emplace_back("train/aux_loss", *m.aux_loss);
     if (m.z_loss && std::isfinite(*m.z_loss)) scalars.emplace_back("train/z_loss", *m.z_loss);
+    for (const auto& [name, value] : m.objective)
+      if (std::isfinite(value)) scalars.emplace_back("train/" + name, value);
     // Per layer, the busiest expert's share (1/E when balanced, 1 when one expert takes all).
     for (const auto& [layer, shares] : m.expert_load)
       if (!shares.empty()) scalars.emplace_back("moe/max_expert_load/layer_" + std::to_string(layer), *std::max_element(shares.begin(), shares.end()));
@@ -87,10 +90,17 @@ void MetricsLog::write(const StepMetrics& m) {
 void MetricsLog::write(const EvalMetrics& m) {
   // Perplexity: exp of the mean token NLL (what `ctune eval` prints too).
   const double time = unix_seconds();  // the record's "time" and its TensorBoard wall_time
-  nlohmann::ordered_json j = {{"step", m.step}, {"time", time}, {"eval_loss", num(m.eval_loss)}, {"eval_ppl", num(std::exp(m.eval_loss))},
-                              {"eval_tokens", m.eval_tokens}};
+  nlohmann::ordered_json j = {{"step", m.step}, {"time", time}, {"eval_loss", num(m.eval_loss)}};
+  if (m.token_loss) j["eval_ppl"] = num(std::exp(m.eval_loss));
+  j["eval_tokens"] = m.eval_tokens;
+  for (const auto& [name, value] : m.objective) j["eval_" + name] = num(value);
   write_line(j.dump());
-  if (events_) events_->scalars(m.step, time, finite({{"eval/loss", m.eval_loss}, {"eval/ppl", std::exp(m.eval_loss)}}));
+  if (events_) {
+    std::vector<std::pair<std::string, double>> scalars = {{"eval/loss", m.eval_loss}};
+    if (m.token_loss) scalars.emplace_back("eval/ppl", std::exp(m.eval_loss));
+    for (const auto& [name, value] : m.objective) scalars.emplace_back("eval/" + name, value);
+    events_->scalars(m.step, time, finite(scalars));
+  }
 }
 
 Progress::Progress(std::int64_t first_step, std::int64_t total_steps, std::int64_t log_every)
@@ -117,9 +127,15 @@ void Progress::step(const StepMetrics& m) {
 
 void Progress::eval(const EvalMetrics& m, Stage& stage) {
   char line[256];
-  std::snprintf(line, sizeof(line), "eval at step %lld: loss %.4f, perplexity %.3f over %lld tokens", static_cast<long long>(m.step),
-                m.eval_loss, std::exp(m.eval_loss), static_cast<long long>(m.eval_tokens));
-  stage.finish(line, /*plain=*/true);
+  if (m.token_loss) {
+    std::snprintf(line, sizeof(line), "eval at step %lld: loss %.4f, perplexity %.3f over %lld tokens", static_cast<long long>(m.step),
+                  m.eval_loss, std::exp(m.eval_loss), static_cast<long long>(m.eval_tokens));
+  } else {
+    std::snprintf(line, sizeof(line), "eval at step %lld: loss %.4f", static_cast<long long>(m.step), m.eval_loss);
+  }
+  std::string text = line;
+  for (const auto& [name, value] : m.objective) text += fmt::format(", {} {:.4f}", name, value);
+  stage.finish(text, /*plain=*/true);
   if (auto log = spdlog::get("train")) log->info("eval step {} loss {:.6f} tokens {}", m.step, m.eval_loss, m.eval_tokens);
 }
 

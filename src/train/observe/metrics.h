@@ -39,12 +39,18 @@ struct StepMetrics {
   std::optional<double> aux_loss = {};
   std::optional<double> z_loss = {};  // the routers' z-loss (before moe.router_z_loss_coef)
   std::vector<std::pair<std::int64_t, std::vector<double>>> expert_load = {};
+  // The objective's own figures, each a mean over its units (DPO: "rewards/margins" per pair),
+  // written under their names (metrics.jsonl, TensorBoard train/NAME).
+  std::vector<std::pair<std::string, double>> objective = {};
 };
 
 struct EvalMetrics {
   std::int64_t step = 0;
   double eval_loss = 0;
   std::int64_t eval_tokens = 0;
+  // The objective's figures on the eval split (metrics.jsonl eval_NAME, TensorBoard eval/NAME).
+  std::vector<std::pair<std::string, double>> objective = {};
+  bool token_loss = true;  // eval_loss is a token NLL (sft), so eval_ppl means something
 };
 
 class MetricsLog {

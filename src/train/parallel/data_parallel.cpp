@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <map>
 
 #include "core/error.h"
@@ -14,7 +15,9 @@ namespace ctune::train {
 
 TensorBatch RankRows::next() {
   const data::Batch all = sampler_.next();
-  const auto begin = all.rows * rank_ / size_, end = all.rows * (rank_ + 1) / size_;
+  // Whole groups (a preference pair's two rows) go to one rank.
+  const auto group = std::max<std::int64_t>(1, all.rows_per_group), groups = all.rows / group;
+  const auto begin = groups * rank_ / size_ * group, end = groups * (rank_ + 1) / size_ * group;
   return begin < end ? to_tensors(all.slice_rows(begin, end), device_) : idle_batch();
 }
 

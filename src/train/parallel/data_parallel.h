@@ -19,8 +19,9 @@
 
 namespace ctune::train {
 
-// This rank's rows of each global batch of `sampler`: rank r of n takes rows
-// [r*R/n, (r+1)*R/n) of a batch of R rows. A short last batch may leave a rank none: it gets
+// This rank's rows of each global batch of `sampler`: rank r of n takes groups
+// [r*G/n, (r+1)*G/n) of a batch of G groups (a group: one row, or a preference pair's two rows,
+// which are never split). A short last batch may leave a rank none: it gets
 // idle_batch() instead. Rows are placed on `device`.
 class RankRows : public BatchSource {
  public:

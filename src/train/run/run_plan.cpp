@@ -2,6 +2,7 @@
 
 #include <ATen/Context.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -65,6 +66,10 @@ data::DataOptions data_options(const Recipe& r, const fs::path& tokenizer_dir) {
   d.columns.messages = r.get_string("data.columns.messages");
   d.columns.text = r.get_string("data.columns.text");
   d.columns.tools = r.get_string("data.columns.tools");
+  d.columns.prompt = r.get_string("data.columns.prompt");
+  d.columns.chosen = r.get_string("data.columns.chosen");
+  d.columns.rejected = r.get_string("data.columns.rejected");
+  d.truncation = data::parse_truncation(r.get_string("data.truncation"));
   d.chat_format = data::parse_chat_format(r.get_string("data.chat_format"));
   d.chat_template = r.get_optional_string("data.chat_template").value_or("");
   d.template_kwargs = r.get_map("data.template_kwargs");
@@ -171,6 +176,7 @@ void plan_method(RunPlan& p, model::CausalLM& shape_only) {
                         [&] { return make_method(r.get_string("peft.method"), lora, init_from); });
   for_key(r, init_from.empty() ? "peft.target_modules" : "peft.init_from", [&] { method->resolve_targets(shape_only); });
   p.method = method;
+  p.continues_adapter = !init_from.empty();
   // Mixed precision: weights that train are fp32 masters; a frozen LoRA base is stored in the
   // compute dtype, with no fp32 copy.
   p.model_dtype = for_key(r, "model.dtype", [&] { return p.method->storage_dtype(p.model_dtype, p.compute_dtype); });
@@ -189,6 +195,43 @@ void plan_method(RunPlan& p, model::CausalLM& shape_only) {
   p.loss_scaling.growth_factor = r.get_float("loss_scaling.growth_factor");
   p.loss_scaling.backoff_factor = r.get_float("loss_scaling.backoff_factor");
   p.loss_scaling.growth_interval = r.get_int("loss_scaling.growth_interval");
+}
+
+// The objective (objective.*): its keys, and what it asks of the data and the method. A key of
+// another objective is refused rather than ignored: it would change nothing the user expects.
+void plan_objective(RunPlan& p) {
+  const Recipe& r = p.recipe;
+  ObjectiveOptions& o = p.objective;
+  o.name = r.get_string("objective.name");
+  // Which objectives each key belongs to.
+  const std::pair<const char*, std::vector<std::string>> owners[] = {{"objective.loss_type", {"dpo"}},
+                                                                     {"objective.beta", {"dpo", "simpo"}},
+                                                                     {"objective.label_smoothing", {"dpo", "simpo"}},
+                                                                     {"objective.gamma", {"simpo"}}};
+  for (const auto& [key, names] : owners) {
+    if (r.is_null(key) || std::find(names.begin(), names.end(), o.name) != names.end()) continue;
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : " or ") + n;
+    r.fail(key, "belongs to objective.name: " + list + "; this recipe's objective is " + o.name);
+  }
+  o.loss_type = r.get_optional_string("objective.loss_type").value_or("sigmoid");
+  o.beta = r.get_optional_float("objective.beta").value_or(0.1);
+  o.label_smoothing = r.get_optional_float("objective.label_smoothing").value_or(0.0);
+  o.gamma = r.get_optional_float("objective.gamma").value_or(0.5);
+  if (o.label_smoothing > 0 && o.loss_type != "sigmoid")
+    r.fail("objective.label_smoothing", "applies to objective.loss_type sigmoid, found " + o.loss_type);
+  const bool pairs = r.get_string("data.format") == "preference";
+  if (reads_pairs(o) && !pairs)
+    r.fail("data.format", "objective.name " + o.name + " learns from preference pairs: expected preference, found " + r.get_string("data.format"));
+  if (!reads_pairs(o) && pairs)
+    r.fail("data.format", "preference pairs need a preference objective (objective.name: dpo or simpo); this recipe's objective is " + o.name);
+  if (needs_reference(o) && p.method->freezes_base()) {
+    // Under LoRA the reference is the base: the policy with its adapters off (so an adapter
+    // given by peft.init_from is evaluated against the base; training one further is refused by
+    // the session).
+    if (r.get_bool("peft.train_router"))
+      r.fail("peft.train_router", "objective.name " + o.name + " takes the base (adapters off) as the reference, which trained routers would change");
+  }
 }
 
 // Data: parsed, rendered, tokenized now, so a broken line stops the run before training.
@@ -305,6 +348,7 @@ RunPlan plan_run(Recipe recipe, const distributed::World& world, PlanScope scope
     auto shape_only = plan_model(p);
     plan_method(p, shape_only);
   }  // the shape-only model is freed before the data is read
+  plan_objective(p);
   plan_data(p);
   plan_steps(p, world);
   refuse_what_cuda_lacks(p, world);
@@ -326,6 +370,14 @@ model::CausalLM build_model(const RunPlan& plan, const fs::path& checkpoint) {
   return peft::build_model(plan.model_spec(checkpoint));
 }
 
+model::CausalLM build_reference(const RunPlan& plan) {
+  if (!needs_reference(plan.objective) || plan.method->freezes_base()) return model::CausalLM(nullptr);
+  auto reference = build_model(plan);  // from model.path, never from a checkpoint: the reference does not train
+  for (auto& p : reference->parameters()) p.requires_grad_(false);
+  reference->eval();
+  return reference;
+}
+
 std::string RunPlan::recipe_yaml() const { return recipe.to_yaml(); }
 
 data::SamplerOptions RunPlan::sampler_options() const {
@@ -345,8 +397,12 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.recompute = p.recompute;
   in.chunked_loss = p.trainer.chunked_loss;
   in.router_z_loss = p.trainer.router_z_loss_coef > 0;
-  in.batch_size = p.data.batch_size;
+  in.batch_size = p.data.batch_size * data::examples_per_record(p.data.format);  // a preference pair is two rows
   in.seq_len = p.data.max_seq_len;
+  if (needs_reference(p.objective) && !p.method->freezes_base()) {
+    // The frozen copy is built as the policy's weights are stored (train/run/run_plan.h build_reference).
+    in.reference_bytes = model::parameter_count(p.parameters) * static_cast<std::int64_t>(at::elementSize(p.model_dtype));
+  }
   in.grad_accum = p.trainer.grad_accum;
   in.optimizer = p.optimizer.name;
   in.optimizer_shards = p.distributed.optimizer_shards(p.world);
@@ -370,14 +426,26 @@ std::string RunPlan::summary() const {
     << " tokens)\n";
   s << "method       " << method->describe() << "\n";
   const auto& ts = datasets.train_stats;
-  s << "train data   " << ts.file << ": " << datasets.train->size() << " examples, " << ts.tokens << " tokens ("
-    << ts.target_tokens << " trained)";
+  // A preference record is a pair of examples.
+  const std::int64_t per_record = data::examples_per_record(data.format);
+  const std::string unit = per_record == 2 ? " pairs" : " examples";
+  auto count = [&](const data::Examples& ex) { return std::to_string(static_cast<std::int64_t>(ex->size()) / per_record) + unit; };
+  s << "train data   " << ts.file << ": " << count(datasets.train) << ", " << ts.tokens << " tokens (" << ts.target_tokens << " trained)";
   if (ts.skipped) s << ", " << ts.skipped << " malformed records skipped";
   if (ts.truncated) s << ", " << ts.truncated << " truncated";
   if (ts.dropped) s << ", " << ts.dropped << " dropped (nothing left to train)";
+  if (ts.too_long) s << ", " << ts.too_long << " dropped as longer than data.max_seq_len";
+  if (ts.identical) s << ", " << ts.identical << " pairs dropped (chosen and rejected the same)";
   s << "\n";
-  s << "eval data    " << (datasets.eval->empty() ? std::string("none") : std::to_string(datasets.eval->size()) + " examples")
-    << "\n";
+  s << "eval data    " << (datasets.eval->empty() ? std::string("none") : count(datasets.eval)) << "\n";
+  if (objective.name != "sft") {
+    s << "objective    " << objective.name << " (" << (objective.name == "dpo" ? objective.loss_type + ", " : std::string()) << "beta "
+      << objective.beta << (objective.name == "simpo" ? ", gamma " + std::to_string(objective.gamma) : std::string())
+      << (objective.label_smoothing > 0 ? ", label smoothing " + std::to_string(objective.label_smoothing) : std::string())
+      << (needs_reference(objective) ? std::string("; reference: ") + (method->freezes_base() ? "the base, adapters off" : "a frozen copy of model.path")
+                                     : "; no reference")
+      << ")\n";
+  }
   s << "steps        " << trainer.max_steps << " (" << steps_per_epoch << " per epoch, batch "
     << data.batch_size << " x accumulation " << trainer.grad_accum;
   if (data.packing) {

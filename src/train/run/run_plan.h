@@ -25,6 +25,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/observe/memory_ledger.h"
 #include "train/run/distributed_plan.h"
+#include "train/objective/objectives.h"
 #include "train/run/method.h"
 #include "train/step/grad_scaler.h"
 #include "train/step/optimizer.h"
@@ -61,6 +62,7 @@ struct RunPlan {
   model::ModelConfig model_config;
   std::vector<model::ParameterShape> parameters;  // of the shape-only model (model/parameter_shapes.h)
   std::shared_ptr<const Method> method;       // full fine-tuning or LoRA
+  bool continues_adapter = false;             // peft.init_from: LoRA starts from an existing adapter
   at::ScalarType model_dtype = at::kFloat;    // storage dtype of the loaded weights
   at::ScalarType compute_dtype = at::kFloat;  // precision: the matmuls' dtype
   GradScalerOptions loss_scaling;             // enabled for fp16
@@ -75,6 +77,7 @@ struct RunPlan {
   data::Datasets datasets;
   OptimizerOptions optimizer;
   TrainerOptions trainer;
+  ObjectiveOptions objective;                 // objective.*: what the steps minimise
   std::int64_t steps_per_epoch = 0;
   double packed_fill = 0;  // packing: document tokens over row capacity in the first epoch
   std::int64_t eval_batches = -1;  // -1: the whole eval split
@@ -110,6 +113,12 @@ std::chrono::milliseconds distributed_timeout(const Recipe& recipe);
 
 // The model of plan.model_spec(checkpoint), built (nothing trains yet: Method::make_trainable).
 model::CausalLM build_model(const RunPlan& plan, const std::filesystem::path& checkpoint = {});
+
+// The frozen reference a preference objective compares the policy with, under full fine-tuning:
+// model.path built as the policy is (dtype, device), every parameter frozen, in eval mode. Null
+// when the objective needs none, and under LoRA, where the policy with its adapters off is the
+// reference (no second copy of the weights).
+model::CausalLM build_reference(const RunPlan& plan);
 
 // The memory ledger's inputs for this plan; `runtime_bytes` is the process's resident memory
 // before the model is built.

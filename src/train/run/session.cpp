@@ -51,6 +51,12 @@ void log_lines(const std::string& text) {
 Session::Session(RunPlan plan, SessionOptions options, distributed::Comm& comm)
     : plan_(std::move(plan)), options_(std::move(options)), comm_(comm) {
   if (options_.resume && options_.overwrite) throw ConfigError("--resume and --overwrite exclude each other");
+  if (needs_reference(plan_.objective) && plan_.method->freezes_base() && plan_.continues_adapter) {
+    // The reference under LoRA is the base (adapters off), not the adapter this run starts from.
+    throw ConfigError("peft.init_from: objective.name " + plan_.objective.name +
+                      " with LoRA compares the adapter with the base (adapters off); training an existing adapter further would "
+                      "need that adapter as the reference, which is not implemented (merge it into the base first: ctune merge)");
+  }
   if (writer()) check_run_dir();
 }
 
@@ -250,6 +256,7 @@ TrainResult Session::run() {
   std::optional<MetricsLog> metrics;
   if (writer()) metrics.emplace(plan.output_dir, plan.tensorboard);
   Trainer trainer(lm, *optimizer, source, std::move(eval), plan.trainer, metrics ? &*metrics : nullptr);
+  trainer.objective = make_objective(plan.objective, plan.trainer.chunked_loss, build_reference(plan));
   trainer.scaler = &scaler;
   trainer.step_sync = parallel.sync.get();
   StateMeter meter(lm, *optimizer);

@@ -12,6 +12,7 @@ TensorBatch to_tensors(const data::Batch& b, const at::Device& device) {
   t.position_ids = ops::to_device(at::tensor(b.position_ids, at::kLong).view(shape), device);
   t.segment_ids = ops::to_device(at::tensor(b.segment_ids, at::kInt).view(shape), device);
   t.target_tokens = b.target_tokens();
+  t.rows_per_group = b.rows_per_group;
   return t;
 }
 

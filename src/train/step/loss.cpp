@@ -11,18 +11,21 @@
 
 namespace ctune::train {
 
-at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b, bool chunked) {
+model::ForwardInputs forward_inputs(model::CausalLM& lm, const TensorBatch& b) {
   model::ForwardInputs in;
   in.input_ids = b.input_ids;
   in.position_ids = b.position_ids;
   in.segment_ids = b.segment_ids;
   if (lm->model->router_record && lm->is_training() && b.labels.size(1) >= 2) {
-    // The routers' auxiliary loss counts the tokens the main loss counts: position t when
-    // label t + 1 is a target (the last position never is).
     const auto T = b.labels.size(1);
     in.router_mask = at::cat({b.labels.narrow(1, 1, T - 1) != data::kIgnoreIndex,
                               at::zeros({b.labels.size(0), 1}, b.labels.options().dtype(at::kBool))}, 1);
   }
+  return in;
+}
+
+at::Tensor next_token_loss_sum(model::CausalLM& lm, const TensorBatch& b, bool chunked) {
+  const model::ForwardInputs in = forward_inputs(lm, b);
   auto hidden = lm->hidden(in);  // [B, T, H]
   RECORD_USER_SCOPE(ops::region::kLoss);
   const auto B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);

@@ -19,7 +19,14 @@ namespace ctune::train {
 struct TensorBatch {
   at::Tensor input_ids, labels, position_ids, segment_ids;
   std::int64_t target_tokens = 0;
+  // Consecutive rows that belong together (data::Batch::rows_per_group): 2 for preference pairs.
+  std::int64_t rows_per_group = 1;
 };
+
+// The model's inputs for a training or evaluation forward over `batch`. A model with experts in
+// training mode also gets the routers' mask: position t counts for their auxiliary losses when
+// label t + 1 is a target (the last position never is), the tokens the loss counts.
+model::ForwardInputs forward_inputs(model::CausalLM& model, const TensorBatch& batch);
 
 // Sum of -log p(label[t+1] | ..t) over targeted positions, in fp32. With `chunked` (and a head
 // that is a plain matrix: tied embeddings or an lm_head without adapter or bias) the logits

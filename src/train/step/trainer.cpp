@@ -57,6 +57,7 @@ Trainer::Trainer(model::CausalLM model, Optimizer& optimizer, BatchSource& train
       eval_(std::move(eval)),
       options_(std::move(options)),
       metrics_(metrics) {
+  objective = std::make_shared<SftObjective>(options_.chunked_loss);
   // The routers keep their logits for the z-loss's gradient only when it trains.
   if (model_->model->router_record) model_->model->router_record->z_loss_trains = options_.router_z_loss_coef > 0;
 }
@@ -79,44 +80,47 @@ TrainResult Trainer::run() {
     profiler_or_none().begin_step(step + 1);
 
     // 1. This step's micro-batches, fetched first so the loss can be normalised by the
-    //    step's total target count before any backward pass.
+    //    step's total units (target tokens, or pairs) before any backward pass.
     //    With several ranks, the count is the whole global batch's (every rank's rows).
     std::vector<TensorBatch> micro;
-    std::vector<double> counts = {0, 0};  // targets, input tokens
+    std::vector<double> counts = {0, 0, 0};  // objective units, target tokens, input tokens
     for (std::int64_t i = 0; i < options_.grad_accum; ++i) {
       RECORD_USER_SCOPE(ops::region::kData);
       micro.push_back(train_.next());
-      counts[0] += static_cast<double>(micro.back().target_tokens);
-      counts[1] += static_cast<double>(micro.back().input_ids.numel());
+      counts[0] += objective->units(micro.back());
+      counts[1] += static_cast<double>(micro.back().target_tokens);
+      counts[2] += static_cast<double>(micro.back().input_ids.numel());
     }
     sync().sum(counts);
-    const auto targets = static_cast<std::int64_t>(counts[0]), input_tokens = static_cast<std::int64_t>(counts[1]);
+    const double units = counts[0];
+    const auto targets = static_cast<std::int64_t>(counts[1]), input_tokens = static_cast<std::int64_t>(counts[2]);
 
-    // 2. Forward and backward per micro-batch: sum of token losses / step targets (times the
-    //    loss scale under fp16).
+    // 2. Forward and backward per micro-batch: the objective's loss sum / the step's units
+    //    (times the loss scale under fp16).
     //    A model with experts adds aux_loss_coef times the routers' load-balancing loss and
     //    router_z_loss_coef times their z-loss, each micro-batch's weighted by its share of the
-    //    step's targets.
+    //    step's units.
     const double loss_scale = scaler.scale();
-    double loss_sum = 0, aux_sum = 0, z_sum = 0;
+    const auto names = objective->metric_names();
+    std::vector<double> sums(3 + names.size(), 0.0);  // loss, aux, z, the objective's metrics
     std::vector<std::pair<std::int64_t, std::vector<double>>> load;
     for (const auto& batch : micro) {
-      auto loss = next_token_loss_sum(model_, batch, options_.chunked_loss);
-      loss_sum += loss.item<double>();
-      const double share = targets > 0 ? static_cast<double>(batch.target_tokens) / static_cast<double>(targets) : 0.0;
+      const ObjectiveTerms terms = objective->forward(model_, batch);
+      sums[0] += terms.loss_sum.item<double>();
+      for (std::size_t i = 0; i < names.size() && i < terms.metric_sums.size(); ++i) sums[3 + i] += terms.metric_sums[i];
+      const double share = units > 0 ? objective->units(batch) / units : 0.0;
       const double weight = share * loss_scale;
       const RouterLosses router = router_losses(model_, options_.aux_loss_coef * weight, options_.router_z_loss_coef * weight);
-      aux_sum += share * router.aux;
-      z_sum += share * router.z;
+      sums[1] += share * router.aux;
+      sums[2] += share * router.z;
       accumulate_load(load, expert_load(model_), 1.0 / static_cast<double>(micro.size()));
-      if (targets > 0) scaler.scale_loss(loss / static_cast<double>(targets)).backward();
+      if (units > 0) scaler.scale_loss(terms.loss_sum / units).backward();
       log_memory(step + 1, "after backward");
       if (sample_memory) sample_memory();
       kill_point("step", step + 1, "mid");
     }
-    std::vector<double> sums = {loss_sum, aux_sum, z_sum};
     sync().sum(sums);
-    const double loss = targets > 0 ? sums[0] / static_cast<double>(targets) : 0.0;
+    const double loss = units > 0 ? sums[0] / units : 0.0;
 
     // 3. Gradients summed over ranks (one process: as they are). Unscale and check them, clip, update at the scheduled learning rate, clear
     //    gradients. A step with a non-finite loss or gradient applies no update (fp16: the
@@ -154,6 +158,7 @@ TrainResult Trainer::run() {
       m.z_loss = sums[2];
       m.expert_load = std::move(load);
     }
+    for (std::size_t i = 0; i < names.size(); ++i) m.objective.emplace_back(names[i], units > 0 ? sums[3 + i] / units : 0.0);
     if (metrics_) metrics_->write(m);
     if (nonfinite_in_a_row >= options_.max_nonfinite_steps) {
       throw Error("step " + std::to_string(m.step) + ": the loss was non-finite in " + std::to_string(nonfinite_in_a_row) +
@@ -193,13 +198,12 @@ void Trainer::evaluate_on_cadence(std::int64_t step, Progress* progress, TrainRe
   const bool last = step == options_.max_steps;
   if (eval_.empty() || !(last || (options_.eval_every > 0 && step % options_.eval_every == 0))) return;
   Stage stage("eval at step " + std::to_string(step), static_cast<std::int64_t>(eval_.size()), "batches");
-  const EvalLoss eval = evaluate(&stage);
-  EvalMetrics e{step, eval.loss, eval.tokens};
+  const EvalMetrics e = evaluate(step, &stage);
   if (metrics_) {
     metrics_->write(e);
     progress->eval(e, stage);
   }
-  if (last) result.final_eval_loss = eval.loss;
+  if (last) result.final_eval_loss = e.eval_loss;
 }
 
 void Trainer::stop_if_requested(std::int64_t step, bool nothing_new) {
@@ -219,11 +223,17 @@ StepSync& Trainer::sync() {
   return step_sync ? *step_sync : alone;
 }
 
-EvalLoss Trainer::evaluate(Stage* stage) {
-  const EvalLoss mine = evaluate_loss(model_, eval_, options_.chunked_loss, stage);
-  std::vector<double> sums = {mine.loss * static_cast<double>(mine.tokens), static_cast<double>(mine.tokens)};
+EvalMetrics Trainer::evaluate(std::int64_t step, Stage* stage) {
+  const ObjectiveSums mine = evaluate_objective(*objective, model_, eval_, stage);
+  std::vector<double> sums = {mine.loss, mine.units, static_cast<double>(mine.target_tokens)};
+  sums.insert(sums.end(), mine.metrics.begin(), mine.metrics.end());
   sync().sum(sums);
-  return {sums[1] > 0 ? sums[0] / sums[1] : 0.0, static_cast<std::int64_t>(sums[1])};
+  const double units = sums[1];
+  EvalMetrics e{step, units > 0 ? sums[0] / units : 0.0, static_cast<std::int64_t>(sums[2])};
+  const auto names = objective->metric_names();
+  for (std::size_t i = 0; i < names.size(); ++i) e.objective.emplace_back(names[i], units > 0 ? sums[3 + i] / units : 0.0);
+  e.token_loss = objective->token_loss();
+  return e;
 }
 
 }  // namespace ctune::train

@@ -1,6 +1,7 @@
 // The training loop. It reads top to bottom like the step it runs:
-//   micro-batches -> forward -> summed token loss -> backward (normalised by the step's target
-//   count) -> clip -> optimizer step at the scheduled lr -> log -> maybe evaluate.
+//   micro-batches -> forward -> the objective's summed loss -> backward (normalised by the
+//   step's units: target tokens, or pairs) -> clip -> optimizer step at the scheduled lr -> log
+//   -> maybe evaluate.
 // Techniques (LoRA, precision, checkpointing, quantised bases) plug in around it: through the
 // model, the optimizer's parameter groups and the hooks below, never by copying the loop.
 #pragma once
@@ -17,6 +18,7 @@
 #include "train/observe/profiler.h"
 #include "train/step/grad_scaler.h"
 #include "train/step/loss.h"
+#include "train/step/objective.h"
 #include "train/step/optimizer.h"
 #include "train/step/schedule.h"
 
@@ -79,9 +81,12 @@ class Trainer {
           TrainerOptions options, MetricsLog* metrics);
 
   TrainResult run();
-  // evaluate_loss over the eval batches (each rank's share, combined over ranks); `stage`
+  // The objective over the eval batches (each rank's share, combined over ranks); `stage`
   // shows its progress.
-  EvalLoss evaluate(Stage* stage = nullptr);
+  EvalMetrics evaluate(std::int64_t step, Stage* stage = nullptr);
+
+  // What a step minimises (step/objective.h); the constructor sets next-token SFT.
+  std::shared_ptr<Objective> objective;
 
   // Called after every optimizer step with the step number (1-based): checkpoints hook here.
   std::function<void(std::int64_t step)> on_step_end;

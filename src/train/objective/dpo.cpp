@@ -1,0 +1,56 @@
+#include "train/objective/dpo.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include "core/error.h"
+#include "train/objective/logps.h"
+
+namespace ctune::train {
+
+DpoObjective::DpoObjective(const ObjectiveOptions& options, model::CausalLM reference)
+    : options_(options), reference_(std::move(reference)) {
+  if (options_.loss_type != "sigmoid" && options_.loss_type != "ipo" && options_.loss_type != "hinge")
+    throw ConfigError("objective.loss_type: expected sigmoid, ipo or hinge, found " + options_.loss_type);
+}
+
+// A pair is two rows; a batch without pairs (a rank's idle batch) adds none.
+double DpoObjective::units(const TensorBatch& batch) const {
+  return batch.rows_per_group == 2 ? static_cast<double>(batch.input_ids.size(0) / 2) : 0.0;
+}
+
+std::vector<std::string> DpoObjective::metric_names() const { return reward_metric_names(); }
+
+ObjectiveTerms DpoObjective::forward(model::CausalLM& policy, const TensorBatch& batch) {
+  // The reference first: its forward must not replace the policy's router statistics.
+  SequenceLogps ref;
+  {
+    at::NoGradGuard no_grad;
+    if (reference_) {
+      ref = sequence_logps(reference_, batch);
+    } else {
+      model::AdaptersOff off;
+      ref = sequence_logps(policy, batch);
+    }
+  }
+  const SequenceLogps pi = sequence_logps(policy, batch);
+  if (units(batch) == 0) return {pi.sum.sum() * 0.0, std::vector<double>(metric_names().size(), 0.0)};
+
+  const PairLogps p = split_pairs(pi), r = split_pairs(ref);
+  const auto ratio_c = p.chosen - r.chosen.to(p.chosen.scalar_type()), ratio_r = p.rejected - r.rejected.to(p.chosen.scalar_type());
+  const double beta = options_.beta;
+  at::Tensor losses;
+  if (options_.loss_type == "sigmoid") {
+    const auto delta = beta * (ratio_c - ratio_r);
+    const double eps = options_.label_smoothing;
+    losses = -(1.0 - eps) * at::log_sigmoid(delta) - eps * at::log_sigmoid(-delta);
+  } else if (options_.loss_type == "hinge") {
+    losses = at::relu(1.0 - beta * (ratio_c - ratio_r));
+  } else {  // ipo: per-token log-ratios, as TRL normalises them
+    const auto n_c = p.chosen_count.clamp_min(1.0), n_r = p.rejected_count.clamp_min(1.0);
+    losses = at::pow(ratio_c / n_c - ratio_r / n_r - 1.0 / (2.0 * beta), 2);
+  }
+
+  return {losses.sum(), reward_metric_sums(beta * ratio_c, beta * ratio_r, p.chosen, p.rejected)};
+}
+
+}  // namespace ctune::train

@@ -1,0 +1,32 @@
+// Direct preference optimisation (Rafailov et al. 2023) with TRL's DPOTrainer semantics
+// (docs/objectives.md). A batch holds pairs as consecutive rows, chosen then rejected, the
+// prompt masked. With pi and ref the summed log-probabilities of a response under the policy
+// and the reference, per pair:
+//   delta   = (pi_c - ref_c) - (pi_r - ref_r)
+//   sigmoid = -(1 - eps) log sigmoid(beta delta) - eps log sigmoid(-beta delta)   (eps: label_smoothing, cDPO)
+//   hinge   = max(0, 1 - beta delta)                                            (SLiC)
+//   ipo     = (delta_avg - 1 / (2 beta))^2, delta_avg with each log-ratio divided by its response's tokens
+// and the rewards beta (pi - ref) of each response. The loss is a sum over pairs (the unit).
+#pragma once
+
+#include "model/llama.h"
+#include "train/objective/options.h"
+#include "train/step/objective.h"
+
+namespace ctune::train {
+
+class DpoObjective : public Objective {
+ public:
+  // `reference` null: the policy with its adapters off (LoRA).
+  DpoObjective(const ObjectiveOptions& options, model::CausalLM reference);
+  std::string name() const override { return "dpo"; }
+  double units(const TensorBatch& batch) const override;
+  ObjectiveTerms forward(model::CausalLM& model, const TensorBatch& batch) override;
+  std::vector<std::string> metric_names() const override;
+
+ private:
+  ObjectiveOptions options_;
+  model::CausalLM reference_;
+};
+
+}  // namespace ctune::train

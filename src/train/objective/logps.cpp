@@ -1,0 +1,55 @@
+#include "train/objective/logps.h"
+
+#include <ATen/record_function.h>
+
+#include "ops/profile_regions.h"
+
+namespace ctune::train {
+
+SequenceLogps sequence_logps(model::CausalLM& lm, const TensorBatch& b) {
+  // A model with experts balances its routers over the positions the objective scores (the
+  // reference's forward, without gradients, records nothing the policy's would not replace).
+  const model::ForwardInputs in = forward_inputs(lm, b);
+  auto hidden = lm->hidden(in);  // [B, T, H]
+  RECORD_USER_SCOPE(ops::region::kLoss);
+  const auto B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
+  const auto acc = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  SequenceLogps out;
+  out.sum = hidden.sum() * 0.0;  // keeps the graph connected when nothing is a target
+  out.sum = out.sum.to(acc).expand({B}).clone();
+  out.count = at::zeros({B}, hidden.options().dtype(acc));
+  if (T < 2) return out;
+  auto h = hidden.narrow(1, 0, T - 1).reshape({B * (T - 1), H});
+  auto targets = b.labels.narrow(1, 1, T - 1).reshape({B * (T - 1)});
+  auto keep = (targets != data::kIgnoreIndex).nonzero().squeeze(1);
+  if (keep.numel() == 0) return out;
+  h = h.index_select(0, keep);
+  targets = targets.index_select(0, keep);
+  auto logits = lm->head(h).to(acc);  // [N, V]
+  auto token = at::log_softmax(logits, -1).gather(1, targets.unsqueeze(1)).squeeze(1);  // [N]
+  const auto row = at::div(keep, T - 1, "floor");
+  out.sum = out.sum.index_add(0, row, token);
+  out.count = out.count.index_add(0, row, at::ones_like(token).detach());
+  return out;
+}
+
+PairLogps split_pairs(const SequenceLogps& rows) {
+  const auto even = at::arange(0, rows.sum.size(0), 2, at::TensorOptions().dtype(at::kLong).device(rows.sum.device()));
+  const auto odd = even + 1;
+  return {rows.sum.index_select(0, even), rows.sum.index_select(0, odd), rows.count.index_select(0, even),
+          rows.count.index_select(0, odd)};
+}
+
+std::vector<std::string> reward_metric_names() {
+  return {"rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "logps/chosen", "logps/rejected"};
+}
+
+std::vector<double> reward_metric_sums(const at::Tensor& reward_c, const at::Tensor& reward_r, const at::Tensor& logps_c,
+                                       const at::Tensor& logps_r) {
+  at::NoGradGuard no_grad;
+  auto total = [](const at::Tensor& t) { return t.detach().sum().item<double>(); };
+  return {total(reward_c), total(reward_r), total(reward_c - reward_r), total((reward_c > reward_r).to(at::kDouble)), total(logps_c),
+          total(logps_r)};
+}
+
+}  // namespace ctune::train

@@ -1,0 +1,41 @@
+// Per-sequence log-probabilities: what preference objectives compare. Row r of a batch scores
+// sum over its targets t of log p(labels[t + 1] | ..t), the same pairs the token loss counts
+// (train/step/loss.h): prompt and padding positions are not targets, so each row's sum is the
+// response's log-probability given its prompt (TRL's `logps`).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "model/llama.h"
+#include "train/step/loss.h"
+
+namespace ctune::train {
+
+struct SequenceLogps {
+  at::Tensor sum;    // [rows] fp32 (float64 for a float64 model), differentiable in grad mode
+  at::Tensor count;  // [rows] the targets of each row, same dtype
+};
+
+// A batch of preference pairs, rows 2i (chosen) and 2i + 1 (rejected), split by response.
+struct PairLogps {
+  at::Tensor chosen, rejected;              // [pairs] summed log-probabilities
+  at::Tensor chosen_count, rejected_count;  // [pairs] their responses' tokens
+};
+PairLogps split_pairs(const SequenceLogps& rows);
+
+// TRL's reward metrics of a batch of pairs, as sums over the pairs (the trainer divides by the
+// pairs): rewards/chosen, rewards/rejected, rewards/margins, rewards/accuracies (chosen reward
+// strictly greater), logps/chosen, logps/rejected. The objective says what a reward and a logp
+// are (DPO: beta times the log-ratio to the reference, and summed log-probabilities).
+std::vector<std::string> reward_metric_names();
+std::vector<double> reward_metric_sums(const at::Tensor& reward_chosen, const at::Tensor& reward_rejected, const at::Tensor& logps_chosen,
+                                       const at::Tensor& logps_rejected);
+
+// The model's forward over `batch` and the per-row sums. The vocabulary projection runs on the
+// targeted positions only, in fp32 softmax (the logits in the model's compute dtype).
+SequenceLogps sequence_logps(model::CausalLM& model, const TensorBatch& batch);
+
+}  // namespace ctune::train

@@ -1,0 +1,20 @@
+#include "train/objective/objectives.h"
+
+#include "core/error.h"
+#include "train/objective/dpo.h"
+#include "train/objective/simpo.h"
+
+namespace ctune::train {
+
+bool reads_pairs(const ObjectiveOptions& options) { return options.name == "dpo" || options.name == "simpo"; }
+
+bool needs_reference(const ObjectiveOptions& options) { return options.name == "dpo"; }
+
+std::shared_ptr<Objective> make_objective(const ObjectiveOptions& options, bool chunked, model::CausalLM reference) {
+  if (options.name == "sft") return std::make_shared<SftObjective>(chunked);
+  if (options.name == "dpo") return std::make_shared<DpoObjective>(options, std::move(reference));
+  if (options.name == "simpo") return std::make_shared<SimpoObjective>(options);
+  throw ConfigError("objective.name: expected sft, dpo or simpo, found " + options.name);
+}
+
+}  // namespace ctune::train

@@ -1,0 +1,24 @@
+// The objectives a recipe can name (objective.name) and the one factory that builds them; the
+// seam itself is train/step/objective.h (docs/objectives.md).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/llama.h"
+#include "train/objective/options.h"
+#include "train/step/objective.h"
+
+namespace ctune::train {
+
+// Whether the objective reads preference pairs (data.format: preference).
+bool reads_pairs(const ObjectiveOptions& options);
+// Whether it compares the policy with a frozen reference.
+bool needs_reference(const ObjectiveOptions& options);
+
+// `reference`: the frozen model the policy is compared with; null under LoRA, where the policy
+// with its adapters off is the reference. `chunked`: memory.chunked_loss (sft).
+std::shared_ptr<Objective> make_objective(const ObjectiveOptions& options, bool chunked,
+                                          model::CausalLM reference = model::CausalLM(nullptr));
+
+}  // namespace ctune::train

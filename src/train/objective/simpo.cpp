@@ -1,0 +1,24 @@
+#include "train/objective/simpo.h"
+
+#include "train/objective/logps.h"
+
+namespace ctune::train {
+
+double SimpoObjective::units(const TensorBatch& batch) const {
+  return batch.rows_per_group == 2 ? static_cast<double>(batch.input_ids.size(0) / 2) : 0.0;
+}
+
+std::vector<std::string> SimpoObjective::metric_names() const { return reward_metric_names(); }
+
+ObjectiveTerms SimpoObjective::forward(model::CausalLM& policy, const TensorBatch& batch) {
+  const SequenceLogps pi = sequence_logps(policy, batch);
+  if (units(batch) == 0) return {pi.sum.sum() * 0.0, std::vector<double>(metric_names().size(), 0.0)};
+  const PairLogps p = split_pairs(pi);
+  const auto avg_c = p.chosen / p.chosen_count.clamp_min(1.0), avg_r = p.rejected / p.rejected_count.clamp_min(1.0);
+  const double beta = options_.beta, eps = options_.label_smoothing;
+  const auto z = beta * (avg_c - avg_r - options_.gamma / beta);
+  const auto losses = -(1.0 - eps) * at::log_sigmoid(z) - eps * at::log_sigmoid(-z);
+  return {losses.sum(), reward_metric_sums(beta * avg_c, beta * avg_r, avg_c, avg_r)};
+}
+
+}  // namespace ctune::train

@@ -1,0 +1,67 @@
+// The training objective: what a step minimises, seen by the trainer through one seam
+// (docs/objectives.md). Per micro-batch an objective gives a loss summed over its units (target
+// tokens for next-token SFT, pairs for preference tuning) and the sums of its metrics over the
+// same units; the trainer adds up units over the step's micro-batches and every rank before the
+// first backward, so each loss is normalised by the step's total (token- or pair-correct
+// accumulation). The objectives beyond SFT, and the one factory, live in train/objective/.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "core/progress.h"
+#include "model/llama.h"
+#include "train/step/loss.h"
+
+namespace ctune::train {
+
+// What one micro-batch contributes.
+struct ObjectiveTerms {
+  at::Tensor loss_sum;              // over the micro-batch's units; backward runs through it
+  std::vector<double> metric_sums;  // Objective::metric_names() order, summed over the units
+};
+
+class Objective {
+ public:
+  virtual ~Objective() = default;
+  virtual std::string name() const = 0;
+  // The units `batch` adds to the step's normaliser; known before any forward.
+  virtual double units(const TensorBatch& batch) const = 0;
+  virtual ObjectiveTerms forward(model::CausalLM& model, const TensorBatch& batch) = 0;
+  // Each reported as its sum over the step (or eval split) divided by the units.
+  virtual std::vector<std::string> metric_names() const { return {}; }
+  // Whether the loss is a mean token NLL (so a perplexity means something).
+  virtual bool token_loss() const { return false; }
+};
+
+// Next-token supervised fine-tuning (objective.name: sft): next_token_loss_sum over target
+// tokens, exactly what the trainer computed before the seam existed.
+class SftObjective : public Objective {
+ public:
+  explicit SftObjective(bool chunked) : chunked_(chunked) {}
+  std::string name() const override { return "sft"; }
+  double units(const TensorBatch& batch) const override { return static_cast<double>(batch.target_tokens); }
+  ObjectiveTerms forward(model::CausalLM& model, const TensorBatch& batch) override {
+    return {next_token_loss_sum(model, batch, chunked_), {}};
+  }
+  bool token_loss() const override { return true; }
+
+ private:
+  bool chunked_;
+};
+
+// An objective's figures over eval batches, as sums (ranks add them before dividing).
+struct ObjectiveSums {
+  double loss = 0, units = 0;
+  std::int64_t target_tokens = 0;
+  std::vector<double> metrics;
+};
+// In eval mode without gradients; the training mode is restored afterwards. `stage`, when
+// given, counts the batches and shows the running loss.
+ObjectiveSums evaluate_objective(Objective& objective, model::CausalLM& model, const std::vector<TensorBatch>& batches,
+                                 Stage* stage = nullptr);
+
+}  // namespace ctune::train

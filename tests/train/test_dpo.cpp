@@ -1,0 +1,143 @@
+// DPO and SimPO against an independent float64 reference written from TRL's DPOTrainer and
+// CPOTrainer (make_dpo_reference.py): the loss, TRL's reward metrics and every trainable
+// gradient, for DPO's sigmoid (with label smoothing), hinge and IPO losses and SimPO, under full fine-tuning (the reference a
+// frozen copy of the base, the policy elsewhere) and LoRA (the reference the policy with its
+// adapters off), each within kNoiseFactor times that value's own float32 noise (noise.json).
+// Also: the adapters-off reference is exactly the base model.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+
+#include "core/json.h"
+#include "model/weights.h"
+#include "peft/lora.h"
+#include "train/objective/logps.h"
+#include "train/objective/objectives.h"
+#include "margins.h"
+#include "reference_io.h"
+
+namespace fs = std::filesystem;
+using namespace ctune;
+using ctune::test::noise_tolerance;
+using ctune::test::within;
+using ctune::test::read_tensors;
+using ctune::test::relative_error;
+
+namespace {
+
+const fs::path kRef = fs::path(CTUNE_TEST_DATA_DIR) / "dpo-reference";
+
+train::TensorBatch read_pairs() {
+  train::TensorBatch b = test::batch_from_json(read_json_file(kRef / "pairs.json"));
+  b.rows_per_group = 2;
+  return b;
+}
+
+model::CausalLM lora_policy() {
+  auto lm = model::load_causal_lm(kRef / "model", at::kFloat);
+  peft::LoraOptions o;
+  o.rank = 4;
+  o.alpha = 8.0;
+  o.targets = {"all-linear", "lm_head"};
+  peft::apply_lora(lm, o);
+  at::NoGradGuard no_grad;
+  const auto weights = read_tensors(kRef / "lora.safetensors");
+  std::size_t set = 0;
+  for (auto& item : lm->named_parameters(true)) {
+    auto it = weights.find(item.key());
+    if (it == weights.end()) continue;
+    item.value().copy_(it->second);
+    ++set;
+  }
+  EXPECT_EQ(set, weights.size());
+  return lm;
+}
+
+void dpo_case(const std::string& kind, const std::string& loss_type) {
+  const std::string name = kind + "_" + loss_type;
+  const Json expected = read_json_file(kRef / "expected.json").at(name);
+  const Json noise = read_json_file(kRef / "noise.json").at(name);
+  train::ObjectiveOptions o;
+  o.name = expected.at("objective").get<std::string>();
+  if (o.name == "dpo") o.loss_type = loss_type;
+  if (o.name == "simpo") o.gamma = expected.at("gamma").get<double>();
+  o.beta = expected.at("beta").get<double>();
+  o.label_smoothing = expected.at("label_smoothing").get<double>();
+
+  model::CausalLM policy{nullptr}, reference{nullptr};
+  if (kind == "full") {
+    policy = model::load_causal_lm(kRef / "policy", at::kFloat);
+    peft::enable_full_finetune(policy);
+    reference = model::load_causal_lm(kRef / "model", at::kFloat);
+    for (auto& p : reference->parameters()) p.requires_grad_(false);
+    reference->eval();
+  } else {
+    policy = lora_policy();
+  }
+  auto objective = train::make_objective(o, /*chunked=*/true, reference);
+  const auto batch = read_pairs();
+  const double units = objective->units(batch);
+  ASSERT_EQ(units, 3.0);
+  const auto terms = objective->forward(policy, batch);
+  (terms.loss_sum / units).backward();
+
+  auto scalar = [&](const std::string& key, double ours) {
+    EXPECT_TRUE(within(name + " " + key + ": absolute error", std::abs(ours - expected.at(key).get<double>()),
+                       noise_tolerance(noise.at(key).get<double>())));
+  };
+  scalar("loss", terms.loss_sum.item<double>() / units);
+  const auto names = objective->metric_names();
+  ASSERT_EQ(names.size(), terms.metric_sums.size());
+  for (std::size_t i = 0; i < names.size(); ++i) scalar(names[i], terms.metric_sums[i] / units);
+
+  const auto grads = read_tensors(kRef / ("grads_" + name + ".safetensors"));
+  std::size_t checked = 0;
+  for (const auto& item : policy->named_parameters(true)) {
+    if (!item.value().requires_grad()) {
+      EXPECT_FALSE(item.value().grad().defined()) << item.key();
+      continue;
+    }
+    auto it = grads.find(item.key());
+    ASSERT_NE(it, grads.end()) << "no reference gradient for " << item.key();
+    ASSERT_TRUE(item.value().grad().defined()) << item.key();
+    EXPECT_TRUE(within(name + " " + item.key() + " gradient: relative error", relative_error(item.value().grad(), it->second),
+                       noise_tolerance(noise.at(item.key()).get<double>())));
+    ++checked;
+  }
+  EXPECT_EQ(checked, grads.size());
+  if (reference) {
+    for (const auto& p : reference->parameters()) EXPECT_FALSE(p.grad().defined());
+  }
+}
+
+}  // namespace
+
+TEST(DpoReference, FullSigmoidWithLabelSmoothing) { dpo_case("full", "sigmoid"); }
+TEST(DpoReference, FullHinge) { dpo_case("full", "hinge"); }
+TEST(DpoReference, FullIpo) { dpo_case("full", "ipo"); }
+TEST(DpoReference, LoraSigmoidWithLabelSmoothing) { dpo_case("lora", "sigmoid"); }
+TEST(DpoReference, LoraHinge) { dpo_case("lora", "hinge"); }
+TEST(DpoReference, LoraIpo) { dpo_case("lora", "ipo"); }
+// SimPO (reference-free): the full case's policy alone, the LoRA case's adapters on.
+TEST(DpoReference, FullSimpo) { dpo_case("full", "simpo"); }
+TEST(DpoReference, LoraSimpo) { dpo_case("lora", "simpo"); }
+
+// Under LoRA the reference is the policy with its adapters off: bit for bit the base model's
+// log-probabilities (the adapters' B is non-zero here, so on they differ).
+TEST(DpoReference, AdaptersOffIsExactlyTheBase) {
+  at::NoGradGuard no_grad;
+  auto policy = lora_policy();
+  auto base = model::load_causal_lm(kRef / "model", at::kFloat);
+  const auto batch = read_pairs();
+  const auto of_base = train::sequence_logps(base, batch).sum;
+  at::Tensor off;
+  {
+    model::AdaptersOff guard;
+    off = train::sequence_logps(policy, batch).sum;
+  }
+  const auto on = train::sequence_logps(policy, batch).sum;
+  EXPECT_TRUE(at::equal(off, of_base)) << off << of_base;
+  EXPECT_GT((on - of_base).abs().max().item<double>(), 1e-2);
+}
