@@ -35,7 +35,7 @@ print(f"{'':44}{'before':>10}{'after':>10}")
 def row(name, b, a, pct=False):
     f = (lambda v: f"{100 * v:.1f}%") if pct else (lambda v: f"{v:.4f}")
     print(f"{name:44}{f(b):>10}{f(a):>10}")
-row("DPO loss (sigmoid, beta 0.1)", pb["eval_loss"], pa["eval_loss"])
+row("DPO loss (sigmoid)", pb["eval_loss"], pa["eval_loss"])
 row("preference accuracy (chosen reward > rejected)", pb["eval_rewards/accuracies"], pa["eval_rewards/accuracies"], pct=True)
 row("reward margin (beta x log-ratio, nats)", pb["eval_rewards/margins"], pa["eval_rewards/margins"])
 row("log p(chosen)", pb["eval_logps/chosen"], pa["eval_logps/chosen"])

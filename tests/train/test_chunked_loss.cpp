@@ -82,6 +82,44 @@ TEST(ChunkedLoss, EqualsThePlainLossAndGradients) {
   EXPECT_TRUE(within("max |d weight: chunked - plain|", (gw - w.grad()).abs().max().item<double>(), 1e-5));
 }
 
+// The per-token log-probabilities (preference objectives' sums): a vector output whose backward
+// recomputes each chunk. Against central finite differences of <upstream, logps> in float64,
+// with a non-uniform upstream gradient (pairs weigh their rows differently), partial last chunk,
+// plain and capped; and the forward against the plain log-softmax.
+TEST_P(ChunkedLossCap, TokenLogpsGradientsMatchFiniteDifferences) {
+  const double cap = GetParam();
+  at::manual_seed(5);
+  auto h = at::randn({7, 5}, at::kDouble).requires_grad_(true);
+  auto w = at::randn({11, 5}, at::kDouble).requires_grad_(true);
+  auto t = at::randint(0, 11, {7}, at::kLong);
+  const auto upstream = at::randn({7}, at::kDouble);
+  auto f = [&] {
+    return (train::chunked_token_logps(h.detach(), w.detach(), t, 3, at::ScalarType::Undefined, cap) * upstream).sum().item<double>();
+  };
+  auto logps = train::chunked_token_logps(h, w, t, /*chunk_rows=*/3, at::ScalarType::Undefined, cap);
+  (logps * upstream).sum().backward();
+  const double eps = 1e-6;
+  double worst = 0;
+  for (auto* x : {&h, &w}) {
+    auto flat = x->detach().view({-1});
+    auto grad = x->grad().view({-1});
+    for (std::int64_t i = 0; i < flat.numel(); ++i) {
+      const double saved = flat[i].item<double>();
+      flat[i] = saved + eps;
+      const double up = f();
+      flat[i] = saved - eps;
+      const double down = f();
+      flat[i] = saved;
+      worst = std::max(worst, std::abs((up - down) / (2 * eps) - grad[i].item<double>()));
+    }
+  }
+  // As for the summed loss above: truncation ~1e-12, rounding ~1e-7 at worst; a wrong term is O(1).
+  EXPECT_TRUE(within("token logps: max |finite difference - gradient|", worst, 1e-6));
+  const auto z = cap > 0 ? at::tanh(at::matmul(h, w.t()) / cap) * cap : at::matmul(h, w.t());
+  const auto plain = at::log_softmax(z, -1).gather(1, t.unsqueeze(1)).squeeze(1);
+  EXPECT_TRUE(within("token logps: max |chunked - plain| (float64)", (logps - plain).abs().max().item<double>(), 1e-12));
+}
+
 TEST(ChunkedLoss, ChunkRowsKeepLogitsWithinBudget) {
   EXPECT_EQ(train::default_chunk_rows(128256, 4), (32ll << 20) / (4 * 128256));
   EXPECT_EQ(train::default_chunk_rows(49152, 2), (32ll << 20) / (2 * 49152));

@@ -3,6 +3,7 @@
 #include <ATen/record_function.h>
 
 #include "ops/profile_regions.h"
+#include "train/step/chunked_loss.h"
 
 namespace ctune::train {
 
@@ -25,8 +26,18 @@ SequenceLogps sequence_logps(model::CausalLM& lm, const TensorBatch& b) {
   if (keep.numel() == 0) return out;
   h = h.index_select(0, keep);
   targets = targets.index_select(0, keep);
-  auto logits = lm->head(h).to(acc);  // [N, V]
-  auto token = at::log_softmax(logits, -1).gather(1, targets.unsqueeze(1)).squeeze(1);  // [N]
+  at::Tensor token;  // [N]
+  // A head whose adapter is off (the reference under LoRA) is plain too: the reference's
+  // log-probabilities are then the base model's, bit for bit.
+  const bool plain_head =
+      !lm->lm_head || ((!lm->lm_head->adapter || model::AdaptersOff::active()) && !lm->lm_head->bias.defined());
+  if (plain_head) {
+    // A chunk of positions projected at a time, as the token loss does (chunked_loss.h).
+    const auto& weight = lm->lm_head ? lm->lm_head->weight : lm->model->embed_tokens->weight;
+    token = chunked_token_logps(h, weight, targets, 0, lm->compute_dtype(), lm->config().arch.final_softcap).to(acc);
+  } else {
+    token = at::log_softmax(lm->head(h).to(acc), -1).gather(1, targets.unsqueeze(1)).squeeze(1);
+  }
   const auto row = at::div(keep, T - 1, "floor");
   out.sum = out.sum.index_add(0, row, token);
   out.count = out.count.index_add(0, row, at::ones_like(token).detach());

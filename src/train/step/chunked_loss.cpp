@@ -68,7 +68,62 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
   }
 };
 
+// Per-row log-probabilities; backward recomputes each chunk's logits (see chunked_loss.h).
+struct ChunkedTokenLogps : public torch::autograd::Function<ChunkedTokenLogps> {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor hidden, at::Tensor weight, at::Tensor targets, std::int64_t chunk,
+                            std::int64_t compute, double softcap) {
+    const auto cd = static_cast<at::ScalarType>(compute);
+    at::NoGradGuard no_grad;
+    const auto acc = accumulate_type(hidden);
+    auto out = at::empty({hidden.size(0)}, hidden.options().dtype(acc));
+    for (std::int64_t start = 0; start < hidden.size(0); start += chunk) {
+      const auto rows = std::min(chunk, hidden.size(0) - start);
+      at::Tensor loss;
+      ops::cross_entropy_rows(ops::matmul_in(hidden.narrow(0, start, rows), weight.t(), cd), targets.narrow(0, start, rows), softcap,
+                              &loss, nullptr);
+      out.narrow(0, start, rows).copy_(loss.neg());
+    }
+    ctx->save_for_backward({hidden, weight, targets});
+    ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["compute"] = compute;
+    ctx->saved_data["softcap"] = softcap;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &hidden = saved[0], &weight = saved[1], &targets = saved[2];
+    const auto chunk = ctx->saved_data["chunk"].toInt();
+    const auto cd = static_cast<at::ScalarType>(ctx->saved_data["compute"].toInt());
+    const double softcap = ctx->saved_data["softcap"].toDouble();
+    const bool need_hidden = ctx->needs_input_grad(0), need_weight = ctx->needs_input_grad(1);
+    const auto acc = accumulate_type(hidden);
+    const auto gd = cd != at::ScalarType::Undefined ? cd : weight.scalar_type();
+    const auto g = grad_out[0].to(acc);
+    at::Tensor grad_hidden = need_hidden ? at::empty(hidden.sizes(), hidden.options()) : at::Tensor();
+    at::Tensor grad_weight = need_weight ? at::zeros(weight.sizes(), weight.options().dtype(acc)) : at::Tensor();
+    for (std::int64_t start = 0; start < hidden.size(0); start += chunk) {
+      const auto rows = std::min(chunk, hidden.size(0) - start);
+      auto h = hidden.narrow(0, start, rows);
+      at::Tensor loss, grad;  // grad: d(-log p)/d logits per row
+      ops::cross_entropy_rows(ops::matmul_in(h, weight.t(), cd), targets.narrow(0, start, rows), softcap, &loss, &grad);
+      grad.mul_(g.narrow(0, start, rows).neg().unsqueeze(1).to(grad.scalar_type()));  // d(upstream)/d logits
+      if (need_hidden) grad_hidden.narrow(0, start, rows).copy_(ops::matmul_in(grad, weight, gd));
+      if (need_weight) grad_weight.add_(ops::matmul_in(grad.t(), h, cd != at::ScalarType::Undefined ? cd : acc));
+    }
+    if (grad_weight.defined()) grad_weight = grad_weight.to(weight.scalar_type());
+    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor chunked_token_logps(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, std::int64_t chunk_rows,
+                               at::ScalarType compute_dtype, double softcap) {
+  const auto logit_type = compute_dtype != at::ScalarType::Undefined ? compute_dtype : weight.scalar_type();
+  const auto chunk = chunk_rows > 0 ? chunk_rows : default_chunk_rows(weight.size(0), at::elementSize(logit_type));
+  return ChunkedTokenLogps::apply(hidden, weight, targets, chunk, static_cast<std::int64_t>(compute_dtype), softcap);
+}
 
 std::int64_t default_chunk_rows(std::int64_t vocab, std::int64_t logit_bytes, std::int64_t budget_bytes) {
   return std::max<std::int64_t>(16, budget_bytes / (std::max<std::int64_t>(1, logit_bytes) * std::max<std::int64_t>(1, vocab)));
