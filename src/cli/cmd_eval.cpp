@@ -121,7 +121,7 @@ int run_eval(EvalOptions o) {
   auto objective = train::make_objective(plan.objective, plan.trainer.chunked_loss, train::build_reference(plan));
   const auto eval = train::evaluate_objective(*objective, lm, batches, &stage);
   stage.finish();
-  const double loss = eval.units > 0 ? eval.loss / eval.units : 0.0;
+  const double loss = train::mean_loss(eval);
   const std::int64_t tokens = eval.target_tokens;
   const bool token_loss = objective->token_loss();
   lm->eval();
@@ -137,8 +137,8 @@ int run_eval(EvalOptions o) {
   nlohmann::ordered_json out = {{"eval_loss", loss}};
   if (token_loss) out["eval_ppl"] = std::exp(loss);
   out["eval_tokens"] = tokens;
-  const auto names = objective->metric_names();
-  for (std::size_t i = 0; i < names.size(); ++i) out["eval_" + names[i]] = eval.units > 0 ? eval.metrics[i] / eval.units : 0.0;
+  const auto means = train::metric_means(*objective, eval.metrics, eval.units, eval.token_units);
+  for (const auto& [name, value] : means) out["eval_" + name] = value;
   if (!token_loss) out["eval_pairs"] = eval.units;
   if (o.accuracy) {
     out["accuracy"] = acc.total ? static_cast<double>(acc.correct) / static_cast<double>(acc.total) : 0.0;
@@ -156,7 +156,7 @@ int run_eval(EvalOptions o) {
   std::printf("%-12s %lld\n", "tokens", static_cast<long long>(tokens));
   std::printf("%-12s %.4f\n", token_loss ? "eval loss" : ("eval " + objective->name() + " loss").c_str(), loss);
   if (token_loss) std::printf("%-12s %.3f\n", "perplexity", std::exp(loss));
-  for (std::size_t i = 0; i < names.size(); ++i) std::printf("%-18s %.4f\n", names[i].c_str(), out["eval_" + names[i]].get<double>());
+  for (const auto& [name, value] : means) std::printf("%-18s %.4f\n", name.c_str(), value);
   if (o.accuracy) {
     std::printf("%-12s %.1f%% (%lld/%lld exact matches)\n", "accuracy", 100.0 * out["accuracy"].get<double>(),
                 static_cast<long long>(acc.correct), static_cast<long long>(acc.total));

@@ -237,7 +237,7 @@ TEST_F(Distributed, ARankWithoutRowsComputesOnAnIdleBatch) {
   EXPECT_TRUE(within("full_shard x4 with idle ranks: loss trajectory vs one process", max_difference(got, trajectory(alone)), kSameNumbers));
 }
 
-// DPO: a preference pair's two rows go to one rank. 35 pairs in global batches of one pair a
+// DPO (and ORPO): a preference pair's two rows go to one rank. 35 pairs in global batches of one pair a
 // rank: each epoch's last global batch is short (2 ranks: 1 pair, which a split by rows would
 // cut in half; 4 ranks: 3 pairs over 4 ranks), and the ranks left without a pair compute on an
 // idle batch. Under every strategy and both methods (LoRA's reference: adapters off; full
@@ -252,12 +252,13 @@ TEST_F(Distributed, DpoPairsStayWholeAndRanksFollowOneProcess) {
             std::to_string(i + 8) + "\"}\n";
   write(kDir / "pairs.jsonl", pairs);
   write(kDir / "pairs-eval.jsonl", eval);
-  for (const std::string method : {"full", "lora"}) {
-    std::string text = recipe(method);
+  // ORPO's NLL part is normalised by the chosen tokens of the whole step, not each rank's.
+  for (const std::string method : {"full", "lora", "orpo_lora"}) {
+    std::string text = recipe(method == "full" ? "full" : "lora");
     const auto data = text.find("data: {"), end = text.find("}\n", data);
     text.replace(data, end + 2 - data, "data: {train: " + (kDir / "pairs.jsonl").string() + ", eval: " + (kDir / "pairs-eval.jsonl").string() +
                                            ", format: preference, max_seq_len: 64}\n");
-    text += "objective: {name: dpo, beta: 0.5}\n";
+    text += method == "orpo_lora" ? "objective: {name: orpo, beta: 0.5}\n" : "objective: {name: dpo, beta: 0.5}\n";
     const fs::path yaml = kDir / ("dpo-" + method + ".yaml");
     write(yaml, text);
     for (int ranks : {2, 4}) {

@@ -160,10 +160,10 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
        "a quantised base is frozen, so it needs LoRA"},
       {"train_router_without_experts", base, {"peft.train_router=true"}, "model_type llama has no experts, so no router to train"},
       // Objectives: a key of another objective, data the objective cannot read, ranges.
-      {"objective_key_of_another", base, {"objective.beta=0.2"}, "`objective.beta`: belongs to objective.name: dpo or simpo; this recipe's objective is sft"},
+      {"objective_key_of_another", base, {"objective.beta=0.2"}, "`objective.beta`: belongs to objective.name: dpo, simpo or orpo; this recipe's objective is sft"},
       {"dpo_without_pairs", base, {"objective.name=dpo"}, "`data.format`: objective.name dpo learns from preference pairs: expected preference, found instruct"},
       {"pairs_without_dpo", replace(base, "format: instruct", "format: preference"), {},
-       "preference pairs need a preference objective (objective.name: dpo or simpo)"},
+       "preference pairs need a preference objective (objective.name: dpo, simpo or orpo)"},
       {"dpo_bad_loss_type", base, {"objective.name=dpo", "objective.loss_type=kto"}, "`objective.loss_type` expected one of sigmoid, ipo, hinge"},
       {"dpo_smoothing_too_big", base, {"objective.name=dpo", "objective.label_smoothing=0.5"}, "`objective.label_smoothing` expected a number"},
       {"dpo_smoothing_not_sigmoid", replace(base, "format: instruct", "format: preference"),

@@ -14,6 +14,10 @@ log-probabilities of a response's tokens given its prompt:
 and SimPO (reference-free; avg the mean log-probability per response token, eps label smoothing):
   simpo    -(1 - eps) logsigmoid(beta z) - eps logsigmoid(-beta z),  z = avg_c - avg_r - gamma / beta
   (rewards beta avg, logps the averages, as TRL's CPOTrainer reports them);
+and ORPO (trl/experimental/orpo/orpo_trainer.py: odds_ratio_loss, concatenated_forward):
+  orpo     NLL - beta mean logsigmoid(log_odds),  log_odds = (avg_c - avg_r) - (log1mexp(avg_c) - log1mexp(avg_r))
+  with NLL the token mean of the chosen rows' cross-entropy over every token (prompt included),
+  and its metrics nll_loss, log_odds_ratio (mean logsigmoid), log_odds_chosen (mean log_odds);
 the loss is the mean over pairs, and the metrics are TRL's: rewards/chosen = mean beta (pi_c - ref_c),
 rewards/rejected, rewards/margins, rewards/accuracies (share of pairs with chosen reward >
 rejected), logps/chosen, logps/rejected.
@@ -42,7 +46,9 @@ from fp32_noise import fp32_noise, relative_norm  # noqa: E402
 torch.set_default_dtype(torch.float64)
 IGNORE = -100
 LOSSES = {"sigmoid": dict(beta=0.5, label_smoothing=0.1), "hinge": dict(beta=0.5, label_smoothing=0.0),
-          "ipo": dict(beta=0.5, label_smoothing=0.0), "simpo": dict(beta=2.0, label_smoothing=0.1, gamma=0.3)}
+          "ipo": dict(beta=0.5, label_smoothing=0.0), "simpo": dict(beta=2.0, label_smoothing=0.1, gamma=0.3),
+          "orpo": dict(beta=0.3, label_smoothing=0.0)}
+ORPO_METRICS = ["nll_loss", "log_odds_ratio", "log_odds_chosen"]
 METRICS = ["rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "logps/chosen", "logps/rejected"]
 
 
@@ -68,13 +74,16 @@ def make_pairs(gen):
     return dict(ids=ids, labels=labels, pos=pos, seg=seg)
 
 
-def sequence_logps(W, lora, scale, batch):
-    """Per row: sum over the response's tokens of log p(token | everything before it), and the count."""
-    logits = R.forward_logits(W, lora, scale, batch)[:, :-1]
+def sequence_logps(W, lora, scale, batch, with_logits=False):
+    """Per row: sum over the response's tokens of log p(token | everything before it), and the
+    count (and the logits, when asked)."""
+    all_logits = R.forward_logits(W, lora, scale, batch)
+    logits = all_logits[:, :-1]
     labels = batch["labels"][:, 1:]
     mask = labels != IGNORE
     token = torch.log_softmax(logits, -1).gather(-1, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1)
-    return (token * mask).sum(-1), mask.sum(-1).to(logits.dtype)
+    out = (token * mask).sum(-1), mask.sum(-1).to(logits.dtype)
+    return out + (all_logits,) if with_logits else out
 
 
 def simpo(pi, counts, beta, label_smoothing, gamma):
@@ -89,6 +98,27 @@ def simpo(pi, counts, beta, label_smoothing, gamma):
                "rewards/accuracies": (rc > rr).to(rc.dtype).mean(), "logps/chosen": avg_c.detach().mean(),
                "logps/rejected": avg_r.detach().mean()}
     return losses.mean(), metrics
+
+
+def orpo(pi, counts, logits, batch, beta):
+    """TRL's ORPOTrainer loss (mean over the batch) and its metrics."""
+    avg = pi / counts.clamp(min=1.0)
+    avg_c, avg_r = avg[0::2], avg[1::2]
+
+    def log1mexp(x):
+        return torch.where(x < -0.6931471805599453, torch.log1p(-torch.exp(x)), torch.log(-torch.expm1(x)))
+    log_odds = (avg_c - avg_r) - (log1mexp(avg_c) - log1mexp(avg_r))
+    ratio = torch.nn.functional.logsigmoid(log_odds)
+    # The chosen rows' CE over every non-padding token, a mean over those tokens.
+    labels = torch.where(batch["seg"] != 0, batch["ids"], torch.full_like(batch["ids"], IGNORE))[0::2, 1:]
+    nll = torch.nn.functional.cross_entropy(logits[0::2, :-1].reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                            ignore_index=IGNORE)
+    rc, rr = beta * avg_c.detach(), beta * avg_r.detach()
+    metrics = {"rewards/chosen": rc.mean(), "rewards/rejected": rr.mean(), "rewards/margins": (rc - rr).mean(),
+               "rewards/accuracies": (rc > rr).to(rc.dtype).mean(), "logps/chosen": avg_c.detach().mean(),
+               "logps/rejected": avg_r.detach().mean(), "nll_loss": nll.detach(), "log_odds_ratio": ratio.detach().mean(),
+               "log_odds_chosen": log_odds.detach().mean()}
+    return nll - beta * ratio.mean(), metrics
 
 
 def dpo(pi, ref, counts, loss_type, beta, label_smoothing):
@@ -121,17 +151,19 @@ def case_outputs(kind, tensors, batch, loss_type):
         policy = {k: v.clone().requires_grad_(True) for k, v in tensors.items() if not k.startswith("ref:")}
         with torch.no_grad():
             ref, _ = sequence_logps(base, None, 0.0, batch)
-        pi, counts = sequence_logps(policy, None, 0.0, batch)
+        pi, counts, logits = sequence_logps(policy, None, 0.0, batch, True)
         trainable = policy
     else:
         base = {k: v for k, v in tensors.items() if ".lora_" not in k}
         lora = {k: v.clone().requires_grad_(True) for k, v in tensors.items() if ".lora_" in k}
         with torch.no_grad():
             ref, _ = sequence_logps(base, None, 0.0, batch)  # adapters off: the base
-        pi, counts = sequence_logps(base, lora, scale, batch)
+        pi, counts, logits = sequence_logps(base, lora, scale, batch, True)
         trainable = lora
     if loss_type == "simpo":
         loss, metrics = simpo(pi, counts, opts["beta"], opts["label_smoothing"], opts["gamma"])
+    elif loss_type == "orpo":
+        loss, metrics = orpo(pi, counts, logits, batch, opts["beta"])
     else:
         loss, metrics = dpo(pi, ref, counts, loss_type, opts["beta"], opts["label_smoothing"])
     grads = torch.autograd.grad(loss, list(trainable.values()))
@@ -172,8 +204,8 @@ def main():
         for loss_type in LOSSES:
             name = f"{kind}_{loss_type}"
             values = case_outputs(kind, inputs[kind], batch, loss_type)
-            scalars = {k: values[k].item() for k in ["loss"] + METRICS}
-            expected[name] = dict(scalars, objective="simpo" if loss_type == "simpo" else "dpo", **LOSSES[loss_type])
+            scalars = {k: values[k].item() for k in ["loss"] + METRICS + (ORPO_METRICS if loss_type == "orpo" else [])}
+            expected[name] = dict(scalars, objective=loss_type if loss_type in ("simpo", "orpo") else "dpo", **LOSSES[loss_type])
             R.write_safetensors(os.path.join(out, f"grads_{name}.safetensors"),
                                 {k: v for k, v in values.items() if k not in scalars})
             # The float32 noise of each value: relative for tensors, absolute for the scalars

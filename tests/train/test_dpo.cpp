@@ -1,6 +1,6 @@
-// DPO and SimPO against an independent float64 reference written from TRL's DPOTrainer and
-// CPOTrainer (make_dpo_reference.py): the loss, TRL's reward metrics and every trainable
-// gradient, for DPO's sigmoid (with label smoothing), hinge and IPO losses and SimPO, under full fine-tuning (the reference a
+// DPO, SimPO and ORPO against an independent float64 reference written from TRL's DPOTrainer,
+// CPOTrainer and ORPOTrainer (make_dpo_reference.py): the loss, TRL's metrics and every
+// trainable gradient, for DPO's sigmoid (with label smoothing), hinge and IPO losses, SimPO and ORPO, under full fine-tuning (the reference a
 // frozen copy of the base, the policy elsewhere) and LoRA (the reference the policy with its
 // adapters off), each within kNoiseFactor times that value's own float32 noise (noise.json).
 // Also: the adapters-off reference is exactly the base model.
@@ -78,19 +78,21 @@ void dpo_case(const std::string& kind, const std::string& loss_type) {
   }
   auto objective = train::make_objective(o, /*chunked=*/true, reference);
   const auto batch = read_pairs();
-  const double units = objective->units(batch);
+  const double units = objective->units(batch), token_units = objective->token_units(batch);
   ASSERT_EQ(units, 3.0);
   const auto terms = objective->forward(policy, batch);
-  (terms.loss_sum / units).backward();
+  auto loss = terms.loss_sum / units;
+  if (terms.token_loss_sum.defined()) loss = loss + terms.token_loss_sum / token_units;  // ORPO's NLL part
+  loss.backward();
 
   auto scalar = [&](const std::string& key, double ours) {
     EXPECT_TRUE(within(name + " " + key + ": absolute error", std::abs(ours - expected.at(key).get<double>()),
                        noise_tolerance(noise.at(key).get<double>())));
   };
-  scalar("loss", terms.loss_sum.item<double>() / units);
-  const auto names = objective->metric_names();
-  ASSERT_EQ(names.size(), terms.metric_sums.size());
-  for (std::size_t i = 0; i < names.size(); ++i) scalar(names[i], terms.metric_sums[i] / units);
+  scalar("loss", loss.item<double>());
+  const auto means = train::metric_means(*objective, terms.metric_sums, units, token_units);
+  ASSERT_EQ(means.size(), objective->metric_names().size());
+  for (const auto& [metric, value] : means) scalar(metric, value);
 
   const auto grads = read_tensors(kRef / ("grads_" + name + ".safetensors"));
   std::size_t checked = 0;
@@ -123,6 +125,9 @@ TEST(DpoReference, LoraIpo) { dpo_case("lora", "ipo"); }
 // SimPO (reference-free): the full case's policy alone, the LoRA case's adapters on.
 TEST(DpoReference, FullSimpo) { dpo_case("full", "simpo"); }
 TEST(DpoReference, LoraSimpo) { dpo_case("lora", "simpo"); }
+// ORPO: the chosen sequences' token NLL (prompt included) plus the odds-ratio term.
+TEST(DpoReference, FullOrpo) { dpo_case("full", "orpo"); }
+TEST(DpoReference, LoraOrpo) { dpo_case("lora", "orpo"); }
 
 // Under LoRA the reference is the policy with its adapters off: bit for bit the base model's
 // log-probabilities (the adapters' B is non-zero here, so on they differ).

@@ -7,11 +7,13 @@
 
 namespace ctune::train {
 
-SequenceLogps sequence_logps(model::CausalLM& lm, const TensorBatch& b) {
+at::Tensor policy_hidden(model::CausalLM& lm, const TensorBatch& b) {
   // A model with experts balances its routers over the positions the objective scores (the
   // reference's forward, without gradients, records nothing the policy's would not replace).
-  const model::ForwardInputs in = forward_inputs(lm, b);
-  auto hidden = lm->hidden(in);  // [B, T, H]
+  return lm->hidden(forward_inputs(lm, b));  // [B, T, H]
+}
+
+SequenceLogps row_logps(model::CausalLM& lm, const at::Tensor& hidden, const at::Tensor& labels) {
   RECORD_USER_SCOPE(ops::region::kLoss);
   const auto B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
   const auto acc = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -21,7 +23,7 @@ SequenceLogps sequence_logps(model::CausalLM& lm, const TensorBatch& b) {
   out.count = at::zeros({B}, hidden.options().dtype(acc));
   if (T < 2) return out;
   auto h = hidden.narrow(1, 0, T - 1).reshape({B * (T - 1), H});
-  auto targets = b.labels.narrow(1, 1, T - 1).reshape({B * (T - 1)});
+  auto targets = labels.narrow(1, 1, T - 1).reshape({B * (T - 1)});
   auto keep = (targets != data::kIgnoreIndex).nonzero().squeeze(1);
   if (keep.numel() == 0) return out;
   h = h.index_select(0, keep);
@@ -43,6 +45,8 @@ SequenceLogps sequence_logps(model::CausalLM& lm, const TensorBatch& b) {
   out.count = out.count.index_add(0, row, at::ones_like(token).detach());
   return out;
 }
+
+SequenceLogps sequence_logps(model::CausalLM& lm, const TensorBatch& b) { return row_logps(lm, policy_hidden(lm, b), b.labels); }
 
 PairLogps split_pairs(const SequenceLogps& rows) {
   const auto even = at::arange(0, rows.sum.size(0), 2, at::TensorOptions().dtype(at::kLong).device(rows.sum.device()));

@@ -34,7 +34,13 @@ std::vector<std::string> reward_metric_names();
 std::vector<double> reward_metric_sums(const at::Tensor& reward_chosen, const at::Tensor& reward_rejected, const at::Tensor& logps_chosen,
                                        const at::Tensor& logps_rejected);
 
-// The model's forward over `batch` and the per-row sums. The vocabulary projection runs on the
+// The model's final hidden states over `batch` ([B, T, H]), its routers' mask included.
+at::Tensor policy_hidden(model::CausalLM& model, const TensorBatch& batch);
+// Per row of `hidden`, the sum of log p(labels[t + 1] | ..t) over the targets of `labels`
+// ([B, T], kIgnoreIndex elsewhere) and their count.
+SequenceLogps row_logps(model::CausalLM& model, const at::Tensor& hidden, const at::Tensor& labels);
+
+// The model's forward over `batch` and the per-row sums of its labels' targets. The vocabulary projection runs on the
 // targeted positions only, in fp32 softmax (the logits in the model's compute dtype).
 SequenceLogps sequence_logps(model::CausalLM& model, const TensorBatch& batch);
 

@@ -2,11 +2,12 @@
 
 #include "core/error.h"
 #include "train/objective/dpo.h"
+#include "train/objective/orpo.h"
 #include "train/objective/simpo.h"
 
 namespace ctune::train {
 
-bool reads_pairs(const ObjectiveOptions& options) { return options.name == "dpo" || options.name == "simpo"; }
+bool reads_pairs(const ObjectiveOptions& options) { return options.name == "dpo" || options.name == "simpo" || options.name == "orpo"; }
 
 bool needs_reference(const ObjectiveOptions& options) { return options.name == "dpo"; }
 
@@ -14,7 +15,8 @@ std::shared_ptr<Objective> make_objective(const ObjectiveOptions& options, bool 
   if (options.name == "sft") return std::make_shared<SftObjective>(chunked);
   if (options.name == "dpo") return std::make_shared<DpoObjective>(options, std::move(reference));
   if (options.name == "simpo") return std::make_shared<SimpoObjective>(options);
-  throw ConfigError("objective.name: expected sft, dpo or simpo, found " + options.name);
+  if (options.name == "orpo") return std::make_shared<OrpoObjective>(options);
+  throw ConfigError("objective.name: expected sft, dpo, simpo or orpo, found " + options.name);
 }
 
 }  // namespace ctune::train

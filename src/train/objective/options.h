@@ -7,9 +7,9 @@ namespace ctune::train {
 
 // objective.* of the recipe.
 struct ObjectiveOptions {
-  std::string name = "sft";           // sft | dpo | simpo
+  std::string name = "sft";           // sft | dpo | simpo | orpo
   std::string loss_type = "sigmoid";  // dpo: sigmoid | ipo | hinge
-  double beta = 0.1;                  // dpo: the pull towards the reference (IPO's tau); simpo: the reward scale
+  double beta = 0.1;                  // dpo: the pull towards the reference (IPO's tau); simpo: the reward scale; orpo: lambda
   double label_smoothing = 0.0;       // dpo sigmoid, simpo: the share of pairs assumed mislabelled
   double gamma = 0.5;                 // simpo: the target reward margin (TRL's simpo_gamma)
 };

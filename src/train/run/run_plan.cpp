@@ -205,13 +205,13 @@ void plan_objective(RunPlan& p) {
   o.name = r.get_string("objective.name");
   // Which objectives each key belongs to.
   const std::pair<const char*, std::vector<std::string>> owners[] = {{"objective.loss_type", {"dpo"}},
-                                                                     {"objective.beta", {"dpo", "simpo"}},
+                                                                     {"objective.beta", {"dpo", "simpo", "orpo"}},
                                                                      {"objective.label_smoothing", {"dpo", "simpo"}},
                                                                      {"objective.gamma", {"simpo"}}};
   for (const auto& [key, names] : owners) {
     if (r.is_null(key) || std::find(names.begin(), names.end(), o.name) != names.end()) continue;
     std::string list;
-    for (const auto& n : names) list += (list.empty() ? "" : " or ") + n;
+    for (std::size_t i = 0; i < names.size(); ++i) list += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
     r.fail(key, "belongs to objective.name: " + list + "; this recipe's objective is " + o.name);
   }
   o.loss_type = r.get_optional_string("objective.loss_type").value_or("sigmoid");
@@ -224,7 +224,7 @@ void plan_objective(RunPlan& p) {
   if (reads_pairs(o) && !pairs)
     r.fail("data.format", "objective.name " + o.name + " learns from preference pairs: expected preference, found " + r.get_string("data.format"));
   if (!reads_pairs(o) && pairs)
-    r.fail("data.format", "preference pairs need a preference objective (objective.name: dpo or simpo); this recipe's objective is " + o.name);
+    r.fail("data.format", "preference pairs need a preference objective (objective.name: dpo, simpo or orpo); this recipe's objective is " + o.name);
   if (needs_reference(o) && p.method->freezes_base()) {
     // Under LoRA the reference is the base: the policy with its adapters off (so an adapter
     // given by peft.init_from is evaluated against the base; training one further is refused by

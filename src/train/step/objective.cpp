@@ -18,17 +18,35 @@ ObjectiveSums evaluate_objective(Objective& objective, model::CausalLM& lm, cons
     const ObjectiveTerms terms = objective.forward(lm, batch);
     out.loss += terms.loss_sum.item<double>();
     out.units += objective.units(batch);
+    if (terms.token_loss_sum.defined()) out.token_loss += terms.token_loss_sum.item<double>();
+    out.token_units += objective.token_units(batch);
     out.target_tokens += batch.target_tokens;
     for (std::size_t i = 0; i < out.metrics.size() && i < terms.metric_sums.size(); ++i) out.metrics[i] += terms.metric_sums[i];
     if (stage) {
       stage->update(stage->done() + 1, 0, [&] {
         char text[48];
-        std::snprintf(text, sizeof(text), "loss %.4f", out.loss / std::max(1.0, out.units));
+        std::snprintf(text, sizeof(text), "loss %.4f", mean_loss(out));
         return std::string(text);
       });
     }
   }
   if (was_training) lm->train();
+  return out;
+}
+
+double mean_loss(const ObjectiveSums& s) {
+  return (s.units > 0 ? s.loss / s.units : 0.0) + (s.token_units > 0 ? s.token_loss / s.token_units : 0.0);
+}
+
+std::vector<std::pair<std::string, double>> metric_means(const Objective& objective, const std::vector<double>& sums, double units,
+                                                         double token_units) {
+  const auto names = objective.metric_names();
+  const auto per_token = objective.per_token_metrics();
+  std::vector<std::pair<std::string, double>> out;
+  for (std::size_t i = 0; i < names.size() && i < sums.size(); ++i) {
+    const double n = std::find(per_token.begin(), per_token.end(), names[i]) != per_token.end() ? token_units : units;
+    out.emplace_back(names[i], n > 0 ? sums[i] / n : 0.0);
+  }
   return out;
 }
 

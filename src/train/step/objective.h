@@ -3,7 +3,9 @@
 // tokens for next-token SFT, pairs for preference tuning) and the sums of its metrics over the
 // same units; the trainer adds up units over the step's micro-batches and every rank before the
 // first backward, so each loss is normalised by the step's total (token- or pair-correct
-// accumulation). The objectives beyond SFT, and the one factory, live in train/objective/.
+// accumulation). An objective may add a second part normalised by tokens (ORPO's NLL of the
+// chosen sequences, over the step's token units), and say which metrics are per token. The
+// objectives beyond SFT, and the one factory, live in train/objective/.
 #pragma once
 
 #include <memory>
@@ -22,6 +24,7 @@ namespace ctune::train {
 struct ObjectiveTerms {
   at::Tensor loss_sum;              // over the micro-batch's units; backward runs through it
   std::vector<double> metric_sums;  // Objective::metric_names() order, summed over the units
+  at::Tensor token_loss_sum = {};   // undefined, or a part summed over the micro-batch's token units
 };
 
 class Objective {
@@ -31,8 +34,12 @@ class Objective {
   // The units `batch` adds to the step's normaliser; known before any forward.
   virtual double units(const TensorBatch& batch) const = 0;
   virtual ObjectiveTerms forward(model::CausalLM& model, const TensorBatch& batch) = 0;
-  // Each reported as its sum over the step (or eval split) divided by the units.
+  // The token units `batch` adds to the normaliser of ObjectiveTerms::token_loss_sum (0: none).
+  virtual double token_units(const TensorBatch& /*batch*/) const { return 0; }
+  // Each reported as its sum over the step (or eval split) divided by the units, or by the
+  // token units for the names per_token_metrics() lists.
   virtual std::vector<std::string> metric_names() const { return {}; }
+  virtual std::vector<std::string> per_token_metrics() const { return {}; }
   // Whether the loss is a mean token NLL (so a perplexity means something).
   virtual bool token_loss() const { return false; }
 };
@@ -56,6 +63,7 @@ class SftObjective : public Objective {
 // An objective's figures over eval batches, as sums (ranks add them before dividing).
 struct ObjectiveSums {
   double loss = 0, units = 0;
+  double token_loss = 0, token_units = 0;  // the token-normalised part, when the objective has one
   std::int64_t target_tokens = 0;
   std::vector<double> metrics;
 };
@@ -63,5 +71,10 @@ struct ObjectiveSums {
 // given, counts the batches and shows the running loss.
 ObjectiveSums evaluate_objective(Objective& objective, model::CausalLM& model, const std::vector<TensorBatch>& batches,
                                  Stage* stage = nullptr);
+// The mean loss from sums over a step or an eval split: loss / units + token loss / token units.
+double mean_loss(const ObjectiveSums& sums);
+// Each metric's mean: its sum over the units, or over the token units when it is per token.
+std::vector<std::pair<std::string, double>> metric_means(const Objective& objective, const std::vector<double>& sums, double units,
+                                                         double token_units);
 
 }  // namespace ctune::train

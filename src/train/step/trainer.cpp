@@ -83,17 +83,18 @@ TrainResult Trainer::run() {
     //    step's total units (target tokens, or pairs) before any backward pass.
     //    With several ranks, the count is the whole global batch's (every rank's rows).
     std::vector<TensorBatch> micro;
-    std::vector<double> counts = {0, 0, 0};  // objective units, target tokens, input tokens
+    std::vector<double> counts = {0, 0, 0, 0};  // objective units, its token units, target tokens, input tokens
     for (std::int64_t i = 0; i < options_.grad_accum; ++i) {
       RECORD_USER_SCOPE(ops::region::kData);
       micro.push_back(train_.next());
       counts[0] += objective->units(micro.back());
-      counts[1] += static_cast<double>(micro.back().target_tokens);
-      counts[2] += static_cast<double>(micro.back().input_ids.numel());
+      counts[1] += objective->token_units(micro.back());
+      counts[2] += static_cast<double>(micro.back().target_tokens);
+      counts[3] += static_cast<double>(micro.back().input_ids.numel());
     }
     sync().sum(counts);
-    const double units = counts[0];
-    const auto targets = static_cast<std::int64_t>(counts[1]), input_tokens = static_cast<std::int64_t>(counts[2]);
+    const double units = counts[0], token_units = counts[1];
+    const auto targets = static_cast<std::int64_t>(counts[2]), input_tokens = static_cast<std::int64_t>(counts[3]);
 
     // 2. Forward and backward per micro-batch: the objective's loss sum / the step's units
     //    (times the loss scale under fp16).
@@ -102,25 +103,31 @@ TrainResult Trainer::run() {
     //    step's units.
     const double loss_scale = scaler.scale();
     const auto names = objective->metric_names();
-    std::vector<double> sums(3 + names.size(), 0.0);  // loss, aux, z, the objective's metrics
+    std::vector<double> sums(4 + names.size(), 0.0);  // loss, token loss, aux, z, the objective's metrics
     std::vector<std::pair<std::int64_t, std::vector<double>>> load;
     for (const auto& batch : micro) {
       const ObjectiveTerms terms = objective->forward(model_, batch);
       sums[0] += terms.loss_sum.item<double>();
-      for (std::size_t i = 0; i < names.size() && i < terms.metric_sums.size(); ++i) sums[3 + i] += terms.metric_sums[i];
+      if (terms.token_loss_sum.defined()) sums[1] += terms.token_loss_sum.item<double>();
+      for (std::size_t i = 0; i < names.size() && i < terms.metric_sums.size(); ++i) sums[4 + i] += terms.metric_sums[i];
       const double share = units > 0 ? objective->units(batch) / units : 0.0;
       const double weight = share * loss_scale;
       const RouterLosses router = router_losses(model_, options_.aux_loss_coef * weight, options_.router_z_loss_coef * weight);
-      sums[1] += share * router.aux;
-      sums[2] += share * router.z;
+      sums[2] += share * router.aux;
+      sums[3] += share * router.z;
       accumulate_load(load, expert_load(model_), 1.0 / static_cast<double>(micro.size()));
-      if (units > 0) scaler.scale_loss(terms.loss_sum / units).backward();
+      at::Tensor scaled = units > 0 ? terms.loss_sum / units : at::Tensor();
+      if (terms.token_loss_sum.defined() && token_units > 0) {
+        const auto part = terms.token_loss_sum / token_units;
+        scaled = scaled.defined() ? scaled + part : part;
+      }
+      if (scaled.defined()) scaler.scale_loss(scaled).backward();
       log_memory(step + 1, "after backward");
       if (sample_memory) sample_memory();
       kill_point("step", step + 1, "mid");
     }
     sync().sum(sums);
-    const double loss = units > 0 ? sums[0] / units : 0.0;
+    const double loss = mean_loss({sums[0], units, sums[1], token_units});
 
     // 3. Gradients summed over ranks (one process: as they are). Unscale and check them, clip, update at the scheduled learning rate, clear
     //    gradients. A step with a non-finite loss or gradient applies no update (fp16: the
@@ -154,11 +161,11 @@ TrainResult Trainer::run() {
     m.skipped = skip;
     m.loss_scale = scaler.enabled() ? loss_scale : 0.0;
     if (!load.empty()) {
-      m.aux_loss = sums[1];
-      m.z_loss = sums[2];
+      m.aux_loss = sums[2];
+      m.z_loss = sums[3];
       m.expert_load = std::move(load);
     }
-    for (std::size_t i = 0; i < names.size(); ++i) m.objective.emplace_back(names[i], units > 0 ? sums[3 + i] / units : 0.0);
+    m.objective = metric_means(*objective, std::vector<double>(sums.begin() + 4, sums.end()), units, token_units);
     if (metrics_) metrics_->write(m);
     if (nonfinite_in_a_row >= options_.max_nonfinite_steps) {
       throw Error("step " + std::to_string(m.step) + ": the loss was non-finite in " + std::to_string(nonfinite_in_a_row) +
@@ -224,14 +231,13 @@ StepSync& Trainer::sync() {
 }
 
 EvalMetrics Trainer::evaluate(std::int64_t step, Stage* stage) {
-  const ObjectiveSums mine = evaluate_objective(*objective, model_, eval_, stage);
-  std::vector<double> sums = {mine.loss, mine.units, static_cast<double>(mine.target_tokens)};
+  ObjectiveSums mine = evaluate_objective(*objective, model_, eval_, stage);
+  std::vector<double> sums = {mine.loss, mine.units, mine.token_loss, mine.token_units, static_cast<double>(mine.target_tokens)};
   sums.insert(sums.end(), mine.metrics.begin(), mine.metrics.end());
   sync().sum(sums);
-  const double units = sums[1];
-  EvalMetrics e{step, units > 0 ? sums[0] / units : 0.0, static_cast<std::int64_t>(sums[2])};
-  const auto names = objective->metric_names();
-  for (std::size_t i = 0; i < names.size(); ++i) e.objective.emplace_back(names[i], units > 0 ? sums[3 + i] / units : 0.0);
+  const ObjectiveSums all{sums[0], sums[1], sums[2], sums[3]};
+  EvalMetrics e{step, mean_loss(all), static_cast<std::int64_t>(sums[4])};
+  e.objective = metric_means(*objective, std::vector<double>(sums.begin() + 5, sums.end()), all.units, all.token_units);
   e.token_loss = objective->token_loss();
   return e;
 }
