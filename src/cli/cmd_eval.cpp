@@ -114,7 +114,7 @@ int run_eval(EvalOptions o) {
   }
   auto lm = train::build_model(plan);
   auto batches = train::all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
-                                    plan.eval_batches, plan.device);
+                                    plan.eval_batches, plan.device, /*eval_split=*/true);
   Stage stage("evaluating " + plan.datasets.eval_stats.file, static_cast<std::int64_t>(batches.size()), "batches");
   // The recipe's objective, as training evaluates it (a preference objective: its pair loss and
   // reward metrics against the same reference).

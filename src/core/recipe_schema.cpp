@@ -151,6 +151,9 @@ std::vector<KeySpec> build_schema() {
        "dpo: how strongly the policy is held to the reference; simpo: the reward scale; orpo: the odds-ratio term's weight lambda (default 0.1, as TRL's)", {}, 1e-6, 1e6, true},
       {"objective.label_smoothing", T::Float, "null",
        "dpo sigmoid, simpo: the share of pairs assumed mislabelled (conservative DPO; default 0)", {}, 0.0, 0.4999, true},
+      {"objective.precompute_reference", T::Bool, "null",
+       "dpo: compute the reference's log-probabilities once before training and keep them with the run (no reference forward, "
+       "and under full fine-tuning no reference copy, while training; default false)", {}, {}, {}, true},
       {"objective.gamma", T::Float, "null", "simpo: the target reward margin gamma (default 0.5, TRL's simpo_gamma)", {}, 0.0, 1e6, true},
       {"memory.chunked_loss", T::Bool, "true", "Project to the vocabulary a chunk of positions at a time (no full logits)"},
       {"memory.quantize_base", T::String, kQuantNone, "Frozen base weights in int8 or nf4 (LoRA only)", {kQuantNone, kQuantInt8, kQuantNf4}},

@@ -33,6 +33,8 @@ struct Batch {
   std::vector<std::int32_t> segment_ids;   // [rows * length], k > 0 = k-th document of the row, 0 = padding
   // Consecutive rows that form one group (BatchOptions::rows_per_group); rows is a multiple.
   std::int64_t rows_per_group = 1;
+  // Per row, the index of its example in the plan's examples; -1 for a packed row.
+  std::vector<std::int64_t> examples;
   // The loss's token count: pairs (t, t+1) inside a row with labels[t + 1] != -100.
   std::int64_t target_tokens() const;
   // Rows [begin, end) as a batch of their own (a rank's share of a global batch).

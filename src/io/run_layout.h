@@ -11,6 +11,7 @@
 //     train.log           the log
 //     report.html         the run report
 //     profile.trace.json  logging.profile: two steps as a Chrome trace (Perfetto)
+//     reference_logps.safetensors  objective.precompute_reference: the reference's log-probabilities
 //     checkpoints/step_NNNNNNNN/
 //     model/ or adapter/  the result (core/method_names.h: the method's result_dir)
 #pragma once
@@ -33,6 +34,7 @@ inline constexpr const char* kTrainLog = "train.log";
 inline constexpr const char* kReportFile = "report.html";
 inline constexpr const char* kCheckpointsDir = "checkpoints";
 inline constexpr const char* kProfileTrace = "profile.trace.json";  // logging.profile
+inline constexpr const char* kReferenceLogps = "reference_logps.safetensors";  // objective.precompute_reference
 
 // output_dir/checkpoints/step_NNNNNNNN (eight digits, so names sort by step).
 std::filesystem::path checkpoint_dir(const std::filesystem::path& output_dir, std::int64_t step);

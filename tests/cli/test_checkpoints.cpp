@@ -414,6 +414,28 @@ TEST_F(Checkpoints, KilledDpoLoraRunResumesBitIdentical) {
     EXPECT_NE(html.find("data-series=\"" + std::string(series) + "\""), std::string::npos) << series;
   EXPECT_NE(html.find("reward accuracy"), std::string::npos);
 }
+// objective.precompute_reference: the reference's log-probabilities computed once, kept with the
+// run and read back by every resumed session (bit-identical), and the same trajectory as the
+// reference computed step by step (the same forwards over other batch shapes: fp32 noise apart).
+TEST_F(Checkpoints, KilledDpoFullPrecomputedRunResumesBitIdentical) {
+  kill_and_resume_is_exact("full", "objective: {name: dpo, loss_type: ipo, beta: 0.5, precompute_reference: true}\n", "dpo-full-pre",
+                           kDir / "model", "", write_preference_data());
+  expect_dpo_metrics(kDir / "dpo-full-pre-reference");
+  EXPECT_TRUE(fs::exists(kDir / "dpo-full-pre-killed" / "reference_logps.safetensors"));
+  EXPECT_NE(ctune::testing::slurp(kDir / "dpo-full-pre-killed" / "train.log").find("reference log-probabilities read from"), std::string::npos);
+  const fs::path step_by_step = kDir / "dpo-full-pre-peer";
+  const auto peer = train_with_kill(kDir / "dpo-full-pre.yaml", "", false,
+                                    {"output_dir=" + step_by_step.string(), "objective.precompute_reference=false"});
+  ASSERT_EQ(peer.status, 0) << peer.err;
+  const auto a = losses(kDir / "dpo-full-pre-reference"), b = losses(step_by_step);
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    worst = std::max(worst, std::abs(std::stod(a[i].substr(a[i].rfind(' ') + 1)) - std::stod(b[i].substr(b[i].rfind(' ') + 1))));
+  // fp32 forwards of the same rows in batches of other lengths: ~1e-7 relative on losses near 1.
+  EXPECT_TRUE(ctune::test::within("precomputed vs step-by-step reference: loss trajectory", worst, 1e-5));
+}
+
 // ORPO: reference-free, its NLL part normalised by the step's chosen tokens.
 TEST_F(Checkpoints, KilledOrpoLoraRunResumesBitIdentical) {
   kill_and_resume_is_exact("lora", "objective: {name: orpo, beta: 0.2}\n", "orpo-lora", kDir / "model", "", write_preference_data());

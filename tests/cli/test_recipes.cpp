@@ -168,6 +168,8 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
       {"dpo_smoothing_too_big", base, {"objective.name=dpo", "objective.label_smoothing=0.5"}, "`objective.label_smoothing` expected a number"},
       {"dpo_smoothing_not_sigmoid", replace(base, "format: instruct", "format: preference"),
        {"objective.name=dpo", "objective.loss_type=ipo", "objective.label_smoothing=0.1"}, "applies to objective.loss_type sigmoid, found ipo"},
+      {"precompute_on_simpo", base, {"objective.name=simpo", "objective.precompute_reference=true"},
+       "`objective.precompute_reference`: belongs to objective.name: dpo; this recipe's objective is simpo"},
       {"gamma_on_dpo", base, {"objective.name=dpo", "objective.gamma=1"}, "`objective.gamma`: belongs to objective.name: simpo; this recipe's objective is dpo"},
       {"bad_truncation", base, {"data.truncation=middle"}, "`data.truncation` expected one of keep_start, keep_end, drop, error"},
       {"moe_z_loss_negative", base, {"moe.router_z_loss_coef=-1"}, "`moe.router_z_loss_coef` expected a number"},

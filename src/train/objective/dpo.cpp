@@ -7,8 +7,8 @@
 
 namespace ctune::train {
 
-DpoObjective::DpoObjective(const ObjectiveOptions& options, model::CausalLM reference)
-    : options_(options), reference_(std::move(reference)) {
+DpoObjective::DpoObjective(const ObjectiveOptions& options, model::CausalLM reference, std::shared_ptr<const ReferenceTable> table)
+    : options_(options), reference_(std::move(reference)), table_(std::move(table)) {
   if (options_.loss_type != "sigmoid" && options_.loss_type != "ipo" && options_.loss_type != "hinge")
     throw ConfigError("objective.loss_type: expected sigmoid, ipo or hinge, found " + options_.loss_type);
 }
@@ -23,7 +23,10 @@ std::vector<std::string> DpoObjective::metric_names() const { return reward_metr
 ObjectiveTerms DpoObjective::forward(model::CausalLM& policy, const TensorBatch& batch) {
   // The reference first: its forward must not replace the policy's router statistics.
   SequenceLogps ref;
-  {
+  if (table_) {
+    ref.sum = table_->lookup(batch);  // precomputed (objective.precompute_reference)
+    ref.count = at::zeros_like(ref.sum);  // not needed: IPO divides by the policy's counts
+  } else {
     at::NoGradGuard no_grad;
     if (reference_) {
       ref = sequence_logps(reference_, batch);

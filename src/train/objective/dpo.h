@@ -11,14 +11,16 @@
 
 #include "model/llama.h"
 #include "train/objective/options.h"
+#include "train/objective/reference_table.h"
 #include "train/step/objective.h"
 
 namespace ctune::train {
 
 class DpoObjective : public Objective {
  public:
-  // `reference` null: the policy with its adapters off (LoRA).
-  DpoObjective(const ObjectiveOptions& options, model::CausalLM reference);
+  // `reference` null: the policy with its adapters off (LoRA). `table`: precomputed reference
+  // log-probabilities, looked up instead of a reference forward.
+  DpoObjective(const ObjectiveOptions& options, model::CausalLM reference, std::shared_ptr<const ReferenceTable> table = nullptr);
   std::string name() const override { return "dpo"; }
   double units(const TensorBatch& batch) const override;
   ObjectiveTerms forward(model::CausalLM& model, const TensorBatch& batch) override;
@@ -27,6 +29,7 @@ class DpoObjective : public Objective {
  private:
   ObjectiveOptions options_;
   model::CausalLM reference_;
+  std::shared_ptr<const ReferenceTable> table_;
 };
 
 }  // namespace ctune::train

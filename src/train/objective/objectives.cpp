@@ -11,9 +11,10 @@ bool reads_pairs(const ObjectiveOptions& options) { return options.name == "dpo"
 
 bool needs_reference(const ObjectiveOptions& options) { return options.name == "dpo"; }
 
-std::shared_ptr<Objective> make_objective(const ObjectiveOptions& options, bool chunked, model::CausalLM reference) {
+std::shared_ptr<Objective> make_objective(const ObjectiveOptions& options, bool chunked, model::CausalLM reference,
+                                          std::shared_ptr<const ReferenceTable> table) {
   if (options.name == "sft") return std::make_shared<SftObjective>(chunked);
-  if (options.name == "dpo") return std::make_shared<DpoObjective>(options, std::move(reference));
+  if (options.name == "dpo") return std::make_shared<DpoObjective>(options, std::move(reference), std::move(table));
   if (options.name == "simpo") return std::make_shared<SimpoObjective>(options);
   if (options.name == "orpo") return std::make_shared<OrpoObjective>(options);
   throw ConfigError("objective.name: expected sft, dpo, simpo or orpo, found " + options.name);

@@ -7,6 +7,7 @@
 
 #include "model/llama.h"
 #include "train/objective/options.h"
+#include "train/objective/reference_table.h"
 #include "train/step/objective.h"
 
 namespace ctune::train {
@@ -17,8 +18,11 @@ bool reads_pairs(const ObjectiveOptions& options);
 bool needs_reference(const ObjectiveOptions& options);
 
 // `reference`: the frozen model the policy is compared with; null under LoRA, where the policy
-// with its adapters off is the reference. `chunked`: memory.chunked_loss (sft).
+// with its adapters off is the reference. `table`: the reference's precomputed log-probabilities
+// (objective.precompute_reference), used instead of any reference forward. `chunked`:
+// memory.chunked_loss (sft).
 std::shared_ptr<Objective> make_objective(const ObjectiveOptions& options, bool chunked,
-                                          model::CausalLM reference = model::CausalLM(nullptr));
+                                          model::CausalLM reference = model::CausalLM(nullptr),
+                                          std::shared_ptr<const ReferenceTable> table = nullptr);
 
 }  // namespace ctune::train

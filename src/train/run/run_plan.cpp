@@ -205,6 +205,7 @@ void plan_objective(RunPlan& p) {
   o.name = r.get_string("objective.name");
   // Which objectives each key belongs to.
   const std::pair<const char*, std::vector<std::string>> owners[] = {{"objective.loss_type", {"dpo"}},
+                                                                     {"objective.precompute_reference", {"dpo"}},
                                                                      {"objective.beta", {"dpo", "simpo", "orpo"}},
                                                                      {"objective.label_smoothing", {"dpo", "simpo"}},
                                                                      {"objective.gamma", {"simpo"}}};
@@ -218,6 +219,7 @@ void plan_objective(RunPlan& p) {
   o.beta = r.get_optional_float("objective.beta").value_or(0.1);
   o.label_smoothing = r.get_optional_float("objective.label_smoothing").value_or(0.0);
   o.gamma = r.get_optional_float("objective.gamma").value_or(0.5);
+  o.precompute_reference = !r.is_null("objective.precompute_reference") && r.get_bool("objective.precompute_reference");
   if (o.label_smoothing > 0 && o.loss_type != "sigmoid")
     r.fail("objective.label_smoothing", "applies to objective.loss_type sigmoid, found " + o.loss_type);
   const bool pairs = r.get_string("data.format") == "preference";
@@ -371,7 +373,7 @@ model::CausalLM build_model(const RunPlan& plan, const fs::path& checkpoint) {
 }
 
 model::CausalLM build_reference(const RunPlan& plan) {
-  if (!needs_reference(plan.objective) || plan.method->freezes_base()) return model::CausalLM(nullptr);
+  if (!needs_reference(plan.objective) || plan.method->freezes_base()) return model::CausalLM(nullptr);  // LoRA: adapters off
   auto reference = build_model(plan);  // from model.path, never from a checkpoint: the reference does not train
   for (auto& p : reference->parameters()) p.requires_grad_(false);
   reference->eval();
@@ -399,8 +401,9 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.router_z_loss = p.trainer.router_z_loss_coef > 0;
   in.batch_size = p.data.batch_size * data::examples_per_record(p.data.format);  // a preference pair is two rows
   in.seq_len = p.data.max_seq_len;
-  if (needs_reference(p.objective) && !p.method->freezes_base()) {
-    // The frozen copy is built as the policy's weights are stored (train/run/run_plan.h build_reference).
+  if (needs_reference(p.objective) && !p.method->freezes_base() && !p.objective.precompute_reference) {
+    // The frozen copy is built as the policy's weights are stored (train/run/run_plan.h build_reference);
+    // precomputed log-probabilities free it before training.
     in.reference_bytes = model::parameter_count(p.parameters) * static_cast<std::int64_t>(at::elementSize(p.model_dtype));
   }
   in.grad_accum = p.trainer.grad_accum;
@@ -442,7 +445,8 @@ std::string RunPlan::summary() const {
     s << "objective    " << objective.name << " (" << (objective.name == "dpo" ? objective.loss_type + ", " : std::string()) << "beta "
       << objective.beta << (objective.name == "simpo" ? ", gamma " + std::to_string(objective.gamma) : std::string())
       << (objective.label_smoothing > 0 ? ", label smoothing " + std::to_string(objective.label_smoothing) : std::string())
-      << (needs_reference(objective) ? std::string("; reference: ") + (method->freezes_base() ? "the base, adapters off" : "a frozen copy of model.path")
+      << (needs_reference(objective) ? std::string("; reference: ") + (method->freezes_base() ? "the base, adapters off" : "a frozen copy of model.path") +
+                                           (objective.precompute_reference ? ", precomputed" : "")
                                      : "; no reference")
       << ")\n";
   }

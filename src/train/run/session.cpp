@@ -232,7 +232,7 @@ TrainResult Session::run() {
   RankRows source(sampler, comm_.rank(), comm_.size(), plan.device);
   spdlog::debug("resident {:.1f} MB with optimizer and data", static_cast<double>(ops::resident_bytes()) / 1e6);
   auto eval = rank_share(all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
-                                     plan.eval_batches, plan.device),
+                                     plan.eval_batches, plan.device, /*eval_split=*/true),
                          comm_.rank(), comm_.size());
 
   // 5. Where the checkpoint left off: step, optimizer, loss scale, data cursor, RNG.
@@ -256,7 +256,9 @@ TrainResult Session::run() {
   std::optional<MetricsLog> metrics;
   if (writer()) metrics.emplace(plan.output_dir, plan.tensorboard);
   Trainer trainer(lm, *optimizer, source, std::move(eval), plan.trainer, metrics ? &*metrics : nullptr);
-  trainer.objective = make_objective(plan.objective, plan.trainer.chunked_loss, build_reference(plan));
+  //    The objective; with precomputed reference log-probabilities no reference is kept.
+  const auto table = plan.objective.precompute_reference ? precomputed_reference(lm) : nullptr;
+  trainer.objective = make_objective(plan.objective, plan.trainer.chunked_loss, table ? model::CausalLM(nullptr) : build_reference(plan), table);
   trainer.scaler = &scaler;
   trainer.step_sync = parallel.sync.get();
   StateMeter meter(lm, *optimizer);
@@ -304,6 +306,30 @@ TrainResult Session::run() {
   spdlog::info("done: {} steps in {:.1f} s, last loss {:.4f}{}", result.steps, result.seconds, result.last_loss,
                result.final_eval_loss ? fmt::format(", eval loss {:.4f}", *result.final_eval_loss) : std::string());
   return result;
+}
+
+// objective.precompute_reference: the table this run wrote before (a resumed run reuses exactly
+// those numbers), else one pass over both splits now, every rank running the same forwards
+// (under full_shard they gather), rank 0 writing the table into the run directory.
+std::shared_ptr<const ReferenceTable> Session::precomputed_reference(model::CausalLM& lm) const {
+  const auto& ds = plan_.datasets;
+  const auto n_train = static_cast<std::int64_t>(ds.train->size()), n_eval = static_cast<std::int64_t>(ds.eval->size());
+  const std::uint64_t fingerprint = data::fingerprint(*ds.train) * 31 + data::fingerprint(*ds.eval);
+  const fs::path path = plan_.output_dir / io::kReferenceLogps;
+  if (auto table = read_reference_table(path, fingerprint, n_train, n_eval)) {
+    spdlog::info("reference log-probabilities read from {}", path.string());
+    return std::make_shared<const ReferenceTable>(std::move(*table));
+  }
+  const auto options = data::batch_options(plan_.data, *plan_.tokenizer);
+  const auto train = all_batches(data::sequential_plan(*ds.train, options), -1, plan_.device, false);
+  const auto eval = all_batches(data::sequential_plan(*ds.eval, options), -1, plan_.device, true);
+  Stage stage("reference log-probabilities", static_cast<std::int64_t>(train.size() + eval.size()), "batches");
+  ReferenceTable table = compute_reference_table(lm, build_reference(plan_), train, n_train, eval, n_eval, &stage);
+  table.fingerprint = fingerprint;
+  stage.finish("reference log-probabilities of " + std::to_string((n_train + n_eval) / 2) + " pairs in " + format_duration(stage.seconds()));
+  if (writer()) write_reference_table(path, table);
+  comm_.barrier("waiting for rank 0 to write the reference log-probabilities");
+  return std::make_shared<const ReferenceTable>(std::move(table));
 }
 
 // Nothing was learned (every step overflowed or was NaN): an untrained result is no result.

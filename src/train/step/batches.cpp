@@ -13,13 +13,17 @@ TensorBatch to_tensors(const data::Batch& b, const at::Device& device) {
   t.segment_ids = ops::to_device(at::tensor(b.segment_ids, at::kInt).view(shape), device);
   t.target_tokens = b.target_tokens();
   t.rows_per_group = b.rows_per_group;
+  t.examples = b.examples;
   return t;
 }
 
-std::vector<TensorBatch> all_batches(const data::BatchPlan& plan, std::int64_t limit, const at::Device& device) {
+std::vector<TensorBatch> all_batches(const data::BatchPlan& plan, std::int64_t limit, const at::Device& device, bool eval_split) {
   std::vector<TensorBatch> out;
   const auto n = limit >= 0 ? std::min(limit, plan.size()) : plan.size();
-  for (std::int64_t i = 0; i < n; ++i) out.push_back(to_tensors(plan.batch(i), device));
+  for (std::int64_t i = 0; i < n; ++i) {
+    out.push_back(to_tensors(plan.batch(i), device));
+    out.back().eval_split = eval_split;
+  }
   return out;
 }
 

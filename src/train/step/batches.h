@@ -13,7 +13,9 @@ namespace ctune::train {
 // On `device` (the recipe's; batches are built on the host and copied there).
 TensorBatch to_tensors(const data::Batch& batch, const at::Device& device = at::kCPU);
 
-// Every batch of a plan (at most `limit` when limit >= 0), as tensors on `device`.
-std::vector<TensorBatch> all_batches(const data::BatchPlan& plan, std::int64_t limit = -1, const at::Device& device = at::kCPU);
+// Every batch of a plan (at most `limit` when limit >= 0), as tensors on `device`; `eval_split`:
+// the plan is over the eval split's examples.
+std::vector<TensorBatch> all_batches(const data::BatchPlan& plan, std::int64_t limit = -1, const at::Device& device = at::kCPU,
+                                     bool eval_split = false);
 
 }  // namespace ctune::train

@@ -21,6 +21,10 @@ struct TensorBatch {
   std::int64_t target_tokens = 0;
   // Consecutive rows that belong together (data::Batch::rows_per_group): 2 for preference pairs.
   std::int64_t rows_per_group = 1;
+  // Per row, its example's index in its split (data::Batch::examples; -1 packed), and the split:
+  // what precomputed reference log-probabilities are looked up by (train/objective/reference_table.h).
+  std::vector<std::int64_t> examples = {};
+  bool eval_split = false;
 };
 
 // The model's inputs for a training or evaluation forward over `batch`. A model with experts in
