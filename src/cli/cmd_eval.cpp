@@ -5,7 +5,7 @@
 // `ctune eval --model DIR [--adapter DIR] --data FILE [--format F] [key=value ...]` needs no
 // recipe: FILE is the eval split, read and masked with the recipe defaults (overrides such as
 // data.max_seq_len=4096 or model.dtype=bf16 apply). The model is built and evaluated exactly as `train` builds and
-// evaluates it (train::build_model, train::evaluate_loss): the same storage and compute dtypes,
+// evaluates it (train::build_model, the recipe's objective and train::evaluate_objective): the same storage and compute dtypes,
 // quantised base and loss, so `eval` reports the eval_loss that training logged for the same
 // weights. --adapter DIR evaluates model.path with that adapter (its own adapter_config.json
 // replaces the recipe's LoRA settings); --model DIR evaluates that model instead of model.path.

@@ -154,6 +154,9 @@ std::vector<KeySpec> build_schema() {
       {"objective.precompute_reference", T::Bool, "null",
        "dpo: compute the reference's log-probabilities once before training and keep them with the run (no reference forward, "
        "and under full fine-tuning no reference copy, while training; default false)", {}, {}, {}, true},
+      {"objective.reference_quantize", T::String, "null",
+       "dpo with full fine-tuning: the frozen reference copy's projections stored in int8 or nf4 (memory.int8_*/nf4_* settings; default none)",
+       {kQuantNone, kQuantInt8, kQuantNf4}, {}, {}, true},
       {"objective.gamma", T::Float, "null", "simpo: the target reward margin gamma (default 0.5, TRL's simpo_gamma)", {}, 0.0, 1e6, true},
       {"memory.chunked_loss", T::Bool, "true", "Project to the vocabulary a chunk of positions at a time (no full logits)"},
       {"memory.quantize_base", T::String, kQuantNone, "Frozen base weights in int8 or nf4 (LoRA only)", {kQuantNone, kQuantInt8, kQuantNf4}},

@@ -170,6 +170,8 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
        {"objective.name=dpo", "objective.loss_type=ipo", "objective.label_smoothing=0.1"}, "applies to objective.loss_type sigmoid, found ipo"},
       {"precompute_on_simpo", base, {"objective.name=simpo", "objective.precompute_reference=true"},
        "`objective.precompute_reference`: belongs to objective.name: dpo; this recipe's objective is simpo"},
+      {"reference_quantize_under_lora", replace(base, "format: instruct", "format: preference"),
+       {"objective.name=dpo", "objective.reference_quantize=nf4"}, "under LoRA the reference is the base itself"},
       {"gamma_on_dpo", base, {"objective.name=dpo", "objective.gamma=1"}, "`objective.gamma`: belongs to objective.name: simpo; this recipe's objective is dpo"},
       {"bad_truncation", base, {"data.truncation=middle"}, "`data.truncation` expected one of keep_start, keep_end, drop, error"},
       {"moe_z_loss_negative", base, {"moe.router_z_loss_coef=-1"}, "`moe.router_z_loss_coef` expected a number"},
@@ -290,6 +292,50 @@ TEST_F(Recipes, EstimateFromConfigAlone) {
 
 // `ctune estimate`: the ledger's lines with their formulas, and a peak that is at least their
 // persistent part; what each technique moves, moves the line it should.
+// A preference objective's ledger: two rows per pair, and under full fine-tuning the frozen
+// reference's weights (as stored, or quantised with objective.reference_quantize; none with
+// precomputed log-probabilities, nor under LoRA, where the reference is the base with its
+// adapters off).
+TEST_F(Recipes, EstimateCountsTheDpoReference) {
+  std::string pairs;
+  for (int i = 0; i < 8; ++i) pairs += R"({"prompt": "Add )" + std::to_string(i) + R"( and 1 = ", "chosen": ")" + std::to_string(i + 1) + R"(", "rejected": "x"})" "\n";
+  write(kDir / "pairs.jsonl", pairs);
+  std::string text = replace(base_recipe(), kDir.string() + "/train.jsonl", (kDir / "pairs.jsonl").string());
+  text = replace(text, kDir.string() + "/eval.jsonl", (kDir / "pairs.jsonl").string());
+  write(kDir / "dpo-estimate.yaml", replace(text, "format: instruct", "format: preference") + "objective: {name: dpo}\n");
+  write(kDir / "sft-estimate.yaml", base_recipe());
+  auto ledger = [&](const std::string& recipe, const std::vector<std::string>& overrides) {
+    std::vector<std::string> args = {"estimate", (kDir / recipe).string(), "--json"};
+    args.insert(args.end(), overrides.begin(), overrides.end());
+    auto r = ctune(args);
+    EXPECT_EQ(r.status, 0) << r.err;
+    std::map<std::string, std::int64_t> lines;
+    const Json j = Json::parse(r.out);
+    EXPECT_TRUE(j.contains("lines")) << r.out;
+    for (const auto& l : j["lines"]) lines[l["name"].get<std::string>()] = l["bytes"].get<std::int64_t>();
+    return lines;
+  };
+  const auto lora = ledger("dpo-estimate.yaml", {});
+  const auto full = ledger("dpo-estimate.yaml", {"peft.method=none"});
+  const auto int8 = ledger("dpo-estimate.yaml", {"peft.method=none", "objective.reference_quantize=int8"});
+  const auto pre = ledger("dpo-estimate.yaml", {"peft.method=none", "objective.precompute_reference=true"});
+  const auto sft = ledger("sft-estimate.yaml", {});
+  EXPECT_EQ(lora.count("reference"), 0u);
+  EXPECT_EQ(pre.count("reference"), 0u);
+  ASSERT_EQ(full.count("reference"), 1u);
+  EXPECT_EQ(full.at("reference"), full.at("weights"));  // fp32 model, every weight trains: the same bytes
+  // int8 projections (a quarter of their fp32 bytes), the fp32 embedding (a third of this tiny
+  // model's weights) and norms as they are.
+  EXPECT_LT(int8.at("reference"), full.at("reference") * 6 / 10);
+  EXPECT_GT(int8.at("reference"), full.at("reference") / 4);
+  EXPECT_GT(lora.at("activations"), 19 * sft.at("activations") / 10);  // two rows per pair
+  // And it trains: full fine-tuning against an nf4 reference copy.
+  const auto run = ctune({"train", (kDir / "dpo-estimate.yaml").string(), "peft.method=none", "objective.reference_quantize=nf4",
+                          "training.max_steps=2", "training.eval_every=0", "output_dir=" + (kDir / "dpo-nf4-reference").string()});
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.err.find("base quantised to nf4"), std::string::npos) << run.err;
+}
+
 TEST_F(Recipes, EstimatePrintsTheLedger) {
   const fs::path recipe = kDir / "estimate.yaml";
   write(recipe, base_recipe());

@@ -66,10 +66,10 @@ Shape shape_symbols(const LedgerInputs& in, Symbols& sym) {
 }
 
 // Bytes of one frozen projection weight as stored.
-std::int64_t frozen_weight_bytes(const LedgerInputs& in, std::int64_t rows, std::int64_t cols) {
-  if (!in.quantize_base) return rows * cols * bytes_of(in.storage_dtype);
-  if (in.quantize_base->kind == quant::QuantSpec::Int8) return quant::int8_weight_bytes(rows, cols);
-  return quant::nf4_weight_bytes(rows * cols, in.quantize_base->blocksize, in.quantize_base->double_quant);
+std::int64_t frozen_weight_bytes(const std::optional<quant::QuantSpec>& q, at::ScalarType storage, std::int64_t rows, std::int64_t cols) {
+  if (!q) return rows * cols * bytes_of(storage);
+  if (q->kind == quant::QuantSpec::Int8) return quant::int8_weight_bytes(rows, cols);
+  return quant::nf4_weight_bytes(rows * cols, q->blocksize, q->double_quant);
 }
 
 // The parameters, counted per module as the method trains them: frozen bytes as stored, the
@@ -100,7 +100,7 @@ StateCount count_state(const LedgerInputs& in) {
     } else {
       const bool quantised =
           in.quantize_base && p.is_weight() && p.sizes.size() == 2 && model::is_quantized_module(p.name.substr(0, p.name.rfind('.')));
-      const std::int64_t bytes = quantised ? frozen_weight_bytes(in, p.sizes[0], p.sizes[1]) : count * sb;
+      const std::int64_t bytes = quantised ? frozen_weight_bytes(in.quantize_base, in.storage_dtype, p.sizes[0], p.sizes[1]) : count * sb;
       s.frozen += bytes;
       part.frozen += bytes;
       if (quantised) s.unsharded += bytes;  // a quantised base is kept whole
@@ -303,6 +303,16 @@ std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>
 }
 
 }  // namespace
+
+std::int64_t frozen_copy_bytes(const std::vector<model::ParameterShape>& parameters, at::ScalarType storage,
+                               const std::optional<quant::QuantSpec>& quantize) {
+  std::int64_t bytes = 0;
+  for (const auto& p : parameters) {
+    const bool quantised = quantize && p.is_weight() && p.sizes.size() == 2 && model::is_quantized_module(p.name.substr(0, p.name.rfind('.')));
+    bytes += quantised ? frozen_weight_bytes(quantize, storage, p.sizes[0], p.sizes[1]) : p.numel() * bytes_of(storage);
+  }
+  return bytes;
+}
 
 Ledger estimate_memory(const LedgerInputs& in) {
   Ledger led;

@@ -55,6 +55,11 @@ struct LedgerInputs {
   bool exact_allocator = false;    // memory.allocator: exact (no allocator reserve)
 };
 
+// Bytes of a frozen copy of the model stored in `storage` (a preference objective's reference),
+// its projections quantised by `quantize` when given.
+std::int64_t frozen_copy_bytes(const std::vector<model::ParameterShape>& parameters, at::ScalarType storage,
+                               const std::optional<quant::QuantSpec>& quantize);
+
 // memory.allocator: exact. Tensors of 256 KiB and more get their own mappings, returned to the
 // system when freed, so resident memory follows live tensors (glibc otherwise raises its mmap
 // threshold as large blocks are freed and keeps them in its heap for reuse).

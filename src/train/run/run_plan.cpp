@@ -94,9 +94,9 @@ data::DataOptions data_options(const Recipe& r, const fs::path& tokenizer_dir) {
 
 std::chrono::milliseconds distributed_timeout(const Recipe& r) { return std::chrono::seconds(r.get_int("distributed.timeout_s")); }
 
-quant::QuantSpec quant_spec(const Recipe& r) {
+quant::QuantSpec quant_spec(const Recipe& r, const std::string& kind_key) {
   quant::QuantSpec spec;
-  spec.kind = quant::parse_quant_kind(r.get_string("memory.quantize_base"));
+  spec.kind = quant::parse_quant_kind(r.get_string(kind_key));
   spec.threshold = r.get_float("memory.int8_threshold");
   spec.int8_kernel = quant::parse_int8_kernel(r.get_string("memory.int8_kernel"));
   spec.blocksize = r.get_int("memory.nf4_blocksize");
@@ -206,6 +206,7 @@ void plan_objective(RunPlan& p) {
   // Which objectives each key belongs to.
   const std::pair<const char*, std::vector<std::string>> owners[] = {{"objective.loss_type", {"dpo"}},
                                                                      {"objective.precompute_reference", {"dpo"}},
+                                                                     {"objective.reference_quantize", {"dpo"}},
                                                                      {"objective.beta", {"dpo", "simpo", "orpo"}},
                                                                      {"objective.label_smoothing", {"dpo", "simpo"}},
                                                                      {"objective.gamma", {"simpo"}}};
@@ -227,6 +228,12 @@ void plan_objective(RunPlan& p) {
     r.fail("data.format", "objective.name " + o.name + " learns from preference pairs: expected preference, found " + r.get_string("data.format"));
   if (!reads_pairs(o) && pairs)
     r.fail("data.format", "preference pairs need a preference objective (objective.name: dpo, simpo or orpo); this recipe's objective is " + o.name);
+  const std::string reference_quantize = r.get_optional_string("objective.reference_quantize").value_or(kQuantNone);
+  if (reference_quantize != kQuantNone) {
+    if (p.method->freezes_base())
+      r.fail("objective.reference_quantize", "under LoRA the reference is the base itself (adapters off): quantise it with memory.quantize_base");
+    p.reference_quantize = quant_spec(r, "objective.reference_quantize");
+  }
   if (needs_reference(o) && p.method->freezes_base()) {
     // Under LoRA the reference is the base: the policy with its adapters off (so an adapter
     // given by peft.init_from is evaluated against the base; training one further is refused by
@@ -374,7 +381,9 @@ model::CausalLM build_model(const RunPlan& plan, const fs::path& checkpoint) {
 
 model::CausalLM build_reference(const RunPlan& plan) {
   if (!needs_reference(plan.objective) || plan.method->freezes_base()) return model::CausalLM(nullptr);  // LoRA: adapters off
-  auto reference = build_model(plan);  // from model.path, never from a checkpoint: the reference does not train
+  peft::ModelSpec spec = plan.model_spec();  // from model.path, never from a checkpoint: the reference does not train
+  spec.quantize_base = plan.reference_quantize;
+  auto reference = peft::build_model(spec);
   for (auto& p : reference->parameters()) p.requires_grad_(false);
   reference->eval();
   return reference;
@@ -404,7 +413,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   if (needs_reference(p.objective) && !p.method->freezes_base() && !p.objective.precompute_reference) {
     // The frozen copy is built as the policy's weights are stored (train/run/run_plan.h build_reference);
     // precomputed log-probabilities free it before training.
-    in.reference_bytes = model::parameter_count(p.parameters) * static_cast<std::int64_t>(at::elementSize(p.model_dtype));
+    in.reference_bytes = frozen_copy_bytes(p.parameters, p.model_dtype, p.reference_quantize);
   }
   in.grad_accum = p.trainer.grad_accum;
   in.optimizer = p.optimizer.name;

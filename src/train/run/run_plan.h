@@ -78,6 +78,7 @@ struct RunPlan {
   OptimizerOptions optimizer;
   TrainerOptions trainer;
   ObjectiveOptions objective;                 // objective.*: what the steps minimise
+  std::optional<quant::QuantSpec> reference_quantize;  // objective.reference_quantize (a full fine-tuning reference)
   std::int64_t steps_per_epoch = 0;
   double packed_fill = 0;  // packing: document tokens over row capacity in the first epoch
   std::int64_t eval_batches = -1;  // -1: the whole eval split
@@ -105,7 +106,8 @@ struct RunPlan {
 RunPlan plan_run(Recipe recipe, const distributed::World& world = {}, PlanScope scope = PlanScope::run);
 
 // The quantised base that memory.quantize_base (int8 or nf4) and its memory.* settings describe.
-quant::QuantSpec quant_spec(const Recipe& recipe);
+// `kind_key`: the recipe key that names the kind (objective.reference_quantize for a reference).
+quant::QuantSpec quant_spec(const Recipe& recipe, const std::string& kind_key = "memory.quantize_base");
 
 // distributed.timeout_s, for joining the ranks (before the run is planned, so that a rank whose
 // planning fails can tell the others at once).
@@ -115,7 +117,8 @@ std::chrono::milliseconds distributed_timeout(const Recipe& recipe);
 model::CausalLM build_model(const RunPlan& plan, const std::filesystem::path& checkpoint = {});
 
 // The frozen reference a preference objective compares the policy with, under full fine-tuning:
-// model.path built as the policy is (dtype, device), every parameter frozen, in eval mode. Null
+// model.path built as the policy is (dtype, device; projections int8 or nf4 with
+// objective.reference_quantize), every parameter frozen, in eval mode. Null
 // when the objective needs none, and under LoRA, where the policy with its adapters off is the
 // reference (no second copy of the weights).
 model::CausalLM build_reference(const RunPlan& plan);

@@ -1,10 +1,6 @@
 #include "train/step/loss.h"
 
-#include <ATen/core/grad_mode.h>
 #include <ATen/record_function.h>
-
-#include <algorithm>
-#include <cstdio>
 
 #include "ops/profile_regions.h"
 #include "train/step/chunked_loss.h"
@@ -56,28 +52,6 @@ RouterLosses router_losses(model::CausalLM& lm, double aux_weight, double z_weig
 std::vector<std::pair<std::int64_t, std::vector<double>>> expert_load(model::CausalLM& lm) {
   const auto& record = lm->model->router_record;
   return record && record->recording() ? record->expert_load() : std::vector<std::pair<std::int64_t, std::vector<double>>>{};
-}
-
-EvalLoss evaluate_loss(model::CausalLM& lm, const std::vector<TensorBatch>& batches, bool chunked, Stage* stage) {
-  at::NoGradGuard no_grad;
-  const bool was_training = lm->is_training();
-  lm->eval();
-  double sum = 0;
-  EvalLoss out;
-  for (const auto& batch : batches) {
-    sum += next_token_loss_sum(lm, batch, chunked).item<double>();
-    out.tokens += batch.target_tokens;
-    if (stage) {
-      stage->update(stage->done() + 1, 0, [&] {
-        char text[48];
-        std::snprintf(text, sizeof(text), "loss %.4f", sum / static_cast<double>(std::max<std::int64_t>(1, out.tokens)));
-        return std::string(text);
-      });
-    }
-  }
-  if (was_training) lm->train();
-  out.loss = out.tokens > 0 ? sum / static_cast<double>(out.tokens) : 0.0;
-  return out;
 }
 
 }  // namespace ctune::train

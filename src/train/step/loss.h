@@ -9,7 +9,6 @@
 
 #include <ATen/ATen.h>
 
-#include "core/progress.h"
 #include "data/example.h"  // data::kIgnoreIndex marks the positions that are not targets
 #include "model/llama.h"
 
@@ -37,14 +36,6 @@ model::ForwardInputs forward_inputs(model::CausalLM& model, const TensorBatch& b
 // are never materialised for all positions at once (chunked_loss.h).
 at::Tensor next_token_loss_sum(model::CausalLM& model, const TensorBatch& batch, bool chunked = true);
 
-// The evaluation every door uses (training's eval steps, `ctune eval`): the mean token loss
-// over `batches` (the sum of next_token_loss_sum over the total target count), in eval mode
-// without gradients; the model's training mode is restored afterwards. `stage`, when given,
-// counts the batches and shows the running loss (core/progress.h).
-struct EvalLoss {
-  double loss = 0;          // mean NLL per target token
-  std::int64_t tokens = 0;  // target tokens
-};
 // After a training forward of next_token_loss_sum: the sparse layers' auxiliary load-balancing
 // loss and router z-loss over the tokens the main loss counts (model/moe.h RouterRecord), armed
 // so the coming backward adds `aux_weight` and `z_weight` times their gradients. Zeros, arming
@@ -55,7 +46,5 @@ struct RouterLosses {
 RouterLosses router_losses(model::CausalLM& model, double aux_weight, double z_weight);
 // Per sparse layer, the share of routed tokens each expert got in that forward.
 std::vector<std::pair<std::int64_t, std::vector<double>>> expert_load(model::CausalLM& model);
-
-EvalLoss evaluate_loss(model::CausalLM& model, const std::vector<TensorBatch>& batches, bool chunked, Stage* stage = nullptr);
 
 }  // namespace ctune::train
