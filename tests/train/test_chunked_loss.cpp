@@ -5,6 +5,9 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
+#include <vector>
+
 #include "train/step/chunked_loss.h"
 #include "margins.h"
 
@@ -15,6 +18,27 @@ namespace {
 
 at::Tensor plain_loss(const at::Tensor& h, const at::Tensor& w, const at::Tensor& t) {
   return at::nll_loss(at::log_softmax(at::matmul(h, w.t()), -1), t, {}, at::Reduction::Sum);
+}
+
+// The largest |central difference (eps 1e-6) of f - the gradient autograd left| over every
+// element of `inputs` (float64 leaves whose .grad() is set; f reads them).
+double worst_finite_difference(const std::function<double()>& f, const std::vector<at::Tensor>& inputs) {
+  const double eps = 1e-6;
+  double worst = 0;
+  for (const auto& x : inputs) {
+    auto flat = x.detach().view({-1});
+    auto grad = x.grad().view({-1});
+    for (std::int64_t i = 0; i < flat.numel(); ++i) {
+      const double saved = flat[i].item<double>();
+      flat[i] = saved + eps;
+      const double up = f();
+      flat[i] = saved - eps;
+      const double down = f();
+      flat[i] = saved;
+      worst = std::max(worst, std::abs((up - down) / (2 * eps) - grad[i].item<double>()));
+    }
+  }
+  return worst;
 }
 
 // Logits here are ~N(0, 5): a cap of 2 bends nearly all of them.
@@ -31,22 +55,7 @@ TEST_P(ChunkedLossCap, GradientsMatchFiniteDifferences) {
   };
   auto loss = train::chunked_cross_entropy_sum(h, w, t, /*chunk_rows=*/3, at::ScalarType::Undefined, cap);  // chunks of 3, 3, 1
   (loss * 1.7).backward();  // a non-unit incoming gradient
-  const double eps = 1e-6;
-  double worst = 0;
-  for (auto* x : {&h, &w}) {
-    auto flat = x->detach().view({-1});
-    auto grad = x->grad().view({-1});
-    for (std::int64_t i = 0; i < flat.numel(); ++i) {
-      const double saved = flat[i].item<double>();
-      flat[i] = saved + eps;
-      const double up = f();
-      flat[i] = saved - eps;
-      const double down = f();
-      flat[i] = saved;
-      const double numeric = (up - down) / (2 * eps);
-      worst = std::max(worst, std::abs(numeric - grad[i].item<double>()));
-    }
-  }
+  const double worst = worst_finite_difference(f, {h, w});
   // Central differences in float64 with eps = 1e-6: truncation eps^2 |f'| / 6 ~ 1e-12, rounding
   // ~ (roundings on a path) u64 |f| / eps ~ 30 * 1e-16 * 30 / 1e-6 ~ 1e-7 at worst (|f| ~ 30);
   // a wrong term in the backward is O(1).
@@ -98,21 +107,7 @@ TEST_P(ChunkedLossCap, TokenLogpsGradientsMatchFiniteDifferences) {
   };
   auto logps = train::chunked_token_logps(h, w, t, /*chunk_rows=*/3, at::ScalarType::Undefined, cap);
   (logps * upstream).sum().backward();
-  const double eps = 1e-6;
-  double worst = 0;
-  for (auto* x : {&h, &w}) {
-    auto flat = x->detach().view({-1});
-    auto grad = x->grad().view({-1});
-    for (std::int64_t i = 0; i < flat.numel(); ++i) {
-      const double saved = flat[i].item<double>();
-      flat[i] = saved + eps;
-      const double up = f();
-      flat[i] = saved - eps;
-      const double down = f();
-      flat[i] = saved;
-      worst = std::max(worst, std::abs((up - down) / (2 * eps) - grad[i].item<double>()));
-    }
-  }
+  const double worst = worst_finite_difference(f, {h, w});
   // As for the summed loss above: truncation ~1e-12, rounding ~1e-7 at worst; a wrong term is O(1).
   EXPECT_TRUE(within("token logps: max |finite difference - gradient|", worst, 1e-6));
   const auto z = cap > 0 ? at::tanh(at::matmul(h, w.t()) / cap) * cap : at::matmul(h, w.t());

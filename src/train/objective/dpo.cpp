@@ -13,9 +13,8 @@ DpoObjective::DpoObjective(const ObjectiveOptions& options, model::CausalLM refe
     throw ConfigError("objective.loss_type: expected sigmoid, ipo or hinge, found " + options_.loss_type);
 }
 
-// A pair is two rows; a batch without pairs (a rank's idle batch) adds none.
 double DpoObjective::units(const TensorBatch& batch) const {
-  return batch.rows_per_group == 2 ? static_cast<double>(batch.input_ids.size(0) / 2) : 0.0;
+  return pairs_in(batch);
 }
 
 std::vector<std::string> DpoObjective::metric_names() const { return reward_metric_names(); }

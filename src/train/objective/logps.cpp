@@ -48,6 +48,10 @@ SequenceLogps row_logps(model::CausalLM& lm, const at::Tensor& hidden, const at:
 
 SequenceLogps sequence_logps(model::CausalLM& lm, const TensorBatch& b) { return row_logps(lm, policy_hidden(lm, b), b.labels); }
 
+double pairs_in(const TensorBatch& batch) {
+  return batch.rows_per_group == 2 ? static_cast<double>(batch.input_ids.size(0) / 2) : 0.0;
+}
+
 PairLogps split_pairs(const SequenceLogps& rows) {
   const auto even = at::arange(0, rows.sum.size(0), 2, at::TensorOptions().dtype(at::kLong).device(rows.sum.device()));
   const auto odd = even + 1;

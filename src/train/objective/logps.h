@@ -19,6 +19,10 @@ struct SequenceLogps {
   at::Tensor count;  // [rows] the targets of each row, same dtype
 };
 
+// The preference pairs of `batch`: its rows / 2, or 0 when its rows are not pairs (a rank's idle
+// batch). The unit every pair objective normalises by.
+double pairs_in(const TensorBatch& batch);
+
 // A batch of preference pairs, rows 2i (chosen) and 2i + 1 (rejected), split by response.
 struct PairLogps {
   at::Tensor chosen, rejected;              // [pairs] summed log-probabilities

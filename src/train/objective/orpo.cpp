@@ -21,7 +21,7 @@ at::Tensor log1mexp(const at::Tensor& x) {
 }  // namespace
 
 double OrpoObjective::units(const TensorBatch& batch) const {
-  return batch.rows_per_group == 2 ? static_cast<double>(batch.input_ids.size(0) / 2) : 0.0;
+  return pairs_in(batch);
 }
 
 double OrpoObjective::token_units(const TensorBatch& batch) const {

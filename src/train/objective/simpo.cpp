@@ -5,7 +5,7 @@
 namespace ctune::train {
 
 double SimpoObjective::units(const TensorBatch& batch) const {
-  return batch.rows_per_group == 2 ? static_cast<double>(batch.input_ids.size(0) / 2) : 0.0;
+  return pairs_in(batch);
 }
 
 std::vector<std::string> SimpoObjective::metric_names() const { return reward_metric_names(); }
