@@ -30,6 +30,10 @@
 # against transformers' expert loop (bench_eager.py SparseMoe; the lean peer runs the same loop);
 # both sides add 0.001 times the load-balancing loss. Its MFU counts the routed FLOPs only (k of
 # E experts per token).
+# DPO (issue 30): the smol shape, 2 pairs of 512-token rows (a 128-token prompt shared, two
+# responses), LoRA bf16 (the reference is the base, adapters off) and full bf16 (a frozen copy),
+# against TRL's DPOTrainer step (bench_eager.py dpo_loss); tokens count both rows of a pair and the
+# model FLOPs add the reference's forward.
 #   bash scripts/bench.sh                    # every row, REPS=3 STEPS=4
 #   ONLY='lora bf16,quickstart' REPS=1 bash scripts/bench.sh   # rows whose name contains one of these
 #   ONLY='smol lora bf16$' bash scripts/bench.sh   # a trailing $: exactly this row
@@ -78,6 +82,12 @@ qwen3moe = dict(model_type="qwen3_moe", vocab_size=49152, hidden_size=512, inter
                 rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False, torch_dtype="float32",
                 bos_token_id=256, eos_token_id=257)
 json.dump(qwen3moe, open(f"{out}/qwen3moe.json", "w"), indent=1)
+with open(f"{out}/pairs.jsonl", "w") as f:  # DPO rows: byte tokens, bos + 127 + 383 + eos = 512 per row
+    text = " ".join(stories)
+    for i in range(200):
+        at = i * 900
+        f.write(json.dumps({"prompt": text[at:at + 127], "chosen": text[at + 127:at + 510],
+                            "rejected": text[at + 510:at + 893]}) + "\n")
 with open(f"{out}/doc_lengths.txt", "w") as f:  # the packed rows' documents, for the eager peer
     f.write(" ".join(str(len(s.encode()) + 2) for s in stories[:4000]))
 PY
@@ -87,7 +97,7 @@ for m in smol tiny qwen3 gemma2 gemma3_text phi3 smollm3 qwen3moe; do
     $CTUNE init --config "$OUT/$m.json" --out "$OUT/$m" --tokenizer byte --seed 0 --dtype fp32 >/dev/null
 done
 
-# name | model | method | precision | seq | batch | packed
+# name | model | method | precision | seq | batch | packed [| objective: sft, or dpo with batch in pairs]
 GRID=(
   "smol lora bf16|smol|lora|bf16|512|4|no"
   "smol lora bf16 packed|smol|lora|bf16|512|4|yes"
@@ -107,11 +117,14 @@ GRID=(
   "smollm3 lora bf16|smollm3|lora|bf16|512|4|no"
   "qwen3moe lora bf16|qwen3moe|lora|bf16|512|4|no"
   "qwen3moe full fp32|qwen3moe|full|fp32|512|4|no"
+  "smol dpo lora bf16|smol|lora|bf16|512|2|no|dpo"
+  "smol dpo full bf16|smol|full|bf16|512|2|no|dpo"
 )
 
-ctune_row() {  # name model method precision seq batch packed -> one JSON line
-  local run="$OUT/run" data=$OUT/long.jsonl peft=none targets="q_proj, v_proj"
+ctune_row() {  # name model method precision seq batch packed objective -> one JSON line
+  local run="$OUT/run" data=$OUT/long.jsonl format=text peft=none targets="q_proj, v_proj"
   [[ $7 == yes ]] && data=recipes/quickstart/data/pretrain.jsonl
+  [[ $8 == dpo ]] && data=$OUT/pairs.jsonl format=preference
   [[ $3 == lora ]] && peft=lora
   [[ $2 == phi3 ]] && targets=qkv_proj  # Phi-3's fused projection, as PEFT names it
   rm -rf "$run"
@@ -120,7 +133,8 @@ output_dir: $run
 seed: 0
 threads: $THREADS
 model: {path: $OUT/$2, dtype: fp32}
-data: {train: $data, format: text, max_seq_len: $5, packing: $([[ $7 == yes ]] && echo true || echo false)}
+data: {train: $data, format: $format, max_seq_len: $5, packing: $([[ $7 == yes ]] && echo true || echo false)}
+objective: {name: $8}
 peft: {method: $peft, rank: 8, alpha: 16, target_modules: [$targets]}
 precision: $4
 optimizer: {name: adamw, lr: 1.0e-4}
@@ -149,12 +163,12 @@ print(json.dumps({"tokens_per_s": statistics.median(s["tokens_per_s"] for s in t
 PY
 }
 
-peer_row() {  # script name model method precision seq batch packed
+peer_row() {  # script name model method precision seq batch packed objective
   local script=$1 lengths=()
   shift
   [[ $7 == yes ]] && lengths=(--doc-lengths "$OUT/doc_lengths.txt")
   $PY "scripts/$script" step --config "$OUT/$2.json" --method "$3" --precision "$4" --seq "$5" --batch "$6" \
-    --steps "$STEPS" --threads "$THREADS" "${lengths[@]}"
+    --steps "$STEPS" --threads "$THREADS" --objective "$8" "${lengths[@]}"
 }
 
 [[ ${KEEP:-0} == 1 ]] || : >"$OUT/results.jsonl"  # KEEP=1: add to an earlier invocation's rows
@@ -162,7 +176,8 @@ for dtype in fp32 bf16; do
   $PY scripts/bench_eager.py gemm --dtype $dtype --threads "$THREADS" >>"$OUT/results.jsonl"
 done
 for row in "${GRID[@]}"; do
-  IFS='|' read -r name model method precision seq batch packed <<<"$row"
+  IFS='|' read -r name model method precision seq batch packed objective <<<"$row"
+  objective=${objective:-sft}
   wanted=${ONLY:+no}
   IFS=',' read -ra pieces <<<"$ONLY"
   for piece in "${pieces[@]}"; do
@@ -170,11 +185,11 @@ for row in "${GRID[@]}"; do
   done
   [[ -z $wanted ]] || continue
   for ((rep = 0; rep < REPS; rep++)); do
-    c=$(ctune_row "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed")
+    c=$(ctune_row "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
     g=$($PY scripts/bench_eager.py gemm --dtype "$precision" --threads "$THREADS" --repeats 10)
-    e=$(peer_row bench_eager.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed")
-    l=$(peer_row bench_eager_lean.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed")
-    echo "{\"name\": \"$name\", \"model\": \"$model\", \"method\": \"$method\", \"precision\": \"$precision\", \"seq\": $seq, \"batch\": $batch, \"gemm\": $g, \"ctune\": $c, \"eager\": $e, \"lean\": $l}" >>"$OUT/results.jsonl"
+    e=$(peer_row bench_eager.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
+    l=$(peer_row bench_eager_lean.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
+    echo "{\"name\": \"$name\", \"model\": \"$model\", \"method\": \"$method\", \"precision\": \"$precision\", \"seq\": $seq, \"batch\": $batch, \"objective\": \"$objective\", \"gemm\": $g, \"ctune\": $c, \"eager\": $e, \"lean\": $l}" >>"$OUT/results.jsonl"
     echo "done: $name ($((rep + 1))/$REPS)" >&2
   done
 done
@@ -191,7 +206,7 @@ for line in open(f"{out}/results.jsonl"):
     if "flops_per_s" in j: gemm[j["dtype"]].append(j["flops_per_s"])
     else: rows.setdefault(j["name"], []).append(j)
 
-def model_flops_per_token(cfg, method, seq):
+def model_flops_per_token(cfg, method, seq, objective):
     H, I, L, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     d = cfg.get("head_dim") or H // nh
@@ -209,6 +224,8 @@ def model_flops_per_token(cfg, method, seq):
     else:
         trainable = n
     attention = L * 4 * seq * nh * d
+    if objective == "dpo":  # the reference's forward besides the policy's step, on every row
+        return 2 * n + 2 * n + 2 * trainable + 3 * attention + 2 * n + attention
     return 2 * n + 2 * n + 2 * trainable + 3 * attention
 
 med = statistics.median
@@ -219,7 +236,7 @@ print("|---|---|---|---|---|---|---|---|")
 for name, rs in rows.items():
     r0 = rs[0]
     cfg = json.load(open(f"{out}/{r0['model']}.json"))
-    per_token = model_flops_per_token(cfg, r0["method"], r0["seq"])
+    per_token = model_flops_per_token(cfg, r0["method"], r0["seq"], r0.get("objective", "sft"))
     rate = med(gemm[r0["precision"]])
     c = lambda key, side: med(r[side][key] for r in rs if side in r)
     tps = [c("tokens_per_s", side) for side in sides]

@@ -26,10 +26,13 @@ Modes (one JSON line on stdout each):
                       --seq T --batch B --steps N [--doc-lengths FILE]
       median tokens/s over steps 2..N, system share of CPU time over them, peak resident
       bytes (VmHWM, reset after the model is built, as ctune does) and the loss of step 1.
+      --objective dpo: TRL's DPOTrainer step instead (dpo_loss below) on --batch pairs, 2 x batch
+      rows of T tokens; tokens/s counts both rows of a pair.
   bench_eager.py gemm --dtype fp32|bf16 [--size N]
       the best rate of an N x N x N matmul (FLOP/s): the denominator of model FLOP utilisation.
 """
 import argparse
+import copy
 import json
 import math
 import resource
@@ -98,6 +101,11 @@ class RMSNorm(nn.Module):
         return self.weight * x.to(dtype)
 
 
+class Adapters:
+    """PEFT's disable_adapter(): a LoRA policy's DPO reference is its base, adapters off."""
+    enabled = True
+
+
 class LoraLinear(nn.Module):
     """PEFT's lora.Linear with dropout 0: base(x) + B(A(x)) * alpha / r, A and B in fp32."""
 
@@ -112,6 +120,8 @@ class LoraLinear(nn.Module):
 
     def forward(self, x):
         result = self.base(x)
+        if not Adapters.enabled:
+            return result
         x = x.to(self.lora_A.weight.dtype)
         return result + self.lora_B(self.lora_A(x)) * self.scaling
 
@@ -302,11 +312,44 @@ class Llama(nn.Module):
         logits = self.lm_head(self.norm(x)).float()
         if self.f.final_cap:
             logits = torch.tanh(logits / self.f.final_cap) * self.f.final_cap
+        if labels is None:  # a preference objective's forward: the logits that predict a next token
+            return logits[:, :-1]
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1))
         if self.f.moe and self.f.aux_coef > 0:
             routers = [layer.mlp.router_logits for layer in self.layers if isinstance(layer.mlp, SparseMoe)]
             loss = loss + self.f.aux_coef * load_balancing_loss(routers, self.f.moe[0], self.f.moe[1])
         return loss
+
+
+def selective_log_softmax(logits, targets):
+    """TRL's selective_log_softmax for fp32 logits: the chosen logit less a logsumexp computed row
+    by row (to bound the peak)."""
+    chosen = torch.gather(logits, 2, targets[:, :, None]).squeeze(2)
+    return chosen - torch.stack([torch.logsumexp(row, dim=-1) for row in logits])
+
+
+def dpo_loss(policy, reference, ids, prompt, beta=0.1, token_logps=selective_log_softmax):
+    """TRL's DPOTrainer (sigmoid loss) on one concatenated batch: chosen rows, then rejected rows.
+
+    policy() and reference() return the fp32 logits that predict ids[:, 1:]; a response's
+    log-probability is the sum of token_logps over its tokens (the first `prompt` tokens are the
+    shared prompt). The reference runs without gradients."""
+    def logps(logits):
+        return token_logps(logits, ids[:, 1:])[:, prompt - 1:].sum(-1)
+    with torch.no_grad():
+        ref = logps(reference())
+    pol = logps(policy())
+    n = ids.size(0) // 2
+    margin = (pol[:n] - ref[:n]) - (pol[n:] - ref[n:])
+    return -F.logsigmoid(beta * margin).mean()
+
+
+def preference_ids(batch, seq, vocab, gen):
+    """batch pairs as 2 x batch rows (chosen rows first): a shared prompt of seq / 4 tokens, then
+    two different responses filling the row (no padding, as the benchmark's preference file)."""
+    ids = torch.randint(0, vocab, (2 * batch, seq), generator=gen)
+    ids[batch:, :seq // 4] = ids[:batch, :seq // 4]
+    return ids
 
 
 def rows(batch, seq, doc_lengths):
@@ -360,20 +403,32 @@ def step_mode(a):
             attn = layer.self_attn
             for name in ("qkv_proj",) if model.f.fused else ("q_proj", "v_proj"):
                 setattr(attn, name, LoraLinear(getattr(attn, name), a.rank, 2 * a.rank))
+    dpo = a.objective == "dpo"
+    # DPO under full fine-tuning: TRL's ref_model, a frozen copy loaded like the policy.
+    reference = copy.deepcopy(model).requires_grad_(False) if dpo and a.method == "full" else None
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.0)
     lengths = [int(x) for x in open(a.doc_lengths).read().split()] if a.doc_lengths else []
-    positions, mask = rows(a.batch, a.seq, lengths)
+    n_rows = 2 * a.batch if dpo else a.batch
+    positions, mask = rows(n_rows, a.seq, lengths)
+    if bf16 and a.method == "lora":
+        mask = mask.to(torch.bfloat16)
     gen = torch.Generator().manual_seed(1)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     times, cpu, losses = [], [], []
     for _ in range(a.steps):
-        ids = torch.randint(0, min(c["vocab_size"], 256), (a.batch, a.seq), generator=gen)
+        vocab = min(c["vocab_size"], 256)
+        ids = preference_ids(a.batch, a.seq, vocab, gen) if dpo else torch.randint(0, vocab, (a.batch, a.seq), generator=gen)
         t0 = time.perf_counter()
         cpu.append(cpu_times())
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = model(ids, positions, mask.to(torch.bfloat16) if bf16 and a.method == "lora" else mask, ids)
+            if dpo:
+                policy = lambda: model(ids, positions, mask, None)
+                ref = (lambda: reference(ids, positions, mask, None)) if reference else (lambda: adapters_off(policy))
+                loss = dpo_loss(policy, ref, ids, a.seq // 4)
+            else:
+                loss = model(ids, positions, mask, ids)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         opt.step()
@@ -383,9 +438,18 @@ def step_mode(a):
     cpu.append(cpu_times())
     timed = times[1:] or times
     total, system = cpu[-1][0] - cpu[1][0], cpu[-1][1] - cpu[1][1]
-    print(json.dumps({"tokens_per_s": a.batch * a.seq / statistics.median(timed), "step_s": statistics.median(timed),
+    print(json.dumps({"tokens_per_s": n_rows * a.seq / statistics.median(timed), "step_s": statistics.median(timed),
                       "sys_share": system / total if total > 0 else 0.0, "peak_bytes": read_status("VmHWM:"),
                       "first_loss": losses[0], "threads": torch.get_num_threads()}))
+
+
+def adapters_off(forward):
+    """PEFT's disable_adapter() around one forward: a LoRA policy's DPO reference."""
+    Adapters.enabled = False
+    try:
+        return forward()
+    finally:
+        Adapters.enabled = True
 
 
 def gemm_mode(a):
@@ -411,6 +475,8 @@ def add_step_arguments(s):
     s.add_argument("--steps", type=int, default=4)
     s.add_argument("--rank", type=int, default=8)
     s.add_argument("--doc-lengths")
+    s.add_argument("--objective", choices=["sft", "dpo"], default="sft",
+                   help="dpo: --batch pairs of a shared prompt (seq / 4 tokens) and two responses")
     s.add_argument("--threads", type=int, default=0)
 
 
@@ -424,6 +490,8 @@ def main():
     g.add_argument("--repeats", type=int, default=5)
     g.add_argument("--threads", type=int, default=0)
     a = p.parse_args()
+    if a.mode == "step" and a.objective == "dpo" and a.doc_lengths:
+        p.error("--objective dpo takes unpacked rows (no --doc-lengths)")
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     step_mode(a) if a.mode == "step" else gemm_mode(a)

@@ -12,7 +12,9 @@ extra casts (issue 33):
     ([B, kv, groups * T, d]), without repeating K and V; the scores are materialised, masked
     in place and soft-maxed in fp32;
   - the logits are fp32 for the cross entropy (one cast); torch.optim.AdamW (foreach) and
-    clip_grad_norm_.
+    clip_grad_norm_;
+  - DPO (--objective dpo): bench_eager.py's step, with each token's log-probability taken by the
+    fused cross-entropy kernel (fused_log_softmax).
 The families change the decoder as in bench_eager.py (its Family class, the one description of
 what a model_type changes), and so do the rows, the timing and the output line.
 
@@ -20,6 +22,7 @@ what a model_type changes), and so do the rows, the timing and the output line.
                            --seq T --batch B --steps N [--doc-lengths FILE]
 """
 import argparse
+import copy
 import json
 import math
 import statistics
@@ -29,7 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench_eager import Family, Layer, add_step_arguments, cpu_times, read_status, rows
+from bench_eager import (Adapters, Family, Layer, add_step_arguments, cpu_times, dpo_loss, preference_ids, read_status,
+                         adapters_off, rows)
 
 
 class RMSNorm(nn.Module):
@@ -63,7 +67,7 @@ class Linear(nn.Module):
 
     def forward(self, x):
         y = F.linear(x, self.weight)
-        if self.lora_A is None:
+        if self.lora_A is None or not Adapters.enabled:
             return y
         return y + F.linear(F.linear(x, self.lora_A), self.lora_B) * self.scaling
 
@@ -170,7 +174,16 @@ class Model(nn.Module):
         logits = self.lm_head(self.norm(x)[:, :-1]).float()
         if self.f.final_cap:
             logits = torch.tanh(logits / self.f.final_cap) * self.f.final_cap
+        if labels is None:  # a preference objective's forward
+            return logits
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1))
+
+
+def fused_log_softmax(logits, targets):
+    """Each target's log-probability through the fused cross-entropy kernel (its backward writes the
+    logits' gradient in one pass), not TRL's gather less a logsumexp."""
+    flat = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), reduction="none")
+    return -flat.view(targets.shape)
 
 
 def step_mode(a):
@@ -187,21 +200,30 @@ def step_mode(a):
         for layer in model.layers:
             for name in ("qkv_proj",) if model.f.fused else ("q_proj", "v_proj"):
                 getattr(layer.self_attn, name).add_lora(a.rank, 2 * a.rank)
+    dpo = a.objective == "dpo"
+    reference = copy.deepcopy(model).requires_grad_(False) if dpo and a.method == "full" else None
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(trainable, lr=1e-4, weight_decay=0.0, foreach=True)
     lengths = [int(x) for x in open(a.doc_lengths).read().split()] if a.doc_lengths else []
-    positions, additive = rows(a.batch, a.seq, lengths)
+    n_rows = 2 * a.batch if dpo else a.batch
+    positions, additive = rows(n_rows, a.seq, lengths)
     hidden_mask = (additive != 0)[:, :, None]  # [B, 1, 1, T, T]
     gen = torch.Generator().manual_seed(1)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     times, cpu, losses = [], [], []
     for _ in range(a.steps):
-        ids = torch.randint(0, min(c["vocab_size"], 256), (a.batch, a.seq), generator=gen)
+        vocab = min(c["vocab_size"], 256)
+        ids = preference_ids(a.batch, a.seq, vocab, gen) if dpo else torch.randint(0, vocab, (a.batch, a.seq), generator=gen)
         t0 = time.perf_counter()
         cpu.append(cpu_times())
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            loss = model(ids, positions, hidden_mask, ids, dtype)
+            if dpo:  # the same step as bench_eager.py's, on this decoder
+                policy = lambda: model(ids, positions, hidden_mask, None, dtype)
+                ref = (lambda: reference(ids, positions, hidden_mask, None, dtype)) if reference else (lambda: adapters_off(policy))
+                loss = dpo_loss(policy, ref, ids, a.seq // 4, token_logps=fused_log_softmax)
+            else:
+                loss = model(ids, positions, hidden_mask, ids, dtype)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         opt.step()
@@ -211,7 +233,7 @@ def step_mode(a):
     cpu.append(cpu_times())
     timed = times[1:] or times
     total, system = cpu[-1][0] - cpu[1][0], cpu[-1][1] - cpu[1][1]
-    print(json.dumps({"tokens_per_s": a.batch * a.seq / statistics.median(timed), "step_s": statistics.median(timed),
+    print(json.dumps({"tokens_per_s": n_rows * a.seq / statistics.median(timed), "step_s": statistics.median(timed),
                       "sys_share": system / total if total > 0 else 0.0, "peak_bytes": read_status("VmHWM:"),
                       "first_loss": losses[0], "threads": torch.get_num_threads()}))
 

@@ -4,6 +4,8 @@
 // wrap in autograd nodes that act again in backward. The parts, in forward order: the embedding
 // (kEmbedding), each block (its index), and the final norm with the output head (kHead: from
 // the final norm through the loss; it has no leave()). This base class does nothing.
+// A forward without gradients (a preference objective's reference) has no backward to free the
+// head after it: its caller calls release_all().
 #pragma once
 
 #include <cstdint>
@@ -20,6 +22,8 @@ class ParamScopes {
   virtual ~ParamScopes() = default;
   virtual at::Tensor enter(std::int64_t /*scope*/, const at::Tensor& x) { return x; }
   virtual at::Tensor leave(std::int64_t /*scope*/, const at::Tensor& y) { return y; }
+  // Frees every part still whole.
+  virtual void release_all() {}
 };
 
 }  // namespace ctune::model

@@ -241,7 +241,8 @@ TEST_F(Distributed, ARankWithoutRowsComputesOnAnIdleBatch) {
 // rank: each epoch's last global batch is short (2 ranks: 1 pair, which a split by rows would
 // cut in half; 4 ranks: 3 pairs over 4 ranks), and the ranks left without a pair compute on an
 // idle batch. Under every strategy and both methods (LoRA's reference: adapters off; full
-// fine-tuning's: a frozen copy on every rank) N ranks follow one process on the global batch.
+// fine-tuning's: a frozen copy laid out as the policy, sharded under full_shard, or log-probabilities
+// precomputed through it) N ranks follow one process on the global batch.
 TEST_F(Distributed, DpoPairsStayWholeAndRanksFollowOneProcess) {
   std::string pairs, eval;
   for (int i = 0; i < 35; ++i)
@@ -253,12 +254,14 @@ TEST_F(Distributed, DpoPairsStayWholeAndRanksFollowOneProcess) {
   write(kDir / "pairs.jsonl", pairs);
   write(kDir / "pairs-eval.jsonl", eval);
   // ORPO's NLL part is normalised by the chosen tokens of the whole step, not each rank's.
-  for (const std::string method : {"full", "lora", "orpo_lora"}) {
-    std::string text = recipe(method == "full" ? "full" : "lora");
+  for (const std::string method : {"full", "full_precomputed", "lora", "orpo_lora"}) {
+    std::string text = recipe(method.rfind("full", 0) == 0 ? "full" : "lora");
     const auto data = text.find("data: {"), end = text.find("}\n", data);
     text.replace(data, end + 2 - data, "data: {train: " + (kDir / "pairs.jsonl").string() + ", eval: " + (kDir / "pairs-eval.jsonl").string() +
                                            ", format: preference, max_seq_len: 64}\n");
-    text += method == "orpo_lora" ? "objective: {name: orpo, beta: 0.5}\n" : "objective: {name: dpo, beta: 0.5}\n";
+    text += method == "orpo_lora"          ? "objective: {name: orpo, beta: 0.5}\n"
+            : method == "full_precomputed" ? "objective: {name: dpo, beta: 0.5, precompute_reference: true}\n"
+                                           : "objective: {name: dpo, beta: 0.5}\n";
     const fs::path yaml = kDir / ("dpo-" + method + ".yaml");
     write(yaml, text);
     for (int ranks : {2, 4}) {

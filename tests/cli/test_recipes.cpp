@@ -329,6 +329,14 @@ TEST_F(Recipes, EstimateCountsTheDpoReference) {
   EXPECT_LT(int8.at("reference"), full.at("reference") * 6 / 10);
   EXPECT_GT(int8.at("reference"), full.at("reference") / 4);
   EXPECT_GT(lora.at("activations"), 19 * sft.at("activations") / 10);  // two rows per pair
+  // Under full_shard the copy is sharded as the policy, its quantised projections kept whole.
+  const auto sharded = ledger("dpo-estimate.yaml", {"peft.method=none", "--nproc", "4", "distributed.strategy=full_shard"});
+  const auto sharded_int8 =
+      ledger("dpo-estimate.yaml", {"peft.method=none", "objective.reference_quantize=int8", "--nproc", "4", "distributed.strategy=full_shard"});
+  EXPECT_EQ(sharded.at("reference"), (full.at("reference") + 3) / 4);
+  EXPECT_EQ(sharded.at("reference"), sharded.at("weights"));
+  EXPECT_LT(sharded_int8.at("reference"), int8.at("reference"));
+  EXPECT_GT(sharded_int8.at("reference"), int8.at("reference") / 4);
   // And it trains: full fine-tuning against an nf4 reference copy.
   const auto run = ctune({"train", (kDir / "dpo-estimate.yaml").string(), "peft.method=none", "objective.reference_quantize=nf4",
                           "training.max_steps=2", "training.eval_every=0", "output_dir=" + (kDir / "dpo-nf4-reference").string()});

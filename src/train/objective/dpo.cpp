@@ -26,13 +26,7 @@ ObjectiveTerms DpoObjective::forward(model::CausalLM& policy, const TensorBatch&
     ref.sum = table_->lookup(batch);  // precomputed (objective.precompute_reference)
     ref.count = at::zeros_like(ref.sum);  // not needed: IPO divides by the policy's counts
   } else {
-    at::NoGradGuard no_grad;
-    if (reference_) {
-      ref = sequence_logps(reference_, batch);
-    } else {
-      model::AdaptersOff off;
-      ref = sequence_logps(policy, batch);
-    }
+    ref = reference_logps(policy, reference_, batch);
   }
   const SequenceLogps pi = sequence_logps(policy, batch);
   if (units(batch) == 0) return {pi.sum.sum() * 0.0, std::vector<double>(metric_names().size(), 0.0)};

@@ -1,5 +1,6 @@
 #include "train/objective/logps.h"
 
+#include <ATen/core/grad_mode.h>
 #include <ATen/record_function.h>
 
 #include "ops/profile_regions.h"
@@ -47,6 +48,19 @@ SequenceLogps row_logps(model::CausalLM& lm, const at::Tensor& hidden, const at:
 }
 
 SequenceLogps sequence_logps(model::CausalLM& lm, const TensorBatch& b) { return row_logps(lm, policy_hidden(lm, b), b.labels); }
+
+SequenceLogps reference_logps(model::CausalLM& policy, model::CausalLM& reference, const TensorBatch& batch) {
+  at::NoGradGuard no_grad;
+  if (reference) {
+    auto out = sequence_logps(reference, batch);
+    reference->model->scopes->release_all();
+    return out;
+  }
+  model::AdaptersOff off;
+  auto out = sequence_logps(policy, batch);
+  policy->model->scopes->release_all();
+  return out;
+}
 
 double pairs_in(const TensorBatch& batch) {
   return batch.rows_per_group == 2 ? static_cast<double>(batch.input_ids.size(0) / 2) : 0.0;

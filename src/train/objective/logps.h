@@ -48,4 +48,9 @@ SequenceLogps row_logps(model::CausalLM& model, const at::Tensor& hidden, const 
 // targeted positions only, in fp32 softmax (the logits in the model's compute dtype).
 SequenceLogps sequence_logps(model::CausalLM& model, const TensorBatch& batch);
 
+// The reference's log-probabilities, without gradients: `reference`'s (a frozen copy), or, when
+// it is null, the policy's with its adapters off (LoRA). Under full_shard the model that ran is
+// sharded; what its forward left whole for a backward that will not come (the head) is freed.
+SequenceLogps reference_logps(model::CausalLM& policy, model::CausalLM& reference, const TensorBatch& batch);
+
 }  // namespace ctune::train

@@ -37,13 +37,7 @@ ReferenceTable compute_reference_table(model::CausalLM& policy, model::CausalLM 
   std::int64_t done = 0;
   for (const auto* batches : {&train, &eval}) {
     for (const auto& batch : *batches) {
-      SequenceLogps ref;
-      if (reference) {
-        ref = sequence_logps(reference, batch);
-      } else {
-        model::AdaptersOff off;
-        ref = sequence_logps(policy, batch);
-      }
+      const SequenceLogps ref = reference_logps(policy, reference, batch);
       const auto sums = ref.sum.to(at::kDouble).cpu();
       std::vector<double>& split = batch.eval_split ? table.eval : table.train;
       for (std::size_t r = 0; r < batch.examples.size(); ++r) {

@@ -291,7 +291,7 @@ std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>
       {"S", "ranks sharing gradients and optimizer state"}, {"U", "bytes of a quantised base kept whole"},
       {"Wpart", "bytes of the largest part whole"}, {"Nmax", "largest trainable parameter"}, {"rows", "loss rows per chunk"},
       {"runtime", "bytes before training"}, {"live", "live bytes at the peak"}, {"bq", "attention block query rows"},
-      {"Lr", "layers that recompute"}};
+      {"Lr", "layers that recompute"}, {"Wref", "bytes of the reference copy"}, {"Uref", "bytes of its quantised projections"}};
   std::string out;
   for (const auto& [name, value] : values) {
     std::string what;
@@ -304,12 +304,14 @@ std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>
 
 }  // namespace
 
-std::int64_t frozen_copy_bytes(const std::vector<model::ParameterShape>& parameters, at::ScalarType storage,
-                               const std::optional<quant::QuantSpec>& quantize) {
-  std::int64_t bytes = 0;
+FrozenCopyBytes frozen_copy_bytes(const std::vector<model::ParameterShape>& parameters, at::ScalarType storage,
+                                  const std::optional<quant::QuantSpec>& quantize) {
+  FrozenCopyBytes bytes;
   for (const auto& p : parameters) {
     const bool quantised = quantize && p.is_weight() && p.sizes.size() == 2 && model::is_quantized_module(p.name.substr(0, p.name.rfind('.')));
-    bytes += quantised ? frozen_weight_bytes(quantize, storage, p.sizes[0], p.sizes[1]) : p.numel() * bytes_of(storage);
+    const std::int64_t n = quantised ? frozen_weight_bytes(quantize, storage, p.sizes[0], p.sizes[1]) : p.numel() * bytes_of(storage);
+    bytes.total += n;
+    if (quantised) bytes.quantised += n;
   }
   return bytes;
 }
@@ -325,9 +327,17 @@ Ledger estimate_memory(const LedgerInputs& in) {
   led.lines.push_back({"KV cache", 0, "0", "none in training (generation at this batch and length: " + kv.text() + " = " + mb(kv.value()) + ")"});
   const Term runtime = sym("runtime", in.runtime_bytes);
   led.lines.push_back({"runtime", in.runtime_bytes, runtime.text(), "this process before training: LibTorch, tokenizer, datasets"});
-  const Term reference = in.reference_bytes > 0 ? sym("Wref", in.reference_bytes) : Term();
-  if (in.reference_bytes > 0)
-    led.lines.push_back({"reference", in.reference_bytes, reference.text(), "the preference objective's frozen reference: model.path as stored"});
+  // The reference copy is sharded as the policy (its parts gathered while its forward computes, at
+  // most one part whole: the policy's gathered term covers it, before the policy's activations
+  // exist); its quantised projections stay whole.
+  Term reference;
+  if (in.reference.total > 0) {
+    const Term whole = sym("Wref", in.reference.total), kept = in.reference.quantised > 0 ? sym("Uref", in.reference.quantised) : Term();
+    reference = st.sharded_params ? Term::ceil_div(whole - kept, sym("P", in.parameter_shards)) + kept : whole;
+    led.lines.push_back({"reference", reference.value(), reference.text(),
+                         std::string("the preference objective's frozen reference: model.path as stored") +
+                             (st.sharded_params ? ", sharded as the policy" + std::string(in.reference.quantised > 0 ? " (Uref: its quantised projections, whole)" : "") : "")});
+  }
 
   // The peak: what is always there, plus the largest of the step's moments, plus what the
   // allocator holds on to. Under full_shard the sharded gradients stay through the step and

@@ -24,6 +24,11 @@
 
 namespace ctune::train {
 
+// A frozen copy of the model: all its bytes, and those of its quantised projections.
+struct FrozenCopyBytes {
+  std::int64_t total = 0, quantised = 0;
+};
+
 struct LedgerInputs {
   model::ModelConfig config;
   std::vector<model::ParameterShape> parameters;  // of the shape-only model (model/parameter_shapes.h)
@@ -50,14 +55,15 @@ struct LedgerInputs {
   double momentum = 0.9;
   std::int64_t runtime_bytes = 0;  // the process before training: libraries, tokenizer, data
   // A preference objective under full fine-tuning: the frozen reference copy's weights (LoRA's
-  // reference is the policy with its adapters off: 0).
-  std::int64_t reference_bytes = 0;
+  // reference is the policy with its adapters off: 0), sharded as the policy's are; its
+  // quantised projections (objective.reference_quantize) are not sharded, as a quantised base's.
+  FrozenCopyBytes reference;
   bool exact_allocator = false;    // memory.allocator: exact (no allocator reserve)
 };
 
 // Bytes of a frozen copy of the model stored in `storage` (a preference objective's reference),
 // its projections quantised by `quantize` when given.
-std::int64_t frozen_copy_bytes(const std::vector<model::ParameterShape>& parameters, at::ScalarType storage,
+FrozenCopyBytes frozen_copy_bytes(const std::vector<model::ParameterShape>& parameters, at::ScalarType storage,
                                const std::optional<quant::QuantSpec>& quantize);
 
 // memory.allocator: exact. Tensors of 256 KiB and more get their own mappings, returned to the

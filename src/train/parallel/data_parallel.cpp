@@ -89,6 +89,10 @@ void DataParallel::sample_memory_with(std::function<void()> sample) {
   if (full_shard) full_shard->sample_memory = std::move(sample);
 }
 
+void DataParallel::shard_like_policy(model::CausalLM& frozen) {
+  if (shard_frozen && frozen) shard_frozen(frozen);
+}
+
 DataParallel make_data_parallel(const DistributedPlan& plan, model::CausalLM& model, std::vector<ParamGroup> groups,
                                 const OptimizerOptions& options, distributed::Comm& comm) {
   const std::string& strategy = plan.strategy;
@@ -117,7 +121,11 @@ DataParallel make_data_parallel(const DistributedPlan& plan, model::CausalLM& mo
       shard_group = out.groups[0].get();
       replicas = out.groups[1]->size() > 1 ? out.groups[1].get() : nullptr;
     }
-    out.full_shard = std::make_shared<FullShard>(model, groups, *shard_group, replicas, FullShard::Options{plan.cpu_offload, plan.prefetch});
+    const FullShard::Options shard_options{plan.cpu_offload, plan.prefetch};
+    out.full_shard = std::make_shared<FullShard>(model, groups, *shard_group, replicas, shard_options);
+    out.shard_frozen = [=](model::CausalLM& frozen) {
+      std::make_shared<FullShard>(frozen, std::vector<ParamGroup>{}, *shard_group, replicas, shard_options)->install(frozen);
+    };
     out.full_shard->install(model);
     auto sharded = std::make_unique<ShardedOptimizer>(out.full_shard->trainable(), options, *shard_group, /*gather_after_step=*/false);
     out.sharded = sharded.get();

@@ -62,6 +62,11 @@ struct DataParallel {
   StateShard state_shard(model::CausalLM& model) const;
   // Where memory peaks inside backward (full_shard: a part whole with its gradients), `sample` is called.
   void sample_memory_with(std::function<void()> sample);
+  // A frozen model beside the policy (a preference objective's reference) laid out as the
+  // policy is: under full_shard and hybrid_shard sharded over the same ranks (offloaded with
+  // it), each part gathered while it computes; otherwise whole, as the policy is.
+  void shard_like_policy(model::CausalLM& frozen);
+  std::function<void(model::CausalLM&)> shard_frozen;  // full_shard: shards a frozen model as the policy's parts
 };
 DataParallel make_data_parallel(const DistributedPlan& plan, model::CausalLM& model, std::vector<ParamGroup> groups,
                                 const OptimizerOptions& options, distributed::Comm& comm);

@@ -61,7 +61,7 @@ class FullShard : public model::ParamScopes, public std::enable_shared_from_this
   void flush();
   // The whole model on this rank (to write a checkpoint or the result), and back.
   void gather_all();
-  void release_all();
+  void release_all() override;
 
   // Called while a part is whole in backward (before its gradients are reduced): a memory
   // meter hooks here.

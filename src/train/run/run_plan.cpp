@@ -413,7 +413,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   if (needs_reference(p.objective) && !p.method->freezes_base() && !p.objective.precompute_reference) {
     // The frozen copy is built as the policy's weights are stored (train/run/run_plan.h build_reference);
     // precomputed log-probabilities free it before training.
-    in.reference_bytes = frozen_copy_bytes(p.parameters, p.model_dtype, p.reference_quantize);
+    in.reference = frozen_copy_bytes(p.parameters, p.model_dtype, p.reference_quantize);
   }
   in.grad_accum = p.trainer.grad_accum;
   in.optimizer = p.optimizer.name;

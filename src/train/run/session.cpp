@@ -257,8 +257,10 @@ TrainResult Session::run() {
   if (writer()) metrics.emplace(plan.output_dir, plan.tensorboard);
   Trainer trainer(lm, *optimizer, source, std::move(eval), plan.trainer, metrics ? &*metrics : nullptr);
   //    The objective; with precomputed reference log-probabilities no reference is kept.
-  const auto table = plan.objective.precompute_reference ? precomputed_reference(lm) : nullptr;
-  trainer.objective = make_objective(plan.objective, plan.trainer.chunked_loss, table ? model::CausalLM(nullptr) : build_reference(plan), table);
+  const auto table = plan.objective.precompute_reference ? precomputed_reference(lm, parallel) : nullptr;
+  auto reference = table ? model::CausalLM(nullptr) : build_reference(plan);
+  parallel.shard_like_policy(reference);
+  trainer.objective = make_objective(plan.objective, plan.trainer.chunked_loss, reference, table);
   trainer.scaler = &scaler;
   trainer.step_sync = parallel.sync.get();
   StateMeter meter(lm, *optimizer);
@@ -310,8 +312,9 @@ TrainResult Session::run() {
 
 // objective.precompute_reference: the table this run wrote before (a resumed run reuses exactly
 // those numbers), else one pass over both splits now, every rank running the same forwards
-// (under full_shard they gather), rank 0 writing the table into the run directory.
-std::shared_ptr<const ReferenceTable> Session::precomputed_reference(model::CausalLM& lm) const {
+// (under full_shard they gather, the reference copy sharded as the policy), rank 0 writing the
+// table into the run directory.
+std::shared_ptr<const ReferenceTable> Session::precomputed_reference(model::CausalLM& lm, DataParallel& parallel) const {
   const auto& ds = plan_.datasets;
   const auto n_train = static_cast<std::int64_t>(ds.train->size()), n_eval = static_cast<std::int64_t>(ds.eval->size());
   const std::uint64_t fingerprint = data::fingerprint(*ds.train) * 31 + data::fingerprint(*ds.eval);
@@ -324,7 +327,9 @@ std::shared_ptr<const ReferenceTable> Session::precomputed_reference(model::Caus
   const auto train = all_batches(data::sequential_plan(*ds.train, options), -1, plan_.device, false);
   const auto eval = all_batches(data::sequential_plan(*ds.eval, options), -1, plan_.device, true);
   Stage stage("reference log-probabilities", static_cast<std::int64_t>(train.size() + eval.size()), "batches");
-  ReferenceTable table = compute_reference_table(lm, build_reference(plan_), train, n_train, eval, n_eval, &stage);
+  auto reference = build_reference(plan_);
+  parallel.shard_like_policy(reference);
+  ReferenceTable table = compute_reference_table(lm, reference, train, n_train, eval, n_eval, &stage);
   table.fingerprint = fingerprint;
   stage.finish("reference log-probabilities of " + std::to_string((n_train + n_eval) / 2) + " pairs in " + format_duration(stage.seconds()));
   if (writer()) write_reference_table(path, table);

@@ -58,7 +58,7 @@ class Session {
   void start_process() const;
   ResumePoint open_run_dir(std::optional<io::DirLock>& lock, const Json& inputs);
   void refuse_if_nothing_learned(const TrainResult& result) const;
-  std::shared_ptr<const ReferenceTable> precomputed_reference(model::CausalLM& lm) const;
+  std::shared_ptr<const ReferenceTable> precomputed_reference(model::CausalLM& lm, DataParallel& parallel) const;
   void write_result(model::CausalLM& lm, DataParallel& parallel, const WeightFiles& files);
 
   bool writer() const { return comm_.rank() == 0; }
