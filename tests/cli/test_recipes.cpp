@@ -376,6 +376,15 @@ TEST_F(Recipes, EstimatePrintsTheLedger) {
   EXPECT_EQ(lora.at("KV cache"), 0);
   EXPECT_GT(lora.at("allocator"), 0);
   EXPECT_EQ(ledger({"memory.allocator=exact"}).at("allocator"), 0);
+  // Full fine-tuning in bf16 keeps each layer's bf16 copy of its fp32 matmul weights for backward
+  // (a subset of the weights at half their bytes); LoRA's frozen base is stored in bf16 (no
+  // copy), and layers that recompute cast again.
+  const auto full_bf16 = ledger({"peft.method=none", "precision=bf16"});
+  ASSERT_EQ(full_bf16.count("compute copies"), 1u);
+  EXPECT_GT(full_bf16.at("compute copies"), 0);
+  EXPECT_LT(full_bf16.at("compute copies"), full_bf16.at("weights") / 2);
+  EXPECT_EQ(bf16.count("compute copies"), 0u);
+  EXPECT_EQ(ledger({"peft.method=none", "precision=bf16", "memory.activation_checkpointing=full"}).count("compute copies"), 0u);
 
   // Per rank: shard_grad_op divides the optimizer state, full_shard the weights and gradients
   // too (plus what is whole for a while); hybrid_shard divides by the ranks of a node; offload

@@ -183,6 +183,25 @@ StateTerms state_lines(const LedgerInputs& in, Symbols& sym, Ledger& led) {
   return t;
 }
 
+// Mixed precision over fp32 master weights (full fine-tuning in bf16/fp16): each matmul casts its
+// weight to the compute dtype, and autograd keeps that copy until the layer's backward (the input's
+// gradient reads it). A layer that recomputes casts again in backward and keeps none. The head's
+// copy is the loss line's.
+Term compute_copy_line(const LedgerInputs& in, const Shape& s, Symbols& sym, Ledger& led) {
+  if (in.compute_dtype == at::kFloat || in.compute_dtype == in.storage_dtype) return Term();
+  std::int64_t kept = 0;
+  for (const auto& p : in.parameters) {
+    if (p.layer() >= 0 && p.is_weight() && p.sizes.size() == 2 && in.method->module(p.module()).weight_trains &&
+        !in.recompute.recompute_block(p.layer()))
+      kept += p.numel();
+  }
+  if (kept == 0) return Term();
+  const Term copies = s.c * sym("Nc", kept);
+  led.lines.push_back({"compute copies", copies.value(), copies.text(),
+                       "Nc: trainable matmul weights of the layers that keep their activations, cast to the compute dtype and kept for backward"});
+  return copies;
+}
+
 // Activations kept for backward by one decoder layer without recompute (the blocks state them,
 // model/activation_cost.h), and what the run keeps of them; adapted from Korthikanti et al.'s
 // per-layer accounting (docs/formats.md#memory-formulas).
@@ -291,7 +310,7 @@ std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>
       {"S", "ranks sharing gradients and optimizer state"}, {"U", "bytes of a quantised base kept whole"},
       {"Wpart", "bytes of the largest part whole"}, {"Nmax", "largest trainable parameter"}, {"rows", "loss rows per chunk"},
       {"runtime", "bytes before training"}, {"live", "live bytes at the peak"}, {"bq", "attention block query rows"},
-      {"Lr", "layers that recompute"}, {"Wref", "bytes of the reference copy"}, {"Uref", "bytes of its quantised projections"}};
+      {"Lr", "layers that recompute"}, {"Nc", "weights kept in the compute dtype"}, {"Wref", "bytes of the reference copy"}, {"Uref", "bytes of its quantised projections"}};
   std::string out;
   for (const auto& [name, value] : values) {
     std::string what;
@@ -322,6 +341,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const Shape s = shape_symbols(in, sym);
   const StateTerms st = state_lines(in, sym, led);
   const ActivationTerms act = activation_lines(in, s, sym, led);
+  const Term copies = compute_copy_line(in, s, sym, led);
   const Term loss = loss_line(in, s, sym, led);
   const Term kv = Term::num(2) * s.L * s.nkv * s.d * s.T * s.B * s.c;
   led.lines.push_back({"KV cache", 0, "0", "none in training (generation at this batch and length: " + kv.text() + " = " + mb(kv.value()) + ")"});
@@ -345,7 +365,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const bool sharded = st.sharded_params;
   const Term base = st.weights + st.optimizer + (sharded ? st.grads : Term()) + reference;
   const Term step_grads = sharded ? st.gathered + st.gathered_grads : st.grads;
-  const Term backward_start = act.total + loss + (sharded ? st.gathered + st.gathered_grads : (in.grad_accum > 1 ? st.grads : Term()));
+  const Term backward_start = act.total + copies + loss + (sharded ? st.gathered + st.gathered_grads : (in.grad_accum > 1 ? st.grads : Term()));
   const Term backward_end = step_grads + act.recomputed_transient;
   const Term optimizer_step = (sharded ? Term() : st.grads) +
                               (in.optimizer == "adamw" && !in.fused_optimizer
@@ -369,13 +389,14 @@ Ledger estimate_memory(const LedgerInputs& in) {
   for (const auto& l : led.lines)
     if (l.pool == "host") led.host_bytes += l.bytes;
   led.state_bytes = (st.weights + st.gathered + st.grads + st.gathered_grads + st.optimizer).value();
+  const std::string saved = copies.value() > 0 ? "activations + compute copies" : "activations";
   if (sharded) {
-    led.peak_formula = std::string("weights + gradients + optimizer state (shards) + max(activations + loss buffers + gathered") +
+    led.peak_formula = "weights + gradients + optimizer state (shards) + max(" + saved + " + loss buffers + gathered" +
                        " + gathered grads, gathered + gathered grads + one recomputed layer, optimizer-step temporaries, the whole weights" +
                        (in.sharded_checkpoints ? " gathered for the result" : " and optimizer state gathered for a checkpoint") +
                        ") + allocator + runtime";
   } else {
-    led.peak_formula = "weights + optimizer state + max(activations + loss buffers" +
+    led.peak_formula = "weights + optimizer state + max(" + saved + " + loss buffers" +
                        std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
                        ", gradients + one recomputed layer, gradients + optimizer-step temporaries" +
                        std::string(in.optimizer_shards > 1 && !in.sharded_checkpoints ? ", the whole optimizer state gathered for a checkpoint" : "") +
