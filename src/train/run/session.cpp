@@ -319,7 +319,14 @@ std::shared_ptr<const ReferenceTable> Session::precomputed_reference(model::Caus
   const auto n_train = static_cast<std::int64_t>(ds.train->size()), n_eval = static_cast<std::int64_t>(ds.eval->size());
   const std::uint64_t fingerprint = data::fingerprint(*ds.train) * 31 + data::fingerprint(*ds.eval);
   const fs::path path = plan_.output_dir / io::kReferenceLogps;
-  if (auto table = read_reference_table(path, fingerprint, n_train, n_eval)) {
+  auto stored = read_reference_table(path, fingerprint, n_train, n_eval);
+  // Every rank reads, or every rank computes: a rank that looked later could otherwise find the
+  // table rank 0 has just written, skip the forwards and the barrier below, and leave the others
+  // waiting in a collective it never joins.
+  at::Tensor missing = at::full({1}, stored ? 0 : 1, at::kLong);
+  comm_.all_reduce_max(missing, "agreeing whether the reference log-probabilities are stored");
+  if (missing.item<std::int64_t>() != 0) stored.reset();
+  if (auto table = std::move(stored)) {
     spdlog::info("reference log-probabilities read from {}", path.string());
     return std::make_shared<const ReferenceTable>(std::move(*table));
   }
