@@ -10,12 +10,14 @@
 
 #include "model/attention.h"
 #include "ops/attention.h"
+#include "finite_difference.h"
 #include "margins.h"
 
 namespace ctune {
 namespace {
 
 using test::within;
+using test::worst_finite_difference;
 
 struct Case {
   const char* name;
@@ -106,22 +108,8 @@ TEST_P(AttentionBackward, MatchesFiniteDifferences) {
     return (ops::attention_core(q.detach(), k.detach(), v.detach(), mask, 0.7, GetParam(), softcap) * weights).sum().item<double>();
   };
   (ops::attention_core(q, k, v, mask, 0.7, GetParam(), softcap) * weights).sum().backward();
-  const double eps = 1e-6;
-  double worst = 0;
-  for (auto* x : {&q, &k, &v}) {
-    auto flat = x->detach().view({-1});
-    auto grad = x->grad().view({-1});
-    // Every 7th element: all 3,000-odd would take seconds.
-    for (std::int64_t i = 0; i < flat.numel(); i += 7) {
-      const double saved = flat[i].item<double>();
-      flat[i] = saved + eps;
-      const double up = f();
-      flat[i] = saved - eps;
-      const double down = f();
-      flat[i] = saved;
-      worst = std::max(worst, std::abs((up - down) / (2 * eps) - grad[i].item<double>()));
-    }
-  }
+  // Every 7th element: all 3,000-odd would take seconds.
+  const double worst = worst_finite_difference(f, {q, k, v}, 7);
   // Central differences in float64, eps = 1e-6: truncation ~1e-12, rounding ~ u64 |f| / eps
   // ~ 1e-9 for |f| ~ 30; a wrong backward term is O(1).
   EXPECT_TRUE(within("softcap " + std::to_string(softcap) + ": max |finite difference - gradient|", worst, 1e-7));

@@ -9,36 +9,17 @@
 #include <vector>
 
 #include "train/step/chunked_loss.h"
+#include "finite_difference.h"
 #include "margins.h"
 
 using namespace ctune;
 using ctune::test::within;
+using ctune::test::worst_finite_difference;
 
 namespace {
 
 at::Tensor plain_loss(const at::Tensor& h, const at::Tensor& w, const at::Tensor& t) {
   return at::nll_loss(at::log_softmax(at::matmul(h, w.t()), -1), t, {}, at::Reduction::Sum);
-}
-
-// The largest |central difference (eps 1e-6) of f - the gradient autograd left| over every
-// element of `inputs` (float64 leaves whose .grad() is set; f reads them).
-double worst_finite_difference(const std::function<double()>& f, const std::vector<at::Tensor>& inputs) {
-  const double eps = 1e-6;
-  double worst = 0;
-  for (const auto& x : inputs) {
-    auto flat = x.detach().view({-1});
-    auto grad = x.grad().view({-1});
-    for (std::int64_t i = 0; i < flat.numel(); ++i) {
-      const double saved = flat[i].item<double>();
-      flat[i] = saved + eps;
-      const double up = f();
-      flat[i] = saved - eps;
-      const double down = f();
-      flat[i] = saved;
-      worst = std::max(worst, std::abs((up - down) / (2 * eps) - grad[i].item<double>()));
-    }
-  }
-  return worst;
 }
 
 // Logits here are ~N(0, 5): a cap of 2 bends nearly all of them.

@@ -3,6 +3,8 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/record_function.h>
 
+#include <optional>
+
 #include "ops/profile_regions.h"
 #include "train/step/chunked_loss.h"
 
@@ -51,14 +53,11 @@ SequenceLogps sequence_logps(model::CausalLM& lm, const TensorBatch& b) { return
 
 SequenceLogps reference_logps(model::CausalLM& policy, model::CausalLM& reference, const TensorBatch& batch) {
   at::NoGradGuard no_grad;
-  if (reference) {
-    auto out = sequence_logps(reference, batch);
-    reference->model->scopes->release_all();
-    return out;
-  }
-  model::AdaptersOff off;
-  auto out = sequence_logps(policy, batch);
-  policy->model->scopes->release_all();
+  std::optional<model::AdaptersOff> off;
+  if (!reference) off.emplace();
+  model::CausalLM& lm = reference ? reference : policy;
+  auto out = sequence_logps(lm, batch);
+  lm->model->scopes->release_all();
   return out;
 }
 
