@@ -1,7 +1,5 @@
 #include "train/observe/memory_ledger.h"
 
-#include <malloc.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -10,6 +8,7 @@
 #include "model/activation_cost.h"
 #include "model/llama.h"
 #include "model/quantize.h"
+#include "ops/tensor_pool.h"
 #include "quant/storage_bytes.h"
 #include "train/step/chunked_loss.h"
 
@@ -202,6 +201,29 @@ Term compute_copy_line(const LedgerInputs& in, const Shape& s, Symbols& sym, Led
   return copies;
 }
 
+// A tied head whose matrix trains (full fine-tuning of a tied model) gets two gradients: the
+// loss's, taken first and held by autograd until the embedding's arrives at the very end of
+// backward, and the embedding's; LibTorch 1.13's autograd adds them out of place (later versions
+// add in place when they can: then this over-counts by one copy), so for a moment the matrix has
+// three gradients, two more than the gradients line counts. Unsharded runs only: under full_shard
+// the embedding and head parts reduce-scatter their gradients as they come.
+Term tied_gradient_line(const LedgerInputs& in, const StateTerms& st, const Shape& s, Symbols& sym, Ledger& led) {
+  const bool trains = std::any_of(in.parameters.begin(), in.parameters.end(), [&](const model::ParameterShape& p) {
+    return p.module() == "embed_tokens" && p.is_weight() && in.method->module(p.module()).weight_trains;
+  });
+  if (!in.config.tie_word_embeddings || !trains || st.sharded_params) {
+    led.lines.push_back({"tied gradients", 0, "0",
+                         !in.config.tie_word_embeddings ? "none: the head is not tied to the embedding"
+                         : !trains                      ? "none: the tied matrix does not train"
+                                                        : "none: sharded parameters reduce each gradient as it comes"});
+    return Term();
+  }
+  const Term extra = Term::num(2) * Term::num(4) * s.V * s.H;
+  led.lines.push_back({"tied gradients", extra.value(), extra.text(),
+                       "at backward's end: the head's fp32 gradient, held since the loss, and its sum with the embedding's (the gradients line counts one)"});
+  return extra;
+}
+
 // Activations kept for backward by one decoder layer without recompute (the blocks state them,
 // model/activation_cost.h), and what the run keeps of them; adapted from Korthikanti et al.'s
 // per-layer accounting (docs/formats.md#memory-formulas).
@@ -287,12 +309,17 @@ Term loss_line(const LedgerInputs& in, const Shape& s, Symbols& sym, Ledger& led
   const Term VH = s.V * s.H;
   if (in.chunked_loss && head.adapter_rank == 0) {
     const Term rows = sym("rows", std::min<std::int64_t>(s.n.value(), default_chunk_rows(s.V.value(), s.c.value())));
-    // A chunk's logits and their gradient in the matmul dtype; the head's fp32 gradient
-    // accumulator and one chunk's share of it.
-    const Term t = rows * s.V * Term::num(2) * s.c + (head_trains ? (Term::num(4) + s.c) * VH : Term());
+    // A chunk's logits and their gradient in the matmul dtype; the weight cast to it once for all
+    // chunks when stored wider (fp32 masters); the head's fp32 gradient accumulator and one
+    // chunk's share of it in the matmul dtype, added a slice of rows at a time when narrower
+    // (its fp32 copy: train/step/chunked_loss.h).
+    const bool cast = s.r.value() != s.c.value();
+    const Term t = rows * s.V * Term::num(2) * s.c + (cast ? s.c * VH : Term()) +
+                   (head_trains ? (Term::num(4) + s.c) * VH + (cast ? Term::ceil_div(Term::num(4) * VH, Term::num(kHeadGradSlices)) : Term()) : Term());
     led.lines.push_back({"logits and loss", t.value(), t.text(),
-                         "chunked: one chunk of rows, its logits and their gradient" +
-                             std::string(head_trains ? ", the head gradient and its accumulator" : "")});
+                         "chunked: one chunk of rows, its logits and their gradient" + std::string(cast ? ", the head cast to the matmul dtype" : "") +
+                             std::string(head_trains ? ", the head gradient and its accumulator" : "") +
+                             std::string(head_trains && cast ? ", one slice of it in fp32" : "")});
     return t;
   }
   const Term t = s.n * s.V * (Term::num(4 + 8) + s.c) + (head_trains ? Term::num(4) * VH : Term());
@@ -343,6 +370,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const ActivationTerms act = activation_lines(in, s, sym, led);
   const Term copies = compute_copy_line(in, s, sym, led);
   const Term loss = loss_line(in, s, sym, led);
+  const Term tied = tied_gradient_line(in, st, s, sym, led);
   const Term kv = Term::num(2) * s.L * s.nkv * s.d * s.T * s.B * s.c;
   led.lines.push_back({"KV cache", 0, "0", "none in training (generation at this batch and length: " + kv.text() + " = " + mb(kv.value()) + ")"});
   const Term runtime = sym("runtime", in.runtime_bytes);
@@ -366,7 +394,8 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const Term base = st.weights + st.optimizer + (sharded ? st.grads : Term()) + reference;
   const Term step_grads = sharded ? st.gathered + st.gathered_grads : st.grads;
   const Term backward_start = act.total + copies + loss + (sharded ? st.gathered + st.gathered_grads : (in.grad_accum > 1 ? st.grads : Term()));
-  const Term backward_end = step_grads + act.recomputed_transient;
+  // The recomputed layer is gone by the time the embedding's gradient comes.
+  const Term backward_end = step_grads + Term::max({act.recomputed_transient, tied});
   const Term optimizer_step = (sharded ? Term() : st.grads) +
                               (in.optimizer == "adamw" && !in.fused_optimizer
                                    ? Term::num(8) * Term::min({st.largest, Term::ceil_div(st.trainable, st.shards)})
@@ -377,13 +406,14 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const Term checkpoint_gather = (in.optimizer_shards > 1 && !in.sharded_checkpoints ? Term::num(st.opt_per_param) * st.trainable : Term()) +
                                  (sharded ? st.whole_weights - st.unsharded : Term());
   const Term live = base + Term::max({backward_start, backward_end, optimizer_step, checkpoint_gather});
-  // glibc's heap keeps freed activation and gradient blocks for reuse and fragments around them.
-  // The reserve is calibrated, not derived: 0.30 x the live bytes, the middle of what
-  // scripts/bench_memory.sh measured over its grid (0.14-0.47; see README, Memory).
-  const Term reserve = in.exact_allocator ? Term() : Term::num(3) * sym("live", live.value()) / Term::num(10);
+  // The tensor pool (ops/tensor_pool.h) holds at most 1/kPoolSlackDivisor over the peak of its
+  // live tensors, by its policy: it returns free ranges before it would hold more. The bound is
+  // taken over all live bytes (the few unpooled ones, below 256 KiB each, included).
+  const Term reserve = in.exact_allocator ? Term() : Term::ceil_div(sym("live", live.value()), Term::num(ops::kPoolSlackDivisor));
   led.lines.push_back({"allocator", reserve.value(), reserve.text(),
                        in.exact_allocator ? "memory.allocator: exact returns freed blocks at once"
-                                          : "glibc heap reserve, calibrated at 0.3 x the live bytes (memory.allocator: exact makes it 0)"});
+                                          : "the tensor pool's bound: it returns free ranges before it holds more than its live peak plus 1/" +
+                                                std::to_string(ops::kPoolSlackDivisor) + " (memory.allocator: exact makes it 0)"});
   const Term peak = live + reserve + runtime;
   led.peak_bytes = peak.value();
   for (const auto& l : led.lines)
@@ -398,7 +428,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
   } else {
     led.peak_formula = "weights + optimizer state + max(" + saved + " + loss buffers" +
                        std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
-                       ", gradients + one recomputed layer, gradients + optimizer-step temporaries" +
+                       ", gradients + max(one recomputed layer, tied gradients), gradients + optimizer-step temporaries" +
                        std::string(in.optimizer_shards > 1 && !in.sharded_checkpoints ? ", the whole optimizer state gathered for a checkpoint" : "") +
                        ") + allocator + runtime";
   }
@@ -432,17 +462,6 @@ std::string Ledger::to_text() const {
   }
   s << "symbols          " << symbols << "\n";
   return s.str();
-}
-
-void use_fast_allocator() {
-  mallopt(M_MMAP_MAX, 0);                    // no block gets a mapping of its own
-  mallopt(M_TRIM_THRESHOLD, -1);             // never trimmed (mallopt(3)): freed memory stays for the next step
-  mallopt(M_TOP_PAD, 64 * 1024 * 1024);      // grow the heap in large steps (fewer brk calls)
-}
-
-void use_exact_allocator() {
-  mallopt(M_MMAP_THRESHOLD, 256 * 1024);  // a fixed threshold also stops glibc from raising it
-  mallopt(M_TRIM_THRESHOLD, 256 * 1024);
 }
 
 }  // namespace ctune::train

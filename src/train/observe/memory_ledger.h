@@ -66,21 +66,6 @@ struct LedgerInputs {
 FrozenCopyBytes frozen_copy_bytes(const std::vector<model::ParameterShape>& parameters, at::ScalarType storage,
                                const std::optional<quant::QuantSpec>& quantize);
 
-// memory.allocator: exact. Tensors of 256 KiB and more get their own mappings, returned to the
-// system when freed, so resident memory follows live tensors (glibc otherwise raises its mmap
-// threshold as large blocks are freed and keeps them in its heap for reuse).
-void use_exact_allocator();
-
-// memory.allocator: fast (the default). Every block comes from glibc's heap, never from a
-// mapping of its own, and the heap is never trimmed: a step's large tensors (activations,
-// logits chunks, gradients: many above glibc's 32 MiB ceiling for its mmap threshold) reuse the
-// memory the previous step freed instead of being mapped, zero-filled by the kernel page by page
-// and unmapped again. Measured (2-core AMD EPYC, same process otherwise): the quickstart's
-// pretraining step 2.1k -> 6.0k tokens/s with system time 30% -> 8% of CPU time, resident peak
-// +7.5%; SmolLM-135M-shaped LoRA bf16 seq 512 batch 4: 280 -> 474 tokens/s, resident +2.7%.
-// Threads other than the main one still map what their arenas cannot hold.
-void use_fast_allocator();
-
 struct LedgerLine {
   std::string name;     // "weights", "gradients", ...
   std::int64_t bytes = 0;

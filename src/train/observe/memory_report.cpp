@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ops/memory.h"
+#include "ops/tensor_pool.h"
 
 namespace ctune::train {
 
@@ -37,6 +38,10 @@ void report_memory(const Ledger& ledger, MetricsLog& metrics, std::int64_t start
                static_cast<double>(ledger.peak_bytes) / 1e6, static_cast<double>(measured) / 1e6, ratio);
   spdlog::info("memory: parameters + gradients + optimizer state peaked at {:.1f} MB measured, {:.1f} MB predicted",
                static_cast<double>(meter.peak()) / 1e6, static_cast<double>(ledger.state_bytes) / 1e6);
+  const auto pool = ops::tensor_pool_stats();
+  spdlog::info("memory: tensor pool: {} requests in place, {:.1f} MB mapped fresh, {:.1f} MB returned; live peak {:.1f} MB, held peak {:.1f} MB",
+               pool.in_place, static_cast<double>(pool.fresh_bytes) / 1e6, static_cast<double>(pool.released_bytes) / 1e6,
+               static_cast<double>(pool.peak_live_bytes) / 1e6, static_cast<double>(pool.peak_held_bytes) / 1e6);
   Json line = {{"memory", ledger.to_json()}};
   line["memory"]["measured_peak_bytes"] = measured;
   line["memory"]["measured_start_bytes"] = start_bytes;  // resident when training began

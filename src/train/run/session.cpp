@@ -14,6 +14,7 @@
 #include "io/manifest.h"
 #include "io/run_dir.h"
 #include "ops/memory.h"
+#include "ops/tensor_pool.h"
 #include "train/observe/memory_report.h"
 #include "train/observe/metrics.h"
 #include "train/parallel/data_parallel.h"
@@ -153,9 +154,9 @@ void Session::start_process() const {
   at::set_num_threads(plan_.threads);
   at::globalContext().setFlushDenormal(true);
   if (plan_.exact_allocator) {
-    use_exact_allocator();
+    ops::use_exact_allocator();
   } else {
-    use_fast_allocator();
+    ops::use_tensor_pool();
   }
   at::manual_seed(plan_.seed);
   install_stop_handlers();
@@ -284,6 +285,7 @@ TrainResult Session::run() {
     spdlog::warn("stopped by {}", line);
     throw StoppedError(signal, line);
   };
+  ops::release_free_memory();  // what loading freed goes back: the pool's bound is the step's (ops/tensor_pool.h)
   const auto start_bytes = ops::memory_now(plan.device);
   ops::reset_peak_memory(plan.device);  // the measured peak is training's, not loading's
   const double communicating_before = comm_.seconds_communicating();

@@ -20,6 +20,26 @@ at::ScalarType accumulate_type(const at::Tensor& hidden) {
   return hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
+// grad_weight (the accumulator, fp32 or wider) += grad^T h, the product in the matmul dtype `md`;
+// a narrower product is added a slice of rows at a time (kHeadGradSlices).
+void add_weight_gradient(at::Tensor& grad_weight, const at::Tensor& grad, const at::Tensor& h, at::ScalarType md) {
+  const auto part = ops::matmul_in(grad.t(), h, md);
+  if (part.scalar_type() == grad_weight.scalar_type()) {
+    grad_weight.add_(part);
+    return;
+  }
+  const auto rows = part.size(0), slice = (rows + kHeadGradSlices - 1) / kHeadGradSlices;
+  for (std::int64_t start = 0; start < rows; start += slice) {
+    const auto n = std::min(slice, rows - start);
+    grad_weight.narrow(0, start, n).add_(part.narrow(0, start, n));
+  }
+}
+
+// The weight as the chunks' matmuls take it: cast to the compute dtype once for all chunks.
+at::Tensor weight_in(const at::Tensor& weight, at::ScalarType cd) {
+  return cd != at::ScalarType::Undefined ? weight.to(cd) : weight;
+}
+
 // The loss is a sum, so its gradient is known in forward up to the one number backward brings
 // (1 / target tokens, times the loss scale): each chunk's gradient is taken while its logits
 // exist, and backward only scales it. The head's projection runs once per chunk instead of
@@ -39,15 +59,16 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
     at::Tensor grad_weight = need_weight ? at::zeros(weight.sizes(), weight.options().dtype(acc)) : at::Tensor();
     double total = 0;
     const auto n = hidden.size(0);
+    const auto w = weight_in(weight, cd);
     for (std::int64_t start = 0; start < n; start += chunk) {
       const auto rows = std::min(chunk, n - start);
       auto h = hidden.narrow(0, start, rows);
-      auto logits = ops::matmul_in(h, weight.t(), cd);  // [rows, V], the matmul's dtype
+      auto logits = ops::matmul_in(h, w.t(), cd);  // [rows, V], the matmul's dtype
       at::Tensor loss, grad;
       ops::cross_entropy_rows(logits, targets.narrow(0, start, rows), softcap, &loss, need_hidden || need_weight ? &grad : nullptr);
       total += loss.sum().item<double>();
-      if (need_hidden) grad_hidden.narrow(0, start, rows).copy_(ops::matmul_in(grad, weight, gd));
-      if (need_weight) grad_weight.add_(ops::matmul_in(grad.t(), h, cd != at::ScalarType::Undefined ? cd : acc));  // into fp32
+      if (need_hidden) grad_hidden.narrow(0, start, rows).copy_(ops::matmul_in(grad, w, gd));
+      if (need_weight) add_weight_gradient(grad_weight, grad, h, cd != at::ScalarType::Undefined ? cd : acc);
     }
     ctx->saved_data["grad_hidden"] = grad_hidden;
     ctx->saved_data["grad_weight"] = grad_weight;
@@ -76,10 +97,11 @@ struct ChunkedTokenLogps : public torch::autograd::Function<ChunkedTokenLogps> {
     at::NoGradGuard no_grad;
     const auto acc = accumulate_type(hidden);
     auto out = at::empty({hidden.size(0)}, hidden.options().dtype(acc));
+    const auto w = weight_in(weight, cd);
     for (std::int64_t start = 0; start < hidden.size(0); start += chunk) {
       const auto rows = std::min(chunk, hidden.size(0) - start);
       at::Tensor loss;
-      ops::cross_entropy_rows(ops::matmul_in(hidden.narrow(0, start, rows), weight.t(), cd), targets.narrow(0, start, rows), softcap,
+      ops::cross_entropy_rows(ops::matmul_in(hidden.narrow(0, start, rows), w.t(), cd), targets.narrow(0, start, rows), softcap,
                               &loss, nullptr);
       out.narrow(0, start, rows).copy_(loss.neg());
     }
@@ -102,14 +124,15 @@ struct ChunkedTokenLogps : public torch::autograd::Function<ChunkedTokenLogps> {
     const auto g = grad_out[0].to(acc);
     at::Tensor grad_hidden = need_hidden ? at::empty(hidden.sizes(), hidden.options()) : at::Tensor();
     at::Tensor grad_weight = need_weight ? at::zeros(weight.sizes(), weight.options().dtype(acc)) : at::Tensor();
+    const auto w = weight_in(weight, cd);
     for (std::int64_t start = 0; start < hidden.size(0); start += chunk) {
       const auto rows = std::min(chunk, hidden.size(0) - start);
       auto h = hidden.narrow(0, start, rows);
       at::Tensor loss, grad;  // grad: d(-log p)/d logits per row
-      ops::cross_entropy_rows(ops::matmul_in(h, weight.t(), cd), targets.narrow(0, start, rows), softcap, &loss, &grad);
+      ops::cross_entropy_rows(ops::matmul_in(h, w.t(), cd), targets.narrow(0, start, rows), softcap, &loss, &grad);
       grad.mul_(g.narrow(0, start, rows).neg().unsqueeze(1).to(grad.scalar_type()));  // d(upstream)/d logits
-      if (need_hidden) grad_hidden.narrow(0, start, rows).copy_(ops::matmul_in(grad, weight, gd));
-      if (need_weight) grad_weight.add_(ops::matmul_in(grad.t(), h, cd != at::ScalarType::Undefined ? cd : acc));
+      if (need_hidden) grad_hidden.narrow(0, start, rows).copy_(ops::matmul_in(grad, w, gd));
+      if (need_weight) add_weight_gradient(grad_weight, grad, h, cd != at::ScalarType::Undefined ? cd : acc);
     }
     if (grad_weight.defined()) grad_weight = grad_weight.to(weight.scalar_type());
     return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
