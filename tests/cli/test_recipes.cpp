@@ -313,6 +313,7 @@ TEST_F(Recipes, EstimateCountsTheDpoReference) {
     const Json j = Json::parse(r.out);
     EXPECT_TRUE(j.contains("lines")) << r.out;
     for (const auto& l : j["lines"]) lines[l["name"].get<std::string>()] = l["bytes"].get<std::int64_t>();
+    for (const char* sym : {"B", "T"}) lines[std::string("symbol ") + sym] = j["symbol_values"][sym].get<std::int64_t>();
     return lines;
   };
   const auto lora = ledger("dpo-estimate.yaml", {});
@@ -328,7 +329,12 @@ TEST_F(Recipes, EstimateCountsTheDpoReference) {
   // model's weights) and norms as they are.
   EXPECT_LT(int8.at("reference"), full.at("reference") * 6 / 10);
   EXPECT_GT(int8.at("reference"), full.at("reference") / 4);
-  EXPECT_GT(lora.at("activations"), 19 * sft.at("activations") / 10);  // two rows per pair
+  EXPECT_EQ(lora.at("symbol B"), 2 * sft.at("symbol B"));  // two rows per pair
+  // Unpacked rows are padded to their batch's longest, so T is the data's longest row (these
+  // pairs are about 30 byte tokens), not data.max_seq_len; packed rows are filled to it.
+  EXPECT_LT(lora.at("symbol T"), 64);
+  EXPECT_GT(lora.at("symbol T"), 16);
+  EXPECT_EQ(ledger("sft-estimate.yaml", {"data.packing=true"}).at("symbol T"), 64);
   // Under full_shard the copy is sharded as the policy, its quantised projections kept whole.
   const auto sharded = ledger("dpo-estimate.yaml", {"peft.method=none", "--nproc", "4", "distributed.strategy=full_shard"});
   const auto sharded_int8 =

@@ -329,9 +329,9 @@ Term loss_line(const LedgerInputs& in, const Shape& s, Symbols& sym, Ledger& led
 }
 
 // What each symbol stands for, for the table `ctune estimate` prints.
-std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>& values) {
-  static const std::vector<std::pair<std::string, std::string>> meaning = {
-      {"B", "batch rows"}, {"T", "sequence"}, {"n", "tokens = B T"}, {"H", "hidden"}, {"I", "intermediate"}, {"L", "layers"},
+std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>& values, bool seq_len_from_data) {
+  const std::vector<std::pair<std::string, std::string>> meaning = {
+      {"B", "batch rows"}, {"T", seq_len_from_data ? "sequence: the data's longest row, which batches pad to" : "sequence"}, {"n", "tokens = B T"}, {"H", "hidden"}, {"I", "intermediate"}, {"L", "layers"},
       {"V", "vocabulary"}, {"nh", "query heads"}, {"nkv", "KV heads"}, {"d", "head dim"}, {"c", "bytes, matmul dtype"},
       {"r", "bytes, residual stream"}, {"F", "frozen weight bytes"}, {"N", "trainable parameters"}, {"P", "ranks sharing parameters"},
       {"S", "ranks sharing gradients and optimizer state"}, {"U", "bytes of a quantised base kept whole"},
@@ -433,7 +433,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
                        ") + allocator + runtime";
   }
   led.symbol_values = sym.values;
-  led.symbols = symbol_table(led.symbol_values);
+  led.symbols = symbol_table(led.symbol_values, in.seq_len_from_data);
   return led;
 }
 

@@ -40,7 +40,10 @@ struct LedgerInputs {
   bool chunked_loss = true;
   bool router_z_loss = false;  // moe.router_z_loss_coef > 0: each router keeps its logits
   std::int64_t batch_size = 1;  // rows per micro-batch (a preference pair is two)
-  std::int64_t seq_len = 512;  // the longest sequence a batch can hold (data.max_seq_len)
+  // The longest row a batch can hold: data.max_seq_len when packing (rows are filled to it);
+  // unpacked rows are padded to the batch's longest, so the data's longest row when it is known.
+  std::int64_t seq_len = 512;
+  bool seq_len_from_data = false;
   std::int64_t grad_accum = 1;
   std::string optimizer = "adamw";  // adamw | sgd
   std::int64_t optimizer_shards = 1;  // ranks sharing gradients and optimizer state (sharded strategies)

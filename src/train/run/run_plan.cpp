@@ -409,7 +409,15 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.chunked_loss = p.trainer.chunked_loss;
   in.router_z_loss = p.trainer.router_z_loss_coef > 0;
   in.batch_size = p.data.batch_size * data::examples_per_record(p.data.format);  // a preference pair is two rows
+  // Packed rows are filled to max_seq_len; unpacked ones are padded to their batch's longest
+  // (data/batch.h), so the data's longest row bounds every batch.
   in.seq_len = p.data.max_seq_len;
+  if (!p.data.packing && p.datasets.train) {
+    std::int64_t longest = 1;
+    for (const auto& e : *p.datasets.train) longest = std::max<std::int64_t>(longest, static_cast<std::int64_t>(e.ids.size()));
+    in.seq_len = std::min(in.seq_len, longest);
+    in.seq_len_from_data = true;
+  }
   if (needs_reference(p.objective) && !p.method->freezes_base() && !p.objective.precompute_reference) {
     // The frozen copy is built as the policy's weights are stored (train/run/run_plan.h build_reference);
     // precomputed log-probabilities free it before training.
