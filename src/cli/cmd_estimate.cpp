@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/fit.h"
 #include "core/error.h"
 #include "core/recipe.h"
 #include "distributed/world.h"
@@ -52,14 +53,7 @@ int run_generation_estimate(const EstimateOptions& o) {
 int run_estimate(const EstimateOptions& o) {
   if (o.generate) return run_generation_estimate(o);
   if (o.recipe.empty()) throw ConfigError("give a recipe, or --generate --model DIR for the generation view");
-  // The world the run would have: N ranks over K nodes of N/K each.
-  if (o.nproc % o.nodes != 0) {
-    throw ctune::ConfigError("--nodes " + std::to_string(o.nodes) + " does not divide --nproc " + std::to_string(o.nproc) +
-                      " (ranks per node must be equal)");
-  }
-  distributed::World world;
-  world.size = o.nproc;
-  world.local_size = o.nproc / o.nodes;
+  const distributed::World world = planned_world(o.nproc, o.nodes);  // N ranks over K nodes of N/K each
   const auto plan = train::plan_run(Recipe::load(o.recipe, o.overrides), world, train::PlanScope::shapes);
   const auto ledger = train::estimate_memory(train::ledger_inputs(plan, ops::memory_now(plan.device)));
   if (o.json) {

@@ -11,13 +11,18 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "cli/fit.h"
 #include "cli/parse.h"
 #include "core/recipe.h"
+#include "core/recipe_schema.h"
+#include "io/run_layout.h"
 #include "distributed/comm.h"
 #include "distributed/launcher.h"
 #include "train/run/session.h"
 
 namespace ctune::cli {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -25,12 +30,29 @@ struct TrainOptions {
   std::string recipe;
   std::vector<std::string> overrides;
   train::SessionOptions session;
+  std::string fit;  // --fit SIZE: keys set to auto planned for this budget first (cli/fit.h)
   int nproc = 0;  // 0: as the environment says (one process unless launched as a rank)
 };
 
 // How long the launcher lets the other ranks exit by themselves after one failed (they notice
 // within seconds: a dead peer closes its connections).
 constexpr std::chrono::seconds kLauncherGrace{5};
+
+// A run planned with --fit resumes with the values it was planned with (its resolved recipe in
+// output_dir), not with a new plan, which another machine's rates could change.
+Recipe planned_values_of_run(const Recipe& recipe) {
+  std::vector<std::string> overrides;
+  for (const auto& spec : recipe_schema()) {
+    if (!spec.planned || !recipe.is_auto(spec.key)) continue;
+    if (recipe.is_null("output_dir")) break;
+    const fs::path saved_file = fs::path(recipe.get_string("output_dir")) / io::kRecipeFile;
+    if (!fs::exists(saved_file)) break;
+    const Recipe saved = Recipe::load(saved_file);
+    overrides.push_back(spec.key + "=" + saved.value_text(spec.key));
+    if (spec.key == "training.batch_size") overrides.push_back("training.grad_accum=" + saved.value_text("training.grad_accum"));
+  }
+  return overrides.empty() ? recipe : recipe.with(overrides);
+}
 
 int run_train(TrainOptions o) {
   // `--resume key=value` is an override after a bare --resume, not a checkpoint path.
@@ -41,7 +63,12 @@ int run_train(TrainOptions o) {
   }
   const distributed::World world = distributed::world_from_env();
   if (o.nproc > 1 && !world.from_environment) {
-    (void)Recipe::load(o.recipe, o.overrides);  // a bad recipe fails once, here, not once per rank
+    const Recipe recipe = Recipe::load(o.recipe, o.overrides);  // a bad recipe fails once, here, not once per rank
+    if (!o.fit.empty()) {
+      // Planned (and printed) once here, which also caches the machine's rates: each rank then
+      // plans the same from the cache, quietly.
+      (void)plan_for_budget(recipe, planned_world(o.nproc, 1), o.fit, false);
+    }
     return distributed::launch_local(o.nproc, kLauncherGrace);
   }
   if (o.nproc > 0 && o.nproc != world.size) {
@@ -50,6 +77,8 @@ int run_train(TrainOptions o) {
   }
   // Join the other ranks before planning, so that a rank whose planning fails tells them at once.
   Recipe recipe = Recipe::load(o.recipe, o.overrides);
+  if (o.session.resume && o.fit.empty()) recipe = planned_values_of_run(recipe);
+  if (!o.fit.empty()) recipe = plan_for_budget(recipe, world, o.fit, world.from_environment).resolved;
   distributed::Comm comm(world, train::distributed_timeout(recipe));
   train::Session(train::plan_run(std::move(recipe), world), o.session, comm).run();
   return 0;
@@ -72,6 +101,8 @@ CLI::App* add_train_command(CLI::App& app, Action& run) {
   cmd->add_flag("--inputs-moved", opts->session.inputs_moved,
                 "With --resume: accept inputs (model, tokenizer, data) found at other paths than the checkpoint recorded, "
                 "when their content is the same");
+  cmd->add_option("--fit", opts->fit,
+                  "Plan the keys set to auto for this memory budget per device (24GB, 800MB) as `ctune plan` does, then train");
   cmd->add_option("--nproc", opts->nproc,
                   "Train with N ranks on this machine (data parallel over Gloo); under torchrun or srun, leave it out")
       ->check(CLI::Range(1, 1024));

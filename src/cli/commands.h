@@ -22,6 +22,7 @@ CLI::App* add_report_command(CLI::App& app, Action& run);
 CLI::App* add_generate_command(CLI::App& app, Action& run);
 CLI::App* add_merge_command(CLI::App& app, Action& run);
 CLI::App* add_estimate_command(CLI::App& app, Action& run);
+CLI::App* add_plan_command(CLI::App& app, Action& run);
 CLI::App* add_export_command(CLI::App& app, Action& run);
 CLI::App* add_consolidate_command(CLI::App& app, Action& run);
 

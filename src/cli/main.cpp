@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   ctune::cli::add_merge_command(app, run);
   ctune::cli::add_consolidate_command(app, run);
   ctune::cli::add_estimate_command(app, run);
+  ctune::cli::add_plan_command(app, run);
   ctune::cli::add_init_command(app, run);
   ctune::cli::add_score_command(app, run);
   ctune::cli::add_tokenize_command(app, run);

@@ -76,6 +76,14 @@ std::string shortest_text(double v) {
   return std::to_string(v);
 }
 
+// "precision, peft.method, ..." for the message above.
+std::string planned_keys_text() {
+  std::string keys;
+  for (const auto& spec : recipe_schema())
+    if (spec.planned) keys += (keys.empty() ? "" : ", ") + spec.key;
+  return keys;
+}
+
 bool in_range(const KeySpec& spec, double v) {
   return (!spec.min || v >= *spec.min) && (!spec.max || v <= *spec.max);
 }
@@ -83,9 +91,12 @@ bool in_range(const KeySpec& spec, double v) {
 // Checks `node` against `spec`; returns canonical YAML text or throws with `origin`.
 std::string validate(const KeySpec& spec, const YAML::Node& node, const std::string& origin) {
   auto bad = [&](const std::string& extra = "") -> std::string {
-    throw ConfigError(origin + ": `" + spec.key + "` expected " + describe_expected(spec) + ", found " + found_text(node) +
-                      extra);
+    // `auto` on a key whose value has no auto meaning: say which keys the planner owns.
+    const bool unplanned_auto = node.IsScalar() && node.Scalar() == kAutoValue && !spec.planned;
+    throw ConfigError(origin + ": `" + spec.key + "` expected " + describe_expected(spec) + ", found " + found_text(node) + extra +
+                      (unplanned_auto ? " (auto is the planner's value for " + planned_keys_text() + " only)" : ""));
   };
+  if (spec.planned && node.IsScalar() && node.Scalar() == kAutoValue) return std::string("\"") + kAutoValue + "\"";
   if (is_yaml_null(node)) {
     if (spec.nullable || (spec.required && origin == "default")) return "null";
     if (spec.required) throw ConfigError(origin + ": `" + spec.key + "` is required (" + spec.help + ")");
@@ -303,6 +314,17 @@ Recipe Recipe::parse(const std::string& yaml, const std::string& source, const s
       r.values_[key] = {validate(*find_key_spec(key), node, where), where};
     });
   }
+  r.apply_overrides(overrides);
+  // Required keys must have been given by the file or an override.
+  for (const auto& spec : recipe_schema()) {
+    if (spec.required && r.values_[spec.key].yaml == "null") {
+      throw ConfigError(source + ": `" + spec.key + "` is required (" + spec.help + ")");
+    }
+  }
+  return r;
+}
+
+void Recipe::apply_overrides(const std::vector<std::string>& overrides) {
   for (const auto& item : overrides) {
     const std::string where = "override `" + (item.size() > 80 ? item.substr(0, 77) + "..." : item) + "`";
     auto eq = item.find('=');
@@ -312,14 +334,13 @@ Recipe Recipe::parse(const std::string& yaml, const std::string& source, const s
     if (!spec) throw ConfigError(where + ": " + unknown_key_message(key));
     const std::string text = item.substr(eq + 1);
     YAML::Node node = text.empty() ? YAML::Node(YAML::NodeType::Null) : load_yaml(text, where);
-    r.values_[key] = {validate(*spec, node, where), where};
+    values_[key] = {validate(*spec, node, where), where};
   }
-  // Required keys must have been given by the file or an override.
-  for (const auto& spec : recipe_schema()) {
-    if (spec.required && r.values_[spec.key].yaml == "null") {
-      throw ConfigError(source + ": `" + spec.key + "` is required (" + spec.help + ")");
-    }
-  }
+}
+
+Recipe Recipe::with(const std::vector<std::string>& overrides) const {
+  Recipe r = *this;
+  r.apply_overrides(overrides);
   return r;
 }
 
@@ -338,6 +359,7 @@ std::string Recipe::get_string(const std::string& key) const {
 std::int64_t Recipe::get_int(const std::string& key) const { return std::stoll(value(key).yaml); }
 double Recipe::get_float(const std::string& key) const { return std::stod(value(key).yaml); }
 bool Recipe::get_bool(const std::string& key) const { return value(key).yaml == "true"; }
+bool Recipe::is_auto(const std::string& key) const { return value(key).yaml == std::string("\"") + kAutoValue + "\""; }
 
 std::vector<std::string> Recipe::get_strings(const std::string& key) const {
   return YAML::Load(value(key).yaml).as<std::vector<std::string>>();
@@ -381,7 +403,28 @@ std::string Recipe::to_yaml() const {
       open_path.pop_back();
     }
   };
-  for (const auto& spec : recipe_schema()) {
+  // A section's keys together even where the schema interleaves them (memory.* around moe.*
+  // and objective.*): keys ordered by where each of their sections first appears, so that no
+  // section is written twice.
+  std::map<std::string, std::size_t> first_seen;
+  auto prefixes = [](const std::string& key) {
+    std::vector<std::string> out;
+    for (std::size_t dot = key.find('.'); dot != std::string::npos; dot = key.find('.', dot + 1)) out.push_back(key.substr(0, dot));
+    out.push_back(key);
+    return out;
+  };
+  for (const auto& spec : recipe_schema())
+    for (const auto& prefix : prefixes(spec.key)) first_seen.emplace(prefix, first_seen.size());
+  std::vector<const KeySpec*> ordered;
+  for (const auto& spec : recipe_schema()) ordered.push_back(&spec);
+  auto rank = [&](const KeySpec* spec) {
+    std::vector<std::size_t> r;
+    for (const auto& prefix : prefixes(spec->key)) r.push_back(first_seen.at(prefix));
+    return r;
+  };
+  std::stable_sort(ordered.begin(), ordered.end(), [&](const KeySpec* a, const KeySpec* b) { return rank(a) < rank(b); });
+  for (const KeySpec* spec_ptr : ordered) {
+    const KeySpec& spec = *spec_ptr;
     std::vector<std::string> parts;
     std::stringstream ss(spec.key);
     for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);

@@ -23,7 +23,12 @@ class Recipe {
   // The same from YAML text; `source` names it in messages.
   static Recipe parse(const std::string& yaml, const std::string& source, const std::vector<std::string>& overrides = {});
 
+  // This recipe with `key=value` overrides applied over it (the other keys keep their origins).
+  Recipe with(const std::vector<std::string>& overrides) const;
+
   bool is_null(const std::string& key) const;
+  // A planned key (core/recipe_schema.h) left to the planner: `auto`.
+  bool is_auto(const std::string& key) const;
   std::string get_string(const std::string& key) const;
   std::int64_t get_int(const std::string& key) const;
   double get_float(const std::string& key) const;
@@ -55,6 +60,7 @@ class Recipe {
     std::string origin;  // "recipes/x.yaml:12", "override training.lr=...", "default"
   };
   const Value& value(const std::string& key) const;
+  void apply_overrides(const std::vector<std::string>& overrides);
 
   std::string source_;
   std::map<std::string, Value> values_;

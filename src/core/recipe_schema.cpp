@@ -36,6 +36,12 @@ std::string check_checkpointing(const std::string& v) {
 }
 
 
+// A technique the planner may choose: `auto` hands it over (train/plan/planner.h).
+KeySpec planned(KeySpec spec) {
+  spec.planned = true;
+  return spec;
+}
+
 std::vector<KeySpec> build_schema() {
   using T = KeyType;
   std::vector<KeySpec> s = {
@@ -93,7 +99,7 @@ std::vector<KeySpec> build_schema() {
       {"data.on_error", T::String, "error", "A malformed example stops the run, or is skipped and counted", {"error", "skip"}},
       {"data.add_eos", T::Bool, "true", "text format: append the eos token to each document"},
 
-      {"peft.method", T::String, "none", "none = full fine-tuning; lora = LoRA adapters on a frozen base", recipe_method_names()},
+      planned({"peft.method", T::String, "none", "none = full fine-tuning; lora = LoRA adapters on a frozen base", recipe_method_names()}),
       {"peft.rank", T::Int, "8", "LoRA rank r", {}, 1, 4096},
       {"peft.alpha", T::Float, "16.0", "LoRA alpha (scale alpha/r, or alpha/sqrt(r) with rslora)", {}, 1e-9, 1e9},
       {"peft.dropout", T::Float, "0.0", "Dropout on the LoRA input", {}, 0.0, 0.99},
@@ -116,7 +122,10 @@ std::vector<KeySpec> build_schema() {
       {"scheduler.warmup_steps", T::Int, "0", "Linear warmup from 0 over this many steps", {}, 0, 1e9},
       {"scheduler.min_lr_ratio", T::Float, "0.0", "linear/cosine: final lr as a share of the peak", {}, 0.0, 1.0},
 
-      {"training.batch_size", T::Int, "4", "Sequences per micro-batch", {}, 1, 65536},
+      planned({"training.batch_size", T::Int, "4", "Sequences per micro-batch (auto: the planner's, keeping training.global_batch_size)", {}, 1, 65536}),
+      {"training.global_batch_size", T::Int, "null",
+       "With training.batch_size: auto, the sequences per optimizer step over all ranks that the planner keeps "
+       "(batch_size x grad_accum x ranks)", {}, 1, 1e9, true},
       {"training.grad_accum", T::Int, "1", "Micro-batches per optimizer step", {}, 1, 65536},
       may_change_on_resume({"training.max_steps", T::Int, "null", "Optimizer steps (or training.epochs)", {}, 1, 1e12, true}),
       may_change_on_resume({"training.epochs", T::Int, "null", "Passes over the training data (or training.max_steps)", {}, 1, 1e6, true}),
@@ -126,7 +135,7 @@ std::vector<KeySpec> build_schema() {
 
       may_change_on_resume({"training.max_nonfinite_steps", T::Int, "10", "Abort after this many steps in a row with a non-finite loss (each is skipped)", {}, 1, 1e9}),
 
-      {"precision", T::String, "fp32", "Matmul precision; bf16/fp16 keep fp32 master copies of trainable weights", {"fp32", "bf16", "fp16"}},
+      planned({"precision", T::String, "fp32", "Matmul precision; bf16/fp16 keep fp32 master copies of trainable weights", {"fp32", "bf16", "fp16"}}),
       {"loss_scaling.init_scale", T::Float, "65536.0", "fp16: initial loss scale (GradScaler's init_scale)", {}, 1e-30, 1e30},
       {"loss_scaling.growth_factor", T::Float, "2.0", "fp16: scale multiplier after growth_interval clean steps", {}, 1.000001, 1e6},
       {"loss_scaling.backoff_factor", T::Float, "0.5", "fp16: scale multiplier after an inf/NaN gradient", {}, 1e-6, 0.999999},
@@ -135,8 +144,8 @@ std::vector<KeySpec> build_schema() {
        "Attention core: blocked (scores never held whole, masked blocks skipped, recomputed in backward) or "
        "materialized (the [B, heads, T, T] scores kept, or recomputed under activation_checkpointing: selective)",
        {"blocked", "materialized"}},
-      {"memory.activation_checkpointing", T::String, "none", "Recompute activations in backward: none | full | selective | every_n:K",
-       {}, {}, {}, false, false, 0, check_checkpointing},
+      planned({"memory.activation_checkpointing", T::String, "none", "Recompute activations in backward: none | full | selective | every_n:K",
+       {}, {}, {}, false, false, 0, check_checkpointing}),
       {"moe.aux_loss_coef", T::Float, "null",
        "Weight of the routers' load-balancing loss on a model with experts (null: the config's router_aux_loss_coef; 0: off)",
        {}, 0.0, 1e6, true},
@@ -158,8 +167,8 @@ std::vector<KeySpec> build_schema() {
        "dpo with full fine-tuning: the frozen reference copy's projections stored in int8 or nf4 (memory.int8_*/nf4_* settings; default none)",
        {kQuantNone, kQuantInt8, kQuantNf4}, {}, {}, true},
       {"objective.gamma", T::Float, "null", "simpo: the target reward margin gamma (default 0.5, TRL's simpo_gamma)", {}, 0.0, 1e6, true},
-      {"memory.chunked_loss", T::Bool, "true", "Project to the vocabulary a chunk of positions at a time (no full logits)"},
-      {"memory.quantize_base", T::String, kQuantNone, "Frozen base weights in int8 or nf4 (LoRA only)", {kQuantNone, kQuantInt8, kQuantNf4}},
+      planned({"memory.chunked_loss", T::Bool, "true", "Project to the vocabulary a chunk of positions at a time (no full logits)"}),
+      planned({"memory.quantize_base", T::String, kQuantNone, "Frozen base weights in int8 or nf4 (LoRA only)", {kQuantNone, kQuantInt8, kQuantNf4}}),
       {"memory.allocator", T::String, "fast",
        "fast: tensors reuse the memory earlier steps freed (no mapping per tensor; resident memory stays at its peak); exact: freed memory goes back at once (slower steps)",
        {"fast", "exact"}},
@@ -176,9 +185,9 @@ std::vector<KeySpec> build_schema() {
        "whole: rank 0 writes the model/adapter and optimizer state whole; sharded: each rank writes its part (ctune consolidate makes it whole); auto: sharded when the optimizer state is",
        {"auto", "whole", "sharded"}}),
 
-      may_change_on_resume({"distributed.strategy", T::String, "no_shard", "Sharding of parameters, gradients, optimizer state",
-       {"no_shard", "shard_grad_op", "full_shard", "hybrid_shard"}}),
-      may_change_on_resume({"distributed.cpu_offload", T::Bool, "false", "full_shard/hybrid_shard: parameter shards, their gradients and optimizer state in host memory"}),
+      planned(may_change_on_resume({"distributed.strategy", T::String, "no_shard", "Sharding of parameters, gradients, optimizer state",
+       {"no_shard", "shard_grad_op", "full_shard", "hybrid_shard"}})),
+      planned(may_change_on_resume({"distributed.cpu_offload", T::Bool, "false", "full_shard/hybrid_shard: parameter shards, their gradients and optimizer state in host memory"})),
       may_change_on_resume({"distributed.prefetch", T::Bool, "false", "full_shard/hybrid_shard: gather the next block while this one computes (two blocks whole at once)"}),
       may_change_on_resume({"distributed.backend", T::String, "auto", "Collectives between ranks: gloo (CPU), nccl (CUDA); auto picks by device",
        {"auto", "gloo", "nccl"}}),
@@ -297,6 +306,7 @@ std::string describe_expected(const KeySpec& spec) {
       break;
     case KeyType::String: text = spec.allowed.empty() ? "a string" : "one of " + one_of(); break;
   }
+  if (spec.planned) text += ", or auto (the planner's choice: ctune plan)";
   return spec.nullable ? text + " or null" : text;
 }
 

@@ -37,9 +37,12 @@ struct KeySpec {
   std::size_t length = 0;    // FloatList: exact element count
   KeyCheck check = nullptr;  // String: custom validation
   bool resumable = false;    // --resume may change it (observation, length, sharing; not what is computed)
+  bool planned = false;      // "auto" hands it to the planner (`ctune plan`, `train --fit`; docs/planning.md)
 };
 
 const std::vector<KeySpec>& recipe_schema();
+// The value a planned key holds when the planner is to choose it.
+inline constexpr const char* kAutoValue = "auto";
 const KeySpec* find_key_spec(const std::string& key);
 
 // The closest known key to an unknown one ("" when nothing is close): same leaf name in

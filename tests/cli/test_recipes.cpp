@@ -120,7 +120,7 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
       {"wrong_type", replace(base, "batch_size: 4", "batch_size: four"), {}, "`training.batch_size` expected an integer"},
       {"out_of_range", replace(base, "batch_size: 4", "batch_size: 0"), {}, "`training.batch_size` expected an integer in [1"},
       {"negative_lr", replace(base, "lr: 1.0e-3", "lr: -0.1"), {}, "`optimizer.lr` expected a number"},
-      {"bad_enum", base + "precision: fp8\n", {}, "`precision` expected one of fp32, bf16, fp16, found \"fp8\""},
+      {"bad_enum", base + "precision: fp8\n", {}, "`precision` expected one of fp32, bf16, fp16, or auto (the planner's choice: ctune plan), found \"fp8\""},
       {"missing_required", replace(base, "  train: " + d + "/train.jsonl\n", ""), {}, "`data.train` is required"},
       {"missing_train_file", replace(base, d + "/train.jsonl", d + "/nope.jsonl"), {}, "nope.jsonl"},
       {"missing_model_dir", replace(base, "path: " + d + "/model}", "path: " + d + "/no-model}"), {}, "`model.path`"},

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/quant_names.h"
+#include "core/recipe_schema.h"
 #include "core/log.h"
 #include "core/threads.h"
 #include "data/batch.h"
@@ -276,6 +277,13 @@ void plan_steps(RunPlan& p, const distributed::World& world) {
 
   auto& t = p.trainer;
   t.grad_accum = r.get_int("training.grad_accum");
+  if (auto global = r.get_optional_int("training.global_batch_size");
+      global && *global != r.get_int("training.batch_size") * t.grad_accum * world.size) {
+    r.fail("training.global_batch_size", "is batch_size x grad_accum x ranks = " + std::to_string(r.get_int("training.batch_size")) + " x " +
+                                             std::to_string(t.grad_accum) + " x " + std::to_string(world.size) + " = " +
+                                             std::to_string(r.get_int("training.batch_size") * t.grad_accum * world.size) +
+                                             " in this run, found " + std::to_string(*global) + " (leave it null unless training.batch_size is auto)");
+  }
   p.distributed = distributed_plan(r);
   const bool data = p.datasets.train != nullptr;  // else a shapes plan without data: one step an epoch
   if (data) {
@@ -352,6 +360,10 @@ RunPlan plan_run(Recipe recipe, const distributed::World& world, PlanScope scope
   if (threads_value == "auto" && world.local_size > 1) p.threads = std::max(1, p.threads / world.local_size);
   p.seed = static_cast<std::uint64_t>(r.get_int("seed"));
   p.output_dir = r.get_string("output_dir");
+  for (const auto& spec : recipe_schema()) {
+    if (spec.planned && r.is_auto(spec.key))
+      r.fail(spec.key, "auto is the planner's to resolve: run `ctune plan RECIPE --budget SIZE` (--write OUT.yaml), or `ctune train RECIPE --fit SIZE`");
+  }
 
   {
     auto shape_only = plan_model(p);
@@ -434,6 +446,54 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.momentum = p.optimizer.momentum;
   in.runtime_bytes = runtime_bytes;
   in.exact_allocator = p.exact_allocator;
+  return in;
+}
+
+std::vector<std::string> Techniques::overrides() const {
+  return {"precision=" + precision,
+          "peft.method=" + method,
+          "memory.quantize_base=" + quantize_base,
+          "memory.activation_checkpointing=" + checkpointing,
+          "training.batch_size=" + std::to_string(batch_size),
+          "training.grad_accum=" + std::to_string(grad_accum),
+          std::string("memory.chunked_loss=") + (chunked_loss ? "true" : "false"),
+          "distributed.strategy=" + strategy,
+          std::string("distributed.cpu_offload=") + (cpu_offload ? "true" : "false")};
+}
+
+LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes, const Techniques& t, std::shared_ptr<const Method> method) {
+  LedgerInputs in = ledger_inputs(p, runtime_bytes);
+  const Recipe& r = p.recipe;
+  // As plan_method resolves them.
+  in.method = std::move(method);
+  in.compute_dtype = model::parse_dtype(t.precision, "precision");
+  in.storage_dtype = in.method->storage_dtype(model::parse_dtype(r.get_string("model.dtype"), "model.dtype"), in.compute_dtype);
+  in.quantize_base.reset();
+  if (t.quantize_base != kQuantNone) {
+    if (!in.method->freezes_base()) throw ConfigError("a quantised base needs LoRA");
+    in.quantize_base = quant_spec(r);
+    in.quantize_base->kind = quant::parse_quant_kind(t.quantize_base);
+  }
+  const bool blocked = in.recompute.blocked_attention;
+  in.recompute = model::RecomputePolicy::parse(t.checkpointing);
+  in.recompute.blocked_attention = blocked;
+  // As plan_steps and ledger_inputs(plan) do.
+  in.chunked_loss = t.chunked_loss;
+  in.batch_size = t.batch_size * data::examples_per_record(p.data.format);
+  in.grad_accum = t.grad_accum;
+  DistributedPlan d = p.distributed;
+  d.strategy = t.strategy;
+  d.cpu_offload = t.cpu_offload;
+  if (d.cpu_offload && d.strategy != "full_shard" && d.strategy != "hybrid_shard") throw ConfigError("offload needs parameter shards");
+  in.optimizer_shards = d.optimizer_shards(p.world);
+  in.parameter_shards = d.parameter_shards(p.world);
+  in.cpu_offload = d.cpu_offload;
+  in.fused_optimizer = ops::fused_optimizer_on(d.cpu_offload ? at::Device(at::kCPU) : p.device);
+  const std::string layout = r.get_string("checkpoint.layout");
+  in.sharded_checkpoints = layout == "sharded" || (layout == "auto" && in.optimizer_shards > 1);
+  in.reference = {};
+  if (needs_reference(p.objective) && !in.method->freezes_base() && !p.objective.precompute_reference)
+    in.reference = frozen_copy_bytes(p.parameters, in.storage_dtype, p.reference_quantize);
   return in;
 }
 

@@ -127,6 +127,29 @@ model::CausalLM build_reference(const RunPlan& plan);
 // before the model is built.
 LedgerInputs ledger_inputs(const RunPlan& plan, std::int64_t runtime_bytes);
 
+// The memory and speed techniques `ctune plan` chooses (train/plan/planner.h), as the recipe's
+// planned keys hold them (core/recipe_schema.h).
+struct Techniques {
+  std::string precision = "fp32";       // precision
+  std::string method = "none";          // peft.method
+  std::string quantize_base = "none";   // memory.quantize_base
+  std::string checkpointing = "none";   // memory.activation_checkpointing
+  std::int64_t batch_size = 1;          // training.batch_size (per rank)
+  std::int64_t grad_accum = 1;          // training.grad_accum
+  bool chunked_loss = true;             // memory.chunked_loss
+  std::string strategy = "no_shard";    // distributed.strategy
+  bool cpu_offload = false;             // distributed.cpu_offload
+  // The key=value overrides that set them in a recipe.
+  std::vector<std::string> overrides() const;
+};
+
+// The ledger's inputs of `plan` run with techniques `t` instead of its own: what plan_run would
+// resolve from a recipe setting them. `method` is t.method's (the plan's own, or full
+// fine-tuning). Throws ConfigError when the combination cannot run (full fine-tuning of a bf16
+// checkpoint in fp32 precision).
+LedgerInputs ledger_inputs(const RunPlan& plan, std::int64_t runtime_bytes, const Techniques& t,
+                           std::shared_ptr<const Method> method);
+
 // Whether the run a checkpoint was written by (its resolved recipe, `saved_yaml`, read from
 // `where`) is this plan's run: throws ConfigError naming the first key that changes what is
 // computed (model, tokenizer, data, LoRA, batch geometry, optimizer, the schedule, including

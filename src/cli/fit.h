@@ -1,0 +1,23 @@
+// Planning a run for a memory budget, shared by `ctune plan` and `ctune train --fit`
+// (train/plan/planner.h does the search; this prints it).
+#pragma once
+
+#include <string>
+
+#include "core/recipe.h"
+#include "distributed/world.h"
+#include "train/plan/planner.h"
+
+namespace ctune::cli {
+
+// The world of a run on `nproc` ranks over `nodes` nodes of nproc/nodes each, as `estimate` and
+// `plan` describe it (--nproc, --nodes); ConfigError when the nodes do not divide the ranks.
+distributed::World planned_world(int nproc, int nodes);
+
+// Plans `recipe` for `budget` ("24GB", "500MiB": --budget/--fit's text) on `world`, prints the
+// candidates' table and the chosen plan with why (unless `quiet`), and returns the result.
+// Throws ConfigError with the one line when nothing fits, or when the budget is not a size.
+train::PlanResult plan_for_budget(const Recipe& recipe, const distributed::World& world, const std::string& budget, bool quiet,
+                                  bool remeasure = false);
+
+}  // namespace ctune::cli

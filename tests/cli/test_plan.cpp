@@ -1,0 +1,133 @@
+// `ctune plan` and `ctune train --fit` through the real binary (docs/planning.md): keys set to
+// auto are chosen for a budget, the chosen plan's predicted peak is within it and `estimate` of
+// the written recipe agrees, a run planned with --fit resumes with its plan, and bad input
+// (a budget that is not a size or is below the weights, auto on a key the planner does not
+// own, auto without a plan) is one line. Whether the measured peaks keep the budget is
+// scripts/bench_plan.sh's question (measured runs, minutes).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "core/json.h"
+#include "run_ctune.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+using ctune::Json;
+using ctune::testing::ctune;
+using ctune::testing::expect_one_line_failure;
+
+const fs::path kDir = fs::path(CTUNE_TEST_DATA_DIR) / ("plan-" + std::to_string(::getpid()));
+
+void write(const fs::path& path, const std::string& text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string recipe(const std::string& extra = "") {
+  const std::string d = kDir.string();
+  return "output_dir: " + d + "/run\n" +
+         "model: {path: " + d + "/model}\n"
+         "data: {train: " + d + "/train.jsonl, format: text, max_seq_len: 128, packing: true}\n"
+         "precision: auto\n"
+         "peft: {method: auto, rank: 4, alpha: 8, target_modules: [all-linear]}\n"
+         "memory: {activation_checkpointing: auto, chunked_loss: auto}\n"
+         "training: {batch_size: auto, global_batch_size: 8, max_steps: 2}\n"
+         "optimizer: {lr: 1.0e-3}\n" + extra;
+}
+
+std::int64_t predicted_peak(const fs::path& file, const std::vector<std::string>& overrides = {}) {
+  std::vector<std::string> args = {"estimate", file.string(), "--json"};
+  args.insert(args.end(), overrides.begin(), overrides.end());
+  const auto r = ctune(args);
+  EXPECT_EQ(r.status, 0) << r.err;
+  return Json::parse(r.out)["peak_bytes"].get<std::int64_t>();
+}
+
+class Plan : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    fs::remove_all(kDir);
+    fs::create_directories(kDir);
+    // The machine's rates are measured once into this cache (shared by the cases' processes),
+    // not the user's.
+    ::setenv("XDG_CACHE_HOME", (fs::path(CTUNE_TEST_DATA_DIR) / "plan-cache").c_str(), 1);
+    write(kDir / "config.json", R"({"model_type": "llama", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 176,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": false,
+      "max_position_embeddings": 512, "torch_dtype": "float32"})");
+    ASSERT_EQ(ctune({"init", "--config", (kDir / "config.json").string(), "--out", (kDir / "model").string(), "--tokenizer", "byte"}).status, 0);
+    std::string rows;
+    for (int i = 0; i < 64; ++i) rows += R"({"text": "Story )" + std::to_string(i) + R"(: the cat sat on the mat and looked at the sun for a while."})" "\n";
+    write(kDir / "train.jsonl", rows);
+    write(kDir / "auto.yaml", recipe());
+  }
+  static void TearDownTestSuite() { fs::remove_all(kDir); }
+};
+
+TEST_F(Plan, ChoosesWhatFitsWritesItAndTrainFitRunsAndResumesIt) {
+  // The default techniques' peak, and a budget between the weights and it.
+  const auto defaults = predicted_peak(kDir / "auto.yaml", {"precision=fp32", "peft.method=none", "memory.activation_checkpointing=none",
+                                                             "memory.chunked_loss=true", "training.batch_size=8"});
+  const auto lightest = predicted_peak(kDir / "auto.yaml", {"precision=bf16", "peft.method=lora", "memory.activation_checkpointing=full",
+                                                            "memory.chunked_loss=true", "training.batch_size=1", "training.grad_accum=8"});
+  ASSERT_LT(lightest, defaults);
+  const std::int64_t budget = (lightest + defaults) / 2;
+  const fs::path written = kDir / "resolved.yaml";
+  const auto plan = ctune({"plan", (kDir / "auto.yaml").string(), "--budget", std::to_string(budget), "--write", written.string()});
+  ASSERT_EQ(plan.status, 0) << plan.err;
+  EXPECT_NE(plan.out.find(" fit in "), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("\n -> "), std::string::npos) << plan.out;  // the chosen row of the table
+  EXPECT_NE(plan.out.find("plan: peft.method "), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("(not "), std::string::npos) << plan.out;  // why: a switch against its default
+  // The written recipe holds values (validate refuses a planned key left auto) that keep the
+  // global batch (batch_size x grad_accum = 8, else validate refuses), and what it estimates is
+  // within the budget.
+  const std::string text = ctune::testing::slurp(written);
+  const auto validated = ctune({"validate", written.string()});
+  ASSERT_EQ(validated.status, 0) << validated.err;
+  EXPECT_LE(predicted_peak(written), budget);
+
+  // train --fit plans the same and trains; its resolved recipe is the plan's.
+  const auto fit = ctune({"train", (kDir / "auto.yaml").string(), "--fit", std::to_string(budget), "checkpoint.every_n_steps=1", "scheduler.name=constant"});
+  ASSERT_EQ(fit.status, 0) << fit.err;
+  const std::string saved = ctune::testing::slurp(kDir / "run" / "recipe.yaml");
+  for (const char* key : {"precision:", "method:", "activation_checkpointing:", "batch_size:", "grad_accum:"}) {
+    const auto a = saved.find(key), b = text.find(key);
+    ASSERT_NE(a, std::string::npos) << key;
+    EXPECT_EQ(saved.substr(a, saved.find_first_of(",\n}", a) - a), text.substr(b, text.find_first_of(",\n}", b) - b)) << key;
+  }
+  // A --fit run resumes with the values it was planned with (the recipe still says auto).
+  const auto resumed = ctune({"train", (kDir / "auto.yaml").string(), "--resume", "training.max_steps=3", "checkpoint.every_n_steps=1", "scheduler.name=constant"});
+  EXPECT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(ctune::testing::slurp(kDir / "run" / "metrics.jsonl").find("\"step\":3,"), std::string::npos) << "the resumed run's step 3";
+}
+
+TEST_F(Plan, NothingFitsSaysTheSmallestPeakAndItsLargestLine) {
+  const auto lightest = predicted_peak(kDir / "auto.yaml", {"precision=bf16", "peft.method=lora", "memory.activation_checkpointing=full",
+                                                            "memory.chunked_loss=true", "training.batch_size=1", "training.grad_accum=8"});
+  const auto run = ctune({"plan", (kDir / "auto.yaml").string(), "--budget", std::to_string(lightest * 9 / 10)});
+  expect_one_line_failure(run, "nothing fits in ", "budget below every plan");
+  EXPECT_NE(run.err.find("the smallest peak reachable is "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("its largest line is `"), std::string::npos) << run.err;
+}
+
+TEST_F(Plan, BadInputIsOneLine) {
+  const std::string file = (kDir / "auto.yaml").string();
+  expect_one_line_failure(ctune({"plan", file, "--budget", "lots"}), "--budget: expected a positive size", "budget not a size");
+  expect_one_line_failure(ctune({"plan", file, "--budget", "1000"}), "is below the model's own weights", "budget below the weights");
+  expect_one_line_failure(ctune({"plan", file, "--budget", "1GB", "optimizer.name=auto"}), "auto is the planner's value for", "auto on optimizer.name");
+  expect_one_line_failure(ctune({"plan", file, "--budget", "1GB", "training.global_batch_size=null"}), "auto needs training.global_batch_size",
+                          "batch_size auto without a global batch");
+  expect_one_line_failure(ctune({"plan", file, "--budget", "1GB", "training.global_batch_size=7", "--nproc", "2"}), "do not divide over 2 ranks",
+                          "global batch the ranks do not divide");
+  expect_one_line_failure(ctune({"train", file}), "auto is the planner's to resolve", "train with auto and no --fit");
+  expect_one_line_failure(ctune({"validate", file, "precision=fp32", "peft.method=none", "memory.activation_checkpointing=none",
+                                 "memory.chunked_loss=true", "training.batch_size=4", "training.grad_accum=1", "training.global_batch_size=8"}),
+                          "training.global_batch_size", "a global batch the run does not have");
+}
+
+}  // namespace
