@@ -33,7 +33,7 @@ struct PlanOptions {
   std::string recipe, budget, write;
   std::vector<std::string> overrides;
   int nproc = 1, nodes = 1;
-  bool measure = false, remeasure = false;
+  bool measure = false, remeasure = false, json = false;
 };
 
 struct Measured {
@@ -85,7 +85,8 @@ Measured measure_two_steps(const Recipe& recipe, int nproc, const fs::path& dir)
 int run_plan(const PlanOptions& o) {
   const auto world = planned_world(o.nproc, o.nodes);
   const Recipe recipe = Recipe::load(o.recipe, o.overrides);
-  const auto plan = plan_for_budget(recipe, world, o.budget, false, o.remeasure);
+  const auto plan = plan_for_budget(recipe, world, o.budget, false, o.remeasure, o.json);
+  if (o.json) return plan.chosen ? 0 : 1;
   if (o.measure) {
     const fs::path scratch = fs::temp_directory_path() / ("ctune-plan-" + random_hex(6));
     std::cout << "\nmeasured (two steps each, " << scratch.string() << "):\n";
@@ -135,13 +136,17 @@ distributed::World planned_world(int nproc, int nodes) {
 }
 
 train::PlanResult plan_for_budget(const Recipe& recipe, const distributed::World& world, const std::string& budget, bool quiet,
-                                  bool remeasure) {
+                                  bool remeasure, bool json) {
   const auto bytes = static_cast<std::int64_t>(io::parse_byte_size(budget, "--budget"));
   const bool cuda = recipe.get_string("device") == "cuda";
   const int threads = parse_thread_count(recipe.get_string("threads"), "threads");
   auto plan = train::plan_techniques(recipe, world, bytes, [&] {
     return train::machine_rates(cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU), threads, remeasure);
   });
+  if (json) {
+    std::cout << plan.to_json().dump() << std::endl;
+    return plan;
+  }
   if (!plan.chosen) throw ConfigError(plan.nothing_fits);  // the one line, nothing else
   if (!quiet) std::cout << plan.table() << "\n" << plan.explanation() << std::flush;
   return plan;
@@ -157,6 +162,7 @@ CLI::App* add_plan_command(CLI::App& app, Action& run) {
   cmd->add_option("--nodes", opts->nodes, "...spread over K nodes")->check(CLI::Range(1, 1024));
   cmd->add_flag("--measure", opts->measure, "Train the 3 fastest candidates that fit for two steps each: predicted against measured");
   cmd->add_option("--write", opts->write, "Write the resolved recipe (the chosen plan's values in place of auto) to this file");
+  cmd->add_flag("--json", opts->json, "Print every candidate, the chosen plan and why as one JSON object");
   cmd->add_flag("--remeasure-machine", opts->remeasure, "Measure this machine's GEMM, copy, dequantisation and loopback rates again");
   cmd->callback([opts, &run] { run = [opts] { return run_plan(*opts); }; });
   return cmd;

@@ -16,8 +16,9 @@ distributed::World planned_world(int nproc, int nodes);
 
 // Plans `recipe` for `budget` ("24GB", "500MiB": --budget/--fit's text) on `world`, prints the
 // candidates' table and the chosen plan with why (unless `quiet`), and returns the result.
+// With `json`, one JSON object (train::PlanResult::to_json) instead, also when nothing fits.
 // Throws ConfigError with the one line when nothing fits, or when the budget is not a size.
 train::PlanResult plan_for_budget(const Recipe& recipe, const distributed::World& world, const std::string& budget, bool quiet,
-                                  bool remeasure = false);
+                                  bool remeasure = false, bool json = false);
 
 }  // namespace ctune::cli

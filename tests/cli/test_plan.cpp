@@ -115,6 +115,23 @@ TEST_F(Plan, NothingFitsSaysTheSmallestPeakAndItsLargestLine) {
   EXPECT_NE(run.err.find("its largest line is `"), std::string::npos) << run.err;
 }
 
+// The shipped plan of docs/planning.md: Llama-3.1-8B from its config.json alone (no weights,
+// tokenizer or data), LoRA on one 24 GB device.
+TEST_F(Plan, PlansAReleasedModelFromItsConfigAlone) {
+  const std::string file = std::string(CTUNE_SOURCE_DIR) + "/recipes/plan/llama-3.1-8b-lora-24gb.yaml";
+  const auto run = ctune({"plan", file, "--budget", "24GB", "--json", "output_dir=" + (kDir / "8b").string()});
+  ASSERT_EQ(run.status, 0) << run.err;
+  const Json plan = Json::parse(run.out);
+  std::int64_t chosen_peak = 0, weights_floor = 0;
+  for (const auto& c : plan["candidates"])
+    if (c["chosen"].get<bool>()) chosen_peak = c["peak_bytes"].get<std::int64_t>();
+  EXPECT_GT(chosen_peak, 0) << run.out;
+  EXPECT_LE(chosen_peak, 24'000'000'000LL);
+  // 8.0e9 parameters: no plan is below an nf4 base (about half a byte each).
+  weights_floor = 4'000'000'000LL;
+  EXPECT_GT(chosen_peak, weights_floor);
+}
+
 TEST_F(Plan, BadInputIsOneLine) {
   const std::string file = (kDir / "auto.yaml").string();
   expect_one_line_failure(ctune({"plan", file, "--budget", "lots"}), "--budget: expected a positive size", "budget not a size");

@@ -170,7 +170,7 @@ PlanResult plan_techniques(const Recipe& recipe, const distributed::World& world
       Candidate c;
       c.techniques = t;
       c.ledger = estimate_memory(inputs(t));
-      c.fits = c.ledger.peak_bytes <= budget;
+      c.fits = static_cast<double>(c.ledger.peak_bytes) * (1.0 + kPlanHeadroom) <= static_cast<double>(budget);
       return c;
     } catch (const ConfigError&) {
       return std::nullopt;  // this combination cannot run (full fine-tuning of a bf16 checkpoint in fp32)
@@ -283,7 +283,8 @@ std::string PlanResult::table(std::size_t max_rows) const {
   std::ostringstream s;
   std::size_t fitting = 0;
   for (const auto& c : candidates) fitting += c.fits ? 1 : 0;
-  s << candidates.size() << " candidates, " << fitting << " fit in " << mb(budget) << " per device; fastest first";
+  s << candidates.size() << " candidates, " << fitting << " fit in " << mb(budget) << " per device with "
+    << static_cast<int>(kPlanHeadroom * 100) << "% headroom; fastest first";
   if (candidates.size() > max_rows) s << " (the " << max_rows << " fastest that fit, then the nearest that do not)";
   s << ":\n";
   // A column per planned key, as wide as its name or its widest value.
@@ -316,6 +317,25 @@ std::string PlanResult::table(std::size_t max_rows) const {
     s << tail;
   }
   return s.str();
+}
+
+Json PlanResult::to_json() const {
+  Json j = {{"budget_bytes", budget}, {"auto_keys", auto_keys}, {"headroom", kPlanHeadroom}};
+  j["candidates"] = Json::array();
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const Candidate& c = candidates[i];
+    Json overrides = Json::array();
+    for (const auto& o : c.techniques.overrides()) overrides.push_back(o);
+    j["candidates"].push_back({{"overrides", overrides}, {"describe", describe_techniques(c.techniques, auto_keys)},
+                               {"peak_bytes", c.ledger.peak_bytes}, {"tokens_per_s", c.time.tokens_per_second()},
+                               {"fits", c.fits}, {"chosen", chosen && *chosen == i}});
+  }
+  if (!chosen) j["nothing_fits"] = nothing_fits;
+  j["why"] = Json::array();
+  for (const auto& e : why)
+    j["why"].push_back({{"key", e.key}, {"value", e.value}, {"default", e.default_value}, {"peak_without_bytes", e.peak_without},
+                        {"tokens_per_s_without", e.tokens_per_s_without}});
+  return j;
 }
 
 std::string PlanResult::explanation() const {

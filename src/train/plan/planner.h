@@ -2,7 +2,9 @@
 // recipe sets are constraints; keys set to `auto` (the schema's planned keys: precision,
 // peft.method, memory.quantize_base, memory.activation_checkpointing, training.batch_size with
 // training.global_batch_size, memory.chunked_loss, distributed.strategy, distributed.cpu_offload)
-// are searched over every combination that can run. Each candidate gets the memory ledger's
+// are searched over every combination that can run. A candidate fits when its predicted peak
+// plus kPlanHeadroom of it is within the budget: the ledger is held to under-predict by at
+// most 5% (scripts/bench_memory.sh), so a plan that fits on paper fits when it runs. Each candidate gets the memory ledger's
 // peak per device and the step-time model's tokens/s (train/plan/step_time.h); the plan is the
 // fastest candidate that fits, near-ties (within 2%) going to the one that turns on fewer
 // techniques in the order the field applies them (mixed precision, LoRA, checkpointing, a
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "core/recipe.h"
 #include "distributed/world.h"
 #include "train/observe/memory_ledger.h"
@@ -22,6 +25,8 @@
 #include "train/run/run_plan.h"
 
 namespace ctune::train {
+
+inline constexpr double kPlanHeadroom = 0.05;
 
 struct Candidate {
   Techniques techniques;
@@ -51,6 +56,7 @@ struct PlanResult {
 
   std::string table(std::size_t max_rows = 16) const;  // candidates, what fits, the chosen
   std::string explanation() const;                     // the chosen plan and why
+  Json to_json() const;  // every candidate (overrides, peak, tokens/s, fits), the chosen, why
 };
 
 // "lora, 2 x 8, bf16": the values of `keys` (planned keys) in `t`, as the table shows them.

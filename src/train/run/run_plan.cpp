@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/quant_names.h"
 #include "core/recipe_schema.h"
 #include "core/log.h"
@@ -119,10 +120,15 @@ model::CausalLM plan_model(RunPlan& p) {
   p.model_dtype = model::parse_dtype(r.get_string("model.dtype"), "model.dtype");
   p.compute_dtype = model::parse_dtype(r.get_string("precision"), "precision");
   p.device = for_key(r, "device", [&] { return ops::parse_device(r.get_string("device")); });
-  p.model_config = for_key(r, "model.path", [&] { return model::load_model_config(p.model_dir); });
+  // Planning (estimate, plan) also takes a config.json file itself (recipes/models/*.json): a
+  // model that is not downloaded yet.
+  const bool config_file = p.scope == PlanScope::shapes && fs::is_regular_file(p.model_dir);
+  p.model_config = for_key(r, "model.path", [&] {
+    return config_file ? model::parse_model_config(read_json_file(p.model_dir), p.model_dir.string()) : model::load_model_config(p.model_dir);
+  });
   model::CausalLM shape_only(p.model_config, p.model_dtype);
   p.parameters = model::parameter_shapes(*shape_only);
-  const bool weights = fs::exists(p.model_dir / io::kSingleFileName) || fs::exists(p.model_dir / io::kIndexFileName);
+  const bool weights = !config_file && (fs::exists(p.model_dir / io::kSingleFileName) || fs::exists(p.model_dir / io::kIndexFileName));
   if (p.scope == PlanScope::shapes && !weights) {
     spdlog::info("{}: no weights, so planned from config.json alone", p.model_dir.string());
   } else {
@@ -139,7 +145,7 @@ model::CausalLM plan_model(RunPlan& p) {
 
   // Tokenizer, and whether its ids fit the embedding.
   p.tokenizer_dir = r.is_null("tokenizer.path") ? p.model_dir : fs::path(r.get_string("tokenizer.path"));
-  if (p.scope == PlanScope::shapes && !tok::has_tokenizer(p.tokenizer_dir)) {
+  if (p.scope == PlanScope::shapes && ((config_file && r.is_null("tokenizer.path")) || !tok::has_tokenizer(p.tokenizer_dir))) {
     spdlog::info("{}: no tokenizer, so no data read either", p.tokenizer_dir.string());
     return shape_only;
   }
