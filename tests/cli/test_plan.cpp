@@ -119,7 +119,8 @@ TEST_F(Plan, NothingFitsSaysTheSmallestPeakAndItsLargestLine) {
 // tokenizer or data), LoRA on one 24 GB device.
 TEST_F(Plan, PlansAReleasedModelFromItsConfigAlone) {
   const std::string file = std::string(CTUNE_SOURCE_DIR) + "/recipes/plan/llama-3.1-8b-lora-24gb.yaml";
-  const auto run = ctune({"plan", file, "--budget", "24GB", "--json", "output_dir=" + (kDir / "8b").string()});
+  const auto run = ctune({"plan", file, "--budget", "24GB", "--json", "output_dir=" + (kDir / "8b").string(),
+                          "model.path=" + std::string(CTUNE_SOURCE_DIR) + "/recipes/models/llama-3.1-8b.json"});
   ASSERT_EQ(run.status, 0) << run.err;
   const Json plan = Json::parse(run.out);
   std::int64_t chosen_peak = 0, weights_floor = 0;
