@@ -116,21 +116,25 @@ TEST_F(Plan, NothingFitsSaysTheSmallestPeakAndItsLargestLine) {
 }
 
 // The shipped plan of docs/planning.md: Llama-3.1-8B from its config.json alone (no weights,
-// tokenizer or data), LoRA on one 24 GB device.
+// tokenizer or data), LoRA on one device of 16 GB, less than its bf16 weights: only a
+// quantised base fits.
 TEST_F(Plan, PlansAReleasedModelFromItsConfigAlone) {
   const std::string file = std::string(CTUNE_SOURCE_DIR) + "/recipes/plan/llama-3.1-8b-lora-24gb.yaml";
-  const auto run = ctune({"plan", file, "--budget", "24GB", "--json", "output_dir=" + (kDir / "8b").string(),
+  const auto run = ctune({"plan", file, "--budget", "16GB", "--json", "output_dir=" + (kDir / "8b").string(),
                           "model.path=" + std::string(CTUNE_SOURCE_DIR) + "/recipes/models/llama-3.1-8b.json"});
   ASSERT_EQ(run.status, 0) << run.err;
   const Json plan = Json::parse(run.out);
-  std::int64_t chosen_peak = 0, weights_floor = 0;
-  for (const auto& c : plan["candidates"])
-    if (c["chosen"].get<bool>()) chosen_peak = c["peak_bytes"].get<std::int64_t>();
-  EXPECT_GT(chosen_peak, 0) << run.out;
-  EXPECT_LE(chosen_peak, 24'000'000'000LL);
-  // 8.0e9 parameters: no plan is below an nf4 base (about half a byte each).
-  weights_floor = 4'000'000'000LL;
-  EXPECT_GT(chosen_peak, weights_floor);
+  std::int64_t chosen_peak = 0;
+  std::string chosen;
+  for (const auto& c : plan["candidates"]) {
+    if (!c["chosen"].get<bool>()) continue;
+    chosen_peak = c["peak_bytes"].get<std::int64_t>();
+    chosen = c["describe"].get<std::string>();
+  }
+  EXPECT_LE(chosen_peak * 105 / 100, 16'000'000'000LL) << run.out;  // with the planner's 5% headroom
+  // 8.0e9 parameters: nothing is below an nf4 base (about half a byte each).
+  EXPECT_GT(chosen_peak, 4'000'000'000LL);
+  EXPECT_TRUE(chosen.find("nf4") != std::string::npos || chosen.find("int8") != std::string::npos) << chosen;
 }
 
 TEST_F(Plan, BadInputIsOneLine) {

@@ -477,8 +477,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes, const T
   in.quantize_base.reset();
   if (t.quantize_base != kQuantNone) {
     if (!in.method->freezes_base()) throw ConfigError("a quantised base needs LoRA");
-    in.quantize_base = quant_spec(r);
-    in.quantize_base->kind = quant::parse_quant_kind(t.quantize_base);
+    in.quantize_base = quant_spec(r.with({"memory.quantize_base=" + t.quantize_base}));  // the recipe's int8/nf4 settings
   }
   const bool blocked = in.recompute.blocked_attention;
   in.recompute = model::RecomputePolicy::parse(t.checkpointing);
