@@ -91,15 +91,13 @@ TEST_F(Plan, ChoosesWhatFitsWritesItAndTrainFitRunsAndResumesIt) {
   ASSERT_EQ(validated.status, 0) << validated.err;
   EXPECT_LE(predicted_peak(written), budget);
 
-  // train --fit plans the same and trains; its resolved recipe is the plan's.
+  // train --fit plans and trains; what it resolved (its recipe.yaml) is a plan within the
+  // budget. (It need not be --write's: the process's own memory, the ledger's runtime line, is
+  // measured again and may move a candidate at the budget's edge.)
   const auto fit = ctune({"train", (kDir / "auto.yaml").string(), "--fit", std::to_string(budget), "checkpoint.every_n_steps=1", "scheduler.name=constant"});
   ASSERT_EQ(fit.status, 0) << fit.err;
-  const std::string saved = ctune::testing::slurp(kDir / "run" / "recipe.yaml");
-  for (const char* key : {"precision:", "method:", "activation_checkpointing:", "batch_size:", "grad_accum:"}) {
-    const auto a = saved.find(key), b = text.find(key);
-    ASSERT_NE(a, std::string::npos) << key;
-    EXPECT_EQ(saved.substr(a, saved.find_first_of(",\n}", a) - a), text.substr(b, text.find_first_of(",\n}", b) - b)) << key;
-  }
+  EXPECT_NE(fit.out.find("plan: peft.method "), std::string::npos) << fit.out;
+  EXPECT_LE(predicted_peak(kDir / "run" / "recipe.yaml", {"output_dir=" + (kDir / "estimate").string()}), budget);
   // A --fit run resumes with the values it was planned with (the recipe still says auto).
   const auto resumed = ctune({"train", (kDir / "auto.yaml").string(), "--resume", "training.max_steps=3", "checkpoint.every_n_steps=1", "scheduler.name=constant"});
   EXPECT_EQ(resumed.status, 0) << resumed.err;
