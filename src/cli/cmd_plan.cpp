@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/random_hex.h"
+#include "core/recipe_schema.h"
 #include "core/threads.h"
 #include "io/file.h"
 #include "io/hf_checkpoint.h"
@@ -150,6 +151,40 @@ train::PlanResult plan_for_budget(const Recipe& recipe, const distributed::World
   if (!plan.chosen) throw ConfigError(plan.nothing_fits);  // the one line, nothing else
   if (!quiet) std::cout << plan.table() << "\n" << plan.explanation() << std::flush;
   return plan;
+}
+
+std::string plan_after_out_of_memory(const Recipe& recipe, const distributed::World& world, const train::OutOfMemory& oom) {
+  std::vector<std::string> keys = {"memory.activation_checkpointing", "memory.chunked_loss"};
+  if (recipe.get_string("peft.method") == "lora") keys.push_back("memory.quantize_base");
+  if (world.size > 1) keys.insert(keys.end(), {"distributed.strategy", "distributed.cpu_offload"});
+  std::vector<std::string> overrides;
+  for (const auto& key : keys) overrides.push_back(key + "=" + kAutoValue);
+  Recipe r = recipe;
+  if (recipe.is_null("training.global_batch_size")) {
+    const auto global = recipe.get_int("training.batch_size") * recipe.get_int("training.grad_accum") * world.size;
+    overrides.push_back("training.global_batch_size=" + std::to_string(global));
+  }
+  overrides.push_back("training.batch_size=auto");
+  r = r.with_defaults({"training.grad_accum"}).with(overrides);
+
+  const bool cuda = recipe.get_string("device") == "cuda";
+  const int threads = parse_thread_count(recipe.get_string("threads"), "threads");
+  const auto& f = oom.facts();
+  const auto plan = train::plan_techniques(
+      r, world, oom.budget(), [&] { return train::machine_rates(cuda ? at::Device(at::kCUDA) : at::Device(at::kCPU), threads, false); },
+      f.runtime > 0 ? std::optional<std::int64_t>(f.runtime) : std::nullopt);
+  const std::string budget = train::format_mb(oom.budget());
+  if (!plan.chosen) return "; with precision and method kept, " + plan.nothing_fits;
+  const auto& chosen = plan.candidates[*plan.chosen];
+  std::string changed;
+  for (const auto& ov : chosen.techniques.overrides()) {
+    const std::string key = ov.substr(0, ov.find('='));
+    if (recipe.with({ov}).value_text(key) != recipe.value_text(key)) changed += (changed.empty() ? "" : " ") + ov;
+  }
+  if (changed.empty()) {
+    return "; the ledger expected this run to fit " + budget + ", so it under-predicted here (please report it with train.log)";
+  }
+  return "; a plan that fits " + budget + " (predicted peak " + train::format_mb(chosen.ledger.peak_bytes) + "): " + changed;
 }
 
 CLI::App* add_plan_command(CLI::App& app, Action& run) {

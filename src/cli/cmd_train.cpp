@@ -18,6 +18,9 @@
 #include "io/run_layout.h"
 #include "distributed/comm.h"
 #include "distributed/launcher.h"
+#include "ops/device.h"
+#include "ops/memory.h"
+#include "ops/tensor_pool.h"
 #include "train/run/session.h"
 
 namespace ctune::cli {
@@ -80,7 +83,20 @@ int run_train(TrainOptions o) {
   if (o.session.resume && o.fit.empty()) recipe = planned_values_of_run(recipe);
   if (!o.fit.empty()) recipe = plan_for_budget(recipe, world, o.fit, world.from_environment).resolved;
   distributed::Comm comm(world, train::distributed_timeout(recipe));
-  train::Session(train::plan_run(std::move(recipe), world), o.session, comm).run();
+  try {
+    train::Session(train::plan_run(recipe, world), o.session, comm).run();
+  } catch (const train::OutOfMemory& oom) {
+    // The run's memory is gone with it; planning measures and allocates, past any limit.
+    ops::set_memory_limit(ops::parse_device(recipe.get_string("device")), 0);
+    ops::release_free_memory();
+    std::string advice;
+    try {
+      advice = plan_after_out_of_memory(recipe, world, oom);
+    } catch (const Error& e) {
+      advice = std::string("; no plan could be made (") + e.what() + ")";
+    }
+    throw train::OutOfMemory(oom.facts(), advice);
+  }
   return 0;
 }
 

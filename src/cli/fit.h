@@ -7,6 +7,7 @@
 #include "core/recipe.h"
 #include "distributed/world.h"
 #include "train/plan/planner.h"
+#include "train/run/out_of_memory.h"
 
 namespace ctune::cli {
 
@@ -20,5 +21,13 @@ distributed::World planned_world(int nproc, int nodes);
 // Throws ConfigError with the one line when nothing fits, or when the budget is not a size.
 train::PlanResult plan_for_budget(const Recipe& recipe, const distributed::World& world, const std::string& budget, bool quiet,
                                   bool remeasure = false, bool json = false);
+
+// After `recipe`'s run ran out of memory: the techniques that would fit the limit (or the
+// device) with the recipe's precision and method kept (they change what is computed; the
+// planner's are checkpointing, the micro-batch with the global batch kept, the chunked loss, a
+// quantised base under LoRA, sharding and offload with several ranks). "; a plan that fits ..."
+// with the keys it changes, or "; nothing fits ..." (the planner's line). Planning needs the
+// machine's rates (cached; measured once otherwise).
+std::string plan_after_out_of_memory(const Recipe& recipe, const distributed::World& world, const train::OutOfMemory& oom);
 
 }  // namespace ctune::cli

@@ -344,6 +344,16 @@ Recipe Recipe::with(const std::vector<std::string>& overrides) const {
   return r;
 }
 
+Recipe Recipe::with_defaults(const std::vector<std::string>& keys) const {
+  Recipe r = *this;
+  for (const auto& key : keys) {
+    const KeySpec* spec = find_key_spec(key);
+    if (!spec) throw std::logic_error("recipe key not in schema: " + key);
+    r.values_[key] = {validate(*spec, YAML::Load(spec->default_yaml), "default"), "default"};
+  }
+  return r;
+}
+
 const Recipe::Value& Recipe::value(const std::string& key) const {
   auto it = values_.find(key);
   if (it == values_.end()) throw std::logic_error("recipe key not in schema: " + key);

@@ -25,6 +25,8 @@ class Recipe {
 
   // This recipe with `key=value` overrides applied over it (the other keys keep their origins).
   Recipe with(const std::vector<std::string>& overrides) const;
+  // This recipe with `keys` back at their schema defaults (origin "default"), as if never set.
+  Recipe with_defaults(const std::vector<std::string>& keys) const;
 
   bool is_null(const std::string& key) const;
   // A planned key (core/recipe_schema.h) left to the planner: `auto`.

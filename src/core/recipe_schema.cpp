@@ -172,6 +172,9 @@ std::vector<KeySpec> build_schema() {
       {"memory.allocator", T::String, "fast",
        "fast: tensors reuse the memory earlier steps freed (no mapping per tensor; resident memory stays at its peak); exact: freed memory goes back at once (slower steps)",
        {"fast", "exact"}},
+      may_change_on_resume({"memory.limit", T::String, "null",
+       "The most this run may hold where the model lives (8GB, 500MB; on the CPU its resident memory): past it the step ends with one "
+       "line naming the phase, the ledger's prediction and a plan that fits (null: no limit)", {}, {}, {}, true}),
       {"memory.int8_threshold", T::Float, std::to_string(kInt8ThresholdDefault), "int8_gemm kernel: activation outlier threshold of LLM.int8 (0: no outlier decomposition)", {}, 0, 1e9},
       {"memory.int8_kernel", T::String, kInt8KernelDequantize, "int8: dequantize to the compute dtype then matmul, or oneDNN's int8 GEMM (slower on the measured CPU)",
        {kInt8KernelDequantize, kInt8KernelGemm}},

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "model/rope.h"
 #include "ops/compute.h"
+#include "ops/memory_phase.h"
 
 namespace ctune::model {
 
@@ -109,6 +110,7 @@ at::Tensor DecoderImpl::forward(const ForwardInputs& in) {
       router_record->clear();
     }
   }
+  ops::set_memory_phase_layer(ops::kPhaseEmbedding);
   scopes->enter(ParamScopes::kEmbedding, in.input_ids);
   auto x = scopes->leave(ParamScopes::kEmbedding, embed_tokens->forward(in.input_ids));
   if (embed_scale) {
@@ -132,12 +134,14 @@ at::Tensor DecoderImpl::forward(const ForwardInputs& in) {
   };
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const auto scope = static_cast<std::int64_t>(i);
+    ops::set_memory_phase_layer(scope);
     const at::Tensor& mask = mask_for(i < windows.size() ? windows[i] : 0);
     x = scopes->enter(scope, x);
     const bool local = i < local_rope_layers.size() && local_rope_layers[i];
     x = scopes->leave(scope, layers[i]->as<DecoderLayer>()->forward(x, local ? local_cos : cos, local ? local_sin : sin, mask,
                                                                     in.cache ? &in.cache->layers[i] : nullptr));
   }
+  ops::set_memory_phase_layer(ops::kPhaseHead);
   return norm->forward(scopes->enter(ParamScopes::kHead, x));
 }
 

@@ -5,6 +5,9 @@
 #if CTUNE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
 #endif
 
 namespace ctune::ops {
@@ -61,6 +64,32 @@ std::int64_t device_allocated_bytes(const at::Device& device) {
 void reset_device_peak(const at::Device& device) {
 #if CTUNE_WITH_CUDA
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
+#endif
+}
+
+std::int64_t device_total_bytes(const at::Device& device) {
+#if CTUNE_WITH_CUDA
+  if (device.is_cuda()) {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) return static_cast<std::int64_t>(total_bytes);
+  }
+#else
+  (void)device;
+#endif
+  return 0;
+}
+
+void set_device_memory_limit(const at::Device& device, std::int64_t bytes) {
+#if CTUNE_WITH_CUDA
+  if (device.is_cuda()) {
+    const std::int64_t total = device_total_bytes(device);
+    if (total <= 0) return;
+    const double fraction = bytes > 0 ? std::min(1.0, static_cast<double>(bytes) / static_cast<double>(total)) : 1.0;
+    c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction, device.index());
+  }
+#else
+  (void)device;
+  (void)bytes;
 #endif
 }
 

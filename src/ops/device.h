@@ -23,6 +23,10 @@ bool built_with_cuda();
 std::int64_t device_peak_bytes(const at::Device& device);
 std::int64_t device_allocated_bytes(const at::Device& device);  // now
 void reset_device_peak(const at::Device& device);
+// The accelerator's memory in all (0 on the CPU).
+std::int64_t device_total_bytes(const at::Device& device);
+// The caching allocator's limit: `bytes` of the device's memory (0: all of it).
+void set_device_memory_limit(const at::Device& device, std::int64_t bytes);
 
 // Waits for the device's queued work (timing); nothing on the CPU.
 void synchronize(const at::Device& device);

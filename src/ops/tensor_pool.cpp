@@ -13,6 +13,9 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
 
+#include "ops/resident.h"
+#include "ops/memory_phase.h"
+
 namespace ctune::ops {
 
 namespace {
@@ -41,13 +44,7 @@ class TensorPool final : public c10::Allocator {
 
   void trim() const {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (const auto& [p, n] : free_by_addr_) {
-      munmap(p, n);
-      stats_.released_bytes += static_cast<std::int64_t>(n);
-    }
-    free_by_addr_.clear();
-    free_by_size_.clear();
-    stats_.free_bytes = 0;
+    release_all_free();
     stats_.peak_live_bytes = stats_.peak_held_bytes = stats_.live_bytes;
   }
 
@@ -97,13 +94,38 @@ class TensorPool final : public c10::Allocator {
       munmap(p, n);
       stats_.released_bytes += static_cast<std::int64_t>(n);
     }
+    if (limit_ > 0) within_limit(bytes);
     void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    TORCH_CHECK_WITH(OutOfMemoryError, p != MAP_FAILED, "CPU out of memory: could not map ", bytes, " bytes for a tensor (",
-                     stats_.live_bytes, " bytes in live tensors)");
+    if (p == MAP_FAILED) {
+      note_refused_allocation({static_cast<std::int64_t>(bytes), resident_bytes(), 0});
+      TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU out of memory: could not map ", bytes, " bytes for a tensor (",
+                       stats_.live_bytes, " bytes in live tensors)");
+    }
     stats_.fresh_bytes += static_cast<std::int64_t>(bytes);
     return static_cast<char*>(p);
   }
 
+  // memory.limit: fresh pages past it are refused, once every free range has gone back (they
+  // count in the resident memory the limit is on).
+  void within_limit(std::size_t bytes) const {
+    const auto asked = static_cast<std::int64_t>(bytes);
+    std::int64_t resident = resident_bytes();
+    if (resident + asked <= limit_) return;
+    release_all_free();
+    resident = resident_bytes();
+    if (resident + asked <= limit_) return;
+    note_refused_allocation({asked, resident, limit_});
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "CPU memory limit (memory.limit) of ", limit_, " bytes: ", resident,
+                     " bytes resident, a tensor asked for ", asked, " more");
+  }
+
+ public:
+  void set_limit(std::int64_t bytes) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    limit_ = bytes;
+  }
+
+ private:
   void put(void* ptr) const {
     std::unique_lock<std::mutex> lock(mutex_);
     const auto it = live_.find(ptr);
@@ -132,6 +154,16 @@ class TensorPool final : public c10::Allocator {
     remember_free(p, bytes);
   }
 
+  void release_all_free() const {
+    for (const auto& [p, n] : free_by_addr_) {
+      munmap(p, n);
+      stats_.released_bytes += static_cast<std::int64_t>(n);
+    }
+    free_by_addr_.clear();
+    free_by_size_.clear();
+    stats_.free_bytes = 0;
+  }
+
   void remember_free(char* p, std::size_t bytes) const {
     free_by_addr_.emplace(p, bytes);
     free_by_size_.emplace(bytes, p);
@@ -154,6 +186,7 @@ class TensorPool final : public c10::Allocator {
   mutable std::map<char*, std::size_t> free_by_addr_;
   mutable std::multimap<std::size_t, char*> free_by_size_;
   mutable TensorPoolStats stats_;
+  mutable std::int64_t limit_ = 0;  // memory.limit in bytes of resident memory; 0: none
 };
 
 }  // namespace
@@ -172,6 +205,8 @@ void release_free_memory() {
   TensorPool::instance().trim();
   malloc_trim(0);
 }
+
+void set_pool_limit(std::int64_t bytes) { TensorPool::instance().set_limit(bytes); }
 
 TensorPoolStats tensor_pool_stats() { return TensorPool::instance().stats(); }
 

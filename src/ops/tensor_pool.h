@@ -40,6 +40,12 @@ void use_exact_allocator();
 // live peak that loading, not the step, set.
 void release_free_memory();
 
+// memory.limit on the CPU (set_memory_limit in ops/memory.h): fresh pages that would take the
+// process's resident memory past `bytes` are refused with c10::OutOfMemoryError, after every
+// free range has been returned; 0: no limit. Only fresh pages are checked (a step from the
+// second on rarely maps any), so the check costs nothing once a run is warm.
+void set_pool_limit(std::int64_t bytes);
+
 struct TensorPoolStats {
   std::int64_t live_bytes = 0;       // pooled bytes in live tensors
   std::int64_t free_bytes = 0;       // pooled bytes freed and kept, resident

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/json.h"
 #include "run_ctune.h"
@@ -135,6 +136,64 @@ TEST_F(Plan, PlansAReleasedModelFromItsConfigAlone) {
   EXPECT_TRUE(chosen.find("nf4") != std::string::npos || chosen.find("int8") != std::string::npos) << chosen;
 }
 
+// memory.limit holds a run to a budget: past it the step ends with one line naming the phase,
+// what was in use, the ledger's prediction and a plan that fits; that plan then runs within it.
+TEST_F(Plan, RunningOutOfMemoryIsExplainedAndThePlanItGivesFits) {
+  const fs::path dir = kDir / "oom";
+  // Activations that dominate: 4 layers of hidden 128 over 8 rows of 512 packed tokens.
+  write(dir / "config.json", R"({"model_type": "llama", "vocab_size": 320, "hidden_size": 128, "intermediate_size": 352,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": false,
+    "max_position_embeddings": 1024, "torch_dtype": "float32"})");
+  ASSERT_EQ(ctune({"init", "--config", (dir / "config.json").string(), "--out", (dir / "model").string(), "--tokenizer", "byte"}).status, 0);
+  std::string rows;
+  for (int i = 0; i < 160; ++i) {
+    rows += R"({"text": "Story )" + std::to_string(i) +
+            R"(: the cat sat on the mat and looked at the sun for a while, then it went inside and slept by the fire until the evening came."})" "\n";
+  }
+  write(dir / "train.jsonl", rows);
+  const std::string d = dir.string();
+  write(dir / "run.yaml", "output_dir: " + d + "/run\nmodel: {path: " + d + "/model}\n" +
+                              "data: {train: " + d + "/train.jsonl, format: text, max_seq_len: 512, packing: true}\n"
+                              "precision: fp32\npeft: {method: none}\nmemory: {activation_checkpointing: none}\n"
+                              "training: {batch_size: 8, max_steps: 2}\noptimizer: {lr: 1.0e-3}\ncheckpoint: {every_n_steps: 0}\n");
+  const auto heavy = predicted_peak(dir / "run.yaml");
+  const auto light = predicted_peak(dir / "run.yaml", {"memory.activation_checkpointing=full", "training.batch_size=1", "training.grad_accum=8"});
+  ASSERT_LT(light * 13 / 10, heavy) << "the test needs activations that checkpointing and micro-batches remove";
+  const std::int64_t limit = (light * 11 / 10 + heavy * 9 / 10) / 2;  // between the two, off both by the ledger's margin
+
+  const auto failed = ctune({"train", (dir / "run.yaml").string(), "memory.limit=" + std::to_string(limit)});
+  ASSERT_NE(failed.status, 0) << failed.err;
+  EXPECT_TRUE(failed.out.empty()) << failed.out;
+  // The error is the last line, and the only one that says "ctune:".
+  const std::string err = failed.err.substr(0, failed.err.find_last_not_of('\n') + 1);
+  const std::string last = err.substr(err.rfind('\n') + 1);
+  EXPECT_EQ(err.find("ctune: "), err.rfind("ctune: ")) << err;
+  EXPECT_EQ(last.rfind("ctune: out of memory: out of memory at step 1, ", 0), 0u) << last;
+  EXPECT_TRUE(last.find("forward") != std::string::npos || last.find("backward") != std::string::npos) << last;
+  EXPECT_NE(last.find("past memory.limit"), std::string::npos) << last;
+  EXPECT_NE(last.find("the ledger predicted a peak of "), std::string::npos) << last;
+  const std::string marker = "a plan that fits ";
+  const auto at = last.find(marker);
+  ASSERT_NE(at, std::string::npos) << last;
+  // "...: key=value key=value": the run with those keys trains to the end within the limit.
+  std::vector<std::string> args = {"train", (dir / "run.yaml").string(), "memory.limit=" + std::to_string(limit),
+                                   "output_dir=" + (dir / "fits").string()};
+  std::istringstream changed(last.substr(last.find("): ", at) + 3));
+  for (std::string ov; changed >> ov;) args.push_back(ov);
+  ASSERT_GT(args.size(), 4u) << last;
+  const auto fits = ctune(args);
+  ASSERT_EQ(fits.status, 0) << fits.err;
+  std::istringstream metrics(ctune::testing::slurp(dir / "fits" / "metrics.jsonl"));
+  int steps = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const Json m = Json::parse(line);
+    if (!m.contains("peak_mem_bytes")) continue;
+    EXPECT_LE(m["peak_mem_bytes"].get<std::int64_t>(), limit) << line;
+    ++steps;
+  }
+  EXPECT_EQ(steps, 2);
+}
+
 TEST_F(Plan, BadInputIsOneLine) {
   const std::string file = (kDir / "auto.yaml").string();
   expect_one_line_failure(ctune({"plan", file, "--budget", "lots"}), "--budget: expected a positive size", "budget not a size");
@@ -148,6 +207,15 @@ TEST_F(Plan, BadInputIsOneLine) {
   expect_one_line_failure(ctune({"validate", file, "precision=fp32", "peft.method=none", "memory.activation_checkpointing=none",
                                  "memory.chunked_loss=true", "training.batch_size=4", "training.grad_accum=1", "training.global_batch_size=8"}),
                           "training.global_batch_size", "a global batch the run does not have");
+  const std::vector<std::string> resolved = {"validate", file, "precision=fp32", "peft.method=none", "memory.activation_checkpointing=none",
+                                             "memory.chunked_loss=true", "training.batch_size=8", "training.grad_accum=1"};
+  auto with = [&](std::vector<std::string> args, const std::string& extra) {
+    args.push_back(extra);
+    return args;
+  };
+  expect_one_line_failure(ctune(with(resolved, "memory.limit=lots")), "`memory.limit`", "memory.limit not a size");
+  expect_one_line_failure(ctune(with(with(resolved, "memory.limit=1GB"), "memory.allocator=exact")), "held by the tensor pool",
+                          "memory.limit without the pool");
 }
 
 }  // namespace

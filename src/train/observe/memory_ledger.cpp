@@ -18,11 +18,6 @@ namespace {
 
 std::int64_t bytes_of(at::ScalarType t) { return static_cast<std::int64_t>(c10::elementSize(t)); }
 
-std::string mb(std::int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f MB", static_cast<double>(bytes) / 1e6);
-  return buf;
-}
 
 // The run's symbols: their values, in the order the ledger's table lists them.
 struct Symbols {
@@ -287,9 +282,9 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
     kept = s.L * per_sparse;
   }
   a.total = kept + model::DecoderImpl::saved_outside_layers(in.config, shape) + layer.workspace;
-  std::string note = (mixed ? "per sparse layer (Ls of them; Ld dense layers keep " + mb(dense_layer.saved.value()) + ") "
+  std::string note = (mixed ? "per sparse layer (Ls of them; Ld dense layers keep " + format_mb(dense_layer.saved.value()) + ") "
                             : std::string("per layer ")) +
-                     mb(a.layer.value()) + ": ";
+                     format_mb(a.layer.value()) + ": ";
   for (std::size_t i = 0; i < layer.parts.size(); ++i) note += (i ? ", " : "") + layer.parts[i];
   if (recomputing > 0) {
     note += "; Lr of L layers keep only their input (r n H) and recompute";
@@ -362,6 +357,12 @@ FrozenCopyBytes frozen_copy_bytes(const std::vector<model::ParameterShape>& para
   return bytes;
 }
 
+std::string format_mb(std::int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f MB", static_cast<double>(bytes) / 1e6);
+  return buf;
+}
+
 Ledger estimate_memory(const LedgerInputs& in) {
   Ledger led;
   Symbols sym;
@@ -372,7 +373,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const Term loss = loss_line(in, s, sym, led);
   const Term tied = tied_gradient_line(in, st, s, sym, led);
   const Term kv = Term::num(2) * s.L * s.nkv * s.d * s.T * s.B * s.c;
-  led.lines.push_back({"KV cache", 0, "0", "none in training (generation at this batch and length: " + kv.text() + " = " + mb(kv.value()) + ")"});
+  led.lines.push_back({"KV cache", 0, "0", "none in training (generation at this batch and length: " + kv.text() + " = " + format_mb(kv.value()) + ")"});
   const Term runtime = sym("runtime", in.runtime_bytes);
   led.lines.push_back({"runtime", in.runtime_bytes, runtime.text(), "this process before training: LibTorch, tokenizer, datasets"});
   // The reference copy is sharded as the policy (its parts gathered while its forward computes, at
@@ -451,13 +452,13 @@ std::string Ledger::to_text() const {
   std::ostringstream s;
   char buf[64];
   for (const auto& l : lines) {
-    std::snprintf(buf, sizeof(buf), "%-16s %12s  ", l.name.c_str(), mb(l.bytes).c_str());
+    std::snprintf(buf, sizeof(buf), "%-16s %12s  ", l.name.c_str(), format_mb(l.bytes).c_str());
     s << buf << (l.pool == "host" ? "[host] " : "") << l.formula << (l.note.empty() ? "" : "  (" + l.note + ")") << "\n";
   }
-  std::snprintf(buf, sizeof(buf), "%-16s %12s  ", "peak", mb(peak_bytes).c_str());
+  std::snprintf(buf, sizeof(buf), "%-16s %12s  ", "peak", format_mb(peak_bytes).c_str());
   s << buf << peak_formula << "\n";
   if (host_bytes > 0) {
-    std::snprintf(buf, sizeof(buf), "%-16s %12s  ", "of which host", mb(host_bytes).c_str());
+    std::snprintf(buf, sizeof(buf), "%-16s %12s  ", "of which host", format_mb(host_bytes).c_str());
     s << buf << "distributed.cpu_offload: shards, their gradients and optimizer state (one pool with the device on a CPU build)\n";
   }
   s << "symbols          " << symbols << "\n";

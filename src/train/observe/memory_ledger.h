@@ -96,6 +96,9 @@ struct Ledger {
 
 Ledger estimate_memory(const LedgerInputs& in);
 
+// "412.3 MB": how the ledger and what quotes it (the planner, the out-of-memory line) print bytes.
+std::string format_mb(std::int64_t bytes);
+
 // The generation view: `ctune generate` on `batch` prompts of `prompt_tokens` each (the longest,
 // as they are left-padded to it) with up to `new_tokens` more, weights stored and computed in
 // `storage_dtype`: weights, the KV cache, the prompt pass's transient (generation_ledger.cpp).

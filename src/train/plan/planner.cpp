@@ -16,11 +16,6 @@ namespace ctune::train {
 
 namespace {
 
-std::string mb(std::int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MB", static_cast<double>(bytes) / 1e6);
-  return buf;
-}
 
 // The values each planned key may take here: the recipe's own when set, else the planner's.
 struct Domains {
@@ -123,7 +118,7 @@ Techniques without(Techniques t, const std::string& key) {
 }  // namespace
 
 PlanResult plan_techniques(const Recipe& recipe, const distributed::World& world, std::int64_t budget,
-                           const std::function<MachineRates()>& measure_rates) {
+                           const std::function<MachineRates()>& measure_rates, std::optional<std::int64_t> runtime_bytes) {
   PlanResult out;
   out.budget = budget;
   for (const auto& spec : recipe_schema())
@@ -158,7 +153,7 @@ PlanResult plan_techniques(const Recipe& recipe, const distributed::World& world
     base = plan_run(with(probe), world, PlanScope::shapes);
     d.method = {"none"};
   }
-  const std::int64_t runtime = ops::memory_now(base.device);
+  const std::int64_t runtime = runtime_bytes.value_or(ops::memory_now(base.device));
   const std::shared_ptr<const Method> lora = base.method->freezes_base() ? base.method : nullptr;
   const std::shared_ptr<const Method> full = base.method->freezes_base() ? make_method("none") : base.method;
   const bool shared_cores = !base.device.is_cuda();
@@ -228,11 +223,11 @@ PlanResult plan_techniques(const Recipe& recipe, const distributed::World& world
         if (l.name == "weights") least_weights = std::min(least_weights, l.bytes);
     std::ostringstream s;
     if (budget < least_weights) {
-      s << "--budget " << mb(budget) << " is below the model's own weights: " << mb(least_weights) << " at the least, before anything trains";
+      s << "--budget " << format_mb(budget) << " is below the model's own weights: " << format_mb(least_weights) << " at the least, before anything trains";
     } else {
-      s << "nothing fits in " << mb(budget) << " per device: the smallest peak reachable is " << mb(smallest->ledger.peak_bytes) << " (";
+      s << "nothing fits in " << format_mb(budget) << " per device: the smallest peak reachable is " << format_mb(smallest->ledger.peak_bytes) << " (";
       for (std::size_t k = 0; k < out.auto_keys.size(); ++k) s << (k ? ", " : "") << out.auto_keys[k] << " " << value_of(smallest->techniques, out.auto_keys[k]);
-      s << "), and its largest line is `" << dominant->name << "` (" << mb(dominant->bytes) << ")";
+      s << "), and its largest line is `" << dominant->name << "` (" << format_mb(dominant->bytes) << ")";
     }
     out.nothing_fits = s.str();
     return out;
@@ -283,7 +278,7 @@ std::string PlanResult::table(std::size_t max_rows) const {
   std::ostringstream s;
   std::size_t fitting = 0;
   for (const auto& c : candidates) fitting += c.fits ? 1 : 0;
-  s << candidates.size() << " candidates, " << fitting << " fit in " << mb(budget) << " per device with "
+  s << candidates.size() << " candidates, " << fitting << " fit in " << format_mb(budget) << " per device with "
     << static_cast<int>(kPlanHeadroom * 100) << "% headroom; fastest first";
   if (candidates.size() > max_rows) s << " (the " << max_rows << " fastest that fit, then the nearest that do not)";
   s << ":\n";
@@ -345,8 +340,8 @@ std::string PlanResult::explanation() const {
   s << "plan: ";
   for (std::size_t k = 0; k < auto_keys.size(); ++k) s << (k ? ", " : "") << auto_keys[k] << " " << value_of(c.techniques, auto_keys[k]);
   char line[160];
-  std::snprintf(line, sizeof line, "\n  predicted peak %s of %s per device, %.0f tokens/s (step %.2f s)\n", mb(c.ledger.peak_bytes).c_str(),
-                mb(budget).c_str(), c.time.tokens_per_second(), c.time.step_seconds);
+  std::snprintf(line, sizeof line, "\n  predicted peak %s of %s per device, %.0f tokens/s (step %.2f s)\n", format_mb(c.ledger.peak_bytes).c_str(),
+                format_mb(budget).c_str(), c.time.tokens_per_second(), c.time.step_seconds);
   s << line;
   for (const auto& e : why) {
     s << "  " << e.key << " " << e.value << " (not " << e.default_value << "): ";
@@ -354,11 +349,11 @@ std::string PlanResult::explanation() const {
       s << "the plan cannot run without it\n";
       continue;
     }
-    std::snprintf(line, sizeof line, "peak %s -> %s, %.0f -> %.0f tokens/s", mb(e.peak_without).c_str(), mb(c.ledger.peak_bytes).c_str(),
+    std::snprintf(line, sizeof line, "peak %s -> %s, %.0f -> %.0f tokens/s", format_mb(e.peak_without).c_str(), format_mb(c.ledger.peak_bytes).c_str(),
                   e.tokens_per_s_without, c.time.tokens_per_second());
     s << line;
     for (std::size_t k = 0; k < e.moved.size() && k < 4; ++k)
-      s << (k ? ", " : "; ") << e.moved[k].first << " " << (e.moved[k].second > 0 ? "-" : "+") << mb(std::llabs(e.moved[k].second));
+      s << (k ? ", " : "; ") << e.moved[k].first << " " << (e.moved[k].second > 0 ? "-" : "+") << format_mb(std::llabs(e.moved[k].second));
     s << (e.peak_without > budget ? " (without it, over budget)" : "") << "\n";
   }
   return s.str();

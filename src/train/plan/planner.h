@@ -66,7 +66,9 @@ std::string describe_techniques(const Techniques& t, const std::vector<std::stri
 // (batch_size auto without global_batch_size, a global batch the ranks do not divide).
 // `rates` is asked only once some candidate fits (measuring takes seconds; a plan that cannot fit
 // needs no ranking), and after the process's own memory was read for the ledger.
+// `runtime`: the ledger's runtime line (what a process holds before its model); by default this
+// process's own memory now.
 PlanResult plan_techniques(const Recipe& recipe, const distributed::World& world, std::int64_t budget,
-                           const std::function<MachineRates()>& rates);
+                           const std::function<MachineRates()>& rates, std::optional<std::int64_t> runtime = std::nullopt);
 
 }  // namespace ctune::train

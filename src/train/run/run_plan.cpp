@@ -198,6 +198,13 @@ void plan_method(RunPlan& p, model::CausalLM& shape_only) {
                         [&] { return model::RecomputePolicy::parse(r.get_string("memory.activation_checkpointing")); });
   p.recompute.blocked_attention = r.get_string("memory.attention") == "blocked";
   p.exact_allocator = r.get_string("memory.allocator") == "exact";
+  if (!r.is_null("memory.limit")) {
+    p.memory_limit = io::parse_byte_size(r.get_string("memory.limit"), r.origin("memory.limit") + ": `memory.limit`");
+    // On the CPU the tensor pool holds the limit (ops/tensor_pool.h); exact mode has no pool.
+    if (p.exact_allocator && p.device.is_cpu()) {
+      r.fail("memory.limit", "the limit is held by the tensor pool (memory.allocator: fast), found memory.allocator: exact");
+    }
+  }
   p.loss_scaling.init_scale = r.get_float("loss_scaling.init_scale");
   p.loss_scaling.growth_factor = r.get_float("loss_scaling.growth_factor");
   p.loss_scaling.backoff_factor = r.get_float("loss_scaling.backoff_factor");

@@ -69,6 +69,7 @@ struct RunPlan {
   std::optional<quant::QuantSpec> quantize_base;  // memory.quantize_base (LoRA only)
   model::RecomputePolicy recompute;           // memory.activation_checkpointing
   bool exact_allocator = false;               // memory.allocator: exact
+  std::int64_t memory_limit = 0;              // memory.limit in bytes (0: none)
   at::Device device = at::kCPU;               // device: where the model and batches live
   int threads = 1;
   std::uint64_t seed = 42;

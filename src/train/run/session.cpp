@@ -14,6 +14,7 @@
 #include "io/manifest.h"
 #include "io/run_dir.h"
 #include "ops/memory.h"
+#include "ops/memory_phase.h"
 #include "ops/tensor_pool.h"
 #include "train/observe/memory_report.h"
 #include "train/observe/metrics.h"
@@ -158,6 +159,7 @@ void Session::start_process() const {
   } else {
     ops::use_tensor_pool();
   }
+  if (plan_.memory_limit > 0) ops::set_memory_limit(plan_.device, plan_.memory_limit);
   at::manual_seed(plan_.seed);
   install_stop_handlers();
 }
@@ -202,7 +204,19 @@ Session::ResumePoint Session::open_run_dir(std::optional<io::DirLock>& lock, con
   return at;
 }
 
+// Running out of memory anywhere in the run ends it with one line: the phase, what was in use,
+// the ledger's prediction (`ctune train` adds the plan that would fit).
 TrainResult Session::run() {
+  try {
+    return run_steps();
+  } catch (const c10::OutOfMemoryError&) {
+    throw OutOfMemory(out_of_memory_facts(plan_.device, plan_.memory_limit, ledger_ ? &*ledger_ : nullptr));
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemory(out_of_memory_facts(plan_.device, plan_.memory_limit, ledger_ ? &*ledger_ : nullptr));
+  }
+}
+
+TrainResult Session::run_steps() {
   RunPlan& plan = plan_;
   start_process();  // 1.
   std::optional<io::DirLock> lock;
@@ -210,10 +224,11 @@ TrainResult Session::run() {
   ResumePoint resume = open_run_dir(lock, inputs);  // 2.
 
   // 3. Model (from the checkpoint when resuming), what trains, optimizer; the memory it should take.
-  const auto ledger = estimate_memory(ledger_inputs(plan, ops::memory_now(plan.device)));
+  const auto& ledger = ledger_.emplace(estimate_memory(ledger_inputs(plan, ops::memory_now(plan.device))));
   //    A sharded checkpoint's weights are slices: the model is built from model.path and each
   //    trainable parameter filled from them (any world size wrote them).
   const bool from_shards = resume.dir && is_sharded_checkpoint(*resume.dir);
+  std::optional<ops::MemoryPhase> loading(std::in_place, "loading the model");
   auto lm = build_model(plan, from_shards ? fs::path() : resume.dir.value_or(fs::path()));
   const auto counts = plan.method->make_trainable(lm);
   if (from_shards) ShardedState(*resume.dir).load_weights_into(lm);
@@ -226,6 +241,7 @@ TrainResult Session::run() {
     if (item.value().requires_grad()) trainable.emplace_back(item.key(), item.value());
   auto parallel = make_data_parallel(plan.distributed, lm, make_param_groups(trainable, plan.optimizer), plan.optimizer, comm_);
   auto& optimizer = parallel.optimizer;
+  loading.reset();
 
   // 4. Data. The sampler yields global batches; each rank trains on its rows and evaluates its
   //    share of the eval batches (a world of one: all of them).
@@ -301,7 +317,10 @@ TrainResult Session::run() {
                  100.0 * waited / std::max(1e-9, result.seconds));
   }
   refuse_if_nothing_learned(result);
-  cadence.ensure(plan.trainer.max_steps);
+  {
+    const ops::MemoryPhase phase("checkpoint");
+    cadence.ensure(plan.trainer.max_steps);
+  }
 
   // 7. The result, in the ecosystem's layouts: output_dir/model or output_dir/adapter.
   write_result(lm, parallel, files);
@@ -335,6 +354,7 @@ std::shared_ptr<const ReferenceTable> Session::precomputed_reference(model::Caus
   const auto options = data::batch_options(plan_.data, *plan_.tokenizer);
   const auto train = all_batches(data::sequential_plan(*ds.train, options), -1, plan_.device, false);
   const auto eval = all_batches(data::sequential_plan(*ds.eval, options), -1, plan_.device, true);
+  const ops::MemoryPhase phase("computing the reference log-probabilities");
   Stage stage("reference log-probabilities", static_cast<std::int64_t>(train.size() + eval.size()), "batches");
   auto reference = build_reference(plan_);
   parallel.shard_like_policy(reference);
@@ -358,6 +378,7 @@ void Session::refuse_if_nothing_learned(const TrainResult& result) const {
 
 void Session::write_result(model::CausalLM& lm, DataParallel& parallel, const WeightFiles& files) {
   const fs::path out = plan_.output_dir / plan_.method->result_name();
+  const ops::MemoryPhase phase("writing the result");
   parallel.with_whole_model([&] {
     if (!writer()) return;
     Stage stage("writing " + out.string(), 0, "tensors");

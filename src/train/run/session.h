@@ -23,6 +23,8 @@
 #include "distributed/comm.h"
 #include "io/run_dir.h"
 #include "train/parallel/data_parallel.h"
+#include "train/observe/memory_ledger.h"
+#include "train/run/out_of_memory.h"
 #include "train/run/run_plan.h"
 #include "train/state/checkpoint.h"
 
@@ -42,6 +44,7 @@ class Session {
   Session(RunPlan plan, SessionOptions options, distributed::Comm& comm);
 
   // Trains to the plan's last step and writes the result; returns what the loop reports.
+  // Running out of memory throws OutOfMemory (train/run/out_of_memory.h).
   TrainResult run();
 
  private:
@@ -55,6 +58,7 @@ class Session {
     std::optional<std::filesystem::path> dir;  // the checkpoint resumed from
     std::optional<TrainingState> state;        // what it holds
   };
+  TrainResult run_steps();
   void start_process() const;
   ResumePoint open_run_dir(std::optional<io::DirLock>& lock, const Json& inputs);
   void refuse_if_nothing_learned(const TrainResult& result) const;
@@ -66,6 +70,7 @@ class Session {
   RunPlan plan_;
   SessionOptions options_;
   distributed::Comm& comm_;
+  std::optional<Ledger> ledger_;  // the memory this run should take, once estimated
 };
 
 }  // namespace ctune::train

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/stop_signal.h"
 #include "ops/memory.h"
+#include "ops/memory_phase.h"
 #include "ops/profile_regions.h"
 
 namespace ctune::train {
@@ -78,6 +79,7 @@ TrainResult Trainer::run() {
   for (std::int64_t step = options_.first_step; step < options_.max_steps; ++step) {
     const auto step_start = std::chrono::steady_clock::now();
     profiler_or_none().begin_step(step + 1);
+    ops::set_memory_phase_step(step + 1);
 
     // 1. This step's micro-batches, fetched first so the loss can be normalised by the
     //    step's total units (target tokens, or pairs) before any backward pass.
@@ -106,6 +108,7 @@ TrainResult Trainer::run() {
     std::vector<double> sums(4 + names.size(), 0.0);  // loss, token loss, aux, z, the objective's metrics
     std::vector<std::pair<std::int64_t, std::vector<double>>> load;
     for (const auto& batch : micro) {
+      std::optional<ops::MemoryPhase> phase(std::in_place, "forward");
       const ObjectiveTerms terms = objective->forward(model_, batch);
       sums[0] += terms.loss_sum.item<double>();
       if (terms.token_loss_sum.defined()) sums[1] += terms.token_loss_sum.item<double>();
@@ -121,7 +124,9 @@ TrainResult Trainer::run() {
         const auto part = terms.token_loss_sum / token_units;
         scaled = scaled.defined() ? scaled + part : part;
       }
+      phase.emplace("backward");
       if (scaled.defined()) scaler.scale_loss(scaled).backward();
+      phase.reset();
       log_memory(step + 1, "after backward");
       if (sample_memory) sample_memory();
       kill_point("step", step + 1, "mid");
@@ -132,8 +137,10 @@ TrainResult Trainer::run() {
     // 3. Gradients summed over ranks (one process: as they are). Unscale and check them, clip, update at the scheduled learning rate, clear
     //    gradients. A step with a non-finite loss or gradient applies no update (fp16: the
     //    scale backs off); too many non-finite losses in a row stop the run.
+    std::optional<ops::MemoryPhase> phase(std::in_place, "gradient reduction");
     sync().reduce_gradients(optimizer_.groups());
     if (sample_memory) sample_memory();
+    phase.emplace("optimizer step");
     std::vector<double> inf_found = {scaler.unscale_and_check(optimizer_.groups()) ? 1.0 : 0.0};
     sync().sum_over_shards(inf_found);
     const bool found_inf = inf_found[0] > 0;
@@ -150,6 +157,7 @@ TrainResult Trainer::run() {
     scaler.update(found_inf);
     log_memory(step + 1, "after the update");
     optimizer_.zero_grad();
+    phase.reset();
     nonfinite_in_a_row = std::isfinite(loss) ? 0 : nonfinite_in_a_row + 1;
     if (skip) {
       ++result.skipped_steps;
@@ -177,8 +185,11 @@ TrainResult Trainer::run() {
     result.steps = m.step;
 
     // 5. Evaluate on cadence and at the end.
+    phase.emplace("evaluation");
     evaluate_on_cadence(m.step, progress ? &*progress : nullptr, result);
+    phase.emplace("checkpoint");
     if (on_step_end) on_step_end(m.step);
+    phase.reset();
 
     // 6. A stop request (SIGTERM/SIGINT) ends the run here, this step complete and saved.
     if (m.step < options_.max_steps) stop_if_requested(m.step, /*nothing_new=*/false);
