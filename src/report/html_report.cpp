@@ -212,6 +212,78 @@ std::string preference_section(const std::vector<const RunData*>& runs) {
   return h + "</div>\n";
 }
 
+// logging.profile: where the first run's steps went (docs/performance.md). Per category, largest
+// first, its median milliseconds per step, share and cost per token, the sum of the medians against the
+// median step time; and a plot of the largest categories' milliseconds over the steps (the
+// rest summed as "other"). The first profiled step warms up and is left out of the medians.
+std::string profile_section(const RunData& run) {
+  std::vector<const StepRecord*> steps;
+  for (const auto& s : run.steps)
+    if (!s.profile_ms.empty()) steps.push_back(&s);
+  if (steps.empty()) return "";
+  const std::size_t first = steps.size() > 1 ? 1 : 0;
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  std::vector<std::string> categories;  // as first seen
+  for (const auto* s : steps)
+    for (const auto& [category, ms] : s->profile_ms)
+      if (std::find(categories.begin(), categories.end(), category) == categories.end()) categories.push_back(category);
+  auto ms_of = [](const StepRecord& s, const std::string& category) {
+    for (const auto& [c, ms] : s.profile_ms)
+      if (c == category) return ms;
+    return 0.0;
+  };
+  std::vector<std::pair<std::string, double>> medians;
+  double total = 0;
+  for (const auto& c : categories) {
+    std::vector<double> v;
+    for (std::size_t i = first; i < steps.size(); ++i) v.push_back(ms_of(*steps[i], c));
+    medians.emplace_back(c, median(v));
+    total += medians.back().second;
+  }
+  std::vector<double> step_ms, tokens;
+  for (std::size_t i = first; i < steps.size(); ++i) {
+    if (steps[i]->tokens_per_s > 0) step_ms.push_back(static_cast<double>(steps[i]->input_tokens) / steps[i]->tokens_per_s * 1e3);
+    tokens.push_back(static_cast<double>(steps[i]->input_tokens));
+  }
+  const double step = median(step_ms), per_step_tokens = median(tokens);
+  std::string h = "<h2>Where the step goes</h2>\n<p class=\"note\">logging.profile: median of " + std::to_string(steps.size() - first) +
+                  " profiled steps" + (first ? " (the first left out)" : std::string()) + "; the sum of the medians is " +
+                  fmt("%.1f", total) + " ms against a median step of " + fmt("%.1f", step) + " ms (" + fmt("%.3f", step > 0 ? total / step : 0.0) +
+                  "). Each step's categories add up to its wall time (untracked is the rest).</p>\n";
+  std::vector<std::pair<std::string, double>> largest = medians;
+  std::stable_sort(largest.begin(), largest.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  h += "<table><tr><th>category</th><th>ms/step</th><th>share</th><th>us/token</th></tr>\n";
+  for (const auto& [c, ms] : largest) {
+    h += "<tr><td>" + html_escape(c) + "</td><td>" + fmt("%.1f", ms) + "</td><td>" + fmt("%.1f%%", total > 0 ? 100 * ms / total : 0.0) + "</td><td>" +
+         fmt("%.2f", per_step_tokens > 0 ? ms * 1e3 / per_step_tokens : 0.0) + "</td></tr>\n";
+  }
+  h += "</table>\n";
+  const std::size_t drawn = std::min<std::size_t>(largest.size(), 7);
+  std::vector<Series> lines;
+  for (std::size_t k = 0; k < drawn; ++k) {
+    Points p;
+    for (const auto* s : steps) p.emplace_back(static_cast<double>(s->step), ms_of(*s, largest[k].first));
+    lines.push_back({largest[k].first, kColours[k % 8], downsample(p)});
+  }
+  if (largest.size() > drawn) {
+    Points p;
+    for (const auto* s : steps) {
+      double rest = 0;
+      for (std::size_t k = drawn; k < largest.size(); ++k) rest += ms_of(*s, largest[k].first);
+      p.emplace_back(static_cast<double>(s->step), rest);
+    }
+    lines.push_back({"other (" + std::to_string(largest.size() - drawn) + " categories)", kColours[7], downsample(p), true});
+  }
+  PlotOptions o;
+  o.title = "time per step by category";
+  o.y_label = "ms";
+  return h + "<div class=\"plots\">\n" + line_plot(lines, o) + "</div>\n";
+}
+
 std::string render_report(const RunData& run, const std::vector<RunData>& others) {
   std::vector<const RunData*> runs = {&run};
   for (const auto& o : others) runs.push_back(&o);
@@ -270,6 +342,7 @@ std::string render_report(const RunData& run, const std::vector<RunData>& others
   if (!run.resumes.empty()) h += "<p class=\"note\">Dashed vertical lines: steps the run was resumed from.</p>\n";
   h += experts_section(runs);
   h += preference_section(runs);
+  h += profile_section(run);
   h += "<h2>Memory ledger</h2>\n" + ledger_table(run);
   h += "<h2>Recipe (resolved)</h2>\n<pre>" + html_escape(run.recipe_yaml.empty() ? "(no recipe.yaml)" : run.recipe_yaml) + "</pre>\n";
   return h + "</body></html>\n";

@@ -96,6 +96,7 @@ void read_metrics(RunData& r) {
       s.tokens_per_s = number(j, "tokens_per_s");
       s.elapsed_s = number(j, "elapsed_s");
       s.tokens = j.value("tokens", std::int64_t{0});
+      s.input_tokens = j.value("input_tokens", std::int64_t{0});
       s.peak_mem_bytes = j.value("peak_mem_bytes", std::int64_t{0});
       s.skipped = j.value("skipped", false);
       s.aux_loss = number(j, "aux_loss");
@@ -110,6 +111,10 @@ void read_metrics(RunData& r) {
         }
       }
       s.objective = objective("");
+      if (const auto it = j.find("profile_ms"); it != j.end()) {
+        if (!it->is_object()) throw FormatError("\"profile_ms\" must map categories to milliseconds");
+        for (const auto& [category, ms] : it->items()) s.profile_ms.emplace_back(category, ms.is_number() ? ms.get<double>() : std::nan(""));
+      }
       r.steps.push_back(s);
     } catch (const std::exception& e) {
       if (bad++ == 0) first_bad = "metrics.jsonl line " + std::to_string(line_no) + " is cut short or malformed (" + std::string(e.what()).substr(0, 160) + ")";

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/json.h"
@@ -18,7 +19,7 @@ namespace ctune::report {
 struct StepRecord {
   std::int64_t step = 0;
   double time = 0, loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, elapsed_s = 0;
-  std::int64_t tokens = 0, peak_mem_bytes = 0;
+  std::int64_t tokens = 0, input_tokens = 0, peak_mem_bytes = 0;
   bool skipped = false;
   // A model with experts: the routers' load-balancing loss (NaN when absent) and, per sparse
   // layer, each expert's share of the routed tokens.
@@ -27,6 +28,8 @@ struct StepRecord {
   // The objective's own figures (DPO: rewards/chosen, rewards/accuracies, ...): every key with a
   // '/' in its name.
   std::map<std::string, double> objective;
+  // logging.profile: milliseconds per category, in the profiler's order (empty when off).
+  std::vector<std::pair<std::string, double>> profile_ms;
 };
 
 struct EvalRecord {

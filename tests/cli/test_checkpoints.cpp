@@ -542,6 +542,13 @@ TEST_F(Checkpoints, ProfileAccountsForTheStepAndWritesATrace) {
   for (const char* name : {"aten::mm", "ctune::attention", "ctune::norm", "ctune::loss", "ctune::optimizer"}) {
     EXPECT_TRUE(names.count(name)) << "no " << name << " in the trace";
   }
+  // The report shows the breakdown: the table of medians and the plot of the categories per step.
+  const auto report = ctune({"report", run.string(), "--out", (kDir / "profile.html").string()});
+  ASSERT_EQ(report.status, 0) << report.err;
+  const std::string page = ctune::testing::slurp(kDir / "profile.html");
+  EXPECT_NE(page.find("<h2>Where the step goes</h2>"), std::string::npos);
+  EXPECT_NE(page.find("<td>matmul forward</td>"), std::string::npos);
+  EXPECT_NE(page.find("data-series=\"other ("), std::string::npos);
   // A run that ends inside the trace's window (step 2 of 2-3) still writes what it traced.
   const fs::path short_run = kDir / "profile-short";
   r = train_with_kill(recipe_path, "", false, {"output_dir=" + short_run.string(), "training.max_steps=2", "scheduler.warmup_steps=1"});
