@@ -13,8 +13,8 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
 
-#include "ops/resident.h"
 #include "ops/memory_phase.h"
+#include "ops/resident.h"
 
 namespace ctune::ops {
 
@@ -51,6 +51,11 @@ class TensorPool final : public c10::Allocator {
   TensorPoolStats stats() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
+  }
+
+  void set_limit(std::int64_t bytes) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    limit_ = bytes;
   }
 
  private:
@@ -119,13 +124,6 @@ class TensorPool final : public c10::Allocator {
                      " bytes resident, a tensor asked for ", asked, " more");
   }
 
- public:
-  void set_limit(std::int64_t bytes) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    limit_ = bytes;
-  }
-
- private:
   void put(void* ptr) const {
     std::unique_lock<std::mutex> lock(mutex_);
     const auto it = live_.find(ptr);
