@@ -8,6 +8,7 @@
 # peak against the budget and its measured tokens/s against the fastest candidate whose
 # measured peak fits. The same with 2 ranks (strategy and checkpointing auto). Minutes; run it
 # on a quiet machine (the tokens/s comparisons are within one run of this script).
+# RANKS=2 runs only the 2-rank study (RANKS=1 only the 1-rank one); LAYERS=N a deeper model.
 #   OUT=runs/bench-plan STEPS=4 bash scripts/bench_plan.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,12 +16,13 @@ CTUNE=${CTUNE:-build/bin/ctune}
 OUT=${OUT:-runs/bench-plan}
 STEPS=${STEPS:-4}
 LAYERS=${LAYERS:-8}
+RANKS=${RANKS:-1 2}
 mkdir -p "$OUT"
 export XDG_CACHE_HOME="$OUT/cache"  # the machine's rates measured once for this run
 
-/usr/bin/python3 - "$CTUNE" "$OUT" "$STEPS" "$LAYERS" <<'PY'
+/usr/bin/python3 - "$CTUNE" "$OUT" "$STEPS" "$LAYERS" "$RANKS" <<'PY'
 import json, os, shutil, statistics, subprocess, sys
-ctune, out, steps, layers = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+ctune, out, steps, layers, ranks = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5].split()
 
 config = dict(architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=512, hidden_size=512, intermediate_size=1376,
               num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=2048, rms_norm_eps=1e-5,
@@ -91,9 +93,9 @@ def study(name, extra, nproc, default):
     ratios = [c["peak_bytes"] / measured[c["describe"]][0] for c in everything if measured.get(c["describe"])]
     print(f"predicted/measured peak over the candidates: min {min(ratios):.3f}, median {statistics.median(ratios):.3f}, max {max(ratios):.3f}")
 
-study("1 rank (precision, method, checkpointing, micro-batch auto)", ["memory.quantize_base=none", "memory.chunked_loss=true"], 1,
+if "1" in ranks: study("1 rank (precision, method, checkpointing, micro-batch auto)", ["memory.quantize_base=none", "memory.chunked_loss=true"], 1,
       ["precision=fp32", "peft.method=none", "memory.activation_checkpointing=none", "training.batch_size=8", "training.grad_accum=1"])
-study("2 ranks (strategy, checkpointing, micro-batch auto; full fine-tuning, bf16)",
+if "2" in ranks: study("2 ranks (strategy, checkpointing, micro-batch auto; full fine-tuning, bf16)",
       ["precision=bf16", "peft.method=none", "memory.quantize_base=none", "memory.chunked_loss=true", "distributed.strategy=auto",
        "distributed.cpu_offload=false"], 2,
       ["memory.activation_checkpointing=none", "training.batch_size=4", "training.grad_accum=1", "distributed.strategy=no_shard"])
