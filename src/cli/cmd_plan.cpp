@@ -159,13 +159,12 @@ std::string plan_after_out_of_memory(const Recipe& recipe, const distributed::Wo
   if (world.size > 1) keys.insert(keys.end(), {"distributed.strategy", "distributed.cpu_offload"});
   std::vector<std::string> overrides;
   for (const auto& key : keys) overrides.push_back(key + "=" + kAutoValue);
-  Recipe r = recipe;
   if (recipe.is_null("training.global_batch_size")) {
     const auto global = recipe.get_int("training.batch_size") * recipe.get_int("training.grad_accum") * world.size;
     overrides.push_back("training.global_batch_size=" + std::to_string(global));
   }
   overrides.push_back("training.batch_size=auto");
-  r = r.with_defaults({"training.grad_accum"}).with(overrides);
+  const Recipe r = recipe.with_defaults({"training.grad_accum"}).with(overrides);
 
   const bool cuda = recipe.get_string("device") == "cuda";
   const int threads = parse_thread_count(recipe.get_string("threads"), "threads");

@@ -28,7 +28,7 @@ struct StepRecord {
   // The objective's own figures (DPO: rewards/chosen, rewards/accuracies, ...): every key with a
   // '/' in its name.
   std::map<std::string, double> objective;
-  // logging.profile: milliseconds per category, in the profiler's order (empty when off).
+  // logging.profile: milliseconds per category, as metrics.jsonl lists them (empty when off).
   std::vector<std::pair<std::string, double>> profile_ms;
 };
 

@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <cstdio>
-
 #include "ops/device.h"
 #include "ops/memory.h"
 #include "ops/memory_phase.h"
@@ -11,7 +9,6 @@
 namespace ctune::train {
 
 namespace {
-
 
 // What the device has: the CPU's physical memory, or the GPU's (ops/device.h).
 std::int64_t capacity_of(const at::Device& device) {
