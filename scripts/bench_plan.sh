@@ -7,7 +7,9 @@
 # checkpointing), `ctune plan --json` chooses, and the script prints the chosen plan's measured
 # peak against the budget and its measured tokens/s against the fastest candidate whose
 # measured peak fits. The same with 2 ranks (strategy and checkpointing auto). Minutes; run it
-# on a quiet machine (the tokens/s comparisons are within one run of this script).
+# on a quiet machine (the tokens/s comparisons are within one run of this script). A run's
+# measured peak is the whole run's (its final checkpoint and result included); every
+# candidate's figures go to OUT/candidates-N.json.
 # RANKS=2 runs only the 2-rank study (RANKS=1 only the 1-rank one); LAYERS=N a deeper model.
 #   OUT=runs/bench-plan STEPS=4 bash scripts/bench_plan.sh
 set -euo pipefail
@@ -55,8 +57,12 @@ def train(overrides, nproc=1):
     r = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
         return None
-    rows = [json.loads(l) for l in open(f"{out}/run/metrics.jsonl") if '"tokens_per_s"' in l]
-    return max(x["peak_mem_bytes"] for x in rows), statistics.median(x["tokens_per_s"] for x in rows[1:] or rows)
+    lines = [json.loads(l) for l in open(f"{out}/run/metrics.jsonl")]
+    rows = [x for x in lines if "tokens_per_s" in x]
+    # The whole run's peak (the final checkpoint and the result's gather included), which the
+    # planner's budget is about; the step lines' peaks where the run has no such line.
+    run_peak = max([x["memory_run"]["measured_peak_bytes"] for x in lines if "memory_run" in x] or [0])
+    return max([run_peak] + [x["peak_mem_bytes"] for x in rows]), statistics.median(x["tokens_per_s"] for x in rows[1:] or rows)
 
 def plan(budget, extra, nproc=1):
     cmd = [ctune, "plan", f"{out}/auto.yaml", "--budget", budget if isinstance(budget, str) else str(int(budget)), "--json"] + extra
@@ -92,6 +98,19 @@ def study(name, extra, nproc, default):
     # Predicted against measured over every candidate.
     ratios = [c["peak_bytes"] / measured[c["describe"]][0] for c in everything if measured.get(c["describe"])]
     print(f"predicted/measured peak over the candidates: min {min(ratios):.3f}, median {statistics.median(ratios):.3f}, max {max(ratios):.3f}")
+    # The step-time model: predicted against measured tokens/s, and how well it orders them
+    # (Spearman's rank correlation; 1: the same order).
+    both = [(c["tokens_per_s"], measured[c["describe"]][1]) for c in everything if measured.get(c["describe"])]
+    speed = [p / m for p, m in both]
+    def ranks(v): return [sorted(v).index(x) for x in v]
+    rp, rm = ranks([p for p, _ in both]), ranks([m for _, m in both])
+    n = len(both)
+    rho = 1 - 6 * sum((a - b) ** 2 for a, b in zip(rp, rm)) / (n * (n * n - 1)) if n > 1 else float("nan")
+    print(f"predicted/measured tokens/s over the candidates: min {min(speed):.2f}, median {statistics.median(speed):.2f}, max {max(speed):.2f}; "
+          f"rank correlation {rho:.2f}")
+    json.dump([dict(c, measured_peak_bytes=measured[c["describe"]][0] if measured.get(c["describe"]) else None,
+                    measured_tokens_per_s=measured[c["describe"]][1] if measured.get(c["describe"]) else None) for c in everything],
+              open(f"{out}/candidates-{nproc}.json", "w"), indent=1)
 
 if "1" in ranks: study("1 rank (precision, method, checkpointing, micro-batch auto)", ["memory.quantize_base=none", "memory.chunked_loss=true"], 1,
       ["precision=fp32", "peft.method=none", "memory.activation_checkpointing=none", "training.batch_size=8", "training.grad_accum=1"])

@@ -97,6 +97,10 @@ std::string ledger_table(const RunData& r) {
     t += "<tr><th>measured peak</th><td class=\"num\">" + fmt("%.1f", m["measured_peak_bytes"].get<double>() / 1e6) +
          "</td><td>resident memory high-water mark of training</td></tr>\n";
   }
+  if (m.contains("measured_run_peak_bytes") && m["measured_run_peak_bytes"].is_number()) {
+    t += "<tr><th>measured peak, whole run</th><td class=\"num\">" + fmt("%.1f", m["measured_run_peak_bytes"].get<double>() / 1e6) +
+         "</td><td>the same with the final checkpoint and the result written (largest rank)</td></tr>\n";
+  }
   return t + "</table>\n<p class=\"note\">symbols: " + html_escape(m.value("symbols", "")) + "</p>\n";
 }
 

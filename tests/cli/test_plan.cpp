@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/json.h"
@@ -103,6 +104,61 @@ TEST_F(Plan, ChoosesWhatFitsWritesItAndTrainFitRunsAndResumesIt) {
   const auto resumed = ctune({"train", (kDir / "auto.yaml").string(), "--resume", "training.max_steps=3", "checkpoint.every_n_steps=1", "scheduler.name=constant"});
   EXPECT_EQ(resumed.status, 0) << resumed.err;
   EXPECT_NE(ctune::testing::slurp(kDir / "run" / "metrics.jsonl").find("\"step\":3,"), std::string::npos) << "the resumed run's step 3";
+  // The whole run's peak (its final checkpoint and result written) is what a budget is about:
+  // after the steps' record, at least their peak, and in the report.
+  std::istringstream lines(ctune::testing::slurp(kDir / "run" / "metrics.jsonl"));
+  std::int64_t steps_peak = 0, run_peak = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const Json m = Json::parse(line);
+    if (m.contains("memory")) steps_peak = m["memory"]["measured_peak_bytes"].get<std::int64_t>();
+    if (m.contains("memory_run")) run_peak = m["memory_run"]["measured_peak_bytes"].get<std::int64_t>();
+  }
+  EXPECT_GT(steps_peak, 0);
+  EXPECT_GE(run_peak, steps_peak);
+  EXPECT_NE(ctune::testing::slurp(kDir / "run" / "report.html").find("measured peak, whole run"), std::string::npos);
+}
+
+// Two ranks: each candidate's step counts its collectives at the per-call cost and rate measured
+// through the run's own Gloo collectives between two ranks (cached with the machine's rates).
+// full_shard gathers every part for forward and again for backward each micro-batch and
+// reduce-scatters each gradient as it completes, so with the same micro-batches and
+// checkpointing it must be predicted to spend longer in collectives than shard_grad_op, which
+// moves the gradients and the updated weights once per step.
+TEST_F(Plan, TwoRanksCountTheirCollectivesAtRatesMeasuredThroughGloo) {
+  const auto run = ctune({"plan", (kDir / "auto.yaml").string(), "--budget", "100GB", "--nproc", "2", "--json", "precision=bf16",
+                          "peft.method=none", "distributed.strategy=auto", "distributed.cpu_offload=false"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  const Json rates = Json::parse(ctune::testing::slurp(fs::path(std::getenv("XDG_CACHE_HOME")) / "ctune" / "machine-rates.json"));
+  int measured = 0;  // entries written by this build (a cache left by an older one may lack them)
+  for (const auto& [key, r] : rates.items()) {
+    if (!r.contains("all_gather")) continue;
+    for (const char* op : {"all_gather", "reduce_scatter", "all_reduce"}) {
+      EXPECT_GT(r.at(op).at("seconds_per_call").get<double>(), 0.0) << key << " " << op;
+      EXPECT_GT(r.at(op).at("bytes_per_second").get<double>(), 0.0) << key << " " << op;
+    }
+    ++measured;
+  }
+  EXPECT_GT(measured, 0) << rates.dump();
+  // Collective seconds by strategy, keyed by the candidate's other choices.
+  std::map<std::string, std::map<std::string, double>> by_rest;
+  const Json plan = Json::parse(run.out);
+  for (const auto& c : plan["candidates"]) {
+    std::string strategy, rest;
+    for (const auto& o : c["overrides"]) {
+      const std::string kv = o.get<std::string>();
+      if (kv.rfind("distributed.strategy=", 0) == 0) strategy = kv.substr(kv.find('=') + 1);
+      else rest += kv + " ";
+    }
+    ASSERT_TRUE(c["step_seconds"].contains("collectives")) << c.dump();
+    by_rest[rest][strategy] = c["step_seconds"]["collectives"].get<double>();
+  }
+  int compared = 0;
+  for (const auto& [rest, s] : by_rest) {
+    if (!s.count("full_shard") || !s.count("shard_grad_op")) continue;
+    EXPECT_GT(s.at("full_shard"), s.at("shard_grad_op")) << rest;
+    ++compared;
+  }
+  EXPECT_GT(compared, 0) << run.out;
 }
 
 TEST_F(Plan, NothingFitsSaysTheSmallestPeakAndItsLargestLine) {

@@ -397,6 +397,8 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const Term backward_start = act.total + copies + loss + (sharded ? st.gathered + st.gathered_grads : (in.grad_accum > 1 ? st.grads : Term()));
   // The recomputed layer is gone by the time the embedding's gradient comes.
   const Term backward_end = step_grads + Term::max({act.recomputed_transient, tied});
+  // no_shard's reduction: the gradients and their flat fp32 copy, all-reduced, then copied back.
+  const Term all_reduce = in.all_reduced_gradients ? st.grads + Term::num(4) * st.trainable : Term();
   const Term optimizer_step = (sharded ? Term() : st.grads) +
                               (in.optimizer == "adamw" && !in.fused_optimizer
                                    ? Term::num(8) * Term::min({st.largest, Term::ceil_div(st.trainable, st.shards)})
@@ -406,7 +408,10 @@ Ledger estimate_memory(const LedgerInputs& in) {
   // gathered for the run's result (and for whole checkpoints) all the same (docs/distributed.md).
   const Term checkpoint_gather = (in.optimizer_shards > 1 && !in.sharded_checkpoints ? Term::num(st.opt_per_param) * st.trainable : Term()) +
                                  (sharded ? st.whole_weights - st.unsharded : Term());
-  const Term live = base + Term::max({backward_start, backward_end, optimizer_step, checkpoint_gather});
+  // Between steps the gradients are gone (the optimizer drops them after its update, sharded or
+  // not), so a gather for the result or a checkpoint stands on weights and optimizer state only.
+  const Term between_steps = st.weights + st.optimizer + reference + checkpoint_gather;
+  const Term live = Term::max({base + Term::max({backward_start, backward_end, all_reduce, optimizer_step}), between_steps});
   // The tensor pool (ops/tensor_pool.h) holds at most 1/kPoolSlackDivisor over the peak of its
   // live tensors, by its policy: it returns free ranges before it would hold more. The bound is
   // taken over all live bytes (the few unpooled ones, below 256 KiB each, included).
@@ -422,14 +427,17 @@ Ledger estimate_memory(const LedgerInputs& in) {
   led.state_bytes = (st.weights + st.gathered + st.grads + st.gathered_grads + st.optimizer).value();
   const std::string saved = copies.value() > 0 ? "activations + compute copies" : "activations";
   if (sharded) {
-    led.peak_formula = "weights + gradients + optimizer state (shards) + max(" + saved + " + loss buffers + gathered" +
-                       " + gathered grads, gathered + gathered grads + one recomputed layer, optimizer-step temporaries, the whole weights" +
+    led.peak_formula = "max(weights + gradients + optimizer state (shards) + max(" + saved + " + loss buffers + gathered" +
+                       " + gathered grads, gathered + gathered grads + one recomputed layer, optimizer-step temporaries), " +
+                       "weights + optimizer state (shards) + the whole weights" +
                        (in.sharded_checkpoints ? " gathered for the result" : " and optimizer state gathered for a checkpoint") +
                        ") + allocator + runtime";
   } else {
     led.peak_formula = "weights + optimizer state + max(" + saved + " + loss buffers" +
                        std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
-                       ", gradients + max(one recomputed layer, tied gradients), gradients + optimizer-step temporaries" +
+                       ", gradients + max(one recomputed layer, tied gradients)" +
+                       std::string(in.all_reduced_gradients ? ", gradients + their flat fp32 copy all-reduced" : "") +
+                       ", gradients + optimizer-step temporaries" +
                        std::string(in.optimizer_shards > 1 && !in.sharded_checkpoints ? ", the whole optimizer state gathered for a checkpoint" : "") +
                        ") + allocator + runtime";
   }

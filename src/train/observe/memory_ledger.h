@@ -49,6 +49,9 @@ struct LedgerInputs {
   std::int64_t optimizer_shards = 1;  // ranks sharing gradients and optimizer state (sharded strategies)
   std::int64_t parameter_shards = 1;  // ranks sharing the parameters (full_shard, hybrid_shard)
   bool cpu_offload = false;           // shards, their gradients and optimizer state in host memory
+  // no_shard over several ranks: the gradients are all-reduced as one flat fp32 copy
+  // (train/parallel/replicated_sync.cpp), beside them for the collective's length.
+  bool all_reduced_gradients = false;
   // The optimizer step runs the fused CPU kernels (ops/fused_optimizer.h: the model on the CPU,
   // or its shards offloaded there): no temporaries; else ATen's (a float64 copy of the largest
   // gradient for the norm, the update's intermediates).

@@ -1,22 +1,18 @@
 #include "train/plan/machine.h"
 
 #include <ATen/Parallel.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
-#include <thread>
 #include <vector>
 
 #include "core/json.h"
 #include "core/log.h"
 #include "io/file.h"
+#include "ops/tensor_pool.h"
 #include "quant/quantized_linear.h"
 
 namespace ctune::train {
@@ -68,54 +64,22 @@ double dequant_rate(quant::QuantSpec::Kind kind) {
   return 2048.0 * 2048 / median_seconds(at::kCPU, 3, [&] { (void)w.dequantize(at::kBFloat16); });
 }
 
-// Bytes/s of one loopback TCP connection: 64 MB sent by this thread, read by another. 0 when
-// the OS refuses a socket (the planner then counts collectives as free, and says so).
-double loopback_rate() {
-  const int server = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (server < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (::bind(server, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(server, 1) != 0 ||
-      ::getsockname(server, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(server);
-    return 0;
+// The collectives through Gloo; zeros (the planner then counts collectives as free, and says
+// so) when this machine refuses the two ranks a socket.
+distributed::CollectiveRates collective_rates() {
+  // Each rank computes with one thread here (a rank's local sums), as the ranks of a run
+  // sharing this machine's cores each do (docs/distributed.md, threads).
+  const int before = at::get_num_threads();
+  at::set_num_threads(1);
+  try {
+    const auto rates = distributed::measure_collective_rates();
+    at::set_num_threads(before);
+    return rates;
+  } catch (const std::exception& e) {
+    at::set_num_threads(before);
+    spdlog::warn("the collectives could not be measured ({}); plans count them as free", e.what());
+    return {};
   }
-  constexpr std::size_t kBytes = 64u << 20, kChunk = 1u << 20;
-  std::thread reader([&] {
-    const int c = ::accept(server, nullptr, nullptr);
-    if (c < 0) return;
-    std::vector<char> buf(kChunk);
-    std::size_t got = 0;
-    while (got < kBytes) {
-      const auto r = ::read(c, buf.data(), buf.size());
-      if (r <= 0) break;
-      got += static_cast<std::size_t>(r);
-    }
-    ::close(c);
-  });
-  const int client = ::socket(AF_INET, SOCK_STREAM, 0);
-  double rate = 0;
-  if (client >= 0 && ::connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    std::vector<char> buf(kChunk, 1);
-    const double start = now_s();
-    std::size_t sent = 0;
-    while (sent < kBytes) {
-      const auto w = ::write(client, buf.data(), std::min(buf.size(), kBytes - sent));
-      if (w <= 0) break;
-      sent += static_cast<std::size_t>(w);
-    }
-    ::shutdown(client, SHUT_WR);
-    reader.join();
-    if (sent == kBytes) rate = static_cast<double>(kBytes) / std::max(now_s() - start, 1e-9);
-  } else {
-    ::shutdown(server, SHUT_RDWR);
-    reader.join();
-  }
-  if (client >= 0) ::close(client);
-  ::close(server);
-  return rate;
 }
 
 // Seconds per operator of a chain of small ones, forward and backward: what a step pays per
@@ -150,16 +114,25 @@ fs::path cache_file() {
   return dir / "machine-rates.json";
 }
 
+Json cost_json(const distributed::CollectiveCost& c) { return {{"seconds_per_call", c.seconds_per_call}, {"bytes_per_second", c.bytes_per_second}}; }
+
+distributed::CollectiveCost cost_from(const Json& j) { return {j.at("seconds_per_call"), j.at("bytes_per_second")}; }
+
 Json to_json(const MachineRates& r) {
   return {{"gemm_fp32", r.gemm_fp32},           {"gemm_bf16", r.gemm_bf16},     {"gemm_fp32_small", r.gemm_fp32_small},
           {"gemm_bf16_small", r.gemm_bf16_small}, {"memory_bandwidth", r.memory_bandwidth}, {"dequant_int8", r.dequant_int8},
-          {"dequant_nf4", r.dequant_nf4},       {"link_bandwidth", r.link_bandwidth}, {"op_seconds", r.op_seconds}};
+          {"dequant_nf4", r.dequant_nf4},       {"op_seconds", r.op_seconds},
+          {"all_gather", cost_json(r.collectives.all_gather)}, {"reduce_scatter", cost_json(r.collectives.reduce_scatter)},
+          {"all_reduce", cost_json(r.collectives.all_reduce)}};
 }
 
 MachineRates measure(at::Device device, const std::string& key) {
+  // As a run allocates (memory.allocator: pool): a fresh page costs a fault, about 15 us on a
+  // virtual machine, which a warm step never pays and glibc's unmapped large blocks always do.
+  ops::use_tensor_pool();
   MachineRates r;
   r.key = key;
-  spdlog::info("measuring this machine's rates once (GEMMs, copies, dequantisation, loopback), cached in {}", cache_file().string());
+  spdlog::info("measuring this machine's rates once (GEMMs, copies, dequantisation, collectives), cached in {}", cache_file().string());
   r.gemm_fp32 = gemm_rate(device, at::kFloat, 2048);
   r.gemm_bf16 = gemm_rate(device, at::kBFloat16, 2048);
   r.gemm_fp32_small = gemm_rate(device, at::kFloat, 256);
@@ -167,7 +140,7 @@ MachineRates measure(at::Device device, const std::string& key) {
   r.memory_bandwidth = copy_rate(device);
   r.dequant_int8 = dequant_rate(quant::QuantSpec::Int8);
   r.dequant_nf4 = dequant_rate(quant::QuantSpec::Nf4);
-  r.link_bandwidth = loopback_rate();
+  r.collectives = collective_rates();
   r.op_seconds = op_overhead();
   return r;
 }
@@ -207,7 +180,7 @@ MachineRates machine_rates(at::Device device, int threads, bool remeasure) {
       r.memory_bandwidth = j.at("memory_bandwidth");
       r.dequant_int8 = j.at("dequant_int8");
       r.dequant_nf4 = j.at("dequant_nf4");
-      r.link_bandwidth = j.at("link_bandwidth");
+      r.collectives = {cost_from(j.at("all_gather")), cost_from(j.at("reduce_scatter")), cost_from(j.at("all_reduce"))};
       r.op_seconds = j.at("op_seconds");
       if (r.gemm_fp32 > 0 && r.gemm_bf16 > 0 && r.memory_bandwidth > 0) return r;
     } catch (const std::exception&) {

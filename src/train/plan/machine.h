@@ -1,7 +1,7 @@
 // What this machine does per second, measured once and cached (docs/planning.md, "The step-time
 // model"): the GEMM rate of each compute dtype at a large and a small row count, the memory
-// bandwidth of a large copy, the rate at which int8 and nf4 weights dequantise, and the bandwidth
-// of loopback TCP, which is what Gloo moves tensors through between the ranks of one machine.
+// bandwidth of a large copy, the rate at which int8 and nf4 weights dequantise, and what the
+// run's own collectives cost between two ranks of this machine (per call and per byte).
 // The planner ranks plans with these; none is a constant fitted elsewhere.
 #pragma once
 
@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <string>
+
+#include "distributed/collective_rates.h"
 
 namespace ctune::train {
 
@@ -18,7 +20,7 @@ struct MachineRates {
   double gemm_fp32_small = 0, gemm_bf16_small = 0;  // FLOP/s, [256, 2048] x [2048, 2048]
   double memory_bandwidth = 0;                      // bytes/s read + written by a 64 MB copy
   double dequant_int8 = 0, dequant_nf4 = 0;         // weights/s dequantised to bf16
-  double link_bandwidth = 0;                        // bytes/s through a loopback TCP connection
+  distributed::CollectiveRates collectives;         // all-gather, reduce-scatter, all-reduce; zero: not measured
   double op_seconds = 0;  // one small operator with autograd, forward and backward (dispatch, the graph, the engine)
 
   // The GEMM rate of `dtype` for `m` rows (interpolated in log m between the two measured

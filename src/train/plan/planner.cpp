@@ -314,6 +314,17 @@ std::string PlanResult::table(std::size_t max_rows) const {
   return s.str();
 }
 
+namespace {
+
+// The step-time model's lines by name (seconds), for a benchmark to set beside a profile.
+Json step_lines_json(const StepTime& t) {
+  Json j = Json::object();
+  for (const auto& l : t.lines) j[l.name] = l.seconds;
+  return j;
+}
+
+}  // namespace
+
 Json PlanResult::to_json() const {
   Json j = {{"budget_bytes", budget}, {"auto_keys", auto_keys}, {"headroom", kPlanHeadroom}};
   j["candidates"] = Json::array();
@@ -323,7 +334,7 @@ Json PlanResult::to_json() const {
     for (const auto& o : c.techniques.overrides()) overrides.push_back(o);
     j["candidates"].push_back({{"overrides", overrides}, {"describe", describe_techniques(c.techniques, auto_keys)},
                                {"peak_bytes", c.ledger.peak_bytes}, {"tokens_per_s", c.time.tokens_per_second()},
-                               {"fits", c.fits}, {"chosen", chosen && *chosen == i}});
+                               {"step_seconds", step_lines_json(c.time)}, {"fits", c.fits}, {"chosen", chosen && *chosen == i}});
   }
   if (!chosen) j["nothing_fits"] = nothing_fits;
   j["why"] = Json::array();
@@ -343,6 +354,8 @@ std::string PlanResult::explanation() const {
   std::snprintf(line, sizeof line, "\n  predicted peak %s of %s per device, %.0f tokens/s (step %.2f s)\n", format_mb(c.ledger.peak_bytes).c_str(),
                 format_mb(budget).c_str(), c.time.tokens_per_second(), c.time.step_seconds);
   s << line;
+  std::istringstream lines(c.time.to_text());
+  for (std::string l; std::getline(lines, l);) s << "    " << l << "\n";
   for (const auto& e : why) {
     s << "  " << e.key << " " << e.value << " (not " << e.default_value << "): ";
     if (e.peak_without == 0) {

@@ -1,6 +1,7 @@
 #include "train/plan/step_time.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -137,30 +138,47 @@ StepTime estimate_step_time(const LedgerInputs& in, const distributed::World& wo
   const double state_bytes = (in.optimizer == "adamw" ? 16.0 : 12.0) * 2.0 * trainable / shards;
   st.lines.push_back({"optimizer", state_bytes / bandwidth, "2 x (weight + gradient + state) bytes of this rank's share / copy bandwidth"});
 
-  // Collectives: ring volumes per rank, (N - 1)/N of the tensor per pass.
+  // Collectives: per call a fixed cost, and the ring volume per rank ((N - 1)/N of the tensor;
+  // twice for an all-reduce) at the rate measured through the run's own Gloo collectives
+  // (distributed/collective_rates.h), between two ranks; more ranks of one machine share it.
   if (world.size > 1) {
+    const auto& c = rates.collectives;
     const double N = static_cast<double>(world.size);
     const double P = static_cast<double>(std::max<std::int64_t>(1, in.parameter_shards));
     const double ring = (N - 1.0) / N, ring_p = (P - 1.0) / P;
     const double grads = 4.0 * trainable;
-    double stored = 0;
-    for (const auto& p : in.parameters) stored += static_cast<double>(p.numel()) * (in.method->module(p.module()).weight_trains ? 4.0 : r);
-    double bytes = 0;
+    double stored = 0, trained_tensors = 0;
+    bool frozen_weights = false;
+    for (const auto& p : in.parameters) {
+      const ModuleTraining t = in.method->module(p.module());
+      stored += static_cast<double>(p.numel()) * (t.weight_trains ? 4.0 : r);
+      trained_tensors += (t.weight_trains ? 1.0 : 0.0) + (t.adapter_rank > 0 && p.is_weight() ? 2.0 : 0.0);
+      frozen_weights = frozen_weights || !t.weight_trains;
+    }
+    double seconds = 0;
     std::string what;
     if (in.parameter_shards > 1) {
-      // Every part gathered for forward and again for backward, each micro-batch; gradients
-      // reduce-scattered; across nodes (hybrid) the shards' gradients all-reduced.
-      bytes = accum * 2.0 * ring_p * stored + ring_p * grads + (P < N ? 2.0 * (N / P - 1.0) / (N / P) * grads / P : 0.0);
-      what = "parts gathered forward and backward per micro-batch, gradients reduce-scattered";
+      // Per micro-batch: every part (embedding, blocks, head) gathered for forward and again for
+      // backward, a flat each for its trained and its frozen weights; each trained tensor's
+      // gradient reduce-scattered as backward completes it; across nodes (hybrid) the shards'
+      // gradients all-reduced.
+      const double gathers = 2.0 * (L + 2.0) * (frozen_weights && trainable > 0 ? 2.0 : 1.0);
+      seconds = accum * (c.all_gather.seconds(gathers, 2.0 * ring_p * stored) + c.reduce_scatter.seconds(trained_tensors, ring_p * grads));
+      if (P < N) seconds += accum * c.all_reduce.seconds(trained_tensors, 2.0 * (N / P - 1.0) / (N / P) * grads / P);
+      what = "per micro-batch: parts gathered forward and backward, each trained tensor's gradient reduce-scattered";
     } else if (in.optimizer_shards > 1) {
-      bytes = ring * grads + ring * 4.0 * trainable;
-      what = "gradients reduce-scattered, updated weights all-gathered";
+      // Buckets of 16 MiB (train/parallel/zero.cpp): reduce-scattered, then all-gathered updated.
+      const double buckets = std::max(1.0, std::ceil(grads / (16.0 * 1024 * 1024)));
+      seconds = c.reduce_scatter.seconds(buckets, ring * grads) + c.all_gather.seconds(buckets, ring * 4.0 * trainable);
+      what = "16 MiB buckets of gradients reduce-scattered, updated weights all-gathered";
     } else {
-      bytes = 2.0 * ring * grads;
-      what = "gradients all-reduced";
+      seconds = c.all_reduce.seconds(2.0, 2.0 * ring * grads);
+      what = "the gradients all-reduced as one flat tensor";
     }
-    const double link = rates.link_bandwidth > 0 ? rates.link_bandwidth : 1e12;
-    st.lines.push_back({"collectives", bytes / link, what + " / loopback bandwidth"});
+    const double local = shared_cores ? std::max(1.0, static_cast<double>(world.local_size) / 2.0) : 1.0;
+    st.lines.push_back({"collectives", seconds * local,
+                        what + " / per-call cost and rate measured through Gloo between two ranks" +
+                            (c.all_gather.bytes_per_second > 0 ? "" : " (not measured on this machine: counted as free)")});
   }
   if (in.cpu_offload) {
     double stored = 0;

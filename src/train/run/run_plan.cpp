@@ -452,6 +452,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.optimizer = p.optimizer.name;
   in.optimizer_shards = p.distributed.optimizer_shards(p.world);
   in.parameter_shards = p.distributed.parameter_shards(p.world);
+  in.all_reduced_gradients = p.world.size > 1 && in.optimizer_shards == 1 && in.parameter_shards == 1;
   in.sharded_checkpoints = p.checkpoint.sharded;
   in.cpu_offload = p.distributed.cpu_offload;
   in.fused_optimizer = ops::fused_optimizer_on(p.distributed.cpu_offload ? at::Device(at::kCPU) : p.device);
@@ -499,6 +500,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes, const T
   if (d.cpu_offload && d.strategy != "full_shard" && d.strategy != "hybrid_shard") throw ConfigError("offload needs parameter shards");
   in.optimizer_shards = d.optimizer_shards(p.world);
   in.parameter_shards = d.parameter_shards(p.world);
+  in.all_reduced_gradients = p.world.size > 1 && in.optimizer_shards == 1 && in.parameter_shards == 1;
   in.cpu_offload = d.cpu_offload;
   in.fused_optimizer = ops::fused_optimizer_on(d.cpu_offload ? at::Device(at::kCPU) : p.device);
   const std::string layout = r.get_string("checkpoint.layout");

@@ -324,6 +324,7 @@ TrainResult Session::run_steps() {
 
   // 7. The result, in the ecosystem's layouts: output_dir/model or output_dir/adapter.
   write_result(lm, parallel, files);
+  report_run_peak(ledger, metrics ? &*metrics : nullptr);
   cadence.write_report();
   if (result.skipped_steps > 0) spdlog::info("{} steps were skipped (non-finite loss or gradients)", result.skipped_steps);
   spdlog::info("done: {} steps in {:.1f} s, last loss {:.4f}{}", result.steps, result.seconds, result.last_loss,
@@ -374,6 +375,20 @@ void Session::refuse_if_nothing_learned(const TrainResult& result) const {
                 std::string(plan_.loss_scaling.enabled ? ", fp16 overflow at every loss scale" : "") +
                 "); no result is written (lower optimizer.lr, use precision: bf16, or check the data)");
   }
+}
+
+void Session::report_run_peak(const Ledger& ledger, MetricsLog* metrics) {
+  // The largest over the ranks: a budget is per device, and under full_shard every rank
+  // gathers the whole model for the result.
+  at::Tensor peak = at::tensor({ops::peak_memory(plan_.device)}, at::kLong);
+  comm_.all_reduce_max(peak, "agreeing the run's peak memory");
+  const auto measured = peak.item<std::int64_t>();
+  if (!metrics) return;
+  spdlog::info("memory: the whole run (the final checkpoint and the result included) peaked at {:.1f} MB{}, predicted {:.1f} MB "
+               "(measured/predicted {:.3f})",
+               static_cast<double>(measured) / 1e6, plan_.world.distributed() ? " on its largest rank" : "",
+               static_cast<double>(ledger.peak_bytes) / 1e6, static_cast<double>(measured) / static_cast<double>(std::max<std::int64_t>(1, ledger.peak_bytes)));
+  metrics->write_line(Json{{"memory_run", {{"measured_peak_bytes", measured}, {"predicted_peak_bytes", ledger.peak_bytes}}}}.dump());
 }
 
 void Session::write_result(model::CausalLM& lm, DataParallel& parallel, const WeightFiles& files) {

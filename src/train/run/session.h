@@ -24,6 +24,7 @@
 #include "io/run_dir.h"
 #include "train/parallel/data_parallel.h"
 #include "train/observe/memory_ledger.h"
+#include "train/observe/metrics.h"
 #include "train/run/out_of_memory.h"
 #include "train/run/run_plan.h"
 #include "train/state/checkpoint.h"
@@ -64,6 +65,10 @@ class Session {
   void refuse_if_nothing_learned(const TrainResult& result) const;
   std::shared_ptr<const ReferenceTable> precomputed_reference(model::CausalLM& lm, DataParallel& parallel) const;
   void write_result(model::CausalLM& lm, DataParallel& parallel, const WeightFiles& files);
+  // The run's peak per rank, its final checkpoint and result included (what the ledger's peak
+  // is about; the step lines' peaks miss the gathers after the last step): logged and in
+  // metrics.jsonl as "memory_run" (rank 0, `metrics`).
+  void report_run_peak(const Ledger& ledger, MetricsLog* metrics);
 
   bool writer() const { return comm_.rank() == 0; }
 
