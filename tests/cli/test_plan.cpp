@@ -192,6 +192,21 @@ TEST_F(Plan, PlansAReleasedModelFromItsConfigAlone) {
   EXPECT_TRUE(chosen.find("nf4") != std::string::npos || chosen.find("int8") != std::string::npos) << chosen;
 }
 
+// Llama-3.1-70B, full fine-tuning on 8 devices of 80 GB: nothing fits, and the line says why no
+// switch helps: the peak is set after training, when the whole fp32 model is gathered for the
+// result (docs/planning.md, At scale), not by any moment of the step.
+TEST_F(Plan, NothingFitsNamesAGatherBetweenStepsThatNoSwitchMoves) {
+  const std::string file = std::string(CTUNE_SOURCE_DIR) + "/recipes/plan/llama-3.1-70b-full-8x80gb.yaml";
+  const auto run = ctune({"plan", file, "--budget", "80GB", "--nproc", "8", "output_dir=" + (kDir / "70b").string(),
+                          "model.path=" + std::string(CTUNE_SOURCE_DIR) + "/recipes/models/llama-3.1-70b.json"});
+  // (Above the error, two lines say the plan is from config.json alone.)
+  ASSERT_NE(run.status, 0);
+  const std::string err = run.err.substr(0, run.err.find_last_not_of('\n') + 1);
+  const std::string last = err.substr(err.rfind('\n') + 1);
+  EXPECT_EQ(last.rfind("ctune: config error: nothing fits in 80000.0 MB per device", 0), 0u) << err;
+  EXPECT_NE(last.find("that peak is the whole model gathered for the run's result"), std::string::npos) << last;
+}
+
 // memory.limit holds a run to a budget: past it the step ends with one line naming the phase,
 // what was in use, the ledger's prediction and a plan that fits; that plan then runs within it.
 TEST_F(Plan, RunningOutOfMemoryIsExplainedAndThePlanItGivesFits) {

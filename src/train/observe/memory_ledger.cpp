@@ -412,6 +412,23 @@ Ledger estimate_memory(const LedgerInputs& in) {
   // not), so a gather for the result or a checkpoint stands on weights and optimizer state only.
   const Term between_steps = st.weights + st.optimizer + reference + checkpoint_gather;
   const Term live = Term::max({base + Term::max({backward_start, backward_end, all_reduce, optimizer_step}), between_steps});
+  const std::pair<const char*, Term> moments[] = {{"the start of backward (saved activations and loss buffers)", backward_start},
+                                                   {"the end of backward (gradients)", backward_end},
+                                                   {"the gradients' all-reduce", all_reduce},
+                                                   {"the optimizer step", optimizer_step}};
+  for (const auto& [name, term] : moments) {
+    if (term.value() > led.peak_moment_bytes || led.peak_moment.empty()) {
+      led.peak_moment = name;
+      led.peak_moment_bytes = term.value();
+    }
+  }
+  if (between_steps.value() > (base + Term::max({backward_start, backward_end, all_reduce, optimizer_step})).value()) {
+    led.peak_between_steps = true;
+    led.peak_moment = sharded ? (in.sharded_checkpoints ? "the whole model gathered for the run's result"
+                                                        : "the whole model and optimizer state gathered for a checkpoint")
+                              : "the whole optimizer state gathered for a checkpoint";
+    led.peak_moment_bytes = checkpoint_gather.value();
+  }
   // The tensor pool (ops/tensor_pool.h) holds at most 1/kPoolSlackDivisor over the peak of its
   // live tensors, by its policy: it returns free ranges before it would hold more. The bound is
   // taken over all live bytes (the few unpooled ones, below 256 KiB each, included).
@@ -453,7 +470,8 @@ Json Ledger::to_json() const {
   Json values = Json::object();
   for (const auto& [name, value] : symbol_values) values[name] = value;
   return {{"lines", lines_json}, {"peak_bytes", peak_bytes}, {"peak_formula", peak_formula}, {"host_bytes", host_bytes}, {"state_bytes", state_bytes},
-          {"activations_per_layer_bytes", activations_per_layer}, {"symbols", symbols}, {"symbol_values", values}};
+          {"activations_per_layer_bytes", activations_per_layer}, {"symbols", symbols}, {"symbol_values", values},
+          {"peak_moment", peak_moment}, {"peak_moment_bytes", peak_moment_bytes}, {"peak_between_steps", peak_between_steps}};
 }
 
 std::string Ledger::to_text() const {

@@ -90,6 +90,12 @@ struct Ledger {
   // gathered grads and optimizer state together): what train/observe/memory_report.h measures.
   std::int64_t state_bytes = 0;
   std::int64_t activations_per_layer = 0;  // saved per decoder layer without recompute
+  // The moment that sets the peak ("the start of backward", ..., "the whole model gathered for
+  // the run's result") and what it adds to what is always there; `between_steps`: a gather
+  // after an update, which no step-time switch moves.
+  std::string peak_moment;
+  std::int64_t peak_moment_bytes = 0;
+  bool peak_between_steps = false;
   std::string symbols;  // what n, H, I, ... stand for in this run
   std::vector<std::pair<std::string, std::int64_t>> symbol_values;  // their values, for evaluating a formula
 

@@ -228,6 +228,10 @@ PlanResult plan_techniques(const Recipe& recipe, const distributed::World& world
       s << "nothing fits in " << format_mb(budget) << " per device: the smallest peak reachable is " << format_mb(smallest->ledger.peak_bytes) << " (";
       for (std::size_t k = 0; k < out.auto_keys.size(); ++k) s << (k ? ", " : "") << out.auto_keys[k] << " " << value_of(smallest->techniques, out.auto_keys[k]);
       s << "), and its largest line is `" << dominant->name << "` (" << format_mb(dominant->bytes) << ")";
+      // A gather between steps sets the same peak whatever the step's switches.
+      if (smallest->ledger.peak_between_steps)
+        s << "; that peak is " << smallest->ledger.peak_moment << " (" << format_mb(smallest->ledger.peak_moment_bytes)
+          << " beside the shards), which no switch of the step moves";
     }
     out.nothing_fits = s.str();
     return out;
