@@ -61,7 +61,7 @@ def train(overrides, nproc=1):
     rows = [x for x in lines if "tokens_per_s" in x]
     # The whole run's peak (the final checkpoint and the result's gather included), which the
     # planner's budget is about; the step lines' peaks where the run has no such line.
-    run_peak = max([x["memory_run"]["measured_peak_bytes"] for x in lines if "memory_run" in x] or [0])
+    run_peak = max([x["memory"].get("measured_run_peak_bytes", 0) for x in lines if "memory" in x] or [0])
     return max([run_peak] + [x["peak_mem_bytes"] for x in rows]), statistics.median(x["tokens_per_s"] for x in rows[1:] or rows)
 
 def plan(budget, extra, nproc=1):

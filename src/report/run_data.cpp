@@ -74,12 +74,6 @@ void read_metrics(RunData& r) {
         r.memory = j["memory"];
         continue;
       }
-      // After the result is written: the whole run's peak, beside the ledger's record.
-      if (j.contains("memory_run")) {
-        if (r.memory && r.memory->is_object() && j["memory_run"].is_object())
-          (*r.memory)["measured_run_peak_bytes"] = j["memory_run"].value("measured_peak_bytes", 0.0);
-        continue;
-      }
       if (!j.contains("step") || !j["step"].is_number_integer()) throw FormatError("no integer \"step\"");
       // An objective's figures: the keys with a '/' (DPO's rewards/..., logps/...).
       auto objective = [&](const std::string& prefix) {

@@ -42,7 +42,7 @@ struct RunData {
   std::filesystem::path dir;
   std::vector<StepRecord> steps;
   std::vector<EvalRecord> evals;
-  std::optional<Json> memory;  // the ledger record of metrics.jsonl ({"memory": ...}; measured_run_peak_bytes from {"memory_run": ...})
+  std::optional<Json> memory;  // the ledger record of metrics.jsonl ({"memory": ...})
   std::string recipe_yaml;     // empty when missing
   // From the recipe (empty when it cannot be read).
   std::string model, method, precision, train_data, eval_data;

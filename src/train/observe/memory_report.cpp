@@ -30,8 +30,7 @@ void StateMeter::sample() {
   peak_ = std::max(peak_, bytes + optimizer_.state_bytes());
 }
 
-void report_memory(const Ledger& ledger, MetricsLog& metrics, std::int64_t start_bytes, const StateMeter& meter,
-                   const at::Device& device) {
+Json report_memory(const Ledger& ledger, std::int64_t start_bytes, const StateMeter& meter, const at::Device& device) {
   const auto measured = ops::peak_memory(device);
   const double ratio = static_cast<double>(measured) / static_cast<double>(std::max<std::int64_t>(1, ledger.peak_bytes));
   spdlog::info("memory: predicted peak {:.1f} MB, measured {:.1f} MB (measured/predicted {:.3f})",
@@ -46,7 +45,16 @@ void report_memory(const Ledger& ledger, MetricsLog& metrics, std::int64_t start
   line["memory"]["measured_peak_bytes"] = measured;
   line["memory"]["measured_start_bytes"] = start_bytes;  // resident when training began
   line["memory"]["measured_state_bytes"] = meter.peak();
-  metrics.write_line(line.dump());
+  return line;
+}
+
+void write_memory_record(Json record, const Ledger& ledger, std::int64_t run_peak, bool distributed, MetricsLog& metrics) {
+  spdlog::info("memory: the whole run (the final checkpoint and the result included) peaked at {:.1f} MB{}, predicted {:.1f} MB "
+               "(measured/predicted {:.3f})",
+               static_cast<double>(run_peak) / 1e6, distributed ? " on its largest rank" : "", static_cast<double>(ledger.peak_bytes) / 1e6,
+               static_cast<double>(run_peak) / static_cast<double>(std::max<std::int64_t>(1, ledger.peak_bytes)));
+  record["memory"]["measured_run_peak_bytes"] = run_peak;
+  metrics.write_line(record.dump());
 }
 
 }  // namespace ctune::train

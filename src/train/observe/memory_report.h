@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "model/llama.h"
+#include "core/json.h"
 #include "train/observe/memory_ledger.h"
 #include "train/observe/metrics.h"
 #include "train/step/optimizer.h"
@@ -30,9 +31,14 @@ class StateMeter {
   std::int64_t peak_ = 0;
 };
 
-// Logs predicted against measured memory and writes the {"memory": ...} record.
+// Logs predicted against measured memory of the steps and returns the {"memory": ...} record.
 // `device`: where the model lives, whose memory is measured (train/observe/metrics.h memory_now).
-void report_memory(const Ledger& ledger, MetricsLog& metrics, std::int64_t start_bytes, const StateMeter& meter,
-                   const at::Device& device);
+Json report_memory(const Ledger& ledger, std::int64_t start_bytes, const StateMeter& meter, const at::Device& device);
+
+// Once the result is written: logs the whole run's peak (`run_peak`: the largest rank's, the
+// final checkpoint and the result included, which is what the ledger's peak counts; the steps'
+// peak misses the gathers after the last step) against the prediction, adds it to `record` as
+// measured_run_peak_bytes and writes the record, the last line of metrics.jsonl.
+void write_memory_record(Json record, const Ledger& ledger, std::int64_t run_peak, bool distributed, MetricsLog& metrics);
 
 }  // namespace ctune::train

@@ -310,7 +310,8 @@ TrainResult Session::run_steps() {
     profiler->finish();
     log_lines(profiler->table());
   }
-  if (metrics) report_memory(ledger, *metrics, start_bytes, meter, plan.device);
+  std::optional<Json> memory_record;
+  if (metrics) memory_record = report_memory(ledger, start_bytes, meter, plan.device);
   if (plan.world.distributed()) {
     const double waited = comm_.seconds_communicating() - communicating_before;
     spdlog::info("communication: rank 0 spent {:.2f} s of {:.2f} s training in collectives ({:.1f}%)", waited, result.seconds,
@@ -324,7 +325,7 @@ TrainResult Session::run_steps() {
 
   // 7. The result, in the ecosystem's layouts: output_dir/model or output_dir/adapter.
   write_result(lm, parallel, files);
-  report_run_peak(ledger, metrics ? &*metrics : nullptr);
+  report_run_peak(ledger, memory_record, metrics ? &*metrics : nullptr);
   cadence.write_report();
   if (result.skipped_steps > 0) spdlog::info("{} steps were skipped (non-finite loss or gradients)", result.skipped_steps);
   spdlog::info("done: {} steps in {:.1f} s, last loss {:.4f}{}", result.steps, result.seconds, result.last_loss,
@@ -377,18 +378,12 @@ void Session::refuse_if_nothing_learned(const TrainResult& result) const {
   }
 }
 
-void Session::report_run_peak(const Ledger& ledger, MetricsLog* metrics) {
+void Session::report_run_peak(const Ledger& ledger, const std::optional<Json>& record, MetricsLog* metrics) {
   // The largest over the ranks: a budget is per device, and under full_shard every rank
   // gathers the whole model for the result.
   at::Tensor peak = at::tensor({ops::peak_memory(plan_.device)}, at::kLong);
   comm_.all_reduce_max(peak, "agreeing the run's peak memory");
-  const auto measured = peak.item<std::int64_t>();
-  if (!metrics) return;
-  spdlog::info("memory: the whole run (the final checkpoint and the result included) peaked at {:.1f} MB{}, predicted {:.1f} MB "
-               "(measured/predicted {:.3f})",
-               static_cast<double>(measured) / 1e6, plan_.world.distributed() ? " on its largest rank" : "",
-               static_cast<double>(ledger.peak_bytes) / 1e6, static_cast<double>(measured) / static_cast<double>(std::max<std::int64_t>(1, ledger.peak_bytes)));
-  metrics->write_line(Json{{"memory_run", {{"measured_peak_bytes", measured}, {"predicted_peak_bytes", ledger.peak_bytes}}}}.dump());
+  if (metrics && record) write_memory_record(*record, ledger, peak.item<std::int64_t>(), plan_.world.distributed(), *metrics);
 }
 
 void Session::write_result(model::CausalLM& lm, DataParallel& parallel, const WeightFiles& files) {

@@ -65,10 +65,9 @@ class Session {
   void refuse_if_nothing_learned(const TrainResult& result) const;
   std::shared_ptr<const ReferenceTable> precomputed_reference(model::CausalLM& lm, DataParallel& parallel) const;
   void write_result(model::CausalLM& lm, DataParallel& parallel, const WeightFiles& files);
-  // The run's peak per rank, its final checkpoint and result included (what the ledger's peak
-  // is about; the step lines' peaks miss the gathers after the last step): logged and in
-  // metrics.jsonl as "memory_run" (rank 0, `metrics`).
-  void report_run_peak(const Ledger& ledger, MetricsLog* metrics);
+  // The run's peak, the largest over the ranks, its final checkpoint and result included:
+  // logged, and with the steps' `record` (rank 0's) the memory line of metrics.jsonl.
+  void report_run_peak(const Ledger& ledger, const std::optional<Json>& record, MetricsLog* metrics);
 
   bool writer() const { return comm_.rank() == 0; }
 
