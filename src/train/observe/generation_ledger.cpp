@@ -23,9 +23,9 @@ Ledger estimate_generation_memory(const GenerationLedgerInputs& in) {
     led.symbols = sym.str();
   }
   const std::int64_t weights = in.parameters * s;
-  led.lines.push_back({"weights", weights, "parameters x s (an adapter applied at run time adds its own, small)"});
+  led.lines.push_back({"weights", weights, "parameters x s (an adapter applied at run time adds its own, small)", ""});
   const std::int64_t kv = 2 * L * B * (P + N) * nkv * d * s;
-  led.lines.push_back({"kv_cache", kv, "2 (K, V) x L x B x (P + N) x kv heads x d x s: preallocated, KV heads only"});
+  led.lines.push_back({"kv_cache", kv, "2 (K, V) x L x B x (P + N) x kv heads x d x s: preallocated, KV heads only", ""});
   // The prompt's forward pass is the largest transient: a layer's hidden states (input, norm,
   // output) with either its attention (q, k, v, one block of fp32 scores and probabilities) or
   // its MLP (gate, up, their product), the mask, and the last position's logits.
@@ -35,7 +35,7 @@ Ledger estimate_generation_memory(const GenerationLedgerInputs& in) {
   const std::int64_t prefill = 3 * B * P * H * s + std::max(attention, mlp) + B * P * P + B * V * 4;
   led.lines.push_back({"prefill", prefill,
                        "3 B P H s (hidden states) + max(attention B P (heads + 2 kv heads) d s + 2 B heads " + std::to_string(block) +
-                           " P 4 (a block's scores), MLP 3 B P I s) + B P P (mask) + B V 4 (last logits)"});
+                           " P 4 (a block's scores), MLP 3 B P I s) + B P P (mask) + B V 4 (last logits)", ""});
   led.peak_bytes = weights + kv + prefill;
   led.peak_formula = "weights + kv_cache + prefill (a decode step holds one position; the process itself, libraries and tokenizer, is not counted)";
   led.state_bytes = weights;

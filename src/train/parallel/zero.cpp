@@ -25,11 +25,6 @@ bool split_index(const std::string& name, std::string& prefix, std::size_t& inde
 
 }  // namespace
 
-// Parameters are packed into flat buffers of at most this many elements (16 MiB of fp32; one
-// parameter larger than that gets a buffer of its own), so the reduce-scatter's temporaries (the
-// flat gradient and what the all-to-all receives) stay this small. PyTorch's DDP buckets 25 MB.
-constexpr std::int64_t kBucketElements = 4 << 20;
-
 std::vector<FlatGroup> ShardedOptimizer::buckets(const std::vector<ParamGroup>& groups, const distributed::Comm& comm) {
   std::vector<FlatGroup> out;
   std::vector<at::Tensor> params;

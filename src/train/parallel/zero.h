@@ -19,6 +19,12 @@
 
 namespace ctune::train {
 
+// shard_grad_op packs parameters into flat buffers of at most this many elements (16 MiB of
+// fp32; one parameter larger than that gets a buffer of its own), so the reduce-scatter's
+// temporaries (the flat gradient and what the all-to-all receives) stay this small. PyTorch's
+// DDP buckets 25 MB.
+inline constexpr std::int64_t kBucketElements = 4 << 20;
+
 // A trainable flat parameter and the weight decay of its parameters.
 struct FlatGroup {
   std::shared_ptr<FlatParam> flat;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "model/quantize.h"
+#include "train/parallel/zero.h"
 
 namespace ctune::train {
 
@@ -167,8 +168,8 @@ StepTime estimate_step_time(const LedgerInputs& in, const distributed::World& wo
       if (P < N) seconds += accum * c.all_reduce.seconds(trained_tensors, 2.0 * (N / P - 1.0) / (N / P) * grads / P);
       what = "per micro-batch: parts gathered forward and backward, each trained tensor's gradient reduce-scattered";
     } else if (in.optimizer_shards > 1) {
-      // Buckets of 16 MiB (train/parallel/zero.cpp): reduce-scattered, then all-gathered updated.
-      const double buckets = std::max(1.0, std::ceil(grads / (16.0 * 1024 * 1024)));
+      // Its buckets (train/parallel/zero.h): reduce-scattered, then all-gathered updated.
+      const double buckets = std::max(1.0, std::ceil(trainable / static_cast<double>(kBucketElements)));
       seconds = c.reduce_scatter.seconds(buckets, ring * grads) + c.all_gather.seconds(buckets, ring * 4.0 * trainable);
       what = "16 MiB buckets of gradients reduce-scattered, updated weights all-gathered";
     } else {
