@@ -17,7 +17,7 @@ std::int64_t capacity_of(const at::Device& device) {
 }
 
 std::string describe(const OutOfMemoryFacts& f) {
-  std::string s = "out of memory at " + f.phase + ": " + format_mb(f.in_use) + " in use";
+  std::string s = f.phase + ": " + format_mb(f.in_use) + " in use";  // after the kind, "out of memory: "
   if (f.requested > 0) s += " and " + format_mb(f.requested) + " more asked for";
   s += f.limit > 0 ? ", past memory.limit " + format_mb(f.limit) : ", of " + format_mb(f.capacity) + " the device has";
   if (f.predicted_peak > 0) {
