@@ -194,6 +194,10 @@ void use_tensor_pool() {
   c10::SetCPUAllocator(&TensorPool::instance(), /*priority=*/10);
 }
 
+TensorPoolScope::TensorPoolScope() : before_(c10::GetCPUAllocator()) { use_tensor_pool(); }
+
+TensorPoolScope::~TensorPoolScope() { c10::SetCPUAllocator(static_cast<c10::Allocator*>(before_), /*priority=*/10); }
+
 void use_exact_allocator() {
   mallopt(M_MMAP_THRESHOLD, static_cast<int>(kExactMappedBytes));  // a fixed threshold also stops glibc from raising it
   mallopt(M_TRIM_THRESHOLD, static_cast<int>(kExactMappedBytes));

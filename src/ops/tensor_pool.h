@@ -26,6 +26,19 @@ inline constexpr std::int64_t kPoolSlackDivisor = 20;    // held <= (1 + 1/20) x
 // Installs the pool as LibTorch's CPU allocator (tensors allocated before keep their allocator).
 void use_tensor_pool();
 
+// The pool as LibTorch's CPU allocator for a scope, the allocator before it restored after
+// (tensors keep the allocator that made them, so they may outlive the scope).
+class TensorPoolScope {
+ public:
+  TensorPoolScope();
+  ~TensorPoolScope();
+  TensorPoolScope(const TensorPoolScope&) = delete;
+  TensorPoolScope& operator=(const TensorPoolScope&) = delete;
+
+ private:
+  void* before_;  // the c10::Allocator in place when the scope began
+};
+
 // memory.allocator: exact: glibc maps every block of kExactMappedBytes and more and unmaps it when
 // it is freed, so resident memory follows live tensors, at the cost of a page fault per page of
 // every such tensor every step. Blocks below it stay in glibc's arenas, whose holes are not

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <cmath>
@@ -24,6 +25,7 @@
 #include "ops/fused_norm.h"
 #include "ops/fused_optimizer.h"
 #include "ops/fused_rope.h"
+#include "ops/tensor_pool.h"
 #include "ops/vector_math.h"
 
 namespace ctune {
@@ -351,3 +353,18 @@ TEST(Kernels, GradientUnscaleCheckAndNormAgreeWithFloat64) {
 
 }  // namespace
 }  // namespace ctune
+
+// The machine's rates are measured from the tensor pool (train/plan/machine.cpp) before
+// `train --fit` chooses its allocator: the scope must hand back the allocator it replaced, and
+// a tensor made inside it must stay usable after it.
+TEST(TensorPool, AScopeRestoresTheAllocatorItReplaced) {
+  c10::Allocator* const before = c10::GetCPUAllocator();
+  at::Tensor kept;
+  {
+    const ctune::ops::TensorPoolScope pool;
+    EXPECT_NE(c10::GetCPUAllocator(), before);
+    kept = at::ones({1 << 20});  // 4 MiB: pooled
+  }
+  EXPECT_EQ(c10::GetCPUAllocator(), before);
+  EXPECT_EQ(kept.sum().item<double>(), static_cast<double>(1 << 20));
+}

@@ -411,7 +411,8 @@ Ledger estimate_memory(const LedgerInputs& in) {
   // Between steps the gradients are gone (the optimizer drops them after its update, sharded or
   // not), so a gather for the result or a checkpoint stands on weights and optimizer state only.
   const Term between_steps = st.weights + st.optimizer + reference + checkpoint_gather;
-  const Term live = Term::max({base + Term::max({backward_start, backward_end, all_reduce, optimizer_step}), between_steps});
+  const Term during_step = base + Term::max({backward_start, backward_end, all_reduce, optimizer_step});
+  const Term live = Term::max({during_step, between_steps});
   const std::pair<const char*, Term> moments[] = {{"the start of backward (saved activations and loss buffers)", backward_start},
                                                    {"the end of backward (gradients)", backward_end},
                                                    {"the gradients' all-reduce", all_reduce},
@@ -422,7 +423,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
       led.peak_moment_bytes = term.value();
     }
   }
-  if (between_steps.value() > (base + Term::max({backward_start, backward_end, all_reduce, optimizer_step})).value()) {
+  if (between_steps.value() > during_step.value()) {
     led.peak_between_steps = true;
     led.peak_moment = sharded ? (in.sharded_checkpoints ? "the whole model gathered for the run's result"
                                                         : "the whole model and optimizer state gathered for a checkpoint")

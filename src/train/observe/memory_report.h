@@ -7,8 +7,8 @@
 
 #include <cstdint>
 
-#include "model/llama.h"
 #include "core/json.h"
+#include "model/llama.h"
 #include "train/observe/memory_ledger.h"
 #include "train/observe/metrics.h"
 #include "train/step/optimizer.h"

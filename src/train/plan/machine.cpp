@@ -20,6 +20,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// LibTorch's intra-op threads set for a scope, restored after it (an exception included).
+class IntraOpThreads {
+ public:
+  explicit IntraOpThreads(int threads) : before_(at::get_num_threads()) { at::set_num_threads(threads); }
+  ~IntraOpThreads() { at::set_num_threads(before_); }
+  IntraOpThreads(const IntraOpThreads&) = delete;
+  IntraOpThreads& operator=(const IntraOpThreads&) = delete;
+
+ private:
+  int before_;
+};
+
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 void sync(at::Device device) {
@@ -69,14 +81,10 @@ double dequant_rate(quant::QuantSpec::Kind kind) {
 distributed::CollectiveRates collective_rates() {
   // Each rank computes with one thread here (a rank's local sums), as the ranks of a run
   // sharing this machine's cores each do (docs/distributed.md, threads).
-  const int before = at::get_num_threads();
-  at::set_num_threads(1);
+  const IntraOpThreads one(1);
   try {
-    const auto rates = distributed::measure_collective_rates();
-    at::set_num_threads(before);
-    return rates;
+    return distributed::measure_collective_rates();
   } catch (const std::exception& e) {
-    at::set_num_threads(before);
     spdlog::warn("the collectives could not be measured ({}); plans count them as free", e.what());
     return {};
   }
@@ -127,9 +135,10 @@ Json to_json(const MachineRates& r) {
 }
 
 MachineRates measure(at::Device device, const std::string& key) {
-  // As a run allocates (memory.allocator: pool): a fresh page costs a fault, about 15 us on a
+  // As a run allocates (memory.allocator: fast): a fresh page costs a fault, about 15 us on a
   // virtual machine, which a warm step never pays and glibc's unmapped large blocks always do.
-  ops::use_tensor_pool();
+  // Only while measuring: `train --fit` chooses its allocator afterwards.
+  const ops::TensorPoolScope pool;
   MachineRates r;
   r.key = key;
   spdlog::info("measuring this machine's rates once (GEMMs, copies, dequantisation, collectives), cached in {}", cache_file().string());
@@ -186,10 +195,10 @@ MachineRates machine_rates(at::Device device, int threads, bool remeasure) {
     } catch (const std::exception&) {
     }
   }
-  const int before = at::get_num_threads();
-  at::set_num_threads(threads);
-  const MachineRates r = measure(device, key);
-  at::set_num_threads(before);
+  const MachineRates r = [&] {
+    const IntraOpThreads measured_with(threads);
+    return measure(device, key);
+  }();
   if (!cache.is_object()) cache = Json::object();
   cache[key] = to_json(r);
   try {
