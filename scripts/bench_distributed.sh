@@ -5,10 +5,12 @@
 # batch, and one table: median step time, the share of rank 0's training time spent waiting in
 # collectives, rank 0's parameters + gradients + optimizer state at their peak (measured by
 # walking the tensors) against `ctune estimate`'s figure and against the full_shard bound
-# (1/N of one process's + one block whole + 10%), and the resident peak measured vs predicted.
+# (1/N of one process's + one block whole + 10%; with experts also that block's gradients, which
+# are reduced together after its backward: docs/distributed.md#mixtures-of-experts), and the
+# resident peak measured vs predicted.
 # full_shard runs without and with distributed.prefetch (which keeps two blocks whole).
 # Not part of the test run (about 20 minutes on 2 cores; CONFIGS="1 no_shard,4 full_shard" runs a
-# subset, the first being the baseline).
+# subset, the first being the baseline; MODEL_CONFIG=FILE another config.json, e.g. one with experts).
 #   bash scripts/bench_distributed.sh              # STEPS=6 GLOBAL_BATCH=8 SEQ=256
 # On one machine the ranks share its cores (threads: auto gives each its share), so step times
 # say what communication and splitting cost here, not what more machines would gain.
@@ -21,10 +23,14 @@ STEPS=${STEPS:-6}
 GLOBAL_BATCH=${GLOBAL_BATCH:-8}
 SEQ=${SEQ:-256}
 mkdir -p "$OUT"
-cat >"$OUT/config.json" <<'JSON'
+if [[ -n ${MODEL_CONFIG:-} ]]; then
+  cp "$MODEL_CONFIG" "$OUT/config.json"
+else
+  cat >"$OUT/config.json" <<'JSON'
 {"model_type": "llama", "vocab_size": 320, "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 4,
  "num_attention_heads": 8, "num_key_value_heads": 4, "tie_word_embeddings": true, "torch_dtype": "float32"}
 JSON
+fi
 [[ -f $OUT/base/config.json ]] || $CTUNE init --config "$OUT/config.json" --out "$OUT/base" --tokenizer byte --seed 0 >/dev/null
 cat >"$OUT/bench.yaml" <<YAML
 seed: 0
@@ -97,22 +103,31 @@ PY
   echo "done: N=$n $name" >&2
 done
 
-/usr/bin/python3 - "$OUT/results.jsonl" "$GLOBAL_BATCH" "$SEQ" "$OUT/config.json" <<'PY'
-import json, sys
+/usr/bin/python3 - "$OUT/results.jsonl" "$GLOBAL_BATCH" "$SEQ" "$OUT/config.json" "$OUT/base" <<'PY'
+import glob, json, math, struct, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 c = json.load(open(sys.argv[4]))
-H, I = c["hidden_size"], c["intermediate_size"]
-kv = H // c["num_attention_heads"] * c["num_key_value_heads"]
-block = 4 * (2 * H * H + 2 * H * kv + 3 * H * I + 2 * H)  # one decoder block's fp32 parameters
-print(f"\n== distributed benchmark: 4 layers, hidden 512 (11.8M parameters), full fine-tuning fp32 AdamW, global batch {sys.argv[2]} x {sys.argv[3]} tokens; MB = 1e6 bytes; figures are rank 0's")
+# One decoder block's fp32 parameters, and the model's, from the checkpoint's own tensor list.
+block = total = 0
+for f in glob.glob(f"{sys.argv[5]}/*.safetensors"):
+    with open(f, "rb") as fh:
+        header = json.loads(fh.read(struct.unpack("<Q", fh.read(8))[0]))
+    for name, t in header.items():
+        if name == "__metadata__": continue
+        n = math.prod(t["shape"])
+        total += n
+        if name.startswith("model.layers.0."): block += 4 * n
+moe = f", {c['num_experts']} experts top {c['num_experts_per_tok']}" if "num_experts" in c else ""
+print(f"\n== distributed benchmark: {c['model_type']}{moe}, {c['num_hidden_layers']} layers, hidden {c['hidden_size']} ({total / 1e6:.1f}M parameters), full fine-tuning fp32 AdamW, global batch {sys.argv[2]} x {sys.argv[3]} tokens; MB = 1e6 bytes; figures are rank 0's")
 print("state = parameters + gradients + optimizer state at their peak, measured by walking the tensors (checkpoint writes excluded);")
-print("bound = one process's state / S + one block whole + 10% where S ranks share the parameters (N; hybrid_shard: a node's); peak = resident memory")
+whole = 2 * block if "num_experts" in c or "num_local_experts" in c else block  # experts: the block's gradients too
+print(f"bound = one process's state / S + one block whole{' with its gradients' if whole > block else ''} + 10% where S ranks share the parameters (N; hybrid_shard: a node's); peak = resident memory")
 print(f"{'N':>2} {'strategy':24}{'step s':>8}{'x N=1':>7}{'comm %':>8}{'state MB':>10}{'predicted':>10}{'bound':>8}{'peak MB':>9}{'predicted':>10}{'meas/pred':>10}")
 base = rows[0]
 for r in rows:
     shards = r["n"] // 2 if r["strategy"].startswith("hybrid") else r["n"]  # hybrid: 2 nodes
     sharded = r["strategy"].startswith(("full_shard", "hybrid_shard"))
-    bound = (base["state"] / shards + block) * 1.1
+    bound = (base["state"] / shards + whole) * 1.1
     within = (" ok" if r["state"] <= bound else " over") if sharded else ""
     print(f"{r['n']:>2} {r['strategy']:24}{r['step_s']:8.3f}{r['step_s']/base['step_s']:7.2f}{100*r['comm']:8.1f}"
           f"{r['state']/1e6:10.1f}{r['state_predicted']/1e6:10.1f}{(f'{bound/1e6:8.1f}' if sharded else '       -')}{within:5}{r['measured']/1e6:9.1f}{r['predicted']/1e6:10.1f}{r['measured']/r['predicted']:10.3f}")

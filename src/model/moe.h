@@ -100,7 +100,21 @@ class SparseMoeImpl : public torch::nn::Module {
   bool normalize = true;
   std::int64_t layer = 0;
   std::shared_ptr<RouterRecord> record;
+  // Whether each expert's rows are padded so GEMM shapes repeat (padded_expert_rows): by the
+  // activations' dtype and device, or forced (tests compare both paths in float64).
+  enum class RowPadding { kAuto, kAlways, kNever };
+  RowPadding row_padding = RowPadding::kAuto;
+
+ private:
+  // Each expert's MLP over its slice of `rows` (sizes[e] rows; empty experts skipped), stacked.
+  at::Tensor run_experts(const std::vector<at::Tensor>& rows, const std::vector<std::int64_t>& sizes);
 };
 TORCH_MODULE(SparseMoe);
+
+// Whether routed row counts are padded for activations like `x`: reduced precision on CPU.
+bool pads_expert_rows(const at::Tensor& x);
+// Each count of `sizes` rounded up to a multiple of 2^(⌊log2 M⌋ - 4) (counts under 32 kept):
+// at most 16 distinct counts per octave, under 1/16 more rows.
+std::vector<std::int64_t> padded_expert_rows(const std::vector<std::int64_t>& sizes);
 
 }  // namespace ctune::model

@@ -285,6 +285,21 @@ TEST_F(Recipes, EstimateFromConfigAlone) {
   EXPECT_GT(j["peak_bytes"].get<double>(), frozen);
   // The largest trainable tensor: rank 16 x q_proj's 32 x 128 outputs (o_proj's inputs).
   EXPECT_EQ(j["symbol_values"]["Nmax"].get<std::int64_t>(), 16 * 32 * 128);
+  // Under full_shard a block with experts reduces its gradients together after its backward
+  // (train/parallel/full_shard.h): one block's adapters whole, q/k/v/o (16 x (4096 + 2048),
+  // 16 x (512 + 2048) twice, 16 x (2048 + 4096)) and 128 x 3 experts' (16 x (768 + 2048)).
+  const auto sharded = ctune({"estimate", recipe, "model.path=" + dir.string(), "distributed.strategy=full_shard", "--nproc", "4", "--json"});
+  ASSERT_EQ(sharded.status, 0) << sharded.err;
+  const Json s = Json::parse(sharded.out);
+  const std::int64_t block = 2 * 16 * (4096 + 2048) + 2 * 16 * (512 + 2048) + 128 * 3 * 16 * (768 + 2048);
+  EXPECT_EQ(s["symbol_values"]["Npart"].get<std::int64_t>(), block);
+  bool found = false;
+  for (const auto& line : s["lines"])
+    if (line["name"] == "gathered grads") {
+      found = true;
+      EXPECT_EQ(line["bytes"].get<std::int64_t>(), 4 * block);
+    }
+  EXPECT_TRUE(found) << sharded.out;
   const auto run = ctune({"validate", recipe, "model.path=" + dir.string()});
   EXPECT_NE(run.status, 0);
   EXPECT_NE(run.err.find("no model.safetensors"), std::string::npos) << run.err;

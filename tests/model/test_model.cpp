@@ -15,12 +15,15 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 
 #include "core/error.h"
 #include "core/json.h"
 #include "infer/score.h"
 #include "io/hf_checkpoint.h"
 #include "io/tensor_io.h"
+#include "model/moe.h"
+#include "model/llama.h"
 #include "model/parameter_shapes.h"
 #include "model/weights.h"
 #include "margins.h"
@@ -213,6 +216,69 @@ TEST(Model, RouterAuxAndZLossesMatchReference) {
       }
     }
   }
+}
+
+// Reduced-precision expert GEMMs on CPU run on padded row counts (model/moe.h): the padding
+// rows read a zero row and are added with weight 0, so the layer's output and every gradient
+// are the unpadded layer's up to the GEMMs' own rounding (fp32 here, both paths forced): a GEMM
+// may order its sums differently for another row count, which moves a result by at most its
+// length (K or, for a weight's gradient, the rows M ≤ 600) times fp32's unit roundoff, through
+// the expert's three chained GEMMs. A row sent to the wrong token or expert moves it by O(1).
+TEST(Model, PaddedExpertRowsChangeOnlyTheGemmShapes) {
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t m = 0; m < 3000; ++m) sizes.push_back(m);
+  const auto padded = model::padded_expert_rows(sizes);
+  std::set<std::int64_t> distinct(padded.begin(), padded.end());
+  for (std::int64_t m = 0; m < 3000; ++m) {
+    const auto p = padded[static_cast<std::size_t>(m)];
+    if (m < 32) EXPECT_EQ(p, m);
+    EXPECT_GE(p, m);
+    EXPECT_LT(16 * (p - m), std::max<std::int64_t>(m, 1)) << m << " -> " << p;
+  }
+  EXPECT_LE(distinct.size(), 32u + 16u * 7u);  // 0..31, then at most 16 per octave up to 4096
+
+  auto lm = model::load_causal_lm(kModels / "qwen3_moe_norm_step_untied_fp32", at::kFloat);
+  model::SparseMoe moe{nullptr};
+  for (const auto& layer : *lm->model->layers)
+    if (moe.is_empty()) moe = layer->as<model::DecoderLayer>()->moe;
+  ASSERT_FALSE(moe.is_empty());
+  for (auto& p : moe->parameters()) p.set_requires_grad(true);
+  at::manual_seed(0);
+  const auto x0 = at::randn({2, 300, lm->config().hidden_size});
+  struct Run {
+    at::Tensor y, dx;
+    std::vector<at::Tensor> grads;
+  };
+  const auto run = [&](model::SparseMoeImpl::RowPadding padding) {
+    moe->row_padding = padding;
+    moe->zero_grad();
+    auto x = x0.clone().requires_grad_(true);
+    Run r;
+    r.y = moe->forward(x);
+    (r.y * at::cos(at::arange(r.y.numel()).reshape(r.y.sizes()).to(at::kFloat))).sum().backward();
+    r.dx = x.grad();
+    for (const auto& p : moe->parameters()) r.grads.push_back(p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
+    return r;
+  };
+  const auto rel = [](const at::Tensor& a, const at::Tensor& b) {
+    return ((a - b).norm() / std::max(b.norm().item<double>(), 1e-30)).item<double>();
+  };
+  const Run plain = run(model::SparseMoeImpl::RowPadding::kNever);
+  const Run padded_run = run(model::SparseMoeImpl::RowPadding::kAlways);
+  {  // the routing of x0 does pad: some expert's row count is not a multiple of its quantum
+    at::NoGradGuard no_grad;
+    const auto chosen = std::get<1>(moe->gate->forward(x0.reshape({-1, x0.size(-1)})).topk(moe->top_k, -1));
+    const auto counts = at::bincount(chosen.reshape({-1}), {}, static_cast<std::int64_t>(moe->experts->size()));
+    const std::vector<std::int64_t> routed(counts.data_ptr<std::int64_t>(), counts.data_ptr<std::int64_t>() + counts.numel());
+    ASSERT_NE(model::padded_expert_rows(routed), routed);
+  }
+  const double kBound = 3 * 600 * std::ldexp(1.0, -24);
+  EXPECT_TRUE(within("padded vs unpadded experts: output, relative norm", rel(padded_run.y, plain.y), kBound));
+  EXPECT_TRUE(within("padded vs unpadded experts: input gradient, relative norm", rel(padded_run.dx, plain.dx), kBound));
+  const auto names = moe->named_parameters().keys();
+  for (std::size_t i = 0; i < plain.grads.size(); ++i)
+    EXPECT_TRUE(within("padded vs unpadded experts: d/d " + names[i] + ", relative norm", rel(padded_run.grads[i], plain.grads[i]), kBound));
+  moe->row_padding = model::SparseMoeImpl::RowPadding::kAuto;
 }
 
 TEST(Model, SaveShardedRoundTripIsExact) {

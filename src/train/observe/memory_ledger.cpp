@@ -70,7 +70,7 @@ std::int64_t frozen_weight_bytes(const std::optional<quant::QuantSpec>& q, at::S
 // trainable elements (fp32 masters and adapters), and per part (embedding, each block, final
 // norm and head), one of which is whole at a time under full_shard.
 struct StateCount {
-  std::int64_t frozen = 0, trainable = 0, largest_trainable = 0, unsharded = 0, largest_part = 0;
+  std::int64_t frozen = 0, trainable = 0, largest_trainable = 0, unsharded = 0, largest_part = 0, largest_part_trainable = 0;
 };
 
 StateCount count_state(const LedgerInputs& in) {
@@ -110,9 +110,13 @@ StateCount count_state(const LedgerInputs& in) {
   // A part whole: its frozen bytes (a quantised base's stay whole anyway) and fp32 trainables;
   // the head part of a tied model also uses the embedding matrix.
   for (std::size_t i = 0; i < parts.size(); ++i) {
-    std::int64_t bytes = parts[i].frozen + 4 * parts[i].trainable;
-    if (i + 1 == parts.size() && in.config.tie_word_embeddings) bytes += parts[0].frozen + 4 * parts[0].trainable;
+    std::int64_t bytes = parts[i].frozen + 4 * parts[i].trainable, trainable = parts[i].trainable;
+    if (i + 1 == parts.size() && in.config.tie_word_embeddings) {
+      bytes += parts[0].frozen + 4 * parts[0].trainable;
+      trainable += parts[0].trainable;
+    }
     s.largest_part = std::max(s.largest_part, bytes);
+    s.largest_part_trainable = std::max(s.largest_part_trainable, trainable);
   }
   return s;
 }
@@ -142,8 +146,10 @@ StateTerms state_lines(const LedgerInputs& in, Symbols& sym, Ledger& led) {
   t.largest = largest;
   t.gathered = t.sharded_params ? Term::num(in.prefetch ? 2 : 1) * part : Term();
   t.grads = in.optimizer_shards > 1 && t.sharded_params ? Term::ceil_div(four * N, S) : four * N;
-  // Each parameter's gradient is reduce-scattered as soon as it is whole (train/parallel/full_shard.h).
-  t.gathered_grads = t.sharded_params ? four * largest : Term();
+  // Each parameter's gradient is reduce-scattered as soon as it is whole; with experts a part's
+  // gradients are, together, after its backward (train/parallel/full_shard.h).
+  const bool by_part = in.config.arch.moe.experts > 0;
+  t.gathered_grads = !t.sharded_params ? Term() : by_part ? four * sym("Npart", count.largest_part_trainable) : four * largest;
   t.opt_per_param = in.optimizer == "adamw" ? 8 : (in.momentum > 0 ? 4 : 0);
   // Sharded (train/parallel/zero.h): each rank keeps the state of its 1/S of the trainable elements.
   t.optimizer = Term::num(t.opt_per_param) * Term::ceil_div(N, S);
@@ -170,7 +176,8 @@ StateTerms state_lines(const LedgerInputs& in, Symbols& sym, Ledger& led) {
                        t.sharded_params ? pool : "device"});
   if (t.sharded_params) {
     led.lines.push_back({"gathered grads", t.gathered_grads.value(), t.gathered_grads.text(),
-                         "the largest trainable parameter's gradient (Nmax) whole until reduce-scattered"});
+                         by_part ? "the largest part's trainable gradients (Npart) whole until reduce-scattered after its backward"
+                                 : "the largest trainable parameter's gradient (Nmax) whole until reduce-scattered"});
   }
   led.lines.push_back({"optimizer state", t.optimizer.value(), t.optimizer.text(),
                        in.optimizer + (in.optimizer_shards > 1 ? ", S ranks share it" : ""), pool});
@@ -330,7 +337,7 @@ std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>
       {"V", "vocabulary"}, {"nh", "query heads"}, {"nkv", "KV heads"}, {"d", "head dim"}, {"c", "bytes, matmul dtype"},
       {"r", "bytes, residual stream"}, {"F", "frozen weight bytes"}, {"N", "trainable parameters"}, {"P", "ranks sharing parameters"},
       {"S", "ranks sharing gradients and optimizer state"}, {"U", "bytes of a quantised base kept whole"},
-      {"Wpart", "bytes of the largest part whole"}, {"Nmax", "largest trainable parameter"}, {"rows", "loss rows per chunk"},
+      {"Wpart", "bytes of the largest part whole"}, {"Nmax", "largest trainable parameter"}, {"Npart", "trainable parameters of the largest part"}, {"rows", "loss rows per chunk"},
       {"runtime", "bytes before training"}, {"live", "live bytes at the peak"}, {"bq", "attention block query rows"},
       {"Lr", "layers that recompute"}, {"Nc", "weights kept in the compute dtype"}, {"Wref", "bytes of the reference copy"}, {"Uref", "bytes of its quantised projections"}};
   std::string out;

@@ -70,9 +70,10 @@ FullShard::FullShard(model::CausalLM& model, const std::vector<ParamGroup>& grou
   TORCH_CHECK(sharded == index, "full_shard: ", index - sharded, " trainable parameters lie outside the embedding, blocks and head");
   // With experts, ranks route differently, so which gradients a backward produces, and in what
   // order, differs between them: reducing each as it is accumulated would pair different
-  // collectives. Their gradients stay whole until the step's flush, which the ranks agree on
-  // (docs/distributed.md#mixtures-of-experts).
-  if (model->model->router_record) return;
+  // collectives. A part's gradients are reduced together after its backward instead, once the
+  // ranks agree which exist (docs/distributed.md#mixtures-of-experts).
+  reduce_by_part_ = static_cast<bool>(model->model->router_record);
+  if (reduce_by_part_) return;
   // A parameter's accumulator lives as long as something holds it; holding it here keeps the
   // same node (and its hook) for every step's graph.
   for (const auto& group : trainable()) {
@@ -186,20 +187,38 @@ void FullShard::pre_backward(std::int64_t scope) {
 }
 
 void FullShard::post_backward(std::int64_t scope) {
+  if (reduce_by_part_) {
+    if (sample_memory) sample_memory();  // the part whole, with its whole gradients
+    for (Part* part : parts_of(scope)) release(*part);
+    for (Part* part : parts_of(scope)) reduce_agreed(part->flats, part->trainable, "agreeing which of a part's gradients exist");
+    return;
+  }
   for (Part* part : parts_of(scope)) release(*part);
 }
 
-void FullShard::flush() {
-  // The hooks have reduced every gradient autograd produced. Should a gradient have arrived
-  // another way, it is reduced here; the ranks agree first which flats hold one, so each
-  // issues the same reduce-scatters.
-  const auto flats = trainable();
-  at::Tensor pending = at::zeros({static_cast<std::int64_t>(flats.size())}, at::kLong);
-  for (std::size_t i = 0; i < flats.size(); ++i) pending[static_cast<std::int64_t>(i)] = flats[i].flat->has_gradients() ? 1 : 0;
-  comm_.all_reduce_max(pending, "agreeing which gradients are left to reduce");
-  const auto* p = pending.data_ptr<std::int64_t>();
+void FullShard::reduce_agreed(const std::vector<std::shared_ptr<FlatParam>>& flats, const std::vector<bool>& trainable, const char* what) {
+  // Only the trainable flats can hold a gradient; the ranks agree which do, so each issues the
+  // same reduce-scatters (one missing on this rank joins as zeros).
+  std::vector<FlatParam*> candidates;
   for (std::size_t i = 0; i < flats.size(); ++i)
-    if (p[i] != 0) flats[i].flat->reduce_scatter_gradients(comm_, replicas_);
+    if (trainable[i]) candidates.push_back(flats[i].get());
+  if (candidates.empty()) return;
+  at::Tensor pending = at::zeros({static_cast<std::int64_t>(candidates.size())}, at::kLong);
+  auto* p = pending.data_ptr<std::int64_t>();
+  for (std::size_t i = 0; i < candidates.size(); ++i) p[i] = candidates[i]->has_gradients() ? 1 : 0;
+  comm_.all_reduce_max(pending, what);
+  p = pending.data_ptr<std::int64_t>();
+  for (std::size_t i = 0; i < candidates.size(); ++i)
+    if (p[i] != 0) candidates[i]->reduce_scatter_gradients(comm_, replicas_);
+}
+
+void FullShard::flush() {
+  // The hooks (or, with experts, each part's backward) have reduced the gradients autograd
+  // produced, except a part with no backward node (the embedding; under LoRA the first block).
+  const auto flats = trainable();
+  std::vector<std::shared_ptr<FlatParam>> all;
+  for (const auto& g : flats) all.push_back(g.flat);
+  reduce_agreed(all, std::vector<bool>(all.size(), true), "agreeing which gradients are left to reduce");
   release_all();
 }
 

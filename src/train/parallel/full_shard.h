@@ -10,7 +10,8 @@
 //             block of a LoRA run, and the embedding).
 // Each trainable parameter's gradient is reduce-scattered into this rank's chunk the moment
 // autograd has accumulated it (a hook after the parameter's AccumulateGrad node, as FSDP does),
-// so no more than one parameter's whole gradient exists at a time.
+// so no more than one parameter's whole gradient exists at a time. With experts, a part's
+// gradients are reduced together after its backward (one part's whole gradients at a time).
 // The final norm and head are not freed after forward: their backward comes next.
 // With prefetch, entering a part in forward starts the next part's gather, and a part's backward
 // starts the gather of the part before it, so communication overlaps computation (at the cost
@@ -83,6 +84,8 @@ class FullShard : public model::ParamScopes, public std::enable_shared_from_this
   void gather(Part& part);        // whole now (finishing a prefetch under way)
   void prefetch(std::int64_t scope);  // the gathers of `scope`'s parts started (with options_.prefetch)
   static void release(Part& part);
+  // Reduce-scatters the gradients of those `flats` that are `trainable` and hold one on some rank.
+  void reduce_agreed(const std::vector<std::shared_ptr<FlatParam>>& flats, const std::vector<bool>& trainable, const char* what);
 
   distributed::Comm& comm_;
   distributed::Comm* replicas_;
@@ -91,6 +94,7 @@ class FullShard : public model::ParamScopes, public std::enable_shared_from_this
   Part embedding_, head_;
   std::vector<Part> blocks_;
   bool tied_ = false;
+  bool reduce_by_part_ = false;  // a model with experts: gradients reduced per part (see the constructor)
 };
 
 }  // namespace ctune::train

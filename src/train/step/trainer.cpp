@@ -246,7 +246,11 @@ EvalMetrics Trainer::evaluate(std::int64_t step, Stage* stage) {
   std::vector<double> sums = {mine.loss, mine.units, mine.token_loss, mine.token_units, static_cast<double>(mine.target_tokens)};
   sums.insert(sums.end(), mine.metrics.begin(), mine.metrics.end());
   sync().sum(sums);
-  const ObjectiveSums all{sums[0], sums[1], sums[2], sums[3]};
+  ObjectiveSums all;
+  all.loss = sums[0];
+  all.units = sums[1];
+  all.token_loss = sums[2];
+  all.token_units = sums[3];
   EvalMetrics e{step, mean_loss(all), static_cast<std::int64_t>(sums[4])};
   e.objective = metric_means(*objective, std::vector<double>(sums.begin() + 5, sums.end()), all.units, all.token_units);
   e.token_loss = objective->token_loss();
