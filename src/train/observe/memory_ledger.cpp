@@ -312,12 +312,16 @@ Term loss_line(const LedgerInputs& in, const Shape& s, Symbols& sym, Ledger& led
   if (in.chunked_loss && head.adapter_rank == 0) {
     const Term rows = sym("rows", std::min<std::int64_t>(s.n.value(), default_chunk_rows(s.V.value(), s.c.value())));
     // A chunk's logits and their gradient in the matmul dtype; the weight cast to it once for all
-    // chunks when stored wider (fp32 masters); the head's fp32 gradient accumulator and one
-    // chunk's share of it in the matmul dtype, added a slice of rows at a time when narrower
-    // (its fp32 copy: train/step/chunked_loss.h).
+    // chunks when stored wider (fp32 masters); the head's fp32 gradient accumulator, and, when
+    // the matmul dtype is narrower, one chunk's share of it in that dtype, added a slice of rows
+    // at a time (its fp32 copy); an fp32 share is accumulated inside the GEMM
+    // (train/step/chunked_loss.h).
     const bool cast = s.r.value() != s.c.value();
+    const bool narrow_share = s.c.value() < 4;
     const Term t = rows * s.V * Term::num(2) * s.c + (cast ? s.c * VH : Term()) +
-                   (head_trains ? (Term::num(4) + s.c) * VH + (cast ? Term::ceil_div(Term::num(4) * VH, Term::num(kHeadGradSlices)) : Term()) : Term());
+                   (head_trains ? Term::num(4) * VH + (narrow_share ? s.c * VH : Term()) +
+                                      (cast ? Term::ceil_div(Term::num(4) * VH, Term::num(kHeadGradSlices)) : Term())
+                                : Term());
     led.lines.push_back({"logits and loss", t.value(), t.text(),
                          "chunked: one chunk of rows, its logits and their gradient" + std::string(cast ? ", the head cast to the matmul dtype" : "") +
                              std::string(head_trains ? ", the head gradient and its accumulator" : "") +

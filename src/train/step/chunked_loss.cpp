@@ -20,9 +20,14 @@ at::ScalarType accumulate_type(const at::Tensor& hidden) {
   return hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
 }
 
-// grad_weight (the accumulator, fp32 or wider) += grad^T h, the product in the matmul dtype `md`;
-// a narrower product is added a slice of rows at a time (kHeadGradSlices).
+// grad_weight (the accumulator, fp32 or wider) += grad^T h, the product in the matmul dtype `md`:
+// in the accumulator's own dtype, inside the GEMM (no [V, H] product beside it, no separate
+// add pass); a narrower product is added a slice of rows at a time (kHeadGradSlices).
 void add_weight_gradient(at::Tensor& grad_weight, const at::Tensor& grad, const at::Tensor& h, at::ScalarType md) {
+  if (md == grad_weight.scalar_type() && grad.scalar_type() == md && h.scalar_type() == md) {
+    grad_weight.addmm_(grad.t(), h);
+    return;
+  }
   const auto part = ops::matmul_in(grad.t(), h, md);
   if (part.scalar_type() == grad_weight.scalar_type()) {
     grad_weight.add_(part);
