@@ -101,7 +101,7 @@ class SparseMoeImpl : public torch::nn::Module {
   std::int64_t layer = 0;
   std::shared_ptr<RouterRecord> record;
   // Whether each expert's rows are padded so GEMM shapes repeat (padded_expert_rows): by the
-  // activations' dtype and device, or forced (tests compare both paths in float64).
+  // activations' dtype and device, or forced (a test compares both paths).
   enum class RowPadding { kAuto, kAlways, kNever };
   RowPadding row_padding = RowPadding::kAuto;
 

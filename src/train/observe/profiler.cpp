@@ -88,8 +88,10 @@ bool named_one_of(const char* name, std::initializer_list<const char*> names) {
 }
 
 // outer: the rank-1 GEMM a one-row linear's weight gradient is (mv's backward, through ger).
+// addmm_: the chunked loss accumulates the head's gradient in place. (addmv_ is left out: mv
+// runs it inside, and a one-row expert's GEMMs would count twice.)
 bool is_gemm(const char* n) {
-  return named_one_of(n, {"mm", "addmm", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "outer", "_int_mm"});
+  return named_one_of(n, {"mm", "addmm", "addmm_", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "outer", "_int_mm"});
 }
 bool is_copy(const char* n) {
   return named_one_of(n, {"copy_", "_to_copy", "to", "contiguous", "clone", "cat", "_cat", "stack", "index_select", "gather", "flip"});
@@ -138,7 +140,7 @@ double gemm_flops(const char* name, c10::ArrayRef<const c10::IValue> in) {
   };
   const std::string_view op(name + 6);  // past "aten::"
   // The two matrix operands: mm, bmm, _int_mm, mv, dot take them first; the add variants second.
-  const bool with_input = op == "addmm" || op == "baddbmm" || op == "addbmm" || op == "addmv";
+  const bool with_input = op == "addmm" || op == "addmm_" || op == "baddbmm" || op == "addbmm" || op == "addmv";
   const auto a = dims(with_input ? 1 : 0), b = dims(with_input ? 2 : 1);
   if (a.empty() || b.empty()) return 0;
   if (a.size() == 2 && b.size() == 2 && a[1] == b[0]) return 2.0 * a[0] * a[1] * b[1];
