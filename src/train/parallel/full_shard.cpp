@@ -187,38 +187,35 @@ void FullShard::pre_backward(std::int64_t scope) {
 }
 
 void FullShard::post_backward(std::int64_t scope) {
-  if (reduce_by_part_) {
-    if (sample_memory) sample_memory();  // the part whole, with its whole gradients
-    for (Part* part : parts_of(scope)) release(*part);
-    for (Part* part : parts_of(scope)) reduce_agreed(part->flats, part->trainable, "agreeing which of a part's gradients exist");
-    return;
-  }
+  if (reduce_by_part_ && sample_memory) sample_memory();  // the part whole, with its whole gradients
   for (Part* part : parts_of(scope)) release(*part);
+  if (!reduce_by_part_) return;
+  std::vector<FlatParam*> flats;
+  for (Part* part : parts_of(scope))
+    for (std::size_t i = 0; i < part->flats.size(); ++i)
+      if (part->trainable[i]) flats.push_back(part->flats[i].get());
+  reduce_agreed(flats, "agreeing which of a part's gradients exist");
 }
 
-void FullShard::reduce_agreed(const std::vector<std::shared_ptr<FlatParam>>& flats, const std::vector<bool>& trainable, const char* what) {
-  // Only the trainable flats can hold a gradient; the ranks agree which do, so each issues the
-  // same reduce-scatters (one missing on this rank joins as zeros).
-  std::vector<FlatParam*> candidates;
-  for (std::size_t i = 0; i < flats.size(); ++i)
-    if (trainable[i]) candidates.push_back(flats[i].get());
-  if (candidates.empty()) return;
-  at::Tensor pending = at::zeros({static_cast<std::int64_t>(candidates.size())}, at::kLong);
+void FullShard::reduce_agreed(const std::vector<FlatParam*>& flats, const char* what) {
+  // The ranks agree which flats hold a gradient, so each issues the same reduce-scatters (one
+  // missing on this rank joins as zeros).
+  if (flats.empty()) return;
+  at::Tensor pending = at::zeros({static_cast<std::int64_t>(flats.size())}, at::kLong);
   auto* p = pending.data_ptr<std::int64_t>();
-  for (std::size_t i = 0; i < candidates.size(); ++i) p[i] = candidates[i]->has_gradients() ? 1 : 0;
+  for (std::size_t i = 0; i < flats.size(); ++i) p[i] = flats[i]->has_gradients() ? 1 : 0;
   comm_.all_reduce_max(pending, what);
   p = pending.data_ptr<std::int64_t>();
-  for (std::size_t i = 0; i < candidates.size(); ++i)
-    if (p[i] != 0) candidates[i]->reduce_scatter_gradients(comm_, replicas_);
+  for (std::size_t i = 0; i < flats.size(); ++i)
+    if (p[i] != 0) flats[i]->reduce_scatter_gradients(comm_, replicas_);
 }
 
 void FullShard::flush() {
   // The hooks (or, with experts, each part's backward) have reduced the gradients autograd
   // produced, except a part with no backward node (the embedding; under LoRA the first block).
-  const auto flats = trainable();
-  std::vector<std::shared_ptr<FlatParam>> all;
-  for (const auto& g : flats) all.push_back(g.flat);
-  reduce_agreed(all, std::vector<bool>(all.size(), true), "agreeing which gradients are left to reduce");
+  std::vector<FlatParam*> flats;
+  for (const auto& group : trainable()) flats.push_back(group.flat.get());
+  reduce_agreed(flats, "agreeing which gradients are left to reduce");
   release_all();
 }
 

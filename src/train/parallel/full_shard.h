@@ -84,8 +84,8 @@ class FullShard : public model::ParamScopes, public std::enable_shared_from_this
   void gather(Part& part);        // whole now (finishing a prefetch under way)
   void prefetch(std::int64_t scope);  // the gathers of `scope`'s parts started (with options_.prefetch)
   static void release(Part& part);
-  // Reduce-scatters the gradients of those `flats` that are `trainable` and hold one on some rank.
-  void reduce_agreed(const std::vector<std::shared_ptr<FlatParam>>& flats, const std::vector<bool>& trainable, const char* what);
+  // Reduce-scatters the gradients of those trainable `flats` that hold one on some rank.
+  void reduce_agreed(const std::vector<FlatParam*>& flats, const char* what);
 
   distributed::Comm& comm_;
   distributed::Comm* replicas_;

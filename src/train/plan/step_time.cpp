@@ -171,7 +171,7 @@ StepTime estimate_step_time(const LedgerInputs& in, const distributed::World& wo
       // Its buckets (train/parallel/zero.h): reduce-scattered, then all-gathered updated.
       const double buckets = std::max(1.0, std::ceil(trainable / static_cast<double>(kBucketElements)));
       seconds = c.reduce_scatter.seconds(buckets, ring * grads) + c.all_gather.seconds(buckets, ring * 4.0 * trainable);
-      what = "16 MiB buckets of gradients reduce-scattered, updated weights all-gathered";
+      what = std::to_string(kBucketElements * 4 / (1024 * 1024)) + " MiB buckets of gradients reduce-scattered, updated weights all-gathered";
     } else {
       seconds = c.all_reduce.seconds(2.0, 2.0 * ring * grads);
       what = "the gradients all-reduced as one flat tensor";
