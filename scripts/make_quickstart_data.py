@@ -10,6 +10,8 @@
   pref_train.jsonl / pref_eval.jsonl     the task as preference pairs for DPO (TRL's conversational
                                          form): the right answer chosen, a plausible wrong one
                                          rejected; the eval pairs are the task's 200 held-out sentences
+  grpo_train.jsonl                       the task's training sentences as prompts for GRPO (a user
+                                         turn, and the answer in a field the reward reads)
 
 Usage: make_quickstart_data.py OUT_DIR
 """
@@ -117,6 +119,8 @@ def main():
     prng = random.Random(2027)
     write(os.path.join(out, "pref_eval.jsonl"), pairs(prng, rows[:200]))
     write(os.path.join(out, "pref_train.jsonl"), pairs(prng, rows[200:1400]))
+    write(os.path.join(out, "grpo_train.jsonl"),
+          [{"prompt": [{"role": "user", "content": r["instruction"]}], "answer": r["output"]} for r in rows[200:]])
 
 
 if __name__ == "__main__":

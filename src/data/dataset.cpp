@@ -25,13 +25,18 @@ struct Built {
   std::vector<std::int64_t> too_long_records;
   std::vector<std::int64_t> identical_records;
   std::int64_t straddles = 0;
+  std::vector<OrderedJson> records;  // data.format prompt: every valid record, by its index
 };
 
 // data.truncation on one built example that the builder did not cut (every rule but keep_start
 // builds whole examples). Returns false when the example is to be dropped as too long.
 bool truncate(BuildResult& b, const DataOptions& options, const std::string& where) {
   const auto max = static_cast<std::size_t>(options.max_seq_len);
-  if (options.truncation == Truncation::keep_start || b.example.ids.size() <= max) return true;
+  if (b.example.ids.size() <= max) return true;
+  // A prompt's end is where generation starts (its generation prompt): keep_start cannot cut it,
+  // so a prompt too long for it is left out and counted.
+  if (options.format == DataFormat::prompt && options.truncation == Truncation::keep_start) return false;
+  if (options.truncation == Truncation::keep_start) return true;
   switch (options.truncation) {
     case Truncation::error:
       throw FormatError(where + ": " + std::to_string(b.example.ids.size()) + " tokens, more than data.max_seq_len " +
@@ -79,6 +84,7 @@ Built build_file(const std::filesystem::path& path, const DataOptions& options, 
       bool fits = true;
       for (BuildResult& b : built) fits = truncate(b, options, rec.where) && fits;
       const std::int64_t index = stats.records++;
+      if (options.format == DataFormat::prompt) out.records.push_back(rec.value);
       bool truncated = false, targets = true;
       for (const BuildResult& b : built) {
         tokens += static_cast<std::int64_t>(b.example.ids.size());
@@ -92,7 +98,7 @@ Built build_file(const std::filesystem::path& path, const DataOptions& options, 
         continue;
       }
       if (truncated) out.truncated_records.push_back(index);
-      if (!targets) {
+      if (!targets && options.format != DataFormat::prompt) {  // a prompt trains nothing itself
         out.dropped_records.push_back(index);
         continue;
       }
@@ -155,8 +161,8 @@ Datasets load_datasets(const DataOptions& options, const tok::Tokenizer& tokeniz
   const std::optional<std::string> chat_template = read_chat_template(options.tokenizer_dir);
   const RecordFormatter formatter(options, tokenizer, chat_template);
   // The builder cuts the end itself (keep_start); every other rule sees whole examples.
-  const ExampleBuilder builder(tokenizer, options.train_on_input,
-                               options.truncation == Truncation::keep_start ? options.max_seq_len : 0,
+  const bool builder_cuts = options.truncation == Truncation::keep_start && options.format != DataFormat::prompt;
+  const ExampleBuilder builder(tokenizer, options.train_on_input, builder_cuts ? options.max_seq_len : 0,
                                options.parse_special_in_content);
 
   Datasets ds;
@@ -164,6 +170,11 @@ Datasets load_datasets(const DataOptions& options, const tok::Tokenizer& tokeniz
   ds.instruct_template = formatter.instruct_template();
 
   Built train = build_file(options.train, options, formatter, builder, ds.train_stats);
+  auto records = [](Built& b) {
+    return b.records.empty() ? nullptr : std::make_shared<const std::vector<OrderedJson>>(std::move(b.records));
+  };
+  ds.train_records = records(train);
+  ds.eval_records = options.eval_fraction > 0.0 ? ds.train_records : nullptr;
   if (options.eval_fraction > 0.0) {
     const std::int64_t n = ds.train_stats.records;
     const auto n_eval = static_cast<std::int64_t>(std::llround(options.eval_fraction * static_cast<double>(n)));
@@ -191,10 +202,12 @@ Datasets load_datasets(const DataOptions& options, const tok::Tokenizer& tokeniz
       // Evaluating on the training file (`ctune eval --data FILE` names it as both): the same
       // examples, built once.
       ds.eval = ds.train;
+      ds.eval_records = ds.train_records;
       ds.eval_stats = ds.train_stats;
       ds.eval_stats.straddles = train.straddles;
     } else if (!options.eval.empty()) {
       Built eval = build_file(options.eval, options, formatter, builder, ds.eval_stats);
+      ds.eval_records = records(eval);
       ds.eval = std::make_shared<const std::vector<Example>>(take(eval, ds.eval_stats, nullptr, false));
       ds.eval_stats.straddles = eval.straddles;
       if (ds.eval->empty())

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "data/chat_format.h"
 #include "data/example.h"
 #include "data/options.h"
@@ -44,6 +45,10 @@ using Examples = std::shared_ptr<const std::vector<Example>>;
 struct Datasets {
   Examples train;
   Examples eval;  // empty vector when there is no eval data
+  // data.format prompt: every valid record of each split's file, indexed by Example::record (the
+  // fields the reward functions read); null for the other formats. With eval_fraction both
+  // splits index the training file's records.
+  std::shared_ptr<const std::vector<OrderedJson>> train_records, eval_records;
   LoadStats train_stats, eval_stats;
   // What data.chat_format / data.instruct_template resolved to for this tokenizer.
   ChatSpec chat;

@@ -26,7 +26,7 @@ RecordFormatter::RecordFormatter(const DataOptions& options, const tok::Tokenize
   if (instruct_ == InstructTemplate::automatic)
     instruct_ = chat_template && !chat_template->empty() ? InstructTemplate::chat : InstructTemplate::alpaca;
   // Preference records may be conversations: the chat format is resolved for them too.
-  const bool uses_chat = format_ == DataFormat::chat || format_ == DataFormat::preference ||
+  const bool uses_chat = format_ == DataFormat::chat || format_ == DataFormat::preference || format_ == DataFormat::prompt ||
                          (format_ == DataFormat::instruct && instruct_ == InstructTemplate::chat);
   // A chosen template (data.chat_template) is what auto renders, even when the tokenizer has none.
   const bool chosen = options.chat_format == ChatFormat::automatic && !options.chat_template.empty();
@@ -70,6 +70,8 @@ Rendered RecordFormatter::render(const OrderedJson& record, const std::string& w
         return template_->render_training(parse_chat_record(record, columns_.messages, columns_.tools, where),
                                           train_on_input_, where);
       return render_chat(parse_conversation(record, columns_.messages, where), chat_, tokens_, where);
+    case DataFormat::prompt:
+      return render_prompt(record, columns_, ChatRendering{chat_, tokens_, template_ ? &*template_ : nullptr}, where);
     case DataFormat::preference:
       throw std::logic_error("RecordFormatter::render: a preference record renders as a pair (render_pair)");
   }

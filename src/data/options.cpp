@@ -30,7 +30,8 @@ std::string enum_name(E value, const std::pair<const char*, E> (&table)[N]) {
 
 const std::pair<const char*, DataFormat> kFormats[] = {
     {"instruct", DataFormat::instruct}, {"chat", DataFormat::chat}, {"text", DataFormat::text},
-    {"preference", DataFormat::preference}};
+    {"preference", DataFormat::preference},
+    {"prompt", DataFormat::prompt}};
 const std::pair<const char*, ChatFormat> kChatFormats[] = {
     {"auto", ChatFormat::automatic}, {"template", ChatFormat::model_template}, {"llama3", ChatFormat::llama3}, {"chatml", ChatFormat::chatml},
     {"qwen3", ChatFormat::qwen3},    {"llama2", ChatFormat::llama2}, {"plain", ChatFormat::plain}};
@@ -77,6 +78,8 @@ void validate(const DataOptions& o) {
     throw ConfigError("data.max_seq_len: expected at least 2, found " + std::to_string(o.max_seq_len));
   if (o.format == DataFormat::preference && o.packing)
     throw ConfigError("data.packing: preference pairs are scored as whole sequences, one per row; set data.packing: false");
+  if (o.format == DataFormat::prompt && o.packing)
+    throw ConfigError("data.packing: prompts are generated from one per row; set data.packing: false");
   if (o.batch_size < 1)
     throw ConfigError("batch_size: expected at least 1, found " + std::to_string(o.batch_size));
   const std::pair<const char*, const std::string*> columns[] = {

@@ -23,6 +23,10 @@ enum class DataFormat {
   // gives two examples, prompt + chosen then prompt + rejected, the prompt not trained
   // (docs/objectives.md#preference-data).
   preference,
+  // A prompt (a string, or chat messages rendered with the generation prompt) and any other
+  // fields, for online RL (objective.name: grpo): nothing is trained from the record itself; the
+  // fields reach the reward functions (docs/objectives.md#grpo).
+  prompt,
 };
 
 // Examples one record gives: 2 for preference pairs, else 1 (they stay together: a group).

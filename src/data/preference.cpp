@@ -64,6 +64,25 @@ Rendered split_at_prompt(const Rendered& full, std::size_t prompt_bytes, const s
   return out;
 }
 
+Rendered render_prompt(const OrderedJson& record, const Columns& columns, const ChatRendering& chat, const std::string& where) {
+  auto it = record.find(columns.prompt);
+  if (it == record.end()) throw FormatError(where + ": missing key \"" + columns.prompt + "\" (data.columns.prompt)");
+  if (it->is_string()) {
+    const std::string& prompt = it->get_ref<const std::string&>();
+    if (prompt.empty()) throw FormatError(where + ": " + columns.prompt + " is empty");
+    Rendered r;
+    if (chat.tokens.add_bos && chat.tokens.bos) r.special(*chat.tokens.bos, false);
+    r.text(prompt, false);
+    return r;
+  }
+  if (!it->is_array())
+    throw FormatError(where + ": key \"" + columns.prompt + "\" expected a string or a list of messages, found " + json_type_name(*it) +
+                      " (data.columns.prompt)");
+  const Conversation prompt = parse_conversation(record, columns.prompt, where);
+  if (prompt.empty()) throw FormatError(where + ": " + columns.prompt + " has no messages");
+  return render_conversation(prompt, true, chat, where);
+}
+
 std::array<Rendered, 2> render_preference(const OrderedJson& record, const Columns& columns, const ChatRendering& chat,
                                           const std::string& where) {
   auto prompt_it = record.find(columns.prompt);

@@ -38,6 +38,12 @@ struct ChatRendering {
 std::array<Rendered, 2> render_preference(const OrderedJson& record, const Columns& columns, const ChatRendering& chat,
                                           const std::string& where);
 
+// data.format prompt (online RL, docs/objectives.md#grpo): the record's prompt alone, nothing
+// trained: a string as [bos] text (TRL's standard form), a list of messages rendered with the
+// run's chat format and its generation prompt, as a preference prompt is. FormatError naming
+// `where` for a missing, empty or mistyped prompt.
+Rendered render_prompt(const OrderedJson& record, const Columns& columns, const ChatRendering& chat, const std::string& where);
+
 // `full` with every byte before `prompt_bytes` untrained and every byte from there trained.
 // FormatError naming `where` when the boundary falls inside a special token.
 Rendered split_at_prompt(const Rendered& full, std::size_t prompt_bytes, const std::string& where);

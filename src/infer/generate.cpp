@@ -44,6 +44,7 @@ std::vector<Generation> generate(model::CausalLM& lm, const std::vector<std::vec
       next[i] = choose_token(process_logits(last[b], history[i], o.sampling), o.sampling, gen);
       if (std::find(o.stop_ids.begin(), o.stop_ids.end(), next[i]) != o.stop_ids.end()) {
         out[i].stop_reason = "eos";
+        out[i].stop_id = next[i];
       } else {
         out[i].ids.push_back(next[i]);
         history[i].push_back(next[i]);

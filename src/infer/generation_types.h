@@ -33,6 +33,7 @@ struct Generation {
   std::vector<std::int64_t> ids;  // generated ids, the stop token excluded
   std::string stop_reason;        // "eos" (a stop id), "length" (max_new_tokens), "stop" (the callback)
   double score = 0;               // beam search: the hypothesis' length-penalised score; else 0
+  std::int64_t stop_id = -1;      // stop_reason "eos": the stop id drawn (not in ids)
 };
 
 // Wall time of the two phases and their token counts: the prefill (the prompts' forward pass,

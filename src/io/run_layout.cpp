@@ -23,7 +23,7 @@ std::int64_t checkpoint_step(const fs::path& dir) {
 fs::path result_dir(const fs::path& output_dir, MethodKind method) { return output_dir / method_names(method).result_dir; }
 
 std::vector<std::string> run_outputs() {
-  std::vector<std::string> out = {kMetricsFile, kEventsDir, kTrainLog, kRecipeFile, kProfileTrace, kReferenceLogps};
+  std::vector<std::string> out = {kMetricsFile, kEventsDir, kTrainLog, kRecipeFile, kProfileTrace, kReferenceLogps, kSamplesFile};
   for (const auto& m : method_table()) out.push_back(m.result_dir);
   out.push_back(kCheckpointsDir);
   return out;

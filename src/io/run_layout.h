@@ -35,6 +35,7 @@ inline constexpr const char* kReportFile = "report.html";
 inline constexpr const char* kCheckpointsDir = "checkpoints";
 inline constexpr const char* kProfileTrace = "profile.trace.json";  // logging.profile
 inline constexpr const char* kReferenceLogps = "reference_logps.safetensors";  // objective.precompute_reference
+inline constexpr const char* kSamplesFile = "samples.jsonl";  // grpo: logging.samples_every_n_steps
 
 // output_dir/checkpoints/step_NNNNNNNN (eight digits, so names sort by step).
 std::filesystem::path checkpoint_dir(const std::filesystem::path& output_dir, std::int64_t step);

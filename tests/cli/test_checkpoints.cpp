@@ -447,6 +447,155 @@ TEST_F(Checkpoints, KilledDpoFullRunResumesBitIdentical) {
   expect_dpo_metrics(kDir / "dpo-full-reference");
 }
 
+// GRPO (online RL) through the real binary: every step samples its completions from the current
+// policy, scores them and trains on them; killed inside a step, while a checkpoint is written and
+// between steps, and resumed each time, the run reproduces the uninterrupted one bit for bit
+// (loss, rewards, KL: the sampler's cursor is in the checkpoint and every generation batch draws
+// from its own seed). Every step reports TRL's figures; samples.jsonl holds the sampled groups.
+std::string write_prompt_data() {
+  std::string train;
+  for (int i = 0; i < 40; ++i) {
+    train += i % 2 ? R"({"prompt": "Add )" + std::to_string(i) + R"( and 3 = ", "answer": ")" + std::to_string(i + 3) + "\"}\n"
+                   : R"({"prompt": [{"role": "user", "content": "Add )" + std::to_string(i) + R"( and 3"}], "answer": )" +
+                         std::to_string(i + 3) + "}\n";
+  }
+  write(kDir / "prompts.jsonl", train);
+  return "{train: " + (kDir / "prompts.jsonl").string() + ", format: prompt, chat_format: plain, max_seq_len: 64}";
+}
+
+std::vector<std::string> grpo_trajectory(const fs::path& run) {
+  std::vector<std::string> out;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (!j.contains("loss")) continue;
+    out.push_back("step " + j["step"].dump() + " loss " + j["loss"].dump() + " reward " + j["reward"].dump() + " kl " + j["kl"].dump() +
+                  " length " + j["completions/mean_length"].dump());
+  }
+  return out;
+}
+
+TEST_F(Checkpoints, KilledGrpoLoraRunResumesBitIdentical) {
+  const std::string data = write_prompt_data();
+  const std::string more =
+      "objective: {name: grpo, num_generations: 4, max_new_tokens: 6, beta: 0.05, temperature: 0.9, aggregation: sequence}\n"
+      "reward: {contains: {field: answer}, length: {max_tokens: 6, cache: 3, weight: 0.1}}\n"
+      "logging: {samples_every_n_steps: 2}\n";
+  std::string text = recipe("lora", kDir / "model", "", data) + more;
+  // No eval split under grpo yet: the recipe's eval cadence goes.
+  text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
+  const fs::path recipe_path = kDir / "grpo.yaml";
+  write(recipe_path, text);
+  const fs::path reference = kDir / "grpo-reference", run = kDir / "grpo-killed";
+  auto ref = train_with_kill(recipe_path, "", false, {"output_dir=" + reference.string()});
+  ASSERT_EQ(ref.status, 0) << ref.err;
+  const auto expected = grpo_trajectory(reference);
+  ASSERT_EQ(expected.size(), 12u);
+  std::ifstream in(reference / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (!j.contains("loss")) continue;
+    for (const char* key : {"reward", "reward_std", "rewards/contains/mean", "rewards/length/mean", "kl", "entropy", "clip_ratio/region_mean",
+                            "completions/mean_length", "completions/clipped_ratio", "frac_reward_zero_std", "time/generation_s",
+                            "time/generation_tokens_per_s"})
+      EXPECT_TRUE(j.contains(key) && j[key].is_number()) << key << " missing from " << line;
+    EXPECT_EQ(j["clip_ratio/region_mean"].get<double>(), 0.0) << "one pass per generation batch: the ratio is exactly 1";
+  }
+  // samples.jsonl: the groups of every second step, with their completions' rewards.
+  std::ifstream samples(reference / "samples.jsonl");
+  std::vector<std::int64_t> steps;
+  for (std::string line; std::getline(samples, line);) {
+    const Json j = Json::parse(line);
+    steps.push_back(j["step"].get<std::int64_t>());
+    ASSERT_FALSE(j["groups"].empty());
+    EXPECT_EQ(j["groups"][0]["completions"].size(), 4u);
+    EXPECT_TRUE(j["groups"][0]["completions"][0].contains("reward"));
+  }
+  EXPECT_EQ(steps, (std::vector<std::int64_t>{2, 4, 6, 8, 10, 12}));
+
+  bool resume = false;
+  for (const std::string kill : {"step:2:mid", "checkpoint:6:state", "step:8:after"}) {
+    auto r = train_with_kill(recipe_path, kill, resume, {"output_dir=" + run.string()});
+    EXPECT_EQ(r.status, 128 + 9) << kill << ": expected death by SIGKILL\n" << r.err;
+    resume = true;
+  }
+  auto last = train_with_kill(recipe_path, "", true, {"output_dir=" + run.string()});
+  ASSERT_EQ(last.status, 0) << last.err;
+  EXPECT_EQ(grpo_trajectory(run), expected) << "resumed GRPO trajectory differs from the uninterrupted run";
+  EXPECT_EQ(ctune::testing::count_lines(ctune::testing::slurp(run / "samples.jsonl")), 6) << "samples.jsonl cut back to the checkpoint on resume";
+}
+
+// The generation half samples what `ctune generate` samples for the same prompts, seed and
+// settings: the first step's policy is the base (LoRA's B starts at 0), its generation batch is
+// every prompt num_generations times in one batch, and samples.jsonl names the batch's seed.
+TEST_F(Checkpoints, GrpoSamplesWhatGenerateSamples) {
+  std::string prompts;
+  for (int i = 0; i < 12; ++i)
+    prompts += R"({"prompt": [{"role": "user", "content": "Add )" + std::to_string(i) + R"( and 3"}], "answer": ")" + std::to_string(i + 3) + "\"}\n";
+  write(kDir / "chat-prompts.jsonl", prompts);
+  std::string text = recipe("lora", kDir / "model", "", "{train: " + (kDir / "chat-prompts.jsonl").string() +
+                                                            ", format: prompt, chat_format: plain, max_seq_len: 64}") +
+                     "objective: {name: grpo, num_generations: 4, max_new_tokens: 7, temperature: 0.9, top_p: 0.95}\n"
+                     "reward: {contains: {field: answer}}\nlogging: {samples_every_n_steps: 1}\n";
+  auto set = [&](const std::string& from, const std::string& to) { text.replace(text.find(from), from.size(), to); };
+  set(", eval_every: 4", "");
+  set("max_steps: 12", "max_steps: 1");
+  set("warmup_steps: 2", "warmup_steps: 0");
+  set("batch_size: 3", "batch_size: 2");  // 2 x grad_accum 2 = 4 prompts: samples.jsonl holds them all
+  write(kDir / "grpo-gen.yaml", text);
+  const fs::path run = kDir / "grpo-gen";
+  auto r = ctune({"train", (kDir / "grpo-gen.yaml").string(), "output_dir=" + run.string()});
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::ifstream in(run / "samples.jsonl");
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  const Json step = Json::parse(line);
+  ASSERT_EQ(step["groups"].size(), 4u);
+  std::string file;
+  std::vector<std::string> expected;
+  for (const auto& group : step["groups"]) {
+    const std::string rendered = group["prompt"].get<std::string>();  // "User: Add 5 and 3\nAssistant:"
+    const auto from = rendered.find("User: ") + 6, to = rendered.find("\nAssistant:");
+    ASSERT_NE(to, std::string::npos) << rendered;
+    for (const auto& c : group["completions"]) {
+      file += Json{{"prompt", rendered.substr(from, to - from)}}.dump() + "\n";
+      expected.push_back(c["text"].get<std::string>());
+    }
+  }
+  write(kDir / "gen-prompts.jsonl", file);
+  auto g = ctune({"generate", "--model", (kDir / "model").string(), "--chat", "--chat-format", "plain", "--prompt-file",
+                  (kDir / "gen-prompts.jsonl").string(), "--temperature", "0.9", "--top-p", "0.95", "--top-k", "0", "--max-new-tokens", "7",
+                  "--batch-size", "16", "--seed", step["seed"].dump(), "--json"});
+  ASSERT_EQ(g.status, 0) << g.err;
+  std::vector<std::string> got;
+  std::istringstream out(g.out);
+  for (std::string l; std::getline(out, l);)
+    if (!l.empty() && l[0] == '{') got.push_back(Json::parse(l)["text"].get<std::string>());
+  EXPECT_EQ(got, expected);
+  // Not a coincidence of one likely text: the 16 completions differ.
+  EXPECT_GT(std::set<std::string>(expected.begin(), expected.end()).size(), 4u);
+}
+
+// A GRPO recipe that cannot work: one line naming what, before anything trains.
+TEST_F(Checkpoints, GrpoBadInputIsOneLine) {
+  const std::string data = write_prompt_data();
+  const std::string base = recipe("lora", kDir / "model", "", data);
+  auto run_with = [&](const std::string& more, const std::string& must_contain) {
+    std::string text = base + more;
+    text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
+    write(kDir / "grpo-bad.yaml", text);
+    expect_one_line_failure(ctune({"train", (kDir / "grpo-bad.yaml").string(), "output_dir=" + (kDir / "grpo-bad").string()}), must_contain,
+                            more);
+  };
+  run_with("objective: {name: grpo, num_generations: 1}\nreward: {exact: {field: answer}}\n", "objective.num_generations");
+  run_with("objective: {name: grpo}\nreward: {exact: {field: solution}}\n", "data.train record 1 has no field \"solution\"");
+  run_with("objective: {name: grpo}\nreward: {exact: {weight: 1}}\n", "reward.exact.field: missing");
+  run_with("objective: {name: grpo}\nreward: {exact: {field: answer, wieght: 1}}\n", "unknown setting \"wieght\"");
+  run_with("objective: {name: grpo}\n", "grpo needs at least one reward function");
+  run_with("objective: {name: grpo}\nreward: {format: {pattern: \"(unclosed\"}}\n", "reward.format.pattern: not a regular expression");
+  run_with("objective: {name: dpo}\n", "objective.name dpo learns from preference pairs");
+}
+
 // fp16 with dynamic loss scaling: an initial scale of 2^24 makes the first steps' fp16
 // gradients overflow (an injected overflow); each such step is skipped and the scale halves
 // until gradients fit, after which training goes on and the scale grows after 2 clean steps.

@@ -160,7 +160,7 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
        "a quantised base is frozen, so it needs LoRA"},
       {"train_router_without_experts", base, {"peft.train_router=true"}, "model_type llama has no experts, so no router to train"},
       // Objectives: a key of another objective, data the objective cannot read, ranges.
-      {"objective_key_of_another", base, {"objective.beta=0.2"}, "`objective.beta`: belongs to objective.name: dpo, simpo or orpo; this recipe's objective is sft"},
+      {"objective_key_of_another", base, {"objective.beta=0.2"}, "`objective.beta`: belongs to objective.name: dpo, simpo, orpo or grpo; this recipe's objective is sft"},
       {"dpo_without_pairs", base, {"objective.name=dpo"}, "`data.format`: objective.name dpo learns from preference pairs: expected preference, found instruct"},
       {"pairs_without_dpo", replace(base, "format: instruct", "format: preference"), {},
        "preference pairs need a preference objective (objective.name: dpo, simpo or orpo)"},

@@ -173,9 +173,9 @@ def case_outputs(kind, tensors, batch, loss_type):
     return out
 
 
-def main():
-    out = sys.argv[1]
-    gen = torch.Generator().manual_seed(23)
+def write_models(out, gen):
+    """The base model/ (the reference), policy/ (the base perturbed: full fine-tuning's policy) and
+    lora.safetensors (adapters with B non-zero) under `out`, drawn from `gen`; returns them."""
     W = {}
     for name, shape in R.shapes():
         t = 1.0 + 0.1 * torch.randn(shape, generator=gen) if name.endswith("norm.weight") else 0.2 * torch.randn(shape, generator=gen)
@@ -194,6 +194,13 @@ def main():
         with open(os.path.join(out, sub, "config.json"), "w") as f:
             json.dump({k: v for k, v in R.CFG.items() if not k.startswith("_")}, f, indent=2)
     R.write_safetensors(os.path.join(out, "lora.safetensors"), lora)
+    return W, policy, lora
+
+
+def main():
+    out = sys.argv[1]
+    gen = torch.Generator().manual_seed(23)
+    W, policy, lora = write_models(out, gen)
     batch = make_pairs(gen)
     with open(os.path.join(out, "pairs.json"), "w") as f:
         json.dump({k: v.tolist() for k, v in batch.items()}, f)

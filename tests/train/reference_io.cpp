@@ -1,10 +1,15 @@
 #include "reference_io.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 
 #include "data/example.h"
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
+#include "model/weights.h"
+#include "peft/lora.h"
+#include "margins.h"
 
 namespace ctune::test {
 
@@ -13,6 +18,55 @@ std::map<std::string, at::Tensor> read_tensors(const std::filesystem::path& path
   std::map<std::string, at::Tensor> out;
   for (const auto& t : file->header().tensors) out[t.name] = io::load_tensor(*file, t, at::kFloat).clone();
   return out;
+}
+
+model::CausalLM lora_policy(const std::filesystem::path& dir) {
+  auto lm = model::load_causal_lm(dir / "model", at::kFloat);
+  peft::LoraOptions o;
+  o.rank = 4;
+  o.alpha = 8.0;
+  o.targets = {"all-linear", "lm_head"};
+  peft::apply_lora(lm, o);
+  at::NoGradGuard no_grad;
+  const auto weights = read_tensors(dir / "lora.safetensors");
+  std::size_t set = 0;
+  for (auto& item : lm->named_parameters(true)) {
+    auto it = weights.find(item.key());
+    if (it == weights.end()) continue;
+    item.value().copy_(it->second);
+    ++set;
+  }
+  if (set != weights.size()) throw std::runtime_error(dir.string() + ": not every LoRA weight found a parameter");
+  return lm;
+}
+
+void expect_objective_matches(const std::filesystem::path& dir, const std::string& name, model::CausalLM& policy,
+                              const train::Objective& objective, const train::ObjectiveTerms& terms, double units, double token_units,
+                              double loss, const Json& expected, const Json& noise) {
+  auto scalar = [&](const std::string& key, double ours) {
+    EXPECT_TRUE(within(name + " " + key + ": absolute error", std::abs(ours - expected.at(key).get<double>()),
+                       noise_tolerance(noise.at(key).get<double>())));
+  };
+  scalar("loss", loss);
+  const auto means = train::metric_means(objective, terms.metric_sums, units, token_units);
+  ASSERT_EQ(means.size(), objective.metric_names().size());
+  for (const auto& [metric, value] : means) scalar(metric, value);
+
+  const auto grads = read_tensors(dir / ("grads_" + name + ".safetensors"));
+  std::size_t checked = 0;
+  for (const auto& item : policy->named_parameters(true)) {
+    if (!item.value().requires_grad()) {
+      EXPECT_FALSE(item.value().grad().defined()) << item.key();
+      continue;
+    }
+    auto it = grads.find(item.key());
+    ASSERT_NE(it, grads.end()) << "no reference gradient for " << item.key();
+    ASSERT_TRUE(item.value().grad().defined()) << item.key();
+    EXPECT_TRUE(within(name + " " + item.key() + " gradient: relative error", relative_error(item.value().grad(), it->second),
+                       noise_tolerance(noise.at(item.key()).get<double>())));
+    ++checked;
+  }
+  EXPECT_EQ(checked, grads.size());
 }
 
 train::TensorBatch batch_from_json(const Json& b) {

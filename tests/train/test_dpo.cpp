@@ -20,10 +20,6 @@
 
 namespace fs = std::filesystem;
 using namespace ctune;
-using ctune::test::noise_tolerance;
-using ctune::test::within;
-using ctune::test::read_tensors;
-using ctune::test::relative_error;
 
 namespace {
 
@@ -35,25 +31,6 @@ train::TensorBatch read_pairs() {
   return b;
 }
 
-model::CausalLM lora_policy() {
-  auto lm = model::load_causal_lm(kRef / "model", at::kFloat);
-  peft::LoraOptions o;
-  o.rank = 4;
-  o.alpha = 8.0;
-  o.targets = {"all-linear", "lm_head"};
-  peft::apply_lora(lm, o);
-  at::NoGradGuard no_grad;
-  const auto weights = read_tensors(kRef / "lora.safetensors");
-  std::size_t set = 0;
-  for (auto& item : lm->named_parameters(true)) {
-    auto it = weights.find(item.key());
-    if (it == weights.end()) continue;
-    item.value().copy_(it->second);
-    ++set;
-  }
-  EXPECT_EQ(set, weights.size());
-  return lm;
-}
 
 void dpo_case(const std::string& kind, const std::string& loss_type) {
   const std::string name = kind + "_" + loss_type;
@@ -74,7 +51,7 @@ void dpo_case(const std::string& kind, const std::string& loss_type) {
     for (auto& p : reference->parameters()) p.requires_grad_(false);
     reference->eval();
   } else {
-    policy = lora_policy();
+    policy = test::lora_policy(kRef);
   }
   auto objective = train::make_objective(o, /*chunked=*/true, reference);
   const auto batch = read_pairs();
@@ -85,30 +62,7 @@ void dpo_case(const std::string& kind, const std::string& loss_type) {
   if (terms.token_loss_sum.defined()) loss = loss + terms.token_loss_sum / token_units;  // ORPO's NLL part
   loss.backward();
 
-  auto scalar = [&](const std::string& key, double ours) {
-    EXPECT_TRUE(within(name + " " + key + ": absolute error", std::abs(ours - expected.at(key).get<double>()),
-                       noise_tolerance(noise.at(key).get<double>())));
-  };
-  scalar("loss", loss.item<double>());
-  const auto means = train::metric_means(*objective, terms.metric_sums, units, token_units);
-  ASSERT_EQ(means.size(), objective->metric_names().size());
-  for (const auto& [metric, value] : means) scalar(metric, value);
-
-  const auto grads = read_tensors(kRef / ("grads_" + name + ".safetensors"));
-  std::size_t checked = 0;
-  for (const auto& item : policy->named_parameters(true)) {
-    if (!item.value().requires_grad()) {
-      EXPECT_FALSE(item.value().grad().defined()) << item.key();
-      continue;
-    }
-    auto it = grads.find(item.key());
-    ASSERT_NE(it, grads.end()) << "no reference gradient for " << item.key();
-    ASSERT_TRUE(item.value().grad().defined()) << item.key();
-    EXPECT_TRUE(within(name + " " + item.key() + " gradient: relative error", relative_error(item.value().grad(), it->second),
-                       noise_tolerance(noise.at(item.key()).get<double>())));
-    ++checked;
-  }
-  EXPECT_EQ(checked, grads.size());
+  test::expect_objective_matches(kRef, name, policy, *objective, terms, units, token_units, loss.item<double>(), expected, noise);
   if (reference) {
     for (const auto& p : reference->parameters()) EXPECT_FALSE(p.grad().defined());
   }
@@ -133,7 +87,7 @@ TEST(DpoReference, LoraOrpo) { dpo_case("lora", "orpo"); }
 // log-probabilities (the adapters' B is non-zero here, so on they differ).
 TEST(DpoReference, AdaptersOffIsExactlyTheBase) {
   at::NoGradGuard no_grad;
-  auto policy = lora_policy();
+  auto policy = test::lora_policy(kRef);
   auto base = model::load_causal_lm(kRef / "model", at::kFloat);
   const auto batch = read_pairs();
   const auto of_base = train::sequence_logps(base, batch).sum;

@@ -16,36 +16,65 @@ at::Tensor policy_hidden(model::CausalLM& lm, const TensorBatch& b) {
   return lm->hidden(forward_inputs(lm, b));  // [B, T, H]
 }
 
-SequenceLogps row_logps(model::CausalLM& lm, const at::Tensor& hidden, const at::Tensor& labels) {
+TokenLogps token_logps(model::CausalLM& lm, const at::Tensor& hidden, const at::Tensor& labels, double temperature, bool entropy) {
   RECORD_USER_SCOPE(ops::region::kLoss);
   const auto B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
+  const auto acc = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  TokenLogps out;
+  const auto empty = [&] {
+    out.token = (hidden.sum() * 0.0).to(acc).expand({0});  // keeps the graph connected when nothing is a target
+    out.row = at::zeros({0}, labels.options().dtype(at::kLong));
+    if (entropy) out.entropy = at::zeros({0}, hidden.options().dtype(acc));
+    return out;
+  };
+  if (T < 2) return empty();
+  auto h = hidden.narrow(1, 0, T - 1).reshape({B * (T - 1), H});
+  auto targets = labels.narrow(1, 1, T - 1).reshape({B * (T - 1)});
+  auto keep = (targets != data::kIgnoreIndex).nonzero().squeeze(1);
+  if (keep.numel() == 0) return empty();
+  h = h.index_select(0, keep);
+  targets = targets.index_select(0, keep);
+  out.row = at::div(keep, T - 1, "floor");
+  // A head whose adapter is off (the reference under LoRA) is plain too: the reference's
+  // log-probabilities are then the base model's, bit for bit.
+  const double cap = lm->config().arch.final_softcap;
+  const bool plain_head =
+      !lm->lm_head || ((!lm->lm_head->adapter || model::AdaptersOff::active()) && !lm->lm_head->bias.defined());
+  if (plain_head && (temperature == 1.0 || cap == 0)) {
+    // A chunk of positions projected at a time, as the token loss does (chunked_loss.h); a
+    // temperature without a soft-cap scales the hidden states (the head is linear).
+    const auto& weight = lm->lm_head ? lm->lm_head->weight : lm->model->embed_tokens->weight;
+    const auto scaled = temperature == 1.0 ? h : h / temperature;
+    out.token = chunked_token_logps(scaled, weight, targets, 0, lm->compute_dtype(), cap).to(acc);
+  } else {
+    out.token = at::log_softmax(lm->head(h).to(acc) / temperature, -1).gather(1, targets.unsqueeze(1)).squeeze(1);
+  }
+  if (entropy) {
+    // A reported figure: projected again without gradients, a chunk of rows at a time.
+    at::NoGradGuard no_grad;
+    const auto n = h.size(0);
+    const auto chunk = default_chunk_rows(lm->config().vocab_size, 4);
+    std::vector<at::Tensor> parts;
+    for (std::int64_t i = 0; i < n; i += chunk) {
+      const auto logp = at::log_softmax(lm->head(h.narrow(0, i, std::min(chunk, n - i)).detach()).to(acc) / temperature, -1);
+      parts.push_back(-(logp.exp() * logp).sum(-1));
+    }
+    out.entropy = at::cat(parts);
+  }
+  return out;
+}
+
+SequenceLogps row_logps(model::CausalLM& lm, const at::Tensor& hidden, const at::Tensor& labels) {
+  const auto B = hidden.size(0);
   const auto acc = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   SequenceLogps out;
   out.sum = hidden.sum() * 0.0;  // keeps the graph connected when nothing is a target
   out.sum = out.sum.to(acc).expand({B}).clone();
   out.count = at::zeros({B}, hidden.options().dtype(acc));
-  if (T < 2) return out;
-  auto h = hidden.narrow(1, 0, T - 1).reshape({B * (T - 1), H});
-  auto targets = labels.narrow(1, 1, T - 1).reshape({B * (T - 1)});
-  auto keep = (targets != data::kIgnoreIndex).nonzero().squeeze(1);
-  if (keep.numel() == 0) return out;
-  h = h.index_select(0, keep);
-  targets = targets.index_select(0, keep);
-  at::Tensor token;  // [N]
-  // A head whose adapter is off (the reference under LoRA) is plain too: the reference's
-  // log-probabilities are then the base model's, bit for bit.
-  const bool plain_head =
-      !lm->lm_head || ((!lm->lm_head->adapter || model::AdaptersOff::active()) && !lm->lm_head->bias.defined());
-  if (plain_head) {
-    // A chunk of positions projected at a time, as the token loss does (chunked_loss.h).
-    const auto& weight = lm->lm_head ? lm->lm_head->weight : lm->model->embed_tokens->weight;
-    token = chunked_token_logps(h, weight, targets, 0, lm->compute_dtype(), lm->config().arch.final_softcap).to(acc);
-  } else {
-    token = at::log_softmax(lm->head(h).to(acc), -1).gather(1, targets.unsqueeze(1)).squeeze(1);
-  }
-  const auto row = at::div(keep, T - 1, "floor");
-  out.sum = out.sum.index_add(0, row, token);
-  out.count = out.count.index_add(0, row, at::ones_like(token).detach());
+  const TokenLogps t = token_logps(lm, hidden, labels);
+  if (t.token.numel() == 0) return out;
+  out.sum = out.sum.index_add(0, t.row, t.token);
+  out.count = out.count.index_add(0, t.row, at::ones_like(t.token).detach());
   return out;
 }
 
@@ -57,6 +86,16 @@ SequenceLogps reference_logps(model::CausalLM& policy, model::CausalLM& referenc
   if (!reference) off.emplace();
   model::CausalLM& lm = reference ? reference : policy;
   auto out = sequence_logps(lm, batch);
+  lm->model->scopes->release_all();
+  return out;
+}
+
+at::Tensor reference_token_logps(model::CausalLM& policy, model::CausalLM& reference, const TensorBatch& batch, double temperature) {
+  at::NoGradGuard no_grad;
+  std::optional<model::AdaptersOff> off;
+  if (!reference) off.emplace();
+  model::CausalLM& lm = reference ? reference : policy;
+  auto out = token_logps(lm, policy_hidden(lm, batch), batch.labels, temperature).token;
   lm->model->scopes->release_all();
   return out;
 }

@@ -40,6 +40,18 @@ std::vector<double> reward_metric_sums(const at::Tensor& reward_chosen, const at
 
 // The model's final hidden states over `batch` ([B, T, H]), its routers' mask included.
 at::Tensor policy_hidden(model::CausalLM& model, const TensorBatch& batch);
+// Per target of `labels` ([B, T], kIgnoreIndex elsewhere), in row-major order: log p(labels[t + 1]
+// | ..t) with the logits divided by `temperature` (online RL scores its samples at the temperature
+// they were drawn with, as TRL does), its row, and when asked its distribution's entropy
+// (without gradients). fp32 (float64 for a float64 model), differentiable in grad mode.
+struct TokenLogps {
+  at::Tensor token;    // [N]
+  at::Tensor row;      // [N] int64
+  at::Tensor entropy;  // [N], or undefined
+};
+TokenLogps token_logps(model::CausalLM& model, const at::Tensor& hidden, const at::Tensor& labels, double temperature = 1.0,
+                       bool entropy = false);
+
 // Per row of `hidden`, the sum of log p(labels[t + 1] | ..t) over the targets of `labels`
 // ([B, T], kIgnoreIndex elsewhere) and their count.
 SequenceLogps row_logps(model::CausalLM& model, const at::Tensor& hidden, const at::Tensor& labels);
@@ -52,5 +64,7 @@ SequenceLogps sequence_logps(model::CausalLM& model, const TensorBatch& batch);
 // it is null, the policy's with its adapters off (LoRA). Under full_shard the model that ran is
 // sharded; what its forward left whole for a backward that will not come (the head) is freed.
 SequenceLogps reference_logps(model::CausalLM& policy, model::CausalLM& reference, const TensorBatch& batch);
+// The same per target (token_logps' order), at `temperature`: what online RL's KL penalty compares with.
+at::Tensor reference_token_logps(model::CausalLM& policy, model::CausalLM& reference, const TensorBatch& batch, double temperature);
 
 }  // namespace ctune::train

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "train/objective/dpo.h"
+#include "train/objective/grpo.h"
 #include "train/objective/orpo.h"
 #include "train/objective/simpo.h"
 
@@ -9,7 +10,11 @@ namespace ctune::train {
 
 bool reads_pairs(const ObjectiveOptions& options) { return options.name == "dpo" || options.name == "simpo" || options.name == "orpo"; }
 
-bool needs_reference(const ObjectiveOptions& options) { return options.name == "dpo"; }
+bool needs_reference(const ObjectiveOptions& options) {
+  return options.name == "dpo" || (options.name == "grpo" && options.beta > 0);
+}
+
+bool generates(const ObjectiveOptions& options) { return options.name == "grpo"; }
 
 std::shared_ptr<Objective> make_objective(const ObjectiveOptions& options, bool chunked, model::CausalLM reference,
                                           std::shared_ptr<const ReferenceTable> table) {
@@ -17,7 +22,8 @@ std::shared_ptr<Objective> make_objective(const ObjectiveOptions& options, bool 
   if (options.name == "dpo") return std::make_shared<DpoObjective>(options, std::move(reference), std::move(table));
   if (options.name == "simpo") return std::make_shared<SimpoObjective>(options);
   if (options.name == "orpo") return std::make_shared<OrpoObjective>(options);
-  throw ConfigError("objective.name: expected sft, dpo, simpo or orpo, found " + options.name);
+  if (options.name == "grpo") return std::make_shared<GrpoObjective>(options);
+  throw ConfigError("objective.name: expected sft, dpo, simpo, orpo or grpo, found " + options.name);
 }
 
 }  // namespace ctune::train

@@ -14,6 +14,8 @@ namespace ctune::train {
 
 // Whether the objective reads preference pairs (data.format: preference).
 bool reads_pairs(const ObjectiveOptions& options);
+// Whether it learns from completions it samples itself (online RL: prompts, data.format prompt).
+bool generates(const ObjectiveOptions& options);
 // Whether it compares the policy with a frozen reference.
 bool needs_reference(const ObjectiveOptions& options);
 

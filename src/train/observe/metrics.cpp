@@ -150,9 +150,9 @@ CpuTimes process_cpu_times() {
 }
 
 
-void truncate_metrics(const std::filesystem::path& dir, std::int64_t step) {
-  truncate_events(dir / io::kEventsDir, step);
-  const std::filesystem::path path = dir / io::kMetricsFile;
+namespace {
+// Keeps the records of `path` (JSON lines with a "step") up to `step`.
+void truncate_jsonl(const std::filesystem::path& path, std::int64_t step) {
   std::ifstream in(path);
   if (!in) return;
   std::string kept;
@@ -168,6 +168,13 @@ void truncate_metrics(const std::filesystem::path& dir, std::int64_t step) {
     kept += line + "\n";
   }
   io::write_file_atomic(path, kept);
+}
+}  // namespace
+
+void truncate_metrics(const std::filesystem::path& dir, std::int64_t step) {
+  truncate_events(dir / io::kEventsDir, step);
+  truncate_jsonl(dir / io::kMetricsFile, step);
+  truncate_jsonl(dir / io::kSamplesFile, step);
 }
 
 }  // namespace ctune::train

@@ -71,7 +71,7 @@ class MetricsLog {
   std::optional<EventWriter> events_;
 };
 
-// Keeps the lines of dir/metrics.jsonl and the TensorBoard records in dir/tb whose step is <=
+// Keeps the lines of dir/metrics.jsonl and dir/samples.jsonl and the TensorBoard records in dir/tb whose step is <=
 // step (rewritten atomically), so a resumed run appends where its checkpoint left off.
 void truncate_metrics(const std::filesystem::path& dir, std::int64_t step);
 

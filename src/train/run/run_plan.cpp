@@ -23,6 +23,7 @@
 #include "ops/fused_optimizer.h"
 #include "peft/adapter_io.h"
 #include "tokenizer/load.h"
+#include "train/objective/rewards.h"
 
 namespace ctune::train {
 namespace fs = std::filesystem;
@@ -221,9 +222,27 @@ void plan_objective(RunPlan& p) {
   const std::pair<const char*, std::vector<std::string>> owners[] = {{"objective.loss_type", {"dpo"}},
                                                                      {"objective.precompute_reference", {"dpo"}},
                                                                      {"objective.reference_quantize", {"dpo"}},
-                                                                     {"objective.beta", {"dpo", "simpo", "orpo"}},
+                                                                     {"objective.beta", {"dpo", "simpo", "orpo", "grpo"}},
                                                                      {"objective.label_smoothing", {"dpo", "simpo"}},
-                                                                     {"objective.gamma", {"simpo"}}};
+                                                                     {"objective.gamma", {"simpo"}},
+                                                                     {"objective.num_generations", {"grpo"}},
+                                                                     {"objective.temperature", {"grpo"}},
+                                                                     {"objective.top_p", {"grpo"}},
+                                                                     {"objective.top_k", {"grpo"}},
+                                                                     {"objective.max_new_tokens", {"grpo"}},
+                                                                     {"objective.stop", {"grpo"}},
+                                                                     {"objective.epsilon", {"grpo"}},
+                                                                     {"objective.epsilon_high", {"grpo"}},
+                                                                     {"objective.scale_rewards", {"grpo"}},
+                                                                     {"objective.aggregation", {"grpo"}},
+                                                                     {"objective.num_iterations", {"grpo"}},
+                                                                     {"objective.mask_truncated", {"grpo"}},
+                                                                     {"reward.exact", {"grpo"}},
+                                                                     {"reward.contains", {"grpo"}},
+                                                                     {"reward.regex", {"grpo"}},
+                                                                     {"reward.numeric", {"grpo"}},
+                                                                     {"reward.format", {"grpo"}},
+                                                                     {"reward.length", {"grpo"}}};
   for (const auto& [key, names] : owners) {
     if (r.is_null(key) || std::find(names.begin(), names.end(), o.name) != names.end()) continue;
     std::string list;
@@ -235,6 +254,7 @@ void plan_objective(RunPlan& p) {
   o.label_smoothing = r.get_optional_float("objective.label_smoothing").value_or(0.0);
   o.gamma = r.get_optional_float("objective.gamma").value_or(0.5);
   o.precompute_reference = !r.is_null("objective.precompute_reference") && r.get_bool("objective.precompute_reference");
+  if (o.name != "grpo" && o.name != "sft" && o.beta <= 0) r.fail("objective.beta", "expected > 0 for objective.name " + o.name + ", found " + std::to_string(o.beta));
   if (o.label_smoothing > 0 && o.loss_type != "sigmoid")
     r.fail("objective.label_smoothing", "applies to objective.loss_type sigmoid, found " + o.loss_type);
   const bool pairs = r.get_string("data.format") == "preference";
@@ -242,6 +262,21 @@ void plan_objective(RunPlan& p) {
     r.fail("data.format", "objective.name " + o.name + " learns from preference pairs: expected preference, found " + r.get_string("data.format"));
   if (!reads_pairs(o) && pairs)
     r.fail("data.format", "preference pairs need a preference objective (objective.name: dpo, simpo or orpo); this recipe's objective is " + o.name);
+  if (o.name == "grpo") plan_grpo(r, o);
+  const bool prompts = r.get_string("data.format") == "prompt";
+  if (generates(o) && !prompts)
+    r.fail("data.format", "objective.name " + o.name + " samples completions of prompts: expected prompt, found " + r.get_string("data.format"));
+  if (!generates(o) && prompts)
+    r.fail("data.format", "prompts without responses train nothing except under online RL (objective.name: grpo); this recipe's objective is " + o.name);
+  if (generates(o)) {
+    // Not yet: the rollouts of several ranks, and an eval split of prompts.
+    if (p.world.distributed())
+      r.fail("objective.name", "grpo runs in one process for now (several ranks are not implemented yet); found a world of " +
+                                   std::to_string(p.world.size) + " ranks");
+    if (!r.is_null("data.eval") || r.get_float("data.eval_fraction") > 0)
+      r.fail(!r.is_null("data.eval") ? "data.eval" : "data.eval_fraction",
+             "grpo has no eval split yet (evaluate its result with ctune eval --accuracy on a recipe of the task)");
+  }
   const std::string reference_quantize = r.get_optional_string("objective.reference_quantize").value_or(kQuantNone);
   if (reference_quantize != kQuantNone) {
     if (p.method->freezes_base())
@@ -274,6 +309,9 @@ void plan_data(RunPlan& p) {
   } catch (const Error& e) {
     throw ConfigError(r.source() + ": " + e.what());
   }
+  // Every record holds the fields its reward functions read.
+  if (generates(p.objective) && p.datasets.train_records)
+    check_fields(make_rewards(p.objective.rewards, p.objective.max_new_tokens), *p.datasets.train_records, "data.train");
 }
 
 // Optimizer, schedule, step counts, evaluation, checkpoints.
@@ -320,6 +358,7 @@ void plan_steps(RunPlan& p, const distributed::World& world) {
   t.log_every = r.get_int("logging.every_n_steps");
   p.tensorboard = r.get_bool("logging.tensorboard");
   p.profile = r.get_bool("logging.profile");
+  p.samples_every = r.get_int("logging.samples_every_n_steps");
   t.chunked_loss = r.get_bool("memory.chunked_loss");
   t.aux_loss_coef = r.get_optional_float("moe.aux_loss_coef").value_or(p.model_config.arch.moe.router_aux_loss_coef);
   t.router_z_loss_coef = r.get_float("moe.router_z_loss_coef");
@@ -422,6 +461,11 @@ data::SamplerOptions RunPlan::sampler_options() const {
   return options;
 }
 
+// The training rows one record gives: a preference pair's two, a GRPO prompt's num_generations.
+static std::int64_t rows_per_record(const RunPlan& p) {
+  return data::examples_per_record(p.data.format) * (generates(p.objective) ? p.objective.num_generations : 1);
+}
+
 LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   LedgerInputs in;
   in.config = p.model_config;
@@ -433,7 +477,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.recompute = p.recompute;
   in.chunked_loss = p.trainer.chunked_loss;
   in.router_z_loss = p.trainer.router_z_loss_coef > 0;
-  in.batch_size = p.data.batch_size * data::examples_per_record(p.data.format);  // a preference pair is two rows
+  in.batch_size = p.data.batch_size * rows_per_record(p);
   // Packed rows are filled to max_seq_len; unpacked ones are padded to their batch's longest
   // (data/batch.h), so the data's longest row bounds every batch.
   in.seq_len = p.data.max_seq_len;
@@ -443,6 +487,9 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
     in.seq_len = std::min(in.seq_len, longest);
     in.seq_len_from_data = true;
   }
+  // A GRPO row is a prompt and a completion of up to max_new_tokens (its generation's KV cache
+  // is not in the ledger yet: docs/objectives.md#grpo).
+  if (generates(p.objective)) in.seq_len += p.objective.max_new_tokens;
   if (needs_reference(p.objective) && !p.method->freezes_base() && !p.objective.precompute_reference) {
     // The frozen copy is built as the policy's weights are stored (train/run/run_plan.h build_reference);
     // precomputed log-probabilities free it before training.
@@ -492,7 +539,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes, const T
   in.recompute.blocked_attention = blocked;
   // As plan_steps and ledger_inputs(plan) do.
   in.chunked_loss = t.chunked_loss;
-  in.batch_size = t.batch_size * data::examples_per_record(p.data.format);
+  in.batch_size = t.batch_size * rows_per_record(p);
   in.grad_accum = t.grad_accum;
   DistributedPlan d = p.distributed;
   d.strategy = t.strategy;

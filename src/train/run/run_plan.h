@@ -86,6 +86,7 @@ struct RunPlan {
   CheckpointPolicy checkpoint;
   bool tensorboard = true;  // logging.tensorboard: event files beside metrics.jsonl
   bool profile = false;     // logging.profile: each step timed by category (train/observe/profiler.h)
+  std::int64_t samples_every = 0;  // logging.samples_every_n_steps (grpo): samples.jsonl
   distributed::World world;  // this process's rank and the world size (1: a single process)
   DistributedPlan distributed;
 
@@ -105,6 +106,10 @@ struct RunPlan {
 // Throws ConfigError (naming the recipe file/override and key), IoError, FormatError. `world`:
 // where this process stands in a multi-process run.
 RunPlan plan_run(Recipe recipe, const distributed::World& world = {}, PlanScope scope = PlanScope::run);
+
+// A part of plan_run: objective.name grpo's objective.* and reward.* keys into `options`
+// (run_plan_grpo.cpp).
+void plan_grpo(const Recipe& recipe, ObjectiveOptions& options);
 
 // The quantised base that memory.quantize_base (int8 or nf4) and its memory.* settings describe.
 // `kind_key`: the recipe key that names the kind (objective.reference_quantize for a reference).

@@ -18,6 +18,8 @@
 #include "ops/tensor_pool.h"
 #include "train/observe/memory_report.h"
 #include "train/observe/metrics.h"
+#include "train/objective/objectives.h"
+#include "train/objective/rollout.h"
 #include "train/parallel/data_parallel.h"
 #include "train/run/checkpoint_cadence.h"
 #include "train/step/batches.h"
@@ -244,9 +246,13 @@ TrainResult Session::run_steps() {
   loading.reset();
 
   // 4. Data. The sampler yields global batches; each rank trains on its rows and evaluates its
-  //    share of the eval batches (a world of one: all of them).
+  //    share of the eval batches (a world of one: all of them). An objective that generates
+  //    (grpo) trains on completions it samples of the sampler's prompts instead.
   data::Sampler sampler(plan.datasets.train, plan.sampler_options());
-  RankRows source(sampler, comm_.rank(), comm_.size(), plan.device);
+  auto reference = build_reference(plan);
+  const auto rollouts = generates(plan.objective) ? make_rollouts(lm, reference, sampler, resume.state ? resume.state->step : 0) : nullptr;
+  const auto rows = rollouts ? nullptr : std::make_unique<RankRows>(sampler, comm_.rank(), comm_.size(), plan.device);
+  BatchSource& source = rollouts ? static_cast<BatchSource&>(*rollouts) : *rows;
   spdlog::debug("resident {:.1f} MB with optimizer and data", static_cast<double>(ops::resident_bytes()) / 1e6);
   auto eval = rank_share(all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
                                      plan.eval_batches, plan.device, /*eval_split=*/true),
@@ -275,7 +281,7 @@ TrainResult Session::run_steps() {
   Trainer trainer(lm, *optimizer, source, std::move(eval), plan.trainer, metrics ? &*metrics : nullptr);
   //    The objective; with precomputed reference log-probabilities no reference is kept.
   const auto table = plan.objective.precompute_reference ? precomputed_reference(lm, parallel) : nullptr;
-  auto reference = table ? model::CausalLM(nullptr) : build_reference(plan);
+  if (table) reference = model::CausalLM(nullptr);
   parallel.shard_like_policy(reference);
   trainer.objective = make_objective(plan.objective, plan.trainer.chunked_loss, reference, table);
   trainer.scaler = &scaler;
@@ -283,7 +289,10 @@ TrainResult Session::run_steps() {
   StateMeter meter(lm, *optimizer);
   trainer.sample_memory = [&] { meter.sample(); };
   parallel.sample_memory_with(trainer.sample_memory);
-  trainer.on_step_end = [&](std::int64_t step) { cadence.after_step(step); };
+  trainer.on_step_end = [&](std::int64_t step) {
+    if (writer() && rollouts) write_samples(*rollouts, step);
+    cadence.after_step(step);
+  };
   //    logging.profile: rank 0 times its steps; the second and third go to a trace (the first warms up).
   std::optional<StepProfiler> profiler;
   if (plan.profile && writer()) {
@@ -331,6 +340,49 @@ TrainResult Session::run_steps() {
   spdlog::info("done: {} steps in {:.1f} s, last loss {:.4f}{}", result.steps, result.seconds, result.last_loss,
                result.final_eval_loss ? fmt::format(", eval loss {:.4f}", *result.final_eval_loss) : std::string());
   return result;
+}
+
+// The batch source of an objective that generates: the policy's completions of the sampler's
+// prompts, scored by the reward functions (train/objective/rollout.h). A run resumed after
+// `resumed_step` steps starts a generation batch there: one left half-used (num_iterations > 1)
+// is not in the checkpoint, so such a resume is refused.
+std::unique_ptr<RolloutSource> Session::make_rollouts(model::CausalLM& lm, model::CausalLM& reference, data::Sampler& prompts,
+                                                    std::int64_t resumed_step) const {
+  const ObjectiveOptions& o = plan_.objective;
+  if (resumed_step % o.num_iterations != 0)
+    throw ConfigError("--resume: the checkpoint is at step " + std::to_string(resumed_step) + ", inside a generation batch of objective.num_iterations " +
+                      std::to_string(o.num_iterations) + " steps, whose completions are not in the checkpoint (not implemented yet); resume from a checkpoint at a multiple of " +
+                      std::to_string(o.num_iterations));
+  RolloutOptions r;
+  r.objective = o;
+  r.grad_accum = plan_.trainer.grad_accum;
+  r.seed = plan_.seed;
+  r.pad_id = plan_.sampler_options().batch.pad_id;
+  r.device = plan_.device;
+  r.first_step = resumed_step;
+  r.stop_ids = model::generation_stop_ids(lm->config(), plan_.model_dir);
+  auto add_stop = [&](std::optional<std::int64_t> id) {
+    if (id && std::find(r.stop_ids.begin(), r.stop_ids.end(), *id) == r.stop_ids.end()) r.stop_ids.push_back(*id);
+  };
+  if (const auto eos = plan_.tokenizer->special().eos) add_stop(*eos);
+  if (const auto eot = data::end_of_turn_token(plan_.datasets.chat)) {  // the assistant's turn ends there
+    const auto id = plan_.tokenizer->token_to_id(*eot);
+    add_stop(id ? std::optional<std::int64_t>(*id) : std::nullopt);
+  }
+  return std::make_unique<RolloutSource>(lm, reference, prompts, plan_.datasets.train, plan_.datasets.train_records, *plan_.tokenizer,
+                                         std::move(r));
+}
+
+// logging.samples_every_n_steps: a few prompts with their completions and rewards, one line per
+// step (rank 0).
+void Session::write_samples(const RolloutSource& rollouts, std::int64_t step) const {
+  if (plan_.samples_every <= 0 || step % plan_.samples_every != 0) return;
+  Json record = rollouts.samples(4);
+  record["step"] = step;
+  const std::string line = record.dump() + "\n";
+  std::FILE* f = io::open_for_append(plan_.output_dir / io::kSamplesFile);
+  std::fwrite(line.data(), 1, line.size(), f);
+  std::fclose(f);
 }
 
 // objective.precompute_reference: the table this run wrote before (a resumed run reuses exactly

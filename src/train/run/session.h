@@ -22,6 +22,7 @@
 
 #include "distributed/comm.h"
 #include "io/run_dir.h"
+#include "train/objective/rollout.h"
 #include "train/parallel/data_parallel.h"
 #include "train/observe/memory_ledger.h"
 #include "train/observe/metrics.h"
@@ -65,6 +66,9 @@ class Session {
   void refuse_if_nothing_learned(const TrainResult& result) const;
   std::shared_ptr<const ReferenceTable> precomputed_reference(model::CausalLM& lm, DataParallel& parallel) const;
   void write_result(model::CausalLM& lm, DataParallel& parallel, const WeightFiles& files);
+  std::unique_ptr<RolloutSource> make_rollouts(model::CausalLM& lm, model::CausalLM& reference, data::Sampler& prompts,
+                                               std::int64_t resumed_step) const;
+  void write_samples(const RolloutSource& rollouts, std::int64_t step) const;
   // The run's peak, the largest over the ranks, its final checkpoint and result included:
   // logged, and with the steps' `record` (rank 0's) the memory line of metrics.jsonl.
   void report_run_peak(const Ledger& ledger, const std::optional<Json>& record, MetricsLog* metrics);

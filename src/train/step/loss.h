@@ -24,6 +24,10 @@ struct TensorBatch {
   // what precomputed reference log-probabilities are looked up by (train/objective/reference_table.h).
   std::vector<std::int64_t> examples = {};
   bool eval_split = false;
+  // Online RL (train/objective/rollout.h): per row its advantage ([B], float64), and per target
+  // (in row-major order of the labels' targets, [N]) its log-probability under the policy that
+  // generated it and under the reference; undefined when the objective does not need them.
+  at::Tensor advantages = {}, old_logps = {}, ref_logps = {};
 };
 
 // The model's inputs for a training or evaluation forward over `batch`. A model with experts in

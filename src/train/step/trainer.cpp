@@ -132,7 +132,12 @@ TrainResult Trainer::run() {
       kill_point("step", step + 1, "mid");
     }
     sync().sum(sums);
-    const double loss = mean_loss({sums[0], units, sums[1], token_units});
+    ObjectiveSums step_sums;
+    step_sums.loss = sums[0];
+    step_sums.units = units;
+    step_sums.token_loss = sums[1];
+    step_sums.token_units = token_units;
+    const double loss = mean_loss(step_sums);
 
     // 3. Gradients summed over ranks (one process: as they are). Unscale and check them, clip, update at the scheduled learning rate, clear
     //    gradients. A step with a non-finite loss or gradient applies no update (fp16: the
@@ -174,6 +179,7 @@ TrainResult Trainer::run() {
       m.expert_load = std::move(load);
     }
     m.objective = metric_means(*objective, std::vector<double>(sums.begin() + 4, sums.end()), units, token_units);
+    for (auto& figure : train_.figures()) m.objective.push_back(std::move(figure));
     if (metrics_) metrics_->write(m);
     if (nonfinite_in_a_row >= options_.max_nonfinite_steps) {
       throw Error("step " + std::to_string(m.step) + ": the loss was non-finite in " + std::to_string(nonfinite_in_a_row) +

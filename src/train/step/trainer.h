@@ -29,6 +29,9 @@ class BatchSource {
  public:
   virtual ~BatchSource() = default;
   virtual TensorBatch next() = 0;
+  // What producing the current step's batches measured (online RL: rewards, completion lengths,
+  // generation time), reported with the step's metrics; empty for a dataset.
+  virtual std::vector<std::pair<std::string, double>> figures() const { return {}; }
 };
 
 // How the ranks of a data-parallel run agree at each step (train/parallel/data_parallel.h). Each rank

@@ -1,0 +1,62 @@
+// The reward functions of online RL (objective.name: grpo; docs/objectives.md#rewards): each
+// scores one completion of one prompt; the objective sums them with their weights. Built in:
+//   exact     1 when the completion, whitespace trimmed, equals the record's field (trimmed)
+//   contains  1 when the completion contains the record's field
+//   regex     1 when the record's field, a regular expression (ECMAScript), matches somewhere in it
+//   numeric   1 when the completion's last number is within `tolerance` of the field's number
+//   format    1 when the recipe's pattern matches the whole completion
+//   length    DAPO's overlong penalty: 0 up to max_tokens - cache tokens, then falling linearly
+//             to -1 at max_tokens, and -1 beyond
+// Each gives 0 otherwise. A record without a field a function needs is refused before training
+// (check_fields); a field's regular expression that does not compile ends the step with one line
+// naming the function and the sample.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "train/objective/options.h"
+
+namespace ctune::train {
+
+// One completion as the reward functions see it.
+struct RewardSample {
+  const std::string& prompt;      // the prompt as rendered (the generation prompt included)
+  const std::string& completion;  // decoded, cut before a stop string
+  std::int64_t completion_tokens = 0;
+  const OrderedJson& fields;      // the prompt's record
+  const std::string& where;       // "data.train record 17", for messages
+};
+
+class RewardFunction {
+ public:
+  explicit RewardFunction(const RewardSpec& spec) : spec_(spec) {}
+  virtual ~RewardFunction() = default;
+  const std::string& name() const { return spec_.name; }
+  double weight() const { return spec_.weight; }
+  // The record field it reads ("" when none).
+  const std::string& field() const { return spec_.field; }
+  // Error (one line naming the function and the sample) when it cannot score.
+  virtual double score(const RewardSample& sample) = 0;
+
+ protected:
+  RewardSpec spec_;
+};
+
+// The functions of `specs`, in their order; ConfigError for an unknown name or a bad setting
+// (a pattern that does not compile, a cache longer than max_tokens). `max_new_tokens`: what
+// length's max_tokens defaults to.
+std::vector<std::unique_ptr<RewardFunction>> make_rewards(const std::vector<RewardSpec>& specs, std::int64_t max_new_tokens);
+
+// ConfigError naming the first record (`split` record index) that lacks a field a function reads,
+// or holds one that is not a string or a number.
+void check_fields(const std::vector<std::unique_ptr<RewardFunction>>& rewards, const std::vector<OrderedJson>& records,
+                  const std::string& split);
+
+// The names a recipe can give (reward.<name>).
+const std::vector<std::string>& reward_names();
+
+}  // namespace ctune::train

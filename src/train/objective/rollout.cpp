@@ -1,0 +1,266 @@
+#include "train/objective/rollout.h"
+
+#include <ATen/core/grad_mode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "infer/batched.h"
+#include "ops/device.h"
+#include "train/objective/grpo.h"
+#include "train/objective/logps.h"
+
+namespace ctune::train {
+namespace {
+
+// One sampled completion and what it scored.
+struct Sample {
+  std::int64_t example = 0;               // the prompt's example
+  std::vector<std::int64_t> completion;   // trained tokens: the generated ids and the stop id that ended them
+  std::string text;                       // decoded, cut before a stop string
+  std::string stop_reason;
+  std::vector<double> scores;             // per reward function
+  double reward = 0;
+};
+
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+double std_of(const std::vector<double>& v) {  // Bessel-corrected, as torch.std
+  if (v.size() < 2) return 0.0;
+  const double m = mean_of(v);
+  double s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / static_cast<double>(v.size() - 1));
+}
+
+}  // namespace
+
+std::uint64_t RolloutSource::generation_seed(std::uint64_t seed, std::int64_t index) {
+  // splitmix64 of (seed, index): distinct, reproducible streams per generation batch.
+  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(index + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+RolloutSource::RolloutSource(model::CausalLM policy, model::CausalLM reference, data::Sampler& prompts, data::Examples examples,
+                             std::shared_ptr<const std::vector<OrderedJson>> records, const tok::Tokenizer& tokenizer,
+                             RolloutOptions options)
+    : policy_(std::move(policy)),
+      reference_(std::move(reference)),
+      prompts_(prompts),
+      examples_(std::move(examples)),
+      records_(std::move(records)),
+      tokenizer_(tokenizer),
+      options_(std::move(options)) {
+  rewards_ = make_rewards(options_.objective.rewards, options_.objective.max_new_tokens);
+  if (!records_) throw std::logic_error("RolloutSource: the prompts' records are missing (data.format must be prompt)");
+  // A resumed run continues the count, so its generation batches draw the seeds they would have.
+  generation_ = options_.first_step / std::max<std::int64_t>(1, options_.objective.num_iterations);
+}
+
+std::string RolloutSource::decode(const std::vector<std::int64_t>& ids) const {
+  std::vector<std::int32_t> known;
+  for (auto id : ids)
+    if (id < static_cast<std::int64_t>(tokenizer_.vocab_size())) known.push_back(static_cast<std::int32_t>(id));
+  return tokenizer_.decode(known, true);
+}
+
+TensorBatch RolloutSource::next() {
+  if (next_ == batches_.size()) {
+    next_ = 0;
+    if (batches_.empty() || ++pass_ == options_.objective.num_iterations) {
+      pass_ = 0;
+      generate_batch();
+    }
+  }
+  return batches_[next_++];
+}
+
+void RolloutSource::generate_batch() {
+  const ObjectiveOptions& o = options_.objective;
+  const std::int64_t G = o.num_generations;
+  const auto start = std::chrono::steady_clock::now();
+
+  // 1. The generation batch's prompts: grad_accum prompt batches, each prompt G times.
+  std::vector<std::vector<std::int64_t>> group_examples;  // per prompt batch, its examples
+  std::vector<std::vector<std::int64_t>> inputs;
+  for (std::int64_t k = 0; k < options_.grad_accum; ++k) {
+    group_examples.push_back(prompts_.next().examples);
+    for (const std::int64_t e : group_examples.back()) {
+      const auto& ids = (*examples_)[static_cast<std::size_t>(e)].ids;
+      for (std::int64_t g = 0; g < G; ++g) inputs.emplace_back(ids.begin(), ids.end());
+    }
+  }
+
+  // 2. Sampled from the current policy, in one batch (what `ctune generate` samples for these
+  //    prompts with this seed).
+  infer::BatchedGeneration bg;
+  bg.options.max_new_tokens = o.max_new_tokens;
+  bg.options.sampling.do_sample = true;
+  bg.options.sampling.temperature = o.temperature;
+  bg.options.sampling.top_k = o.top_k;
+  bg.options.sampling.top_p = o.top_p;
+  bg.options.stop_ids = options_.stop_ids;
+  bg.options.seed = last_seed_ = generation_seed(options_.seed, generation_++);
+  bg.batch = inputs.size();
+  bg.stops = o.stop;
+  bg.decode = [this](const std::vector<std::int64_t>& ids) { return decode(ids); };
+  bg.progress = false;
+  std::vector<Sample> samples(inputs.size());
+  infer::generate_in_batches(policy_, inputs, bg, {}, [&](const infer::PromptResult& r) {
+    Sample& s = samples[r.prompt];
+    s.completion = r.generation.ids;
+    if (r.generation.stop_reason == "eos") s.completion.push_back(r.generation.stop_id);
+    s.text = r.text;
+    s.stop_reason = r.generation.stop_reason;
+  });
+  const double generation_s = seconds_since(start);
+
+  // 3. Rewards, summed with their weights; advantages within each group.
+  const auto score_start = std::chrono::steady_clock::now();
+  std::vector<double> totals;
+  std::size_t row = 0;
+  for (const auto& batch : group_examples) {
+    for (const std::int64_t e : batch) {
+      const auto& example = (*examples_)[static_cast<std::size_t>(e)];
+      const OrderedJson& fields = (*records_)[static_cast<std::size_t>(example.record)];
+      const std::string where = "data.train record " + std::to_string(example.record + 1);
+      const std::string prompt = decode(std::vector<std::int64_t>(example.ids.begin(), example.ids.end()));
+      for (std::int64_t g = 0; g < G; ++g, ++row) {
+        Sample& s = samples[row];
+        s.example = e;
+        for (const auto& f : rewards_) {
+          const RewardSample in{prompt, s.text, static_cast<std::int64_t>(s.completion.size()), fields, where};
+          s.scores.push_back(f->score(in));
+          s.reward += f->weight() * s.scores.back();
+        }
+        totals.push_back(s.reward);
+      }
+    }
+  }
+  const at::Tensor advantages = group_advantages(at::tensor(totals, at::kDouble), G, o.scale_rewards);
+
+  // 4. One training batch per prompt batch: prompt + completion, right-padded.
+  batches_.clear();
+  row = 0;
+  for (const auto& batch : group_examples) {
+    const auto rows = static_cast<std::int64_t>(batch.size()) * G;
+    std::int64_t length = 1;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto& s = samples[row + static_cast<std::size_t>(r)];
+      length = std::max<std::int64_t>(length, static_cast<std::int64_t>((*examples_)[static_cast<std::size_t>(s.example)].ids.size() +
+                                                                         s.completion.size()));
+    }
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(rows * length), options_.pad_id),
+        labels(ids.size(), data::kIgnoreIndex), pos(ids.size(), 0);
+    std::vector<std::int32_t> seg(ids.size(), 0);
+    TensorBatch t;
+    std::int64_t targets = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto& s = samples[row + static_cast<std::size_t>(r)];
+      const auto& prompt = (*examples_)[static_cast<std::size_t>(s.example)].ids;
+      const bool trained = !(o.mask_truncated && s.stop_reason == "length");
+      std::size_t at = static_cast<std::size_t>(r * length);
+      std::int64_t p = 0;
+      for (const auto id : prompt) ids[at] = id, pos[at] = p++, seg[at] = 1, ++at;
+      for (const auto id : s.completion) {
+        ids[at] = id, pos[at] = p++, seg[at] = 1;
+        if (trained) labels[at] = id, ++targets;
+        ++at;
+      }
+      t.examples.push_back(s.example);
+    }
+    const std::vector<std::int64_t> shape = {rows, length};
+    t.input_ids = ops::to_device(at::tensor(ids, at::kLong).view(shape), options_.device);
+    t.labels = ops::to_device(at::tensor(labels, at::kLong).view(shape), options_.device);
+    t.position_ids = ops::to_device(at::tensor(pos, at::kLong).view(shape), options_.device);
+    t.segment_ids = ops::to_device(at::tensor(seg, at::kInt).view(shape), options_.device);
+    t.target_tokens = targets;
+    t.rows_per_group = G;
+    t.advantages = advantages.narrow(0, static_cast<std::int64_t>(row), rows).clone();
+    batches_.push_back(std::move(t));
+    row += static_cast<std::size_t>(rows);
+  }
+
+  // 5. The log-probabilities the loss compares with, without gradients: the sampling policy's
+  //    when its batches serve several passes, the reference's when beta > 0.
+  {
+    at::NoGradGuard no_grad;
+    const bool was_training = policy_->is_training();
+    policy_->eval();
+    for (auto& t : batches_) {
+      if (o.num_iterations > 1) t.old_logps = token_logps(policy_, policy_hidden(policy_, t), t.labels, o.temperature).token;
+      if (o.beta > 0) t.ref_logps = reference_token_logps(policy_, reference_, t, o.temperature);
+    }
+    if (was_training) policy_->train();
+  }
+  const double scoring_s = seconds_since(score_start);
+
+  // 6. What the step reports (TRL's names) and the samples kept for samples.jsonl.
+  std::vector<double> lengths, truncated;
+  std::int64_t completion_tokens = 0;
+  for (const auto& s : samples) {
+    lengths.push_back(static_cast<double>(s.completion.size()));
+    truncated.push_back(s.stop_reason == "length" ? 1.0 : 0.0);
+    completion_tokens += static_cast<std::int64_t>(s.completion.size());
+  }
+  std::vector<double> group_std;
+  double zero_std = 0;
+  for (std::size_t g = 0; g < totals.size(); g += static_cast<std::size_t>(G)) {
+    group_std.push_back(std_of(std::vector<double>(totals.begin() + static_cast<std::ptrdiff_t>(g),
+                                                   totals.begin() + static_cast<std::ptrdiff_t>(g) + G)));
+    zero_std += group_std.back() == 0.0 ? 1.0 : 0.0;
+  }
+  figures_ = {{"reward", mean_of(totals)}, {"reward_std", mean_of(group_std)}};
+  for (std::size_t f = 0; f < rewards_.size(); ++f) {
+    std::vector<double> v;
+    for (const auto& s : samples) v.push_back(s.scores[f]);
+    figures_.emplace_back("rewards/" + rewards_[f]->name() + "/mean", mean_of(v));
+    figures_.emplace_back("rewards/" + rewards_[f]->name() + "/std", std_of(v));
+  }
+  figures_.emplace_back("frac_reward_zero_std", zero_std / static_cast<double>(std::max<std::size_t>(1, group_std.size())));
+  figures_.emplace_back("completions/mean_length", mean_of(lengths));
+  figures_.emplace_back("completions/max_length", lengths.empty() ? 0.0 : *std::max_element(lengths.begin(), lengths.end()));
+  figures_.emplace_back("completions/clipped_ratio", mean_of(truncated));
+  figures_.emplace_back("time/generation_s", generation_s);
+  figures_.emplace_back("time/generation_tokens_per_s", static_cast<double>(completion_tokens) / std::max(1e-9, generation_s));
+  figures_.emplace_back("time/scoring_s", scoring_s);
+
+  samples_ = Json::array();
+  row = 0;
+  for (const auto& batch : group_examples) {
+    for (const std::int64_t e : batch) {
+      const auto& prompt = (*examples_)[static_cast<std::size_t>(e)].ids;
+      Json group = {{"prompt", decode(std::vector<std::int64_t>(prompt.begin(), prompt.end()))}, {"completions", Json::array()}};
+      for (std::int64_t g = 0; g < G; ++g, ++row) {
+        const Sample& s = samples[row];
+        Json scores = Json::object();
+        for (std::size_t f = 0; f < rewards_.size(); ++f) scores[rewards_[f]->name()] = s.scores[f];
+        group["completions"].push_back({{"text", s.text},
+                                        {"reward", s.reward},
+                                        {"advantage", advantages[static_cast<std::int64_t>(row)].item<double>()},
+                                        {"rewards", scores},
+                                        {"tokens", s.completion.size()},
+                                        {"stop", s.stop_reason}});
+      }
+      samples_.push_back(std::move(group));
+    }
+  }
+}
+
+Json RolloutSource::samples(std::int64_t groups) const {
+  Json out = {{"seed", last_seed_}, {"groups", Json::array()}};
+  for (std::size_t i = 0; i < samples_.size() && static_cast<std::int64_t>(i) < groups; ++i) out["groups"].push_back(samples_[i]);
+  return out;
+}
+
+}  // namespace ctune::train

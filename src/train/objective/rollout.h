@@ -1,0 +1,74 @@
+// The generation half of online RL (objective.name: grpo; docs/objectives.md#grpo), as the
+// trainer's batch source. At the first micro-batch of a generation batch it takes the step's
+// prompt batches from the sampler (grad_accum of them, batch_size prompts each), samples
+// num_generations completions of every prompt from the current policy with the generation engine
+// (infer/generate.h: one call, every prompt's copies consecutive, seeded per generation batch),
+// scores them with the reward functions, turns the rewards into advantages within each group,
+// and builds one training batch per prompt batch: row = prompt + completion, the completion's
+// tokens (its stop token included, as Hugging Face's generate keeps eos) the targets. With
+// num_iterations > 1 the policy's log-probabilities at generation are kept (old_logps) and the
+// same batches serve num_iterations steps; with beta > 0 the reference's are computed then too.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "data/sampler.h"
+#include "model/llama.h"
+#include "tokenizer/tokenizer.h"
+#include "train/objective/options.h"
+#include "train/objective/rewards.h"
+#include "train/step/trainer.h"
+
+namespace ctune::train {
+
+struct RolloutOptions {
+  ObjectiveOptions objective;
+  std::int64_t grad_accum = 1;
+  std::uint64_t seed = 0;
+  std::vector<std::int64_t> stop_ids;  // eos and end-of-turn ids
+  std::int64_t pad_id = 0;
+  at::Device device = at::kCPU;
+  std::int64_t first_step = 0;  // steps already done (a resumed run): where the generation count starts
+};
+
+class RolloutSource : public BatchSource {
+ public:
+  // `reference` null: the policy with its adapters off (LoRA), or none when beta is 0.
+  // `records`: the prompts' records by Example::record (data::Datasets::train_records).
+  RolloutSource(model::CausalLM policy, model::CausalLM reference, data::Sampler& prompts, data::Examples examples,
+                std::shared_ptr<const std::vector<OrderedJson>> records, const tok::Tokenizer& tokenizer, RolloutOptions options);
+
+  TensorBatch next() override;
+  std::vector<std::pair<std::string, double>> figures() const override { return figures_; }
+  // The latest generation batch's first `groups` prompts with their completions and rewards,
+  // and the seed it sampled with: {"seed", "groups": [{"prompt", "completions": [...]}]}.
+  Json samples(std::int64_t groups) const;
+  // The seed generation batch `index` (0-based; it starts at step index x num_iterations) samples
+  // with: a run's batches draw distinct, reproducible streams.
+  static std::uint64_t generation_seed(std::uint64_t seed, std::int64_t index);
+
+ private:
+  void generate_batch();
+  std::string decode(const std::vector<std::int64_t>& ids) const;
+
+  model::CausalLM policy_, reference_;
+  data::Sampler& prompts_;
+  data::Examples examples_;
+  std::shared_ptr<const std::vector<OrderedJson>> records_;
+  const tok::Tokenizer& tokenizer_;
+  RolloutOptions options_;
+  std::vector<std::unique_ptr<RewardFunction>> rewards_;
+  std::vector<TensorBatch> batches_;
+  std::size_t next_ = 0;
+  std::int64_t pass_ = 0, generation_ = 0;
+  std::uint64_t last_seed_ = 0;
+  std::vector<std::pair<std::string, double>> figures_;
+  Json samples_ = Json::array();
+};
+
+}  // namespace ctune::train

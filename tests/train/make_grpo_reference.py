@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Independent reference for ctune's GRPO loss, written from TRL's GRPOTrainer
+(trl/trainer/grpo_trainer.py: the advantages of _generate_and_score_completions with
+multi_objective_aggregation sum_then_normalize, and _compute_loss with importance_sampling_level
+token) in float64 PyTorch, sharing no code with ctune.
+
+The model is make_train_reference.py's tiny Llama (its own forward, written from transformers'
+modeling code). Two prompts with three completions each (one group per prompt) form one batch of
+six rows, right-padded; each row's completion tokens are its targets. Given each completion's
+reward, and per completion token the log-probability under the policy that sampled it (old) and
+under the reference (ref):
+  advantages  A = r - mean_group(r), divided by (std + 1e-4) with std the group's (group), the
+              batch's (batch) or not at all (none); std with Bessel's correction (TRL's nanstd)
+  logp        log_softmax(logits / temperature)[token]  (TRL divides the logits by the temperature)
+  ratio       exp(logp - old); old = logp.detach() when TRL computes none (num_iterations 1)
+  per token   -min(ratio A, clamp(ratio, 1 - eps_low, 1 + eps_high) A) + beta (exp(ref - logp) - (ref - logp) - 1)
+  loss        grpo: mean over rows of each row's token mean; dapo: sum / all completion tokens;
+              dr_grpo: sum / (rows x max_completion_length)
+and TRL's metrics, means over the completion tokens: kl, entropy (of softmax(logits / temperature)),
+clip_ratio/low_mean ((ratio < 1 - eps_low) & (A < 0)), clip_ratio/high_mean ((ratio > 1 + eps_high)
+& (A > 0)), clip_ratio/region_mean (either).
+
+Cases: full fine-tuning (policy/ the base plus a perturbation, the reference the base model/) and
+LoRA (the base with adapters, r 4, alpha 8, on every linear layer and the head; the reference the
+base, adapters off). Writes OUT_DIR/{model/, policy/, lora.safetensors, batch.json, expected.json,
+noise.json, grads_<case>.safetensors}; noise.json holds each value's float32 noise (fp32_noise.py).
+
+Usage: make_grpo_reference.py OUT_DIR
+"""
+import json
+import os
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))
+import make_dpo_reference as D  # noqa: E402  (its models: base, perturbed policy, LoRA)
+import make_train_reference as R  # noqa: E402  (the reference model, not ctune)
+from fp32_noise import fp32_noise, relative_norm  # noqa: E402
+
+torch.set_default_dtype(torch.float64)
+IGNORE = -100
+G = 3  # completions per prompt
+MAX_COMPLETION = 16
+REWARDS = [1.0, 0.0, 0.25, 2.0, 2.0, -1.0]  # two groups of three (no advantage exactly 0: its sign would be noise)
+# name: (kind, loss_type (TRL), aggregation (ctune), scale_rewards, beta, epsilon, epsilon_high, temperature, old given)
+CASES = {
+    "full_grpo_group_kl": ("full", "grpo", "sequence", "group", 0.04, 0.2, 0.2, 0.7, True),
+    "full_dapo_batch": ("full", "dapo", "token", "batch", 0.0, 0.2, 0.28, 1.0, True),
+    "full_drgrpo_none": ("full", "dr_grpo", "fixed", "none", 0.1, 0.2, 0.2, 0.9, True),
+    "full_dapo_on_policy": ("full", "dapo", "token", "group", 0.0, 0.2, 0.2, 1.0, False),
+    "lora_grpo_group_kl": ("lora", "grpo", "sequence", "group", 0.04, 0.2, 0.3, 0.8, True),
+    "lora_dapo_group": ("lora", "dapo", "token", "group", 0.0, 0.2, 0.2, 1.0, True),
+}
+METRICS = ["entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"]
+
+
+def make_batch(gen):
+    """Six rows: two prompts, three completions each (lengths differ), right-padded to 22."""
+    V, T = R.CFG["vocab_size"], 22
+    rows = []
+    for prompt_len, lengths in ((5, (6, 9, 2)), (8, (12, 4, 14))):
+        prompt = torch.randint(1, V, (prompt_len,), generator=gen)
+        for n in lengths:
+            rows.append((prompt, torch.randint(1, V, (n,), generator=gen)))
+    ids = torch.zeros(len(rows), T, dtype=torch.long)
+    labels = torch.full((len(rows), T), IGNORE, dtype=torch.long)
+    pos = torch.zeros(len(rows), T, dtype=torch.long)
+    seg = torch.zeros(len(rows), T, dtype=torch.long)
+    for r, (prompt, completion) in enumerate(rows):
+        seq = torch.cat((prompt, completion))
+        n = seq.numel()
+        ids[r, :n] = seq
+        labels[r, prompt.numel():n] = completion
+        pos[r, :n] = torch.arange(n)
+        seg[r, :n] = 1
+    return dict(ids=ids, labels=labels, pos=pos, seg=seg)
+
+
+def nanstd(x, dim=None):
+    """TRL's nanstd: the sample standard deviation (Bessel's correction)."""
+    mean = x.mean() if dim is None else x.mean(dim, keepdim=True)
+    var = ((x - mean) ** 2).mean() if dim is None else ((x - mean) ** 2).mean(dim)
+    n = x.numel() if dim is None else x.shape[dim]
+    return (var * n / (n - 1)).sqrt()
+
+
+def advantages(rewards, scale):
+    grouped = rewards.view(-1, G)
+    mean = grouped.mean(1).repeat_interleave(G)
+    if scale == "batch":
+        std = nanstd(rewards).expand_as(rewards)
+    else:
+        std = nanstd(grouped, 1).repeat_interleave(G)
+    adv = rewards - mean
+    return adv / (std + 1e-4) if scale != "none" else adv
+
+
+def per_token(W, lora, scale, batch, temperature):
+    """TRL's _get_per_token_logps_and_entropies over the completion positions, [B, T-1] each."""
+    logits = R.forward_logits(W, lora, scale, batch)[:, :-1] / temperature
+    labels = batch["labels"][:, 1:]
+    logp_all = torch.log_softmax(logits, -1)
+    logps = logp_all.gather(-1, labels.clamp_min(0).unsqueeze(-1)).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logps, entropy, (labels != IGNORE).to(logits.dtype)
+
+
+def grpo_loss(logps, entropy, mask, old, ref, adv, loss_type, beta, eps_low, eps_high):
+    old = logps.detach() if old is None else old
+    coef_1 = torch.exp(logps - old)
+    coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
+    a = adv.unsqueeze(1)
+    loss_t = -torch.min(coef_1 * a, coef_2 * a)
+    metrics = {}
+    if beta != 0:
+        kl = torch.exp(ref - logps) - (ref - logps) - 1
+        loss_t = loss_t + beta * kl
+        metrics["kl"] = (kl * mask).sum() / mask.sum()
+    if loss_type == "grpo":
+        loss = ((loss_t * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    elif loss_type == "dapo":
+        loss = (loss_t * mask).sum() / mask.sum().clamp(min=1.0)
+    else:
+        loss = (loss_t * mask).sum() / (loss_t.size(0) * MAX_COMPLETION)
+    low = ((coef_1 < 1 - eps_low) & (a < 0)).to(mask.dtype)
+    high = ((coef_1 > 1 + eps_high) & (a > 0)).to(mask.dtype)
+    region = ((low + high) > 0).to(mask.dtype)
+    mean = lambda x: (x * mask).sum() / mask.sum()  # noqa: E731
+    metrics.update({"entropy": mean(entropy), "clip_ratio/low_mean": mean(low), "clip_ratio/high_mean": mean(high),
+                    "clip_ratio/region_mean": mean(region)})
+    return loss, {k: v.detach() for k, v in metrics.items()}
+
+
+def case_outputs(name, tensors, batch):
+    kind, loss_type, _, scale_rewards, beta, eps, eps_high, temperature, old_given = CASES[name]
+    scale = R.ALPHA / R.RANK
+    if kind == "full":
+        base = {k[len("ref:"):]: v for k, v in tensors.items() if k.startswith("ref:")}
+        trainable = {k: v.clone().requires_grad_(True) for k, v in tensors.items() if k.startswith("w:")}
+        policy = {k[len("w:"):]: v for k, v in trainable.items()}
+        lora = None
+    else:
+        base = {k: v for k, v in tensors.items() if ".lora_" not in k and not k.startswith("old")}
+        trainable = {k: v.clone().requires_grad_(True) for k, v in tensors.items() if ".lora_" in k}
+        policy, lora = base, trainable
+    with torch.no_grad():
+        ref, _, _ = per_token(base, None, 0.0, batch, temperature)
+    logps, entropy, mask = per_token(policy, lora, scale, batch, temperature)
+    old = tensors["old_shift"] + logps.detach() if old_given else None  # the sampling policy: near this one
+    adv = advantages(tensors["rewards"], scale_rewards)
+    loss, metrics = grpo_loss(logps, entropy, mask, old, ref, adv, loss_type, beta, eps, eps_high)
+    grads = torch.autograd.grad(loss, list(trainable.values()))
+    out = {k[len("w:"):] if k.startswith("w:") else k: g for k, g in zip(trainable.keys(), grads)}
+    out["loss"] = loss.detach()
+    out.update(metrics)
+    out["old"] = old.detach() if old is not None else torch.zeros(())
+    return out
+
+
+def main():
+    out = sys.argv[1]
+    gen = torch.Generator().manual_seed(29)
+    W, policy, lora = D.write_models(out, gen)
+    batch = make_batch(gen)
+    rewards = torch.tensor(REWARDS)
+    # The old policy's log-probabilities: the policy's moved by up to +-0.4 nats per token, so
+    # ratios fall on both sides of the clip range.
+    old_shift = (torch.rand(batch["ids"].shape[0], batch["ids"].shape[1] - 1, generator=gen) - 0.5) * 0.8
+    old_shift = old_shift.to(torch.float32).double()
+    with open(os.path.join(out, "batch.json"), "w") as f:
+        json.dump({k: v.tolist() for k, v in batch.items()}, f)
+
+    expected, noise = {}, {}
+    common = {"rewards": rewards, "old_shift": old_shift}
+    inputs = {"full": {**{"w:" + k: v for k, v in policy.items()}, **{"ref:" + k: v for k, v in W.items()}, **common},
+              "lora": {**W, **lora, **common}}
+    for name, spec in CASES.items():
+        kind, loss_type, aggregation, scale_rewards, beta, eps, eps_high, temperature, old_given = spec
+        values = case_outputs(name, inputs[kind], batch)
+        names = ["loss"] + (["kl"] if beta != 0 else []) + METRICS
+        scalars = {k: values[k].item() for k in names}
+        expected[name] = dict(scalars, kind=kind, aggregation=aggregation, scale_rewards=scale_rewards, beta=beta, epsilon=eps,
+                              epsilon_high=eps_high, temperature=temperature, old_given=old_given, rewards=REWARDS,
+                              num_generations=G, max_new_tokens=MAX_COMPLETION, old=values["old"].tolist())
+        R.write_safetensors(os.path.join(out, f"grads_{name}.safetensors"),
+                            {k: v for k, v in values.items() if k not in scalars and k != "old"})
+
+        def compute(t, name=name):
+            v = case_outputs(name, t, batch)
+            del v["old"]
+            return v
+        noise[name] = fp32_noise(compute, inputs[kind], lambda a, b: relative_norm(a, b) if a.dim() else (a - b).abs().item())
+        print(name, " ".join(f"{k}={v:.6g}" for k, v in scalars.items()))
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump(expected, f, indent=1)
+    with open(os.path.join(out, "noise.json"), "w") as f:
+        json.dump(noise, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
