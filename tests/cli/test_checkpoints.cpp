@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <sys/resource.h>
@@ -594,6 +595,84 @@ TEST_F(Checkpoints, GrpoBadInputIsOneLine) {
   run_with("objective: {name: grpo}\n", "grpo needs at least one reward function");
   run_with("objective: {name: grpo}\nreward: {format: {pattern: \"(unclosed\"}}\n", "reward.format.pattern: not a regular expression");
   run_with("objective: {name: dpo}\n", "objective.name dpo learns from preference pairs");
+}
+
+// External reward programs (reward.command) that misbehave: each ends the run with one line
+// naming the program and what it did, within its timeout, never a hang; the checkpoints written
+// before stay usable (a resume with a working program continues from them); with
+// reward.on_error: zero the failures score 0 and are counted.
+TEST_F(Checkpoints, GrpoRewardProgramsThatMisbehaveAreOneLine) {
+  const std::string data = write_prompt_data();
+  auto script = [&](const std::string& name, const std::string& body) {
+    const fs::path path = kDir / name;
+    write(path, "#!/bin/sh\n" + body + "\n");
+    fs::permissions(path, fs::perms::owner_all);
+    return path.string();
+  };
+  const std::string good = script("good.sh", "while IFS= read -r line; do echo 0.5; done");
+  const std::string crash = script("crash.sh", "read line; exit 3");
+  const std::string hang = script("hang.sh", "exec sleep 60");
+  const std::string garbage = script("garbage.sh", "while IFS= read -r line; do echo hello; done");
+  // Answers the first 60 completions (two steps of 24 and part of the third), then exits.
+  const std::string early = script("early.sh", "n=0; while [ $n -lt 60 ] && IFS= read -r line; do echo 1; n=$((n+1)); done");
+  auto recipe_with = [&](const std::string& program, const std::string& more = "") {
+    std::string text = recipe("lora", kDir / "model", "", data) + "objective: {name: grpo, num_generations: 4, max_new_tokens: 4}\n" +
+                       "reward: {command: [" + program + "], timeout_s: 1" + more + "}\n";
+    text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
+    text.replace(text.find("every_n_steps: 3"), std::string("every_n_steps: 3").size(), "every_n_steps: 1");
+    text.replace(text.find("max_steps: 12"), std::string("max_steps: 12").size(), "max_steps: 4");
+    write(kDir / "grpo-command.yaml", text);
+    return (kDir / "grpo-command.yaml").string();
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {crash, "closed its output before answering (it exited with status 3)"},
+      {hang, "no answer within reward.timeout_s"},
+      {garbage, "printed \"hello\", expected a number"},
+      {kDir.string() + "/missing.sh", "is not an executable program"},
+  };
+  for (const auto& [program, message] : cases) {
+    const auto start = std::chrono::steady_clock::now();
+    const fs::path out = kDir / "grpo-command-run";
+    fs::remove_all(out);
+    // The run has started (its plan is logged) when the program is first asked: one error line, the last.
+    const auto r = ctune({"train", recipe_with(program), "output_dir=" + out.string()});
+    EXPECT_EQ(r.status, 1) << r.err;
+    EXPECT_EQ(last_line(r.err).rfind("ctune: ", 0), 0u) << r.err;
+    EXPECT_NE(last_line(r.err).find(message), std::string::npos) << program << ": " << r.err;
+    std::size_t error_lines = 0;
+    std::istringstream lines(r.err);
+    for (std::string l; std::getline(lines, l);) error_lines += l.rfind("ctune: ", 0) == 0;
+    EXPECT_EQ(error_lines, 1u) << r.err;
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0) << program;
+  }
+  // A program that exits in the third step: steps 1 and 2 are checkpointed and stay usable.
+  const fs::path run = kDir / "grpo-command-early";
+  fs::remove_all(run);
+  auto r = ctune({"train", recipe_with(early), "output_dir=" + run.string()});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(last_line(r.err).find("closed its output before answering"), std::string::npos) << r.err;
+  EXPECT_NE(last_line(r.err).find("data.train record"), std::string::npos) << "names the sample: " << r.err;
+  EXPECT_TRUE(fs::exists(run / "checkpoints" / "step_00000002" / "MANIFEST.json")) << r.err;
+  // The program fixed in place (the recipe's reward is what the checkpoint was trained with).
+  script("early.sh", "while IFS= read -r line; do echo 1; done");
+  auto resumed = ctune({"train", recipe_with(early), "output_dir=" + run.string(), "--resume"});
+  ASSERT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_NE(resumed.err.find("resumed from"), std::string::npos);
+  // on_error: zero: every completion scores 0, counted per step, and the run finishes.
+  const fs::path zero = kDir / "grpo-command-zero";
+  fs::remove_all(zero);
+  auto z = ctune({"train", recipe_with(garbage, ", on_error: zero"), "output_dir=" + zero.string()});
+  ASSERT_EQ(z.status, 0) << z.err;
+  std::ifstream in(zero / "metrics.jsonl");
+  int steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (!j.contains("loss")) continue;
+    ++steps;
+    EXPECT_EQ(j["rewards/command/errors"].get<double>(), 24.0) << line;
+    EXPECT_EQ(j["reward"].get<double>(), 0.0) << line;
+  }
+  EXPECT_EQ(steps, 4);
 }
 
 // fp16 with dynamic loss scaling: an initial scale of 2^24 makes the first steps' fp16

@@ -16,6 +16,9 @@ struct RewardSpec {
   double tolerance = 0.0;       // numeric: |answer - field| <= tolerance scores 1
   std::int64_t max_tokens = 0;  // length: the soft limit (0: objective.max_new_tokens)
   std::int64_t cache = 0;       // length: the tokens before max_tokens where the penalty ramps to -1
+  std::vector<std::string> command;  // command: the program and its arguments
+  double timeout_s = 10.0;           // command: the longest wait for one answer
+  std::string on_error = "fail";     // command: fail (end the step) | zero (score 0, count it)
 };
 
 // objective.* of the recipe.

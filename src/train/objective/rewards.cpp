@@ -4,6 +4,7 @@
 #include <regex>
 
 #include "core/error.h"
+#include "train/objective/reward_command.h"
 
 namespace ctune::train {
 namespace {
@@ -128,6 +129,8 @@ std::vector<std::unique_ptr<RewardFunction>> make_rewards(const std::vector<Rewa
     } else if (spec.name == "format") {
       if (spec.pattern.empty()) throw ConfigError(key + ".pattern: missing (the regular expression a completion must match whole)");
       out.push_back(std::make_unique<Format>(spec));
+    } else if (spec.name == "command") {
+      out.push_back(std::make_unique<CommandReward>(spec));
     } else if (spec.name == "length") {
       if (spec.max_tokens <= 0) spec.max_tokens = max_new_tokens;
       if (spec.cache < 0 || spec.cache > spec.max_tokens)

@@ -7,6 +7,7 @@
 //   format    1 when the recipe's pattern matches the whole completion
 //   length    DAPO's overlong penalty: 0 up to max_tokens - cache tokens, then falling linearly
 //             to -1 at max_tokens, and -1 beyond
+//   command   an external program's answer (train/objective/reward_command.h)
 // Each gives 0 otherwise. A record without a field a function needs is refused before training
 // (check_fields); a field's regular expression that does not compile ends the step with one line
 // naming the function and the sample.
@@ -19,32 +20,9 @@
 
 #include "core/json.h"
 #include "train/objective/options.h"
+#include "train/objective/reward_function.h"
 
 namespace ctune::train {
-
-// One completion as the reward functions see it.
-struct RewardSample {
-  const std::string& prompt;      // the prompt as rendered (the generation prompt included)
-  const std::string& completion;  // decoded, cut before a stop string
-  std::int64_t completion_tokens = 0;
-  const OrderedJson& fields;      // the prompt's record
-  const std::string& where;       // "data.train record 17", for messages
-};
-
-class RewardFunction {
- public:
-  explicit RewardFunction(const RewardSpec& spec) : spec_(spec) {}
-  virtual ~RewardFunction() = default;
-  const std::string& name() const { return spec_.name; }
-  double weight() const { return spec_.weight; }
-  // The record field it reads ("" when none).
-  const std::string& field() const { return spec_.field; }
-  // Error (one line naming the function and the sample) when it cannot score.
-  virtual double score(const RewardSample& sample) = 0;
-
- protected:
-  RewardSpec spec_;
-};
 
 // The functions of `specs`, in their order; ConfigError for an unknown name or a bad setting
 // (a pattern that does not compile, a cache longer than max_tokens). `max_new_tokens`: what

@@ -227,6 +227,8 @@ void RolloutSource::generate_batch() {
     figures_.emplace_back("rewards/" + rewards_[f]->name() + "/mean", mean_of(v));
     figures_.emplace_back("rewards/" + rewards_[f]->name() + "/std", std_of(v));
   }
+  for (const auto& f : rewards_)
+    if (const auto errors = f->take_errors()) figures_.emplace_back("rewards/" + f->name() + "/errors", static_cast<double>(*errors));
   figures_.emplace_back("frac_reward_zero_std", zero_std / static_cast<double>(std::max<std::size_t>(1, group_std.size())));
   figures_.emplace_back("completions/mean_length", mean_of(lengths));
   figures_.emplace_back("completions/max_length", lengths.empty() ? 0.0 : *std::max_element(lengths.begin(), lengths.end()));

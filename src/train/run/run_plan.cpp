@@ -242,7 +242,11 @@ void plan_objective(RunPlan& p) {
                                                                      {"reward.regex", {"grpo"}},
                                                                      {"reward.numeric", {"grpo"}},
                                                                      {"reward.format", {"grpo"}},
-                                                                     {"reward.length", {"grpo"}}};
+                                                                     {"reward.length", {"grpo"}},
+                                                                     {"reward.command", {"grpo"}},
+                                                                     {"reward.command_weight", {"grpo"}},
+                                                                     {"reward.timeout_s", {"grpo"}},
+                                                                     {"reward.on_error", {"grpo"}}};
   for (const auto& [key, names] : owners) {
     if (r.is_null(key) || std::find(names.begin(), names.end(), o.name) != names.end()) continue;
     std::string list;

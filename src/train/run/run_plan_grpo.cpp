@@ -63,7 +63,19 @@ void plan_grpo(const Recipe& r, ObjectiveOptions& o) {
     r.fail("objective.epsilon_high", "expected at least objective.epsilon (" + std::to_string(o.epsilon) + "), found " + std::to_string(o.epsilon_high));
   for (const auto& name : reward_names())
     if (!r.is_null("reward." + name)) o.rewards.push_back(reward_spec(r, name));
-  if (o.rewards.empty()) r.fail("reward.exact", "grpo needs at least one reward function (reward.exact, contains, regex, numeric, format or length)");
+  if (!r.is_null("reward.command")) {
+    RewardSpec spec;
+    spec.name = "command";
+    spec.command = r.get_strings("reward.command");
+    spec.weight = r.get_optional_float("reward.command_weight").value_or(1.0);
+    spec.timeout_s = r.get_optional_float("reward.timeout_s").value_or(10.0);
+    spec.on_error = r.get_optional_string("reward.on_error").value_or("fail");
+    o.rewards.push_back(std::move(spec));
+  }
+  for (const char* key : {"reward.command_weight", "reward.timeout_s", "reward.on_error"})
+    if (!r.is_null(key) && r.is_null("reward.command")) r.fail(key, "applies to reward.command, which this recipe does not set");
+  if (o.rewards.empty())
+    r.fail("reward.exact", "grpo needs at least one reward function (reward.exact, contains, regex, numeric, format, length or command)");
   make_rewards(o.rewards, o.max_new_tokens);  // settings checked now, before any file is read
 }
 
