@@ -27,8 +27,13 @@ model::CausalLM lora_policy(const std::filesystem::path& dir) {
   o.alpha = 8.0;
   o.targets = {"all-linear", "lm_head"};
   peft::apply_lora(lm, o);
-  at::NoGradGuard no_grad;
   const auto weights = read_tensors(dir / "lora.safetensors");
+  if (copy_into(lm, weights) != weights.size()) throw std::runtime_error(dir.string() + ": not every LoRA weight found a parameter");
+  return lm;
+}
+
+std::size_t copy_into(model::CausalLM& lm, const std::map<std::string, at::Tensor>& weights) {
+  at::NoGradGuard no_grad;
   std::size_t set = 0;
   for (auto& item : lm->named_parameters(true)) {
     auto it = weights.find(item.key());
@@ -36,8 +41,17 @@ model::CausalLM lora_policy(const std::filesystem::path& dir) {
     item.value().copy_(it->second);
     ++set;
   }
-  if (set != weights.size()) throw std::runtime_error(dir.string() + ": not every LoRA weight found a parameter");
-  return lm;
+  return set;
+}
+
+std::pair<model::CausalLM, model::CausalLM> policy_and_reference(const std::filesystem::path& dir, const std::string& kind) {
+  if (kind != "full") return {lora_policy(dir), model::CausalLM(nullptr)};
+  auto policy = model::load_causal_lm(dir / "policy", at::kFloat);
+  peft::enable_full_finetune(policy);
+  auto reference = model::load_causal_lm(dir / "model", at::kFloat);
+  for (auto& p : reference->parameters()) p.requires_grad_(false);
+  reference->eval();
+  return {policy, reference};
 }
 
 void expect_objective_matches(const std::filesystem::path& dir, const std::string& name, model::CausalLM& policy,

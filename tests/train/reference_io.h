@@ -24,6 +24,12 @@ train::TensorBatch batch_from_json(const Json& batch);
 // The base model of `dir`/model with LoRA (r 4, alpha 8, every linear layer and the head) whose
 // adapters are `dir`/lora.safetensors: the LoRA case of make_dpo_reference.py's models.
 model::CausalLM lora_policy(const std::filesystem::path& dir);
+// The policy and reference of an objective's case: "full": `dir`/policy trainable and `dir`/model
+// frozen in eval mode; otherwise lora_policy(dir) and no reference (adapters off).
+std::pair<model::CausalLM, model::CausalLM> policy_and_reference(const std::filesystem::path& dir, const std::string& kind);
+// Copies every tensor of `weights` into the parameter of `lm` with its name, without gradients;
+// returns how many found one.
+std::size_t copy_into(model::CausalLM& lm, const std::map<std::string, at::Tensor>& weights);
 // An objective's case against its reference (make_dpo_reference.py, make_grpo_reference.py):
 // `loss` and the means of `terms`' metrics against `expected`, and every trainable gradient of
 // `policy` (after the backward) against `dir`/grads_`name`.safetensors, each within

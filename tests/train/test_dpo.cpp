@@ -43,16 +43,7 @@ void dpo_case(const std::string& kind, const std::string& loss_type) {
   o.beta = expected.at("beta").get<double>();
   o.label_smoothing = expected.at("label_smoothing").get<double>();
 
-  model::CausalLM policy{nullptr}, reference{nullptr};
-  if (kind == "full") {
-    policy = model::load_causal_lm(kRef / "policy", at::kFloat);
-    peft::enable_full_finetune(policy);
-    reference = model::load_causal_lm(kRef / "model", at::kFloat);
-    for (auto& p : reference->parameters()) p.requires_grad_(false);
-    reference->eval();
-  } else {
-    policy = test::lora_policy(kRef);
-  }
+  auto [policy, reference] = test::policy_and_reference(kRef, kind);
   auto objective = train::make_objective(o, /*chunked=*/true, reference);
   const auto batch = read_pairs();
   const double units = objective->units(batch), token_units = objective->token_units(batch);

@@ -55,16 +55,7 @@ void grpo_case(const std::string& name) {
   o.num_generations = expected.at("num_generations").get<std::int64_t>();
   o.max_new_tokens = expected.at("max_new_tokens").get<std::int64_t>();
 
-  model::CausalLM policy{nullptr}, reference{nullptr};
-  if (expected.at("kind") == "full") {
-    policy = model::load_causal_lm(kRef / "policy", at::kFloat);
-    peft::enable_full_finetune(policy);
-    reference = model::load_causal_lm(kRef / "model", at::kFloat);
-    for (auto& p : reference->parameters()) p.requires_grad_(false);
-    reference->eval();
-  } else {
-    policy = test::lora_policy(kRef);
-  }
+  auto [policy, reference] = test::policy_and_reference(kRef, expected.at("kind").get<std::string>());
   train::TensorBatch batch = test::batch_from_json(read_json_file(kRef / "batch.json"));
   batch.rows_per_group = o.num_generations;
   batch.advantages = train::group_advantages(at::tensor(expected.at("rewards").get<std::vector<double>>(), at::kDouble),

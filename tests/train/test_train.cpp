@@ -143,17 +143,7 @@ void lora_case(bool rslora, const char* variant, const fs::path& ref = kRef) {
   EXPECT_EQ(summary.wrapped.size(), moe.experts > 0             ? 2u * (4 + 3 * static_cast<std::size_t>(moe.experts)) + 1
                                     : lm->config().arch.fused_qkv ? 2u * 4 + 1
                                                                   : 2u * 7 + 1);
-  {
-    at::NoGradGuard no_grad;
-    std::size_t set = 0;
-    for (auto& item : lm->named_parameters(true)) {
-      auto it = weights.find(item.key());
-      if (it == weights.end()) continue;
-      item.value().copy_(it->second);
-      ++set;
-    }
-    ASSERT_EQ(set, weights.size());
-  }
+  ASSERT_EQ(test::copy_into(lm, weights), weights.size());
   auto batches = read_batches(ref);
   const double loss = accumulate(lm, {batches[0], batches[1]}, z_coef_of(ref));
   expect_loss_matches(loss, (std::string(variant) + "_loss").c_str(), noise(ref)[variant], ref);

@@ -10,9 +10,9 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "infer/batched.h"
-#include "ops/device.h"
 #include "train/objective/grpo.h"
 #include "train/objective/logps.h"
+#include "train/step/batches.h"
 
 namespace ctune::train {
 namespace {
@@ -128,13 +128,14 @@ void RolloutSource::generate_batch() {
   // 3. Rewards, summed with their weights; advantages within each group.
   const auto score_start = std::chrono::steady_clock::now();
   std::vector<double> totals;
+  std::vector<std::string> prompt_texts;  // per group, as the rewards and samples.jsonl see it
   std::size_t row = 0;
   for (const auto& batch : group_examples) {
     for (const std::int64_t e : batch) {
       const auto& example = (*examples_)[static_cast<std::size_t>(e)];
       const OrderedJson& fields = (*records_)[static_cast<std::size_t>(example.record)];
       const std::string where = "data.train record " + std::to_string(example.record + 1);
-      const std::string prompt = decode(std::vector<std::int64_t>(example.ids.begin(), example.ids.end()));
+      const std::string& prompt = prompt_texts.emplace_back(decode(std::vector<std::int64_t>(example.ids.begin(), example.ids.end())));
       for (std::int64_t g = 0; g < G; ++g, ++row) {
         Sample& s = samples[row];
         s.example = e;
@@ -160,32 +161,28 @@ void RolloutSource::generate_batch() {
       length = std::max<std::int64_t>(length, static_cast<std::int64_t>((*examples_)[static_cast<std::size_t>(s.example)].ids.size() +
                                                                          s.completion.size()));
     }
-    std::vector<std::int64_t> ids(static_cast<std::size_t>(rows * length), options_.pad_id),
-        labels(ids.size(), data::kIgnoreIndex), pos(ids.size(), 0);
-    std::vector<std::int32_t> seg(ids.size(), 0);
-    TensorBatch t;
-    std::int64_t targets = 0;
+    // Laid out as the data layer lays out a batch, and made tensors by its to_tensors.
+    data::Batch b;
+    b.rows = rows, b.length = length, b.rows_per_group = G;
+    b.input_ids.assign(static_cast<std::size_t>(rows * length), options_.pad_id);
+    b.labels.assign(b.input_ids.size(), data::kIgnoreIndex);
+    b.position_ids.assign(b.input_ids.size(), 0);
+    b.segment_ids.assign(b.input_ids.size(), 0);
     for (std::int64_t r = 0; r < rows; ++r) {
       const auto& s = samples[row + static_cast<std::size_t>(r)];
       const auto& prompt = (*examples_)[static_cast<std::size_t>(s.example)].ids;
       const bool trained = !(o.mask_truncated && s.stop_reason == "length");
       std::size_t at = static_cast<std::size_t>(r * length);
       std::int64_t p = 0;
-      for (const auto id : prompt) ids[at] = id, pos[at] = p++, seg[at] = 1, ++at;
+      for (const auto id : prompt) b.input_ids[at] = id, b.position_ids[at] = p++, b.segment_ids[at] = 1, ++at;
       for (const auto id : s.completion) {
-        ids[at] = id, pos[at] = p++, seg[at] = 1;
-        if (trained) labels[at] = id, ++targets;
+        b.input_ids[at] = id, b.position_ids[at] = p++, b.segment_ids[at] = 1;
+        if (trained) b.labels[at] = id;
         ++at;
       }
-      t.examples.push_back(s.example);
+      b.examples.push_back(s.example);
     }
-    const std::vector<std::int64_t> shape = {rows, length};
-    t.input_ids = ops::to_device(at::tensor(ids, at::kLong).view(shape), options_.device);
-    t.labels = ops::to_device(at::tensor(labels, at::kLong).view(shape), options_.device);
-    t.position_ids = ops::to_device(at::tensor(pos, at::kLong).view(shape), options_.device);
-    t.segment_ids = ops::to_device(at::tensor(seg, at::kInt).view(shape), options_.device);
-    t.target_tokens = targets;
-    t.rows_per_group = G;
+    TensorBatch t = to_tensors(b, options_.device);
     t.advantages = advantages.narrow(0, static_cast<std::int64_t>(row), rows).clone();
     batches_.push_back(std::move(t));
     row += static_cast<std::size_t>(rows);
@@ -239,23 +236,20 @@ void RolloutSource::generate_batch() {
 
   samples_ = Json::array();
   row = 0;
-  for (const auto& batch : group_examples) {
-    for (const std::int64_t e : batch) {
-      const auto& prompt = (*examples_)[static_cast<std::size_t>(e)].ids;
-      Json group = {{"prompt", decode(std::vector<std::int64_t>(prompt.begin(), prompt.end()))}, {"completions", Json::array()}};
-      for (std::int64_t g = 0; g < G; ++g, ++row) {
-        const Sample& s = samples[row];
-        Json scores = Json::object();
-        for (std::size_t f = 0; f < rewards_.size(); ++f) scores[rewards_[f]->name()] = s.scores[f];
-        group["completions"].push_back({{"text", s.text},
-                                        {"reward", s.reward},
-                                        {"advantage", advantages[static_cast<std::int64_t>(row)].item<double>()},
-                                        {"rewards", scores},
-                                        {"tokens", s.completion.size()},
-                                        {"stop", s.stop_reason}});
-      }
-      samples_.push_back(std::move(group));
+  for (const auto& prompt : prompt_texts) {
+    Json group = {{"prompt", prompt}, {"completions", Json::array()}};
+    for (std::int64_t g = 0; g < G; ++g, ++row) {
+      const Sample& s = samples[row];
+      Json scores = Json::object();
+      for (std::size_t f = 0; f < rewards_.size(); ++f) scores[rewards_[f]->name()] = s.scores[f];
+      group["completions"].push_back({{"text", s.text},
+                                      {"reward", s.reward},
+                                      {"advantage", advantages[static_cast<std::int64_t>(row)].item<double>()},
+                                      {"rewards", scores},
+                                      {"tokens", s.completion.size()},
+                                      {"stop", s.stop_reason}});
     }
+    samples_.push_back(std::move(group));
   }
 }
 

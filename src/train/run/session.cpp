@@ -249,7 +249,11 @@ TrainResult Session::run_steps() {
   //    share of the eval batches (a world of one: all of them). An objective that generates
   //    (grpo) trains on completions it samples of the sampler's prompts instead.
   data::Sampler sampler(plan.datasets.train, plan.sampler_options());
-  auto reference = build_reference(plan);
+  //    The reference the objective compares with (none under LoRA, and none kept when its
+  //    log-probabilities are precomputed: that pass builds its own copy and frees it), laid out
+  //    as the policy is.
+  auto reference = plan.objective.precompute_reference ? model::CausalLM(nullptr) : build_reference(plan);
+  parallel.shard_like_policy(reference);
   const auto rollouts = generates(plan.objective) ? make_rollouts(lm, reference, sampler, resume.state ? resume.state->step : 0) : nullptr;
   const auto rows = rollouts ? nullptr : std::make_unique<RankRows>(sampler, comm_.rank(), comm_.size(), plan.device);
   BatchSource& source = rollouts ? static_cast<BatchSource&>(*rollouts) : *rows;
@@ -281,8 +285,6 @@ TrainResult Session::run_steps() {
   Trainer trainer(lm, *optimizer, source, std::move(eval), plan.trainer, metrics ? &*metrics : nullptr);
   //    The objective; with precomputed reference log-probabilities no reference is kept.
   const auto table = plan.objective.precompute_reference ? precomputed_reference(lm, parallel) : nullptr;
-  if (table) reference = model::CausalLM(nullptr);
-  parallel.shard_like_policy(reference);
   trainer.objective = make_objective(plan.objective, plan.trainer.chunked_loss, reference, table);
   trainer.scaler = &scaler;
   trainer.step_sync = parallel.sync.get();
