@@ -142,7 +142,7 @@ std::string CommandReward::read_line(const std::string& where) {
     char chunk[4096];
     const ssize_t n = ::read(from_, chunk, sizeof chunk);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail("closed its output before answering", where, /*exiting=*/true);
+    if (n <= 0) fail("stopped before answering: closed its output", where, /*exiting=*/true);
     pending_.append(chunk, static_cast<std::size_t>(n));
     if (pending_.size() > (1u << 20)) fail("printed a line longer than 1 MiB", where);
   }
@@ -158,7 +158,8 @@ double CommandReward::score(const RewardSample& s) {
     for (std::size_t done = 0; done < line.size();) {
       const ssize_t n = ::write(to_, line.data() + done, line.size() - done);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail(std::string("stopped reading its input (") + std::strerror(errno) + ")", s.where, /*exiting=*/true);
+      if (n <= 0) fail(std::string("stopped before answering: stopped reading its input, ") + std::strerror(errno), s.where,
+             /*exiting=*/true);
       done += static_cast<std::size_t>(n);
     }
     const std::string answer = read_line(s.where);
