@@ -52,7 +52,11 @@ void generate_in_batches(model::CausalLM& model, const std::vector<std::vector<s
       return !stopped;
     };
     // Beam search calls no callback: its stop strings cut the final text only.
-    auto out = generate(model, group, g.options, &stats, on_token);
+    // Each prompt samples from its stream in the whole set, whatever batch it lands in.
+    GenerateOptions options = g.options;
+    options.streams.clear();
+    for (std::size_t i = first; i < last; ++i) options.streams.push_back(g.options.streams.empty() ? i : g.options.streams.at(i));
+    auto out = generate(model, group, options, &stats, on_token);
     for (std::size_t i = 0; i < out.size(); ++i) {
       // Cut before a stop string; otherwise the whole text, a trailing partial character included.
       bool stopped = false;

@@ -16,9 +16,9 @@
 namespace ctune::infer {
 
 // Generates for every prompt together. Each prompt must be non-empty and in vocabulary, and
-// prompt + max_new_tokens must fit the model's context (ConfigError otherwise). Sampled tokens
-// are drawn from one generator seeded with `seed`, sequence by sequence at each step: the same
-// seed and prompts give the same output. With num_beams > 1 this is beam_search() (the callback
+// prompt + max_new_tokens must fit the model's context (ConfigError otherwise). Each sequence's
+// sampled tokens are drawn from its own generator (its stream under `seed`, options.streams):
+// the same seed, stream and prompt give the same output whatever else is in the batch. With num_beams > 1 this is beam_search() (the callback
 // is not called: beams change until the end).
 std::vector<Generation> generate(model::CausalLM& model, const std::vector<std::vector<std::int64_t>>& prompts,
                                  const GenerateOptions& options, GenerateStats* stats = nullptr,

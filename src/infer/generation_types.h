@@ -23,6 +23,10 @@ struct GenerateOptions {
   SamplingOptions sampling;
   std::vector<std::int64_t> stop_ids;  // usually the eos ids; the stop token is not returned
   std::uint64_t seed = 0;
+  // Per prompt, the number of its sampling stream (infer/sampling.h stream_seed); empty: the
+  // prompt's index. A caller that splits one set of prompts over calls or processes passes each
+  // prompt's index in the whole set, so the split changes nothing.
+  std::vector<std::uint64_t> streams;
   // Beam search when > 1 (greedy only: sampling is refused); 1: greedy or sampled decoding.
   std::int64_t num_beams = 1;
   double length_penalty = 1.0;  // a finished hypothesis scores sum log p / generated_len^length_penalty

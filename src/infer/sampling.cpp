@@ -79,4 +79,11 @@ std::int64_t choose_token(const at::Tensor& scores, const SamplingOptions& o, at
   return at::multinomial(probs, 1, false, gen).item<std::int64_t>();
 }
 
+std::uint64_t stream_seed(std::uint64_t seed, std::uint64_t stream) {
+  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * (stream + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 }  // namespace ctune::infer

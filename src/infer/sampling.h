@@ -26,4 +26,9 @@ at::Tensor process_logits(at::Tensor logits, const std::vector<std::int64_t>& hi
 // Chooses the next token from processed scores: argmax, or a draw from softmax(scores).
 std::int64_t choose_token(const at::Tensor& scores, const SamplingOptions& options, at::Generator& gen);
 
+// The seed of sampling stream `stream` under `seed` (splitmix64 of the pair): each sequence
+// draws from its own stream, so what it samples does not depend on the other sequences of its
+// batch, on the batch size, or on which process generates it.
+std::uint64_t stream_seed(std::uint64_t seed, std::uint64_t stream);
+
 }  // namespace ctune::infer

@@ -283,6 +283,72 @@ TEST_F(Distributed, DpoPairsStayWholeAndRanksFollowOneProcess) {
   }
 }
 
+// GRPO on several ranks: each rank samples, scores and trains whole groups (a prompt's
+// num_generations completions) of its share of the prompts, every completion drawn from the
+// sampling stream it has in one process, so the ranks sample what one process samples; rewards,
+// lengths and scores are summed over the ranks, so the advantages (scale_rewards: batch, one
+// std over the whole batch) and the step's figures are the whole batch's; the token aggregation's
+// normaliser counts every rank's completion tokens. Each epoch's last global batch is short (4
+// ranks: 2 prompts, so two ranks train on idle batches). Under every strategy and both methods
+// (the reference: adapters off, or a frozen copy sharded as the policy) N ranks follow one
+// process: the same rewards and completion lengths exactly, the losses within 1e-5.
+TEST_F(Distributed, GrpoGroupsStayWholeAndRanksFollowOneProcess) {
+  std::string prompts;
+  for (int i = 0; i < 14; ++i)
+    prompts += R"({"prompt": "Add )" + std::to_string(i) + R"( and 3 = ", "answer": ")" + std::to_string(i + 3) + "\"}\n";
+  write(kDir / "prompts.jsonl", prompts);
+  auto figures = [](const fs::path& run) {
+    std::vector<std::string> out;
+    std::ifstream in(run / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const Json j = Json::parse(line);
+      if (!j.contains("loss")) continue;
+      out.push_back("step " + j["step"].dump() + " reward " + j["reward"].dump() + " reward_std " + j["reward_std"].dump() + " length " +
+                    j["completions/mean_length"].dump() + " format " + j["rewards/format/mean"].dump());
+    }
+    return out;
+  };
+  // The step's gradient norm: the loss of a GRPO step on fresh samples is near 0 (the advantages
+  // are centred), its gradient is not.
+  auto grad_norms = [](const fs::path& run) {
+    std::vector<Record> out;
+    std::ifstream in(run / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const Json j = Json::parse(line);
+      if (j.contains("loss")) out.push_back({"step " + j["step"].dump(), j["grad_norm"].get<double>(), j["grad_norm"].dump()});
+    }
+    return out;
+  };
+  for (const std::string method : {"full", "lora"}) {
+    std::string text = recipe(method);
+    const auto data = text.find("data: {"), end = text.find("}\n", data);
+    text.replace(data, end + 2 - data, "data: {train: " + (kDir / "prompts.jsonl").string() + ", format: prompt, chat_format: plain, max_seq_len: 64}\n");
+    text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
+    text += "objective: {name: grpo, num_generations: 4, max_new_tokens: 5, beta: 0.05, scale_rewards: batch}\n"
+            "reward: {contains: {field: answer}, format: {pattern: '[\\s\\S]*[a-z][\\s\\S]*'}}\n";  // about half the random texts hold a letter
+    const fs::path yaml = kDir / ("grpo-" + method + ".yaml");
+    write(yaml, text);
+    for (int ranks : {2, 4}) {
+      const fs::path one = kDir / ("grpo-" + method + "-one-" + std::to_string(ranks));
+      const auto single = ctune({"train", yaml.string(), "output_dir=" + one.string(), "training.batch_size=" + std::to_string(ranks),
+                                 "training.max_steps=5"});
+      ASSERT_EQ(single.status, 0) << single.err;
+      const auto expected = figures(one);
+      ASSERT_EQ(expected.size(), 5u);
+      for (const std::string strategy : {"no_shard", "shard_grad_op", "full_shard"}) {
+        const std::string tag = "grpo " + strategy + " " + method + " x" + std::to_string(ranks);
+        const fs::path run = kDir / ("grpo-" + strategy + "-" + method + "-" + std::to_string(ranks));
+        const auto r = ctune({"train", yaml.string(), "output_dir=" + run.string(), "--nproc", std::to_string(ranks),
+                              "training.batch_size=1", "training.max_steps=5", "distributed.strategy=" + strategy});
+        ASSERT_EQ(r.status, 0) << tag << "\n" << r.err;
+        EXPECT_EQ(figures(run), expected) << tag << ": the same completions and rewards";
+        EXPECT_TRUE(within(tag + " loss trajectory vs one process", max_difference(trajectory(run), trajectory(one)), kSameNumbers));
+        EXPECT_TRUE(within(tag + " gradient norms vs one process", max_difference(grad_norms(run), grad_norms(one)), kSameNumbers));
+      }
+    }
+  }
+}
+
 TEST_F(Distributed, HybridShardOnTwoSimulatedNodesComputesWhatFullShardDoes) {
   // 4 ranks as 2 nodes of 2 (LOCAL_WORLD_SIZE=2, started by hand as torchrun would): each node
   // shards the parameters over its 2 ranks, the nodes hold the same shards, and each reduced

@@ -31,7 +31,8 @@ GrpoObjective::GrpoObjective(const ObjectiveOptions& options) : options_(options
 
 double GrpoObjective::units(const TensorBatch& batch) const {
   if (options_.aggregation == "token") return static_cast<double>(batch.target_tokens);
-  return static_cast<double>(batch.input_ids.size(0));
+  // Rows: one advantage each (an idle batch has none, and no rows to count).
+  return static_cast<double>(batch.advantages.size(0));
 }
 
 std::vector<std::string> GrpoObjective::metric_names() const {

@@ -44,11 +44,8 @@ double std_of(const std::vector<double>& v) {  // Bessel-corrected, as torch.std
 }  // namespace
 
 std::uint64_t RolloutSource::generation_seed(std::uint64_t seed, std::int64_t index) {
-  // splitmix64 of (seed, index): distinct, reproducible streams per generation batch.
-  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(index + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  // Distinct, reproducible seeds per generation batch (splitmix64 of the pair).
+  return infer::stream_seed(seed, static_cast<std::uint64_t>(index));
 }
 
 RolloutSource::RolloutSource(model::CausalLM policy, model::CausalLM reference, data::Sampler& prompts, data::Examples examples,
@@ -90,15 +87,26 @@ void RolloutSource::generate_batch() {
   const std::int64_t G = o.num_generations;
   const auto start = std::chrono::steady_clock::now();
 
-  // 1. The generation batch's prompts: grad_accum prompt batches, each prompt G times.
-  std::vector<std::vector<std::int64_t>> group_examples;  // per prompt batch, its examples
+  // 1. The generation batch's prompts: grad_accum global prompt batches, this rank's share of
+  //    each (whole prompts), each prompt G times; every copy's sampling stream is its row in the
+  //    whole generation batch.
+  std::vector<std::vector<std::int64_t>> group_examples;  // per prompt batch, this rank's examples
   std::vector<std::vector<std::int64_t>> inputs;
+  std::vector<std::uint64_t> streams;
+  std::size_t global_rows = 0;
   for (std::int64_t k = 0; k < options_.grad_accum; ++k) {
-    group_examples.push_back(prompts_.next().examples);
-    for (const std::int64_t e : group_examples.back()) {
-      const auto& ids = (*examples_)[static_cast<std::size_t>(e)].ids;
-      for (std::int64_t g = 0; g < G; ++g) inputs.emplace_back(ids.begin(), ids.end());
+    const std::vector<std::int64_t> all = prompts_.next().examples;
+    const auto n = static_cast<std::int64_t>(all.size());
+    const auto begin = n * options_.rank / options_.ranks, end = n * (options_.rank + 1) / options_.ranks;
+    auto& mine = group_examples.emplace_back(all.begin() + begin, all.begin() + end);
+    for (std::size_t j = 0; j < mine.size(); ++j) {
+      const auto& ids = (*examples_)[static_cast<std::size_t>(mine[j])].ids;
+      for (std::int64_t g = 0; g < G; ++g) {
+        inputs.emplace_back(ids.begin(), ids.end());
+        streams.push_back(global_rows + static_cast<std::size_t>((begin + static_cast<std::int64_t>(j)) * G + g));
+      }
     }
+    global_rows += static_cast<std::size_t>(n * G);
   }
 
   // 2. Sampled from the current policy, in one batch (what `ctune generate` samples for these
@@ -111,23 +119,30 @@ void RolloutSource::generate_batch() {
   bg.options.sampling.top_p = o.top_p;
   bg.options.stop_ids = options_.stop_ids;
   bg.options.seed = last_seed_ = generation_seed(options_.seed, generation_++);
-  bg.batch = inputs.size();
+  bg.options.streams = streams;
+  bg.batch = std::max<std::size_t>(1, inputs.size());
   bg.stops = o.stop;
   bg.decode = [this](const std::vector<std::int64_t>& ids) { return decode(ids); };
   bg.progress = false;
   std::vector<Sample> samples(inputs.size());
-  infer::generate_in_batches(policy_, inputs, bg, {}, [&](const infer::PromptResult& r) {
-    Sample& s = samples[r.prompt];
-    s.completion = r.generation.ids;
-    if (r.generation.stop_reason == "eos") s.completion.push_back(r.generation.stop_id);
-    s.text = r.text;
-    s.stop_reason = r.generation.stop_reason;
-  });
+  auto sample = [&] {
+    infer::generate_in_batches(policy_, inputs, bg, {}, [&](const infer::PromptResult& r) {
+      Sample& s = samples[r.prompt];
+      s.completion = r.generation.ids;
+      if (r.generation.stop_reason == "eos") s.completion.push_back(r.generation.stop_id);
+      s.text = r.text;
+      s.stop_reason = r.generation.stop_reason;
+    });
+  };
+  if (options_.with_whole_model) {
+    options_.with_whole_model(sample);
+  } else {
+    sample();
+  }
   const double generation_s = seconds_since(start);
 
-  // 3. Rewards, summed with their weights; advantages within each group.
+  // 3. Rewards, summed with their weights.
   const auto score_start = std::chrono::steady_clock::now();
-  std::vector<double> totals;
   std::vector<std::string> prompt_texts;  // per group, as the rewards and samples.jsonl see it
   std::size_t row = 0;
   for (const auto& batch : group_examples) {
@@ -144,17 +159,44 @@ void RolloutSource::generate_batch() {
           s.scores.push_back(f->score(in));
           s.reward += f->weight() * s.scores.back();
         }
-        totals.push_back(s.reward);
       }
     }
   }
-  const at::Tensor advantages = group_advantages(at::tensor(totals, at::kDouble), G, o.scale_rewards);
 
-  // 4. One training batch per prompt batch: prompt + completion, right-padded.
+  //    The whole generation batch's per-row figures (reward, each function's score, length,
+  //    cut by the limit), each rank filling its rows, summed over the ranks.
+  const std::size_t F = rewards_.size(), width = F + 3;
+  std::vector<double> table(global_rows * width, 0.0);
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    double* at = table.data() + streams[i] * width;
+    at[0] = samples[i].reward;
+    for (std::size_t f = 0; f < F; ++f) at[1 + f] = samples[i].scores[f];
+    at[F + 1] = static_cast<double>(samples[i].completion.size());
+    at[F + 2] = samples[i].stop_reason == "length" ? 1.0 : 0.0;
+  }
+  if (options_.sync && options_.ranks > 1) options_.sync->sum(table);
+  auto column = [&](std::size_t c) {
+    std::vector<double> v(global_rows);
+    for (std::size_t i = 0; i < global_rows; ++i) v[i] = table[i * width + c];
+    return v;
+  };
+  const std::vector<double> totals = column(0);
+  const at::Tensor all_advantages = group_advantages(at::tensor(totals, at::kDouble), G, o.scale_rewards);
+  std::vector<double> advantages(samples.size());
+  for (std::size_t i = 0; i < samples.size(); ++i) advantages[i] = all_advantages[static_cast<std::int64_t>(streams[i])].item<double>();
+
+  // 4. One training batch per prompt batch: prompt + completion, right-padded (an idle batch
+  //    for a rank without prompts in it).
   batches_.clear();
   row = 0;
   for (const auto& batch : group_examples) {
     const auto rows = static_cast<std::int64_t>(batch.size()) * G;
+    if (rows == 0) {
+      TensorBatch idle = idle_batch();
+      idle.advantages = at::zeros({0}, at::kDouble);  // no rows: no units
+      batches_.push_back(std::move(idle));
+      continue;
+    }
     std::int64_t length = 1;
     for (std::int64_t r = 0; r < rows; ++r) {
       const auto& s = samples[row + static_cast<std::size_t>(r)];
@@ -183,13 +225,16 @@ void RolloutSource::generate_batch() {
       b.examples.push_back(s.example);
     }
     TensorBatch t = to_tensors(b, options_.device);
-    t.advantages = advantages.narrow(0, static_cast<std::int64_t>(row), rows).clone();
+    t.advantages = at::tensor(std::vector<double>(advantages.begin() + static_cast<std::ptrdiff_t>(row),
+                                                  advantages.begin() + static_cast<std::ptrdiff_t>(row) + rows),
+                              at::kDouble);
     batches_.push_back(std::move(t));
     row += static_cast<std::size_t>(rows);
   }
 
   // 5. The log-probabilities the loss compares with, without gradients: the sampling policy's
-  //    when its batches serve several passes, the reference's when beta > 0.
+  //    when its batches serve several passes, the reference's when beta > 0. Every rank runs
+  //    as many forwards (idle batches too: under full_shard they gather).
   {
     at::NoGradGuard no_grad;
     const bool was_training = policy_->is_training();
@@ -202,14 +247,11 @@ void RolloutSource::generate_batch() {
   }
   const double scoring_s = seconds_since(score_start);
 
-  // 6. What the step reports (TRL's names) and the samples kept for samples.jsonl.
-  std::vector<double> lengths, truncated;
+  // 6. What the step reports (TRL's names; the whole batch's, this rank's generation time) and
+  //    this rank's samples kept for samples.jsonl.
+  const std::vector<double> lengths = column(F + 1), truncated = column(F + 2);
   std::int64_t completion_tokens = 0;
-  for (const auto& s : samples) {
-    lengths.push_back(static_cast<double>(s.completion.size()));
-    truncated.push_back(s.stop_reason == "length" ? 1.0 : 0.0);
-    completion_tokens += static_cast<std::int64_t>(s.completion.size());
-  }
+  for (const auto& s : samples) completion_tokens += static_cast<std::int64_t>(s.completion.size());
   std::vector<double> group_std;
   double zero_std = 0;
   for (std::size_t g = 0; g < totals.size(); g += static_cast<std::size_t>(G)) {
@@ -218,9 +260,8 @@ void RolloutSource::generate_batch() {
     zero_std += group_std.back() == 0.0 ? 1.0 : 0.0;
   }
   figures_ = {{"reward", mean_of(totals)}, {"reward_std", mean_of(group_std)}};
-  for (std::size_t f = 0; f < rewards_.size(); ++f) {
-    std::vector<double> v;
-    for (const auto& s : samples) v.push_back(s.scores[f]);
+  for (std::size_t f = 0; f < F; ++f) {
+    const std::vector<double> v = column(1 + f);
     figures_.emplace_back("rewards/" + rewards_[f]->name() + "/mean", mean_of(v));
     figures_.emplace_back("rewards/" + rewards_[f]->name() + "/std", std_of(v));
   }
@@ -241,10 +282,10 @@ void RolloutSource::generate_batch() {
     for (std::int64_t g = 0; g < G; ++g, ++row) {
       const Sample& s = samples[row];
       Json scores = Json::object();
-      for (std::size_t f = 0; f < rewards_.size(); ++f) scores[rewards_[f]->name()] = s.scores[f];
+      for (std::size_t f = 0; f < F; ++f) scores[rewards_[f]->name()] = s.scores[f];
       group["completions"].push_back({{"text", s.text},
                                       {"reward", s.reward},
-                                      {"advantage", advantages[static_cast<std::int64_t>(row)].item<double>()},
+                                      {"advantage", advantages[row]},
                                       {"rewards", scores},
                                       {"tokens", s.completion.size()},
                                       {"stop", s.stop_reason}});

@@ -8,6 +8,14 @@
 // tokens (its stop token included, as Hugging Face's generate keeps eos) the targets. With
 // num_iterations > 1 the policy's log-probabilities at generation are kept (old_logps) and the
 // same batches serve num_iterations steps; with beta > 0 the reference's are computed then too.
+//
+// Several ranks: each global prompt batch is split by prompts (a group is never split); each
+// rank samples, scores and trains its share, every prompt's copies drawing from the sampling
+// streams they have in one process (their row in the whole generation batch), so N ranks sample
+// what one process does. The rewards, lengths and scores are then summed over the ranks into
+// the whole batch's (each rank fills its own rows; adding zeros is exact), so the advantages
+// (also scale_rewards: batch) and the step's figures are the global ones. A rank left without
+// prompts trains on idle batches.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +42,11 @@ struct RolloutOptions {
   std::int64_t pad_id = 0;
   at::Device device = at::kCPU;
   std::int64_t first_step = 0;  // steps already done (a resumed run): where the generation count starts
+  int rank = 0, ranks = 1;
+  StepSync* sync = nullptr;  // sums over the ranks (null: one process)
+  // Runs its argument with the policy whole for the whole call (full_shard gathers it once, so
+  // the ranks' generation loops, which end at different steps, issue no collectives).
+  std::function<void(const std::function<void()>&)> with_whole_model;
 };
 
 class RolloutSource : public BatchSource {

@@ -21,16 +21,6 @@ TensorBatch RankRows::next() {
   return begin < end ? to_tensors(all.slice_rows(begin, end), device_) : idle_batch();
 }
 
-TensorBatch idle_batch() {
-  TensorBatch t;
-  t.input_ids = at::zeros({1, 2}, at::kLong);
-  t.labels = at::full({1, 2}, data::kIgnoreIndex, at::kLong);
-  t.position_ids = at::arange(2, at::kLong).view({1, 2});
-  t.segment_ids = at::ones({1, 2}, at::kInt);  // a real (if empty) document: padding-only rows mask everything
-  t.target_tokens = 0;
-  return t;
-}
-
 namespace {
 
 // full_shard's step agreement: what the backward nodes did not reduce, reduced at the end;

@@ -71,11 +71,6 @@ struct DataParallel {
 DataParallel make_data_parallel(const DistributedPlan& plan, model::CausalLM& model, std::vector<ParamGroup> groups,
                                 const OptimizerOptions& options, distributed::Comm& comm);
 
-// A batch that trains on nothing: one row of two tokens and no target. A rank with no rows
-// computes on it so that every rank runs the same forward and backward (under full_shard they
-// are full of collectives); it adds no target, no loss and exactly zero gradients.
-TensorBatch idle_batch();
-
 // Rank r's share of the eval batches: every size-th batch from the r-th, padded with idle
 // batches so every rank runs as many.
 std::vector<TensorBatch> rank_share(std::vector<TensorBatch> batches, int rank, int size);

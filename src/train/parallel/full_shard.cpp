@@ -165,7 +165,7 @@ void FullShard::release(Part& part) {
 
 at::Tensor FullShard::enter(std::int64_t scope, const at::Tensor& x) {
   // A new forward: whatever the last one left whole (an eval pass's head) is freed first.
-  if (scope == kEmbedding) release_all();
+  if (scope == kEmbedding && !whole_) release_all();
   for (Part* part : parts_of(scope)) gather(*part);
   // Forward order: the embedding, blocks 0..L-1, the head.
   const auto blocks = static_cast<std::int64_t>(blocks_.size());
@@ -175,7 +175,8 @@ at::Tensor FullShard::enter(std::int64_t scope, const at::Tensor& x) {
 }
 
 at::Tensor FullShard::leave(std::int64_t scope, const at::Tensor& y) {
-  for (Part* part : parts_of(scope)) release(*part);
+  if (!whole_)
+    for (Part* part : parts_of(scope)) release(*part);
   if (scope == kEmbedding || !records_graph(y)) return y;
   return GatherBeforeBackward::apply(y, this, scope);
 }
@@ -221,9 +222,11 @@ void FullShard::flush() {
 
 void FullShard::gather_all() {
   for (Part* part : all_parts()) gather(*part);
+  whole_ = true;
 }
 
 void FullShard::release_all() {
+  whole_ = false;
   for (Part* part : all_parts()) release(*part);
 }
 

@@ -60,7 +60,9 @@ class FullShard : public model::ParamScopes, public std::enable_shared_from_this
   void gradient_ready(FlatParam& flat, std::size_t k);
   // End of backward: gradients no node reduced, reduce-scattered; every part freed.
   void flush();
-  // The whole model on this rank (to write a checkpoint or the result), and back.
+  // The whole model on this rank (to write a checkpoint or the result, or to generate), and
+  // back. Between the two, forwards keep it whole: they gather and free nothing, so a rank may
+  // run a different number of them (a generation loop) without a collective.
   void gather_all();
   void release_all() override;
 
@@ -94,6 +96,7 @@ class FullShard : public model::ParamScopes, public std::enable_shared_from_this
   Part embedding_, head_;
   std::vector<Part> blocks_;
   bool tied_ = false;
+  bool whole_ = false;  // gather_all() until release_all(): forwards leave the parts whole
   bool reduce_by_part_ = false;  // a model with experts: gradients reduced per part (see the constructor)
 };
 

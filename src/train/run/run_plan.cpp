@@ -273,10 +273,7 @@ void plan_objective(RunPlan& p) {
   if (!generates(o) && prompts)
     r.fail("data.format", "prompts without responses train nothing except under online RL (objective.name: grpo); this recipe's objective is " + o.name);
   if (generates(o)) {
-    // Not yet: the rollouts of several ranks, and an eval split of prompts.
-    if (p.world.distributed())
-      r.fail("objective.name", "grpo runs in one process for now (several ranks are not implemented yet); found a world of " +
-                                   std::to_string(p.world.size) + " ranks");
+    // Not yet: an eval split of prompts.
     if (!r.is_null("data.eval") || r.get_float("data.eval_fraction") > 0)
       r.fail(!r.is_null("data.eval") ? "data.eval" : "data.eval_fraction",
              "grpo has no eval split yet (evaluate its result with ctune eval --accuracy on a recipe of the task)");

@@ -254,7 +254,8 @@ TrainResult Session::run_steps() {
   //    as the policy is.
   auto reference = plan.objective.precompute_reference ? model::CausalLM(nullptr) : build_reference(plan);
   parallel.shard_like_policy(reference);
-  const auto rollouts = generates(plan.objective) ? make_rollouts(lm, reference, sampler, resume.state ? resume.state->step : 0) : nullptr;
+  const auto rollouts =
+      generates(plan.objective) ? make_rollouts(lm, reference, sampler, resume.state ? resume.state->step : 0, parallel) : nullptr;
   const auto rows = rollouts ? nullptr : std::make_unique<RankRows>(sampler, comm_.rank(), comm_.size(), plan.device);
   BatchSource& source = rollouts ? static_cast<BatchSource&>(*rollouts) : *rows;
   spdlog::debug("resident {:.1f} MB with optimizer and data", static_cast<double>(ops::resident_bytes()) / 1e6);
@@ -349,7 +350,7 @@ TrainResult Session::run_steps() {
 // `resumed_step` steps starts a generation batch there: one left half-used (num_iterations > 1)
 // is not in the checkpoint, so such a resume is refused.
 std::unique_ptr<RolloutSource> Session::make_rollouts(model::CausalLM& lm, model::CausalLM& reference, data::Sampler& prompts,
-                                                    std::int64_t resumed_step) const {
+                                                    std::int64_t resumed_step, DataParallel& parallel) const {
   const ObjectiveOptions& o = plan_.objective;
   if (resumed_step % o.num_iterations != 0)
     throw ConfigError("--resume: the checkpoint is at step " + std::to_string(resumed_step) + ", inside a generation batch of objective.num_iterations " +
@@ -362,6 +363,9 @@ std::unique_ptr<RolloutSource> Session::make_rollouts(model::CausalLM& lm, model
   r.pad_id = plan_.sampler_options().batch.pad_id;
   r.device = plan_.device;
   r.first_step = resumed_step;
+  r.rank = comm_.rank(), r.ranks = comm_.size();
+  r.sync = parallel.sync.get();
+  r.with_whole_model = [&parallel](const std::function<void()>& use) { parallel.with_whole_model(use); };
   r.stop_ids = model::generation_stop_ids(lm->config(), plan_.model_dir);
   auto add_stop = [&](std::optional<std::int64_t> id) {
     if (id && std::find(r.stop_ids.begin(), r.stop_ids.end(), *id) == r.stop_ids.end()) r.stop_ids.push_back(*id);

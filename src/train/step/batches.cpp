@@ -27,4 +27,14 @@ std::vector<TensorBatch> all_batches(const data::BatchPlan& plan, std::int64_t l
   return out;
 }
 
+TensorBatch idle_batch() {
+  TensorBatch t;
+  t.input_ids = at::zeros({1, 2}, at::kLong);
+  t.labels = at::full({1, 2}, data::kIgnoreIndex, at::kLong);
+  t.position_ids = at::arange(2, at::kLong).view({1, 2});
+  t.segment_ids = at::ones({1, 2}, at::kInt);  // a real (if empty) document: padding-only rows mask everything
+  t.target_tokens = 0;
+  return t;
+}
+
 }  // namespace ctune::train
