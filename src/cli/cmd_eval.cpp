@@ -26,6 +26,7 @@
 #include "core/recipe_schema.h"
 #include "infer/exact_match.h"
 #include "model/config.h"
+#include "ops/tensor_pool.h"
 #include "train/run/run_plan.h"
 #include "train/step/batches.h"
 #include "train/objective/objectives.h"
@@ -109,6 +110,11 @@ int run_eval(EvalOptions o) {
   }
   auto plan = train::plan_run(recipe_for(o, overrides));
   at::set_num_threads(plan.threads);
+  if (plan.exact_allocator) {  // memory.allocator, as training runs it (ops/tensor_pool.h)
+    ops::use_exact_allocator();
+  } else {
+    ops::use_tensor_pool();
+  }
   if (plan.datasets.eval->empty()) {
     throw ConfigError(o.recipe + ": no eval data to evaluate on (set data.eval or data.eval_fraction, or give --data FILE)");
   }

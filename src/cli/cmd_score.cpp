@@ -10,6 +10,7 @@
 #include "core/json.h"
 #include "infer/score.h"
 #include "model/weights.h"
+#include "ops/tensor_pool.h"
 #include "peft/model_spec.h"
 #include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
@@ -30,6 +31,7 @@ struct ScoreOptions {
 };
 
 int run_score(const ScoreOptions& o) {
+  ops::use_tensor_pool();  // as training and generate: big tensors reuse their pages (ops/tensor_pool.h)
   std::unique_ptr<tok::Tokenizer> tokenizer;
   std::vector<std::int64_t> ids;
   std::string where;
