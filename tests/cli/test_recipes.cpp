@@ -518,9 +518,26 @@ TEST_F(Recipes, LedgerFormulasEvaluateToTheirBytes) {
       {"memory.chunked_loss=false", "training.grad_accum=2"},
       {"peft.method=none", "distributed.strategy=full_shard", "distributed.prefetch=true", "--nproc", "4"},
       {"peft.method=none", "distributed.strategy=shard_grad_op", "--nproc", "2"}};
-  int lines = 0;
-  for (const auto& extra : settings) {
-    std::vector<std::string> args = {"estimate", recipe.string(), "--json"};
+  // GRPO: the rollout's KV cache, prefill and kept batches (with the old and reference
+  // log-probabilities), whole and under full_shard.
+  std::string prompts;
+  for (int i = 0; i < 6; ++i) prompts += R"({"prompt": "Add )" + std::to_string(i) + R"( and 3 = ", "answer": ")" + std::to_string(i + 3) + "\"}\n";
+  write(kDir / "prompts.jsonl", prompts);
+  std::string grpo = base_recipe();
+  grpo.replace(grpo.find("  eval: "), grpo.find("  max_seq_len") - grpo.find("  eval: "),
+               "  format: prompt\n  chat_format: plain\n");
+  grpo.replace(grpo.find("train.jsonl"), std::string("train.jsonl").size(), "prompts.jsonl");
+  grpo.replace(grpo.find(", eval_every: 2"), std::string(", eval_every: 2").size(), "");
+  grpo += "objective: {name: grpo, num_generations: 4, max_new_tokens: 8, beta: 0.1, num_iterations: 2}\nreward: {exact: {field: answer}}\n";
+  const fs::path grpo_recipe = kDir / "formulas-grpo.yaml";
+  write(grpo_recipe, grpo);
+  std::vector<std::pair<fs::path, std::vector<std::string>>> runs;
+  for (const auto& extra : settings) runs.emplace_back(recipe, extra);
+  runs.push_back({grpo_recipe, {}});
+  runs.push_back({grpo_recipe, {"peft.method=none", "distributed.strategy=full_shard", "--nproc", "2"}});
+  int lines = 0, rollout_lines = 0;
+  for (const auto& [path, extra] : runs) {
+    std::vector<std::string> args = {"estimate", path.string(), "--json"};
     args.insert(args.end(), extra.begin(), extra.end());
     const auto r = ctune(args);
     ASSERT_EQ(r.status, 0) << r.err;
@@ -535,9 +552,12 @@ TEST_F(Recipes, LedgerFormulasEvaluateToTheirBytes) {
       }
       EXPECT_EQ(evaluated, l["bytes"].get<std::int64_t>()) << l["name"] << " = " << formula;
       ++lines;
+      const std::string name = l["name"].get<std::string>();
+      rollout_lines += (name == "KV cache" || name == "generation prefill" || name == "rollout batches") && l["bytes"].get<std::int64_t>() > 0;
     }
   }
-  EXPECT_GE(lines, 9 * 7);
+  EXPECT_GE(lines, 11 * 7);
+  EXPECT_EQ(rollout_lines, 2 * 3) << "the GRPO runs' generation lines";
 }
 
 TEST_F(Recipes, TrainLoraAndFullEndToEnd) {

@@ -8,6 +8,7 @@
 #include "model/activation_cost.h"
 #include "model/llama.h"
 #include "model/quantize.h"
+#include "ops/attention.h"
 #include "ops/tensor_pool.h"
 #include "quant/storage_bytes.h"
 #include "train/step/chunked_loss.h"
@@ -334,6 +335,39 @@ Term loss_line(const LedgerInputs& in, const Shape& s, Symbols& sym, Ledger& led
   return t;
 }
 
+// An objective that generates (train/objective/rollout.h): the generation's moment (its KV cache
+// over every sequence sampled together, the prompt pass's transient as the generation view
+// counts it, and under sharded parameters the whole policy gathered for it) and what the rollout
+// keeps through its steps (the batches' ids, labels, positions and segments, and the kept
+// log-probability tables). Both zero without generation.
+struct RolloutTerms {
+  Term generation, kept;
+};
+RolloutTerms rollout_lines(const LedgerInputs& in, const Shape& s, const Term& gathered_whole, Symbols& sym, Ledger& led) {
+  const Term kv_training = Term::num(2) * s.L * s.nkv * s.d * s.T * s.B * s.c;
+  if (in.generated_rows == 0) {
+    led.lines.push_back({"KV cache", 0, "0", "none in training (generation at this batch and length: " + kv_training.text() + " = " + format_mb(kv_training.value()) + ")"});
+    return {};
+  }
+  const Term G = sym("Bg", in.generated_rows), N = sym("Nnew", in.new_tokens), P = s.T - N;
+  const Term kv = Term::num(2) * s.L * s.nkv * s.d * s.T * G * s.c;
+  led.lines.push_back({"KV cache", kv.value(), kv.text(),
+                       "the rollout's generation: Bg sequences sampled together, prompt and new tokens, KV heads only (freed before the step's forward)"});
+  const Term block = Term::min({P, Term::num(ops::kBlockQueries)});
+  const Term four = Term::num(4);
+  const Term attention = G * P * (s.nh + Term::num(2) * s.nkv) * s.d * s.c + Term::num(2) * G * s.nh * block * P * four;
+  const Term mlp = Term::num(3) * G * P * s.I * s.c;
+  const Term prefill = Term::num(3) * G * P * s.H * s.c + Term::max({attention, mlp}) + G * P * P + G * s.V * four;
+  led.lines.push_back({"generation prefill", prefill.value(), prefill.text(),
+                       "the prompts' forward pass over Bg sequences: hidden states, the larger of attention (q, k, v, a block of fp32 scores) and the MLP, the mask, the last logits" +
+                           std::string(gathered_whole.value() > 0 ? "; the whole policy gathered for it (sharded parameters)" : "")});
+  const Term kept = G * s.T * Term::num(28) + (in.kept_logps > 0 ? Term::num(in.kept_logps) * G * N * four : Term());
+  led.lines.push_back({"rollout batches", kept.value(), kept.text(),
+                       "kept through the generation batch's steps: ids, labels, positions (8 B each), segments (4 B) per token" +
+                           std::string(in.kept_logps > 0 ? ", and " + std::to_string(in.kept_logps) + " fp32 log-probability table(s) per new token (old policy, reference)" : "")});
+  return {kv + prefill + gathered_whole, kept};
+}
+
 // What each symbol stands for, for the table `ctune estimate` prints.
 std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>& values, bool seq_len_from_data) {
   const std::vector<std::pair<std::string, std::string>> meaning = {
@@ -343,7 +377,8 @@ std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>
       {"S", "ranks sharing gradients and optimizer state"}, {"U", "bytes of a quantised base kept whole"},
       {"Wpart", "bytes of the largest part whole"}, {"Nmax", "largest trainable parameter"}, {"Npart", "trainable parameters of the largest part"}, {"rows", "loss rows per chunk"},
       {"runtime", "bytes before training"}, {"live", "live bytes at the peak"}, {"bq", "attention block query rows"},
-      {"Lr", "layers that recompute"}, {"Nc", "weights kept in the compute dtype"}, {"Wref", "bytes of the reference copy"}, {"Uref", "bytes of its quantised projections"}};
+      {"Lr", "layers that recompute"}, {"Nc", "weights kept in the compute dtype"}, {"Wref", "bytes of the reference copy"}, {"Uref", "bytes of its quantised projections"},
+      {"Bg", "sequences generated together"}, {"Nnew", "new tokens at most"}};
   std::string out;
   for (const auto& [name, value] : values) {
     std::string what;
@@ -383,8 +418,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const Term copies = compute_copy_line(in, s, sym, led);
   const Term loss = loss_line(in, s, sym, led);
   const Term tied = tied_gradient_line(in, st, s, sym, led);
-  const Term kv = Term::num(2) * s.L * s.nkv * s.d * s.T * s.B * s.c;
-  led.lines.push_back({"KV cache", 0, "0", "none in training (generation at this batch and length: " + kv.text() + " = " + format_mb(kv.value()) + ")"});
+  const RolloutTerms rollout = rollout_lines(in, s, st.sharded_params ? st.whole_weights - st.unsharded : Term(), sym, led);
   const Term runtime = sym("runtime", in.runtime_bytes);
   led.lines.push_back({"runtime", in.runtime_bytes, runtime.text(), "this process before training: LibTorch, tokenizer, datasets"});
   // The reference copy is sharded as the policy (its parts gathered while its forward computes, at
@@ -403,7 +437,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
   // allocator holds on to. Under full_shard the sharded gradients stay through the step and
   // one part is whole (with its gradients in backward) at a time.
   const bool sharded = st.sharded_params;
-  const Term base = st.weights + st.optimizer + (sharded ? st.grads : Term()) + reference;
+  const Term base = st.weights + st.optimizer + (sharded ? st.grads : Term()) + reference + rollout.kept;
   const Term step_grads = sharded ? st.gathered + st.gathered_grads : st.grads;
   const Term backward_start = act.total + copies + loss + (sharded ? st.gathered + st.gathered_grads : (in.grad_accum > 1 ? st.grads : Term()));
   // The recomputed layer is gone by the time the embedding's gradient comes.
@@ -422,12 +456,13 @@ Ledger estimate_memory(const LedgerInputs& in) {
   // Between steps the gradients are gone (the optimizer drops them after its update, sharded or
   // not), so a gather for the result or a checkpoint stands on weights and optimizer state only.
   const Term between_steps = st.weights + st.optimizer + reference + checkpoint_gather;
-  const Term during_step = base + Term::max({backward_start, backward_end, all_reduce, optimizer_step});
+  const Term during_step = base + Term::max({backward_start, backward_end, all_reduce, optimizer_step, rollout.generation});
   const Term live = Term::max({during_step, between_steps});
   const std::pair<const char*, Term> moments[] = {{"the start of backward (saved activations and loss buffers)", backward_start},
                                                    {"the end of backward (gradients)", backward_end},
                                                    {"the gradients' all-reduce", all_reduce},
-                                                   {"the optimizer step", optimizer_step}};
+                                                   {"the optimizer step", optimizer_step},
+                                                   {"the rollout's generation (KV cache and prefill)", rollout.generation}};
   for (const auto& [name, term] : moments) {
     if (term.value() > led.peak_moment_bytes || led.peak_moment.empty()) {
       led.peak_moment = name;
@@ -455,20 +490,22 @@ Ledger estimate_memory(const LedgerInputs& in) {
     if (l.pool == "host") led.host_bytes += l.bytes;
   led.state_bytes = (st.weights + st.gathered + st.grads + st.gathered_grads + st.optimizer).value();
   const std::string saved = copies.value() > 0 ? "activations + compute copies" : "activations";
+  const std::string rollout_kept = in.generated_rows > 0 ? " + rollout batches" : "";
   if (sharded) {
-    led.peak_formula = "max(weights + gradients + optimizer state (shards) + max(" + saved + " + loss buffers + gathered" +
-                       " + gathered grads, gathered + gathered grads + one recomputed layer, optimizer-step temporaries), " +
+    led.peak_formula = "max(weights + gradients + optimizer state (shards)" + rollout_kept + " + max(" + saved + " + loss buffers + gathered" +
+                       " + gathered grads, gathered + gathered grads + one recomputed layer, optimizer-step temporaries" +
+                       std::string(in.generated_rows > 0 ? ", KV cache + generation prefill + the whole weights gathered" : "") + "), " +
                        "weights + optimizer state (shards) + the whole weights" +
                        (in.sharded_checkpoints ? " gathered for the result" : " and optimizer state gathered for a checkpoint") +
                        ") + allocator + runtime";
   } else {
-    led.peak_formula = "weights + optimizer state + max(" + saved + " + loss buffers" +
+    led.peak_formula = "weights + optimizer state" + rollout_kept + " + max(" + saved + " + loss buffers" +
                        std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
                        ", gradients + max(one recomputed layer, tied gradients)" +
                        std::string(in.all_reduced_gradients ? ", gradients + their flat fp32 copy all-reduced" : "") +
                        ", gradients + optimizer-step temporaries" +
                        std::string(in.optimizer_shards > 1 && !in.sharded_checkpoints ? ", the whole optimizer state gathered for a checkpoint" : "") +
-                       ") + allocator + runtime";
+                       std::string(in.generated_rows > 0 ? ", KV cache + generation prefill" : "") + ") + allocator + runtime";
   }
   led.symbol_values = sym.values;
   led.symbols = symbol_table(led.symbol_values, in.seq_len_from_data);

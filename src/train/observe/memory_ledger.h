@@ -65,6 +65,13 @@ struct LedgerInputs {
   // quantised projections (objective.reference_quantize) are not sharded, as a quantised base's.
   FrozenCopyBytes reference;
   bool exact_allocator = false;    // memory.allocator: exact (no allocator reserve)
+  // An objective that generates (grpo): the sequences one generation samples together
+  // (grad_accum x batch_size prompts x num_generations on a rank; 0: none), their new tokens at
+  // most (seq_len counts them too), and the per-token log-probability tables kept with the
+  // rollout batches (the sampling policy's with num_iterations > 1, the reference's with beta > 0).
+  std::int64_t generated_rows = 0;
+  std::int64_t new_tokens = 0;
+  std::int64_t kept_logps = 0;
 };
 
 // Bytes of a frozen copy of the model stored in `storage` (a preference objective's reference),

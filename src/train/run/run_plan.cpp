@@ -488,9 +488,14 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
     in.seq_len = std::min(in.seq_len, longest);
     in.seq_len_from_data = true;
   }
-  // A GRPO row is a prompt and a completion of up to max_new_tokens (its generation's KV cache
-  // is not in the ledger yet: docs/objectives.md#grpo).
-  if (generates(p.objective)) in.seq_len += p.objective.max_new_tokens;
+  // A GRPO row is a prompt and a completion of up to max_new_tokens; the step's rows are all
+  // generated in one batch before its first forward (train/objective/rollout.h).
+  if (generates(p.objective)) {
+    in.seq_len += p.objective.max_new_tokens;
+    in.generated_rows = in.batch_size * p.trainer.grad_accum;
+    in.new_tokens = p.objective.max_new_tokens;
+    in.kept_logps = (p.objective.num_iterations > 1 ? 1 : 0) + (p.objective.beta > 0 ? 1 : 0);
+  }
   if (needs_reference(p.objective) && !p.method->freezes_base() && !p.objective.precompute_reference) {
     // The frozen copy is built as the policy's weights are stored (train/run/run_plan.h build_reference);
     // precomputed log-probabilities free it before training.
