@@ -117,6 +117,7 @@ svg .resume{stroke:#888;stroke-dasharray:3 3}svg .reference{stroke:#d62728;strok
 svg .reflabel{text-anchor:end;fill:#d62728}svg .skipped{stroke:#d62728;stroke-width:2}
 svg.log{display:none}#logscale:checked~.plots svg.log{display:inline}#logscale:checked~.plots svg.lin{display:none}
 pre{background:#f6f6f6;padding:8px;font-size:12px;overflow:auto}.note{font-size:12px;color:#666}.problem{color:#b00}
+code.sample{white-space:pre-wrap}
 )";
 
 }  // namespace
@@ -214,6 +215,76 @@ std::string preference_section(const std::vector<const RunData*>& runs) {
   if (!rewards.empty()) h += line_plot(rewards, ro);
   if (!accuracy.empty()) h += line_plot(accuracy, ao);
   return h + "</div>\n";
+}
+
+// Online RL (GRPO, docs/objectives.md#grpo): per run the mean reward (total and per function),
+// the completions' lengths and the share cut by max_new_tokens, the policy's KL to the reference
+// and its entropy, and the seconds each step spent generating and scoring; then the first run's
+// latest samples (samples.jsonl): each prompt with its completions, rewards and advantages.
+std::string rl_section(const std::vector<const RunData*>& runs) {
+  std::vector<Series> reward, length, divergence, time;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const RunData& r = *runs[i];
+    const std::string name = runs.size() > 1 ? label(r, i) + ": " : "";
+    auto points = [&](const std::string& key) {
+      Points p;
+      for (const auto& s : r.steps)
+        if (auto it = s.objective.find(key); it != s.objective.end() && std::isfinite(it->second)) p.emplace_back(static_cast<double>(s.step), it->second);
+      return p;
+    };
+    const Points total = points("reward");
+    if (total.empty()) continue;
+    const std::string c = kColours[i % 8];
+    reward.push_back({name + "reward (mean)", c, downsample(total), false, true});
+    reward.push_back({name + "reward (smoothed)", c, downsample(smoothed(total))});
+    std::size_t f = 1;
+    for (const auto& [key, value] : r.steps.back().objective) {
+      if (key.rfind("rewards/", 0) != 0 || key.size() < 13 || key.compare(key.size() - 5, 5, "/mean") != 0) continue;
+      reward.push_back({name + key.substr(8, key.size() - 13), runs.size() > 1 ? c : kColours[f++ % 8], downsample(points(key)), true});
+    }
+    length.push_back({name + "mean length", c, downsample(points("completions/mean_length"))});
+    length.push_back({name + "max length", c, downsample(points("completions/max_length")), true});
+    const Points kl = points("kl"), entropy = points("entropy");
+    if (!kl.empty()) divergence.push_back({name + "KL to the reference", c, downsample(kl)});
+    if (!entropy.empty()) divergence.push_back({name + "entropy", runs.size() > 1 ? c : kColours[1], downsample(entropy), true});
+    time.push_back({name + "generation", c, downsample(points("time/generation_s"))});
+    time.push_back({name + "scoring", runs.size() > 1 ? c : kColours[1], downsample(points("time/scoring_s")), true});
+  }
+  if (reward.empty()) return "";
+  PlotOptions ro, lo, dio, to;
+  ro.title = "reward";
+  ro.y_label = "mean over the step's completions (dashed: each function)";
+  lo.title = "completion length";
+  lo.y_label = "tokens";
+  dio.title = "KL and entropy";
+  dio.y_label = "nats per completion token";
+  to.title = "time per step";
+  to.y_label = "s (the rest of the step trains)";
+  std::string h = "<h2>Online RL</h2>\n<div class=\"plots\">\n" + line_plot(reward, ro) + line_plot(length, lo) +
+                  (divergence.empty() ? std::string() : line_plot(divergence, dio)) + line_plot(time, to) + "</div>\n";
+  const RunData& first = *runs[0];
+  if (!first.samples) return h;
+  const Json& s = *first.samples;
+  auto text = [](const Json& v) {
+    std::string t = v.is_string() ? v.get<std::string>() : v.dump();
+    return t.size() > 400 ? t.substr(0, 400) + "..." : t;
+  };
+  auto number = [](const Json& v, const char* f) { return v.is_number() ? fmt(f, v.get<double>()) : std::string("?"); };
+  h += "<h3>Latest samples (step " + text(s.value("step", Json())) + ", seed " + text(s.value("seed", Json())) + ")</h3>\n";
+  std::size_t shown = 0;
+  for (const auto& group : s["groups"]) {
+    if (!group.is_object() || ++shown > 4) break;
+    h += "<p class=\"note\">prompt: <code class=\"sample\">" + html_escape(text(group.value("prompt", Json("")))) + "</code></p>\n";
+    h += "<table><tr><th>completion</th><th>reward</th><th>advantage</th><th>tokens</th><th>stop</th></tr>\n";
+    for (const auto& c : group.value("completions", Json::array())) {
+      if (!c.is_object()) continue;
+      h += "<tr><td><code class=\"sample\">" + html_escape(text(c.value("text", Json("")))) + "</code></td><td>" + number(c.value("reward", Json()), "%.3g") +
+           "</td><td>" + number(c.value("advantage", Json()), "%.3g") + "</td><td>" + number(c.value("tokens", Json()), "%.0f") + "</td><td>" +
+           html_escape(text(c.value("stop", Json("")))) + "</td></tr>\n";
+    }
+    h += "</table>\n";
+  }
+  return h;
 }
 
 // logging.profile: where the first run's steps went (docs/performance.md). Per category, largest
@@ -346,6 +417,7 @@ std::string render_report(const RunData& run, const std::vector<RunData>& others
   if (!run.resumes.empty()) h += "<p class=\"note\">Dashed vertical lines: steps the run was resumed from.</p>\n";
   h += experts_section(runs);
   h += preference_section(runs);
+  h += rl_section(runs);
   h += profile_section(run);
   h += "<h2>Memory ledger</h2>\n" + ledger_table(run);
   h += "<h2>Recipe (resolved)</h2>\n<pre>" + html_escape(run.recipe_yaml.empty() ? "(no recipe.yaml)" : run.recipe_yaml) + "</pre>\n";

@@ -75,12 +75,17 @@ void read_metrics(RunData& r) {
         continue;
       }
       if (!j.contains("step") || !j["step"].is_number_integer()) throw FormatError("no integer \"step\"");
-      // An objective's figures: the keys with a '/' (DPO's rewards/..., logps/...).
+      // An objective's figures: the keys with a '/' (DPO's rewards/..., logps/...; GRPO's
+      // rewards/NAME/mean, completions/..., time/...) and GRPO's plain ones.
       auto objective = [&](const std::string& prefix) {
+        static const char* const kPlain[] = {"reward", "reward_std", "kl", "entropy", "frac_reward_zero_std"};
         std::map<std::string, double> out;
-        for (const auto& [key, value] : j.items())
-          if (key.rfind(prefix, 0) == 0 && key.find('/') != std::string::npos && out.size() < 32)
-            out[key.substr(prefix.size())] = value.is_number() ? value.get<double>() : std::nan("");
+        for (const auto& [key, value] : j.items()) {
+          const std::string name = key.substr(std::min(key.size(), prefix.size()));
+          const bool plain = std::find(std::begin(kPlain), std::end(kPlain), name) != std::end(kPlain);
+          if (key.rfind(prefix, 0) == 0 && (key.find('/') != std::string::npos || plain) && out.size() < 48)
+            out[name] = value.is_number() ? value.get<double>() : std::nan("");
+        }
         return out;
       };
       if (j.contains("eval_loss")) {
@@ -123,6 +128,25 @@ void read_metrics(RunData& r) {
   if (bad > 0) r.problems.push_back(first_bad + ": left out" + (bad > 1 ? ", with " + std::to_string(bad - 1) + " more bad lines" : std::string()));
 }
 
+// samples.jsonl (grpo): its last line that parses, the latest step's groups.
+void read_samples(RunData& r) {
+  std::ifstream in;
+  if (!open_regular(r.dir / io::kSamplesFile, in, r, false)) return;
+  bool cut = false, bad = false;
+  for (std::string line; next_line(in, line, cut);) {
+    if (line.empty()) continue;
+    try {
+      if (cut) throw FormatError("too long");
+      Json j = parse_json(line, io::kSamplesFile);
+      if (!j.is_object() || !j.contains("groups") || !j["groups"].is_array()) throw FormatError("no \"groups\"");
+      r.samples = std::move(j);
+    } catch (const std::exception&) {
+      bad = true;
+    }
+  }
+  if (bad) r.problems.push_back("samples.jsonl has lines cut short or malformed: left out");
+}
+
 void read_recipe(RunData& r) {
   const fs::path path = r.dir / io::kRecipeFile;
   std::ifstream in;
@@ -160,6 +184,7 @@ RunData read_run(const fs::path& dir) {
   RunData r;
   r.dir = dir;
   read_metrics(r);
+  read_samples(r);
   read_recipe(r);
   for (const auto& resume : io::read_resume_records(dir)) r.resumes.push_back(resume.step);  // the run marker's records
   if (fs::is_directory(dir / io::kCheckpointsDir, ec)) {

@@ -25,8 +25,9 @@ struct StepRecord {
   // layer, each expert's share of the routed tokens.
   double aux_loss = 0;
   std::vector<std::pair<std::int64_t, std::vector<double>>> expert_load;
-  // The objective's own figures (DPO: rewards/chosen, rewards/accuracies, ...): every key with a
-  // '/' in its name.
+  // The objective's own figures (DPO: rewards/chosen, rewards/accuracies, ...; GRPO: reward,
+  // rewards/NAME/mean, completions/..., kl, ...): every key with a '/' in its name, and GRPO's
+  // few without one.
   std::map<std::string, double> objective;
   // logging.profile: milliseconds per category, as metrics.jsonl lists them (empty when off).
   std::vector<std::pair<std::string, double>> profile_ms;
@@ -43,6 +44,7 @@ struct RunData {
   std::vector<StepRecord> steps;
   std::vector<EvalRecord> evals;
   std::optional<Json> memory;  // the ledger record of metrics.jsonl ({"memory": ...})
+  std::optional<Json> samples;  // grpo: the last line of samples.jsonl ({"step", "seed", "groups"})
   std::string recipe_yaml;     // empty when missing
   // From the recipe (empty when it cannot be read).
   std::string model, method, precision, train_data, eval_data;

@@ -513,6 +513,19 @@ TEST_F(Checkpoints, KilledGrpoLoraRunResumesBitIdentical) {
     EXPECT_TRUE(j["groups"][0]["completions"][0].contains("reward"));
   }
   EXPECT_EQ(steps, (std::vector<std::int64_t>{2, 4, 6, 8, 10, 12}));
+  // The report plots the rewards, lengths, KL and time split, and shows the latest samples.
+  const fs::path html = kDir / "grpo-report.html";
+  ASSERT_EQ(ctune({"report", reference.string(), "--out", html.string()}).status, 0);
+  const std::string page = ctune::testing::slurp(html);
+  for (const char* part : {"<h2>Online RL</h2>", "reward (mean)", ">contains<", "completion length", "KL to the reference", "time per step",
+                           "Latest samples (step 12, seed "})
+    EXPECT_NE(page.find(part), std::string::npos) << part;
+  std::ifstream latest_samples(reference / "samples.jsonl");
+  std::string latest;
+  for (std::string line; std::getline(latest_samples, line);) latest = line;
+  const Json group = Json::parse(latest)["groups"][0];
+  // The task's prompts hold nothing HTML escapes.
+  EXPECT_NE(page.find("prompt: <code class=\"sample\">" + group["prompt"].get<std::string>() + "</code>"), std::string::npos) << group.dump();
 
   bool resume = false;
   for (const std::string kill : {"step:2:mid", "checkpoint:6:state", "step:8:after"}) {
