@@ -173,6 +173,15 @@ std::string experts_section(const std::vector<const RunData*>& runs) {
   return h + "</div>\n";
 }
 
+// An objective's figure `key` over the records (steps or evaluations) that hold a finite value.
+template <typename Record>
+Points objective_points(const std::vector<Record>& records, const std::string& key) {
+  Points p;
+  for (const auto& s : records)
+    if (auto it = s.objective.find(key); it != s.objective.end() && std::isfinite(it->second)) p.emplace_back(static_cast<double>(s.step), it->second);
+  return p;
+}
+
 // A preference objective (DPO): per run, the rewards of the chosen and rejected responses and
 // their margin, and the share of pairs whose chosen reward is higher, in training and on the
 // eval split (TRL's rewards/*; docs/objectives.md).
@@ -181,18 +190,8 @@ std::string preference_section(const std::vector<const RunData*>& runs) {
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const RunData& r = *runs[i];
     const std::string name = runs.size() > 1 ? label(r, i) + ": " : "";
-    auto train_points = [&](const std::string& key) {
-      Points p;
-      for (const auto& s : r.steps)
-        if (auto it = s.objective.find(key); it != s.objective.end() && std::isfinite(it->second)) p.emplace_back(static_cast<double>(s.step), it->second);
-      return p;
-    };
-    auto eval_points = [&](const std::string& key) {
-      Points p;
-      for (const auto& e : r.evals)
-        if (auto it = e.objective.find(key); it != e.objective.end() && std::isfinite(it->second)) p.emplace_back(static_cast<double>(e.step), it->second);
-      return p;
-    };
+    auto train_points = [&](const std::string& key) { return objective_points(r.steps, key); };
+    auto eval_points = [&](const std::string& key) { return objective_points(r.evals, key); };
     const char* keys[] = {"rewards/chosen", "rewards/rejected", "rewards/margins"};
     for (std::size_t k = 0; k < 3; ++k) {
       const std::string c = runs.size() > 1 ? kColours[i % 8] : kColours[k];
@@ -226,12 +225,7 @@ std::string rl_section(const std::vector<const RunData*>& runs) {
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const RunData& r = *runs[i];
     const std::string name = runs.size() > 1 ? label(r, i) + ": " : "";
-    auto points = [&](const std::string& key) {
-      Points p;
-      for (const auto& s : r.steps)
-        if (auto it = s.objective.find(key); it != s.objective.end() && std::isfinite(it->second)) p.emplace_back(static_cast<double>(s.step), it->second);
-      return p;
-    };
+    auto points = [&](const std::string& key) { return objective_points(r.steps, key); };
     const Points total = points("reward");
     if (total.empty()) continue;
     const std::string c = kColours[i % 8];
