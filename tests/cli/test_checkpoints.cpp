@@ -539,6 +539,45 @@ TEST_F(Checkpoints, KilledGrpoLoraRunResumesBitIdentical) {
   EXPECT_EQ(ctune::testing::count_lines(ctune::testing::slurp(run / "samples.jsonl")), 6) << "samples.jsonl cut back to the checkpoint on resume";
 }
 
+// num_iterations 2: each generation batch serves two steps with the sampling policy's
+// log-probabilities kept. A checkpoint inside a batch (steps 3 and 9 of the cadence every 3)
+// holds the batch (its rows, advantages, kept log-probabilities, figures and samples), so a run
+// killed in steps 5 and 10 resumes from inside a batch and continues it bit-identically; the
+// ratio moves off 1 (and is clipped, epsilon 0.002) on each batch's second step.
+TEST_F(Checkpoints, KilledGrpoRunResumesInsideAGenerationBatch) {
+  const std::string data = write_prompt_data();
+  std::string text = recipe("lora", kDir / "model", "", data) +
+                     "objective: {name: grpo, num_generations: 4, max_new_tokens: 6, beta: 0.05, num_iterations: 2, epsilon: 0.002}\n"
+                     "reward: {contains: {field: answer}, length: {max_tokens: 6, cache: 3, weight: 0.1}}\n"
+                     "logging: {samples_every_n_steps: 1}\n";
+  text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
+  const fs::path recipe_path = kDir / "grpo-iterations.yaml";
+  write(recipe_path, text);
+  const fs::path reference = kDir / "grpo-iterations-reference", run = kDir / "grpo-iterations-killed";
+  auto ref = train_with_kill(recipe_path, "", false, {"output_dir=" + reference.string()});
+  ASSERT_EQ(ref.status, 0) << ref.err;
+  const auto expected = grpo_trajectory(reference);
+  ASSERT_EQ(expected.size(), 12u);
+  double clipped = 0;
+  std::ifstream in(reference / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (j.contains("clip_ratio/region_mean")) clipped += j["clip_ratio/region_mean"].get<double>();
+  }
+  EXPECT_GT(clipped, 0.0) << "the second pass over a batch moves the ratio off 1";
+  bool resume = false;
+  for (const std::string kill : {"step:5:mid", "step:10:mid"}) {
+    auto r = train_with_kill(recipe_path, kill, resume, {"output_dir=" + run.string()});
+    EXPECT_EQ(r.status, 128 + 9) << kill << ": expected death by SIGKILL\n" << r.err;
+    resume = true;
+  }
+  auto last = train_with_kill(recipe_path, "", true, {"output_dir=" + run.string()});
+  ASSERT_EQ(last.status, 0) << last.err;
+  EXPECT_NE(last.err.find("resumed from"), std::string::npos);
+  EXPECT_EQ(grpo_trajectory(run), expected) << "resumed inside generation batches, the trajectory differs";
+  EXPECT_EQ(ctune::testing::slurp(run / "samples.jsonl"), ctune::testing::slurp(reference / "samples.jsonl"));
+}
+
 // The generation half samples what `ctune generate` samples for the same prompts, seed and
 // settings: the first step's policy is the base (LoRA's B starts at 0), its generation batch is
 // every prompt num_generations times in one batch, and samples.jsonl names the batch's seed.

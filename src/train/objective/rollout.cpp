@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include "core/clock.h"
@@ -291,6 +292,70 @@ void RolloutSource::generate_batch() {
                                       {"stop", s.stop_reason}});
     }
     samples_.push_back(std::move(group));
+  }
+}
+
+namespace {
+constexpr const char* kBatchTensors[] = {"input_ids", "labels", "position_ids", "segment_ids", "advantages", "old_logps", "ref_logps"};
+at::Tensor& batch_tensor(TensorBatch& b, std::size_t k) {
+  at::Tensor* fields[] = {&b.input_ids, &b.labels, &b.position_ids, &b.segment_ids, &b.advantages, &b.old_logps, &b.ref_logps};
+  return *fields[k];
+}
+}  // namespace
+
+SourceState RolloutSource::state() const {
+  SourceState s;
+  if (batches_.empty() || pass_ + 1 >= options_.objective.num_iterations) return s;  // the next step generates anew
+  s.note = {{"generation", generation_}, {"pass", pass_}, {"seed", last_seed_}, {"samples", samples_}, {"batches", Json::array()}};
+  Json figures = Json::array();
+  for (const auto& [name, value] : figures_) figures.push_back({name, value});
+  s.note["figures"] = figures;
+  for (std::size_t i = 0; i < batches_.size(); ++i) {
+    TensorBatch b = batches_[i];
+    s.note["batches"].push_back({{"target_tokens", b.target_tokens}, {"rows_per_group", b.rows_per_group}, {"examples", b.examples}});
+    for (std::size_t k = 0; k < std::size(kBatchTensors); ++k) {
+      const at::Tensor& t = batch_tensor(b, k);
+      if (t.defined()) s.tensors.emplace_back("b" + std::to_string(i) + "." + kBatchTensors[k], t.cpu().contiguous());
+    }
+  }
+  return s;
+}
+
+void RolloutSource::restore(const SourceState& state) {
+  const Json& n = state.note;
+  const std::string where = "the checkpoint's pending generation batch";
+  try {
+    const auto batches = n.at("batches");
+    if (!batches.is_array() || static_cast<std::int64_t>(batches.size()) != options_.grad_accum)
+      throw FormatError("expected " + std::to_string(options_.grad_accum) + " batches");
+    std::map<std::string, at::Tensor> tensors(state.tensors.begin(), state.tensors.end());
+    batches_.clear();
+    for (std::size_t i = 0; i < batches.size(); ++i) {
+      TensorBatch b;
+      b.target_tokens = batches[i].at("target_tokens").get<std::int64_t>();
+      b.rows_per_group = batches[i].at("rows_per_group").get<std::int64_t>();
+      b.examples = batches[i].at("examples").get<std::vector<std::int64_t>>();
+      for (std::size_t k = 0; k < std::size(kBatchTensors); ++k) {
+        const auto it = tensors.find("b" + std::to_string(i) + "." + kBatchTensors[k]);
+        if (it != tensors.end()) {
+          batch_tensor(b, k) = it->second.to(options_.device);
+        } else if (k < 5) {
+          throw FormatError("batch " + std::to_string(i) + " has no " + kBatchTensors[k]);
+        }
+      }
+      batches_.push_back(std::move(b));
+    }
+    next_ = batches_.size();
+    pass_ = n.at("pass").get<std::int64_t>();
+    generation_ = n.at("generation").get<std::int64_t>();
+    last_seed_ = n.at("seed").get<std::uint64_t>();
+    samples_ = n.at("samples");
+    figures_.clear();
+    for (const auto& f : n.at("figures")) figures_.emplace_back(f.at(0).get<std::string>(), f.at(1).get<double>());
+  } catch (const FormatError& e) {
+    throw FormatError(where + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw FormatError(where + ": malformed (" + std::string(e.what()) + ")");
   }
 }
 

@@ -58,6 +58,10 @@ class RolloutSource : public BatchSource {
 
   TensorBatch next() override;
   std::vector<std::pair<std::string, double>> figures() const override { return figures_; }
+  // Inside a generation batch of num_iterations > 1 steps: its training batches (with their
+  // advantages and kept log-probabilities), its figures, samples and seed; else nothing.
+  SourceState state() const override;
+  void restore(const SourceState& state) override;
   // The latest generation batch's first `groups` prompts with their completions and rewards,
   // and the seed it sampled with: {"seed", "groups": [{"prompt", "completions": [...]}]}.
   Json samples(std::int64_t groups) const;

@@ -254,8 +254,7 @@ TrainResult Session::run_steps() {
   //    as the policy is.
   auto reference = plan.objective.precompute_reference ? model::CausalLM(nullptr) : build_reference(plan);
   parallel.shard_like_policy(reference);
-  const auto rollouts =
-      generates(plan.objective) ? make_rollouts(lm, reference, sampler, resume.state ? resume.state->step : 0, parallel) : nullptr;
+  const auto rollouts = generates(plan.objective) ? make_rollouts(lm, reference, sampler, resume.state ? &*resume.state : nullptr, parallel) : nullptr;
   const auto rows = rollouts ? nullptr : std::make_unique<RankRows>(sampler, comm_.rank(), comm_.size(), plan.device);
   BatchSource& source = rollouts ? static_cast<BatchSource&>(*rollouts) : *rows;
   spdlog::debug("resident {:.1f} MB with optimizer and data", static_cast<double>(ops::resident_bytes()) / 1e6);
@@ -280,6 +279,7 @@ TrainResult Session::run_steps() {
   if (writer()) checkpoints.apply_retention();
   const WeightFiles files{plan.model_dir, plan.tokenizer_dir, plan.checkpoint.shard_bytes};
   CheckpointSources sources{lm, plan.method.get(), files, {}, &sampler, plan.recipe_yaml(), &scaler, inputs};
+  if (comm_.size() == 1) sources.source = rollouts.get();  // several ranks: each holds its own batches (not kept yet)
   CheckpointCadence cadence(plan, checkpoints, sources, parallel, lm, comm_, resume.state ? resume.state->step : -1);
   std::optional<MetricsLog> metrics;
   if (writer()) metrics.emplace(plan.output_dir, plan.tensorboard);
@@ -346,16 +346,20 @@ TrainResult Session::run_steps() {
 }
 
 // The batch source of an objective that generates: the policy's completions of the sampler's
-// prompts, scored by the reward functions (train/objective/rollout.h). A run resumed after
-// `resumed_step` steps starts a generation batch there: one left half-used (num_iterations > 1)
-// is not in the checkpoint, so such a resume is refused.
+// prompts, scored by the reward functions (train/objective/rollout.h). A run resumed inside a
+// generation batch (num_iterations > 1) continues the batch the checkpoint holds; a checkpoint
+// of several ranks holds none (each rank's batches are its own), so such a resume is refused.
 std::unique_ptr<RolloutSource> Session::make_rollouts(model::CausalLM& lm, model::CausalLM& reference, data::Sampler& prompts,
-                                                    std::int64_t resumed_step, DataParallel& parallel) const {
+                                                    const TrainingState* resumed, DataParallel& parallel) const {
   const ObjectiveOptions& o = plan_.objective;
-  if (resumed_step % o.num_iterations != 0)
+  const std::int64_t resumed_step = resumed ? resumed->step : 0;
+  const bool inside = resumed_step % o.num_iterations != 0;
+  if (inside && (resumed->source.note.is_null() || comm_.size() > 1))
     throw ConfigError("--resume: the checkpoint is at step " + std::to_string(resumed_step) + ", inside a generation batch of objective.num_iterations " +
-                      std::to_string(o.num_iterations) + " steps, whose completions are not in the checkpoint (not implemented yet); resume from a checkpoint at a multiple of " +
-                      std::to_string(o.num_iterations));
+                      std::to_string(o.num_iterations) + " steps, and " +
+                      (comm_.size() > 1 ? "a run of several ranks does not keep its ranks' completions in the checkpoint (not implemented yet)"
+                                        : "holds none of its completions") +
+                      "; resume from a checkpoint at a multiple of " + std::to_string(o.num_iterations));
   RolloutOptions r;
   r.objective = o;
   r.grad_accum = plan_.trainer.grad_accum;
@@ -375,8 +379,10 @@ std::unique_ptr<RolloutSource> Session::make_rollouts(model::CausalLM& lm, model
     const auto id = plan_.tokenizer->token_to_id(*eot);
     add_stop(id ? std::optional<std::int64_t>(*id) : std::nullopt);
   }
-  return std::make_unique<RolloutSource>(lm, reference, prompts, plan_.datasets.train, plan_.datasets.train_records, *plan_.tokenizer,
-                                         std::move(r));
+  auto rollouts = std::make_unique<RolloutSource>(lm, reference, prompts, plan_.datasets.train, plan_.datasets.train_records,
+                                                  *plan_.tokenizer, std::move(r));
+  if (inside) rollouts->restore(resumed->source);
+  return rollouts;
 }
 
 // logging.samples_every_n_steps: a few prompts with their completions and rewards, one line per

@@ -25,6 +25,7 @@ namespace {
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kRngFile = "rng.safetensors";
+constexpr const char* kSourceFile = "batch_source.safetensors";  // CheckpointSources::source's tensors
 using io::kRecipeFile;  // a checkpoint keeps its recipe under the run's name for it
 
 std::vector<std::pair<std::string, at::Tensor>> rng_states() {
@@ -145,6 +146,13 @@ void CheckpointManager::write_state(const fs::path& dir, std::int64_t step, cons
   if (s.scaler && s.scaler->enabled()) {
     state["loss_scaler"] = {{"scale", s.scaler->state().scale}, {"growth_tracker", s.scaler->state().growth_tracker}};
   }
+  if (s.source) {
+    const SourceState held = s.source->state();
+    if (!held.note.is_null()) {
+      state["batch_source"] = held.note;
+      write_tensors(dir / kSourceFile, held.tensors);
+    }
+  }
   io::write_file_atomic(dir / kStateFile, state.dump(1) + "\n");
   if (optimizer) write_tensors(dir / kOptimizerFile, *optimizer);
   write_tensors(dir / kRngFile, rng_states());
@@ -260,6 +268,10 @@ TrainingState read_training_state(const fs::path& checkpoint) {
   s.optimizer = is_sharded_checkpoint(checkpoint) ? ShardedState(checkpoint).optimizer() : read_tensors(checkpoint / kOptimizerFile);
   s.rng = read_tensors(checkpoint / kRngFile);
   s.recipe_yaml = io::read_text_file(checkpoint / kRecipeFile);
+  if (state.contains("batch_source")) {
+    s.source.note = state["batch_source"];
+    s.source.tensors = read_tensors(checkpoint / kSourceFile);
+  }
   if (state.contains("inputs")) {
     s.inputs = state["inputs"];
     if (!s.inputs.is_object()) throw FormatError(state_path.string() + ": \"inputs\" must be an object");

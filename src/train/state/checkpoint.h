@@ -25,6 +25,7 @@
 #include "train/state/sharded_checkpoint.h"
 #include "train/step/grad_scaler.h"
 #include "train/step/optimizer.h"
+#include "train/step/trainer.h"
 
 namespace ctune::train {
 
@@ -39,6 +40,9 @@ struct CheckpointSources {
   std::string recipe_yaml;             // the resolved recipe, saved as recipe.yaml
   const GradScaler* scaler = nullptr;  // fp16 loss scaling (its state is saved); null: none
   Json inputs = Json::object();        // what the run depends on: {name: {path, fingerprint}}
+  // What the batch source holds between steps (a pending generation batch), taken when the
+  // checkpoint is written; null: nothing. Only one process's (a whole checkpoint is rank 0's).
+  const BatchSource* source = nullptr;
 };
 
 // This rank's part of a sharded checkpoint.
@@ -57,6 +61,7 @@ struct TrainingState {
   std::vector<std::pair<std::string, at::Tensor>> rng;  // "cpu", "cuda:0", ...
   std::string recipe_yaml;
   Json inputs;  // as CheckpointSources::inputs wrote it; null in checkpoints that predate it
+  SourceState source;  // the batch source's state (note null: none saved)
 };
 
 class CheckpointManager {

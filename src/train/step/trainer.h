@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/json.h"
 #include "model/llama.h"
 #include "train/observe/metrics.h"
 #include "train/observe/profiler.h"
@@ -24,6 +25,13 @@
 
 namespace ctune::train {
 
+// What a batch source holds between steps that the data cursor cannot rebuild (online RL: a
+// generation batch that serves further steps), for the checkpoint; empty: nothing.
+struct SourceState {
+  Json note;  // null: nothing held
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+};
+
 // Where training batches come from (the data layer's sampler, wrapped).
 class BatchSource {
  public:
@@ -32,6 +40,10 @@ class BatchSource {
   // What producing the current step's batches measured (online RL: rewards, completion lengths,
   // generation time), reported with the step's metrics; empty for a dataset.
   virtual std::vector<std::pair<std::string, double>> figures() const { return {}; }
+  // Between steps: what the checkpoint must carry for the next step to be the one an
+  // uninterrupted run takes, and, on resume, that state put back.
+  virtual SourceState state() const { return {}; }
+  virtual void restore(const SourceState& /*state*/) {}
 };
 
 // How the ranks of a data-parallel run agree at each step (train/parallel/data_parallel.h). Each rank
