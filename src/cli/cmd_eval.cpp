@@ -110,11 +110,7 @@ int run_eval(EvalOptions o) {
   }
   auto plan = train::plan_run(recipe_for(o, overrides));
   at::set_num_threads(plan.threads);
-  if (plan.exact_allocator) {  // memory.allocator, as training runs it (ops/tensor_pool.h)
-    ops::use_exact_allocator();
-  } else {
-    ops::use_tensor_pool();
-  }
+  ops::use_allocator(plan.exact_allocator);  // memory.allocator, as training runs it (ops/tensor_pool.h)
   if (plan.datasets.eval->empty()) {
     throw ConfigError(o.recipe + ": no eval data to evaluate on (set data.eval or data.eval_fraction, or give --data FILE)");
   }

@@ -23,10 +23,9 @@ std::vector<Generation> generate(model::CausalLM& lm, const std::vector<std::vec
   const bool was_training = lm->is_training();
   lm->eval();
   if (!o.streams.empty() && o.streams.size() != prompts.size()) throw std::logic_error("generate: one sampling stream per prompt");
-  std::vector<at::Generator> gens;
-  for (std::size_t i = 0; o.sampling.do_sample && i < prompts.size(); ++i)
+  std::vector<at::Generator> gens;  // one per sequence (greedy decoding draws nothing from them)
+  for (std::size_t i = 0; i < prompts.size(); ++i)
     gens.push_back(at::make_generator<at::CPUGeneratorImpl>(stream_seed(o.seed, o.streams.empty() ? i : o.streams[i])));
-  at::Generator greedy;  // unused: greedy decoding draws nothing
   const at::Device device = lm->parameters().front().device();  // the model's; sampling runs on the host
   GenerateStats local;
   GenerateStats& s = stats ? *stats : local;
@@ -45,7 +44,7 @@ std::vector<Generation> generate(model::CausalLM& lm, const std::vector<std::vec
     for (std::int64_t b = 0; b < B; ++b) {
       const auto i = static_cast<std::size_t>(b);
       if (done[i]) continue;
-      next[i] = choose_token(process_logits(last[b], history[i], o.sampling), o.sampling, gens.empty() ? greedy : gens[i]);
+      next[i] = choose_token(process_logits(last[b], history[i], o.sampling), o.sampling, gens[i]);
       if (std::find(o.stop_ids.begin(), o.stop_ids.end(), next[i]) != o.stop_ids.end()) {
         out[i].stop_reason = "eos";
         out[i].stop_id = next[i];

@@ -203,6 +203,14 @@ void use_exact_allocator() {
   mallopt(M_TRIM_THRESHOLD, static_cast<int>(kExactMappedBytes));
 }
 
+void use_allocator(bool exact) {
+  if (exact) {
+    use_exact_allocator();
+  } else {
+    use_tensor_pool();
+  }
+}
+
 void release_free_memory() {
   TensorPool::instance().trim();
   malloc_trim(0);

@@ -47,6 +47,9 @@ class TensorPoolScope {
 inline constexpr std::int64_t kExactMappedBytes = 64 * 1024;
 void use_exact_allocator();
 
+// memory.allocator as a run's plan says: exact, or the pool (fast).
+void use_allocator(bool exact);
+
 // Returns every free range (and glibc's free heap) to the system and restarts the peaks from the
 // live bytes now. Training calls it once its model and data are built: what loading freed (an
 // fp32 file cast to bf16, a base quantised to nf4) would otherwise stay held, and the bound of a

@@ -464,6 +464,14 @@ std::string write_prompt_data() {
   return "{train: " + (kDir / "prompts.jsonl").string() + ", format: prompt, chat_format: plain, max_seq_len: 64}";
 }
 
+// The LoRA recipe over write_prompt_data()'s prompts with `more` (objective, rewards, logging)
+// appended, without the eval cadence (no eval split under grpo yet).
+std::string grpo_recipe(const std::string& more) {
+  std::string text = recipe("lora", kDir / "model", "", write_prompt_data()) + more;
+  text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
+  return text;
+}
+
 std::vector<std::string> grpo_trajectory(const fs::path& run) {
   std::vector<std::string> out;
   std::ifstream in(run / "metrics.jsonl");
@@ -477,16 +485,10 @@ std::vector<std::string> grpo_trajectory(const fs::path& run) {
 }
 
 TEST_F(Checkpoints, KilledGrpoLoraRunResumesBitIdentical) {
-  const std::string data = write_prompt_data();
-  const std::string more =
-      "objective: {name: grpo, num_generations: 4, max_new_tokens: 6, beta: 0.05, temperature: 0.9, aggregation: sequence}\n"
-      "reward: {contains: {field: answer}, length: {max_tokens: 6, cache: 3, weight: 0.1}}\n"
-      "logging: {samples_every_n_steps: 2}\n";
-  std::string text = recipe("lora", kDir / "model", "", data) + more;
-  // No eval split under grpo yet: the recipe's eval cadence goes.
-  text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
   const fs::path recipe_path = kDir / "grpo.yaml";
-  write(recipe_path, text);
+  write(recipe_path, grpo_recipe("objective: {name: grpo, num_generations: 4, max_new_tokens: 6, beta: 0.05, temperature: 0.9, aggregation: sequence}\n"
+                                 "reward: {contains: {field: answer}, length: {max_tokens: 6, cache: 3, weight: 0.1}}\n"
+                                 "logging: {samples_every_n_steps: 2}\n"));
   const fs::path reference = kDir / "grpo-reference", run = kDir / "grpo-killed";
   auto ref = train_with_kill(recipe_path, "", false, {"output_dir=" + reference.string()});
   ASSERT_EQ(ref.status, 0) << ref.err;
@@ -545,14 +547,10 @@ TEST_F(Checkpoints, KilledGrpoLoraRunResumesBitIdentical) {
 // killed in steps 5 and 10 resumes from inside a batch and continues it bit-identically; the
 // ratio moves off 1 (and is clipped, epsilon 0.002) on each batch's second step.
 TEST_F(Checkpoints, KilledGrpoRunResumesInsideAGenerationBatch) {
-  const std::string data = write_prompt_data();
-  std::string text = recipe("lora", kDir / "model", "", data) +
-                     "objective: {name: grpo, num_generations: 4, max_new_tokens: 6, beta: 0.05, num_iterations: 2, epsilon: 0.002}\n"
-                     "reward: {contains: {field: answer}, length: {max_tokens: 6, cache: 3, weight: 0.1}}\n"
-                     "logging: {samples_every_n_steps: 1}\n";
-  text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
   const fs::path recipe_path = kDir / "grpo-iterations.yaml";
-  write(recipe_path, text);
+  write(recipe_path, grpo_recipe("objective: {name: grpo, num_generations: 4, max_new_tokens: 6, beta: 0.05, num_iterations: 2, epsilon: 0.002}\n"
+                                 "reward: {contains: {field: answer}, length: {max_tokens: 6, cache: 3, weight: 0.1}}\n"
+                                 "logging: {samples_every_n_steps: 1}\n"));
   const fs::path reference = kDir / "grpo-iterations-reference", run = kDir / "grpo-iterations-killed";
   auto ref = train_with_kill(recipe_path, "", false, {"output_dir=" + reference.string()});
   ASSERT_EQ(ref.status, 0) << ref.err;
@@ -631,12 +629,8 @@ TEST_F(Checkpoints, GrpoSamplesWhatGenerateSamples) {
 
 // A GRPO recipe that cannot work: one line naming what, before anything trains.
 TEST_F(Checkpoints, GrpoBadInputIsOneLine) {
-  const std::string data = write_prompt_data();
-  const std::string base = recipe("lora", kDir / "model", "", data);
   auto run_with = [&](const std::string& more, const std::string& must_contain) {
-    std::string text = base + more;
-    text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
-    write(kDir / "grpo-bad.yaml", text);
+    write(kDir / "grpo-bad.yaml", grpo_recipe(more));
     expect_one_line_failure(ctune({"train", (kDir / "grpo-bad.yaml").string(), "output_dir=" + (kDir / "grpo-bad").string()}), must_contain,
                             more);
   };
@@ -654,7 +648,6 @@ TEST_F(Checkpoints, GrpoBadInputIsOneLine) {
 // before stay usable (a resume with a working program continues from them); with
 // reward.on_error: zero the failures score 0 and are counted.
 TEST_F(Checkpoints, GrpoRewardProgramsThatMisbehaveAreOneLine) {
-  const std::string data = write_prompt_data();
   auto script = [&](const std::string& name, const std::string& body) {
     const fs::path path = kDir / name;
     write(path, "#!/bin/sh\n" + body + "\n");
@@ -668,9 +661,8 @@ TEST_F(Checkpoints, GrpoRewardProgramsThatMisbehaveAreOneLine) {
   // Answers the first 60 completions (two steps of 24 and part of the third), then exits.
   const std::string early = script("early.sh", "n=0; while [ $n -lt 60 ] && IFS= read -r line; do echo 1; n=$((n+1)); done");
   auto recipe_with = [&](const std::string& program, const std::string& more = "") {
-    std::string text = recipe("lora", kDir / "model", "", data) + "objective: {name: grpo, num_generations: 4, max_new_tokens: 4}\n" +
-                       "reward: {command: [" + program + "], timeout_s: 1" + more + "}\n";
-    text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
+    std::string text = grpo_recipe("objective: {name: grpo, num_generations: 4, max_new_tokens: 4}\nreward: {command: [" + program +
+                                   "], timeout_s: 1" + more + "}\n");
     text.replace(text.find("every_n_steps: 3"), std::string("every_n_steps: 3").size(), "every_n_steps: 1");
     text.replace(text.find("max_steps: 12"), std::string("max_steps: 12").size(), "max_steps: 4");
     write(kDir / "grpo-command.yaml", text);

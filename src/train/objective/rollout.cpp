@@ -182,9 +182,10 @@ void RolloutSource::generate_batch() {
     return v;
   };
   const std::vector<double> totals = column(0);
-  const at::Tensor all_advantages = group_advantages(at::tensor(totals, at::kDouble), G, o.scale_rewards);
+  const at::Tensor all_advantages = group_advantages(at::tensor(totals, at::kDouble), G, o.scale_rewards).contiguous();
+  const double* all = all_advantages.data_ptr<double>();
   std::vector<double> advantages(samples.size());
-  for (std::size_t i = 0; i < samples.size(); ++i) advantages[i] = all_advantages[static_cast<std::int64_t>(streams[i])].item<double>();
+  for (std::size_t i = 0; i < samples.size(); ++i) advantages[i] = all[streams[i]];
 
   // 4. One training batch per prompt batch: prompt + completion, right-padded (an idle batch
   //    for a rank without prompts in it).
@@ -296,11 +297,11 @@ void RolloutSource::generate_batch() {
 }
 
 namespace {
+// A training batch's tensors by name, as the checkpoint holds them (the first five always there).
 constexpr const char* kBatchTensors[] = {"input_ids", "labels", "position_ids", "segment_ids", "advantages", "old_logps", "ref_logps"};
-at::Tensor& batch_tensor(TensorBatch& b, std::size_t k) {
-  at::Tensor* fields[] = {&b.input_ids, &b.labels, &b.position_ids, &b.segment_ids, &b.advantages, &b.old_logps, &b.ref_logps};
-  return *fields[k];
-}
+constexpr at::Tensor TensorBatch::*kBatchFields[] = {&TensorBatch::input_ids,    &TensorBatch::labels,     &TensorBatch::position_ids,
+                                                     &TensorBatch::segment_ids,  &TensorBatch::advantages, &TensorBatch::old_logps,
+                                                     &TensorBatch::ref_logps};
 }  // namespace
 
 SourceState RolloutSource::state() const {
@@ -311,10 +312,10 @@ SourceState RolloutSource::state() const {
   for (const auto& [name, value] : figures_) figures.push_back({name, value});
   s.note["figures"] = figures;
   for (std::size_t i = 0; i < batches_.size(); ++i) {
-    TensorBatch b = batches_[i];
+    const TensorBatch& b = batches_[i];
     s.note["batches"].push_back({{"target_tokens", b.target_tokens}, {"rows_per_group", b.rows_per_group}, {"examples", b.examples}});
     for (std::size_t k = 0; k < std::size(kBatchTensors); ++k) {
-      const at::Tensor& t = batch_tensor(b, k);
+      const at::Tensor& t = b.*kBatchFields[k];
       if (t.defined()) s.tensors.emplace_back("b" + std::to_string(i) + "." + kBatchTensors[k], t.cpu().contiguous());
     }
   }
@@ -338,7 +339,7 @@ void RolloutSource::restore(const SourceState& state) {
       for (std::size_t k = 0; k < std::size(kBatchTensors); ++k) {
         const auto it = tensors.find("b" + std::to_string(i) + "." + kBatchTensors[k]);
         if (it != tensors.end()) {
-          batch_tensor(b, k) = it->second.to(options_.device);
+          b.*kBatchFields[k] = it->second.to(options_.device);
         } else if (k < 5) {
           throw FormatError("batch " + std::to_string(i) + " has no " + kBatchTensors[k]);
         }

@@ -156,11 +156,7 @@ void Session::prepare_run_dir(const std::optional<fs::path>& resume_dir, std::in
 void Session::start_process() const {
   at::set_num_threads(plan_.threads);
   at::globalContext().setFlushDenormal(true);
-  if (plan_.exact_allocator) {
-    ops::use_exact_allocator();
-  } else {
-    ops::use_tensor_pool();
-  }
+  ops::use_allocator(plan_.exact_allocator);
   if (plan_.memory_limit > 0) ops::set_memory_limit(plan_.device, plan_.memory_limit);
   at::manual_seed(plan_.seed);
   install_stop_handlers();
