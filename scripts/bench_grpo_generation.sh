@@ -6,7 +6,7 @@
 # step generates that batch; `ctune generate` with the same 128 prompts repeated, one batch each.
 #   figure   completion tokens (the stop token included, as GRPO trains it) per second of the
 #            whole generation call: GRPO's time/generation_tokens_per_s; for generate, the same
-#            count over its prefill + decode seconds (--json)
+#            count over its batch's prefill_s + decode_s (--json)
 #   warm     the first batch of each side pays first-call costs (fresh pages, thread start):
 #            only batches 2..4 (steps 2..4) count, their median per run
 # Sides alternate and swap order each rep; read the ratio (the goal: GRPO >= 0.9 x generate).
@@ -53,10 +53,8 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 rates = []
 for b in range(1, len(rows) // 128):
     rs = rows[b * 128:(b + 1) * 128]
-    prefill_s = sum(len(r["prompt_ids"]) for r in rs) / rs[0]["prefill_tokens_per_s"]
-    decode_s = (sum(len(r["generated_ids"]) for r in rs) - sum(1 for r in rs if r["generated_ids"])) / rs[0]["decode_tokens_per_s"]
     completion = sum(len(r["generated_ids"]) + (r["stop_reason"] == "eos") for r in rs)
-    rates.append(completion / (prefill_s + decode_s))
+    rates.append(completion / (rs[0]["prefill_s"] + rs[0]["decode_s"]))
 print(statistics.median(rates))
 PY
 }

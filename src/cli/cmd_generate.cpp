@@ -229,6 +229,8 @@ int run_generate(GenerateCliOptions o) {
                                   {"batch", r.batch_rows},
                                   {"prefill_tokens_per_s", r.stats->prefill_tokens / std::max(1e-9, r.stats->prefill_s)},
                                   {"decode_tokens_per_s", r.stats->decode_tokens / std::max(1e-9, r.stats->decode_s)},
+                                  {"prefill_s", r.stats->prefill_s},
+                                  {"decode_s", r.stats->decode_s},
                                   {"peak_memory_bytes", ops::peak_memory(device)}};
       if (o.g.num_beams > 1) j["beam_score"] = out.score;
       // Invalid UTF-8 in a prompt or a cut token is shown as U+FFFD, as the decoder shows it.

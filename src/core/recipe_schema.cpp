@@ -186,6 +186,9 @@ std::vector<KeySpec> build_schema() {
        "or divided by rows x max_new_tokens (fixed: Dr. GRPO)", {"sequence", "token", "fixed"}, {}, {}, true},
       {"objective.num_iterations", T::Int, "null", "grpo: optimisation steps per generation batch, the sampling policy's log-probabilities kept (default 1)", {}, 1, 1e4, true},
       {"objective.mask_truncated", T::Bool, "null", "grpo: completions cut by max_new_tokens train nothing (default false)", {}, {}, {}, true},
+      {"objective.share_prompt", T::String, "null",
+       "grpo: train a group's completions in one row after one copy of their prompt (the same loss, the prompt's work done once): "
+       "auto (when that costs less, the default), always or never", {"auto", "always", "never"}, {}, {}, true},
       {"reward.exact", T::Map, "null", "grpo: 1 when the completion (trimmed) equals the record's `field`; {field, weight}", {}, {}, {}, true},
       {"reward.contains", T::Map, "null", "grpo: 1 when the completion contains the record's `field`; {field, weight}", {}, {}, {}, true},
       {"reward.regex", T::Map, "null", "grpo: 1 when the record's `field`, a regular expression, matches in the completion; {field, weight}", {}, {}, {}, true},

@@ -30,17 +30,39 @@ std::vector<Generation> generate(model::CausalLM& lm, const std::vector<std::vec
   GenerateStats local;
   GenerateStats& s = stats ? *stats : local;
 
+  // Consecutive copies of one prompt (a GRPO group, several samples of one prompt) go through
+  // the prompt pass once; their cache rows and last logits are then copied to every copy. The
+  // distinct prompts' longest is the batch's, so the copies line up with the padded batch.
+  std::vector<std::vector<std::int64_t>> distinct;
+  std::vector<std::int64_t> source;  // per sequence, its prompt's row in the prompt pass
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    if (i == 0 || prompts[i] != prompts[i - 1]) distinct.push_back(prompts[i]);
+    source.push_back(static_cast<std::int64_t>(distinct.size()) - 1);
+  }
+  const bool copies = distinct.size() < prompts.size();
   auto batch = left_pad(prompts, 1, o.max_new_tokens, device);
-  s.prefill_tokens += batch.prompt_tokens;
   auto cache = lm->new_cache(batch.longest + o.max_new_tokens);
-  auto in = batch.prefill(cache);
+  model::ForwardInputs in;
+  if (copies) {
+    const auto once = left_pad(distinct, 1, o.max_new_tokens, device);
+    s.prefill_tokens += once.prompt_tokens;
+    in = once.prefill(cache);
+  } else {
+    s.prefill_tokens += batch.prompt_tokens;
+    in = batch.prefill(cache);
+  }
+  const auto rows_of = at::tensor(source, at::kLong);
   std::vector<std::vector<std::int64_t>> history(prompts.begin(), prompts.end());
   std::vector<bool> done(prompts.size(), false);
   std::vector<std::int64_t> next(prompts.size(), 0);
   std::int64_t running = B;
   auto t0 = std::chrono::steady_clock::now();
   for (std::int64_t step = 0; step < o.max_new_tokens && running > 0; ++step) {
-    const auto last = last_logits(lm, in);  // [B, V]
+    auto last = last_logits(lm, in);  // [B, V] (the prompt pass: a row per distinct prompt)
+    if (step == 0 && copies) {
+      last = last.index_select(0, rows_of);
+      cache.select_rows(rows_of.to(device));
+    }
     for (std::int64_t b = 0; b < B; ++b) {
       const auto i = static_cast<std::size_t>(b);
       if (done[i]) continue;

@@ -116,18 +116,27 @@ ActivationCost AttentionImpl::saved_activations(const ModelConfig& config, const
 
 at::Tensor build_attention_mask(std::int64_t batch, std::int64_t query_length, std::int64_t key_length,
                                 const at::Tensor& key_mask, const at::Tensor& segment_ids, const at::Device& device,
-                                std::int64_t window) {
+                                std::int64_t window, const at::Tensor& prefix_ids, const at::Tensor& position_ids) {
   const auto options = at::TensorOptions().dtype(at::kLong).device(device);
   auto q_pos = at::arange(key_length - query_length, key_length, options).view({query_length, 1});
   auto k_pos = at::arange(key_length, options).view({1, key_length});
   auto allowed = k_pos <= q_pos;
-  if (window > 0) allowed = allowed & (q_pos - k_pos < window);
+  const bool window_in_positions = window > 0 && segment_ids.defined() && position_ids.defined();
+  if (window > 0 && !window_in_positions) allowed = allowed & (q_pos - k_pos < window);
   auto mask = allowed.view({1, 1, query_length, key_length}).expand({batch, 1, query_length, key_length});
   if (key_mask.defined()) mask = mask & key_mask.to(device).to(at::kBool).view({batch, 1, 1, key_length});
   if (segment_ids.defined()) {
     auto seg = segment_ids.to(device);
     auto same = seg.view({batch, 1, query_length, 1}) == seg.view({batch, 1, 1, key_length});
+    if (prefix_ids.defined()) {
+      auto prefix = prefix_ids.to(device).to(seg.scalar_type()).view({batch, 1, query_length, 1});
+      same = same | ((prefix == seg.view({batch, 1, 1, key_length})) & (prefix != 0));
+    }
     mask = mask & same & (seg != 0).view({batch, 1, 1, key_length});
+    if (window_in_positions) {
+      auto pos = position_ids.to(device);
+      mask = mask & (pos.view({batch, 1, query_length, 1}) - pos.view({batch, 1, 1, key_length}) < window);
+    }
   }
   return mask;
 }

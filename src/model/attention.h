@@ -52,10 +52,13 @@ TORCH_MODULE(Attention);
 
 // Bool mask [B, 1, Tq, Tk] for queries at positions Tk-Tq .. Tk-1 over keys 0 .. Tk-1: causal;
 // keys where key_mask [B, Tk] is 0 (padding) hidden; with segment_ids [B, T] (Tq == Tk; packed
-// documents, 0 = padding) a query sees only keys of its own segment; with a window w > 0 only
-// the w most recent positions, itself included (q - k < w, as transformers' sliding masks).
+// documents, 0 = padding) a query sees only keys of its own segment, and with prefix_ids [B, T]
+// also those of the segment its own continues (a shared prompt; 0: none); with a window w > 0
+// only the w most recent positions, itself included (q - k < w, as transformers' sliding
+// masks), counted in position_ids [B, T] when given with segments (a segment after a shared
+// prefix does not start where its positions do), else in the row.
 at::Tensor build_attention_mask(std::int64_t batch, std::int64_t query_length, std::int64_t key_length,
                                 const at::Tensor& key_mask, const at::Tensor& segment_ids, const at::Device& device,
-                                std::int64_t window = 0);
+                                std::int64_t window = 0, const at::Tensor& prefix_ids = {}, const at::Tensor& position_ids = {});
 
 }  // namespace ctune::model

@@ -128,7 +128,7 @@ at::Tensor DecoderImpl::forward(const ForwardInputs& in) {
     auto it = masks.find(window);
     if (it == masks.end()) {
       it = masks.emplace(window, build_attention_mask(B, T, past + T, in.attention_mask, in.segment_ids,
-                                                      in.input_ids.device(), window)).first;
+                                                      in.input_ids.device(), window, in.prefix_ids, in.position_ids)).first;
     }
     return it->second;
   };

@@ -26,7 +26,8 @@ struct KVCache {
   std::vector<LayerCache> layers;
   std::int64_t length() const { return layers.empty() ? 0 : layers[0].length; }
   // Row r takes what row rows[r] holds (beam search's beams moving): in the same buffers, or in
-  // smaller ones when `rows` is shorter (the beams of finished prompts dropped).
+  // new ones when `rows` is shorter (the beams of finished prompts dropped) or longer (a prompt
+  // prefilled once, copied to each of its samples).
   void select_rows(const at::Tensor& rows);
 };
 
@@ -39,6 +40,9 @@ struct ForwardInputs {
   // auxiliary loss (RouterRecord). Undefined: nothing recorded.
   at::Tensor router_mask;
   at::Tensor segment_ids;     // [B, T] packed documents, 0 = padding (optional; not with a cache)
+  // [B, T] with segment_ids: the segment a token's segment continues (a prompt shared by the
+  // completions after it, train/objective/shared_prompt.h), whose keys it also sees; 0 none.
+  at::Tensor prefix_ids;
   KVCache* cache = nullptr;   // appended to when given
 };
 

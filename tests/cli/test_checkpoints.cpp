@@ -576,6 +576,37 @@ TEST_F(Checkpoints, KilledGrpoRunResumesInsideAGenerationBatch) {
   EXPECT_EQ(ctune::testing::slurp(run / "samples.jsonl"), ctune::testing::slurp(reference / "samples.jsonl"));
 }
 
+// Prompt sharing (docs/objectives.md#prompt-sharing) through the real binary: the same recipe with
+// every group in one row after its prompt (always) and as separate rows (never) samples the same
+// completions and trains the same steps, within float32 noise (bound 2e-5 relative on a loss of a
+// few hundred summed terms whose order differs). `auto` picks the shared layout on these prompts
+// (about 20 tokens, 6 new), so the other GRPO tests run it too.
+TEST_F(Checkpoints, GrpoSharedPromptsTrainAsSeparateRows) {
+  const fs::path recipe_path = kDir / "grpo-share.yaml";
+  write(recipe_path, grpo_recipe("objective: {name: grpo, num_generations: 4, max_new_tokens: 6, beta: 0.05, temperature: 0.9, aggregation: sequence}\n"
+                                 "reward: {contains: {field: answer}, length: {max_tokens: 6, cache: 3, weight: 0.1}}\n"));
+  auto losses = [&](const std::string& mode) {
+    const fs::path run = kDir / ("grpo-share-" + mode);
+    auto r = ctune({"train", recipe_path.string(), "output_dir=" + run.string(), "objective.share_prompt=" + mode, "training.max_steps=4",
+                    "--overwrite"});
+    EXPECT_EQ(r.status, 0) << r.err;
+    std::vector<std::pair<double, double>> out;  // loss, reward per step
+    std::ifstream in(run / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const Json j = Json::parse(line);
+      if (j.contains("loss")) out.emplace_back(j["loss"].get<double>(), j["reward"].get<double>());
+    }
+    return out;
+  };
+  const auto shared = losses("always"), separate = losses("never");
+  ASSERT_EQ(shared.size(), 4u);
+  ASSERT_EQ(separate.size(), 4u);
+  for (std::size_t i = 0; i < shared.size(); ++i) {
+    EXPECT_EQ(shared[i].second, separate[i].second) << "step " << i + 1 << ": the sampled completions differ";
+    EXPECT_NEAR(shared[i].first, separate[i].first, 2e-5 * std::max(1.0, std::abs(separate[i].first))) << "step " << i + 1;
+  }
+}
+
 // The generation half samples what `ctune generate` samples for the same prompts, seed and
 // settings: the first step's policy is the base (LoRA's B starts at 0), its generation batch is
 // every prompt num_generations times in one batch, and samples.jsonl names the batch's seed.

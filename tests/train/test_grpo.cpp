@@ -19,6 +19,7 @@
 #include "train/objective/logps.h"
 #include "train/objective/objectives.h"
 #include "train/objective/rewards.h"
+#include "train/objective/shared_prompt.h"
 #include "margins.h"
 #include "reference_io.h"
 
@@ -41,7 +42,20 @@ at::Tensor at_targets(const Json& per_position, const at::Tensor& labels) {
   return at::tensor(out, at::kDouble);
 }
 
-void grpo_case(const std::string& name) {
+// Per group of `group` rows, its prompt's length: the first row's tokens before its first target.
+std::vector<std::int64_t> prompt_lengths_of(const at::Tensor& labels, std::int64_t group) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t r = 0; r < labels.size(0); r += group) {
+    std::int64_t t = 0;
+    while (labels[r][t].item<std::int64_t>() == data::kIgnoreIndex) ++t;
+    out.push_back(t);
+  }
+  return out;
+}
+
+// `shared`: the batch in the shared-prompt layout (train/objective/shared_prompt.h), the
+// reference's log-probabilities computed over it.
+void grpo_case(const std::string& name, bool shared = false) {
   const Json expected = read_json_file(kRef / "expected.json").at(name);
   const Json noise = read_json_file(kRef / "noise.json").at(name);
   train::ObjectiveOptions o;
@@ -61,6 +75,12 @@ void grpo_case(const std::string& name) {
   batch.advantages = train::group_advantages(at::tensor(expected.at("rewards").get<std::vector<double>>(), at::kDouble),
                                              o.num_generations, o.scale_rewards);
   if (expected.at("old_given").get<bool>()) batch.old_logps = at_targets(expected.at("old"), batch.labels);
+  if (shared) {
+    const auto rows = batch.input_ids.size(0), length = batch.input_ids.size(1);
+    batch = train::share_prompts(batch, prompt_lengths_of(batch.labels, o.num_generations), o.num_generations, 0);
+    ASSERT_EQ(batch.input_ids.size(0), rows / o.num_generations);
+    ASSERT_LT(batch.input_ids.numel(), rows * length);
+  }
   if (o.beta > 0) batch.ref_logps = train::reference_token_logps(policy, reference, batch, o.temperature);
 
   auto objective = train::make_objective(o, /*chunked=*/true);
@@ -82,6 +102,83 @@ TEST(GrpoReference, FullFixedUnscaledWithKl) { grpo_case("full_drgrpo_none"); }
 TEST(GrpoReference, FullTokenOnPolicy) { grpo_case("full_dapo_on_policy"); }
 TEST(GrpoReference, LoraSequenceGroupScaledWithKl) { grpo_case("lora_grpo_group_kl"); }
 TEST(GrpoReference, LoraTokenGroupScaled) { grpo_case("lora_dapo_group"); }
+// The same cases with every group trained as one row after one copy of its prompt.
+TEST(GrpoReference, EveryCaseWithSharedPrompts) {
+  for (const char* name : {"full_grpo_group_kl", "full_dapo_batch", "full_drgrpo_none", "full_dapo_on_policy", "lora_grpo_group_kl",
+                           "lora_dapo_group"}) {
+    SCOPED_TRACE(name);
+    grpo_case(name, /*shared=*/true);
+  }
+}
+
+// Shared prompts against separate rows in float64, where only the order of sums differs (bound:
+// 1e-10 relative, about 1e6 times float64's rounding of these few-hundred-term sums, and 1e6
+// times below the float32 noise the reference cases allow): the loss, the metrics and every
+// gradient, on families whose sliding windows (8 positions, shorter than the rows), soft-caps,
+// sandwich norms, fused projections, partial rotary and routers all meet the shared layout.
+// Routers compute their weights in fp32 whatever the model's dtype (as transformers does), so a
+// weight whose float64 logits differ in the last bits can round one fp32 ulp (6e-8) apart: the
+// MoE case's bound is 1e-6 (measured up to 5e-8).
+TEST(GrpoSharedPrompt, SeparateRowsAndSharedPromptsAgreeOnEveryFamily) {
+  const fs::path data(CTUNE_TEST_DATA_DIR);
+  for (const std::string dir : {"train-reference", "train-reference-gemma2", "train-reference-gemma3", "train-reference-phi3",
+                                "train-reference-qwen3_moe"}) {
+    SCOPED_TRACE(dir);
+    auto lm = model::load_causal_lm(data / dir / "model", at::kDouble);
+    const double bound = lm->config().arch.moe.experts > 0 ? 1e-6 : 1e-10;
+    lm->train();
+    const std::int64_t G = 3, V = lm->config().vocab_size;
+    const std::vector<std::int64_t> prompts = {10, 13}, completions = {1, 6, 9, 7, 2, 9};
+    at::manual_seed(7);
+    train::TensorBatch b;
+    const std::int64_t rows = 6, T = 22;
+    b.input_ids = at::zeros({rows, T}, at::kLong);
+    b.labels = at::full({rows, T}, data::kIgnoreIndex, at::kLong);
+    b.position_ids = at::zeros({rows, T}, at::kLong);
+    b.segment_ids = at::zeros({rows, T}, at::kInt);
+    for (std::int64_t g = 0; g < 2; ++g) {
+      const auto prompt = at::randint(1, V, {prompts[g]}, at::kLong);
+      for (std::int64_t i = 0; i < G; ++i) {
+        const auto r = g * G + i, n = completions[r], used = prompts[g] + n;
+        b.input_ids[r].narrow(0, 0, prompts[g]).copy_(prompt);
+        b.input_ids[r].narrow(0, prompts[g], n).copy_(at::randint(1, V, {n}, at::kLong));
+        b.labels[r].narrow(0, prompts[g], n).copy_(b.input_ids[r].narrow(0, prompts[g], n));
+        b.position_ids[r].narrow(0, 0, used).copy_(at::arange(used, at::kLong));
+        b.segment_ids[r].narrow(0, 0, used).fill_(1);
+        b.target_tokens += n;
+      }
+    }
+    b.rows_per_group = G;
+    b.advantages = train::group_advantages(at::tensor(std::vector<double>{1, 0, 0.5, 0, 1, 1}, at::kDouble), G, "group");
+    b.old_logps = -at::rand({b.target_tokens}, at::kDouble) * 4.0;  // ratios far from 1: both clip sides
+    b.ref_logps = -at::rand({b.target_tokens}, at::kDouble) * 4.0;
+    train::ObjectiveOptions o;
+    o.name = "grpo";
+    o.aggregation = "sequence";
+    o.num_generations = G;
+    o.temperature = 0.7;
+    o.beta = 0.04;
+    auto objective = train::make_objective(o, /*chunked=*/true);
+    auto run = [&](const train::TensorBatch& batch) {
+      for (auto& p : lm->parameters()) p.mutable_grad() = at::Tensor();
+      const auto terms = objective->forward(lm, batch);
+      terms.loss_sum.backward();
+      std::map<std::string, at::Tensor> grads;
+      for (const auto& p : lm->named_parameters())
+        if (p.value().grad().defined()) grads[p.key()] = p.value().grad().clone();
+      return std::make_tuple(terms.loss_sum.item<double>(), terms.metric_sums, grads);
+    };
+    const auto [loss, metrics, grads] = run(b);
+    const auto shared = train::share_prompts(b, prompts, G, 0);
+    ASSERT_EQ(shared.input_ids.size(1), std::max<std::int64_t>(9 + 2 + 7 + 10, 12 + 8 + 3 + 10));  // p - 1 + each completion + 1
+    const auto [shared_loss, shared_metrics, shared_grads] = run(shared);
+    EXPECT_NEAR(shared_loss, loss, bound * std::abs(loss));
+    ASSERT_EQ(shared_metrics.size(), metrics.size());
+    for (std::size_t i = 0; i < metrics.size(); ++i) EXPECT_NEAR(shared_metrics[i], metrics[i], bound * std::max(1.0, std::abs(metrics[i])));
+    ASSERT_EQ(shared_grads.size(), grads.size());
+    for (const auto& [name, g] : grads) EXPECT_LE(test::relative_error(shared_grads.at(name), g), bound) << name;
+  }
+}
 
 // Advantages of a group whose rewards are all equal are 0 (no signal), not NaN.
 TEST(GrpoAdvantages, EqualRewardsGiveZero) {

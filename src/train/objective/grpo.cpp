@@ -42,7 +42,8 @@ std::vector<std::string> GrpoObjective::metric_names() const {
 }
 
 ObjectiveTerms GrpoObjective::forward(model::CausalLM& policy, const TensorBatch& batch) {
-  const TokenLogps lp = token_logps(policy, policy_hidden(policy, batch), batch.labels, options_.temperature, /*entropy=*/true);
+  const TokenLogps lp =
+      token_logps(policy, policy_hidden(policy, batch), batch.labels, options_.temperature, /*entropy=*/true, batch.sequence_ids);
   const auto acc = lp.token.scalar_type();
   const auto old = batch.old_logps.defined() ? batch.old_logps.to(acc) : lp.token.detach();
   const auto ratio = at::exp(lp.token - old);
@@ -55,7 +56,7 @@ ObjectiveTerms GrpoObjective::forward(model::CausalLM& policy, const TensorBatch
     kl = at::exp(d) - d - 1.0;
     per_token = per_token + options_.beta * kl;
   }
-  const auto rows = batch.input_ids.size(0);
+  const auto rows = batch.advantages.size(0);  // sequences (a shared-prompt row holds a group)
   at::Tensor loss;
   if (options_.aggregation == "sequence") {
     const auto sums = at::zeros({rows}, per_token.options()).index_add(0, lp.row, per_token);

@@ -16,7 +16,8 @@ at::Tensor policy_hidden(model::CausalLM& lm, const TensorBatch& b) {
   return lm->hidden(forward_inputs(lm, b));  // [B, T, H]
 }
 
-TokenLogps token_logps(model::CausalLM& lm, const at::Tensor& hidden, const at::Tensor& labels, double temperature, bool entropy) {
+TokenLogps token_logps(model::CausalLM& lm, const at::Tensor& hidden, const at::Tensor& labels, double temperature, bool entropy,
+                       const at::Tensor& sequences) {
   RECORD_USER_SCOPE(ops::region::kLoss);
   const auto B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
   const auto acc = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
@@ -34,7 +35,8 @@ TokenLogps token_logps(model::CausalLM& lm, const at::Tensor& hidden, const at::
   if (keep.numel() == 0) return empty();
   h = h.index_select(0, keep);
   targets = targets.index_select(0, keep);
-  out.row = at::div(keep, T - 1, "floor");
+  out.row = sequences.defined() ? sequences.narrow(1, 1, T - 1).reshape({B * (T - 1)}).index_select(0, keep)
+                                : at::div(keep, T - 1, "floor");
   // A head whose adapter is off (the reference under LoRA) is plain too: the reference's
   // log-probabilities are then the base model's, bit for bit.
   const double cap = lm->config().arch.final_softcap;

@@ -43,14 +43,15 @@ at::Tensor policy_hidden(model::CausalLM& model, const TensorBatch& batch);
 // Per target of `labels` ([B, T], kIgnoreIndex elsewhere), in row-major order: log p(labels[t + 1]
 // | ..t) with the logits divided by `temperature` (online RL scores its samples at the temperature
 // they were drawn with, as TRL does), its row, and when asked its distribution's entropy
-// (without gradients). fp32 (float64 for a float64 model), differentiable in grad mode.
+// (without gradients). fp32 (float64 for a float64 model), differentiable in grad mode. With
+// `sequences` ([B, T], TensorBatch::sequence_ids) a target's row is its sequence there.
 struct TokenLogps {
   at::Tensor token;    // [N]
   at::Tensor row;      // [N] int64
   at::Tensor entropy;  // [N], or undefined
 };
 TokenLogps token_logps(model::CausalLM& model, const at::Tensor& hidden, const at::Tensor& labels, double temperature = 1.0,
-                       bool entropy = false);
+                       bool entropy = false, const at::Tensor& sequences = {});
 
 // Per row of `hidden`, the sum of log p(labels[t + 1] | ..t) over the targets of `labels`
 // ([B, T], kIgnoreIndex elsewhere) and their count.

@@ -43,6 +43,7 @@ struct ObjectiveOptions {
   std::string aggregation = "token";    // sequence (GRPO) | token (DAPO, TRL's default) | fixed (Dr. GRPO)
   std::int64_t num_iterations = 1;      // optimisation passes over one generation batch
   bool mask_truncated = false;          // completions cut by max_new_tokens train nothing (DAPO)
+  std::string share_prompt = "auto";    // a group trained as one row after one prompt copy: auto | always | never
   std::vector<RewardSpec> rewards;      // summed with their weights
 };
 

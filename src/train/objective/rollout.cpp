@@ -13,6 +13,7 @@
 #include "infer/batched.h"
 #include "train/objective/grpo.h"
 #include "train/objective/logps.h"
+#include "train/objective/shared_prompt.h"
 #include "train/step/batches.h"
 
 namespace ctune::train {
@@ -230,6 +231,15 @@ void RolloutSource::generate_batch() {
     t.advantages = at::tensor(std::vector<double>(advantages.begin() + static_cast<std::ptrdiff_t>(row),
                                                   advantages.begin() + static_cast<std::ptrdiff_t>(row) + rows),
                               at::kDouble);
+    //    A group as one row after one copy of its prompt, where that is cheaper (shared_prompt.h).
+    std::vector<std::int64_t> prompt_lengths, completion_lengths;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const auto& s = samples[row + static_cast<std::size_t>(r)];
+      if (r % G == 0) prompt_lengths.push_back(static_cast<std::int64_t>((*examples_)[static_cast<std::size_t>(s.example)].ids.size()));
+      completion_lengths.push_back(static_cast<std::int64_t>(s.completion.size()));
+    }
+    if (share_prompts_here(o.share_prompt, policy_->config(), {rows, length}, shared_shape(prompt_lengths, completion_lengths, G)))
+      t = share_prompts(t, prompt_lengths, G, options_.pad_id);
     batches_.push_back(std::move(t));
     row += static_cast<std::size_t>(rows);
   }
@@ -298,10 +308,11 @@ void RolloutSource::generate_batch() {
 
 namespace {
 // A training batch's tensors by name, as the checkpoint holds them (the first five always there).
-constexpr const char* kBatchTensors[] = {"input_ids", "labels", "position_ids", "segment_ids", "advantages", "old_logps", "ref_logps"};
+constexpr const char* kBatchTensors[] = {"input_ids",  "labels",    "position_ids", "segment_ids", "advantages",
+                                         "old_logps",  "ref_logps", "prefix_ids",   "sequence_ids"};
 constexpr at::Tensor TensorBatch::*kBatchFields[] = {&TensorBatch::input_ids,    &TensorBatch::labels,     &TensorBatch::position_ids,
                                                      &TensorBatch::segment_ids,  &TensorBatch::advantages, &TensorBatch::old_logps,
-                                                     &TensorBatch::ref_logps};
+                                                     &TensorBatch::ref_logps,    &TensorBatch::prefix_ids, &TensorBatch::sequence_ids};
 }  // namespace
 
 SourceState RolloutSource::state() const {

@@ -349,21 +349,24 @@ RolloutTerms rollout_lines(const LedgerInputs& in, const Shape& s, const Term& g
     led.lines.push_back({"KV cache", 0, "0", "none in training (generation at this batch and length: " + kv_training.text() + " = " + format_mb(kv_training.value()) + ")"});
     return {};
   }
-  const Term G = sym("Bg", in.generated_rows), N = sym("Nnew", in.new_tokens), P = s.T - N;
-  const Term kv = Term::num(2) * s.L * s.nkv * s.d * s.T * G * s.c;
+  const Term G = sym("Bg", in.generated_rows), N = sym("Nnew", in.new_tokens), P = sym("Tp", in.prompt_tokens);
+  const Term kv = Term::num(2) * s.L * s.nkv * s.d * (P + N) * G * s.c;
   led.lines.push_back({"KV cache", kv.value(), kv.text(),
                        "the rollout's generation: Bg sequences sampled together, prompt and new tokens, KV heads only (freed before the step's forward)"});
   const Term block = Term::min({P, Term::num(ops::kBlockQueries)});
   const Term four = Term::num(4);
-  const Term attention = G * P * (s.nh + Term::num(2) * s.nkv) * s.d * s.c + Term::num(2) * G * s.nh * block * P * four;
-  const Term mlp = Term::num(3) * G * P * s.I * s.c;
-  const Term prefill = Term::num(3) * G * P * s.H * s.c + Term::max({attention, mlp}) + G * P * P + G * s.V * four;
+  const Term Gp = sym("Bp", in.generated_prompts);
+  const Term attention = Gp * P * (s.nh + Term::num(2) * s.nkv) * s.d * s.c + Term::num(2) * Gp * s.nh * block * P * four;
+  const Term mlp = Term::num(3) * Gp * P * s.I * s.c;
+  const Term prefill = Term::num(3) * Gp * P * s.H * s.c + Term::max({attention, mlp}) + Gp * P * P + G * s.V * four;
   led.lines.push_back({"generation prefill", prefill.value(), prefill.text(),
-                       "the prompts' forward pass over Bg sequences: hidden states, the larger of attention (q, k, v, a block of fp32 scores) and the MLP, the mask, the last logits" +
+                       "the prompts' forward pass, once per distinct prompt (Bp): hidden states, the larger of attention (q, k, v, a block of fp32 scores) and the MLP, the mask; the last logits of all Bg" +
                            std::string(gathered_whole.value() > 0 ? "; the whole policy gathered for it (sharded parameters)" : "")});
-  const Term kept = G * s.T * Term::num(28) + (in.kept_logps > 0 ? Term::num(in.kept_logps) * G * N * four : Term());
+  const Term kept = sym("Bk", in.kept_rows) * s.T * Term::num(in.shared_prompt ? 40 : 28) +
+                    (in.kept_logps > 0 ? Term::num(in.kept_logps) * G * N * four : Term());
   led.lines.push_back({"rollout batches", kept.value(), kept.text(),
                        "kept through the generation batch's steps: ids, labels, positions (8 B each), segments (4 B) per token" +
+                           std::string(in.shared_prompt ? ", and prefix (4 B) and sequence (8 B) ids: a group's completions share their prompt's row" : "") +
                            std::string(in.kept_logps > 0 ? ", and " + std::to_string(in.kept_logps) + " fp32 log-probability table(s) per new token (old policy, reference)" : "")});
   return {kv + prefill + gathered_whole, kept};
 }
@@ -378,7 +381,8 @@ std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>
       {"Wpart", "bytes of the largest part whole"}, {"Nmax", "largest trainable parameter"}, {"Npart", "trainable parameters of the largest part"}, {"rows", "loss rows per chunk"},
       {"runtime", "bytes before training"}, {"live", "live bytes at the peak"}, {"bq", "attention block query rows"},
       {"Lr", "layers that recompute"}, {"Nc", "weights kept in the compute dtype"}, {"Wref", "bytes of the reference copy"}, {"Uref", "bytes of its quantised projections"},
-      {"Bg", "sequences generated together"}, {"Nnew", "new tokens at most"}};
+      {"Bg", "sequences generated together"}, {"Nnew", "new tokens at most"}, {"Tp", "the longest prompt"}, {"Bp", "distinct prompts generated for"},
+      {"Bk", "training rows kept through the generation batch's steps"}};
   std::string out;
   for (const auto& [name, value] : values) {
     std::string what;

@@ -72,6 +72,13 @@ struct LedgerInputs {
   std::int64_t generated_rows = 0;
   std::int64_t new_tokens = 0;
   std::int64_t kept_logps = 0;
+  // Generating: the longest prompt, and the training rows the generation batch's steps keep
+  // (generated_rows, or one per group when a group's completions share their prompt's row:
+  // train/objective/shared_prompt.h, whose rows also keep prefix and sequence ids).
+  std::int64_t prompt_tokens = 0;
+  std::int64_t generated_prompts = 0;  // distinct prompts: the prompt pass runs once per prompt (infer/generate.h)
+  std::int64_t kept_rows = 0;
+  bool shared_prompt = false;
 };
 
 // Bytes of a frozen copy of the model stored in `storage` (a preference objective's reference),

@@ -24,6 +24,7 @@
 #include "peft/adapter_io.h"
 #include "tokenizer/load.h"
 #include "train/objective/rewards.h"
+#include "train/objective/shared_prompt.h"
 
 namespace ctune::train {
 namespace fs = std::filesystem;
@@ -237,6 +238,7 @@ void plan_objective(RunPlan& p) {
                                                                      {"objective.aggregation", {"grpo"}},
                                                                      {"objective.num_iterations", {"grpo"}},
                                                                      {"objective.mask_truncated", {"grpo"}},
+                                                                     {"objective.share_prompt", {"grpo"}},
                                                                      {"reward.exact", {"grpo"}},
                                                                      {"reward.contains", {"grpo"}},
                                                                      {"reward.regex", {"grpo"}},
@@ -490,11 +492,20 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   }
   // A GRPO row is a prompt and a completion of up to max_new_tokens; the step's rows are all
   // generated in one batch before its first forward (train/objective/rollout.h).
+  // With shared prompts (train/objective/shared_prompt.h, decided here at the longest prompt
+  // and completion) a group is one row of the prompt and every completion after it.
   if (generates(p.objective)) {
-    in.seq_len += p.objective.max_new_tokens;
+    const std::int64_t G = p.objective.num_generations, prompt = in.seq_len, completion = p.objective.max_new_tokens;
+    in.prompt_tokens = prompt;
+    in.new_tokens = completion;
     in.generated_rows = in.batch_size * p.trainer.grad_accum;
-    in.new_tokens = p.objective.max_new_tokens;
+    in.generated_prompts = in.generated_rows / G;
     in.kept_logps = (p.objective.num_iterations > 1 ? 1 : 0) + (p.objective.beta > 0 ? 1 : 0);
+    const RowShape separate{in.batch_size, prompt + completion}, shared{in.batch_size / G, prompt - 1 + G * (completion + 1)};
+    in.shared_prompt = share_prompts_here(p.objective.share_prompt, p.model_config, separate, shared);
+    in.batch_size = in.shared_prompt ? shared.rows : separate.rows;
+    in.seq_len = in.shared_prompt ? shared.length : separate.length;
+    in.kept_rows = in.batch_size * p.trainer.grad_accum;
   }
   if (needs_reference(p.objective) && !p.method->freezes_base() && !p.objective.precompute_reference) {
     // The frozen copy is built as the policy's weights are stored (train/run/run_plan.h build_reference);

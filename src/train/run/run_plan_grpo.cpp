@@ -54,6 +54,7 @@ void plan_grpo(const Recipe& r, ObjectiveOptions& o) {
   o.aggregation = r.get_optional_string("objective.aggregation").value_or("token");
   o.num_iterations = r.get_optional_int("objective.num_iterations").value_or(1);
   o.mask_truncated = !r.is_null("objective.mask_truncated") && r.get_bool("objective.mask_truncated");
+  o.share_prompt = r.get_optional_string("objective.share_prompt").value_or("auto");
   if (o.num_generations < 2) {
     r.fail("objective.num_generations",
            "expected at least 2, found " + std::to_string(o.num_generations) + ": a group of one has its own reward as the baseline, so every advantage is 0 (objective.scale_rewards " +

@@ -12,6 +12,7 @@ model::ForwardInputs forward_inputs(model::CausalLM& lm, const TensorBatch& b) {
   in.input_ids = b.input_ids;
   in.position_ids = b.position_ids;
   in.segment_ids = b.segment_ids;
+  in.prefix_ids = b.prefix_ids;
   if (lm->model->router_record && lm->is_training() && b.labels.size(1) >= 2) {
     const auto T = b.labels.size(1);
     in.router_mask = at::cat({b.labels.narrow(1, 1, T - 1) != data::kIgnoreIndex,

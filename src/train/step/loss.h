@@ -28,6 +28,11 @@ struct TensorBatch {
   // (in row-major order of the labels' targets, [N]) its log-probability under the policy that
   // generated it and under the reference; undefined when the objective does not need them.
   at::Tensor advantages = {}, old_logps = {}, ref_logps = {};
+  // A group's completions after one copy of their prompt (train/objective/shared_prompt.h):
+  // per position the segment it continues ([B, T] int32, the model's ForwardInputs::prefix_ids)
+  // and the sequence it belongs to ([B, T] int64, what per-sequence sums and advantages index);
+  // undefined: a row is one sequence.
+  at::Tensor prefix_ids = {}, sequence_ids = {};
 };
 
 // The model's inputs for a training or evaluation forward over `batch`. A model with experts in
