@@ -465,10 +465,12 @@ std::string write_prompt_data() {
 }
 
 // The LoRA recipe over write_prompt_data()'s prompts with `more` (objective, rewards, logging)
-// appended, without the eval cadence (no eval split under grpo yet).
-std::string grpo_recipe(const std::string& more) {
-  std::string text = recipe("lora", kDir / "model", "", write_prompt_data()) + more;
-  text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
+// appended; with `eval`, a fifth of the prompts are the eval split, evaluated every 4 steps.
+std::string grpo_recipe(const std::string& more, bool eval = false) {
+  std::string data = write_prompt_data();
+  if (eval) data.replace(data.find(", format: prompt"), 0, ", eval_fraction: 0.2");
+  std::string text = recipe("lora", kDir / "model", "", data) + more;
+  if (!eval) text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
   return text;
 }
 
@@ -477,6 +479,10 @@ std::vector<std::string> grpo_trajectory(const fs::path& run) {
   std::ifstream in(run / "metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
     const Json j = Json::parse(line);
+    if (j.contains("eval_loss")) {
+      out.push_back("eval " + j["step"].dump() + " loss " + j["eval_loss"].dump() + " reward " + j["eval_reward"].dump() + " kl " +
+                    j["eval_kl"].dump() + " length " + j["eval_completions/mean_length"].dump());
+    }
     if (!j.contains("loss")) continue;
     out.push_back("step " + j["step"].dump() + " loss " + j["loss"].dump() + " reward " + j["reward"].dump() + " kl " + j["kl"].dump() +
                   " length " + j["completions/mean_length"].dump());
@@ -488,15 +494,22 @@ TEST_F(Checkpoints, KilledGrpoLoraRunResumesBitIdentical) {
   const fs::path recipe_path = kDir / "grpo.yaml";
   write(recipe_path, grpo_recipe("objective: {name: grpo, num_generations: 4, max_new_tokens: 6, beta: 0.05, temperature: 0.9, aggregation: sequence}\n"
                                  "reward: {contains: {field: answer}, length: {max_tokens: 6, cache: 3, weight: 0.1}}\n"
-                                 "logging: {samples_every_n_steps: 2}\n"));
+                                 "logging: {samples_every_n_steps: 2}\n",
+                                 /*eval=*/true));
   const fs::path reference = kDir / "grpo-reference", run = kDir / "grpo-killed";
   auto ref = train_with_kill(recipe_path, "", false, {"output_dir=" + reference.string()});
   ASSERT_EQ(ref.status, 0) << ref.err;
   const auto expected = grpo_trajectory(reference);
-  ASSERT_EQ(expected.size(), 12u);
+  ASSERT_EQ(expected.size(), 15u);  // 12 steps, evaluations after steps 4, 8 and 12
   std::ifstream in(reference / "metrics.jsonl");
   for (std::string line; std::getline(in, line);) {
     const Json j = Json::parse(line);
+    if (j.contains("eval_loss")) {  // the eval prompts' fresh completions: TRL's eval_ figures
+      for (const char* key : {"eval_loss", "eval_reward", "eval_reward_std", "eval_rewards/contains/mean", "eval_rewards/length/mean", "eval_kl",
+                              "eval_entropy", "eval_completions/mean_length", "eval_completions/max_length", "eval_frac_reward_zero_std"})
+        EXPECT_TRUE(j.contains(key) && j[key].is_number()) << key << " missing from " << line;
+      EXPECT_FALSE(j.contains("eval_time/generation_s")) << line;
+    }
     if (!j.contains("loss")) continue;
     for (const char* key : {"reward", "reward_std", "rewards/contains/mean", "rewards/length/mean", "kl", "entropy", "clip_ratio/region_mean",
                             "completions/mean_length", "completions/clipped_ratio", "frac_reward_zero_std", "time/generation_s",

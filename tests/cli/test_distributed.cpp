@@ -289,9 +289,11 @@ TEST_F(Distributed, DpoPairsStayWholeAndRanksFollowOneProcess) {
 // lengths and scores are summed over the ranks, so the advantages (scale_rewards: batch, one
 // std over the whole batch) and the step's figures are the whole batch's; the token aggregation's
 // normaliser counts every rank's completion tokens. Each epoch's last global batch is short (4
-// ranks: 2 prompts, so two ranks train on idle batches). Under every strategy and both methods
-// (the reference: adapters off, or a frozen copy sharded as the policy) N ranks follow one
-// process: the same rewards and completion lengths exactly, the losses within 1e-5.
+// ranks: some train on idle batches). A quarter of the prompts are the eval split: each
+// evaluation samples their completions anew, split over the ranks as training's. Under every
+// strategy and both methods (the reference: adapters off, or a frozen copy sharded as the
+// policy) N ranks follow one process: the same rewards and completion lengths exactly, in
+// training and in evaluation, the losses within 1e-5.
 TEST_F(Distributed, GrpoGroupsStayWholeAndRanksFollowOneProcess) {
   std::string prompts;
   for (int i = 0; i < 14; ++i)
@@ -302,6 +304,10 @@ TEST_F(Distributed, GrpoGroupsStayWholeAndRanksFollowOneProcess) {
     std::ifstream in(run / "metrics.jsonl");
     for (std::string line; std::getline(in, line);) {
       const Json j = Json::parse(line);
+      if (j.contains("eval_reward")) {  // the eval prompts' completions, split over the ranks as training's
+        out.push_back("eval " + j["step"].dump() + " reward " + j["eval_reward"].dump() + " length " + j["eval_completions/mean_length"].dump() +
+                      " format " + j["eval_rewards/format/mean"].dump());
+      }
       if (!j.contains("loss")) continue;
       out.push_back("step " + j["step"].dump() + " reward " + j["reward"].dump() + " reward_std " + j["reward_std"].dump() + " length " +
                     j["completions/mean_length"].dump() + " format " + j["rewards/format/mean"].dump());
@@ -322,8 +328,9 @@ TEST_F(Distributed, GrpoGroupsStayWholeAndRanksFollowOneProcess) {
   for (const std::string method : {"full", "lora"}) {
     std::string text = recipe(method);
     const auto data = text.find("data: {"), end = text.find("}\n", data);
-    text.replace(data, end + 2 - data, "data: {train: " + (kDir / "prompts.jsonl").string() + ", format: prompt, chat_format: plain, max_seq_len: 64}\n");
-    text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
+    text.replace(data, end + 2 - data, "data: {train: " + (kDir / "prompts.jsonl").string() +
+                                           ", eval_fraction: 0.25, format: prompt, chat_format: plain, max_seq_len: 64}\n");
+    text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), ", eval_every: 3");
     text += "objective: {name: grpo, num_generations: 4, max_new_tokens: 5, beta: 0.05, scale_rewards: batch}\n"
             "reward: {contains: {field: answer}, format: {pattern: '[\\s\\S]*[a-z][\\s\\S]*'}}\n";  // about half the random texts hold a letter
     const fs::path yaml = kDir / ("grpo-" + method + ".yaml");
@@ -334,7 +341,7 @@ TEST_F(Distributed, GrpoGroupsStayWholeAndRanksFollowOneProcess) {
                                  "training.max_steps=5"});
       ASSERT_EQ(single.status, 0) << single.err;
       const auto expected = figures(one);
-      ASSERT_EQ(expected.size(), 5u);
+      ASSERT_EQ(expected.size(), 7u);  // 5 steps, evaluations after steps 3 and 5
       for (const std::string strategy : {"no_shard", "shard_grad_op", "full_shard"}) {
         const std::string tag = "grpo " + strategy + " " + method + " x" + std::to_string(ranks);
         const fs::path run = kDir / ("grpo-" + strategy + "-" + method + "-" + std::to_string(ranks));

@@ -274,12 +274,6 @@ void plan_objective(RunPlan& p) {
     r.fail("data.format", "objective.name " + o.name + " samples completions of prompts: expected prompt, found " + r.get_string("data.format"));
   if (!generates(o) && prompts)
     r.fail("data.format", "prompts without responses train nothing except under online RL (objective.name: grpo); this recipe's objective is " + o.name);
-  if (generates(o)) {
-    // Not yet: an eval split of prompts.
-    if (!r.is_null("data.eval") || r.get_float("data.eval_fraction") > 0)
-      r.fail(!r.is_null("data.eval") ? "data.eval" : "data.eval_fraction",
-             "grpo has no eval split yet (evaluate its result with ctune eval --accuracy on a recipe of the task)");
-  }
   const std::string reference_quantize = r.get_optional_string("objective.reference_quantize").value_or(kQuantNone);
   if (reference_quantize != kQuantNone) {
     if (p.method->freezes_base())

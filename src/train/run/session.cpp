@@ -20,6 +20,7 @@
 #include "train/observe/metrics.h"
 #include "train/objective/objectives.h"
 #include "train/objective/rollout.h"
+#include "train/objective/rollout_eval.h"
 #include "train/parallel/data_parallel.h"
 #include "train/run/checkpoint_cadence.h"
 #include "train/step/batches.h"
@@ -254,9 +255,17 @@ TrainResult Session::run_steps() {
   const auto rows = rollouts ? nullptr : std::make_unique<RankRows>(sampler, comm_.rank(), comm_.size(), plan.device);
   BatchSource& source = rollouts ? static_cast<BatchSource&>(*rollouts) : *rows;
   spdlog::debug("resident {:.1f} MB with optimizer and data", static_cast<double>(ops::resident_bytes()) / 1e6);
-  auto eval = rank_share(all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
-                                     plan.eval_batches, plan.device, /*eval_split=*/true),
-                         comm_.rank(), comm_.size());
+  //    Online RL evaluates on completions of the eval prompts sampled anew at each evaluation.
+  std::vector<TensorBatch> eval;
+  std::optional<RolloutEval> rollout_eval;
+  if (rollouts && plan.datasets.eval && !plan.datasets.eval->empty()) {
+    rollout_eval.emplace(lm, reference, plan.datasets.eval, plan.datasets.eval_records, *plan.tokenizer, rollout_options(lm, parallel),
+                         plan.sampler_options(), plan.eval_batches);
+  } else if (!rollouts) {
+    eval = rank_share(all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
+                                  plan.eval_batches, plan.device, /*eval_split=*/true),
+                      comm_.rank(), comm_.size());
+  }
 
   // 5. Where the checkpoint left off: step, optimizer, loss scale, data cursor, RNG.
   GradScaler scaler(plan.loss_scaling);
@@ -285,6 +294,7 @@ TrainResult Session::run_steps() {
   trainer.objective = make_objective(plan.objective, plan.trainer.chunked_loss, reference, table);
   trainer.scaler = &scaler;
   trainer.step_sync = parallel.sync.get();
+  if (rollout_eval) trainer.eval_source = &*rollout_eval;
   StateMeter meter(lm, *optimizer);
   trainer.sample_memory = [&] { meter.sample(); };
   parallel.sample_memory_with(trainer.sample_memory);
@@ -356,13 +366,21 @@ std::unique_ptr<RolloutSource> Session::make_rollouts(model::CausalLM& lm, model
                       (comm_.size() > 1 ? "a run of several ranks does not keep its ranks' completions in the checkpoint (not implemented yet)"
                                         : "holds none of its completions") +
                       "; resume from a checkpoint at a multiple of " + std::to_string(o.num_iterations));
+  RolloutOptions r = rollout_options(lm, parallel);
+  r.first_step = resumed_step;
+  auto rollouts = std::make_unique<RolloutSource>(lm, reference, prompts, plan_.datasets.train, plan_.datasets.train_records,
+                                                  *plan_.tokenizer, std::move(r));
+  if (inside) rollouts->restore(resumed->source);
+  return rollouts;
+}
+
+RolloutOptions Session::rollout_options(const model::CausalLM& lm, DataParallel& parallel) const {
   RolloutOptions r;
-  r.objective = o;
+  r.objective = plan_.objective;
   r.grad_accum = plan_.trainer.grad_accum;
   r.seed = plan_.seed;
   r.pad_id = plan_.sampler_options().batch.pad_id;
   r.device = plan_.device;
-  r.first_step = resumed_step;
   r.rank = comm_.rank(), r.ranks = comm_.size();
   r.sync = parallel.sync.get();
   r.with_whole_model = [&parallel](const std::function<void()>& use) { parallel.with_whole_model(use); };
@@ -375,10 +393,7 @@ std::unique_ptr<RolloutSource> Session::make_rollouts(model::CausalLM& lm, model
     const auto id = plan_.tokenizer->token_to_id(*eot);
     add_stop(id ? std::optional<std::int64_t>(*id) : std::nullopt);
   }
-  auto rollouts = std::make_unique<RolloutSource>(lm, reference, prompts, plan_.datasets.train, plan_.datasets.train_records,
-                                                  *plan_.tokenizer, std::move(r));
-  if (inside) rollouts->restore(resumed->source);
-  return rollouts;
+  return r;
 }
 
 // logging.samples_every_n_steps: a few prompts with their completions and rewards, one line per

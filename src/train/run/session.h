@@ -68,6 +68,8 @@ class Session {
   void write_result(model::CausalLM& lm, DataParallel& parallel, const WeightFiles& files);
   std::unique_ptr<RolloutSource> make_rollouts(model::CausalLM& lm, model::CausalLM& reference, data::Sampler& prompts,
                                                const TrainingState* resumed, DataParallel& parallel) const;
+  // What the rollouts of training and of evaluation share: settings, ranks, stop ids.
+  RolloutOptions rollout_options(const model::CausalLM& lm, DataParallel& parallel) const;
   void write_samples(const RolloutSource& rollouts, std::int64_t step) const;
   // The run's peak, the largest over the ranks, its final checkpoint and result included:
   // logged, and with the steps' `record` (rank 0's) the memory line of metrics.jsonl.

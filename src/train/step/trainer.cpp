@@ -220,7 +220,8 @@ void Trainer::measure(StepMetrics& m, std::int64_t input_tokens, std::chrono::st
 
 void Trainer::evaluate_on_cadence(std::int64_t step, Progress* progress, TrainResult& result) {
   const bool last = step == options_.max_steps;
-  if (eval_.empty() || !(last || (options_.eval_every > 0 && step % options_.eval_every == 0))) return;
+  if ((eval_.empty() && !eval_source) || !(last || (options_.eval_every > 0 && step % options_.eval_every == 0))) return;
+  if (eval_source) eval_ = eval_source->batches();
   Stage stage("eval at step " + std::to_string(step), static_cast<std::int64_t>(eval_.size()), "batches");
   const EvalMetrics e = evaluate(step, &stage);
   if (metrics_) {
@@ -259,6 +260,10 @@ EvalMetrics Trainer::evaluate(std::int64_t step, Stage* stage) {
   all.token_units = sums[3];
   EvalMetrics e{step, mean_loss(all), static_cast<std::int64_t>(sums[4])};
   e.objective = metric_means(*objective, std::vector<double>(sums.begin() + 5, sums.end()), all.units, all.token_units);
+  if (eval_source) {
+    const auto figures = eval_source->figures();
+    e.objective.insert(e.objective.end(), figures.begin(), figures.end());
+  }
   e.token_loss = objective->token_loss();
   return e;
 }

@@ -46,6 +46,17 @@ class BatchSource {
   virtual void restore(const SourceState& /*state*/) {}
 };
 
+// Evaluation batches made anew at each evaluation (online RL: the current policy's completions
+// of the eval prompts), with what making them measured (rewards, lengths), which join the eval
+// record. A trainer without one evaluates its fixed eval batches.
+class EvalSource {
+ public:
+  virtual ~EvalSource() = default;
+  virtual std::vector<TensorBatch> batches() = 0;
+  // The latest batches' figures (reported as eval_NAME).
+  virtual std::vector<std::pair<std::string, double>> figures() const = 0;
+};
+
 // How the ranks of a data-parallel run agree at each step (train/parallel/data_parallel.h). Each rank
 // trains on its rows of the global batch; these make the result what one process would compute
 // on the whole batch. The base class is a world of one process: nothing to agree on.
@@ -117,6 +128,8 @@ class Trainer {
   std::function<void()> sample_memory;
   // logging.profile: times each step by category (train/observe/profiler.h); null: not profiled.
   StepProfiler* profiler = nullptr;
+  // Where the eval batches come from at each evaluation; null: the fixed ones given.
+  EvalSource* eval_source = nullptr;
 
  private:
   // Step 4 of run(): the step's speed, memory and times into `m`.
