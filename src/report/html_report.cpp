@@ -216,7 +216,8 @@ std::string preference_section(const std::vector<const RunData*>& runs) {
   return h + "</div>\n";
 }
 
-// Online RL (GRPO, docs/objectives.md#grpo): per run the mean reward (total and per function),
+// Online RL (GRPO, docs/objectives.md#grpo): per run the mean reward (total, per function, and
+// on the eval prompts when the run evaluates),
 // the completions' lengths and the share cut by max_new_tokens, the policy's KL to the reference
 // and its entropy, and the seconds each step spent generating and scoring; then the first run's
 // latest samples (samples.jsonl): each prompt with its completions, rewards and advantages.
@@ -231,6 +232,8 @@ std::string rl_section(const std::vector<const RunData*>& runs) {
     const std::string c = kColours[i % 8];
     reward.push_back({name + "reward (mean)", c, downsample(total), false, true});
     reward.push_back({name + "reward (smoothed)", c, downsample(smoothed(total))});
+    if (const Points eval = objective_points(r.evals, "reward"); !eval.empty())
+      reward.push_back({name + "eval reward (mean)", runs.size() > 1 ? c : kColours[7], downsample(eval), true});
     std::size_t f = 1;
     for (const auto& [key, value] : r.steps.back().objective) {
       if (key.rfind("rewards/", 0) != 0 || key.size() < 13 || key.compare(key.size() - 5, 5, "/mean") != 0) continue;

@@ -532,7 +532,7 @@ TEST_F(Checkpoints, KilledGrpoLoraRunResumesBitIdentical) {
   const fs::path html = kDir / "grpo-report.html";
   ASSERT_EQ(ctune({"report", reference.string(), "--out", html.string()}).status, 0);
   const std::string page = ctune::testing::slurp(html);
-  for (const char* part : {"<h2>Online RL</h2>", "reward (mean)", ">contains<", "completion length", "KL to the reference", "time per step",
+  for (const char* part : {"<h2>Online RL</h2>", "reward (mean)", "eval reward (mean)", ">contains<", "completion length", "KL to the reference", "time per step",
                            "Latest samples (step 12, seed "})
     EXPECT_NE(page.find(part), std::string::npos) << part;
   std::ifstream latest_samples(reference / "samples.jsonl");
