@@ -356,6 +356,62 @@ TEST_F(Distributed, GrpoGroupsStayWholeAndRanksFollowOneProcess) {
   }
 }
 
+// GRPO on 2 ranks with num_iterations 2: a checkpoint inside a generation batch (step 3) holds
+// each rank's part of the batch (gathered to rank 0), so a run killed in step 5 resumes inside
+// the batch and follows the uninterrupted run (whole checkpoints under no_shard, sharded ones
+// under full_shard); one process cannot take the two ranks' parts: refused in one line.
+TEST_F(Distributed, GrpoResumesInsideAGenerationBatchOnTwoRanks) {
+  std::string prompts;
+  for (int i = 0; i < 14; ++i)
+    prompts += R"({"prompt": "Add )" + std::to_string(i) + R"( and 3 = ", "answer": ")" + std::to_string(i + 3) + "\"}\n";
+  write(kDir / "iter-prompts.jsonl", prompts);
+  std::string text = recipe("lora");
+  const auto data = text.find("data: {"), end = text.find("}\n", data);
+  text.replace(data, end + 2 - data, "data: {train: " + (kDir / "iter-prompts.jsonl").string() + ", format: prompt, chat_format: plain, max_seq_len: 64}\n");
+  text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
+  text += "objective: {name: grpo, num_generations: 4, max_new_tokens: 5, beta: 0.05, num_iterations: 2, epsilon: 0.002}\n"
+          "reward: {contains: {field: answer}, format: {pattern: '[\\s\\S]*[a-z][\\s\\S]*'}}\n";
+  const std::string yaml = (kDir / "grpo-iterations.yaml").string();
+  write(yaml, text);
+  auto rewards = [](const fs::path& run) {
+    std::vector<std::string> out;
+    std::ifstream in(run / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const Json j = Json::parse(line);
+      if (j.contains("loss")) out.push_back("step " + j["step"].dump() + " reward " + j["reward"].dump() + " clip " + j["clip_ratio/region_mean"].dump());
+    }
+    return out;
+  };
+  for (const std::string strategy : {"no_shard", "full_shard"}) {
+    const std::vector<std::string> common = {"--nproc", "2", "training.batch_size=1", "training.max_steps=8", "checkpoint.every_n_steps=3",
+                                             "distributed.strategy=" + strategy};
+    auto train = [&](const fs::path& run, bool resume) {
+      std::vector<std::string> args = {"train", yaml, "output_dir=" + run.string()};
+      args.insert(args.end(), common.begin(), common.end());
+      if (resume) args.push_back("--resume");
+      return ctune(args);
+    };
+    const fs::path reference = kDir / ("grpo-iterations-" + strategy), run = kDir / ("grpo-iterations-killed-" + strategy);
+    const auto ref = train(reference, false);
+    ASSERT_EQ(ref.status, 0) << ref.err;
+    ::setenv("CTUNE_KILL_AT", "step:5:mid@1", 1);
+    EXPECT_EQ(train(run, false).status, 137) << strategy;
+    ::unsetenv("CTUNE_KILL_AT");
+    const fs::path alone = kDir / ("grpo-iterations-alone-" + strategy);
+    fs::copy(run, alone, fs::copy_options::recursive);
+    const auto resumed = train(run, true);
+    ASSERT_EQ(resumed.status, 0) << resumed.err;
+    EXPECT_NE(resumed.err.find("at step 3"), std::string::npos) << resumed.err;
+    EXPECT_EQ(rewards(run), rewards(reference)) << strategy << ": resumed inside a generation batch, the completions differ";
+    EXPECT_TRUE(within("grpo " + strategy + " resumed inside a generation batch: loss trajectory", max_difference(trajectory(run), trajectory(reference)),
+                       kSameNumbers));
+    const auto one = ctune({"train", yaml, "output_dir=" + alone.string(), "training.batch_size=2", "training.max_steps=8",
+                            "checkpoint.every_n_steps=3", "--resume"});
+    EXPECT_EQ(one.status, 1) << one.err;
+    EXPECT_NE(one.err.find("split over 2 ranks; resume it with as many, found 1"), std::string::npos) << one.err;
+  }
+}
+
 TEST_F(Distributed, HybridShardOnTwoSimulatedNodesComputesWhatFullShardDoes) {
   // 4 ranks as 2 nodes of 2 (LOCAL_WORLD_SIZE=2, started by hand as torchrun would): each node
   // shards the parameters over its 2 ranks, the nodes hold the same shards, and each reduced

@@ -283,8 +283,8 @@ TrainResult Session::run_steps() {
   if (resume.dir) checkpoints.protect(*resume.dir);
   if (writer()) checkpoints.apply_retention();
   const WeightFiles files{plan.model_dir, plan.tokenizer_dir, plan.checkpoint.shard_bytes};
-  CheckpointSources sources{lm, plan.method.get(), files, {}, &sampler, plan.recipe_yaml(), &scaler, inputs};
-  if (comm_.size() == 1) sources.source = rollouts.get();  // several ranks: each holds its own batches (not kept yet)
+  CheckpointSources sources{lm, plan.method.get(), files, {}, &sampler, plan.recipe_yaml(), &scaler, inputs, nullptr, {}};
+  sources.source = rollouts.get();  // several ranks: each rank's batches, gathered for the checkpoint
   CheckpointCadence cadence(plan, checkpoints, sources, parallel, lm, comm_, resume.state ? resume.state->step : -1);
   std::optional<MetricsLog> metrics;
   if (writer()) metrics.emplace(plan.output_dir, plan.tensorboard);
@@ -353,24 +353,30 @@ TrainResult Session::run_steps() {
 
 // The batch source of an objective that generates: the policy's completions of the sampler's
 // prompts, scored by the reward functions (train/objective/rollout.h). A run resumed inside a
-// generation batch (num_iterations > 1) continues the batch the checkpoint holds; a checkpoint
-// of several ranks holds none (each rank's batches are its own), so such a resume is refused.
+// generation batch (num_iterations > 1) continues the batch the checkpoint holds (under several
+// ranks each rank's own part of it, which needs as many ranks as wrote it).
 std::unique_ptr<RolloutSource> Session::make_rollouts(model::CausalLM& lm, model::CausalLM& reference, data::Sampler& prompts,
                                                     const TrainingState* resumed, DataParallel& parallel) const {
   const ObjectiveOptions& o = plan_.objective;
   const std::int64_t resumed_step = resumed ? resumed->step : 0;
   const bool inside = resumed_step % o.num_iterations != 0;
-  if (inside && (resumed->source.note.is_null() || comm_.size() > 1))
-    throw ConfigError("--resume: the checkpoint is at step " + std::to_string(resumed_step) + ", inside a generation batch of objective.num_iterations " +
-                      std::to_string(o.num_iterations) + " steps, and " +
-                      (comm_.size() > 1 ? "a run of several ranks does not keep its ranks' completions in the checkpoint (not implemented yet)"
-                                        : "holds none of its completions") +
-                      "; resume from a checkpoint at a multiple of " + std::to_string(o.num_iterations));
+  const std::string where = "--resume: the checkpoint is at step " + std::to_string(resumed_step) +
+                            ", inside a generation batch of objective.num_iterations " + std::to_string(o.num_iterations) + " steps";
+  if (inside && resumed->source.note.is_null())
+    throw ConfigError(where + ", and holds none of its completions; resume from a checkpoint at a multiple of " + std::to_string(o.num_iterations));
+  SourceState mine;
+  if (inside) {
+    try {
+      mine = split_source_state(resumed->source, comm_.rank(), comm_.size());
+    } catch (const FormatError& e) {
+      throw ConfigError(where + ": " + e.what());
+    }
+  }
   RolloutOptions r = rollout_options(lm, parallel);
   r.first_step = resumed_step;
   auto rollouts = std::make_unique<RolloutSource>(lm, reference, prompts, plan_.datasets.train, plan_.datasets.train_records,
                                                   *plan_.tokenizer, std::move(r));
-  if (inside) rollouts->restore(resumed->source);
+  if (inside) rollouts->restore(mine);
   return rollouts;
 }
 

@@ -25,7 +25,7 @@ namespace {
 constexpr const char* kStateFile = "trainer_state.json";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kRngFile = "rng.safetensors";
-constexpr const char* kSourceFile = "batch_source.safetensors";  // CheckpointSources::source's tensors
+constexpr const char* kSourceFile = "batch_source.safetensors";  // CheckpointSources::source_state's tensors
 using io::kRecipeFile;  // a checkpoint keeps its recipe under the run's name for it
 
 std::vector<std::pair<std::string, at::Tensor>> rng_states() {
@@ -146,12 +146,9 @@ void CheckpointManager::write_state(const fs::path& dir, std::int64_t step, cons
   if (s.scaler && s.scaler->enabled()) {
     state["loss_scaler"] = {{"scale", s.scaler->state().scale}, {"growth_tracker", s.scaler->state().growth_tracker}};
   }
-  if (s.source) {
-    const SourceState held = s.source->state();
-    if (!held.note.is_null()) {
-      state["batch_source"] = held.note;
-      write_tensors(dir / kSourceFile, held.tensors);
-    }
+  if (!s.source_state.note.is_null()) {
+    state["batch_source"] = s.source_state.note;
+    write_tensors(dir / kSourceFile, s.source_state.tensors);
   }
   io::write_file_atomic(dir / kStateFile, state.dump(1) + "\n");
   if (optimizer) write_tensors(dir / kOptimizerFile, *optimizer);
@@ -343,6 +340,24 @@ void restore_rng(const std::vector<std::pair<std::string, at::Tensor>>& rng) {
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(state);
   }
+}
+
+SourceState split_source_state(const SourceState& state, int rank, int ranks) {
+  const bool gathered = state.note.is_object() && state.note.contains("ranks");
+  if (!gathered) {
+    if (ranks > 1) throw FormatError("its pending generation batch is one process's; resume it with one process");
+    return state;
+  }
+  const Json& parts = state.note["ranks"];
+  if (!parts.is_array() || static_cast<int>(parts.size()) != ranks)
+    throw FormatError("its pending generation batch is split over " + (parts.is_array() ? std::to_string(parts.size()) : std::string("?")) +
+                      " ranks; resume it with as many, found " + std::to_string(ranks));
+  SourceState mine;
+  mine.note = parts[static_cast<std::size_t>(rank)];
+  const std::string prefix = "r" + std::to_string(rank) + ".";
+  for (const auto& [name, tensor] : state.tensors)
+    if (name.rfind(prefix, 0) == 0) mine.tensors.emplace_back(name.substr(prefix.size()), tensor);
+  return mine;
 }
 
 }  // namespace ctune::train

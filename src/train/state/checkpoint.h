@@ -40,10 +40,18 @@ struct CheckpointSources {
   std::string recipe_yaml;             // the resolved recipe, saved as recipe.yaml
   const GradScaler* scaler = nullptr;  // fp16 loss scaling (its state is saved); null: none
   Json inputs = Json::object();        // what the run depends on: {name: {path, fingerprint}}
-  // What the batch source holds between steps (a pending generation batch), taken when the
-  // checkpoint is written; null: nothing. Only one process's (a whole checkpoint is rank 0's).
+  // What the batch source holds between steps (a pending generation batch); null: nothing.
+  // Every rank takes it before a checkpoint is written (train/run/checkpoint_cadence.h), each
+  // rank's gathered into `source_state` under several ranks: {"ranks": [each rank's note]},
+  // tensors named "r<rank>.<name>" (split_source_state takes a rank's part back).
   const BatchSource* source = nullptr;
+  SourceState source_state;
 };
+
+// Rank `rank`'s part of a source state gathered from `ranks` ranks (the note and tensors its
+// BatchSource::state() gave), or the state itself for one process; FormatError when the
+// checkpoint was written by another number of ranks.
+SourceState split_source_state(const SourceState& state, int rank, int ranks);
 
 // This rank's part of a sharded checkpoint.
 struct ShardPart {
