@@ -685,6 +685,13 @@ TEST_F(Checkpoints, GrpoBadInputIsOneLine) {
   run_with("objective: {name: grpo}\n", "grpo needs at least one reward function");
   run_with("objective: {name: grpo}\nreward: {format: {pattern: \"(unclosed\"}}\n", "reward.format.pattern: not a regular expression");
   run_with("objective: {name: dpo}\n", "objective.name dpo learns from preference pairs");
+  // An eval split whose records lack a field the rewards read: refused before training, not at
+  // the first evaluation.
+  write(kDir / "prompts-eval.jsonl", "{\"prompt\": \"Add 1 and 3 = \", \"answer\": \"4\"}\n{\"prompt\": \"Add 2 and 3 = \"}\n");
+  write(kDir / "grpo-bad.yaml", grpo_recipe("objective: {name: grpo}\nreward: {exact: {field: answer}}\n"));
+  expect_one_line_failure(ctune({"train", (kDir / "grpo-bad.yaml").string(), "output_dir=" + (kDir / "grpo-bad").string(),
+                                 "data.eval=" + (kDir / "prompts-eval.jsonl").string()}),
+                          "data.eval record 2 has no field \"answer\"", "eval records");
 }
 
 // External reward programs (reward.command) that misbehave: each ends the run with one line

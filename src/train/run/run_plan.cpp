@@ -307,8 +307,12 @@ void plan_data(RunPlan& p) {
     throw ConfigError(r.source() + ": " + e.what());
   }
   // Every record holds the fields its reward functions read.
-  if (generates(p.objective) && p.datasets.train_records)
-    check_fields(make_rewards(p.objective.rewards, p.objective.max_new_tokens), *p.datasets.train_records, "data.train");
+  if (generates(p.objective) && p.datasets.train_records) {
+    const auto rewards = make_rewards(p.objective.rewards, p.objective.max_new_tokens);
+    check_fields(rewards, *p.datasets.train_records, "data.train");
+    if (p.datasets.eval_records && p.datasets.eval_records != p.datasets.train_records)
+      check_fields(rewards, *p.datasets.eval_records, "data.eval");
+  }
 }
 
 // Optimizer, schedule, step counts, evaluation, checkpoints.
