@@ -1,7 +1,6 @@
 #include "train/objective/rollout_eval.h"
 
 #include <algorithm>
-#include <map>
 
 #include "infer/sampling.h"
 
@@ -31,10 +30,16 @@ std::vector<TensorBatch> RolloutEval::batches() {
   const std::int64_t per_generation = std::max<std::int64_t>(1, options_.grad_accum);
 
   // Each generation batch's figures, weighted by its completions (every figure but the longest
-  // completion is a mean over completions, or over groups of equal size); the spreads of single
-  // functions and the times are the training steps' concern and are left out.
-  std::map<std::string, double> sums, maxima;
-  std::vector<std::string> order;
+  // completion and the error counts is a mean over completions, or over groups of equal size);
+  // the spreads of single functions and the times are the training steps' concern, left out.
+  enum class Combine { kMean, kMax, kSum, kSkip };
+  auto combine = [](const std::string& name) {
+    auto ends = [&](const std::string& tail) { return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0; };
+    if (name.rfind("time/", 0) == 0 || (name.rfind("rewards/", 0) == 0 && ends("/std"))) return Combine::kSkip;
+    if (name == "completions/max_length") return Combine::kMax;
+    return ends("/errors") ? Combine::kSum : Combine::kMean;
+  };
+  std::vector<std::pair<std::string, double>> totals;  // in the order the rollouts report them
   double weight = 0;
   std::vector<TensorBatch> out;
   for (std::int64_t first = 0; first < total; first += per_generation) {
@@ -49,24 +54,16 @@ std::vector<TensorBatch> RolloutEval::batches() {
     }
     const double rows = static_cast<double>((std::min(prompts, (first + o.grad_accum) * size) - first * size) * o.objective.num_generations);
     for (const auto& [name, value] : rollouts.figures()) {
-      if (name.rfind("time/", 0) == 0 || (name.rfind("rewards/", 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == "/std"))
-        continue;
-      if (!sums.count(name) && !maxima.count(name)) order.push_back(name);
-      if (name == "completions/max_length") {
-        maxima[name] = std::max(maxima[name], value);
-      } else if (name.size() > 7 && name.substr(name.size() - 7) == "/errors") {
-        sums[name] += value;
-      } else {
-        sums[name] += value * rows;
-      }
+      const Combine how = combine(name);
+      if (how == Combine::kSkip) continue;
+      auto it = std::find_if(totals.begin(), totals.end(), [&](const auto& t) { return t.first == name; });
+      if (it == totals.end()) it = totals.insert(totals.end(), {name, 0.0});
+      it->second = how == Combine::kMax ? std::max(it->second, value) : it->second + (how == Combine::kSum ? value : value * rows);
     }
     weight += rows;
   }
   figures_.clear();
-  for (const auto& name : order) {
-    const bool total_count = name.size() > 7 && name.substr(name.size() - 7) == "/errors";
-    figures_.emplace_back(name, maxima.count(name) ? maxima[name] : total_count ? sums[name] : sums[name] / std::max(1.0, weight));
-  }
+  for (const auto& [name, value] : totals) figures_.emplace_back(name, combine(name) == Combine::kMean ? value / std::max(1.0, weight) : value);
   return out;
 }
 
