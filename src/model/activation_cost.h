@@ -23,6 +23,7 @@ struct ActivationShape {
   bool dropout = false;  // some adapter drops out its input
   bool blocked = false;  // blocked attention (ops/attention.h): no scores kept
   bool router_z_loss = false;  // the routers' z-loss trains: each keeps its fp32 logits
+  bool padded_expert_rows = false;  // routed row counts padded (model/moe.h pads_expert_rows)
   Term block_rows;       // blocked attention's query rows per block (bq)
   // Bytes the named projection keeps of its [n, in_dim] input for backward: its weight's
   // gradient reads it when the weight trains, its adapter keeps its (dropped-out) input and its

@@ -113,8 +113,13 @@ TORCH_MODULE(SparseMoe);
 
 // Whether routed row counts are padded for activations like `x`: reduced precision on CPU.
 bool pads_expert_rows(const at::Tensor& x);
+bool pads_expert_rows(at::Device device, at::ScalarType compute);
 // Each count of `sizes` rounded up to a multiple of 2^(⌊log2 M⌋ - 4) (counts under 32 kept):
 // at most 16 distinct counts per octave, under 1/16 more rows.
 std::vector<std::int64_t> padded_expert_rows(const std::vector<std::int64_t>& sizes);
+// The rows padding adds to a layer's `routed` rows over `experts`, expected when every expert
+// gets the mean load: half a quantum less one each (the ledger's estimate; the real count
+// depends on the routing).
+std::int64_t expected_padding_rows(std::int64_t routed, std::int64_t experts);
 
 }  // namespace ctune::model

@@ -1,8 +1,23 @@
 #include "ops/compute.h"
 
+#include <cstdlib>
 #include <vector>
 
 namespace ctune::ops {
+
+std::int64_t gemm_kernel_cache_bytes(at::Device device, at::ScalarType compute) {
+  if (!device.is_cpu() || compute != at::kBFloat16) return 0;
+  std::int64_t capacity = 1024;  // oneDNN's default
+  for (const char* name : {"ONEDNN_PRIMITIVE_CACHE_CAPACITY", "DNNL_PRIMITIVE_CACHE_CAPACITY"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') {
+      char* end = nullptr;
+      const long long n = std::strtoll(v, &end, 10);
+      if (end != v && *end == '\0' && n >= 0) capacity = n;
+      break;
+    }
+  }
+  return capacity * kGemmKernelBytes;
+}
 
 namespace {
 

@@ -34,4 +34,14 @@ at::Tensor gelu_tanh_any(const at::Tensor& x);
 at::Tensor tanh_any(const at::Tensor& x);
 at::Tensor dropout_any(const at::Tensor& x, double p, bool train);
 
+// bf16 GEMMs on CPU run in oneDNN, which JIT-compiles a kernel per GEMM shape and caches up to
+// ONEDNN_PRIMITIVE_CACHE_CAPACITY of them (1024 unless set; an entry is its code and
+// descriptors, outside the tensor pool). The bytes a full cache holds, at kGemmKernelBytes an
+// entry; 0 where no GEMM goes through oneDNN (other dtypes, accelerators). A model of fixed
+// shapes keeps a few dozen kernels (7 MB measured on a dense bf16 step); one whose row counts
+// change every step (routed experts) fills it: measured 81 MB over ONEDNN_PRIMITIVE_CACHE_CAPACITY=0
+// on the Qwen3-MoE bench shape, 79 KB an entry (docs/planning.md, "Known limits").
+inline constexpr std::int64_t kGemmKernelBytes = 80 * 1000;
+std::int64_t gemm_kernel_cache_bytes(at::Device device, at::ScalarType compute);
+
 }  // namespace ctune::ops

@@ -535,7 +535,14 @@ TEST_F(Recipes, LedgerFormulasEvaluateToTheirBytes) {
   for (const auto& extra : settings) runs.emplace_back(recipe, extra);
   runs.push_back({grpo_recipe, {}});
   runs.push_back({grpo_recipe, {"peft.method=none", "distributed.strategy=full_shard", "--nproc", "2"}});
-  int lines = 0, rollout_lines = 0;
+  // Experts under bf16 on the CPU: padded routed rows and oneDNN's kernel cache (its own line).
+  const fs::path moe = kDir / "formulas-moe";
+  fs::create_directories(moe);
+  fs::copy_file(fs::path(CTUNE_SOURCE_DIR) / "recipes/models/qwen3-30b-a3b.json", moe / "config.json", fs::copy_options::overwrite_existing);
+  const fs::path moe_recipe = fs::path(CTUNE_SOURCE_DIR) / "recipes/qwen3-30b-a3b-qlora.yaml";
+  runs.push_back({moe_recipe, {"model.path=" + moe.string()}});
+  runs.push_back({moe_recipe, {"model.path=" + moe.string(), "memory.activation_checkpointing=none", "memory.quantize_base=none"}});
+  int lines = 0, rollout_lines = 0, kernel_lines = 0;
   for (const auto& [path, extra] : runs) {
     std::vector<std::string> args = {"estimate", path.string(), "--json"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -554,10 +561,12 @@ TEST_F(Recipes, LedgerFormulasEvaluateToTheirBytes) {
       ++lines;
       const std::string name = l["name"].get<std::string>();
       rollout_lines += (name == "KV cache" || name == "generation prefill" || name == "rollout batches") && l["bytes"].get<std::int64_t>() > 0;
+      kernel_lines += name == "kernel cache" && l["bytes"].get<std::int64_t>() > 0;
     }
   }
   EXPECT_GE(lines, 11 * 7);
   EXPECT_EQ(rollout_lines, 2 * 3) << "the GRPO runs' generation lines";
+  EXPECT_EQ(kernel_lines, 2) << "the bf16 expert runs' kernel cache, and only theirs";
 }
 
 TEST_F(Recipes, TrainLoraAndFullEndToEnd) {

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
@@ -15,7 +17,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <set>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/json.h"
@@ -218,6 +222,16 @@ TEST(Model, RouterAuxAndZLossesMatchReference) {
   }
 }
 
+// The model's first sparse MoE block (null if none), its parameters training.
+static model::SparseMoe first_expert_block(const model::CausalLM& lm) {
+  model::SparseMoe moe{nullptr};
+  for (const auto& layer : *lm->model->layers)
+    if (moe.is_empty()) moe = layer->as<model::DecoderLayer>()->moe;
+  if (!moe.is_empty())
+    for (auto& p : moe->parameters()) p.set_requires_grad(true);
+  return moe;
+}
+
 // Reduced-precision expert GEMMs on CPU run on padded row counts (model/moe.h): the padding
 // rows read a zero row and are added with weight 0, so the layer's output and every gradient
 // are the unpadded layer's up to the GEMMs' own rounding (fp32 here, both paths forced): a GEMM
@@ -238,11 +252,8 @@ TEST(Model, PaddedExpertRowsChangeOnlyTheGemmShapes) {
   EXPECT_LE(distinct.size(), 32u + 16u * 7u);  // 0..31, then at most 16 per octave up to 4096
 
   auto lm = model::load_causal_lm(kModels / "qwen3_moe_norm_step_untied_fp32", at::kFloat);
-  model::SparseMoe moe{nullptr};
-  for (const auto& layer : *lm->model->layers)
-    if (moe.is_empty()) moe = layer->as<model::DecoderLayer>()->moe;
+  model::SparseMoe moe = first_expert_block(lm);
   ASSERT_FALSE(moe.is_empty());
-  for (auto& p : moe->parameters()) p.set_requires_grad(true);
   at::manual_seed(0);
   const auto x0 = at::randn({2, 300, lm->config().hidden_size});
   struct Run {
@@ -278,6 +289,82 @@ TEST(Model, PaddedExpertRowsChangeOnlyTheGemmShapes) {
   const auto names = moe->named_parameters().keys();
   for (std::size_t i = 0; i < plain.grads.size(); ++i)
     EXPECT_TRUE(within("padded vs unpadded experts: d/d " + names[i] + ", relative norm", rel(padded_run.grads[i], plain.grads[i]), kBound));
+  moe->row_padding = model::SparseMoeImpl::RowPadding::kAuto;
+}
+
+namespace {
+// Every CPU tensor's bytes while installed (sizes of all kinds, where the tensor pool sees only
+// blocks from 256 KiB): what a forward keeps alive is what it allocated and did not free.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t n) const override {
+    void* p = c10::alloc_cpu(n);
+    std::lock_guard<std::mutex> lock(mutex());
+    sizes()[p] = n;
+    live() += static_cast<std::int64_t>(n);
+    return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  static std::int64_t& live() { static std::int64_t bytes = 0; return bytes; }
+
+ private:
+  static void release(void* p) {
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      const auto it = sizes().find(p);
+      if (it != sizes().end()) {
+        live() -= static_cast<std::int64_t>(it->second);
+        sizes().erase(it);
+      }
+    }
+    c10::free_cpu(p);
+  }
+  static std::mutex& mutex() { static std::mutex m; return m; }
+  static std::unordered_map<void*, size_t>& sizes() { static std::unordered_map<void*, size_t> m; return m; }
+};
+}  // namespace
+
+// What a sparse MoE block keeps from forward to backward, counted by an allocator that sees
+// every tensor, against the ledger's term for it (SparseMoeImpl::saved_activations): full
+// fine-tuning (router and experts train), fp32, unpadded and padded row counts. The term omits
+// only index tensors of a few bytes a row; a tensor of k n H it misses (LibTorch's index_add
+// kept its source: 20% of the block on the bench shape) fails it.
+TEST(Model, ExpertBlockKeepsWhatTheLedgerCounts) {
+  auto lm = model::load_causal_lm(kModels / "qwen3_moe_norm_step_untied_fp32", at::kFloat);
+  const auto& config = lm->config();
+  model::SparseMoe moe = first_expert_block(lm);
+  ASSERT_FALSE(moe.is_empty());
+  at::manual_seed(0);
+  const std::int64_t B = 2, T = 300, H = config.hidden_size, n = B * T;
+  const auto x0 = at::randn({B, T, H});
+  static CountingAllocator counting;
+  for (const bool padded : {false, true}) {
+    moe->row_padding = padded ? model::SparseMoeImpl::RowPadding::kAlways : model::SparseMoeImpl::RowPadding::kNever;
+    auto* before = c10::GetCPUAllocator();
+    c10::SetCPUAllocator(&counting, /*priority=*/10);
+    const std::int64_t start = CountingAllocator::live();
+    at::Tensor y;
+    {
+      auto x = x0 * 1.0f;  // the block's input, kept by the block alone (as the layer's norm output is)
+      y = moe->forward(x.set_requires_grad(true));
+    }
+    const std::int64_t kept = CountingAllocator::live() - start - static_cast<std::int64_t>(y.nbytes());
+    y = at::Tensor();
+    c10::SetCPUAllocator(before, /*priority=*/10);
+
+    model::ActivationShape s;
+    s.B = Term::num(B), s.T = Term::num(T), s.n = Term::num(n), s.H = Term::num(H);
+    s.c = s.r = Term::num(4);
+    s.padded_expert_rows = padded;
+    s.projection_input = [&](const std::string&, const Term& in_dim) { return s.c * s.n * in_dim; };
+    const std::int64_t predicted = model::SparseMoeImpl::saved_activations(config, s).saved.value();
+    // The padding term is the expected one at the mean load, the routing's own within a
+    // quantum per expert: 16 experts x 2 rows x (H + 3 I_e + 1) x 4 bytes.
+    const std::int64_t slack = predicted / 50 + (padded ? 16 * 2 * (H + 3 * 16 + 1) * 4 : 0);
+    EXPECT_TRUE(within(std::string(padded ? "padded" : "unpadded") + " expert block: |kept - the ledger's term| bytes (kept " +
+                           std::to_string(kept) + ", term " + std::to_string(predicted) + ")",
+                       std::abs(static_cast<double>(kept - predicted)), static_cast<double>(slack)));
+  }
   moe->row_padding = model::SparseMoeImpl::RowPadding::kAuto;
 }
 

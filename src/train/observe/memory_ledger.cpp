@@ -239,6 +239,7 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
   model::ActivationShape shape = s;
   shape.blocked = in.recompute.blocked_attention;
   shape.router_z_loss = in.router_z_loss;
+  shape.padded_expert_rows = in.padded_expert_rows;
   shape.block_rows = sym("bq", std::min<std::int64_t>(ops::kBlockQueries, s.T.value()));
   shape.projection_input = [&](const std::string& name, const Term& in_dim) {
     // The base keeps its input when its weight trains; an adapter keeps its (dropped-out) input,
@@ -379,7 +380,7 @@ std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>
       {"r", "bytes, residual stream"}, {"F", "frozen weight bytes"}, {"N", "trainable parameters"}, {"P", "ranks sharing parameters"},
       {"S", "ranks sharing gradients and optimizer state"}, {"U", "bytes of a quantised base kept whole"},
       {"Wpart", "bytes of the largest part whole"}, {"Nmax", "largest trainable parameter"}, {"Npart", "trainable parameters of the largest part"}, {"rows", "loss rows per chunk"},
-      {"runtime", "bytes before training"}, {"live", "live bytes at the peak"}, {"bq", "attention block query rows"},
+      {"runtime", "bytes before training"}, {"Kc", "compiled GEMM kernels cached"}, {"live", "live bytes at the peak"}, {"bq", "attention block query rows"},
       {"Lr", "layers that recompute"}, {"Nc", "weights kept in the compute dtype"}, {"Wref", "bytes of the reference copy"}, {"Uref", "bytes of its quantised projections"},
       {"Bg", "sequences generated together"}, {"Nnew", "new tokens at most"}, {"Tp", "the longest prompt"}, {"Bp", "distinct prompts generated for"},
       {"Bk", "training rows kept through the generation batch's steps"}};
@@ -425,6 +426,10 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const RolloutTerms rollout = rollout_lines(in, s, st.sharded_params ? st.whole_weights - st.unsharded : Term(), sym, led);
   const Term runtime = sym("runtime", in.runtime_bytes);
   led.lines.push_back({"runtime", in.runtime_bytes, runtime.text(), "this process before training: LibTorch, tokenizer, datasets"});
+  const Term kernels = in.kernel_cache_bytes > 0 ? sym("Kc", in.kernel_cache_bytes) : Term();
+  if (in.kernel_cache_bytes > 0)
+    led.lines.push_back({"kernel cache", in.kernel_cache_bytes, kernels.text(),
+                         "oneDNN's compiled bf16 GEMM kernels at its cache's capacity: routed row counts change every step (ops/compute.h)"});
   // The reference copy is sharded as the policy (its parts gathered while its forward computes, at
   // most one part whole: the policy's gathered term covers it, before the policy's activations
   // exist); its quantised projections stay whole.
@@ -488,12 +493,13 @@ Ledger estimate_memory(const LedgerInputs& in) {
                        in.exact_allocator ? "memory.allocator: exact returns freed blocks at once"
                                           : "the tensor pool's bound: it returns free ranges before it holds more than its live peak plus 1/" +
                                                 std::to_string(ops::kPoolSlackDivisor) + " (memory.allocator: exact makes it 0)"});
-  const Term peak = live + reserve + runtime;
+  const Term peak = live + reserve + runtime + kernels;
   led.peak_bytes = peak.value();
   for (const auto& l : led.lines)
     if (l.pool == "host") led.host_bytes += l.bytes;
   led.state_bytes = (st.weights + st.gathered + st.grads + st.gathered_grads + st.optimizer).value();
   const std::string saved = copies.value() > 0 ? "activations + compute copies" : "activations";
+  const std::string kernel_text = in.kernel_cache_bytes > 0 ? " + kernel cache" : "";
   const std::string rollout_kept = in.generated_rows > 0 ? " + rollout batches" : "";
   if (sharded) {
     led.peak_formula = "max(weights + gradients + optimizer state (shards)" + rollout_kept + " + max(" + saved + " + loss buffers + gathered" +
@@ -501,7 +507,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
                        std::string(in.generated_rows > 0 ? ", KV cache + generation prefill + the whole weights gathered" : "") + "), " +
                        "weights + optimizer state (shards) + the whole weights" +
                        (in.sharded_checkpoints ? " gathered for the result" : " and optimizer state gathered for a checkpoint") +
-                       ") + allocator + runtime";
+                       ") + allocator + runtime" + kernel_text;
   } else {
     led.peak_formula = "weights + optimizer state" + rollout_kept + " + max(" + saved + " + loss buffers" +
                        std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
@@ -509,7 +515,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
                        std::string(in.all_reduced_gradients ? ", gradients + their flat fp32 copy all-reduced" : "") +
                        ", gradients + optimizer-step temporaries" +
                        std::string(in.optimizer_shards > 1 && !in.sharded_checkpoints ? ", the whole optimizer state gathered for a checkpoint" : "") +
-                       std::string(in.generated_rows > 0 ? ", KV cache + generation prefill" : "") + ") + allocator + runtime";
+                       std::string(in.generated_rows > 0 ? ", KV cache + generation prefill" : "") + ") + allocator + runtime" + kernel_text;
   }
   led.symbol_values = sym.values;
   led.symbols = symbol_table(led.symbol_values, in.seq_len_from_data);

@@ -60,6 +60,10 @@ struct LedgerInputs {
   bool prefetch = false;              // full_shard: the next part gathered while one computes
   double momentum = 0.9;
   std::int64_t runtime_bytes = 0;  // the process before training: libraries, tokenizer, data
+  // Compiled GEMM kernels the step adds outside the tensor pool (ops::gemm_kernel_cache_bytes):
+  // counted for models with experts, whose routed row counts change every step.
+  std::int64_t kernel_cache_bytes = 0;
+  bool padded_expert_rows = false;  // routed row counts padded (model/moe.h pads_expert_rows)
   // A preference objective under full fine-tuning: the frozen reference copy's weights (LoRA's
   // reference is the policy with its adapters off: 0), sharded as the policy's are; its
   // quantised projections (objective.reference_quantize) are not sharded, as a quantised base's.

@@ -17,8 +17,10 @@
 #include "data/sampler.h"
 #include "io/hf_checkpoint.h"
 #include "model/llama.h"
+#include "model/moe.h"
 #include "model/quantize.h"
 #include "model/weights.h"
+#include "ops/compute.h"
 #include "ops/device.h"
 #include "ops/fused_optimizer.h"
 #include "peft/adapter_io.h"
@@ -522,6 +524,10 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.momentum = p.optimizer.momentum;
   in.runtime_bytes = runtime_bytes;
   in.exact_allocator = p.exact_allocator;
+  if (p.model_config.arch.moe.experts > 0) {
+    in.padded_expert_rows = model::pads_expert_rows(p.device, p.compute_dtype);
+    in.kernel_cache_bytes = ops::gemm_kernel_cache_bytes(p.device, p.compute_dtype);
+  }
   return in;
 }
 
