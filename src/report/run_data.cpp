@@ -1,7 +1,9 @@
 #include "report/run_data.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include "core/error.h"
@@ -16,7 +18,8 @@ namespace fs = std::filesystem;
 namespace {
 
 double number(const Json& j, const char* key) {
-  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : std::nan("");
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : std::nan("");
 }
 
 // A run's files are read only when they are regular files, and line by line with a cap: a
@@ -41,20 +44,45 @@ bool open_regular(const fs::path& path, std::ifstream& in, RunData& r, bool requ
 }
 
 // The next line (without its newline), at most kMaxLine bytes kept; `cut` says whether it was
-// longer. False at the end of the file.
-bool next_line(std::istream& in, std::string& line, bool& cut) {
-  line.clear();
-  cut = false;
-  char c = 0;
-  bool any = false;
-  while (in.get(c)) {
-    any = true;
-    if (c == '\n') return true;
-    if (line.size() < kMaxLine) line += c;
-    else cut = true;
+// longer. False at the end of the file. Reads the stream in blocks and finds newlines with
+// memchr: a character at a time (istream::get) was a third of a 100 000-step report's own time.
+class LineReader {
+ public:
+  explicit LineReader(std::istream& in) : in_(in) {}
+
+  bool next(std::string& line, bool& cut) {
+    line.clear();
+    cut = false;
+    bool any = false;
+    for (;;) {
+      if (at_ == size_ && !refill()) return any;
+      any = true;
+      const char* start = buffer_.data() + at_;
+      const auto* nl = static_cast<const char*>(std::memchr(start, '\n', size_ - at_));
+      const std::size_t n = nl ? static_cast<std::size_t>(nl - start) : size_ - at_;
+      const std::size_t keep = std::min(n, kMaxLine - line.size());
+      line.append(start, keep);
+      cut = cut || keep < n;
+      at_ += n;
+      if (nl) {
+        ++at_;
+        return true;
+      }
+    }
   }
-  return any;
-}
+
+ private:
+  bool refill() {
+    in_.read(buffer_.data(), static_cast<std::streamsize>(buffer_.size()));
+    size_ = static_cast<std::size_t>(in_.gcount());
+    at_ = 0;
+    return size_ > 0;
+  }
+
+  std::istream& in_;
+  std::array<char, 1 << 16> buffer_{};
+  std::size_t at_ = 0, size_ = 0;
+};
 
 void read_metrics(RunData& r) {
   std::ifstream in;
@@ -62,7 +90,12 @@ void read_metrics(RunData& r) {
   std::int64_t line_no = 0, bad = 0;
   std::string first_bad;
   bool cut = false;
-  for (std::string line; next_line(in, line, cut);) {
+  // A step's line is 150 bytes or more: room for every step at once, instead of growing the
+  // vector (and faulting in its fresh pages) a doubling at a time.
+  std::error_code ec;
+  if (const auto bytes = fs::file_size(r.dir / io::kMetricsFile, ec); !ec) r.steps.reserve(std::min<std::uintmax_t>(bytes / 150, 1u << 22));
+  LineReader lines(in);
+  for (std::string line; lines.next(line, cut);) {
     ++line_no;
     if (line.empty() && !cut) continue;
     // One bad line is skipped and counted: the lines after it are still the run's.
@@ -120,7 +153,7 @@ void read_metrics(RunData& r) {
         if (!it->is_object()) throw FormatError("\"profile_ms\" must map categories to milliseconds");
         for (const auto& [category, ms] : it->items()) s.profile_ms.emplace_back(category, ms.is_number() ? ms.get<double>() : std::nan(""));
       }
-      r.steps.push_back(s);
+      r.steps.push_back(std::move(s));
     } catch (const std::exception& e) {
       if (bad++ == 0) first_bad = "metrics.jsonl line " + std::to_string(line_no) + " is cut short or malformed (" + std::string(e.what()).substr(0, 160) + ")";
     }
@@ -133,7 +166,8 @@ void read_samples(RunData& r) {
   std::ifstream in;
   if (!open_regular(r.dir / io::kSamplesFile, in, r, false)) return;
   bool cut = false, bad = false;
-  for (std::string line; next_line(in, line, cut);) {
+  LineReader lines(in);
+  for (std::string line; lines.next(line, cut);) {
     if (line.empty()) continue;
     try {
       if (cut) throw FormatError("too long");
