@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The quickstart on a mixture of experts, offline, after the build (scripts/quickstart.sh builds):
 #   1. a random Qwen3-MoE of the quickstart Llama's size (recipes/models/qwen3-moe-quickstart.json:
-#      hidden 256, 4 layers, 8 experts of 344, 2 routed per token; byte-level tokenizer);
+#      hidden 256, 4 layers, 8 experts of 344, 2 routed per token; byte-level tokenizer), or
+#      with CONFIG=recipes/models/mixtral-quickstart.json a Mixtral of the same size (its experts'
+#      adapters on w1/w3/w2, Mixtral's names for gate/up/down);
 #   2. pretraining on the bundled stories (recipes/quickstart/pretrain.yaml, its model and output
 #      moved to runs/quickstart-moe);
 #   3. LoRA on the task, adapters on the attention and every expert (recipes/quickstart/moe-lora.yaml);
@@ -10,13 +12,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CTUNE=./build/bin/ctune
+CONFIG=${CONFIG:-recipes/models/qwen3-moe-quickstart.json}
 RUN=runs/quickstart-moe
+LORA=(recipes/quickstart/moe-lora.yaml)
+if grep -q '"mixtral"' "$CONFIG"; then
+  RUN=runs/quickstart-mixtral
+  LORA+=("peft.target_modules=[q_proj,k_proj,v_proj,o_proj,w1,w3,w2]")
+fi
+LORA+=(model.path="$RUN/pretrain/model" output_dir="$RUN/lora")
 [ -x "$CTUNE" ] || CTUNE_TARGETS=ctune bash scripts/build.sh build
 rm -rf "$RUN"
 START=$(date +%s)
 
 echo "== random base model with experts"
-$CTUNE init --config recipes/models/qwen3-moe-quickstart.json --out "$RUN/base" --tokenizer byte --seed 0 --dtype fp32
+$CTUNE init --config "$CONFIG" --out "$RUN/base" --tokenizer byte --seed 0 --dtype fp32
 
 echo "== stage 1: pretraining on the bundled stories"
 PRE=(recipes/quickstart/pretrain.yaml model.path="$RUN/base" output_dir="$RUN/pretrain")
@@ -25,10 +34,10 @@ $CTUNE train "${PRE[@]}"
 PRE_AFTER=$($CTUNE eval "${PRE[@]}" --model "$RUN/pretrain/model" --json)
 
 echo "== stage 2: LoRA on the task, adapters on every expert"
-TASK_BEFORE=$($CTUNE eval recipes/quickstart/moe-lora.yaml --accuracy --json)
-$CTUNE train recipes/quickstart/moe-lora.yaml
-$CTUNE eval recipes/quickstart/moe-lora.yaml --adapter "$RUN/lora/adapter" --accuracy --show 3
-TASK_AFTER=$($CTUNE eval recipes/quickstart/moe-lora.yaml --adapter "$RUN/lora/adapter" --accuracy --json)
+TASK_BEFORE=$($CTUNE eval "${LORA[@]}" --accuracy --json)
+$CTUNE train "${LORA[@]}"
+$CTUNE eval "${LORA[@]}" --adapter "$RUN/lora/adapter" --accuracy --show 3
+TASK_AFTER=$($CTUNE eval "${LORA[@]}" --adapter "$RUN/lora/adapter" --accuracy --json)
 
 /usr/bin/python3 - "$PRE_BEFORE" "$PRE_AFTER" "$TASK_BEFORE" "$TASK_AFTER" "$RUN/lora/metrics.jsonl" "$(( $(date +%s) - START ))" <<'PY'
 import json, sys
