@@ -5,7 +5,7 @@ set -euo pipefail
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
-  libtorch-dev libgloo-dev libopenblas0-openmp
+  libtorch-dev libgloo-dev libopenblas0-openmp libdnnl-dev
   libyaml-cpp-dev libspdlog-dev libfmt-dev
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev

@@ -101,7 +101,14 @@ ActivationCost AttentionImpl::saved_activations(const ModelConfig& config, const
   if (capped && !s.blocked) a.scores += Term::num(2) * s.B * s.nh * TT * c;
   // A block spans every batch row: in backward its scores S, dP = dO vᵀ, and the fused
   // softmax's P and dS, all in the matmul dtype (ops/fused_softmax.h), and its mask rows.
-  if (s.blocked) a.workspace = Term::num(4) * s.B * s.nh * s.block_rows * s.T * c + s.B * s.block_rows * s.T;
+  // Tiled (ops/attention_tiled.h), one head's block per thread: S and dP in fp32, P and dS in
+  // the matmul dtype; and the layer's fp32 dk and dv with their rounded copies.
+  const Term four = Term::num(4), two = Term::num(2);
+  if (s.blocked && s.tiled_attention) {
+    a.workspace = s.threads * s.block_rows * s.T * (two * four + two * c) + two * s.B * s.nkv * s.T * s.d * (four + c);
+  } else if (s.blocked) {
+    a.workspace = four * s.B * s.nh * s.block_rows * s.T * c + s.B * s.block_rows * s.T;
+  }
   // Blocked: q, the KV heads' k and v, and each query's fp32 log-sum-exp; materialized: q and
   // k, v repeated to every query head.
   const Term core = s.blocked ? n * (s.nh + Term::num(2) * s.nkv) * s.d * c + Term::num(4) * n * s.nh : Term::num(3) * n * s.nh * s.d * c;

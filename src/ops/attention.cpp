@@ -9,6 +9,8 @@
 #include <limits>
 #include <vector>
 
+#include "ops/attention_blocks.h"
+#include "ops/attention_tiled.h"
 #include "ops/compute.h"
 #include "ops/fused_softmax.h"
 #include "ops/profile_regions.h"
@@ -87,63 +89,6 @@ struct RecomputedAttention : public torch::autograd::Function<RecomputedAttentio
 
 // ---- blocked ----------------------------------------------------------------------------------
 
-// One block: batch rows [b0, b0 + nb), queries [q0, q0 + m), keys [k0, k0 + n).
-struct Block {
-  std::int64_t b0, nb, q0, m, k0, n;
-};
-
-// The blocks of a call: one per kBlockQueries queries, all batch rows together (one set of
-// matmuls rather than one per row). A block's keys run from the first key any of its queries
-// may see to the last: the mask's own answer, so causal, padding and packed-document masks all
-// skip what they rule out. A block whose queries see nothing keeps every key (the materialized
-// result).
-std::vector<Block> plan_blocks_of(const at::Tensor& mask, std::int64_t B, std::int64_t Tq, std::int64_t Tk) {
-  auto m = mask.expand({B, 1, Tq, Tk}).select(1, 0).to(at::kByte);  // [B, Tq, Tk]
-  auto seen = m.amax(0);                                             // [Tq, Tk]: any row may see
-  auto first = seen.argmax(-1).cpu().contiguous();                        // first 1 (0 when none)
-  auto last = (Tk - 1 - seen.flip({-1}).argmax(-1)).cpu().contiguous();   // last 1 (Tk - 1 when none)
-  auto any = seen.amax(-1).cpu().contiguous();
-  const auto* f = first.data_ptr<std::int64_t>();
-  const auto* l = last.data_ptr<std::int64_t>();
-  const auto* a = any.data_ptr<std::uint8_t>();
-  std::vector<Block> blocks;
-  for (std::int64_t q0 = 0; q0 < Tq; q0 += kBlockQueries) {
-    const auto rows = std::min(kBlockQueries, Tq - q0);
-    std::int64_t lo = Tk, hi = -1;
-    for (std::int64_t i = q0; i < q0 + rows; ++i) {
-      if (!a[i]) continue;
-      lo = std::min(lo, f[i]);
-      hi = std::max(hi, l[i]);
-    }
-    if (hi < lo) lo = 0, hi = Tk - 1;
-    blocks.push_back({0, B, q0, rows, lo, hi - lo + 1});
-  }
-  return blocks;
-}
-
-// plan_blocks_of, asked once per mask: every layer's forward and backward share the model's one
-// mask (one per window), and reading it costs a few passes over [B, Tq, Tk]. The last mask
-// planned is kept (a reference, so it cannot be freed and another take its place) with its
-// version, so a mask changed in place is planned again.
-std::vector<Block> plan_blocks(const at::Tensor& mask, std::int64_t B, std::int64_t Tq, std::int64_t Tk) {
-  struct Planned {
-    at::Tensor mask;
-    std::int64_t version = 0;
-    std::int64_t B = 0, Tq = 0, Tk = 0;
-    std::vector<Block> blocks;
-  };
-  thread_local std::vector<Planned> recent;  // a model uses one mask per window: a few at most
-  for (const Planned& p : recent) {
-    if (p.mask.unsafeGetTensorImpl() == mask.unsafeGetTensorImpl() && p.version == mask._version() && p.B == B && p.Tq == Tq &&
-        p.Tk == Tk) {
-      return p.blocks;
-    }
-  }
-  if (recent.size() >= 4) recent.erase(recent.begin());
-  recent.push_back({mask, mask._version(), B, Tq, Tk, plan_blocks_of(mask, B, Tq, Tk)});
-  return recent.back().blocks;
-}
-
 // The tensors of one block, with query heads grouped under their KV head: q [nb, hkv, g m, d],
 // k/v [nb, hkv, n, d], mask [nb, 1, 1, m, n]; scores are [nb, hkv, g m, n].
 struct BlockView {
@@ -181,7 +126,7 @@ at::Tensor blocked_forward(const at::Tensor& q, const at::Tensor& k, const at::T
   const auto dtype = q.scalar_type();
   auto out = at::empty({B, h, Tq, d}, q.options());
   if (lse) *lse = at::empty({B, h, Tq}, q.options().dtype(softmax_dtype(q)));
-  for (const Block& blk : plan_blocks(mask, B, Tq, k.size(2))) {
+  for (const Block& blk : plan_blocks(mask, B, Tq, k.size(2), kBlockQueries)) {
     const BlockView x = view_block(blk, q, k, v, mask);
     auto scores = matmul_in(x.q, x.k.transpose(2, 3), dtype);  // [nb, hkv, g m, n]
     at::Tensor probs, block_lse;
@@ -200,7 +145,9 @@ struct BlockedAttention : public torch::autograd::Function<BlockedAttention> {
     ctx->saved_data["softcap"] = softcap;
     at::NoGradGuard no_grad;
     at::Tensor lse;
-    auto out = blocked_forward(q, k, v, mask, scale, softcap, &lse);
+    const bool tiled = tiled_attention_runs(q, k);
+    ctx->saved_data["tiled"] = tiled;
+    auto out = tiled ? tiled_attention_forward(q, k, v, mask, scale, softcap, &lse) : blocked_forward(q, k, v, mask, scale, softcap, &lse);
     ctx->save_for_backward({q, k, v, mask, lse});
     return out;
   }
@@ -217,6 +164,10 @@ struct BlockedAttention : public torch::autograd::Function<BlockedAttention> {
     const auto &q = saved[0], &k = saved[1], &v = saved[2], &mask = saved[3], &lse = saved[4];
     const double scale = ctx->saved_data["scale"].toDouble();
     const double softcap = ctx->saved_data["softcap"].toDouble();
+    if (ctx->saved_data["tiled"].toBool()) {
+      auto g = tiled_attention_backward(q, k, v, mask, lse, grad_out[0], scale, softcap);
+      return {g.dq, g.dk, g.dv, at::Tensor(), at::Tensor(), at::Tensor()};
+    }
     const auto dtype = q.scalar_type();
     const auto acc = softmax_dtype(q);
     const auto h = q.size(1), d = q.size(3), hkv = k.size(1);
@@ -224,7 +175,7 @@ struct BlockedAttention : public torch::autograd::Function<BlockedAttention> {
     auto dq = at::empty_like(q, at::MemoryFormat::Contiguous);
     auto dk = at::zeros(k.sizes(), k.options().dtype(acc));
     auto dv = at::zeros(v.sizes(), v.options().dtype(acc));
-    for (const Block& blk : plan_blocks(mask, q.size(0), q.size(2), k.size(2))) {
+    for (const Block& blk : plan_blocks(mask, q.size(0), q.size(2), k.size(2), kBlockQueries)) {
       const BlockView x = view_block(blk, q, k, v, mask);
       auto scores = matmul_in(x.q, x.k.transpose(2, 3), dtype);  // [nb, hkv, g m, n]
       auto d_out = grad.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).reshape({blk.nb, hkv, x.groups * blk.m, d});
@@ -277,7 +228,9 @@ at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Te
 #if CTUNE_FUSED_ATTENTION
       if (!q.device().is_cpu() && softcap == 0) return fused_attention(q, k, v, mask, scale);
 #endif
-      return grads ? BlockedAttention::apply(q, k, v, mask, scale, softcap) : blocked_forward(q, k, v, mask, scale, softcap);
+      if (grads) return BlockedAttention::apply(q, k, v, mask, scale, softcap);
+      return tiled_attention_runs(q, k) ? tiled_attention_forward(q, k, v, mask, scale, softcap, nullptr)
+                                        : blocked_forward(q, k, v, mask, scale, softcap);
     case AttentionKernel::recomputed:
       if (grads) return RecomputedAttention::apply(q, k, v, mask, scale, softcap);
       [[fallthrough]];

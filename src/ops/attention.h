@@ -10,8 +10,10 @@
 //                 its matmuls, one fused sweep per row (ops/fused_softmax.h). Backward
 //                 recomputes each block's probabilities from the saved q, k, v and each query's
 //                 log-sum-exp (FlashAttention's backward, in ATen matmuls:
-//                 docs/formats.md#blocked-attention). On a GPU (LibTorch >= 2.5) it is
-//                 LibTorch's fused scaled_dot_product_attention.
+//                 docs/formats.md#blocked-attention). On the CPU in fp32 and bf16 it runs
+//                 tiled (ops/attention_tiled.h: one task per batch row, KV head and block,
+//                 single-threaded GEMMs whose scores stay in the core's cache); on a GPU
+//                 (LibTorch >= 2.5) it is LibTorch's fused scaled_dot_product_attention.
 //   materialized  the textbook graph; autograd keeps the scores and probabilities.
 //   recomputed    materialized, but a custom autograd function keeps only q, k, v and recomputes
 //                 the whole scores in backward (Megatron's "selective recomputation",

@@ -41,10 +41,11 @@ CTUNE_INLINE A capped(A s, A scale, A cap, A* t) {
 }
 
 CTUNE_INLINE const std::uint8_t* mask_row(const SoftmaxArgs& a, std::int64_t r) {
-  return a.mask + ((r / a.per_batch) * a.m + r % a.m) * a.n;
+  return a.mask + ((r / a.per_batch) * a.m + r % a.m) * a.mask_ld;
 }
 
-template <typename T, bool kCap>
+// S: the scores' type, T: the probabilities' type.
+template <typename S, typename T, bool kCap>
 void softmax_forward_rows(const SoftmaxArgs& a, std::int64_t begin, std::int64_t end) {
   using A = typename vec::Acc<T>::type;
   const std::int64_t n = a.n;
@@ -53,7 +54,7 @@ void softmax_forward_rows(const SoftmaxArgs& a, std::int64_t begin, std::int64_t
   std::vector<A> work(static_cast<std::size_t>(n));
   A* z = work.data();
   for (std::int64_t r = begin; r < end; ++r) {
-    const T* s = static_cast<const T*>(a.scores) + r * n;
+    const S* s = static_cast<const S*>(a.scores) + r * n;
     const std::uint8_t* allowed = mask_row(a, r);
     T* p = static_cast<T*>(a.probs) + r * n;
     A mx = lowest;
@@ -86,7 +87,7 @@ void softmax_forward_rows(const SoftmaxArgs& a, std::int64_t begin, std::int64_t
   }
 }
 
-template <typename T, bool kCap>
+template <typename S, typename T, bool kCap>
 void softmax_backward_rows(const SoftmaxArgs& a, std::int64_t begin, std::int64_t end) {
   using A = typename vec::Acc<T>::type;
   const std::int64_t n = a.n;
@@ -95,8 +96,8 @@ void softmax_backward_rows(const SoftmaxArgs& a, std::int64_t begin, std::int64_
   A* p = work.data();           // [n] probabilities
   A* derivative = p + n;        // [n] scale · cap'(z)
   for (std::int64_t r = begin; r < end; ++r) {
-    const T* s = static_cast<const T*>(a.scores) + r * n;
-    const T* dp = static_cast<const T*>(a.d_probs) + r * n;
+    const S* s = static_cast<const S*>(a.scores) + r * n;
+    const S* dp = static_cast<const S*>(a.d_probs) + r * n;
     const std::uint8_t* allowed = mask_row(a, r);
     T* pr = static_cast<T*>(a.probs) + r * n;
     T* ds = static_cast<T*>(a.d_scores) + r * n;
@@ -128,14 +129,14 @@ void softmax_backward_rows(const SoftmaxArgs& a, std::int64_t begin, std::int64_
   }
 }
 
-template <typename T>
+template <typename T, typename S = T>
 void softmax_forward(const SoftmaxArgs& a, std::int64_t begin, std::int64_t end) {
-  a.softcap > 0 ? softmax_forward_rows<T, true>(a, begin, end) : softmax_forward_rows<T, false>(a, begin, end);
+  a.softcap > 0 ? softmax_forward_rows<S, T, true>(a, begin, end) : softmax_forward_rows<S, T, false>(a, begin, end);
 }
 
-template <typename T>
+template <typename T, typename S = T>
 void softmax_backward(const SoftmaxArgs& a, std::int64_t begin, std::int64_t end) {
-  a.softcap > 0 ? softmax_backward_rows<T, true>(a, begin, end) : softmax_backward_rows<T, false>(a, begin, end);
+  a.softcap > 0 ? softmax_backward_rows<S, T, true>(a, begin, end) : softmax_backward_rows<S, T, false>(a, begin, end);
 }
 
 // ---- gated activation (fused_glu.h) ------------------------------------------------------------
@@ -432,6 +433,8 @@ const CpuKernels& CTUNE_CAT(cpu_kernels_, CTUNE_ISA)() {
       CTUNE_STR(CTUNE_ISA),
       CTUNE_PER_ELEM(softmax_forward),
       CTUNE_PER_ELEM(softmax_backward),
+      {&softmax_forward<float, float>, &softmax_forward<c10::BFloat16, float>, nullptr, nullptr},
+      {&softmax_backward<float, float>, &softmax_backward<c10::BFloat16, float>, nullptr, nullptr},
       CTUNE_PER_ELEM(glu_forward),
       CTUNE_PER_ELEM(glu_backward),
       CTUNE_PER_ELEM(cross_entropy),

@@ -22,14 +22,14 @@ int elem_index(c10::ScalarType dtype);
 
 // ---- attention softmax (fused_softmax.h) ----------------------------------------------------
 struct SoftmaxArgs {
-  const void* scores;         // [R, n]
-  const std::uint8_t* mask;   // [nb, m, n]: row r reads row (r / per_batch, r % m)
-  std::int64_t n, per_batch, m;
+  const void* scores;         // [R, n]: the table's type, or fp32 for the *_f32_scores tables
+  const std::uint8_t* mask;   // [nb, m, n]: row r reads row (r / per_batch, r % m), rows mask_ld apart
+  std::int64_t n, per_batch, m, mask_ld;
   double scale, softcap;
-  void* probs;                // [R, n], scores' type
+  void* probs;                // [R, n], the table's type
   void* lse;                  // [R], fp32 (float64 for float64)
-  const void* d_probs;        // backward only: [R, n]
-  void* d_scores;             // backward only: [R, n]
+  const void* d_probs;        // backward only: [R, n], the scores' type
+  void* d_scores;             // backward only: [R, n], the table's type
 };
 using SoftmaxRowsFn = void (*)(const SoftmaxArgs&, std::int64_t begin, std::int64_t end);
 
@@ -125,6 +125,10 @@ struct CpuKernels {
   const char* isa;  // "x86_64_v4", "x86_64_v3", "baseline"
   SoftmaxRowsFn softmax_forward[kElems];
   SoftmaxRowsFn softmax_backward[kElems];
+  // Scores and d_probs in fp32 (the tiled attention's GEMMs accumulate in fp32), probs and
+  // d_scores in the indexed type: fp32 and bf16 only (null for the others).
+  SoftmaxRowsFn softmax_forward_f32_scores[kElems];
+  SoftmaxRowsFn softmax_backward_f32_scores[kElems];
   GluRowsFn glu_forward[kElems];
   GluRowsFn glu_backward[kElems];
   CrossEntropyRowsFn cross_entropy[kElems];

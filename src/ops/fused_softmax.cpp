@@ -24,6 +24,7 @@ SoftmaxArgs args_of(const at::Tensor& scores, const at::Tensor& mask, const Soft
   a.scores = scores.data_ptr();
   a.mask = reinterpret_cast<const std::uint8_t*>(mask.data_ptr<bool>());
   a.n = scores.size(1);
+  a.mask_ld = a.n;
   a.per_batch = scores.size(0) / rows.batch_rows;
   a.m = rows.queries;
   a.scale = rows.scale;

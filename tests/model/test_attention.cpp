@@ -1,15 +1,20 @@
 // The blocked attention kernel (ops/attention.h) against the textbook graph: the same output and
 // the same gradients of q, k and v in float64, for every mask the model builds (causal over
 // several blocks with a partial last one, packed documents, left padding, a KV cache's longer
-// keys, a sliding window) and grouped-query heads, with and without Gemma 2's soft-cap; and the
-// backward of the blocked and recomputed kernels against finite differences, soft-capped too.
+// keys, a sliding window) and grouped-query heads, with and without Gemma 2's soft-cap; the
+// tiled CPU form in fp32 and bf16 against float64; and the backward of the blocked and
+// recomputed kernels against finite differences, soft-capped too.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <cmath>
+
 #include "model/attention.h"
 #include "ops/attention.h"
+#include "ops/attention_tiled.h"
+#include "ops/cpu_gemm.h"
 #include "finite_difference.h"
 #include "margins.h"
 
@@ -85,6 +90,53 @@ TEST(Attention, BlockedNoGradForwardEqualsItsTrainingForward) {
   at::NoGradGuard no_grad;
   auto plain = ops::attention_core(q.detach(), k, v, c.mask, 0.25, ops::AttentionKernel::blocked);
   EXPECT_TRUE(at::equal(trained.detach(), plain));
+}
+
+// The tiled kernel (ops/attention_tiled.h: fp32 and bf16 on the CPU) against float64, output
+// and gradients, on every mask above. Its error is set against the error the same rounded
+// inputs get from ATen's textbook graph in the same dtype: the dtype's own noise on this
+// computation. Both round each product sum, exp and normalisation at most once to the dtype;
+// the tiled kernel keeps scores, dP and the dK/dV sums in fp32 where ATen's bf16 matmuls round
+// them, and sums in another order: allowed twice ATen's error, plus the bound of one fp32 dot
+// product over d terms, γ_d ≈ d · 2^-24 of the largest reference value (the tiles' GEMMs
+// accumulate in fp32 whatever the dtype; where ATen's own error is as small as that, the two
+// summation orders alone set the difference). A wrong term is O(1) relative.
+TEST(Attention, TiledKernelIsAsCloseToFloat64AsAtenInTheSameDtype) {
+  if (!ops::tile_gemm::available()) GTEST_SKIP() << "built without oneDNN: no tiled kernel";
+  at::manual_seed(5);
+  for (const auto dtype : {at::kFloat, at::kBFloat16})
+  for (const double softcap : {0.0, 2.0})
+  for (const Case& c : cases()) {
+    const std::int64_t d = 64;
+    const double scale = 0.125, gamma_d = static_cast<double>(d) * std::ldexp(1.0, -24);
+    auto live = c.mask.expand({c.B, 1, c.Tq, c.Tk}).any(-1, /*keepdim=*/true).to(at::kDouble);
+    // Inputs and the output's gradient rounded to the dtype once, then exact in float64.
+    auto q = at::randn({c.B, c.h, c.Tq, d}, at::kDouble).to(dtype);
+    auto k = at::randn({c.B, c.hkv, c.Tk, d}, at::kDouble).to(dtype);
+    auto v = at::randn({c.B, c.hkv, c.Tk, d}, at::kDouble).to(dtype);
+    auto grad = (at::randn({c.B, c.h, c.Tq, d}, at::kDouble) * live).to(dtype);
+
+    auto graph = [&](at::ScalarType as) {  // ATen's materialized graph in `as`: out, dq, dk, dv
+      auto qa = q.to(as).requires_grad_(true), ka = k.to(as).requires_grad_(true), va = v.to(as).requires_grad_(true);
+      auto out = ops::attention_core(qa, ka, va, c.mask, scale, ops::AttentionKernel::materialized, softcap);
+      auto g = torch::autograd::grad({out}, {qa, ka, va}, {grad.to(as)});
+      return std::vector<at::Tensor>{out.detach() * live, g[0], g[1], g[2]};
+    };
+    const auto ref = graph(at::kDouble), aten = graph(dtype);
+    at::Tensor lse;
+    auto out = ops::tiled_attention_forward(q, k, v, c.mask, scale, softcap, &lse);
+    auto g = ops::tiled_attention_backward(q, k, v, c.mask, lse, grad, scale, softcap);
+    const std::vector<at::Tensor> tiled = {out * live, g.dq, g.dk, g.dv};
+    const std::string name = std::string(c.name) + (dtype == at::kFloat ? " fp32" : " bf16") + (softcap > 0 ? " soft-capped" : "");
+    const char* what[] = {"output", "dq", "dk", "dv"};
+    for (int i = 0; i < 4; ++i) {
+      const double err_aten = (aten[i].to(at::kDouble) - ref[i]).abs().max().item<double>();
+      const double err_tiled = (tiled[i].to(at::kDouble) - ref[i]).abs().max().item<double>();
+      const double floor = gamma_d * ref[i].abs().max().item<double>();
+      EXPECT_TRUE(within(name + ": " + what[i] + " |tiled - float64| (ATen's " + std::to_string(err_aten) + ")", err_tiled,
+                         2 * err_aten + floor));
+    }
+  }
 }
 
 // The custom autograd functions' backward (blocked's hand-written one, recomputed's replay)

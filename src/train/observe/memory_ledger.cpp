@@ -9,6 +9,7 @@
 #include "model/llama.h"
 #include "model/quantize.h"
 #include "ops/attention.h"
+#include "ops/attention_tiled.h"
 #include "ops/tensor_pool.h"
 #include "quant/storage_bytes.h"
 #include "train/step/chunked_loss.h"
@@ -240,7 +241,9 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
   shape.blocked = in.recompute.blocked_attention;
   shape.router_z_loss = in.router_z_loss;
   shape.padded_expert_rows = in.padded_expert_rows;
-  shape.block_rows = sym("bq", std::min<std::int64_t>(ops::kBlockQueries, s.T.value()));
+  shape.tiled_attention = in.recompute.blocked_attention && in.tiled_attention;
+  shape.block_rows = sym("bq", std::min<std::int64_t>(shape.tiled_attention ? ops::kTileQueries : ops::kBlockQueries, s.T.value()));
+  if (shape.tiled_attention) shape.threads = sym("th", in.threads);
   shape.projection_input = [&](const std::string& name, const Term& in_dim) {
     // The base keeps its input when its weight trains; an adapter keeps its (dropped-out) input,
     // which without dropout is the very tensor the base sees; and its rank-r intermediate.

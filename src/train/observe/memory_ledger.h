@@ -64,6 +64,10 @@ struct LedgerInputs {
   // counted for models with experts, whose routed row counts change every step.
   std::int64_t kernel_cache_bytes = 0;
   bool padded_expert_rows = false;  // routed row counts padded (model/moe.h pads_expert_rows)
+  // The blocked attention runs tiled (ops/attention_tiled.h tiled_attention_applies), with one
+  // scratch set of tiles per thread.
+  bool tiled_attention = false;
+  std::int64_t threads = 1;
   // A preference objective under full fine-tuning: the frozen reference copy's weights (LoRA's
   // reference is the policy with its adapters off: 0), sharded as the policy's are; its
   // quantised projections (objective.reference_quantize) are not sharded, as a quantised base's.

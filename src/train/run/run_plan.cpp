@@ -20,6 +20,7 @@
 #include "model/moe.h"
 #include "model/quantize.h"
 #include "model/weights.h"
+#include "ops/attention_tiled.h"
 #include "ops/compute.h"
 #include "ops/device.h"
 #include "ops/fused_optimizer.h"
@@ -524,6 +525,11 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.momentum = p.optimizer.momentum;
   in.runtime_bytes = runtime_bytes;
   in.exact_allocator = p.exact_allocator;
+  // The attention runs in the matmul dtype (the ledger's c): the compute dtype, or under fp32
+  // precision the weights' storage dtype.
+  const auto attention_dtype = p.compute_dtype != at::kFloat ? p.compute_dtype : p.model_dtype;
+  in.threads = p.threads;
+  in.tiled_attention = ops::tiled_attention_applies(p.device, attention_dtype, in.batch_size * p.model_config.num_key_value_heads, p.threads);
   if (p.model_config.arch.moe.experts > 0) {
     in.padded_expert_rows = model::pads_expert_rows(p.device, p.compute_dtype);
     in.kernel_cache_bytes = ops::gemm_kernel_cache_bytes(p.device, p.compute_dtype);

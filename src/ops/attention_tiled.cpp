@@ -1,0 +1,179 @@
+#include "ops/attention_tiled.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "ops/attention_blocks.h"
+#include "ops/cpu_gemm.h"
+#include "ops/cpu_kernels.h"
+
+namespace ctune::ops {
+
+namespace {
+
+// One call's shapes and its mask as contiguous bool rows [1 or B, Tq, Tk].
+struct Call {
+  std::int64_t B, h, hkv, groups, Tq, Tk, d;
+  at::Tensor mask;
+  std::int64_t mask_batch_stride;  // 0 when every batch row shares the mask
+  std::vector<Block> blocks;
+  std::int64_t max_m = 0, max_n = 0;
+  double scale, softcap;
+
+  const std::uint8_t* mask_at(std::int64_t b, const Block& blk) const {
+    return reinterpret_cast<const std::uint8_t*>(mask.data_ptr<bool>()) + b * mask_batch_stride + blk.q0 * Tk + blk.k0;
+  }
+};
+
+Call call_of(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask, double scale, double softcap) {
+  Call c;
+  c.B = q.size(0), c.h = q.size(1), c.hkv = k.size(1), c.groups = c.h / c.hkv;
+  c.Tq = q.size(2), c.Tk = k.size(2), c.d = q.size(3);
+  const bool shared = mask.dim() < 4 || mask.size(0) == 1;
+  c.mask = mask.to(at::kBool).expand({shared ? 1 : c.B, 1, c.Tq, c.Tk}).contiguous();
+  c.mask_batch_stride = shared ? 0 : c.Tq * c.Tk;
+  c.blocks = plan_blocks(mask, c.B, c.Tq, c.Tk, kTileQueries);
+  for (const Block& blk : c.blocks) c.max_m = std::max(c.max_m, blk.m), c.max_n = std::max(c.max_n, blk.n);
+  c.scale = scale;
+  c.softcap = softcap;
+  return c;
+}
+
+// The sweep's arguments for one head's tile: rows are the block's queries, in the scratch
+// buffers' layout [m, n]; lse points at the tile's first query.
+SoftmaxArgs tile_args(const Call& c, std::int64_t b, const Block& blk, float* lse) {
+  SoftmaxArgs a{};
+  a.mask = c.mask_at(b, blk);
+  a.n = blk.n;
+  a.per_batch = blk.m;
+  a.m = blk.m;
+  a.mask_ld = c.Tk;
+  a.scale = c.scale;
+  a.softcap = c.softcap;
+  a.lse = lse;
+  return a;
+}
+
+// dst[i] = src[i] rounded to T (a copy for fp32).
+template <typename T>
+void store_rounded(const float* src, T* dst, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) dst[i] = static_cast<T>(src[i]);
+}
+
+template <typename T>
+void forward_tiles(const Call& c, const T* q, const T* k, const T* v, T* out, float* lse) {
+  const auto rows_fn = cpu_kernels().softmax_forward_f32_scores[elem_index(c10::CppTypeToScalarType<T>::value)];
+  const auto nblk = static_cast<std::int64_t>(c.blocks.size());
+  const auto d = c.d;
+  at::parallel_for(0, c.B * c.hkv * nblk, 1, [&](std::int64_t begin, std::int64_t end) {
+    std::vector<float> scores(static_cast<std::size_t>(c.max_m * c.max_n)), o(static_cast<std::size_t>(c.max_m * d));
+    std::vector<T> probs(static_cast<std::size_t>(c.max_m * c.max_n));
+    std::vector<float> no_lse(static_cast<std::size_t>(c.max_m));
+    for (std::int64_t t = begin; t < end; ++t) {
+      const auto b = t / (c.hkv * nblk), kv = t / nblk % c.hkv;
+      const Block& blk = c.blocks[static_cast<std::size_t>(t % nblk)];
+      const T* kp = k + ((b * c.hkv + kv) * c.Tk + blk.k0) * d;
+      const T* vp = v + ((b * c.hkv + kv) * c.Tk + blk.k0) * d;
+      for (std::int64_t j = 0; j < c.groups; ++j) {
+        const auto row0 = (b * c.h + kv * c.groups + j) * c.Tq + blk.q0;  // the head's first query of the block
+        tile_gemm::gemm(false, true, blk.m, blk.n, d, 1.f, q + row0 * d, d, kp, d, 0.f, scores.data(), blk.n);
+        SoftmaxArgs a = tile_args(c, b, blk, lse ? lse + row0 : no_lse.data());
+        a.scores = scores.data();
+        a.probs = probs.data();
+        rows_fn(a, 0, blk.m);
+        tile_gemm::gemm(false, false, blk.m, d, blk.n, 1.f, probs.data(), blk.n, vp, d, 0.f, o.data(), d);
+        store_rounded(o.data(), out + row0 * d, blk.m * d);
+      }
+    }
+  });
+}
+
+// Per (batch row, KV head), block by block and head by head, with P recomputed from the saved
+// log-sum-exp: S = q kᵀ, dP = dO vᵀ, the sweep's P and dS, then dq = dS k, dk += dSᵀ q and
+// dv += Pᵀ dO into the pair's fp32 accumulators.
+template <typename T>
+void backward_tiles(const Call& c, const T* q, const T* k, const T* v, const float* lse, const T* grad, T* dq, float* dk,
+                    float* dv) {
+  const auto rows_fn = cpu_kernels().softmax_backward_f32_scores[elem_index(c10::CppTypeToScalarType<T>::value)];
+  const auto d = c.d;
+  at::parallel_for(0, c.B * c.hkv, 1, [&](std::int64_t begin, std::int64_t end) {
+    const auto tile = static_cast<std::size_t>(c.max_m * c.max_n);
+    std::vector<float> scores(tile), d_probs(tile), dq_tile(static_cast<std::size_t>(c.max_m * d));
+    std::vector<T> probs(tile), d_scores(tile);
+    for (std::int64_t pair = begin; pair < end; ++pair) {
+      const auto b = pair / c.hkv, kv = pair % c.hkv;
+      for (const Block& blk : c.blocks) {
+        const auto key0 = (pair * c.Tk + blk.k0) * d;
+        for (std::int64_t j = 0; j < c.groups; ++j) {
+          const auto row0 = (b * c.h + kv * c.groups + j) * c.Tq + blk.q0;
+          const T* qp = q + row0 * d;
+          const T* gp = grad + row0 * d;
+          tile_gemm::gemm(false, true, blk.m, blk.n, d, 1.f, qp, d, k + key0, d, 0.f, scores.data(), blk.n);
+          tile_gemm::gemm(false, true, blk.m, blk.n, d, 1.f, gp, d, v + key0, d, 0.f, d_probs.data(), blk.n);
+          SoftmaxArgs a = tile_args(c, b, blk, const_cast<float*>(lse + row0));
+          a.scores = scores.data();
+          a.d_probs = d_probs.data();
+          a.probs = probs.data();
+          a.d_scores = d_scores.data();
+          rows_fn(a, 0, blk.m);
+          tile_gemm::gemm(false, false, blk.m, d, blk.n, 1.f, d_scores.data(), blk.n, k + key0, d, 0.f, dq_tile.data(), d);
+          store_rounded(dq_tile.data(), dq + row0 * d, blk.m * d);
+          tile_gemm::gemm(true, false, blk.n, d, blk.m, 1.f, d_scores.data(), blk.n, qp, d, 1.f, dk + key0, d);
+          tile_gemm::gemm(true, false, blk.n, d, blk.m, 1.f, probs.data(), blk.n, gp, d, 1.f, dv + key0, d);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+bool tiled_attention_applies(at::Device device, at::ScalarType dtype, std::int64_t pairs, std::int64_t threads) {
+  return tile_gemm::available() && device.is_cpu() && (dtype == at::kFloat || dtype == at::kBFloat16) && pairs >= threads;
+}
+
+bool tiled_attention_runs(const at::Tensor& q, const at::Tensor& k) {
+  return tiled_attention_applies(q.device(), q.scalar_type(), q.size(0) * k.size(1), at::get_num_threads());
+}
+
+at::Tensor tiled_attention_forward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const at::Tensor& mask,
+                                   double scale, double softcap, at::Tensor* lse) {
+  const auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+  const Call c = call_of(q, k, mask, scale, softcap);
+  auto out = at::empty(q.sizes(), q.options());
+  if (lse) *lse = at::empty({c.B, c.h, c.Tq}, q.options().dtype(at::kFloat));
+  float* lse_ptr = lse ? lse->data_ptr<float>() : nullptr;
+  if (q.scalar_type() == at::kFloat) {
+    forward_tiles(c, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), out.data_ptr<float>(), lse_ptr);
+  } else {
+    forward_tiles(c, q.data_ptr<at::BFloat16>(), k.data_ptr<at::BFloat16>(), v.data_ptr<at::BFloat16>(),
+                  out.data_ptr<at::BFloat16>(), lse_ptr);
+  }
+  return out;
+}
+
+AttentionGrads tiled_attention_backward(const at::Tensor& q_in, const at::Tensor& k_in, const at::Tensor& v_in, const at::Tensor& mask,
+                                        const at::Tensor& lse_in, const at::Tensor& grad_out, double scale, double softcap) {
+  const auto q = q_in.contiguous(), k = k_in.contiguous(), v = v_in.contiguous();
+  const auto lse = lse_in.contiguous();
+  const auto grad = grad_out.to(q.scalar_type()).contiguous();
+  const Call c = call_of(q, k, mask, scale, softcap);
+  AttentionGrads g;
+  g.dq = at::empty(q.sizes(), q.options());
+  auto dk = at::zeros(k.sizes(), k.options().dtype(at::kFloat));
+  auto dv = at::zeros(v.sizes(), v.options().dtype(at::kFloat));
+  if (q.scalar_type() == at::kFloat) {
+    backward_tiles(c, q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), lse.data_ptr<float>(), grad.data_ptr<float>(),
+                   g.dq.data_ptr<float>(), dk.data_ptr<float>(), dv.data_ptr<float>());
+  } else {
+    backward_tiles(c, q.data_ptr<at::BFloat16>(), k.data_ptr<at::BFloat16>(), v.data_ptr<at::BFloat16>(), lse.data_ptr<float>(),
+                   grad.data_ptr<at::BFloat16>(), g.dq.data_ptr<at::BFloat16>(), dk.data_ptr<float>(), dv.data_ptr<float>());
+  }
+  g.dk = dk.to(k.scalar_type());
+  g.dv = dv.to(v.scalar_type());
+  return g;
+}
+
+}  // namespace ctune::ops
