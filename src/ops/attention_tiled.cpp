@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "ops/attention_blocks.h"
@@ -39,6 +40,15 @@ Call call_of(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask, d
   c.scale = scale;
   c.softcap = softcap;
   return c;
+}
+
+std::atomic<std::int64_t> g_gemm_flops{0};
+
+// 2 m n d per head and block for each of `products` GEMMs of [m, n] against d.
+void count_flops(const Call& c, int products) {
+  double pairs = 0;
+  for (const Block& blk : c.blocks) pairs += static_cast<double>(blk.m) * static_cast<double>(blk.n);
+  g_gemm_flops += static_cast<std::int64_t>(2.0 * products * static_cast<double>(c.B * c.h * c.d) * pairs);
 }
 
 // The sweep's arguments for one head's tile: rows are the block's queries, in the scratch
@@ -151,6 +161,7 @@ at::Tensor tiled_attention_forward(const at::Tensor& q_in, const at::Tensor& k_i
     forward_tiles(c, q.data_ptr<at::BFloat16>(), k.data_ptr<at::BFloat16>(), v.data_ptr<at::BFloat16>(),
                   out.data_ptr<at::BFloat16>(), lse_ptr);
   }
+  count_flops(c, 2);  // S, then P v
   return out;
 }
 
@@ -171,9 +182,12 @@ AttentionGrads tiled_attention_backward(const at::Tensor& q_in, const at::Tensor
     backward_tiles(c, q.data_ptr<at::BFloat16>(), k.data_ptr<at::BFloat16>(), v.data_ptr<at::BFloat16>(), lse.data_ptr<float>(),
                    grad.data_ptr<at::BFloat16>(), g.dq.data_ptr<at::BFloat16>(), dk.data_ptr<float>(), dv.data_ptr<float>());
   }
+  count_flops(c, 5);  // S, dP, dq, dk, dv
   g.dk = dk.to(k.scalar_type());
   g.dv = dv.to(v.scalar_type());
   return g;
 }
+
+double tiled_attention_gemm_flops() { return static_cast<double>(g_gemm_flops.load()); }
 
 }  // namespace ctune::ops

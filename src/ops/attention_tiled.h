@@ -40,4 +40,9 @@ struct AttentionGrads {
 AttentionGrads tiled_attention_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
                                         const at::Tensor& lse, const at::Tensor& grad_out, double scale, double softcap);
 
+// The GEMM FLOPs (2 m n k each) the tiled kernel has run in this process. Its tiles are no ATen
+// operators, so the step profiler (logging.profile), which counts FLOPs from operators' shapes,
+// adds this counter's growth over a step to its attention category.
+double tiled_attention_gemm_flops();
+
 }  // namespace ctune::ops

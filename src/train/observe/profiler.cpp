@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "io/file.h"
+#include "ops/attention_tiled.h"
 #include "ops/profile_regions.h"
 
 namespace ctune::train {
@@ -176,6 +177,7 @@ struct StepProfiler::State {
   std::vector<Frame> stack;
   std::array<double, kCategories> seconds{};
   std::array<double, kCategories> flops{};
+  double tiled_flops_at_begin = 0;  // ops::tiled_attention_gemm_flops() when the step began
   std::filesystem::path trace_path;
   std::int64_t first_trace_step = 0, trace_steps = 0, step = 0;
   bool tracing = false;
@@ -295,6 +297,7 @@ void StepProfiler::begin_step(std::int64_t step) {
   State& s = *state_;
   s.seconds.fill(0);
   s.flops.fill(0);
+  s.tiled_flops_at_begin = ops::tiled_attention_gemm_flops();
   s.stack.clear();
   s.step = step;
   s.tracing = !s.trace_path.empty() && step >= s.first_trace_step && step < s.first_trace_step + s.trace_steps;
@@ -309,6 +312,7 @@ StepProfile StepProfiler::end_step(double wall_s, std::int64_t input_tokens) {
   double covered = 0;
   for (double v : s.seconds) covered += v;
   s.seconds[kUntracked] = std::max(0.0, wall_s - covered);
+  s.flops[kAttention] += ops::tiled_attention_gemm_flops() - s.tiled_flops_at_begin;
   StepProfile out;
   for (int c = 0; c < kCategories; ++c) {
     if (s.seconds[c] > 0) out.seconds.emplace_back(kNames[c], s.seconds[c]);
