@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 #include <vector>
 
 #include "ops/attention_blocks.h"
@@ -66,10 +67,16 @@ SoftmaxArgs tile_args(const Call& c, std::int64_t b, const Block& blk, float* ls
   return a;
 }
 
-// dst[i] = src[i] rounded to T (a copy for fp32).
+// C[m, d] = A[m, n] · B[n, d] written to dst in T: straight into dst for fp32, else through the
+// fp32 scratch and rounded once.
 template <typename T>
-void store_rounded(const float* src, T* dst, std::int64_t count) {
-  for (std::int64_t i = 0; i < count; ++i) dst[i] = static_cast<T>(src[i]);
+void gemm_into(std::int64_t m, std::int64_t d, std::int64_t n, const T* A, const T* B, float* scratch, T* dst) {
+  if constexpr (std::is_same_v<T, float>) {
+    tile_gemm::gemm(false, false, m, d, n, 1.f, A, n, B, d, 0.f, dst, d);
+  } else {
+    tile_gemm::gemm(false, false, m, d, n, 1.f, A, n, B, d, 0.f, scratch, d);
+    for (std::int64_t i = 0; i < m * d; ++i) dst[i] = static_cast<T>(scratch[i]);
+  }
 }
 
 template <typename T>
@@ -93,8 +100,7 @@ void forward_tiles(const Call& c, const T* q, const T* k, const T* v, T* out, fl
         a.scores = scores.data();
         a.probs = probs.data();
         rows_fn(a, 0, blk.m);
-        tile_gemm::gemm(false, false, blk.m, d, blk.n, 1.f, probs.data(), blk.n, vp, d, 0.f, o.data(), d);
-        store_rounded(o.data(), out + row0 * d, blk.m * d);
+        gemm_into(blk.m, d, blk.n, probs.data(), vp, o.data(), out + row0 * d);
       }
     }
   });
@@ -128,8 +134,7 @@ void backward_tiles(const Call& c, const T* q, const T* k, const T* v, const flo
           a.probs = probs.data();
           a.d_scores = d_scores.data();
           rows_fn(a, 0, blk.m);
-          tile_gemm::gemm(false, false, blk.m, d, blk.n, 1.f, d_scores.data(), blk.n, k + key0, d, 0.f, dq_tile.data(), d);
-          store_rounded(dq_tile.data(), dq + row0 * d, blk.m * d);
+          gemm_into(blk.m, d, blk.n, d_scores.data(), k + key0, dq_tile.data(), dq + row0 * d);
           tile_gemm::gemm(true, false, blk.n, d, blk.m, 1.f, d_scores.data(), blk.n, qp, d, 1.f, dk + key0, d);
           tile_gemm::gemm(true, false, blk.n, d, blk.m, 1.f, probs.data(), blk.n, gp, d, 1.f, dv + key0, d);
         }
