@@ -17,6 +17,12 @@
 #   sys            system time over the process's CPU time during the timed steps
 #   peak           resident high-water mark during training (VmHWM reset after loading, both)
 #   vs HF, vs lean ctune tokens/s over each peer's (the median of the runs' ratios)
+# Both peers run with tcmalloc preloaded (libtcmalloc-minimal4; TCMALLOC= runs them on glibc's
+# malloc), as PyTorch's CPU performance tuning guide advises: glibc gives a step's large blocks
+# back to the kernel and faults them in again every step, which on some of these machines cost
+# the lean peer 38% of its CPU time in the kernel and two thirds of its speed (LoRA bf16 153 ->
+# 500 tokens/s) and on others little, so without it the ratios measured the machine. ctune needs
+# no preload: it pools its tensors (src/ops/tensor_pool.cpp).
 # Workloads: the SmolLM-135M shape of issue 15 (hidden 576, 30 layers, 9/3 heads, inter 1536,
 # vocab 49152, untied) with LoRA rank 8 on q,v and full fine-tuning, fp32 and bf16, packed (the
 # quickstart's short stories) and unpacked (rows filled by long documents), seq 512 batch 4; LoRA
@@ -50,6 +56,8 @@ STEPS=${STEPS:-4}
 ONLY=${ONLY:-}
 CTUNE_ARGS=${CTUNE_ARGS:-}
 THREADS=${THREADS:-$(nproc)}
+TCMALLOC=${TCMALLOC-$({ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | awk '/libtcmalloc_minimal\.so\.4 /{p = $NF} END {print p}')}
+[[ -n $TCMALLOC ]] || echo "bench: no libtcmalloc_minimal.so.4 (apt install libtcmalloc-minimal4): the peers run on glibc's malloc" >&2
 mkdir -p "$OUT"
 
 # The models (random weights, fp32 files) and the data.
@@ -163,15 +171,16 @@ print(json.dumps({"tokens_per_s": statistics.median(s["tokens_per_s"] for s in t
 PY
 }
 
-peer_row() {  # script name model method precision seq batch packed objective
-  local script=$1 lengths=()
-  shift
+peer_row() {  # preload script name model method precision seq batch packed objective
+  local preload=$1 script=$2 lengths=()
+  shift 2
   [[ $7 == yes ]] && lengths=(--doc-lengths "$OUT/doc_lengths.txt")
-  $PY "scripts/$script" step --config "$OUT/$2.json" --method "$3" --precision "$4" --seq "$5" --batch "$6" \
+  LD_PRELOAD=$preload $PY "scripts/$script" step --config "$OUT/$2.json" --method "$3" --precision "$4" --seq "$5" --batch "$6" \
     --steps "$STEPS" --threads "$THREADS" --objective "$8" "${lengths[@]}"
 }
 
 [[ ${KEEP:-0} == 1 ]] || : >"$OUT/results.jsonl"  # KEEP=1: add to an earlier invocation's rows
+echo "{\"peer_allocator\": \"${TCMALLOC:-glibc malloc}\"}" >>"$OUT/results.jsonl"
 for dtype in fp32 bf16; do
   $PY scripts/bench_eager.py gemm --dtype $dtype --threads "$THREADS" >>"$OUT/results.jsonl"
 done
@@ -187,8 +196,8 @@ for row in "${GRID[@]}"; do
   for ((rep = 0; rep < REPS; rep++)); do
     c=$(ctune_row "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
     g=$($PY scripts/bench_eager.py gemm --dtype "$precision" --threads "$THREADS" --repeats 10)
-    e=$(peer_row bench_eager.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
-    l=$(peer_row bench_eager_lean.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
+    e=$(peer_row "$TCMALLOC" bench_eager.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
+    l=$(peer_row "$TCMALLOC" bench_eager_lean.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
     echo "{\"name\": \"$name\", \"model\": \"$model\", \"method\": \"$method\", \"precision\": \"$precision\", \"seq\": $seq, \"batch\": $batch, \"objective\": \"$objective\", \"gemm\": $g, \"ctune\": $c, \"eager\": $e, \"lean\": $l}" >>"$OUT/results.jsonl"
     echo "done: $name ($((rep + 1))/$REPS)" >&2
   done
@@ -200,10 +209,11 @@ done
 $PY - "$OUT" <<'PY'
 import json, statistics, sys
 out = sys.argv[1]
-rows, gemm = {}, {"fp32": [], "bf16": []}
+rows, gemm, allocators = {}, {"fp32": [], "bf16": []}, []
 for line in open(f"{out}/results.jsonl"):
     j = json.loads(line)
     if "flops_per_s" in j: gemm[j["dtype"]].append(j["flops_per_s"])
+    elif "peer_allocator" in j: allocators.append(j["peer_allocator"])
     else: rows.setdefault(j["name"], []).append(j)
 
 def model_flops_per_token(cfg, method, seq, objective):
@@ -230,6 +240,7 @@ def model_flops_per_token(cfg, method, seq, objective):
 
 med = statistics.median
 print(f"GEMM 2048^3 in this run (before and after): fp32 {med(gemm['fp32']) / 1e9:.0f} GFLOP/s, bf16 {med(gemm['bf16']) / 1e9:.0f} GFLOP/s")
+print(f"the peers' allocator: {', '.join(sorted(set(allocators))) or 'glibc malloc (results from before it was recorded)'}")
 sides = ("ctune", "eager", "lean")  # eager: the HF/PEFT-style peer
 print("| workload | tok/s ctune / HF / lean | vs HF | vs lean | MFU ctune / HF / lean | sys ctune / HF / lean | peak MB ctune / HF / lean | runs |")
 print("|---|---|---|---|---|---|---|---|")

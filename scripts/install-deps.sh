@@ -12,6 +12,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev
   libonig-dev libutf8proc-dev libxxhash-dev
   python3-torch python3-numpy python3-sentencepiece
+  libtcmalloc-minimal4  # scripts/bench.sh runs its PyTorch peers on tcmalloc
   python3-jinja2  # the chat-template tests' reference engine (tests/template)
   iproute2 procps  # ss and pgrep: scripts/fault_drill.sh watches a run's sockets and ranks
   chromium  # the run report is rendered headless in the tests (docs/report.md)
