@@ -41,6 +41,7 @@ int run_generation_estimate(const EstimateOptions& o) {
   in.batch = o.batch * o.num_beams;  // beam search keeps num_beams rows (and caches) per prompt
   in.prompt_tokens = o.prompt_tokens;
   in.new_tokens = o.new_tokens;
+  in.threads = at::get_num_threads();  // generate runs on this process's threads
   const auto ledger = train::estimate_generation_memory(in);
   if (o.json) {
     std::cout << ledger.to_json().dump() << std::endl;

@@ -85,6 +85,7 @@ struct LedgerInputs {
   // train/objective/shared_prompt.h, whose rows also keep prefix and sequence ids).
   std::int64_t prompt_tokens = 0;
   std::int64_t generated_prompts = 0;  // distinct prompts: the prompt pass runs once per prompt (infer/generate.h)
+  bool tiled_prefill = false;          // the prompt pass's attention runs tiled (ops/attention_tiled.h)
   std::int64_t kept_rows = 0;
   bool shared_prompt = false;
 };
@@ -138,6 +139,7 @@ struct GenerationLedgerInputs {
   std::int64_t parameters = 0;  // model::parameter_count of the model
   at::ScalarType storage_dtype = at::kFloat;
   std::int64_t batch = 1, prompt_tokens = 512, new_tokens = 256;
+  std::int64_t threads = 1;  // generate's threads: the tiled attention keeps one tile per thread
 };
 Ledger estimate_generation_memory(const GenerationLedgerInputs& in);
 

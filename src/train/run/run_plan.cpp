@@ -530,6 +530,8 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   const auto attention_dtype = p.compute_dtype != at::kFloat ? p.compute_dtype : p.model_dtype;
   in.threads = p.threads;
   in.tiled_attention = ops::tiled_attention_applies(p.device, attention_dtype, in.batch_size * p.model_config.num_key_value_heads, p.threads);
+  in.tiled_prefill = in.recompute.blocked_attention &&
+                     ops::tiled_attention_applies(p.device, attention_dtype, in.generated_prompts * p.model_config.num_key_value_heads, p.threads);
   if (p.model_config.arch.moe.experts > 0) {
     in.padded_expert_rows = model::pads_expert_rows(p.device, p.compute_dtype);
     in.kernel_cache_bytes = ops::gemm_kernel_cache_bytes(p.device, p.compute_dtype);
