@@ -25,7 +25,10 @@ std::int64_t bytes_of(at::ScalarType t) { return static_cast<std::int64_t>(c10::
 struct Symbols {
   std::vector<std::pair<std::string, std::int64_t>> values;
   Term operator()(const std::string& name, std::int64_t value) {
-    values.emplace_back(name, value);
+    // A symbol two parts of the ledger read (th: the attention's tiles in training and in the
+    // generation's prompt pass) is listed once.
+    const auto listed = [&](const auto& v) { return v.first == name && v.second == value; };
+    if (std::none_of(values.begin(), values.end(), listed)) values.emplace_back(name, value);
     return Term::sym(name, value);
   }
 };
@@ -364,8 +367,7 @@ RolloutTerms rollout_lines(const LedgerInputs& in, const Shape& s, const Term& g
   // over every prompt and head.
   Term scores;
   if (in.tiled_prefill) {
-    const Term threads = s.tiled_attention ? s.threads : sym("th", in.threads);
-    scores = threads * Term::min({P, Term::num(ops::kTileQueries)}) * (P * (four + s.c) + four * s.d);
+    scores = sym("th", in.threads) * Term::min({P, Term::num(ops::kTileQueries)}) * (P * (four + s.c) + four * s.d);
   } else {
     scores = Term::num(2) * Gp * s.nh * Term::min({P, Term::num(ops::kBlockQueries)}) * P * four;
   }
