@@ -58,6 +58,10 @@ CTUNE_ARGS=${CTUNE_ARGS:-}
 THREADS=${THREADS:-$(nproc)}
 TCMALLOC=${TCMALLOC-$({ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | awk '/libtcmalloc_minimal\.so\.4 /{p = $NF} END {print p}')}
 [[ -n $TCMALLOC ]] || echo "bench: no libtcmalloc_minimal.so.4 (apt install libtcmalloc-minimal4): the peers run on glibc's malloc" >&2
+if [[ -n $TCMALLOC && ! -f $TCMALLOC ]]; then  # ld.so would only warn and run the peers on glibc
+  echo "bench: TCMALLOC=$TCMALLOC: no such file (expected the path of libtcmalloc_minimal.so.4, or empty for glibc's malloc)" >&2
+  exit 2
+fi
 mkdir -p "$OUT"
 
 # The models (random weights, fp32 files) and the data.
