@@ -85,7 +85,9 @@ void forward_tiles(const Call& c, const T* q, const T* k, const T* v, T* out, fl
   const auto nblk = static_cast<std::int64_t>(c.blocks.size());
   const auto d = c.d;
   at::parallel_for(0, c.B * c.hkv * nblk, 1, [&](std::int64_t begin, std::int64_t end) {
-    std::vector<float> scores(static_cast<std::size_t>(c.max_m * c.max_n)), o(static_cast<std::size_t>(c.max_m * d));
+    // o: the fp32 rows gemm_into rounds from (bf16 only; fp32 writes straight into out).
+    constexpr bool narrow = !std::is_same_v<T, float>;
+    std::vector<float> scores(static_cast<std::size_t>(c.max_m * c.max_n)), o(narrow ? static_cast<std::size_t>(c.max_m * d) : 0);
     std::vector<T> probs(static_cast<std::size_t>(c.max_m * c.max_n));
     std::vector<float> no_lse(static_cast<std::size_t>(c.max_m));
     for (std::int64_t t = begin; t < end; ++t) {
@@ -116,7 +118,8 @@ void backward_tiles(const Call& c, const T* q, const T* k, const T* v, const flo
   const auto d = c.d;
   at::parallel_for(0, c.B * c.hkv, 1, [&](std::int64_t begin, std::int64_t end) {
     const auto tile = static_cast<std::size_t>(c.max_m * c.max_n);
-    std::vector<float> scores(tile), d_probs(tile), dq_tile(static_cast<std::size_t>(c.max_m * d));
+    constexpr bool narrow = !std::is_same_v<T, float>;  // dq_tile as forward's o
+    std::vector<float> scores(tile), d_probs(tile), dq_tile(narrow ? static_cast<std::size_t>(c.max_m * d) : 0);
     std::vector<T> probs(tile), d_scores(tile);
     for (std::int64_t pair = begin; pair < end; ++pair) {
       const auto b = pair / c.hkv, kv = pair % c.hkv;

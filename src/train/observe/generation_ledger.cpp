@@ -8,45 +8,57 @@
 
 namespace ctune::train {
 
+Term prompt_pass_bytes(const PromptPass& p) {
+  // A layer's hidden states (input, norm, output) with either its attention (q, k, v and the
+  // kernel's scores) or its MLP (gate, up, their product), the mask, and the last position's
+  // logits. The scores: tiled, each thread's tile of fp32 scores, probabilities in c and, when
+  // c is narrower than fp32, the fp32 output rows it rounds from; else one block of fp32 scores
+  // and probabilities over every prompt and head.
+  const Term four = Term::num(4);
+  const Term rows = p.c.value() < 4 ? four * p.d : Term();
+  const Term scores = p.tiled ? p.threads * Term::min({p.P, Term::num(ops::kTileQueries)}) * (p.P * (four + p.c) + rows)
+                              : Term::num(2) * p.prompts * p.nh * Term::min({p.P, Term::num(ops::kBlockQueries)}) * p.P * four;
+  const Term attention = p.prompts * p.P * (p.nh + Term::num(2) * p.nkv) * p.d * p.c + scores;
+  const Term mlp = Term::num(3) * p.prompts * p.P * p.I * p.c;
+  return Term::num(3) * p.prompts * p.P * p.H * p.c + Term::max({attention, mlp}) + p.prompts * p.P * p.P + p.logit_rows * p.V * four;
+}
+
 Ledger estimate_generation_memory(const GenerationLedgerInputs& in) {
   const auto& c = in.config;
-  const std::int64_t B = in.batch, P = in.prompt_tokens, N = in.new_tokens, H = c.hidden_size, I = c.intermediate_size,
-                     L = c.num_hidden_layers, V = c.vocab_size, nh = c.num_attention_heads, nkv = c.num_key_value_heads,
-                     d = c.head_dim;
   // generate computes in the dtype the weights are stored in, so activations and the cache are
   // in it too.
-  const auto s = static_cast<std::int64_t>(c10::elementSize(in.storage_dtype));
+  const bool tiled = ops::tiled_attention_applies(at::Device(at::kCPU), in.storage_dtype, in.batch * c.num_key_value_heads, in.threads);
   Ledger led;
+  // Each symbol's value, so that every formula evaluates as a training ledger's does.
+  const auto sym = [&](const std::string& name, std::int64_t value) {
+    led.symbol_values.emplace_back(name, value);
+    return Term::sym(name, value);
+  };
+  const Term B = sym("B", in.batch), P = sym("P", in.prompt_tokens), N = sym("N", in.new_tokens), H = sym("H", c.hidden_size),
+             I = sym("I", c.intermediate_size), L = sym("L", c.num_hidden_layers), V = sym("V", c.vocab_size),
+             nh = sym("nh", c.num_attention_heads), nkv = sym("nkv", c.num_key_value_heads), d = sym("d", c.head_dim),
+             s = sym("s", static_cast<std::int64_t>(c10::elementSize(in.storage_dtype))),
+             th = tiled ? sym("th", in.threads) : Term(), count = sym("parameters", in.parameters);
   {
-    std::ostringstream sym;
-    sym << "B " << B << " sequences, P " << P << " prompt tokens, N " << N << " new tokens, H " << H << ", I " << I << ", L " << L
-        << ", V " << V << ", heads " << nh << "/" << nkv << " x d " << d << ", s = " << s << " B (stored and computed dtype)";
-    led.symbols = sym.str();
+    std::ostringstream text;
+    text << "B " << in.batch << " sequences, P " << in.prompt_tokens << " prompt tokens, N " << in.new_tokens << " new tokens, H "
+         << c.hidden_size << ", I " << c.intermediate_size << ", L " << c.num_hidden_layers << ", V " << c.vocab_size << ", heads nh "
+         << c.num_attention_heads << " / nkv " << c.num_key_value_heads << " x d " << c.head_dim << ", s = " << s.value()
+         << " B (stored and computed dtype)" << (tiled ? ", th " + std::to_string(in.threads) + " threads" : "");
+    led.symbols = text.str();
   }
-  const std::int64_t weights = in.parameters * s;
-  led.lines.push_back({"weights", weights, "parameters x s (an adapter applied at run time adds its own, small)", ""});
-  const std::int64_t kv = 2 * L * B * (P + N) * nkv * d * s;
-  led.lines.push_back({"kv_cache", kv, "2 (K, V) x L x B x (P + N) x kv heads x d x s: preallocated, KV heads only", ""});
-  // The prompt's forward pass is the largest transient: a layer's hidden states (input, norm,
-  // output) with either its attention (q, k, v and the kernel's scores) or its MLP (gate, up,
-  // their product), the mask, and the last position's logits. The scores: tiled
-  // (ops/attention_tiled.h, where it runs), each thread's block of fp32 scores, probabilities in
-  // s and fp32 output rows; else one block of fp32 scores and probabilities over every prompt
-  // and head.
-  const bool tiled = ops::tiled_attention_applies(at::Device(at::kCPU), in.storage_dtype, B * nkv, in.threads);
-  const std::int64_t block = std::min<std::int64_t>(P, tiled ? ops::kTileQueries : ops::kBlockQueries);
-  const std::int64_t scores = tiled ? in.threads * block * (P * (4 + s) + 4 * d) : 2 * B * nh * block * P * 4;
-  const std::string scores_text = tiled ? std::to_string(in.threads) + " threads x " + std::to_string(block) + " (P (4 + s) + 4 d) (each thread's tile)"
-                                        : "2 B heads " + std::to_string(block) + " P 4 (a block's scores)";
-  const std::int64_t attention = B * P * (nh + 2 * nkv) * d * s + scores;
-  const std::int64_t mlp = 3 * B * P * I * s;
-  const std::int64_t prefill = 3 * B * P * H * s + std::max(attention, mlp) + B * P * P + B * V * 4;
-  led.lines.push_back({"prefill", prefill,
-                       "3 B P H s (hidden states) + max(attention B P (heads + 2 kv heads) d s + " + scores_text +
-                           ", MLP 3 B P I s) + B P P (mask) + B V 4 (last logits)", ""});
-  led.peak_bytes = weights + kv + prefill;
+  const Term weights = count * s;
+  led.lines.push_back({"weights", weights.value(), weights.text(), "an adapter applied at run time adds its own, small"});
+  const Term kv = Term::num(2) * L * B * (P + N) * nkv * d * s;
+  led.lines.push_back({"kv_cache", kv.value(), kv.text(), "K and V, preallocated, KV heads only"});
+  const Term prefill = prompt_pass_bytes(
+      {.prompts = B, .logit_rows = B, .P = P, .H = H, .I = I, .V = V, .nh = nh, .nkv = nkv, .d = d, .c = s, .threads = th, .tiled = tiled});
+  led.lines.push_back({"prefill", prefill.value(), prefill.text(),
+                       std::string("the prompts' forward pass: hidden states, the larger of attention (q, k, v, ") +
+                           (tiled ? "each thread's tile of scores" : "a block of fp32 scores") + ") and the MLP, the mask, the last logits"});
+  led.peak_bytes = weights.value() + kv.value() + prefill.value();
   led.peak_formula = "weights + kv_cache + prefill (a decode step holds one position; the process itself, libraries and tokenizer, is not counted)";
-  led.state_bytes = weights;
+  led.state_bytes = weights.value();
   return led;
 }
 

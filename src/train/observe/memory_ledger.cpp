@@ -361,19 +361,9 @@ RolloutTerms rollout_lines(const LedgerInputs& in, const Shape& s, const Term& g
   led.lines.push_back({"KV cache", kv.value(), kv.text(),
                        "the rollout's generation: Bg sequences sampled together, prompt and new tokens, KV heads only (freed before the step's forward)"});
   const Term four = Term::num(4);
-  const Term Gp = sym("Bp", in.generated_prompts);
-  // The attention's scores: tiled (ops/attention_tiled.h), each thread's block of fp32 scores,
-  // probabilities in c and fp32 output rows; else one block of fp32 scores and probabilities
-  // over every prompt and head.
-  Term scores;
-  if (in.tiled_prefill) {
-    scores = sym("th", in.threads) * Term::min({P, Term::num(ops::kTileQueries)}) * (P * (four + s.c) + four * s.d);
-  } else {
-    scores = Term::num(2) * Gp * s.nh * Term::min({P, Term::num(ops::kBlockQueries)}) * P * four;
-  }
-  const Term attention = Gp * P * (s.nh + Term::num(2) * s.nkv) * s.d * s.c + scores;
-  const Term mlp = Term::num(3) * Gp * P * s.I * s.c;
-  const Term prefill = Term::num(3) * Gp * P * s.H * s.c + Term::max({attention, mlp}) + Gp * P * P + G * s.V * four;
+  const Term prefill = prompt_pass_bytes({.prompts = sym("Bp", in.generated_prompts), .logit_rows = G, .P = P, .H = s.H, .I = s.I,
+                                          .V = s.V, .nh = s.nh, .nkv = s.nkv, .d = s.d, .c = s.c,
+                                          .threads = in.tiled_prefill ? sym("th", in.threads) : Term(), .tiled = in.tiled_prefill});
   led.lines.push_back({"generation prefill", prefill.value(), prefill.text(),
                        "the prompts' forward pass, once per distinct prompt (Bp): hidden states, the larger of attention (q, k, v, " + std::string(in.tiled_prefill ? "each thread's tile of scores" : "a block of fp32 scores") + ") and the MLP, the mask; the last logits of all Bg" +
                            std::string(gathered_whole.value() > 0 ? "; the whole policy gathered for it (sharded parameters)" : "")});

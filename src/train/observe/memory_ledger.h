@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "core/term.h"
 #include "model/config.h"
 #include "model/parameter_shapes.h"
 #include "model/recompute.h"
@@ -142,5 +143,16 @@ struct GenerationLedgerInputs {
   std::int64_t threads = 1;  // generate's threads: the tiled attention keeps one tile per thread
 };
 Ledger estimate_generation_memory(const GenerationLedgerInputs& in);
+
+// The prompts' forward pass, the largest transient of a generation: what the generation view's
+// `prefill` line and GRPO's `generation prefill` both count (generation_ledger.cpp). `prompts`
+// rows of P tokens run the pass (a distinct prompt once); the last position's fp32 logits of
+// `logit_rows` sequences follow it. `tiled`: the attention runs tiled (ops/attention_tiled.h),
+// one tile per thread of `threads`.
+struct PromptPass {
+  Term prompts, logit_rows, P, H, I, V, nh, nkv, d, c, threads;
+  bool tiled = false;
+};
+Term prompt_pass_bytes(const PromptPass& p);
 
 }  // namespace ctune::train
