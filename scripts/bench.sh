@@ -17,12 +17,8 @@
 #   sys            system time over the process's CPU time during the timed steps
 #   peak           resident high-water mark during training (VmHWM reset after loading, both)
 #   vs HF, vs lean ctune tokens/s over each peer's (the median of the runs' ratios)
-# Both peers run with tcmalloc preloaded (libtcmalloc-minimal4; TCMALLOC= runs them on glibc's
-# malloc), as PyTorch's CPU performance tuning guide advises: glibc gives a step's large blocks
-# back to the kernel and faults them in again every step, which on some of these machines cost
-# the lean peer 38% of its CPU time in the kernel and two thirds of its speed (LoRA bf16 153 ->
-# 500 tokens/s) and on others little, so without it the ratios measured the machine. ctune needs
-# no preload: it pools its tensors (src/ops/tensor_pool.cpp).
+# Both peers run with tcmalloc preloaded (scripts/peer_allocator.sh says why; TCMALLOC= runs them
+# on glibc's malloc). ctune needs no preload: it pools its tensors.
 # Workloads: the SmolLM-135M shape of issue 15 (hidden 576, 30 layers, 9/3 heads, inter 1536,
 # vocab 49152, untied) with LoRA rank 8 on q,v and full fine-tuning, fp32 and bf16, packed (the
 # quickstart's short stories) and unpacked (rows filled by long documents), seq 512 batch 4; LoRA
@@ -56,12 +52,7 @@ STEPS=${STEPS:-4}
 ONLY=${ONLY:-}
 CTUNE_ARGS=${CTUNE_ARGS:-}
 THREADS=${THREADS:-$(nproc)}
-TCMALLOC=${TCMALLOC-$({ ldconfig -p || /sbin/ldconfig -p; } 2>/dev/null | awk '/libtcmalloc_minimal\.so\.4 /{p = $NF} END {print p}')}
-[[ -n $TCMALLOC ]] || echo "bench: no libtcmalloc_minimal.so.4 (apt install libtcmalloc-minimal4): the peers run on glibc's malloc" >&2
-if [[ -n $TCMALLOC && ! -f $TCMALLOC ]]; then  # ld.so would only warn and run the peers on glibc
-  echo "bench: TCMALLOC=$TCMALLOC: no such file (expected the path of libtcmalloc_minimal.so.4, or empty for glibc's malloc)" >&2
-  exit 2
-fi
+source scripts/peer_allocator.sh bench
 mkdir -p "$OUT"
 
 # The models (random weights, fp32 files) and the data.

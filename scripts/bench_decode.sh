@@ -17,6 +17,8 @@
 #   bash scripts/bench_decode.sh                          # PROMPT_TOKENS=128 NEW_TOKENS=128 BATCHES='1 8' REPS=1
 #   REPS=3 BATCHES=1 bash scripts/bench_decode.sh         # medians of three runs, batch 1 only
 # Also THREADS (default nproc, both sides), OUT (default /tmp/ctune-bench-decode), CTUNE (the binary).
+# The peer runs with tcmalloc preloaded, as bench.sh's do (scripts/peer_allocator.sh; TCMALLOC= for
+# glibc's malloc); the table names the allocator.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CTUNE=${CTUNE:-./build/bin/ctune}
@@ -28,6 +30,7 @@ NEW_TOKENS=${NEW_TOKENS:-128}
 BATCHES=${BATCHES:-1 8}
 REPS=${REPS:-1}
 THREADS=${THREADS:-$(nproc)}
+source scripts/peer_allocator.sh bench_decode
 mkdir -p "$OUT"
 [[ -f $OUT/model/config.json ]] ||
   $CTUNE init --config recipes/models/smollm2-135m.json --out "$OUT/model" --tokenizer byte --seed 0 --dtype fp32 >/dev/null
@@ -55,7 +58,7 @@ ctune_side() {  # B rep
   fi
 }
 eager_side() {  # B rep; the prompt ids come from rep 0's ctune output (the same prompt file every rep)
-  $PY scripts/bench_decode.py --model "$OUT/model" --prompts "$OUT/ctune-b$1-r0.jsonl" --batch "$1" \
+  LD_PRELOAD=$TCMALLOC $PY scripts/bench_decode.py --model "$OUT/model" --prompts "$OUT/ctune-b$1-r0.jsonl" --batch "$1" \
     --max-new-tokens "$NEW_TOKENS" --threads "$THREADS" >"$OUT/eager-b$1-r$2.json"
 }
 
@@ -67,9 +70,9 @@ for ((rep = 0; rep < REPS; rep++)); do
   done
 done
 
-$PY - "$OUT" "$BATCHES" "$REPS" "$PROMPT_TOKENS" "$NEW_TOKENS" "$THREADS" <<'PY'
+$PY - "$OUT" "$BATCHES" "$REPS" "$PROMPT_TOKENS" "$NEW_TOKENS" "$THREADS" "${TCMALLOC:-glibc malloc}" <<'PY'
 import json, os, statistics, sys
-out, batches, reps, P, N, threads = sys.argv[1], [int(b) for b in sys.argv[2].split()], int(sys.argv[3]), *sys.argv[4:7]
+out, batches, reps, P, N, threads, allocator = sys.argv[1], [int(b) for b in sys.argv[2].split()], int(sys.argv[3]), *sys.argv[4:8]
 med = statistics.median
 
 def ctune(B, r):  # the timed group: the last B JSON objects (the first B were the warm-up)
@@ -85,7 +88,8 @@ def eager(B, r):
 
 print(f"\n== decode benchmark: SmolLM2-135M shape (30 layers, 134.5M parameters, tied head), fp32, random weights")
 print(f"   greedy, prompt {P} tokens, up to {N} new, {threads} threads both sides; medians of {reps} run(s); MB = 1e6 bytes")
-print(f"   eager = scripts/bench_decode.py: HF-style Llama, torch.cat KV cache (as DynamicCache), eager attention")
+print(f"   eager = scripts/bench_decode.py: HF-style Llama, torch.cat KV cache (as DynamicCache), eager attention,"
+      f" on {allocator}")
 print(f"{'batch':>5}  {'side':6}{'prefill tok/s':>14}{'decode tok/s':>14}{'peak MB':>9}  {'new tokens/seq':>15}  stop")
 ratios, agree = {}, []
 for B in batches:
