@@ -76,13 +76,17 @@ TEST_F(Plan, ChoosesWhatFitsWritesItAndTrainFitRunsAndResumesIt) {
                                                              "memory.chunked_loss=true", "training.batch_size=8"});
   const auto lightest = predicted_peak(kDir / "auto.yaml", {"precision=bf16", "peft.method=lora", "memory.activation_checkpointing=full",
                                                             "memory.chunked_loss=true", "training.batch_size=1", "training.grad_accum=8"});
-  // A candidate fits when its peak plus the planner's headroom (5%, kPlanHeadroom in
-  // src/train/plan/planner.h) is within the budget. The budget lies halfway between what the
+  // A candidate fits when its peak plus the planner's headroom (kPlanHeadroom in
+  // src/train/plan/planner.h, read from the binary's own plan) is within the budget. The budget lies halfway between what the
   // lightest needs and the defaults' peak: on a model this small both are mostly the process's
   // own memory (the ledger's runtime line, ~170 MB of LibTorch), which each process measures
   // anew and which moves by a few MB between processes, so halfway between the two peaks left
   // as little as 2 MB.
-  const double lightest_needs = static_cast<double>(lightest) * 1.05;
+  const auto probe = ctune({"plan", (kDir / "auto.yaml").string(), "--budget", std::to_string(defaults), "--json"});
+  ASSERT_EQ(probe.status, 0) << probe.err;
+  const double headroom = Json::parse(probe.out)["headroom"].get<double>();
+  ASSERT_GT(headroom, 0.0);
+  const double lightest_needs = static_cast<double>(lightest) * (1.0 + headroom);
   ASSERT_LT(lightest_needs, static_cast<double>(defaults));
   const auto budget = static_cast<std::int64_t>((lightest_needs + static_cast<double>(defaults)) / 2);
   const fs::path written = kDir / "resolved.yaml";
