@@ -222,15 +222,18 @@ void cross_entropy_rows(const CrossEntropyArgs& a, std::int64_t begin, std::int6
       z[j] = v;
       mx = v > mx ? v : mx;
     }
-    A sum = 0;
-#pragma omp simd reduction(+ : sum)
+    A sum = 0, ez = 0;  // ez: Σ exp(z - max) z, for the entropy
+#pragma omp simd reduction(+ : sum, ez)
     for (std::int64_t j = 0; j < V; ++j) {
       const A x = vec::exp_of(z[j] - mx);
       e[j] = x;
       sum += x;
+      ez += x * z[j];
     }
     const std::int64_t target = a.targets[r];
-    a.loss[r] = static_cast<double>(mx + std::log(sum) - z[target]);
+    const A lse = mx + std::log(sum);
+    a.loss[r] = static_cast<double>(lse - z[target]);
+    if (a.entropy) a.entropy[r] = static_cast<double>(lse - ez / sum);
     if (!a.grad) continue;
     T* g = static_cast<T*>(a.grad) + r * V;
     const A inv = A(1) / sum;

@@ -54,7 +54,8 @@ using GluRowsFn = void (*)(const GluArgs&, std::int64_t begin, std::int64_t end)
 
 // ---- cross entropy over the vocabulary (train/step/chunked_loss.h) ----------------------------
 // Row r: z = cap(logits[r]) (cap · tanh(l / cap), or l), loss[r] = logsumexp(z) - z[target[r]];
-// with grad set, grad[r] = (softmax(z) - onehot(target[r])) · cap'(z) (cap' = 1 - (z / cap)²).
+// with grad set, grad[r] = (softmax(z) - onehot(target[r])) · cap'(z) (cap' = 1 - (z / cap)²);
+// with entropy set, entropy[r] = -Σ softmax(z) log softmax(z) = logsumexp(z) - Σ softmax(z) z.
 struct CrossEntropyArgs {
   const void* logits;  // [rows, vocab], row stride ld
   std::int64_t ld, vocab;
@@ -62,6 +63,7 @@ struct CrossEntropyArgs {
   double softcap;
   double* loss;  // [rows]
   void* grad;    // [rows, vocab] (row stride vocab), the logits' type, or null
+  double* entropy;  // [rows], or null
 };
 using CrossEntropyRowsFn = void (*)(const CrossEntropyArgs&, std::int64_t begin, std::int64_t end);
 

@@ -12,7 +12,9 @@ namespace ctune::ops {
 // logits: [rows, V] (last dimension contiguous), targets: [rows] int64 in [0, V). With
 // z = softcap · tanh(logits / softcap) when softcap > 0, else the logits:
 //   *loss ← [rows] float64: logsumexp(z) - z[target];
-//   *grad (when given) ← [rows, V] in the logits' dtype: (softmax(z) - onehot(target)) · dz/dlogits.
-void cross_entropy_rows(const at::Tensor& logits, const at::Tensor& targets, double softcap, at::Tensor* loss, at::Tensor* grad);
+//   *grad (when given) ← [rows, V] in the logits' dtype: (softmax(z) - onehot(target)) · dz/dlogits;
+//   *entropy (when given) ← [rows] float64: -Σ softmax(z) log softmax(z), from the same sweep.
+void cross_entropy_rows(const at::Tensor& logits, const at::Tensor& targets, double softcap, at::Tensor* loss, at::Tensor* grad,
+                        at::Tensor* entropy = nullptr);
 
 }  // namespace ctune::ops

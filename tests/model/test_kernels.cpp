@@ -278,16 +278,22 @@ TEST(Kernels, CrossEntropyRowsAgreeWithFloat64) {
       auto z = cap > 0 ? at::tanh(l64 / cap) * cap : l64;
       auto ref_rows = at::logsumexp(z, 1) - z.gather(1, targets.unsqueeze(1)).squeeze(1);
       auto ref_grad = torch::autograd::grad({ref_rows.sum()}, {l64})[0];
+      const auto zd = z.detach();
+      const auto ref_entropy = at::logsumexp(zd, 1) - (at::softmax(zd, 1) * zd).sum(1);
       // fp32: a sum of 1000 exps (sqrt(1000) u typical, 1000 u at worst) and the log: the loss
       // (~|log-sum-exp| ~ 10) within 1000 u of it; the gradient's entries within 16 u of 1.
       // bf16 logits are exact inputs; the gradient is rounded once: 2 u_bf16 of its largest entry.
       const double loss_tol = dtype == at::kDouble ? 1e-12 : 1000 * kUnitRoundoffFp32 * 10;
       const double grad_tol = dtype == at::kDouble ? 1e-14 : dtype == at::kFloat ? 16 * kUnitRoundoffFp32 : 2 * kUnitRoundoffBf16;
+      // The entropy, log-sum-exp - Σ p z: the log-sum-exp as the loss, and Σ e z / Σ e, two sums
+      // of 1000 terms (1000 u each at worst) scaling a mean of z of at most max |z| ~ 20.
+      const double entropy_tol = dtype == at::kDouble ? 1e-12 : loss_tol + 2 * 1000 * kUnitRoundoffFp32 * 20;
       on_every_table([&](const std::string& isa) {
         const std::string what = std::string(cap > 0 ? "capped " : "") + "cross entropy " + c10::toString(dtype) + " [" + isa + "]";
-        at::Tensor rows, grad;
-        ops::cross_entropy_rows(logits, targets, cap, &rows, &grad);
+        at::Tensor rows, grad, entropy;
+        ops::cross_entropy_rows(logits, targets, cap, &rows, &grad, &entropy);
         EXPECT_TRUE(within(what + ": max |loss - float64|", max_diff(rows, ref_rows), loss_tol));
+        EXPECT_TRUE(within(what + ": max |entropy - float64|", max_diff(entropy, ref_entropy), entropy_tol));
         EXPECT_TRUE(within(what + ": max |grad - float64|", max_diff(grad, ref_grad), grad_tol));
       });
     }

@@ -46,13 +46,16 @@ TokenLogps token_logps(model::CausalLM& lm, const at::Tensor& hidden, const at::
     // A chunk of positions projected at a time, as the token loss does (chunked_loss.h); a
     // temperature without a soft-cap scales the hidden states (the head is linear).
     const auto& weight = lm->lm_head ? lm->lm_head->weight : lm->model->embed_tokens->weight;
+    // The entropy, a reported figure, comes from the same sweep of each chunk's logits.
     const auto scaled = temperature == 1.0 ? h : h / temperature;
-    out.token = chunked_token_logps(scaled, weight, targets, 0, lm->compute_dtype(), cap).to(acc);
+    at::Tensor ent;
+    out.token = chunked_token_logps(scaled, weight, targets, 0, lm->compute_dtype(), cap, entropy ? &ent : nullptr).to(acc);
+    if (entropy) out.entropy = ent.to(acc);
   } else {
     out.token = at::log_softmax(lm->head(h).to(acc) / temperature, -1).gather(1, targets.unsqueeze(1)).squeeze(1);
   }
-  if (entropy) {
-    // A reported figure: projected again without gradients, a chunk of rows at a time.
+  if (entropy && !out.entropy.defined()) {
+    // A head with an adapter or a bias: projected again without gradients, a chunk of rows at a time.
     at::NoGradGuard no_grad;
     const auto n = h.size(0);
     const auto chunk = default_chunk_rows(lm->config().vocab_size, 4);

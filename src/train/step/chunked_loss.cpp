@@ -96,8 +96,10 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
 
 // Per-row log-probabilities; backward recomputes each chunk's logits (see chunked_loss.h).
 struct ChunkedTokenLogps : public torch::autograd::Function<ChunkedTokenLogps> {
+  // entropy: [N] float64 to fill, or empty (an output in all but name: written here, never
+  // differentiated; autograd takes no undefined tensor among a function's inputs).
   static at::Tensor forward(AutogradContext* ctx, at::Tensor hidden, at::Tensor weight, at::Tensor targets, std::int64_t chunk,
-                            std::int64_t compute, double softcap) {
+                            std::int64_t compute, double softcap, at::Tensor entropy) {
     const auto cd = static_cast<at::ScalarType>(compute);
     at::NoGradGuard no_grad;
     const auto acc = accumulate_type(hidden);
@@ -105,10 +107,11 @@ struct ChunkedTokenLogps : public torch::autograd::Function<ChunkedTokenLogps> {
     const auto w = weight_in(weight, cd);
     for (std::int64_t start = 0; start < hidden.size(0); start += chunk) {
       const auto rows = std::min(chunk, hidden.size(0) - start);
-      at::Tensor loss;
+      at::Tensor loss, chunk_entropy;
       ops::cross_entropy_rows(ops::matmul_in(hidden.narrow(0, start, rows), w.t(), cd), targets.narrow(0, start, rows), softcap,
-                              &loss, nullptr);
+                              &loss, nullptr, entropy.numel() > 0 ? &chunk_entropy : nullptr);
       out.narrow(0, start, rows).copy_(loss.neg());
+      if (entropy.numel() > 0) entropy.narrow(0, start, rows).copy_(chunk_entropy);
     }
     ctx->save_for_backward({hidden, weight, targets});
     ctx->saved_data["chunk"] = chunk;
@@ -140,17 +143,19 @@ struct ChunkedTokenLogps : public torch::autograd::Function<ChunkedTokenLogps> {
       if (need_weight) add_weight_gradient(grad_weight, grad, h, cd != at::ScalarType::Undefined ? cd : acc);
     }
     if (grad_weight.defined()) grad_weight = grad_weight.to(weight.scalar_type());
-    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 at::Tensor chunked_token_logps(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, std::int64_t chunk_rows,
-                               at::ScalarType compute_dtype, double softcap) {
+                               at::ScalarType compute_dtype, double softcap, at::Tensor* entropy) {
   const auto logit_type = compute_dtype != at::ScalarType::Undefined ? compute_dtype : weight.scalar_type();
   const auto chunk = chunk_rows > 0 ? chunk_rows : default_chunk_rows(weight.size(0), at::elementSize(logit_type));
-  return ChunkedTokenLogps::apply(hidden, weight, targets, chunk, static_cast<std::int64_t>(compute_dtype), softcap);
+  const auto filled = at::empty({entropy ? hidden.size(0) : 0}, hidden.options().dtype(at::kDouble));
+  if (entropy) *entropy = filled;
+  return ChunkedTokenLogps::apply(hidden, weight, targets, chunk, static_cast<std::int64_t>(compute_dtype), softcap, filled);
 }
 
 std::int64_t default_chunk_rows(std::int64_t vocab, std::int64_t logit_bytes, std::int64_t budget_bytes) {

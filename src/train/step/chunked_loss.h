@@ -26,10 +26,12 @@ at::Tensor chunked_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor&
 // per-token log-probabilities preference objectives sum per response, with the same chunking and
 // dtypes as chunked_cross_entropy_sum. The upstream gradient is a vector, so nothing can be taken
 // ahead: backward projects each chunk again (one more head matmul than autograd, none of the
-// [N, V] logits and log-softmax autograd would keep).
+// [N, V] logits and log-softmax autograd would keep). With `entropy` given, it receives each
+// row's entropy of softmax(cap(hidden · weightᵀ)) ([N] float64, no gradient), from the same
+// sweep of the forward's logits (GRPO reports it).
 at::Tensor chunked_token_logps(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                std::int64_t chunk_rows = 0, at::ScalarType compute_dtype = at::ScalarType::Undefined,
-                               double softcap = 0);
+                               double softcap = 0, at::Tensor* entropy = nullptr);
 
 // The rows per chunk that keep one chunk's logits (`logit_bytes` each: the matmul dtype's size)
 // under `budget_bytes`: 32 MiB gives a 49k vocabulary 341 bf16 rows, where the head's matmuls
