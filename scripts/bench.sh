@@ -166,11 +166,11 @@ print(json.dumps({"tokens_per_s": statistics.median(s["tokens_per_s"] for s in t
 PY
 }
 
-peer_row() {  # preload script name model method precision seq batch packed objective
-  local preload=$1 script=$2 lengths=()
-  shift 2
+peer_row() {  # script name model method precision seq batch packed objective
+  local script=$1 lengths=()
+  shift
   [[ $7 == yes ]] && lengths=(--doc-lengths "$OUT/doc_lengths.txt")
-  LD_PRELOAD=$preload $PY "scripts/$script" step --config "$OUT/$2.json" --method "$3" --precision "$4" --seq "$5" --batch "$6" \
+  LD_PRELOAD=$TCMALLOC $PY "scripts/$script" step --config "$OUT/$2.json" --method "$3" --precision "$4" --seq "$5" --batch "$6" \
     --steps "$STEPS" --threads "$THREADS" --objective "$8" "${lengths[@]}"
 }
 
@@ -191,8 +191,8 @@ for row in "${GRID[@]}"; do
   for ((rep = 0; rep < REPS; rep++)); do
     c=$(ctune_row "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
     g=$($PY scripts/bench_eager.py gemm --dtype "$precision" --threads "$THREADS" --repeats 10)
-    e=$(peer_row "$TCMALLOC" bench_eager.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
-    l=$(peer_row "$TCMALLOC" bench_eager_lean.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
+    e=$(peer_row bench_eager.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
+    l=$(peer_row bench_eager_lean.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
     echo "{\"name\": \"$name\", \"model\": \"$model\", \"method\": \"$method\", \"precision\": \"$precision\", \"seq\": $seq, \"batch\": $batch, \"objective\": \"$objective\", \"gemm\": $g, \"ctune\": $c, \"eager\": $e, \"lean\": $l}" >>"$OUT/results.jsonl"
     echo "done: $name ($((rep + 1))/$REPS)" >&2
   done

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """The rate a training step's GEMMs can reach on this machine, shape by shape, in PyTorch alone.
 
 For a Hugging Face config.json and a step of TOKENS positions, times the GEMMs a LoRA or full
@@ -67,11 +67,16 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     dt = {"bf16": torch.bfloat16, "fp32": torch.float32}[a.dtype]
-    c = json.load(open(a.config))
-    n, L, H, V = a.tokens, c["num_hidden_layers"], c["hidden_size"], c["vocab_size"]
+    try:
+        c = json.load(open(a.config))
+        n, L, H, V = a.tokens, c["num_hidden_layers"], c["hidden_size"], c["vocab_size"]
+        shapes = projections(c)
+    except (OSError, ValueError) as e:
+        sys.exit(f"gemm_shapes: {a.config}: expected a Hugging Face config.json, found: {e}")
+    except KeyError as e:
+        sys.exit(f"gemm_shapes: {a.config}: expected key {e} (a decoder's config.json), found none")
     rand = lambda *s: torch.randn(*s).to(dt)
 
-    shapes = projections(c)
     W = [[rand(o, i) for _, o, i in shapes] for _ in range(L)]
     X = [[rand(n, i) for _, o, i in shapes] for _ in range(L)]
     G = [[rand(n, o) for _, o, i in shapes] for _ in range(L)]

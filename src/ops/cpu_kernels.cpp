@@ -203,7 +203,9 @@ void glu_backward(const GluArgs& a, std::int64_t begin, std::int64_t end) {
 
 // ---- cross entropy over the vocabulary (train/step/chunked_loss.h) ----------------------------
 
-template <typename T, bool kCap>
+// kEntropy: the sweep also sums exp(z - max) z (GRPO's entropy); the training loss's sweep,
+// without it, is the same loop as before the entropy existed.
+template <typename T, bool kCap, bool kEntropy>
 void cross_entropy_rows(const CrossEntropyArgs& a, std::int64_t begin, std::int64_t end) {
   using A = typename vec::Acc<T>::type;
   const std::int64_t V = a.vocab;
@@ -228,12 +230,12 @@ void cross_entropy_rows(const CrossEntropyArgs& a, std::int64_t begin, std::int6
       const A x = vec::exp_of(z[j] - mx);
       e[j] = x;
       sum += x;
-      ez += x * z[j];
+      if constexpr (kEntropy) ez += x * z[j];
     }
     const std::int64_t target = a.targets[r];
     const A lse = mx + std::log(sum);
     a.loss[r] = static_cast<double>(lse - z[target]);
-    if (a.entropy) a.entropy[r] = static_cast<double>(lse - ez / sum);
+    if constexpr (kEntropy) a.entropy[r] = static_cast<double>(lse - ez / sum);
     if (!a.grad) continue;
     T* g = static_cast<T*>(a.grad) + r * V;
     const A inv = A(1) / sum;
@@ -248,7 +250,11 @@ void cross_entropy_rows(const CrossEntropyArgs& a, std::int64_t begin, std::int6
 
 template <typename T>
 void cross_entropy(const CrossEntropyArgs& a, std::int64_t begin, std::int64_t end) {
-  a.softcap > 0 ? cross_entropy_rows<T, true>(a, begin, end) : cross_entropy_rows<T, false>(a, begin, end);
+  if (a.entropy) {
+    a.softcap > 0 ? cross_entropy_rows<T, true, true>(a, begin, end) : cross_entropy_rows<T, false, true>(a, begin, end);
+  } else {
+    a.softcap > 0 ? cross_entropy_rows<T, true, false>(a, begin, end) : cross_entropy_rows<T, false, false>(a, begin, end);
+  }
 }
 
 // ---- RMSNorm (fused_norm.h) ---------------------------------------------------------------------

@@ -23,6 +23,11 @@ Term prompt_pass_bytes(const PromptPass& p) {
   return Term::num(3) * p.prompts * p.P * p.H * p.c + Term::max({attention, mlp}) + p.prompts * p.P * p.P + p.logit_rows * p.V * four;
 }
 
+std::string prompt_pass_note(const PromptPass& p) {
+  return std::string("hidden states, the larger of attention (q, k, v, ") + (p.tiled ? "each thread's tile of scores" : "a block of fp32 scores") +
+         ") and the MLP, the mask";
+}
+
 Ledger estimate_generation_memory(const GenerationLedgerInputs& in) {
   const auto& c = in.config;
   // generate computes in the dtype the weights are stored in, so activations and the cache are
@@ -51,11 +56,9 @@ Ledger estimate_generation_memory(const GenerationLedgerInputs& in) {
   led.lines.push_back({"weights", weights.value(), weights.text(), "an adapter applied at run time adds its own, small"});
   const Term kv = Term::num(2) * L * B * (P + N) * nkv * d * s;
   led.lines.push_back({"kv_cache", kv.value(), kv.text(), "K and V, preallocated, KV heads only"});
-  const Term prefill = prompt_pass_bytes(
-      {.prompts = B, .logit_rows = B, .P = P, .H = H, .I = I, .V = V, .nh = nh, .nkv = nkv, .d = d, .c = s, .threads = th, .tiled = tiled});
-  led.lines.push_back({"prefill", prefill.value(), prefill.text(),
-                       std::string("the prompts' forward pass: hidden states, the larger of attention (q, k, v, ") +
-                           (tiled ? "each thread's tile of scores" : "a block of fp32 scores") + ") and the MLP, the mask, the last logits"});
+  const PromptPass pass{.prompts = B, .logit_rows = B, .P = P, .H = H, .I = I, .V = V, .nh = nh, .nkv = nkv, .d = d, .c = s, .threads = th, .tiled = tiled};
+  const Term prefill = prompt_pass_bytes(pass);
+  led.lines.push_back({"prefill", prefill.value(), prefill.text(), "the prompts' forward pass: " + prompt_pass_note(pass) + ", the last logits"});
   led.peak_bytes = weights.value() + kv.value() + prefill.value();
   led.peak_formula = "weights + kv_cache + prefill (a decode step holds one position; the process itself, libraries and tokenizer, is not counted)";
   led.state_bytes = weights.value();

@@ -361,11 +361,12 @@ RolloutTerms rollout_lines(const LedgerInputs& in, const Shape& s, const Term& g
   led.lines.push_back({"KV cache", kv.value(), kv.text(),
                        "the rollout's generation: Bg sequences sampled together, prompt and new tokens, KV heads only (freed before the step's forward)"});
   const Term four = Term::num(4);
-  const Term prefill = prompt_pass_bytes({.prompts = sym("Bp", in.generated_prompts), .logit_rows = G, .P = P, .H = s.H, .I = s.I,
-                                          .V = s.V, .nh = s.nh, .nkv = s.nkv, .d = s.d, .c = s.c,
-                                          .threads = in.tiled_prefill ? sym("th", in.threads) : Term(), .tiled = in.tiled_prefill});
+  const PromptPass pass{.prompts = sym("Bp", in.generated_prompts), .logit_rows = G, .P = P, .H = s.H, .I = s.I, .V = s.V, .nh = s.nh,
+                        .nkv = s.nkv, .d = s.d, .c = s.c, .threads = in.tiled_prefill ? sym("th", in.threads) : Term(),
+                        .tiled = in.tiled_prefill};
+  const Term prefill = prompt_pass_bytes(pass);
   led.lines.push_back({"generation prefill", prefill.value(), prefill.text(),
-                       "the prompts' forward pass, once per distinct prompt (Bp): hidden states, the larger of attention (q, k, v, " + std::string(in.tiled_prefill ? "each thread's tile of scores" : "a block of fp32 scores") + ") and the MLP, the mask; the last logits of all Bg" +
+                       "the prompts' forward pass, once per distinct prompt (Bp): " + prompt_pass_note(pass) + "; the last logits of all Bg" +
                            std::string(gathered_whole.value() > 0 ? "; the whole policy gathered for it (sharded parameters)" : "")});
   const Term kept = sym("Bk", in.kept_rows) * s.T * Term::num(in.shared_prompt ? 40 : 28) +
                     (in.kept_logps > 0 ? Term::num(in.kept_logps) * G * N * four : Term());

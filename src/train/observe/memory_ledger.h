@@ -154,5 +154,7 @@ struct PromptPass {
   bool tiled = false;
 };
 Term prompt_pass_bytes(const PromptPass& p);
+// What prompt_pass_bytes counts, in words, for a ledger line's note.
+std::string prompt_pass_note(const PromptPass& p);
 
 }  // namespace ctune::train
