@@ -72,9 +72,9 @@ SoftmaxArgs tile_args(const Call& c, std::int64_t b, const Block& blk, float* ls
 template <typename T>
 void gemm_into(std::int64_t m, std::int64_t d, std::int64_t n, const T* A, const T* B, float* scratch, T* dst) {
   if constexpr (std::is_same_v<T, float>) {
-    tile_gemm::gemm(false, false, m, d, n, 1.f, A, n, B, d, 0.f, dst, d);
+    cpu_gemm::gemm(false, false, m, d, n, 1.f, A, n, B, d, 0.f, dst, d);
   } else {
-    tile_gemm::gemm(false, false, m, d, n, 1.f, A, n, B, d, 0.f, scratch, d);
+    cpu_gemm::gemm(false, false, m, d, n, 1.f, A, n, B, d, 0.f, scratch, d);
     for (std::int64_t i = 0; i < m * d; ++i) dst[i] = static_cast<T>(scratch[i]);
   }
 }
@@ -97,7 +97,7 @@ void forward_tiles(const Call& c, const T* q, const T* k, const T* v, T* out, fl
       const T* vp = v + ((b * c.hkv + kv) * c.Tk + blk.k0) * d;
       for (std::int64_t j = 0; j < c.groups; ++j) {
         const auto row0 = (b * c.h + kv * c.groups + j) * c.Tq + blk.q0;  // the head's first query of the block
-        tile_gemm::gemm(false, true, blk.m, blk.n, d, 1.f, q + row0 * d, d, kp, d, 0.f, scores.data(), blk.n);
+        cpu_gemm::gemm(false, true, blk.m, blk.n, d, 1.f, q + row0 * d, d, kp, d, 0.f, scores.data(), blk.n);
         SoftmaxArgs a = tile_args(c, b, blk, lse ? lse + row0 : no_lse.data());
         a.scores = scores.data();
         a.probs = probs.data();
@@ -129,8 +129,8 @@ void backward_tiles(const Call& c, const T* q, const T* k, const T* v, const flo
           const auto row0 = (b * c.h + kv * c.groups + j) * c.Tq + blk.q0;
           const T* qp = q + row0 * d;
           const T* gp = grad + row0 * d;
-          tile_gemm::gemm(false, true, blk.m, blk.n, d, 1.f, qp, d, k + key0, d, 0.f, scores.data(), blk.n);
-          tile_gemm::gemm(false, true, blk.m, blk.n, d, 1.f, gp, d, v + key0, d, 0.f, d_probs.data(), blk.n);
+          cpu_gemm::gemm(false, true, blk.m, blk.n, d, 1.f, qp, d, k + key0, d, 0.f, scores.data(), blk.n);
+          cpu_gemm::gemm(false, true, blk.m, blk.n, d, 1.f, gp, d, v + key0, d, 0.f, d_probs.data(), blk.n);
           SoftmaxArgs a = tile_args(c, b, blk, const_cast<float*>(lse + row0));
           a.scores = scores.data();
           a.d_probs = d_probs.data();
@@ -138,8 +138,8 @@ void backward_tiles(const Call& c, const T* q, const T* k, const T* v, const flo
           a.d_scores = d_scores.data();
           rows_fn(a, 0, blk.m);
           gemm_into(blk.m, d, blk.n, d_scores.data(), k + key0, dq_tile.data(), dq + row0 * d);
-          tile_gemm::gemm(true, false, blk.n, d, blk.m, 1.f, d_scores.data(), blk.n, qp, d, 1.f, dk + key0, d);
-          tile_gemm::gemm(true, false, blk.n, d, blk.m, 1.f, probs.data(), blk.n, gp, d, 1.f, dv + key0, d);
+          cpu_gemm::gemm(true, false, blk.n, d, blk.m, 1.f, d_scores.data(), blk.n, qp, d, 1.f, dk + key0, d);
+          cpu_gemm::gemm(true, false, blk.n, d, blk.m, 1.f, probs.data(), blk.n, gp, d, 1.f, dv + key0, d);
         }
       }
     }
@@ -149,7 +149,7 @@ void backward_tiles(const Call& c, const T* q, const T* k, const T* v, const flo
 }  // namespace
 
 bool tiled_attention_applies(at::Device device, at::ScalarType dtype, std::int64_t pairs, std::int64_t threads) {
-  return tile_gemm::available() && device.is_cpu() && (dtype == at::kFloat || dtype == at::kBFloat16) && pairs >= threads;
+  return cpu_gemm::available() && device.is_cpu() && (dtype == at::kFloat || dtype == at::kBFloat16) && pairs >= threads;
 }
 
 bool tiled_attention_runs(const at::Tensor& q, const at::Tensor& k) {

@@ -1,6 +1,11 @@
 #include "ops/cpu_gemm.h"
 
+#include <ATen/record_function.h>
 #include <c10/util/Exception.h>
+
+#include <vector>
+
+#include "ops/profile_regions.h"
 
 #if CTUNE_WITH_DNNL
 #include <oneapi/dnnl/dnnl.h>
@@ -13,7 +18,7 @@ extern "C" dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_di
                                                dnnl_dim_t ldb, float beta, float* C, dnnl_dim_t ldc);
 #endif
 
-namespace ctune::ops::tile_gemm {
+namespace ctune::ops::cpu_gemm {
 
 #if CTUNE_WITH_DNNL
 static_assert(sizeof(c10::BFloat16) == sizeof(std::uint16_t), "c10::BFloat16 is the 16-bit bf16 pattern");
@@ -50,4 +55,25 @@ void gemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const c10
 }
 #endif
 
-}  // namespace ctune::ops::tile_gemm
+bool fp32_weight_grads(at::Device device, at::ScalarType compute) {
+  return device.is_cpu() && compute == at::kBFloat16 && available();
+}
+
+bool weight_grad_fp32(at::Tensor& dw, const at::Tensor& dy, const at::Tensor& x, bool accumulate) {
+  if (!fp32_weight_grads(dw.device(), dy.scalar_type()) || dw.scalar_type() != at::kFloat || !dw.is_contiguous() ||
+      x.scalar_type() != at::kBFloat16 || !dy.is_cpu() || !x.is_cpu() || dy.dim() != 2 || x.dim() != 2 || dy.size(0) != x.size(0) ||
+      dw.dim() != 2 || dw.size(0) != dy.size(1) || dw.size(1) != x.size(1))
+    return false;
+  const auto out = dw.size(0), in = dw.size(1), rows = x.size(0);
+  if (rows == 0 || out == 0 || in == 0) {
+    if (!accumulate) dw.zero_();
+    return true;
+  }
+  const auto a = dy.contiguous(), b = x.contiguous();  // whole rows of a contiguous tensor: no copy
+  RECORD_FUNCTION(region::kGemm, std::vector<c10::IValue>({a.t(), b}));
+  gemm(/*trans_a=*/true, /*trans_b=*/false, out, in, rows, 1.f, a.data_ptr<c10::BFloat16>(), out, b.data_ptr<c10::BFloat16>(), in,
+       accumulate ? 1.f : 0.f, dw.data_ptr<float>(), in);
+  return true;
+}
+
+}  // namespace ctune::ops::cpu_gemm

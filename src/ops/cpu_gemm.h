@@ -1,16 +1,21 @@
-// Single-threaded GEMMs on raw CPU buffers, for kernels that split their own work over ATen's
-// thread pool and keep each task's operands in the core's cache (the tiled attention,
-// ops/attention_tiled.h). They are oneDNN's GEMMs, the library LibTorch's own CPU matmuls run
-// on: called inside at::parallel_for, oneDNN computes on the calling thread. Row-major, C in fp32,
-// alpha and beta as in BLAS. Built without oneDNN (CTUNE_WITH_DNNL unset), available() is false
-// and the callers keep ATen's batched matmuls: docs/performance.md#the-kernels.
+// GEMMs on raw CPU buffers with C in fp32: oneDNN's, the library LibTorch's own CPU matmuls run
+// on. Row-major, alpha and beta as in BLAS. Two uses:
+// - kernels that split their own work over ATen's thread pool and keep each task's operands in
+//   the core's cache (the tiled attention, ops/attention_tiled.h). Called inside
+//   at::parallel_for, oneDNN computes on the calling thread.
+// - the head's bf16 weight gradient accumulated into its fp32 accumulator chunk by chunk
+//   (weight_grad_fp32 below, train/step/chunked_loss.h). Called outside a parallel region, oneDNN
+//   spreads the GEMM over the OpenMP threads.
+// Built without oneDNN (CTUNE_WITH_DNNL unset), available() is false and the callers keep ATen's
+// matmuls: docs/performance.md#the-kernels.
 #pragma once
 
+#include <ATen/ATen.h>
 #include <c10/util/BFloat16.h>
 
 #include <cstdint>
 
-namespace ctune::ops::tile_gemm {
+namespace ctune::ops::cpu_gemm {
 
 bool available();
 
@@ -21,4 +26,20 @@ void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64
 void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const c10::BFloat16* A,
           std::int64_t lda, const c10::BFloat16* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc);
 
-}  // namespace ctune::ops::tile_gemm
+// Whether weight_grad_fp32 serves bf16 operands on `device` with `compute` matmuls: a CPU build
+// with oneDNN, bf16 compute.
+bool fp32_weight_grads(at::Device device, at::ScalarType compute);
+
+// dw (fp32 [out, in], contiguous) = dyᵀ x, plus dw when `accumulate`: dy [rows, out] and x
+// [rows, in] in bf16, the products accumulated in fp32 inside one GEMM (no bf16 [out, in]
+// product beside the accumulator, no separate add pass). False, with dw untouched, where this
+// build or these operands cannot; the caller then keeps ATen's matmul.
+//
+// Not used for the projections' weight gradients, though oneDNN's GEMM alone runs their shapes
+// 15-25% faster than ATen's matmul: it mallocs its packing buffers on every call, and under the
+// tensor pool's fixed 256 KiB mmap threshold (ops/tensor_pool.h) glibc maps them afresh each time.
+// The page faults made a [576, 1536] x 2048-row gradient about 2x slower inside the step; the
+// head's chunks (49152 rows of output) amortise them (docs/performance.md, "What is left").
+bool weight_grad_fp32(at::Tensor& dw, const at::Tensor& dy, const at::Tensor& x, bool accumulate);
+
+}  // namespace ctune::ops::cpu_gemm

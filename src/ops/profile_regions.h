@@ -19,4 +19,9 @@ inline constexpr char kDequantize[] = "ctune::dequantize";
 inline constexpr char kCollective[] = "ctune::collective";
 inline constexpr char kData[] = "ctune::data";
 
+// Not a region but one operator: a GEMM ctune calls in oneDNN itself (ops/cpu_gemm.h
+// weight_grad_fp32), recorded with its two operands, [m, k] and [k, n], so the profiler times and
+// counts it as it does ATen's mm.
+inline constexpr char kGemm[] = "ctune::gemm";
+
 }  // namespace ctune::ops::region

@@ -102,7 +102,7 @@ TEST(Attention, BlockedNoGradForwardEqualsItsTrainingForward) {
 // accumulate in fp32 whatever the dtype; where ATen's own error is as small as that, the two
 // summation orders alone set the difference). A wrong term is O(1) relative.
 TEST(Attention, TiledKernelIsAsCloseToFloat64AsAtenInTheSameDtype) {
-  if (!ops::tile_gemm::available()) GTEST_SKIP() << "built without oneDNN: no tiled kernel";
+  if (!ops::cpu_gemm::available()) GTEST_SKIP() << "built without oneDNN: no tiled kernel";
   at::manual_seed(5);
   for (const auto dtype : {at::kFloat, at::kBFloat16})
   for (const double softcap : {0.0, 2.0})

@@ -19,6 +19,7 @@
 #include "margins.h"
 #include "model/attention.h"
 #include "ops/attention.h"
+#include "ops/cpu_gemm.h"
 #include "ops/cpu_kernels.h"
 #include "ops/fused_cross_entropy.h"
 #include "ops/fused_glu.h"
@@ -302,6 +303,38 @@ TEST(Kernels, CrossEntropyRowsAgreeWithFloat64) {
 TEST(Kernels, CrossEntropyRefusesATargetOutsideTheVocabulary) {
   at::Tensor rows;
   EXPECT_THROW(ops::cross_entropy_rows(at::zeros({2, 5}), at::tensor({1, 5}, at::kLong), 0, &rows, nullptr), c10::Error);
+}
+
+// ---- the head's weight gradient: bf16 operands, fp32 accumulator (ops/cpu_gemm.h) --------------
+
+TEST(Kernels, Bf16WeightGradientAccumulatesInFp32) {
+  if (!ops::cpu_gemm::available()) GTEST_SKIP() << "built without oneDNN: the chunked loss keeps ATen's matmul";
+  at::manual_seed(11);
+  const std::int64_t rows = 300, out = 70, in = 50;
+  const auto dy = at::randn({rows, out}).to(at::kBFloat16), x = at::randn({rows, in}).to(at::kBFloat16);
+  const auto start = at::randn({out, in});
+  const auto exact = dy.to(at::kDouble).t().mm(x.to(at::kDouble));  // on the rounded operands
+  // A bf16 x bf16 product is exact in fp32 (8 + 8 significant bits), so the only rounding is the
+  // fp32 sum of rows (+1 with the accumulator's own value) terms, in any order:
+  // |error| <= gamma_n sum |terms| with gamma_n = n u / (1 - n u), u = 2^-24.
+  const auto terms = dy.to(at::kDouble).abs().t().mm(x.to(at::kDouble).abs());
+  const auto gamma = [](double n) { return n * kUnitRoundoffFp32 / (1 - n * kUnitRoundoffFp32); };
+
+  auto dw = at::full({out, in}, std::numeric_limits<float>::quiet_NaN());  // overwritten, never read
+  ASSERT_TRUE(ops::cpu_gemm::weight_grad_fp32(dw, dy, x, /*accumulate=*/false));
+  EXPECT_TRUE(within("dyᵀ x: worst |error| / its bound", ((dw.to(at::kDouble) - exact).abs() / (gamma(rows) * terms + 1e-300)).max().item<double>(), 1.0));
+
+  auto acc = start.clone();
+  ASSERT_TRUE(ops::cpu_gemm::weight_grad_fp32(acc, dy, x, /*accumulate=*/true));
+  const auto with_start = exact + start.to(at::kDouble);
+  const auto bound = gamma(rows + 1) * (terms + start.to(at::kDouble).abs());
+  EXPECT_TRUE(within("acc + dyᵀ x: worst |error| / its bound", ((acc.to(at::kDouble) - with_start).abs() / bound).max().item<double>(), 1.0));
+
+  // Operands it does not serve are left to the caller, the accumulator untouched.
+  auto kept = start.clone();
+  EXPECT_FALSE(ops::cpu_gemm::weight_grad_fp32(kept, dy.to(at::kFloat), x.to(at::kFloat), true));
+  EXPECT_FALSE(ops::cpu_gemm::weight_grad_fp32(kept, dy, x.narrow(1, 0, in - 1), true));
+  EXPECT_TRUE(kept.equal(start));
 }
 
 // ---- optimizer step -------------------------------------------------------------------------

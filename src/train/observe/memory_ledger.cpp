@@ -321,19 +321,18 @@ Term loss_line(const LedgerInputs& in, const Shape& s, Symbols& sym, Ledger& led
     const Term rows = sym("rows", std::min<std::int64_t>(s.n.value(), default_chunk_rows(s.V.value(), s.c.value())));
     // A chunk's logits and their gradient in the matmul dtype; the weight cast to it once for all
     // chunks when stored wider (fp32 masters); the head's fp32 gradient accumulator, and, when
-    // the matmul dtype is narrower, one chunk's share of it in that dtype, added a slice of rows
-    // at a time (its fp32 copy); an fp32 share is accumulated inside the GEMM
-    // (train/step/chunked_loss.h).
+    // the matmul dtype is narrower and its GEMM cannot write fp32, one chunk's share of it in
+    // that dtype, added a slice of rows at a time (its fp32 copy); an fp32 share, or a bf16 one
+    // oneDNN writes in fp32, is accumulated inside the GEMM (train/step/chunked_loss.h).
     const bool cast = s.r.value() != s.c.value();
-    const bool narrow_share = s.c.value() < 4;
+    const bool narrow_share = s.c.value() < 4 && !in.fp32_weight_grads;
     const Term t = rows * s.V * Term::num(2) * s.c + (cast ? s.c * VH : Term()) +
-                   (head_trains ? Term::num(4) * VH + (narrow_share ? s.c * VH : Term()) +
-                                      (cast ? Term::ceil_div(Term::num(4) * VH, Term::num(kHeadGradSlices)) : Term())
+                   (head_trains ? Term::num(4) * VH + (narrow_share ? s.c * VH + Term::ceil_div(Term::num(4) * VH, Term::num(kHeadGradSlices)) : Term())
                                 : Term());
     led.lines.push_back({"logits and loss", t.value(), t.text(),
                          "chunked: one chunk of rows, its logits and their gradient" + std::string(cast ? ", the head cast to the matmul dtype" : "") +
-                             std::string(head_trains ? ", the head gradient and its accumulator" : "") +
-                             std::string(head_trains && cast ? ", one slice of it in fp32" : "")});
+                             std::string(head_trains ? ", the head gradient's fp32 accumulator" : "") +
+                             std::string(head_trains && narrow_share ? ", one chunk's share in the matmul dtype and a slice of it in fp32" : "")});
     return t;
   }
   const Term t = s.n * s.V * (Term::num(4 + 8) + s.c) + (head_trains ? Term::num(4) * VH : Term());

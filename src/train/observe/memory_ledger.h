@@ -65,6 +65,9 @@ struct LedgerInputs {
   // counted for models with experts, whose routed row counts change every step.
   std::int64_t kernel_cache_bytes = 0;
   bool padded_expert_rows = false;  // routed row counts padded (model/moe.h pads_expert_rows)
+  // bf16 weight gradients can be written in fp32 by the GEMM (ops/cpu_gemm.h fp32_weight_grads):
+  // the head's has no bf16 share beside its accumulator.
+  bool fp32_weight_grads = false;
   // The blocked attention runs tiled (ops/attention_tiled.h tiled_attention_applies), with one
   // scratch set of tiles per thread.
   bool tiled_attention = false;

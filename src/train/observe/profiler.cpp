@@ -91,8 +91,10 @@ bool named_one_of(const char* name, std::initializer_list<const char*> names) {
 // outer: the rank-1 GEMM a one-row linear's weight gradient is (mv's backward, through ger).
 // addmm_: the chunked loss accumulates the head's gradient in place. (addmv_ is left out: mv
 // runs it inside, and a one-row expert's GEMMs would count twice.)
+// ctune::gemm: a GEMM ctune runs in oneDNN itself, recorded with mm's operands.
 bool is_gemm(const char* n) {
-  return named_one_of(n, {"mm", "addmm", "addmm_", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "outer", "_int_mm"});
+  return named_one_of(n, {"mm", "addmm", "addmm_", "bmm", "baddbmm", "addbmm", "mv", "addmv", "dot", "outer", "_int_mm"}) ||
+         std::strcmp(n, ops::region::kGemm) == 0;
 }
 bool is_copy(const char* n) {
   return named_one_of(n, {"copy_", "_to_copy", "to", "contiguous", "clone", "cat", "_cat", "stack", "index_select", "gather", "flip"});
@@ -139,7 +141,7 @@ double gemm_flops(const char* name, c10::ArrayRef<const c10::IValue> in) {
     if (i >= in.size() || !in[i].isTensor()) return {};
     return in[i].toTensor().sizes().vec();
   };
-  const std::string_view op(name + 6);  // past "aten::"
+  const std::string_view op(std::strncmp(name, "aten::", 6) == 0 ? name + 6 : "mm");  // ctune::gemm takes mm's operands
   // The two matrix operands: mm, bmm, _int_mm, mv, dot take them first; the add variants second.
   const bool with_input = op == "addmm" || op == "addmm_" || op == "baddbmm" || op == "addbmm" || op == "addmv";
   const auto a = dims(with_input ? 1 : 0), b = dims(with_input ? 2 : 1);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "ops/compute.h"
+#include "ops/cpu_gemm.h"
 #include "ops/fused_cross_entropy.h"
 
 namespace ctune::train {
@@ -21,13 +22,15 @@ at::ScalarType accumulate_type(const at::Tensor& hidden) {
 }
 
 // grad_weight (the accumulator, fp32 or wider) += grad^T h, the product in the matmul dtype `md`:
-// in the accumulator's own dtype, inside the GEMM (no [V, H] product beside it, no separate
-// add pass); a narrower product is added a slice of rows at a time (kHeadGradSlices).
+// inside the GEMM where it can (no [V, H] product beside it, no separate add pass): in the
+// accumulator's own dtype, or bf16 operands accumulated in fp32 by oneDNN (ops/cpu_gemm.h);
+// otherwise a narrower product is added a slice of rows at a time (kHeadGradSlices).
 void add_weight_gradient(at::Tensor& grad_weight, const at::Tensor& grad, const at::Tensor& h, at::ScalarType md) {
   if (md == grad_weight.scalar_type() && grad.scalar_type() == md && h.scalar_type() == md) {
     grad_weight.addmm_(grad.t(), h);
     return;
   }
+  if (md == at::kBFloat16 && ops::cpu_gemm::weight_grad_fp32(grad_weight, grad.to(md), h.to(md), /*accumulate=*/true)) return;
   const auto part = ops::matmul_in(grad.t(), h, md);
   if (part.scalar_type() == grad_weight.scalar_type()) {
     grad_weight.add_(part);

@@ -38,9 +38,11 @@ at::Tensor chunked_token_logps(const at::Tensor& hidden, const at::Tensor& weigh
 // run near the GEMM rate (85 rows ran them 25-40% slower; docs/performance.md).
 std::int64_t default_chunk_rows(std::int64_t vocab, std::int64_t logit_bytes, std::int64_t budget_bytes = 32ll << 20);
 
-// Under mixed precision the head's weight gradient is a product in the compute dtype added to an
-// fp32 accumulator; LibTorch's add_ of a narrower dtype first copies its whole addend to fp32, so
-// the product is added in this many slices of rows (the copy is one slice).
+// Under mixed precision where the GEMM cannot write fp32 (fp16, or a build without oneDNN; bf16
+// on CPU accumulates inside oneDNN's GEMM, ops/cpu_gemm.h), the head's weight gradient is a
+// product in the compute dtype added to an fp32 accumulator; LibTorch's add_ of a narrower dtype
+// first copies its whole addend to fp32, so the product is added in this many slices of rows (the
+// copy is one slice).
 inline constexpr std::int64_t kHeadGradSlices = 8;
 
 }  // namespace ctune::train
