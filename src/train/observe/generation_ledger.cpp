@@ -1,7 +1,5 @@
 // The generation view of the memory ledger (`ctune estimate --generate`): what `ctune generate`
 // holds for a batch of prompts, docs/formats.md "Memory of generation".
-#include <sstream>
-
 #include "ops/attention.h"
 #include "ops/attention_tiled.h"
 #include "train/observe/memory_ledger.h"
@@ -44,14 +42,10 @@ Ledger estimate_generation_memory(const GenerationLedgerInputs& in) {
              nh = sym("nh", c.num_attention_heads), nkv = sym("nkv", c.num_key_value_heads), d = sym("d", c.head_dim),
              s = sym("s", static_cast<std::int64_t>(c10::elementSize(in.storage_dtype))),
              th = tiled ? sym("th", in.threads) : Term(), count = sym("parameters", in.parameters);
-  {
-    std::ostringstream text;
-    text << "B " << in.batch << " sequences, P " << in.prompt_tokens << " prompt tokens, N " << in.new_tokens << " new tokens, H "
-         << c.hidden_size << ", I " << c.intermediate_size << ", L " << c.num_hidden_layers << ", V " << c.vocab_size << ", heads nh "
-         << c.num_attention_heads << " / nkv " << c.num_key_value_heads << " x d " << c.head_dim << ", s = " << s.value()
-         << " B (stored and computed dtype)" << (tiled ? ", th " + std::to_string(in.threads) + " threads" : "");
-    led.symbols = text.str();
-  }
+  led.symbols = symbol_table(led.symbol_values, {{"B", "sequences"}, {"P", "prompt tokens"}, {"N", "new tokens"}, {"H", "hidden"},
+                                                 {"I", "intermediate"}, {"L", "layers"}, {"V", "vocabulary"}, {"nh", "query heads"},
+                                                 {"nkv", "KV heads"}, {"d", "head dim"}, {"s", "bytes, stored and computed dtype"},
+                                                 {"th", "threads"}, {"parameters", "weights"}});
   const Term weights = count * s;
   led.lines.push_back({"weights", weights.value(), weights.text(), "an adapter applied at run time adds its own, small"});
   const Term kv = Term::num(2) * L * B * (P + N) * nkv * d * s;

@@ -376,26 +376,17 @@ RolloutTerms rollout_lines(const LedgerInputs& in, const Shape& s, const Term& g
   return {kv + prefill + gathered_whole, kept};
 }
 
-// What each symbol stands for, for the table `ctune estimate` prints.
-std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>& values, bool seq_len_from_data) {
-  const std::vector<std::pair<std::string, std::string>> meaning = {
-      {"B", "batch rows"}, {"T", seq_len_from_data ? "sequence: the data's longest row, which batches pad to" : "sequence"}, {"n", "tokens = B T"}, {"H", "hidden"}, {"I", "intermediate"}, {"L", "layers"},
-      {"V", "vocabulary"}, {"nh", "query heads"}, {"nkv", "KV heads"}, {"d", "head dim"}, {"c", "bytes, matmul dtype"},
-      {"r", "bytes, residual stream"}, {"F", "frozen weight bytes"}, {"N", "trainable parameters"}, {"P", "ranks sharing parameters"},
-      {"S", "ranks sharing gradients and optimizer state"}, {"U", "bytes of a quantised base kept whole"},
-      {"Wpart", "bytes of the largest part whole"}, {"Nmax", "largest trainable parameter"}, {"Npart", "trainable parameters of the largest part"}, {"rows", "loss rows per chunk"},
-      {"runtime", "bytes before training"}, {"Kc", "compiled GEMM kernels cached"}, {"live", "live bytes at the peak"}, {"bq", "attention block query rows"},
-      {"Lr", "layers that recompute"}, {"Nc", "weights kept in the compute dtype"}, {"Wref", "bytes of the reference copy"}, {"Uref", "bytes of its quantised projections"},
-      {"Bg", "sequences generated together"}, {"Nnew", "new tokens at most"}, {"Tp", "the longest prompt"}, {"Bp", "distinct prompts generated for"},
-      {"Bk", "training rows kept through the generation batch's steps"}};
-  std::string out;
-  for (const auto& [name, value] : values) {
-    std::string what;
-    for (const auto& [n, m] : meaning)
-      if (n == name) what = m;
-    out += (out.empty() ? "" : ", ") + name + " = " + std::to_string(value) + (what.empty() ? "" : " (" + what + ")");
-  }
-  return out;
+// What each symbol of a training ledger stands for, for the table `ctune estimate` prints.
+SymbolMeanings training_symbol_meanings(bool seq_len_from_data) {
+  return {{"B", "batch rows"}, {"T", seq_len_from_data ? "sequence: the data's longest row, which batches pad to" : "sequence"}, {"n", "tokens = B T"}, {"H", "hidden"}, {"I", "intermediate"}, {"L", "layers"},
+          {"V", "vocabulary"}, {"nh", "query heads"}, {"nkv", "KV heads"}, {"d", "head dim"}, {"c", "bytes, matmul dtype"},
+          {"r", "bytes, residual stream"}, {"F", "frozen weight bytes"}, {"N", "trainable parameters"}, {"P", "ranks sharing parameters"},
+          {"S", "ranks sharing gradients and optimizer state"}, {"U", "bytes of a quantised base kept whole"},
+          {"Wpart", "bytes of the largest part whole"}, {"Nmax", "largest trainable parameter"}, {"Npart", "trainable parameters of the largest part"}, {"rows", "loss rows per chunk"},
+          {"runtime", "bytes before training"}, {"Kc", "compiled GEMM kernels cached"}, {"live", "live bytes at the peak"}, {"bq", "attention block query rows"},
+          {"Lr", "layers that recompute"}, {"Nc", "weights kept in the compute dtype"}, {"Wref", "bytes of the reference copy"}, {"Uref", "bytes of its quantised projections"},
+          {"Bg", "sequences generated together"}, {"Nnew", "new tokens at most"}, {"Tp", "the longest prompt"}, {"Bp", "distinct prompts generated for"},
+          {"Bk", "training rows kept through the generation batch's steps"}, {"th", "threads, each with its own attention tiles"}};
 }
 
 }  // namespace
@@ -416,6 +407,17 @@ std::string format_mb(std::int64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f MB", static_cast<double>(bytes) / 1e6);
   return buf;
+}
+
+std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>& values, const SymbolMeanings& meanings) {
+  std::string out;
+  for (const auto& [name, value] : values) {
+    std::string what;
+    for (const auto& [n, m] : meanings)
+      if (n == name) what = m;
+    out += (out.empty() ? "" : ", ") + name + " = " + std::to_string(value) + (what.empty() ? "" : " (" + what + ")");
+  }
+  return out;
 }
 
 Ledger estimate_memory(const LedgerInputs& in) {
@@ -522,7 +524,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
                        std::string(in.generated_rows > 0 ? ", KV cache + generation prefill" : "") + ") + allocator + runtime" + kernel_text;
   }
   led.symbol_values = sym.values;
-  led.symbols = symbol_table(led.symbol_values, in.seq_len_from_data);
+  led.symbols = symbol_table(led.symbol_values, training_symbol_meanings(in.seq_len_from_data));
   return led;
 }
 

@@ -135,6 +135,12 @@ Ledger estimate_memory(const LedgerInputs& in);
 // "412.3 MB": how the ledger and what quotes it (the planner, the out-of-memory line) print bytes.
 std::string format_mb(std::int64_t bytes);
 
+// Ledger::symbols: "B = 4 (batch rows), T = 512 (sequence), ..." for each of `values` in order,
+// with its meaning where `meanings` has one. Each view has its own meanings (P is the ranks
+// sharing parameters in training, the prompt's tokens in the generation view).
+using SymbolMeanings = std::vector<std::pair<std::string, std::string>>;
+std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>& values, const SymbolMeanings& meanings);
+
 // The generation view: `ctune generate` on `batch` prompts of `prompt_tokens` each (the longest,
 // as they are left-padded to it) with up to `new_tokens` more, weights stored and computed in
 // `storage_dtype`: weights, the KV cache, the prompt pass's transient (generation_ledger.cpp).
