@@ -60,10 +60,11 @@ bool fp32_weight_grads(at::Device device, at::ScalarType compute) {
 }
 
 bool weight_grad_fp32(at::Tensor& dw, const at::Tensor& dy, const at::Tensor& x, bool accumulate) {
-  if (!fp32_weight_grads(dw.device(), dy.scalar_type()) || dw.scalar_type() != at::kFloat || !dw.is_contiguous() ||
-      x.scalar_type() != at::kBFloat16 || !dy.is_cpu() || !x.is_cpu() || dy.dim() != 2 || x.dim() != 2 || dy.size(0) != x.size(0) ||
-      dw.dim() != 2 || dw.size(0) != dy.size(1) || dw.size(1) != x.size(1))
-    return false;
+  const bool operands = dy.scalar_type() == at::kBFloat16 && x.scalar_type() == at::kBFloat16 && dy.is_cpu() && x.is_cpu();
+  const bool result = dw.scalar_type() == at::kFloat && dw.is_contiguous();
+  const bool shapes = dy.dim() == 2 && x.dim() == 2 && dw.dim() == 2 && dy.size(0) == x.size(0) && dw.size(0) == dy.size(1) &&
+                      dw.size(1) == x.size(1);
+  if (!fp32_weight_grads(dw.device(), at::kBFloat16) || !operands || !result || !shapes) return false;
   const auto out = dw.size(0), in = dw.size(1), rows = x.size(0);
   if (rows == 0 || out == 0 || in == 0) {
     if (!accumulate) dw.zero_();
