@@ -1,7 +1,10 @@
 // Jinja2's built-in filters and tests, as Jinja2 3.1 defines them (and transformers' tojson);
 // see builtins.h.
 #include <algorithm>
+#include <charconv>
+#include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <unordered_map>
 
 #include "template/builtin_args.h"
@@ -25,7 +28,10 @@ Value attr_path(Env& env, const Value& v, const std::string& path) {
     const std::size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    cur = digits ? get_item(env, cur, Value(static_cast<std::int64_t>(std::stoll(part)))) : get_item(env, cur, Value(part));
+    std::int64_t index = 0;
+    // An index beyond 64 bits is past the end of any list, as in Python: the item is undefined.
+    if (digits && std::from_chars(part.data(), part.data() + part.size(), index).ec != std::errc()) index = INT64_MAX;
+    cur = digits ? get_item(env, cur, Value(index)) : get_item(env, cur, Value(part));
     if (dot == std::string::npos) return cur;
     start = dot + 1;
   }
@@ -139,10 +145,16 @@ Value f_tojson(Env&, const Value& v, Args& a) {
   return Value(std::move(*out));
 }
 
+// int(x) of a finite double: Python's int is unbounded, ctune's 64 bits (docs/chat-templates.md).
+Value truncated(double x) {
+  if (!(x > -0x1p63 && x < 0x1p63)) fail("int() of " + Value(x).str() + " is beyond 64 bits");
+  return Value(static_cast<std::int64_t>(x));
+}
+
 Value f_int(Env&, const Value& v, Args& a) {
   const std::int64_t dflt = arg_int(a, 0, "default", 0);
   if (v.is_int() || v.is_bool()) return Value(v.integer());
-  if (v.is_float()) return std::isfinite(v.number()) ? Value(static_cast<std::int64_t>(v.number())) : Value(dflt);
+  if (v.is_float()) return std::isfinite(v.number()) ? truncated(v.number()) : Value(dflt);
   if (v.is_string()) {
     const std::string s = py_strip(v.str_ref());
     try {
@@ -150,8 +162,9 @@ Value f_int(Env&, const Value& v, Args& a) {
       const long long i = std::stoll(s, &used, static_cast<int>(arg_int(a, 1, "base", 10)));
       if (used == s.size()) return Value(static_cast<std::int64_t>(i));
       const double d = std::stod(s, &used);
-      if (used == s.size()) return Value(static_cast<std::int64_t>(d));
-    } catch (const std::exception&) {
+      if (used == s.size()) return std::isfinite(d) ? truncated(d) : Value(dflt);
+    } catch (const std::invalid_argument&) {
+    } catch (const std::out_of_range&) {
     }
   }
   return Value(dflt);
@@ -162,13 +175,11 @@ Value f_float(Env&, const Value& v, Args& a) {
   const Value dflt = d ? *d : Value(0.0);
   if (v.is_number()) return Value(v.number());
   if (v.is_string()) {
-    try {
-      std::size_t used = 0;
-      const std::string s = py_strip(v.str_ref());
-      const double x = std::stod(s, &used);
-      if (used == s.size()) return Value(x);
-    } catch (const std::exception&) {
-    }
+    // strtod, not stod: beyond double's range is inf (or 0), as Python's float() reads it.
+    const std::string s = py_strip(v.str_ref());
+    char* end = nullptr;
+    const double x = std::strtod(s.c_str(), &end);
+    if (!s.empty() && end == s.c_str() + s.size()) return Value(x);
   }
   return dflt;
 }

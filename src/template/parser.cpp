@@ -4,6 +4,8 @@
 #include "template/parser.h"
 
 #include <charconv>
+#include <climits>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -521,7 +523,9 @@ class Parser {
       for (char c : tok.value)
         if (c != '_') digits += c;
       if (tok.type == Tok::floating) {
-        n->value = Value(std::stod(digits));
+        // strtod, not stod: a literal beyond double's range is inf (or 0), as Python's float()
+        // reads it, where stod throws.
+        n->value = Value(std::strtod(digits.c_str(), nullptr));
       } else {
         int base = 10;
         std::size_t skip = 0;
@@ -583,7 +587,15 @@ class Parser {
         } else if (cur().type == Tok::integer) {
           auto n = at<Expr>(tok, Expr::Kind::item);
           auto idx = at<Expr>(cur(), Expr::Kind::literal);
-          idx->value = Value(static_cast<std::int64_t>(std::stoll(cur().value)));
+          std::string digits;  // 1_0 is 10, as in Python
+          for (char c : cur().value)
+            if (c != '_') digits += c;
+          std::int64_t index = 0;
+          const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+          // An index beyond 64 bits is past the end of any list: the item is undefined, as in Jinja2.
+          if (r.ec == std::errc::result_out_of_range) index = INT64_MAX;
+          else if (r.ec != std::errc() || r.ptr != digits.data() + digits.size()) fail("expected a decimal index after '.', found " + cur().value);
+          idx->value = Value(index);
           next();
           n->items.push_back(std::move(e));
           n->items.push_back(std::move(idx));

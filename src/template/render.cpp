@@ -271,8 +271,10 @@ class Renderer final : public Env {
                    }
                    auto kwargs = std::make_shared<Dict>();
                    for (const auto& [k, v] : a.kw) {
+                     // C++17 lambdas cannot capture a structured binding (clang refuses it).
+                     const std::string& key = k;
                      const bool param = std::any_of(macro->params.begin(), macro->params.end(),
-                                                    [&](const auto& p) { return p.first == k; });
+                                                    [&](const auto& p) { return p.first == key; });
                      if (param || k == "caller") scope->vars[k] = v;
                      else kwargs->set(k, v);
                    }

@@ -7,7 +7,7 @@ committed, so the test runs without Python; rerun this after adding a snippet:
   python3 tests/template/make_snippets.py > tests/template/snippets.json
 Each entry: {"template", "vars", "text"} or {"template", "vars", "error": true} (Jinja2 raised).
 Two snippets are known departures and say so: ctune refuses internal attributes outright
-(Jinja2 prints '' and fails only on further use) and ints beyond 64 bits (Python's are unbounded)."""
+(Jinja2 prints '' and fails only on further use) and ints beyond 64 bits (Python's are unbounded), whether from arithmetic or from int()."""
 import json
 import time
 
@@ -32,7 +32,7 @@ env.globals["raise_exception"] = raise_exception
 env.globals["strftime_now"] = lambda fmt: time.strftime(fmt, time.gmtime(NOW))
 
 T = []
-DEPARTURES = {"{{ x.__class__ }}": "error", "{{ 10 ** 20 }}": "error"}
+DEPARTURES = {"{{ x.__class__ }}": "error", "{{ 10 ** 20 }}": "error", "{{ '1e20'|int }}": "error"}
 
 
 def t(tpl, **v):
@@ -106,6 +106,13 @@ t("{% for x in 5 %}{% endfor %}")
 t("{{ 'a' 'b' }}")
 t("{{ \"\\u00e9\\n\\t\\x41\\\\\" }}")
 t("{{ 10 ** 20 }}")
+# Numbers at the edges of the 64-bit int and double (found by fuzzing the engine: these threw
+# from std::stod/stoll, which no chat template error path caught).
+t("{{ 1e400 }} {{ -1e400 }} {{ 1e-400 }} {{ 1e-310 }} {{ 9223372036854775807 + 0 }}")
+t("{{ x.99999999999999999999 }}|{{ x.1_0 }}|{{ y|map(attribute='99999999999999999999')|list|length }}", x=list(range(20)), y=[[1]])
+t("{{ '1e400'|float }} {{ '-1e400'|float }} {{ '1e-400'|float }} {{ 'nan'|float }} {{ ' 2.5 '|float }} {{ ''|float(3) }}")
+t("{{ '1e400'|int }} {{ 'nan'|int }} {{ 'x'|int(7) }}")
+t("{{ '1e20'|int }}")
 
 out = []
 for c in T:
