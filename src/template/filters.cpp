@@ -422,10 +422,16 @@ bool t_odd(Env&, const Value& v, Args&) {
   return v.integer() % 2 != 0;
 }
 bool t_even(Env& e, const Value& v, Args& a) { return !t_odd(e, v, a); }
+// Jinja2's value % num == 0, for ints and floats alike.
 bool t_divisibleby(Env&, const Value& v, Args& a) {
-  const std::int64_t n = arg_int(a, 0, "num", 1);
-  if (n == 0) fail("integer division or modulo by zero");
-  return v.integer() % n == 0;
+  const Value* num = arg(a, 0, "num");
+  if (!num) fail("test 'divisibleby' needs the divisor (num)");
+  const Value& n = *num;
+  if (!v.is_number() || !n.is_number())
+    fail("unsupported operand type(s) for %: '" + v.type_name() + "' and '" + n.type_name() + "'");
+  if (n.number() == 0) fail("integer division or modulo by zero");
+  if (v.is_float() || n.is_float()) return std::fmod(v.number(), n.number()) == 0;
+  return n.integer() == -1 || v.integer() % n.integer() == 0;  // INT64_MIN % -1 traps
 }
 bool t_eq(Env&, const Value& v, Args& a) { return equal(v, test_arg(a, "eq")); }
 bool t_ne(Env&, const Value& v, Args& a) { return !equal(v, test_arg(a, "ne")); }

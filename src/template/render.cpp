@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <unordered_map>
+#include <variant>
 
 #include "core/error.h"
 #include "template/ast.h"
@@ -43,6 +44,10 @@ struct Frame {
 enum class Flow { normal, break_, continue_ };
 
 [[noreturn]] void fail(const std::string& what) { throw EvalError(what); }
+
+// Every operation checks its operands' kinds and names them in its error; a value read as a kind
+// it is not (a check missed) still ends as one located TemplateError, not std::bad_variant_access.
+constexpr const char* kWrongKind = "a value of an unexpected type (an engine bug: please report the template)";
 
 std::string where(int line, int column) {
   return "template line " + std::to_string(line) + ", column " + std::to_string(column) + ": ";
@@ -118,6 +123,8 @@ class Renderer final : public Env {
       return exec_node_unchecked(n, frame, out);
     } catch (const EvalError& e) {
       throw TemplateError(where(n.line, n.column) + e.what());
+    } catch (const std::bad_variant_access&) {
+      throw TemplateError(where(n.line, n.column) + kWrongKind);
     }
   }
 
@@ -303,6 +310,8 @@ class Renderer final : public Env {
       return v;
     } catch (const EvalError& err) {
       throw TemplateError(where(e.line, e.column) + err.what());
+    } catch (const std::bad_variant_access&) {
+      throw TemplateError(where(e.line, e.column) + kWrongKind);
     }
   }
 

@@ -113,6 +113,10 @@ t("{{ x.99999999999999999999 }}|{{ x.1_0 }}|{{ y|map(attribute='9999999999999999
 t("{{ '1e400'|float }} {{ '-1e400'|float }} {{ '1e-400'|float }} {{ 'nan'|float }} {{ ' 2.5 '|float }} {{ ''|float(3) }}")
 t("{{ '1e400'|int }} {{ 'nan'|int }} {{ 'x'|int(7) }}")
 t("{{ '1e20'|int }}")
+t("{{ 2.5 is divisibleby 0.5 }} {{ 6 is divisibleby 3 }} {{ 7 is divisibleby 2 }} {{ 5 is divisibleby 2.5 }} {{ (-9223372036854775807 - 1) is divisibleby(-1) }}")
+t("{{ 4 is divisibleby }}")
+t("{{ x is divisibleby 2 }}")
+t("{{ 'x' is divisibleby 2 }}")
 
 out = []
 for c in T:
