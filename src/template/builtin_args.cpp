@@ -21,6 +21,13 @@ std::int64_t arg_int(const Args& a, std::size_t i, std::string_view name, std::i
   return v->integer();
 }
 
+std::optional<std::int64_t> arg_index(const Args& a, std::size_t i, std::string_view name) {
+  const Value* v = arg(a, i, name);
+  if (!v || v->is_none()) return std::nullopt;
+  if (!v->is_int() && !v->is_bool()) fail("slice indices must be integers or None, found " + v->type_name() + " for '" + std::string(name) + "'");
+  return v->integer();
+}
+
 std::optional<std::string> arg_str(const Args& a, std::size_t i, std::string_view name) {
   const Value* v = arg(a, i, name);
   if (!v || v->is_none() || v->is_undefined()) return std::nullopt;

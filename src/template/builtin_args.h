@@ -17,6 +17,8 @@ namespace ctune::tmpl::builtin {
 const Value* arg(const Args& a, std::size_t i, std::string_view name);
 bool arg_bool(const Args& a, std::size_t i, std::string_view name, bool dflt);
 std::int64_t arg_int(const Args& a, std::size_t i, std::string_view name, std::int64_t dflt);
+// A slice bound: absent or None -> nullopt; an int; anything else Python's TypeError.
+std::optional<std::int64_t> arg_index(const Args& a, std::size_t i, std::string_view name);
 std::optional<std::string> arg_str(const Args& a, std::size_t i, std::string_view name);
 const std::string& need_str(const Value& v, const char* what);
 Value make_list(List items, bool tuple = false);

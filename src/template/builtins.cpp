@@ -84,15 +84,12 @@ Value string_method(Env& env, const Value& self, const std::string& name) {
       auto options = prefixes(*p);
       if (!options) fail(name + " first arg must be str or a tuple of str, not " + p->type_name());
       // Optional start and end (code-point indices, Python's slice rules) narrow the string.
-      const Value* start = arg(a, 1, "start");
-      const Value* end = arg(a, 2, "end");
+      const std::optional<std::int64_t> start = arg_index(a, 1, "start"), end = arg_index(a, 2, "end");
       std::string_view view = s;
       std::string sliced;
-      if ((start && !start->is_none()) || (end && !end->is_none())) {
+      if (start || end) {
         const std::vector<std::size_t> off = code_point_offsets(s);
-        const std::vector<std::size_t> idx =
-            slice_indices(off.size() - 1, start && !start->is_none() ? std::optional<std::int64_t>(start->integer()) : std::nullopt,
-                          end && !end->is_none() ? std::optional<std::int64_t>(end->integer()) : std::nullopt, 1);
+        const std::vector<std::size_t> idx = slice_indices(off.size() - 1, start, end, 1);
         if (!idx.empty()) sliced = s.substr(off[idx.front()], off[idx.back() + 1] - off[idx.front()]);
         view = sliced;
       }
@@ -320,8 +317,13 @@ void add_globals(Dict& g, Env& env) {
                                               : (stop < start ? (static_cast<long double>(start) - stop - step - 1) / -step : 0);
           // Jinja2's sandbox refuses ranges over MAX_RANGE (100000) items.
           if (count > 100000) fail("range too big: the sandbox blocks ranges larger than 100000 items");
+          // start + k step in unsigned (wrapping) arithmetic: every item is in range, but a running
+          // i += step can step past the int64 limits after the last one, and k step alone can too.
+          const auto n = static_cast<std::uint64_t>(count);
           List out;
-          for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
+          out.reserve(n);
+          for (std::uint64_t k = 0; k < n; ++k)
+            out.emplace_back(static_cast<std::int64_t>(static_cast<std::uint64_t>(start) + k * static_cast<std::uint64_t>(step)));
           return make_list(std::move(out));
         }));
   g.set("namespace", bound("namespace", [](Args& a) {

@@ -117,6 +117,10 @@ t("{{ 2.5 is divisibleby 0.5 }} {{ 6 is divisibleby 3 }} {{ 7 is divisibleby 2 }
 t("{{ 4 is divisibleby }}")
 t("{{ x is divisibleby 2 }}")
 t("{{ 'x' is divisibleby 2 }}")
+t("{{ 'abc'.startswith('b', 1) }} {{ 'abc'.endswith('b', none, 2) }} {{ 'abc'.startswith('a', 0, -1) }}")
+t("{{ 'abc'.startswith('a', x) }}")
+t("{{ 'abc'.startswith('a', 'x') }}")
+t("{{ range(9223372036854775800, 9223372036854775807, 5)|list }} {{ range(-9223372036854775800, -9223372036854775807-1, -5)|list }} {{ range(5, 0, -2)|list }} {{ range(3)|list }} {{ range(2, 2)|list }}")
 
 out = []
 for c in T:
