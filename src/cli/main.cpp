@@ -11,6 +11,7 @@
 #include "core/progress.h"
 #include "core/stop_signal.h"
 #include "core/threads.h"
+#include "model/family.h"
 
 namespace {
 
@@ -34,7 +35,9 @@ int fail(const std::string& kind, const std::string& message, int status = 1) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ctune: fine-tune, score and export Llama-family models (Hugging Face checkpoints)"};
+  std::string families;  // the registry's, so the help never lags a new family
+  for (const auto* f : ctune::model::all_families()) families += (families.empty() ? "" : ", ") + f->name;
+  CLI::App app{"ctune: fine-tune, score and export Hugging Face causal language models (model_type " + families + ")"};
   app.require_subcommand(1);
   app.fallthrough();  // global options may also follow the subcommand
   std::string threads = "auto";
