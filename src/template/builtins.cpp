@@ -3,6 +3,7 @@
 #include "template/builtins.h"
 
 #include <algorithm>
+#include <charconv>
 #include <functional>
 
 #include "template/builtin_args.h"
@@ -30,6 +31,11 @@ std::optional<std::vector<std::string>> prefixes(const Value& v) {
 std::string py_format(const std::string& fmt, const Args& a) {
   std::string out;
   std::size_t auto_index = 0;
+  enum class Numbering { unset, automatic, manual } numbering = Numbering::unset;
+  const auto number = [&](Numbering n) {  // Python refuses {} and {0} in one format string
+    if (numbering != Numbering::unset && numbering != n) fail("cannot switch from manual field specification to automatic field numbering");
+    numbering = n;
+  };
   for (std::size_t i = 0; i < fmt.size(); ++i) {
     const char c = fmt[i];
     if (c == '{' && i + 1 < fmt.size() && fmt[i + 1] == '{') {
@@ -44,9 +50,18 @@ std::string py_format(const std::string& fmt, const Args& a) {
       const std::string field = fmt.substr(i + 1, close - i - 1);
       if (field.find_first_of(":!") != std::string::npos) fail("format specs in str.format are not supported");
       const Value* v = nullptr;
-      if (field.empty()) v = arg(a, auto_index++, "\x01");
-      else if (std::all_of(field.begin(), field.end(), ::isdigit)) v = arg(a, std::stoul(field), "\x01");
-      else v = arg(a, SIZE_MAX, field);
+      const bool digits = !field.empty() && std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; });
+      if (field.empty()) {
+        number(Numbering::automatic);
+        v = arg(a, auto_index++, "\x01");
+      } else if (digits) {
+        number(Numbering::manual);
+        std::size_t index = 0;
+        if (std::from_chars(field.data(), field.data() + field.size(), index).ec != std::errc()) fail("Too many decimal digits in format string");
+        v = arg(a, index, "\x01");
+      } else {
+        v = arg(a, SIZE_MAX, field);
+      }
       if (!v) fail("str.format: no argument for {" + field + "}");
       out += v->str();
       i = close;
