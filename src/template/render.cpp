@@ -453,6 +453,7 @@ class Renderer final : public Env {
         const std::size_t unit = seq->is_string() ? seq->str_ref().size() : seq->list().size();
         const std::size_t cap = seq->is_string() ? options_.limits.max_output_bytes : options_.limits.max_items;
         if (unit > 0 && static_cast<std::uint64_t>(n) > cap / unit) fail("repetition exceeds the template size limit");
+        if (unit == 0) return seq->is_string() ? Value("") : Value(std::make_shared<List>(), seq->is_tuple());  // n may be 10^18
         if (seq->is_string()) {
           std::string out;
           for (std::int64_t i = 0; i < n; ++i) out += seq->str_ref();

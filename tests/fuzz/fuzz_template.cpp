@@ -44,7 +44,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     o.now = 0;
     (void)t.render(vars, o);
   } catch (const ctune::TemplateError& e) {
-    if (std::string(e.what()).find("engine bug") != std::string::npos) __builtin_trap();
+    // The net's words, unless the template wrote them itself (libFuzzer learns compared strings).
+    const std::string source(reinterpret_cast<const char*>(data), size);
+    if (std::string(e.what()).find("engine bug") != std::string::npos && source.find("engine") == std::string::npos) __builtin_trap();
   }
   return 0;
 }
