@@ -292,19 +292,40 @@ Value get_item(Env& env, const Value& obj, const Value& key) {
     if (const Value* v = obj.dict().find(key.str_ref())) return *v;
   } else if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     const bool is_str = obj.is_string();
-    const std::vector<std::size_t> offsets = is_str ? code_point_offsets(obj.str_ref()) : std::vector<std::size_t>{};
-    const auto n = static_cast<std::int64_t>(is_str ? offsets.size() - 1 : obj.list().size());
+    // A string's code points are counted and walked, not tabulated: no 8 bytes per byte.
+    const auto n = static_cast<std::int64_t>(is_str ? code_point_count(obj.str_ref()) : obj.list().size());
     std::int64_t i = key.integer();
     if (i < 0) i += n;
     if (i >= 0 && i < n) {
       if (!is_str) return obj.list()[static_cast<std::size_t>(i)];
-      const auto k = static_cast<std::size_t>(i);
-      return Value(obj.str_ref().substr(offsets[k], offsets[k + 1] - offsets[k]));
+      const std::string& s = obj.str_ref();
+      std::size_t at = 0;
+      for (std::int64_t k = 0; k < i && at < s.size(); ++k) decode_code_point(s, at);
+      if (at < s.size()) {  // always, for valid UTF-8 (every string here is)
+        std::size_t end = at;
+        decode_code_point(s, end);
+        return Value(s.substr(at, end - at));
+      }
     }
     return Value::undefined(type_object(obj) + " has no element " + std::to_string(key.integer()));
   }
   if (key.is_string()) return get_attribute(env, obj, key.str_ref());
   return Value::undefined(type_object(obj) + " has no element " + key.repr());
+}
+
+std::uint64_t weight(const Value& v) {
+  constexpr std::uint64_t item = sizeof(Value), entry = sizeof(std::string) + sizeof(Value);
+  if (v.is_string()) return v.str_ref().size() + 1;
+  if (v.is_list()) return v.list().size() * item + 1;
+  if (v.is_dict()) return v.dict().size() * entry + 1;
+  return 1;
+}
+
+std::uint64_t weight(const Args& a) {
+  std::uint64_t w = 0;
+  for (const Value& v : a.pos) w += weight(v);
+  for (const auto& kv : a.kw) w += weight(kv.second);
+  return w;
 }
 
 void check_size(const Env& env, const Value& v) {

@@ -21,6 +21,8 @@ class Env {
   virtual bool test(const std::string& name, const Value& v, Args& args) = 0;
   virtual Value call(const Value& callee, Args& args) = 0;
   virtual const Limits& limits() const = 0;
+  // Adds to the render's work (Limits::max_work); EvalError past the limit.
+  virtual void charge(std::uint64_t units) = 0;
   virtual std::time_t now() const = 0;
 };
 
@@ -46,5 +48,9 @@ void add_globals(Dict& globals, Env& env);
 
 // Python's str(): undefined "" ...; EvalError when a string would pass the output limit.
 void check_size(const Env& env, const Value& v);
+// What an operation reading or building `v` is charged: its bytes (a string's, a list's or dict's
+// items as stored); 1 for a scalar.
+std::uint64_t weight(const Value& v);
+std::uint64_t weight(const Args& a);  // of every argument
 
 }  // namespace ctune::tmpl

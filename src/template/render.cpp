@@ -83,21 +83,32 @@ class Renderer final : public Env {
 
   // Env
   Value filter(const std::string& name, const Value& v, Args& args) override {
+    charge(weight(v) + weight(args));
     auto r = apply_filter(*this, name, v, args);
     if (!r) fail("no filter named '" + name + "'");
+    charge(weight(*r));
     return std::move(*r);
   }
   bool test(const std::string& name, const Value& v, Args& args) override {
+    charge(weight(v) + weight(args));
     auto r = apply_test(*this, name, v, args);
     if (!r) fail("no test named '" + name + "'");
     return *r;
+  }
+  void charge(std::uint64_t units) override {
+    work_ += units;
+    if (work_ > options_.limits.max_work)
+      fail("the render's work exceeds its limit of " + std::to_string(options_.limits.max_work) +
+           " (bytes and items read and built by its operations)");
   }
   Value call(const Value& callee, Args& args) override {
     if (callee.is_undefined())
       fail("'" + (callee.undefined_hint().empty() ? std::string("value") : callee.undefined_hint()) + "' is undefined");
     if (!callee.is_function()) fail("'" + callee.type_name() + "' object is not callable");
+    charge(weight(args));
     Value out = callee.function().call(args);
     check_size(*this, out);
+    charge(weight(out));
     return out;
   }
   const Limits& limits() const override { return options_.limits; }
@@ -105,6 +116,7 @@ class Renderer final : public Env {
 
  private:
   void write(std::string& out, std::string_view s) {
+    charge(s.size());
     out.append(s);
     if (out.size() > options_.limits.max_output_bytes)
       fail("the rendered text exceeds the output limit of " + std::to_string(options_.limits.max_output_bytes) + " bytes");
@@ -206,6 +218,7 @@ class Renderer final : public Env {
 
   Flow exec_for(const Node& n, const FramePtr& frame, std::string& out) {
     List items = builtin::iterate(eval(*n.expr, frame));
+    charge(items.size() + 1);
     if (n.filter) {
       List kept;
       for (const Value& item : items) {
@@ -343,10 +356,21 @@ class Renderer final : public Env {
         }
         return Value(d);
       }
-      case Expr::Kind::attr: return get_attribute(*this, eval(*e.items[0], frame), e.name);
-      case Expr::Kind::item: return get_item(*this, eval(*e.items[0], frame), eval(*e.items[1], frame));
+      case Expr::Kind::attr: {
+        const Value obj = eval(*e.items[0], frame);
+        charge(weight(obj));  // a string's methods hold a copy; a dict is searched
+        return get_attribute(*this, obj, e.name);
+      }
+      case Expr::Kind::item: {
+        const Value obj = eval(*e.items[0], frame);
+        const Value key = eval(*e.items[1], frame);
+        charge(weight(obj));  // a string is scanned for its code points; a dict is searched
+        return get_item(*this, obj, key);
+      }
       case Expr::Kind::slice: {
         const Value target = eval(*e.items[0], frame);
+        // Its code points tabulated (8 bytes per byte of a string), and at most as much built.
+        charge((target.is_string() ? 9 : 2) * weight(target));
         auto part = [&](std::size_t k) { return e.items[k] ? slice_part(eval(*e.items[k], frame)) : std::nullopt; };
         const auto start = part(1), stop = part(2), step = part(3);
         if (step && *step == 0) fail("slice step cannot be zero");
@@ -396,6 +420,7 @@ class Renderer final : public Env {
         Value left = eval(*e.items[0], frame);
         for (std::size_t k = 0; k < e.ops.size(); ++k) {
           Value right = eval(*e.items[k + 1], frame);
+          charge(weight(left) + weight(right));
           if (!compare_op(e.ops[k], left, right)) return Value(false);
           left = std::move(right);
         }
@@ -429,8 +454,10 @@ class Renderer final : public Env {
     if (op == "and") return a.truthy() ? eval(*e.items[1], frame) : a;
     if (op == "or") return a.truthy() ? a : eval(*e.items[1], frame);
     const Value b = eval(*e.items[1], frame);
+    charge(weight(a) + weight(b));
     Value r = arithmetic(op, a, b);
     check_size(*this, r);
+    charge(weight(r));
     return r;
   }
 
@@ -460,6 +487,7 @@ class Renderer final : public Env {
           return Value(std::move(out));
         }
         List out;
+        out.reserve(static_cast<std::size_t>(n) * unit);
         for (std::int64_t i = 0; i < n; ++i) out.insert(out.end(), seq->list().begin(), seq->list().end());
         return Value(std::make_shared<List>(std::move(out)), seq->is_tuple());
       }
@@ -515,6 +543,7 @@ class Renderer final : public Env {
 
   const Program& program_;
   const RenderOptions& options_;
+  std::uint64_t work_ = 0;  // Limits::max_work
   std::time_t now_;
   Rendered result_;
   const std::string* root_ = nullptr;

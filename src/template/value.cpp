@@ -39,7 +39,7 @@ Value::Value(Kind k) {
 
 Value Value::undefined(std::string hint) {
   Value v;
-  v.hint_ = std::move(hint);
+  v.hint_ = std::make_shared<const std::string>(std::move(hint));
   return v;
 }
 
@@ -56,6 +56,11 @@ Value::Kind Value::kind() const {
     case 8: return Kind::function;
     default: return Kind::ns;
   }
+}
+
+const std::string& Value::undefined_hint() const {
+  static const std::string none;
+  return hint_ ? *hint_ : none;
 }
 
 std::int64_t Value::integer() const { return is_bool() ? (boolean() ? 1 : 0) : std::get<std::int64_t>(data_); }

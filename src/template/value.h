@@ -102,7 +102,7 @@ class Value {
   bool boolean() const { return std::get<bool>(data_); }
   std::int64_t integer() const;  // int or bool
   double number() const;         // int, bool or float
-  const std::string& undefined_hint() const { return hint_; }
+  const std::string& undefined_hint() const;
 
   // Python's bool(x); undefined is false.
   bool truthy() const;
@@ -124,7 +124,9 @@ class Value {
                FunctionPtr, NamespacePtr>
       data_;
   bool tuple_ = false;
-  std::string hint_;
+  // Shared, and null but for undefined values: every value is copied often (a list repeated, a
+  // loop's items), and a std::string member made each copy a string copy.
+  std::shared_ptr<const std::string> hint_;
 };
 
 // The arguments of a call: positional, then keyword (in call order).

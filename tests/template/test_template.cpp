@@ -97,6 +97,14 @@ TEST(Template, HostileTemplatesAreRefused) {
                  "a doubling string");
   expect_refused("{% set ns = namespace(l=[1]) %}{% for i in range(64) %}{% set ns.l = ns.l + ns.l %}{% endfor %}",
                  "a doubling list");
+  // Each value and loop within bounds, but a large value built or scanned on every iteration:
+  // hours of work without the render's work limit (found by fuzzing).
+  expect_refused("{% for i in range(100000) %}{% set x = [0] * 1000000 %}{% endfor %}", "a 10^6-item list built per iteration");
+  const std::string big = "{% set s = 'x' * 30000000 %}{% for i in range(100000) %}";
+  expect_refused(big + "{{ s[5] }}{% endfor %}", "a 30 MB string indexed per iteration");
+  expect_refused(big + "{% if 'y' in s %}{% endif %}{% endfor %}", "a 30 MB string searched per iteration");
+  expect_refused(big + "{{ s[1:2] }}{% endfor %}", "a 30 MB string sliced per iteration");
+  expect_refused(big + "{{ s|length }}{% endfor %}", "a 30 MB string measured per iteration");
   expect_refused("{{ ''.__class__.__mro__ }}", "attribute access to internals");
   expect_refused("{{ messages.append(1) }}", "mutating an input");
   expect_refused("{% if x %}unclosed", "a block without its end");
