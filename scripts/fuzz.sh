@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing (libFuzzer, with AddressSanitizer + UBSan) of the torch-free readers
-# that take text a user hands ctune: the chat-template engine and the tokenizers
-# (tests/fuzz/fuzz_*.cpp say what each checks). Not part of the test run: a finding becomes a
+# of what a user hands ctune: the chat-template engine, the tokenizers, and the safetensors and
+# GGUF readers (tests/fuzz/fuzz_*.cpp say what each checks). Not part of the test run: a finding becomes a
 # test case (the template engine's snippets from Jinja2, the tokenizer suite's corpus).
-#   bash scripts/fuzz.sh template|tokenizer [SECONDS=600] [libFuzzer flags...]
+#   bash scripts/fuzz.sh template|tokenizer|formats [SECONDS=600] [libFuzzer flags...]
 # Needs clang (apt install clang). Builds under build-fuzz/TARGET, keeps the grown corpus there
 # and writes any crashing input to build-fuzz/TARGET/crash-*; the exit status is libFuzzer's.
 # docs/testing.md#fuzzing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target=${1:?usage: fuzz.sh template|tokenizer [SECONDS] [libFuzzer flags...]}
+target=${1:?usage: fuzz.sh template|tokenizer|formats [SECONDS] [libFuzzer flags...]}
 seconds=${2:-600}
 shift $(( $# >= 2 ? 2 : 1 ))
 command -v clang++ > /dev/null || { echo "fuzz.sh: clang++ not found (apt install clang)" >&2; exit 2; }
@@ -50,7 +50,33 @@ for line in open("tests/tokenizer/corpus.jsonl", encoding="utf-8"):
     (out / hashlib.sha1(data).hexdigest()).write_bytes(data)
 PY
     ;;
-  *) echo "fuzz.sh: unknown target '$target' (template or tokenizer)" >&2; exit 2 ;;
+  formats)
+    sources=(src/io/safetensors.cpp src/io/file.cpp src/io/gguf.cpp src/io/gguf_types.cpp src/io/gguf_value.cpp
+             src/core/json.cpp src/core/log.cpp src/core/progress.cpp src/core/regular_file.cpp src/core/random_hex.cpp)
+    libs=(-lspdlog -lfmt)
+    # Seeds: a small valid file of each kind (the first byte picks the reader: even safetensors,
+    # odd GGUF), written here from the formats' specifications (docs/formats.md).
+    python3 - "$out/corpus" <<'PY'
+import json, struct, sys, pathlib
+out = pathlib.Path(sys.argv[1])
+header = json.dumps({"a": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+                     "b": {"dtype": "BF16", "shape": [3], "data_offsets": [16, 22]},
+                     "__metadata__": {"format": "pt"}}).encode()
+header += b" " * (-len(header) % 8)
+(out / "seed-safetensors").write_bytes(b"\0" + struct.pack("<Q", len(header)) + header + bytes(22))
+def gguf_string(s):
+    return struct.pack("<Q", len(s)) + s.encode()
+kvs = [("general.architecture", 8, gguf_string("llama")), ("general.alignment", 4, struct.pack("<I", 32)),
+       ("llama.block_count", 4, struct.pack("<I", 1))]
+body = b"GGUF" + struct.pack("<IQQ", 3, 1, len(kvs))
+for key, kind, value in kvs:
+    body += gguf_string(key) + struct.pack("<I", kind) + value
+body += gguf_string("token_embd.weight") + struct.pack("<I", 2) + struct.pack("<QQ", 4, 2) + struct.pack("<I", 0) + struct.pack("<Q", 0)
+body += bytes(-len(body) % 32) + bytes(32)
+(out / "seed-gguf").write_bytes(b"\1" + body)
+PY
+    ;;
+  *) echo "fuzz.sh: unknown target '$target' (template, tokenizer or formats)" >&2; exit 2 ;;
 esac
 
 flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined

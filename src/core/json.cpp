@@ -40,8 +40,9 @@ J parse_any(const std::string& text, const std::string& where) {
   check_json_depth(text, where);
   try {
     return J::parse(text);
-  } catch (const typename J::parse_error& e) {
+  } catch (const typename J::exception& e) {
     // nlohmann's message is "[json.exception.parse_error.101] parse error at line 1, column 3: ..."
+    // (or out_of_range.406, "number overflow parsing '1e400'": a number beyond double's range)
     std::string msg = e.what();
     auto pos = msg.find("] ");
     if (pos != std::string::npos) msg = msg.substr(pos + 2);

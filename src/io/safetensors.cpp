@@ -140,7 +140,7 @@ SafetensorsHeader parse_safetensors_header(const std::uint8_t* bytes, std::uint6
   Json header;
   try {
     header = Json::parse(text, on_event);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number past double's
     std::string msg = e.what();
     auto pos = msg.find("] ");
     throw FormatError(where + ": header is not valid JSON (" + (pos == std::string::npos ? msg : msg.substr(pos + 2)) +

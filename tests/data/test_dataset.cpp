@@ -79,6 +79,8 @@ TEST_F(DatasetTest, MalformedRecordsNameFileAndLine) {
   const std::string path = (dir_ / "train.jsonl").string();
   options_.train = file("train.jsonl", instruct_line(0) + "\n{\"instruction\": \"x\", \n");
   EXPECT_EQ(error<FormatError>().rfind(path + ":2: invalid JSON (", 0), 0u) << error<FormatError>();
+  file("train.jsonl", instruct_line(0) + "\n{\"instruction\": 1e999, \"output\": \"x\"}\n");  // past double's range
+  EXPECT_EQ(error<FormatError>().rfind(path + ":2: invalid JSON (number overflow", 0), 0u) << error<FormatError>();
   file("train.jsonl", instruct_line(0) + "\n" + instruct_line(1) + "\n{\"instruction\": \"x\"}\n");
   EXPECT_EQ(error<FormatError>(), path + ":3: missing key \"output\" (data.columns.output)");
   file("train.jsonl", R"({"instruction": "x", "output": 42})");

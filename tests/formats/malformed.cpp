@@ -60,6 +60,10 @@ std::vector<MalformedCase> write_malformed_cases(const fs::path& root) {
   add("header_len_2_pow_63", Expect::Format, "exceeds the limit", st, {{st, u64_le(1ull << 63) + "{}      "}});
   add("invalid_json_header", Expect::Format, "not valid JSON", st, {{st, image("{\"a\":{\"dtype\":", 0)}});
   add("header_not_object", Expect::Format, "must be a JSON object", st, {{st, image("[1,2,3]", 0)}});
+  // A number beyond double's range is JSON the parser refuses with its own out_of_range error,
+  // which escaped unlocated before (found by fuzzing).
+  add("header_number_overflow", Expect::Format, "not valid JSON (number overflow", st,
+      {{st, image(R"({"a":{"dtype":"F32","shape":[1e999],"data_offsets":[0,24]}})", 24)}});
   add("truncated_data", Expect::Format, "truncated", st, {{st, good.substr(0, good.size() - 7)}});
   add("trailing_bytes", Expect::Format, "trailing bytes", st, {{st, good + "xyz"}});
   add("overlapping_offsets", Expect::Format, "overlaps", st,
@@ -161,6 +165,8 @@ std::vector<MalformedCase> write_malformed_cases(const fs::path& root) {
   config_case("config_wrong_type", Expect::Format, "key \"hidden_size\" expected an integer, found a string",
               R"({"model_type":"llama","vocab_size":16,"hidden_size":"8","intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2})");
   config_case("config_invalid_json", Expect::Format, "invalid JSON", R"({"model_type": "llama",)");
+  config_case("config_number_overflow", Expect::Format, "invalid JSON (number overflow",
+              R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"rms_norm_eps":1e400})");
   config_case("config_missing_key", Expect::Config, "missing required key \"intermediate_size\"",
               R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"num_hidden_layers":1,"num_attention_heads":2})");
   config_case("config_llama3_rope_incomplete", Expect::Config, "requires low_freq_factor",
