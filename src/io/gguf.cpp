@@ -215,8 +215,9 @@ GgufHeader parse_gguf(const std::uint8_t* bytes, std::uint64_t size, const std::
     }
     t.type = *type;
     const std::size_t block = ggml_block_size(t.type);
-    if ((!t.ne.empty() && t.ne[0] % static_cast<std::int64_t>(block) != 0) || numel % block != 0)
-      throw FormatError(tw + ": " + ggml_type_name(t.type) + " rows of " + std::to_string(t.ne[0]) +
+    const std::int64_t row = t.ne.empty() ? 1 : t.ne[0];  // a tensor of no dimensions holds one value
+    if (row % static_cast<std::int64_t>(block) != 0 || numel % block != 0)
+      throw FormatError(tw + ": " + ggml_type_name(t.type) + " rows of " + std::to_string(row) +
                         " values are not a multiple of its block size " + std::to_string(block));
     if (numel > std::numeric_limits<std::uint64_t>::max() / 8) throw FormatError(tw + ": size overflows");
     t.nbytes = ggml_nbytes(t.type, numel);

@@ -342,6 +342,7 @@ void add_globals(Dict& g, Env& env) {
           std::int64_t start = 0, stop, step = 1;
           for (const Value& v : a.pos)
             if (!v.is_int() && !v.is_bool()) fail("range() expects integers, found " + v.type_name());
+          if (a.pos.size() > 3) fail("range expected at most 3 arguments, got " + std::to_string(a.pos.size()));
           if (a.pos.size() == 1) stop = a.pos[0].integer();
           else if (a.pos.size() >= 2) {
             start = a.pos[0].integer();
@@ -350,7 +351,7 @@ void add_globals(Dict& g, Env& env) {
           } else fail("range expected at least 1 argument, got 0");
           if (step == 0) fail("range() arg 3 must not be zero");
           const long double count = step > 0 ? (stop > start ? (static_cast<long double>(stop) - start + step - 1) / step : 0)
-                                              : (stop < start ? (static_cast<long double>(start) - stop - step - 1) / -step : 0);
+                                              : (stop < start ? (static_cast<long double>(start) - stop - step - 1) / -static_cast<long double>(step) : 0);
           // Jinja2's sandbox refuses ranges over MAX_RANGE (100000) items.
           if (count > 100000) fail("range too big: the sandbox blocks ranges larger than 100000 items");
           // start + k step in unsigned (wrapping) arithmetic: every item is in range, but a running

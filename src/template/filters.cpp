@@ -377,7 +377,7 @@ Value f_dictsort(Env&, const Value& v, Args& a) {
 }
 
 Value f_wordcount(Env&, const Value& v, Args&) {
-  return Value(static_cast<std::int64_t>(py_split(v.str(), std::nullopt, -1).size()));
+  return Value(static_cast<std::int64_t>(py_word_count(v.str())));
 }
 
 const std::unordered_map<std::string, Filter>& filters() {
@@ -439,8 +439,9 @@ bool t_lt(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "lt")) 
 bool t_le(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "le")) <= 0; }
 bool t_gt(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "gt")) > 0; }
 bool t_ge(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "ge")) >= 0; }
-bool t_lower(Env&, const Value& v, Args&) { return v.is_string() && py_lower(v.str_ref()) == v.str_ref(); }
-bool t_upper(Env&, const Value& v, Args&) { return v.is_string() && py_upper(v.str_ref()) == v.str_ref(); }
+// Jinja2's str(value).islower(): some cased character, none of the other case ('' is not lower).
+bool t_lower(Env&, const Value& v, Args&) { return py_is(v.str(), "islower"); }
+bool t_upper(Env&, const Value& v, Args&) { return py_is(v.str(), "isupper"); }
 bool t_escaped(Env&, const Value&, Args&) { return false; }
 bool t_in(Env&, const Value& v, Args& a) { return contains(test_arg(a, "in"), v); }
 bool t_sameas(Env&, const Value& v, Args& a) {

@@ -311,6 +311,20 @@ bool py_is(std::string_view s, std::string_view what) {
   return (what == "islower" || what == "isupper") ? any_cased : true;
 }
 
+std::size_t py_word_count(std::string_view s) {
+  std::size_t words = 0, i = 0;
+  bool in_word = false;
+  while (i < s.size()) {
+    const std::uint32_t cp = decode_code_point(s, i);
+    const auto c = category(cp);
+    const bool word = cp == '_' || (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_LO) ||
+                      (c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO);
+    words += word && !in_word;
+    in_word = word;
+  }
+  return words;
+}
+
 std::vector<std::size_t> slice_indices(std::size_t n, std::optional<std::int64_t> start, std::optional<std::int64_t> stop,
                                        std::int64_t step) {
   const auto len = static_cast<std::int64_t>(n);

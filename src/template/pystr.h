@@ -40,6 +40,8 @@ std::int64_t py_find(std::string_view s, std::string_view sub, bool from_right =
 std::int64_t py_count(std::string_view s, std::string_view sub);
 // str.isdigit/isalpha/isalnum/islower/isupper/isspace by Unicode category.
 bool py_is(std::string_view s, std::string_view what);
+// Matches of Python's re \w+ (runs of '_' and of characters str.isalnum() accepts): Jinja2's wordcount.
+std::size_t py_word_count(std::string_view s);
 
 // Python's slice semantics over `n` items: fills the indices selected by [start:stop:step].
 std::vector<std::size_t> slice_indices(std::size_t n, std::optional<std::int64_t> start, std::optional<std::int64_t> stop,

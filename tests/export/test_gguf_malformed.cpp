@@ -125,6 +125,9 @@ TEST(GgufMalformed, TargetedCorruptionsAreRefused) {
                  "bad type");
   expect_refused(image(1, 0, [](Image& im) { tensor_info(im, "t", {48}, 8, 0); }, 64), "block size 32",
                  "q8_0 row");
+  // No dimensions: one value, not a row to index (read past an empty vector before; found by fuzzing).
+  expect_refused(image(1, 0, [](Image& im) { tensor_info(im, "t", {}, 8, 0); }, 64), "rows of 1 values are not a multiple of its block size 32",
+                 "q8_0 scalar");
   expect_refused(image(1, 0, [](Image& im) { tensor_info(im, "t", {4}, 0, 8); }, 64), "expected 0",
                  "misaligned offset");
   expect_refused(image(2, 0, [](Image& im) { tensor_info(im, "a", {4}, 0, 0); tensor_info(im, "b", {4}, 0, 16); }, 64),

@@ -127,6 +127,11 @@ t("{{ '{5}'.format('x', 1) }}")
 # An empty sequence repeated 4.4e18 times is empty at once (it used to loop 4.4e18 times).
 t("{{ '' * 4444444444444444444 }}|{{ [] * 4444444444444444444 }}|{{ (4444444444444444444 * (1,)[:0])|length }}")
 t("{{ 'abc'.startswith('a', 'x') }}")
+t("{{ range(5, -9223372036854775800, -9223372036854775807 - 1)|list }} {{ range(-5, 9223372036854775807, 9223372036854775807)|list }}")
+t("{{ range(1, 2, 3, 4)|list }}")
+# Found by a differential run against Jinja2 (random expressions over the same variables).
+t("{{ '02.5'|wordcount }} {{ 'a_b-c  d\u00e9j\u00e0 vu 42'|wordcount }} {{ ''|wordcount }} {{ x|wordcount }}", x=[1, "two"])
+t("{{ '' is lower }} {{ 'abc1' is lower }} {{ 'ABC' is upper }} {{ '1' is upper }} {{ ['q', 'p'] is lower }} {{ none is upper }}")
 t("{{ range(9223372036854775800, 9223372036854775807, 5)|list }} {{ range(-9223372036854775800, -9223372036854775807-1, -5)|list }} {{ range(5, 0, -2)|list }} {{ range(3)|list }} {{ range(2, 2)|list }}")
 
 out = []
