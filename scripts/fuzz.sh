@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing (libFuzzer, with AddressSanitizer + UBSan) of the torch-free readers
 # of what a user hands ctune: the chat-template engine, the tokenizers, and the safetensors and
-# GGUF readers (tests/fuzz/fuzz_*.cpp say what each checks). Not part of the test run: a finding becomes a
+# GGUF readers (tests/fuzz/fuzz_*.cpp say what each checks); and a differential run of the
+# template engine against Python's Jinja2 (tests/fuzz/jinja2_diff.py). Not part of the test run: a finding becomes a
 # test case (the template engine's snippets from Jinja2, the tokenizer suite's corpus).
 #   bash scripts/fuzz.sh template|tokenizer|formats [SECONDS=600] [libFuzzer flags...]
+#   bash scripts/fuzz.sh jinja2 [TEMPLATES=2000] [SEED=1]
 # Needs clang (apt install clang). Builds under build-fuzz/TARGET, keeps the grown corpus there
 # and writes any crashing input to build-fuzz/TARGET/crash-*; the exit status is libFuzzer's.
 # docs/testing.md#fuzzing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target=${1:?usage: fuzz.sh template|tokenizer|formats [SECONDS] [libFuzzer flags...]}
+target=${1:?usage: fuzz.sh template|tokenizer|formats [SECONDS] [libFuzzer flags...] or jinja2 [TEMPLATES] [SEED]}
 seconds=${2:-600}
+templates=${2:-2000} seed=${3:-1}  # jinja2's arguments
 shift $(( $# >= 2 ? 2 : 1 ))
 command -v clang++ > /dev/null || { echo "fuzz.sh: clang++ not found (apt install clang)" >&2; exit 2; }
 out="build-fuzz/$target"
@@ -19,7 +22,7 @@ npm_cache="$PWD/build/test-data/tokenizer/npm"
 
 # Each target's sources: its library folder and what that library links from core and io.
 case "$target" in
-  template)
+  template|jinja2)
     sources=(src/template/*.cpp)
     libs=(-lutf8proc)
     # Seeds: the construct templates and every chat template the tests render.
@@ -81,12 +84,18 @@ esac
 
 flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
        -Isrc $(pkg-config --cflags libutf8proc))
+harness="tests/fuzz/fuzz_$target.cpp"
+[ "$target" = jinja2 ] && harness=tests/fuzz/render_lines.cpp
 objects=()
-for src in "${sources[@]}" "tests/fuzz/fuzz_$target.cpp"; do
+for src in "${sources[@]}" "$harness"; do
   objects+=("$out/obj/$(echo "$src" | tr / _).o")
 done
-printf '%s\n' "${sources[@]}" "tests/fuzz/fuzz_$target.cpp" | \
+printf '%s\n' "${sources[@]}" "$harness" | \
   xargs -P "$(nproc)" -I{} sh -c 'clang++ "$@" -c {} -o "'"$out"'/obj/$(echo {} | tr / _).o"' _ "${flags[@]}"
+if [ "$target" = jinja2 ]; then  # a line filter, not a libFuzzer target
+  clang++ -fsanitize=address,undefined "${objects[@]}" "${libs[@]}" -o "$out/render_lines"
+  exec python3 tests/fuzz/jinja2_diff.py "$out/render_lines" "$templates" "$seed"
+fi
 clang++ -fsanitize=fuzzer,address,undefined "${objects[@]}" "${libs[@]}" -o "$out/fuzz_$target"
 echo "fuzz.sh: $target for ${seconds}s, corpus $out/corpus ($(ls "$out/corpus" | wc -l) inputs)"
 cd "$out"

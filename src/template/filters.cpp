@@ -97,7 +97,8 @@ Value f_title(Env&, const Value& v, Args&) {
 }
 Value f_trim(Env&, const Value& v, Args& a) { return Value(py_strip(v.str(), arg_str(a, 0, "chars"))); }
 Value f_string(Env&, const Value& v, Args&) { return Value(v.str()); }
-Value f_safe(Env&, const Value& v, Args&) { return v; }
+// Jinja2's Markup(value): the value's text (None -> 'None', a list its repr; undefined -> '').
+Value f_safe(Env&, const Value& v, Args&) { return v.is_string() ? v : Value(v.str()); }
 
 Value f_first(Env&, const Value& v, Args&) {
   List l = iterate(v);

@@ -531,9 +531,13 @@ class Renderer final : public Env {
     }
     if (op == "**") {
       if (ints && y >= 0) {
-        std::int64_t out = 1;
-        for (std::int64_t i = 0; i < y; ++i)
-          if (__builtin_mul_overflow(out, x, &out)) fail("integer overflow in **");
+        // By squaring: y can be 10^10 with x in {0, 1, -1}, where multiplying y times never
+        // overflows and never ends (found by fuzzing). Any |x| >= 2 overflows by y = 63.
+        std::int64_t out = 1, base = x;
+        for (std::int64_t e = y; e > 0; e >>= 1) {
+          if ((e & 1) && __builtin_mul_overflow(out, base, &out)) fail("integer overflow in **");
+          if (e > 1 && __builtin_mul_overflow(base, base, &base)) fail("integer overflow in **");
+        }
         return Value(out);
       }
       return Value(std::pow(p, q));

@@ -32,7 +32,7 @@ env.globals["raise_exception"] = raise_exception
 env.globals["strftime_now"] = lambda fmt: time.strftime(fmt, time.gmtime(NOW))
 
 T = []
-DEPARTURES = {"{{ x.__class__ }}": "error", "{{ 10 ** 20 }}": "error", "{{ '1e20'|int }}": "error"}
+DEPARTURES = {"{{ x.__class__ }}": "error", "{{ 10 ** 20 }}": "error", "{{ '1e20'|int }}": "error", "{{ 2 ** 63 }}": "error"}
 
 
 def t(tpl, **v):
@@ -129,6 +129,9 @@ t("{{ '' * 4444444444444444444 }}|{{ [] * 4444444444444444444 }}|{{ (44444444444
 t("{{ 'abc'.startswith('a', 'x') }}")
 t("{{ range(5, -9223372036854775800, -9223372036854775807 - 1)|list }} {{ range(-5, 9223372036854775807, 9223372036854775807)|list }}")
 t("{{ range(1, 2, 3, 4)|list }}")
+t("{{ 0 ** 44073709550 }} {{ 1 ** 44073709550 }} {{ (-1) ** 44073709551 }} {{ (-1) ** 44073709550 }} {{ 3 ** 39 }} {{ (-2) ** 63 }} {{ 2 ** 0 }} {{ 0 ** 0 }}")
+t("{{ 2 ** 63 }}")
+t("{{ not n|safe }} {{ (w|safe)|length }} {{ x|safe ~ 1 }} {{ (undefined_v|safe)|length }} {{ 'a<b'|safe }}", n=None, w=["b", "a"], x=7)
 # Found by a differential run against Jinja2 (random expressions over the same variables).
 t("{{ '02.5'|wordcount }} {{ 'a_b-c  d\u00e9j\u00e0 vu 42'|wordcount }} {{ ''|wordcount }} {{ x|wordcount }}", x=[1, "two"])
 t("{{ '' is lower }} {{ 'abc1' is lower }} {{ 'ABC' is upper }} {{ '1' is upper }} {{ ['q', 'p'] is lower }} {{ none is upper }}")
