@@ -62,24 +62,24 @@ OPERATORS = ["+", "-", "*", "/", "//", "%", "**", "~", "and", "or", "==", "!=", 
 SUBSCRIPTS = ["0", "-1", "1:", "::-1", ":2", "x", '"a"']
 
 
+# Each compound form with the cumulative probability that picks it (below 0.25: a leaf).
+FORMS = [
+    (0.45, lambda sub, rng: f"({sub()} {rng.choice(OPERATORS)} {sub()})"),
+    (0.65, lambda sub, rng: f"({sub()})|{rng.choice(FILTERS)}"),
+    (0.75, lambda sub, rng: f"({sub()}).{rng.choice(METHODS)}"),
+    (0.82, lambda sub, rng: f"({sub()} is {'not ' if rng.random() < 0.3 else ''}{rng.choice(TESTS)})"),
+    (0.88, lambda sub, rng: f"({sub()})[{rng.choice(SUBSCRIPTS)}]"),
+    (0.94, lambda sub, rng: f"({sub()} if {sub()} else {sub()})"),
+    (1.00, lambda sub, rng: f"not {sub()}"),
+]
+
+
 def expression(rng, depth):
     r = rng.random()
     if depth <= 0 or r < 0.25:
         return rng.choice(LITERALS + NAMES)
-    sub = lambda: expression(rng, depth - 1)  # noqa: E731
-    if r < 0.45:
-        return f"({sub()} {rng.choice(OPERATORS)} {sub()})"
-    if r < 0.65:
-        return f"({sub()})|{rng.choice(FILTERS)}"
-    if r < 0.75:
-        return f"({sub()}).{rng.choice(METHODS)}"
-    if r < 0.82:
-        return f"({sub()} is {'not ' if rng.random() < 0.3 else ''}{rng.choice(TESTS)})"
-    if r < 0.88:
-        return f"({sub()})[{rng.choice(SUBSCRIPTS)}]"
-    if r < 0.94:
-        return f"({sub()} if {sub()} else {sub()})"
-    return f"not {sub()}"
+    form = next(build for upto, build in FORMS if r < upto)
+    return form(lambda: expression(rng, depth - 1), rng)
 
 
 def template(rng):
