@@ -82,7 +82,10 @@ Value string_method(Env& env, const Value& self, const std::string& name) {
   if (name == "split" || name == "rsplit")
     return m([s, name](Args& a) {
       List out;
-      for (auto& part : py_split(s, arg_str(a, 0, "sep"), arg_int(a, 1, "maxsplit", -1), name == "rsplit"))
+      const std::optional<std::string> sep = arg_str(a, 0, "sep");
+      // Python's ValueError; py_split would find "" at the same place forever (found by fuzzing).
+      if (sep && sep->empty()) fail("empty separator");
+      for (auto& part : py_split(s, sep, arg_int(a, 1, "maxsplit", -1), name == "rsplit"))
         out.emplace_back(std::move(part));
       return make_list(std::move(out));
     });

@@ -27,6 +27,7 @@ bool is_printable(std::uint32_t cp);  // str.isprintable(), as repr() decides wh
 std::string py_strip(std::string_view s, const std::optional<std::string>& chars = std::nullopt, bool left = true,
                      bool right = true);
 // str.split(sep, maxsplit) / str.rsplit: no sep splits on whitespace runs and drops empties.
+// `sep` must not be empty (the caller refuses it, as Python does).
 std::vector<std::string> py_split(std::string_view s, const std::optional<std::string>& sep, std::int64_t maxsplit,
                                   bool from_right = false);
 std::vector<std::string> py_splitlines(std::string_view s, bool keepends);

@@ -131,6 +131,9 @@ t("{{ range(5, -9223372036854775800, -9223372036854775807 - 1)|list }} {{ range(
 t("{{ range(1, 2, 3, 4)|list }}")
 t("{{ 0 ** 44073709550 }} {{ 1 ** 44073709550 }} {{ (-1) ** 44073709551 }} {{ (-1) ** 44073709550 }} {{ 3 ** 39 }} {{ (-2) ** 63 }} {{ 2 ** 0 }} {{ 0 ** 0 }}")
 t("{{ 2 ** 63 }}")
+t("{{ 'Hb,,c'.split('') }}")
+t("{{ 'Hb,,c'.rsplit('', 1) }}")
+t("{{ 'Hb,,c'.split(',') }} {{ 'Hb,,c'.rsplit(',', 1) }} {{ 'abc'.replace('', '-') }} {{ 'abc'.count('') }} {{ 'abc'.find('') }}")
 t("{{ not n|safe }} {{ (w|safe)|length }} {{ x|safe ~ 1 }} {{ (undefined_v|safe)|length }} {{ 'a<b'|safe }}", n=None, w=["b", "a"], x=7)
 # Found by a differential run against Jinja2 (random expressions over the same variables).
 t("{{ '02.5'|wordcount }} {{ 'a_b-c  d\u00e9j\u00e0 vu 42'|wordcount }} {{ ''|wordcount }} {{ x|wordcount }}", x=[1, "two"])
