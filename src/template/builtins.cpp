@@ -316,10 +316,12 @@ Value get_item(Env& env, const Value& obj, const Value& key) {
   return Value::undefined(type_object(obj) + " has no element " + key.repr());
 }
 
+std::uint64_t weight(const List& items) { return items.size() * sizeof(Value) + 1; }
+
 std::uint64_t weight(const Value& v) {
-  constexpr std::uint64_t item = sizeof(Value), entry = sizeof(std::string) + sizeof(Value);
+  constexpr std::uint64_t entry = sizeof(std::string) + sizeof(Value);
   if (v.is_string()) return v.str_ref().size() + 1;
-  if (v.is_list()) return v.list().size() * item + 1;
+  if (v.is_list()) return weight(v.list());
   if (v.is_dict()) return v.dict().size() * entry + 1;
   return 1;
 }

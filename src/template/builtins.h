@@ -52,5 +52,6 @@ void check_size(const Env& env, const Value& v);
 // items as stored); 1 for a scalar.
 std::uint64_t weight(const Value& v);
 std::uint64_t weight(const Args& a);  // of every argument
+std::uint64_t weight(const List& items);
 
 }  // namespace ctune::tmpl

@@ -218,7 +218,7 @@ class Renderer final : public Env {
 
   Flow exec_for(const Node& n, const FramePtr& frame, std::string& out) {
     List items = builtin::iterate(eval(*n.expr, frame));
-    charge(items.size() + 1);
+    charge(weight(items));  // the copy iterate made
     if (n.filter) {
       List kept;
       for (const Value& item : items) {

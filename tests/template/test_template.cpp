@@ -105,6 +105,8 @@ TEST(Template, HostileTemplatesAreRefused) {
   expect_refused(big + "{% if 'y' in s %}{% endif %}{% endfor %}", "a 30 MB string searched per iteration");
   expect_refused(big + "{{ s[1:2] }}{% endfor %}", "a 30 MB string sliced per iteration");
   expect_refused(big + "{{ s|length }}{% endfor %}", "a 30 MB string measured per iteration");
+  expect_refused("{% set l = [0] * 1000000 %}{% for i in range(100000) %}{% for x in l %}{% break %}{% endfor %}{% endfor %}",
+                 "a 10^6-item loop started per iteration");
   expect_refused("{{ ''.__class__.__mro__ }}", "attribute access to internals");
   expect_refused("{{ messages.append(1) }}", "mutating an input");
   expect_refused("{% if x %}unclosed", "a block without its end");
