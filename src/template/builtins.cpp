@@ -50,11 +50,10 @@ std::string py_format(const std::string& fmt, const Args& a) {
       const std::string field = fmt.substr(i + 1, close - i - 1);
       if (field.find_first_of(":!") != std::string::npos) fail("format specs in str.format are not supported");
       const Value* v = nullptr;
-      const bool digits = !field.empty() && std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; });
       if (field.empty()) {
         number(Numbering::automatic);
         v = arg(a, auto_index++, "\x01");
-      } else if (digits) {
+      } else if (is_decimal(field)) {
         number(Numbering::manual);
         std::size_t index = 0;
         if (std::from_chars(field.data(), field.data() + field.size(), index).ec != std::errc()) fail("Too many decimal digits in format string");

@@ -1,8 +1,6 @@
 // Jinja2's built-in filters and tests, as Jinja2 3.1 defines them (and transformers' tojson);
 // see builtins.h.
 #include <algorithm>
-#include <charconv>
-#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <unordered_map>
@@ -27,11 +25,7 @@ Value attr_path(Env& env, const Value& v, const std::string& path) {
   while (true) {
     const std::size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    std::int64_t index = 0;
-    // An index beyond 64 bits is past the end of any list, as in Python: the item is undefined.
-    if (digits && std::from_chars(part.data(), part.data() + part.size(), index).ec != std::errc()) index = INT64_MAX;
-    cur = digits ? get_item(env, cur, Value(index)) : get_item(env, cur, Value(part));
+    cur = is_decimal(part) ? get_item(env, cur, Value(saturated_index(part))) : get_item(env, cur, Value(part));
     if (dot == std::string::npos) return cur;
     start = dot + 1;
   }

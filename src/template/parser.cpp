@@ -4,14 +4,22 @@
 #include "template/parser.h"
 
 #include <charconv>
-#include <climits>
 #include <cstdlib>
 
 #include "core/error.h"
+#include "template/pystr.h"
 
 namespace ctune::tmpl {
 
 namespace {
+
+// A number token's digits: Python allows 1_000.
+std::string without_underscores(const std::string& token) {
+  std::string digits;
+  for (char c : token)
+    if (c != '_') digits += c;
+  return digits;
+}
 
 class Parser {
  public:
@@ -519,9 +527,7 @@ class Parser {
     if (tok.type == Tok::integer || tok.type == Tok::floating) {
       next();
       auto n = at<Expr>(tok, Expr::Kind::literal);
-      std::string digits;
-      for (char c : tok.value)
-        if (c != '_') digits += c;
+      const std::string digits = without_underscores(tok.value);
       if (tok.type == Tok::floating) {
         // strtod, not stod: a literal beyond double's range is inf (or 0), as Python's float()
         // reads it, where stod throws.
@@ -587,15 +593,9 @@ class Parser {
         } else if (cur().type == Tok::integer) {
           auto n = at<Expr>(tok, Expr::Kind::item);
           auto idx = at<Expr>(cur(), Expr::Kind::literal);
-          std::string digits;  // 1_0 is 10, as in Python
-          for (char c : cur().value)
-            if (c != '_') digits += c;
-          std::int64_t index = 0;
-          const auto r = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-          // An index beyond 64 bits is past the end of any list: the item is undefined, as in Jinja2.
-          if (r.ec == std::errc::result_out_of_range) index = INT64_MAX;
-          else if (r.ec != std::errc() || r.ptr != digits.data() + digits.size()) fail("expected a decimal index after '.', found " + cur().value);
-          idx->value = Value(index);
+          const std::string digits = without_underscores(cur().value);  // 1_0 is 10, as in Python
+          if (!is_decimal(digits)) fail("expected a decimal index after '.', found " + cur().value);
+          idx->value = Value(saturated_index(digits));
           next();
           n->items.push_back(std::move(e));
           n->items.push_back(std::move(idx));

@@ -4,6 +4,8 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <charconv>
+#include <climits>
 
 namespace ctune::tmpl {
 
@@ -309,6 +311,15 @@ bool py_is(std::string_view s, std::string_view what) {
     }
   }
   return (what == "islower" || what == "isupper") ? any_cased : true;
+}
+
+bool is_decimal(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+std::int64_t saturated_index(std::string_view digits) {
+  std::int64_t index = 0;
+  return std::from_chars(digits.data(), digits.data() + digits.size(), index).ec == std::errc() ? index : INT64_MAX;
 }
 
 std::size_t py_word_count(std::string_view s) {

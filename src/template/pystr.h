@@ -44,6 +44,12 @@ bool py_is(std::string_view s, std::string_view what);
 // Matches of Python's re \w+ (runs of '_' and of characters str.isalnum() accepts): Jinja2's wordcount.
 std::size_t py_word_count(std::string_view s);
 
+// Non-empty ASCII digits only (Python's str.isdigit() for what a template writes as an index).
+bool is_decimal(std::string_view s);
+// The index `digits` (is_decimal) names, INT64_MAX beyond 64 bits: past the end of any list,
+// so the item is undefined, as in Jinja2.
+std::int64_t saturated_index(std::string_view digits);
+
 // Python's slice semantics over `n` items: fills the indices selected by [start:stop:step].
 std::vector<std::size_t> slice_indices(std::size_t n, std::optional<std::int64_t> start, std::optional<std::int64_t> stop,
                                        std::int64_t step);

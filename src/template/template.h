@@ -34,8 +34,8 @@ struct Limits {
   // The render's work, all operations together: each operation is charged the bytes of the
   // values it reads and builds (builtin::weight). The limits above bound each value and the
   // loops, but not a loop that builds or scans a large value on every iteration: 10^5
-  // iterations of [0] * 10^6 would run for hours. Real chat templates spend about 10 bytes per
-  // byte of conversation (docs/chat-templates.md).
+  // iterations of [0] * 10^6 would run for hours. Real chat templates spend 5-8 bytes per byte
+  // of conversation (docs/chat-templates.md).
   std::uint64_t max_work = 1ull << 30;
 };
 

@@ -11,31 +11,15 @@ Prints every template whose outcomes differ, then a count:
 A finding becomes a snippet in make_snippets.py. Run through scripts/fuzz.sh jinja2 [COUNT] [SEED].
 usage: jinja2_diff.py RENDER_LINES_BINARY COUNT SEED"""
 import json
+import pathlib
 import random
 import re
 import subprocess
 import sys
-import time
 
-import jinja2
-import jinja2.ext
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-NOW = 1768480496
-
-
-def raise_exception(message):
-    raise jinja2.exceptions.TemplateError(message)
-
-
-def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
-env.filters["tojson"] = tojson
-env.globals["raise_exception"] = raise_exception
-env.globals["strftime_now"] = lambda fmt: time.strftime(fmt, time.gmtime(NOW))
+# Jinja2 as the snippets' generator configures it (one configuration for both).
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "template"))
+from make_snippets import NOW, env  # noqa: E402
 
 VARS = {"x": 7, "y": -3, "f": 2.5, "s": "Héllo, World  ", "e": "", "l": [3, 1, 2], "w": ["b", "a", "c"],
         "d": {"a": 1, "b": "two"}, "n": None, "t": True,

@@ -140,16 +140,22 @@ t("{{ '02.5'|wordcount }} {{ 'a_b-c  d\u00e9j\u00e0 vu 42'|wordcount }} {{ ''|wo
 t("{{ '' is lower }} {{ 'abc1' is lower }} {{ 'ABC' is upper }} {{ '1' is upper }} {{ ['q', 'p'] is lower }} {{ none is upper }}")
 t("{{ range(9223372036854775800, 9223372036854775807, 5)|list }} {{ range(-9223372036854775800, -9223372036854775807-1, -5)|list }} {{ range(5, 0, -2)|list }} {{ range(3)|list }} {{ range(2, 2)|list }}")
 
-out = []
-for c in T:
-    entry = dict(c)
-    if c["template"] in DEPARTURES:
-        entry["error"] = True
-        entry["departure"] = True
-    else:
-        try:
-            entry["text"] = env.from_string(c["template"]).render(**c["vars"])
-        except Exception:  # any Jinja2 failure: the C++ side must fail too
+
+def main():
+    out = []
+    for c in T:
+        entry = dict(c)
+        if c["template"] in DEPARTURES:
             entry["error"] = True
-    out.append(entry)
-print(json.dumps(out, ensure_ascii=False, indent=1))
+            entry["departure"] = True
+        else:
+            try:
+                entry["text"] = env.from_string(c["template"]).render(**c["vars"])
+            except Exception:  # any Jinja2 failure: the C++ side must fail too
+                entry["error"] = True
+        out.append(entry)
+    print(json.dumps(out, ensure_ascii=False, indent=1))
+
+
+if __name__ == "__main__":  # tests/fuzz/jinja2_diff.py imports env and NOW
+    main()
