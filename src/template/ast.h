@@ -40,6 +40,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> kwargs;
   std::vector<std::string> ops;  // compare operators: == != < <= > >= in notin
   bool negated = false;          // test: `is not`
+  int height = 1;                // levels of the tree below and including this node (parser.cpp bounds it)
 };
 
 struct Node;

@@ -343,7 +343,7 @@ class Parser {
       if (!explicit_parens_ok) fail("expected an expression, found " + describe(cur()));
     }
     auto n = at<Expr>(tok, Expr::Kind::tuple);
-    n->items = std::move(items);
+    for (auto& item : items) attach(*n, std::move(item));
     return n;
   }
 
@@ -360,13 +360,14 @@ class Parser {
     while (is_name("if")) {
       next();
       auto n = at<Expr>(tok, Expr::Kind::cond);
-      n->items.push_back(parse_or());
-      n->items.push_back(std::move(e));
+      attach(*n, parse_or());
+      attach(*n, std::move(e));
       if (is_name("else")) {
         next();
-        n->items.push_back(parse_condexpr());
+        const Depth guard(*this);  // `a if b else c if d else ...` recurses once per else
+        attach(*n, parse_condexpr());
       } else {
-        n->items.push_back(nullptr);
+        attach(*n, nullptr);
       }
       e = std::move(n);
     }
@@ -376,8 +377,8 @@ class Parser {
   ExprPtr binary(const Token& tok, std::string op, ExprPtr a, ExprPtr b) {
     auto n = at<Expr>(tok, Expr::Kind::binary);
     n->name = std::move(op);
-    n->items.push_back(std::move(a));
-    n->items.push_back(std::move(b));
+    attach(*n, std::move(a));
+    attach(*n, std::move(b));
     return n;
   }
 
@@ -403,10 +404,11 @@ class Parser {
 
   ExprPtr parse_not() {
     if (is_name("not")) {
+      const Depth guard(*this);
       auto n = at<Expr>(cur(), Expr::Kind::unary);
       next();
       n->name = "not";
-      n->items.push_back(parse_not());
+      attach(*n, parse_not());
       return n;
     }
     return parse_compare();
@@ -434,10 +436,10 @@ class Parser {
       }
       if (!cmp) {
         cmp = at<Expr>(tok, Expr::Kind::compare);
-        cmp->items.push_back(std::move(e));
+        attach(*cmp, std::move(e));
       }
       cmp->ops.push_back(op);
-      cmp->items.push_back(parse_math1());
+      attach(*cmp, parse_math1());
     }
     return cmp ? std::move(cmp) : std::move(e);
   }
@@ -491,7 +493,7 @@ class Parser {
       e = at<Expr>(cur(), Expr::Kind::unary);
       e->name = cur().value;
       next();
-      e->items.push_back(parse_unary(false));
+      attach(*e, parse_unary(false));
     } else {
       e = parse_primary();
     }
@@ -558,7 +560,7 @@ class Parser {
       while (!is_op("]")) {
         if (!n->items.empty()) expect_op(",");
         if (is_op("]")) break;
-        n->items.push_back(parse_expression());
+        attach(*n, parse_expression());
       }
       next();
       return n;
@@ -569,9 +571,9 @@ class Parser {
       while (!is_op("}")) {
         if (!n->items.empty()) expect_op(",");
         if (is_op("}")) break;
-        n->items.push_back(parse_expression());
+        attach(*n, parse_expression());
         expect_op(":");
-        n->items.push_back(parse_expression());
+        attach(*n, parse_expression());
       }
       next();
       return n;
@@ -588,7 +590,7 @@ class Parser {
           auto n = at<Expr>(tok, Expr::Kind::attr);
           n->name = cur().value;
           next();
-          n->items.push_back(std::move(e));
+          attach(*n, std::move(e));
           e = std::move(n);
         } else if (cur().type == Tok::integer) {
           auto n = at<Expr>(tok, Expr::Kind::item);
@@ -597,8 +599,8 @@ class Parser {
           if (!is_decimal(digits)) fail("expected a decimal index after '.', found " + cur().value);
           idx->value = Value(saturated_index(digits));
           next();
-          n->items.push_back(std::move(e));
-          n->items.push_back(std::move(idx));
+          attach(*n, std::move(e));
+          attach(*n, std::move(idx));
           e = std::move(n);
         } else {
           fail("expected an attribute name after '.', found " + describe(cur()));
@@ -626,13 +628,13 @@ class Parser {
     expect_op("]");
     if (colons == 0) {
       auto n = at<Expr>(tok, Expr::Kind::item);
-      n->items.push_back(std::move(target));
-      n->items.push_back(std::move(parts[0]));
+      attach(*n, std::move(target));
+      attach(*n, std::move(parts[0]));
       return n;
     }
     auto n = at<Expr>(tok, Expr::Kind::slice);
-    n->items.push_back(std::move(target));
-    for (auto& p : parts) n->items.push_back(std::move(p));
+    attach(*n, std::move(target));
+    for (auto& p : parts) attach(*n, std::move(p));
     return n;
   }
 
@@ -649,10 +651,10 @@ class Parser {
         std::string key = cur().value;
         next();
         next();
-        n.kwargs.emplace_back(std::move(key), parse_expression());
+        attach_kwarg(n, std::move(key), parse_expression());
       } else {
         if (!n.kwargs.empty()) fail("positional argument follows keyword argument");
-        n.items.push_back(parse_expression());
+        attach(n, parse_expression());
       }
     }
     next();
@@ -662,7 +664,7 @@ class Parser {
     auto n = at<Expr>(tok, Expr::Kind::call);
     n->line = callee->line;  // errors point at what is called, not at its '('
     n->column = callee->column;
-    n->items.push_back(std::move(callee));
+    attach(*n, std::move(callee));
     parse_call_args(*n);
     return n;
   }
@@ -683,7 +685,7 @@ class Parser {
       }
       auto n = at<Expr>(tok, Expr::Kind::filter);
       n->name = std::move(name);
-      n->items.push_back(std::move(e));
+      attach(*n, std::move(e));
       if (is_op("(")) parse_call_args(*n);
       e = std::move(n);
     }
@@ -716,7 +718,7 @@ class Parser {
       next();
       n->name += "." + expect_name();
     }
-    n->items.push_back(std::move(e));
+    attach(*n, std::move(e));
     const Tok ty = cur().type;
     if (is_op("(")) {
       parse_call_args(*n);
@@ -724,7 +726,7 @@ class Parser {
                 is_op("{")) &&
                !is_name("else") && !is_name("or") && !is_name("and")) {
       if (is_name("is")) fail("you cannot chain multiple tests with is");
-      n->items.push_back(parse_postfix(parse_primary()));
+      attach(*n, parse_postfix(parse_primary()));
     }
     return n;
   }
@@ -732,6 +734,29 @@ class Parser {
   // Nesting bound: the parser and the renderer recurse once per level, so a template of a
   // million '(' must be refused, not overflow the stack. Real chat templates nest < 20 deep.
   static constexpr int kMaxNesting = 100;
+  // Height bound: chains the parser builds in a loop (`x|f|f...`, `a.b.c...`, `1 + 1 + ...`)
+  // make trees the renderer (and the tree's destructor) recurse down level by level, so their
+  // height is bounded where each node is built. Jinja2 itself fails past about 300 levels
+  // (Python's recursion limit); real chat templates stay under 20.
+  static constexpr int kMaxHeight = 256;
+
+  void attach(Expr& parent, ExprPtr child) {
+    if (child) grow(parent, child->height + 1);
+    parent.items.push_back(std::move(child));
+  }
+  void attach_kwarg(Expr& parent, std::string key, ExprPtr value) {
+    grow(parent, value->height + 1);
+    parent.kwargs.emplace_back(std::move(key), std::move(value));
+  }
+  void grow(Expr& parent, int height) const {
+    if (height <= parent.height) return;
+    // Refused before the child joins: the caller's unique_ptrs free the tree, at most this deep.
+    if (height > kMaxHeight)
+      fail("expression nested deeper than " + std::to_string(kMaxHeight) +
+           " levels (a chain of filters, attributes, calls or operators)");
+    parent.height = height;
+  }
+
   struct Depth {
     Parser& p;
     explicit Depth(Parser& parser) : p(parser) {

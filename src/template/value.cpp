@@ -33,6 +33,61 @@ const Value* Args::get(std::size_t index, std::string_view name) const {
   return nullptr;
 }
 
+namespace {
+
+// Containers whose last reference a ~Value released, waiting to be freed by the outermost one.
+// Freeing one runs its items' ~Value, which only queue theirs: the stack stays one level deep
+// however deep the value nests.
+struct Graveyard {
+  std::vector<std::shared_ptr<void>> pending;
+  bool draining = false;
+};
+thread_local Graveyard graveyard;
+
+// Printing, comparing and serialising recurse once per nesting level of the value; a value is
+// refused past this depth (Python raises RecursionError near 1000, and repr of a namespace that
+// holds itself would never end).
+constexpr int kMaxValueDepth = 1000;
+thread_local int value_depth = 0;
+struct Nested {
+  Nested() {
+    if (++value_depth > kMaxValueDepth) {
+      --value_depth;
+      throw EvalError("value nested deeper than " + std::to_string(kMaxValueDepth) + " levels (or containing itself)");
+    }
+  }
+  ~Nested() { --value_depth; }
+  Nested(const Nested&) = delete;
+  Nested& operator=(const Nested&) = delete;
+};
+
+}  // namespace
+
+Value::~Value() {
+  if (data_.valueless_by_exception()) return;
+  const bool queued = std::visit(
+      [](auto& p) {
+        using P = std::decay_t<decltype(p)>;
+        if constexpr (std::is_same_v<P, ListPtr> || std::is_same_v<P, DictPtr> || std::is_same_v<P, NamespacePtr> ||
+                      std::is_same_v<P, FunctionPtr>) {
+          if (p && p.use_count() == 1) {
+            graveyard.pending.push_back(std::move(p));
+            return true;
+          }
+        }
+        return false;
+      },
+      data_);
+  if (!queued || graveyard.draining) return;
+  graveyard.draining = true;
+  while (!graveyard.pending.empty()) {
+    std::shared_ptr<void> last = std::move(graveyard.pending.back());
+    graveyard.pending.pop_back();
+    last.reset();  // may queue more
+  }
+  graveyard.draining = false;
+}
+
 Value::Value(Kind k) {
   if (k == Kind::none) data_ = nullptr;
 }
@@ -110,6 +165,7 @@ std::string Value::type_name() const {
 namespace {
 
 std::string dict_repr(const Dict& d) {
+  const Nested level;
   std::string out = "{";
   bool first = true;
   for (const auto& [k, v] : d.items()) {
@@ -139,6 +195,7 @@ std::string Value::repr() const {
     case Kind::floating: return float_repr(number());
     case Kind::string: return string_repr(str_ref());
     case Kind::list: {
+      const Nested level;
       std::string out = tuple_ ? "(" : "[";
       const List& l = list();
       for (std::size_t i = 0; i < l.size(); ++i) out += (i ? ", " : "") + l[i].repr();
@@ -164,12 +221,14 @@ bool equal(const Value& a, const Value& b) {
     case K::string: return a.str_ref() == b.str_ref();
     case K::list: {
       if (a.is_tuple() != b.is_tuple() || a.list().size() != b.list().size()) return false;
+      const Nested level;
       for (std::size_t i = 0; i < a.list().size(); ++i)
         if (!equal(a.list()[i], b.list()[i])) return false;
       return true;
     }
     case K::dict: {
       if (a.dict().size() != b.dict().size()) return false;
+      const Nested level;
       for (const auto& [k, v] : a.dict().items()) {
         const Value* w = b.dict().find(k);
         if (!w || !equal(v, *w)) return false;
@@ -194,6 +253,7 @@ std::optional<int> compare(const Value& a, const Value& b) {
     return c < 0 ? -1 : c > 0 ? 1 : 0;
   }
   if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+    const Nested level;
     const List &x = a.list(), &y = b.list();
     for (std::size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
       if (equal(x[i], y[i])) continue;
@@ -316,6 +376,7 @@ struct JsonWriter {
 
   bool write(std::string& out, const Value& v, int level) {
     using K = Value::Kind;
+    const Nested nested;
     switch (v.kind()) {
       case K::none: out += "null"; return true;
       case K::boolean: out += v.boolean() ? "true" : "false"; return true;

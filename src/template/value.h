@@ -64,6 +64,23 @@ class Value {
   enum class Kind { undefined, none, boolean, integer, floating, string, list, dict, function, ns };
 
   Value() = default;  // undefined
+  // Releasing the last reference to a container frees its contents iteratively, not one stack
+  // frame per nesting level: a loop can nest a list 10^6 deep (docs/chat-templates.md#limits).
+  ~Value();
+  Value(const Value&) = default;
+  Value(Value&&) noexcept = default;
+  Value& operator=(const Value& other) {
+    Value copy(other);
+    return *this = std::move(copy);
+  }
+  Value& operator=(Value&& other) noexcept {
+    if (this == &other) return *this;
+    Value old(std::move(*this));  // the previous contents go through ~Value
+    data_ = std::move(other.data_);
+    tuple_ = other.tuple_;
+    hint_ = std::move(other.hint_);
+    return *this;
+  }
   static Value none() { return Value(Kind::none); }
   Value(bool b) : data_(b) {}  // NOLINT: implicit like Python's literals
   Value(std::int64_t i) : data_(i) {}

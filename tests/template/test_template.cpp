@@ -117,9 +117,49 @@ TEST(Template, HostileTemplatesAreRefused) {
   std::string deep_ifs;
   for (int i = 0; i < 5000; ++i) deep_ifs += "{% if true %}";
   expect_refused(deep_ifs, "deeply nested blocks");
+  // Chains the parser builds in a loop, not by recursion: each made a tree the renderer and the
+  // destructor walked one stack frame per level (10^5 levels crashed the process; found by
+  // rendering chains longer than the fuzzer's 4 KB inputs).
+  const auto repeat = [](const std::string& s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += s;
+    return out;
+  };
+  expect_refused("{{ 1" + repeat("|abs", 100000) + " }}", "a chain of 10^5 filters");
+  expect_refused("{{ x" + repeat(".a", 100000) + " }}", "a chain of 10^5 attributes");
+  expect_refused("{{ x" + repeat("[0]", 100000) + " }}", "a chain of 10^5 subscripts");
+  expect_refused("{{ 1" + repeat(" + 1", 100000) + " }}", "a chain of 10^5 additions");
+  expect_refused("{{ 2" + repeat(" ** 2", 100000) + " }}", "a chain of 10^5 powers");
+  expect_refused("{{ 1" + repeat(" if 1", 100000) + " }}", "a chain of 10^5 conditions");
+  expect_refused("{{ " + repeat("not ", 100000) + "1 }}", "10^5 nested nots");
+  expect_refused("{{ " + repeat("1 if 0 else ", 60000) + "1 }}", "6 x 10^4 nested else branches");
+  // Values nested by a loop: printing, comparing or serialising one recurses per level.
+  const std::string nest = "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}";
+  expect_refused(nest + "{{ ns.x }}", "printing a list nested 10^5 deep");
+  expect_refused(nest + "{{ ns.x|tojson }}", "serialising a list nested 10^5 deep");
+  expect_refused(nest + "{{ ns.x == ns.x }}", "comparing lists nested 10^5 deep");
+  expect_refused("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns }}", "printing a namespace that holds itself");
   expect_refused("{% include 'x' %}", "include (no loader)");
   expect_refused("{{ undefined_thing.attr }}", "an attribute of an undefined value");
   expect_refused("{{ raise_exception('no tools here') }}", "the template's own exception");
+}
+
+TEST(Template, DeepValuesAndChainsWithinBoundsRender) {
+  // Freeing a list nested 10^6 deep (ten loops of 10^5, within every bound) crashed the process
+  // by recursing once per level; values are now freed iteratively.
+  EXPECT_EQ(render("{% set ns = namespace(x=[]) %}{% for j in range(10) %}{% for i in range(99999) %}"
+                   "{% set ns.x = [ns.x] %}{% endfor %}{% endfor %}{{ ns.x|length }}"),
+            "1");
+  // Chains as long as Jinja2 takes (it fails near 300 levels, at Python's recursion limit).
+  std::string chain = "{{ -3";
+  for (int i = 0; i < 200; ++i) chain += "|abs";
+  EXPECT_EQ(render(chain + " }}"), "3");
+  std::string sum = "{{ 0";
+  for (int i = 0; i < 250; ++i) sum += " + 1";
+  EXPECT_EQ(render(sum + " }}"), "250");
+  EXPECT_NE(render("{% set ns = namespace(x=[]) %}{% for i in range(900) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}")
+                .find("[[[[]]]]"),
+            std::string::npos);
 }
 
 TEST(Template, ErrorsNameLineAndColumn) {
