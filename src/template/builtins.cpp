@@ -367,8 +367,9 @@ void add_globals(Dict& g, Env& env) {
             out.emplace_back(static_cast<std::int64_t>(static_cast<std::uint64_t>(start) + k * static_cast<std::uint64_t>(step)));
           return make_list(std::move(out));
         }));
-  g.set("namespace", bound("namespace", [](Args& a) {
+  g.set("namespace", bound("namespace", [&env](Args& a) {
           auto ns = std::make_shared<Namespace>();
+          env.adopt(ns);
           for (const Value& p : a.pos) {
             if (!p.is_dict()) fail("namespace() takes keyword arguments or a dict");
             for (const auto& [k, v] : p.dict().items()) ns->attrs.set(k, v);

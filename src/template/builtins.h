@@ -24,6 +24,10 @@ class Env {
   // Adds to the render's work (Limits::max_work); EvalError past the limit.
   virtual void charge(std::uint64_t units) = 0;
   virtual std::time_t now() const = 0;
+  // A namespace() made by this render. The render empties each one when it ends: namespaces are
+  // the only values a template can change, so the only ones that can hold themselves
+  // ({% set ns.self = ns %}), a cycle of shared pointers that would otherwise never be freed.
+  virtual void adopt(const NamespacePtr& ns) = 0;
 };
 
 // nullopt when there is no such filter/test (the renderer reports the name and position).

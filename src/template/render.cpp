@@ -113,6 +113,21 @@ class Renderer final : public Env {
   }
   const Limits& limits() const override { return options_.limits; }
   std::time_t now() const override { return now_; }
+  void adopt(const NamespacePtr& ns) override {
+    if (namespaces_.size() >= prune_at_) {  // a loop can make 10^6: keep only the live ones
+      namespaces_.erase(std::remove_if(namespaces_.begin(), namespaces_.end(), [](const auto& w) { return w.expired(); }),
+                        namespaces_.end());
+      prune_at_ = 2 * namespaces_.size() + 64;
+    }
+    namespaces_.push_back(ns);
+  }
+
+  ~Renderer() override {
+    for (const auto& weak : namespaces_)
+      if (const NamespacePtr ns = weak.lock()) ns->attrs = Dict();
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
 
  private:
   void write(std::string& out, std::string_view s) {
@@ -553,6 +568,8 @@ class Renderer final : public Env {
   const std::string* root_ = nullptr;
   std::int64_t iterations_ = 0;
   int depth_ = 0;
+  std::vector<std::weak_ptr<Namespace>> namespaces_;  // adopt()
+  std::size_t prune_at_ = 64;
 };
 
 }  // namespace
