@@ -7,6 +7,7 @@
 
 #include "template/builtin_args.h"
 #include "template/builtins.h"
+#include "template/pynum.h"
 #include "template/pystr.h"
 
 namespace ctune::tmpl {
@@ -146,36 +147,33 @@ Value truncated(double x) {
   return Value(static_cast<std::int64_t>(x));
 }
 
+// Jinja2's int filter: int(value, base) for a str, int(value) otherwise; where that raises
+// ValueError or TypeError, int(float(value)); where that fails too (OverflowError included), the
+// default. So int(inf) of a float value is an error, but of the string 'inf' the default.
 Value f_int(Env&, const Value& v, Args& a) {
   const std::int64_t dflt = arg_int(a, 0, "default", 0);
   if (v.is_int() || v.is_bool()) return Value(v.integer());
-  if (v.is_float()) return std::isfinite(v.number()) ? truncated(v.number()) : Value(dflt);
-  if (v.is_string()) {
-    const std::string s = py_strip(v.str_ref());
-    try {
-      std::size_t used = 0;
-      const long long i = std::stoll(s, &used, static_cast<int>(arg_int(a, 1, "base", 10)));
-      if (used == s.size()) return Value(static_cast<std::int64_t>(i));
-      const double d = std::stod(s, &used);
-      if (used == s.size()) return std::isfinite(d) ? truncated(d) : Value(dflt);
-    } catch (const std::invalid_argument&) {
-    } catch (const std::out_of_range&) {
-    }
+  if (v.is_float()) {
+    if (std::isinf(v.number())) fail("cannot convert float infinity to integer");
+    return std::isnan(v.number()) ? Value(dflt) : truncated(v.number());
   }
-  return Value(dflt);
+  if (!v.is_string()) return Value(dflt);
+  const Value* base = arg(a, 1, "base");
+  bool beyond_64_bits = false;
+  if (!base || base->is_int()) {
+    if (auto i = py_int(v.str_ref(), base ? base->integer() : 10, beyond_64_bits)) return Value(*i);
+    if (beyond_64_bits) fail("int() of '" + v.str_ref() + "' is beyond 64 bits");
+  }
+  const std::optional<double> d = py_float(v.str_ref());
+  return d && std::isfinite(*d) ? truncated(*d) : Value(dflt);
 }
 
 Value f_float(Env&, const Value& v, Args& a) {
   const Value* d = arg(a, 0, "default");
   const Value dflt = d ? *d : Value(0.0);
   if (v.is_number()) return Value(v.number());
-  if (v.is_string()) {
-    // strtod, not stod: beyond double's range is inf (or 0), as Python's float() reads it.
-    const std::string s = py_strip(v.str_ref());
-    char* end = nullptr;
-    const double x = std::strtod(s.c_str(), &end);
-    if (!s.empty() && end == s.c_str() + s.size()) return Value(x);
-  }
+  if (v.is_string())
+    if (const std::optional<double> x = py_float(v.str_ref())) return Value(*x);
   return dflt;
 }
 

@@ -32,7 +32,7 @@ env.globals["raise_exception"] = raise_exception
 env.globals["strftime_now"] = lambda fmt: time.strftime(fmt, time.gmtime(NOW))
 
 T = []
-DEPARTURES = {"{{ x.__class__ }}": "error", "{{ 10 ** 20 }}": "error", "{{ '1e20'|int }}": "error", "{{ 2 ** 63 }}": "error"}
+DEPARTURES = {"{{ x.__class__ }}": "error", "{{ 10 ** 20 }}": "error", "{{ '1e20'|int }}": "error", "{{ '99999999999999999999'|int }}": "error", "{{ 2 ** 63 }}": "error"}
 
 
 def t(tpl, **v):
@@ -113,6 +113,16 @@ t("{{ x.99999999999999999999 }}|{{ x.1_0 }}|{{ y|map(attribute='9999999999999999
 t("{{ '1e400'|float }} {{ '-1e400'|float }} {{ '1e-400'|float }} {{ 'nan'|float }} {{ ' 2.5 '|float }} {{ ''|float(3) }}")
 t("{{ '1e400'|int }} {{ 'nan'|int }} {{ 'x'|int(7) }}")
 t("{{ '1e20'|int }}")
+# int and float of a str as Python reads one (strtoll/strtod took hex floats and "0x" in base 10,
+# and refused underscores and Unicode digits).
+t("{{ '0x1A'|int }} {{ '0x1A'|float }} {{ '1_000'|int }} {{ '1_0.5'|float }} {{ '0x1A'|int(0, 16) }} {{ '1A'|int(0, 16) }} {{ '0b1'|int(0, 16) }}")
+t("{{ '010'|int(7, 0) }} {{ '0o17'|int(0, 0) }} {{ '00'|int(4, 0) }} {{ '0_0'|int(4, 0) }} {{ '-0x10'|int(4, 0) }} {{ '0x_1f'|int(0, 16) }} {{ '0b'|int(4, 0) }}")
+t("{{ 'nan'|int(5) }} {{ 'inf'|int(5) }} {{ '1e3'|int }} {{ ' -12 '|int }} {{ '+5'|int }} {{ '1__0'|int(3) }} {{ '_1'|int(3) }} {{ '1_'|int(3) }} {{ '1 2'|int(4) }}")
+t("{{ '12'|int(0, 3) }} {{ '12'|int(0, 1) }} {{ '12'|int(0, 37) }} {{ '12'|int(0, 'x') }} {{ 'z'|int(0, 36) }} {{ '-9223372036854775808'|int }} {{ ('nan'|float)|int(5) }}")
+t("{{ 'infinity'|float }} {{ '-iNF'|float }} {{ 'NaN'|float }} {{ '1.5e'|float(2) }} {{ '.5'|float }} {{ '5.'|float }} {{ '1_0e1_0'|float }} {{ '0x1p3'|float(1) }} {{ 'nan(1)'|float(1) }} {{ '1._5'|float(1) }} {{ '.'|float(1) }}")
+t("{{ '１２'|int }} {{ '𝟑𝟒'|int }} {{ '٣'|int }} {{ '１.５'|float }} {{ '\u00a012\u2003'|int }}")
+t("{{ ('inf'|float)|int(5) }}")
+t("{{ '99999999999999999999'|int }}")
 t("{{ 2.5 is divisibleby 0.5 }} {{ 6 is divisibleby 3 }} {{ 7 is divisibleby 2 }} {{ 5 is divisibleby 2.5 }} {{ (-9223372036854775807 - 1) is divisibleby(-1) }}")
 t("{{ 4 is divisibleby }}")
 t("{{ x is divisibleby 2 }}")
