@@ -1,5 +1,6 @@
 #include "core/json.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -115,8 +116,9 @@ std::optional<std::int64_t> json_int(const Json& obj, const std::string& key, co
   if (v->is_number_integer()) return v->get<std::int64_t>();
   // Some writers emit 4096.0 for integers; accept exact integral floats.
   if (v->is_number_float()) {
-    double d = v->get<double>();
-    if (d == static_cast<double>(static_cast<std::int64_t>(d))) return static_cast<std::int64_t>(d);
+    // Range first: casting a double beyond int64 (1e30) is undefined behaviour (found by fuzzing).
+    const double d = v->get<double>();
+    if (d >= -0x1p63 && d < 0x1p63 && d == std::trunc(d)) return static_cast<std::int64_t>(d);
   }
   wrong_type(where, key, "an integer", *v);
 }

@@ -116,7 +116,9 @@ std::vector<Generation> beam_search(model::CausalLM& lm, const std::vector<std::
   auto t0 = std::chrono::steady_clock::now();
   for (std::int64_t step = 0; step < o.max_new_tokens; ++step) {
     const auto L = static_cast<std::int64_t>(live.size()), rows = L * nb;
-    auto logp = at::log_softmax(last_logits(lm, in), -1);  // [rows, V]
+    const auto logits = last_logits(lm, in);
+    check_logits(logits);
+    auto logp = at::log_softmax(logits, -1);  // [rows, V]
     if (penalise) {
       std::vector<at::Tensor> processed;
       for (std::int64_t r = 0; r < rows; ++r) processed.push_back(process_logits(logp[r], seq[static_cast<std::size_t>(r)], penalties));

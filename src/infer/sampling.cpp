@@ -43,10 +43,17 @@ void penalise(at::Tensor& scores, const std::vector<std::int64_t>& history, cons
 }
 }  // namespace
 
+void check_logits(const at::Tensor& logits) {
+  if (at::isnan(logits).any().item<bool>() || at::isposinf(logits).any().item<bool>())
+    throw FormatError("the model's next-token scores hold NaN or +inf: a weight of the model or its adapter is not finite, "
+                      "or the compute dtype overflowed (try --dtype fp32)");
+}
+
 at::Tensor process_logits(at::Tensor logits, const std::vector<std::int64_t>& history, const SamplingOptions& o) {
   // float64 stays float64 (beam search over a float64 model compares sums of log-probabilities
   // exactly); everything else is processed in float32.
   auto scores = logits.to(logits.scalar_type() == at::kDouble ? at::kDouble : at::kFloat).contiguous().clone();
+  check_logits(scores);
   if (scores.scalar_type() == at::kDouble) {
     penalise<double>(scores, history, o);
   } else {

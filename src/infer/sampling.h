@@ -19,6 +19,11 @@ struct SamplingOptions {
   std::int64_t no_repeat_ngram_size = 0;
 };
 
+// FormatError when a forward's `logits` hold NaN or +inf (-inf is a banned token): a weight of the
+// model or its adapter is not finite, or the compute dtype overflowed. Without it a greedy
+// decode repeats token 0, and sampling ends in torch's unlocated multinomial error.
+void check_logits(const at::Tensor& logits);
+
 // Applies the processors to `logits` [V] for a sequence `history` (prompt + generated) and
 // returns the processed scores (float32; float64 when `logits` is); filtered entries are -inf.
 at::Tensor process_logits(at::Tensor logits, const std::vector<std::int64_t>& history, const SamplingOptions& options);

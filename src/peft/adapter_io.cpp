@@ -168,7 +168,12 @@ LoraOptions load_adapter(model::CausalLM& lm, const fs::path& dir) {
       throw ShapeError(file->path().string() + ": tensor \"" + info.name + "\" has shape " + text(info.shape) +
                        ", the model needs " + text(it->second.sizes().vec()) + " (an adapter for another base model?)");
     }
-    it->second.copy_(io::load_tensor(*file, info, it->second.scalar_type()));
+    const at::Tensor value = io::load_tensor(*file, info, it->second.scalar_type());
+    // PEFT loads such an adapter, and every output is then NaN: a greedy continuation of
+    // token 0 repeated, with nothing to say why.
+    if (value.is_floating_point() && !at::isfinite(value).all().item<bool>())
+      throw FormatError(file->path().string() + ": tensor \"" + info.name + "\" holds non-finite values (NaN or inf)");
+    it->second.copy_(value);
     loaded.insert(name);
   }
   for (const auto& [name, p] : params) {

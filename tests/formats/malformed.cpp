@@ -164,6 +164,9 @@ std::vector<MalformedCase> write_malformed_cases(const fs::path& root) {
               R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"rope_scaling":{"rope_type":"yarn","factor":4.0}})");
   config_case("config_wrong_type", Expect::Format, "key \"hidden_size\" expected an integer, found a string",
               R"({"model_type":"llama","vocab_size":16,"hidden_size":"8","intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2})");
+  // An integral float beyond int64 was cast to an integer (undefined behaviour; found by fuzzing).
+  config_case("config_integral_float_beyond_64_bits", Expect::Format, "key \"hidden_size\" expected an integer, found a number",
+              R"({"model_type":"llama","vocab_size":16,"hidden_size":1e30,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2})");
   config_case("config_invalid_json", Expect::Format, "invalid JSON", R"({"model_type": "llama",)");
   config_case("config_number_overflow", Expect::Format, "invalid JSON (number overflow",
               R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"rms_norm_eps":1e400})");

@@ -177,6 +177,33 @@ TEST(Generate, StopsAtStopToken) {
   EXPECT_EQ(stopped, std::vector<std::int64_t>(free_run.begin(), free_run.begin() + first));
 }
 
+// A model whose forward yields NaN (here a NaN final norm) is refused by name at the first step,
+// greedy, sampled and beam alike: greedy decoding used to repeat token 0, sampling to end in
+// torch's unlocated multinomial error, and beam search to return its first candidates.
+TEST(Generate, RefusesNonFiniteLogits) {
+  auto lm = model::load_causal_lm(kModels / "llama_mha_fp32", at::kFloat);
+  {
+    at::NoGradGuard no_grad;
+    for (auto& item : lm->named_parameters(true))
+      if (item.key() == "model.norm.weight") item.value().fill_(NAN);
+  }
+  infer::GenerateOptions o;
+  o.max_new_tokens = 4;
+  const auto expect_refused = [](const std::function<void()>& run, const std::string& what) {
+    try {
+      run();
+      ADD_FAILURE() << what << ": NaN logits accepted";
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find("NaN or +inf"), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  expect_refused([&] { infer::generate(lm, {1, 2, 3}, o); }, "greedy");
+  expect_refused([&] { infer::beam_search(lm, {{1, 2, 3}}, o); }, "beam search");
+  o.sampling.do_sample = true;
+  o.sampling.temperature = 0.8;
+  expect_refused([&] { infer::generate(lm, {1, 2, 3}, o); }, "sampling");
+}
+
 at::Tensor scores(std::vector<float> v) { return at::tensor(v, at::kFloat); }
 
 TEST(Sampling, RepetitionPenaltyDividesPositiveMultipliesNegative) {

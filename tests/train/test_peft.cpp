@@ -107,6 +107,27 @@ TEST(PeftConformance, AdaptersWrittenByCtuneReadByIndependentScript) {
   }
 }
 
+// PEFT loads an adapter holding NaN, and every output is then NaN; ctune names the tensor.
+TEST(PeftConformance, AdapterWithNonFiniteValuesIsRefused) {
+  peft::LoraOptions options;
+  auto lm = model_with_random_adapter(false, &options);
+  {
+    at::NoGradGuard no_grad;
+    for (auto& item : lm->named_parameters(true))
+      if (item.key().find("layers.1.self_attn.v_proj.lora_B") != std::string::npos) item.value()[0][0] = NAN;
+  }
+  const fs::path dir = kData / "adapter-nan";
+  peft::save_adapter(lm, options, dir, kBase.string(), /*overwrite=*/true);
+  auto fresh = model::load_causal_lm(kBase, at::kFloat);
+  try {
+    peft::load_adapter(fresh, dir);
+    ADD_FAILURE() << "an adapter holding NaN was loaded";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("layers.1.self_attn.v_proj.lora_B.weight\" holds non-finite values"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Merge, MergedModelEqualsBasePlusAdapter) {
   const Json ref = read_json_file(kPeft / "reference.json");
   const auto ids = ref["ids"].get<std::vector<std::int64_t>>();
