@@ -247,7 +247,7 @@ Value add(const Value& x, const Value& y) {
     return Value(std::make_shared<List>(std::move(out)), x.is_tuple());
   }
   if (x.is_undefined() || y.is_undefined())
-    fail("'" + (x.is_undefined() ? x : y).undefined_hint() + "' is undefined");
+    fail((x.is_undefined() ? x : y).undefined_message());
   fail("unsupported operand type(s) for +: '" + x.type_name() + "' and '" + y.type_name() + "'");
 }
 
@@ -268,7 +268,7 @@ bool contains(const Value& container, const Value& item) {
 Value get_attribute(Env& env, const Value& obj, const std::string& name) {
   if (name.size() >= 2 && name[0] == '_' && name[1] == '_')
     fail("access to attribute '" + name + "' of '" + obj.type_name() + "' object is unsafe");
-  if (obj.is_undefined()) fail("'" + (obj.undefined_hint().empty() ? std::string("value") : obj.undefined_hint()) + "' is undefined");
+  if (obj.is_undefined()) fail(obj.undefined_message());
   if (is_mutating(obj, name))
     fail("access to attribute '" + name + "' of '" + obj.type_name() + "' object is unsafe (templates cannot change their inputs)");
   if (obj.is_string()) return string_method(env, obj, name);
@@ -289,7 +289,7 @@ Value get_attribute(Env& env, const Value& obj, const std::string& name) {
 }
 
 Value get_item(Env& env, const Value& obj, const Value& key) {
-  if (obj.is_undefined()) fail("'" + (obj.undefined_hint().empty() ? std::string("value") : obj.undefined_hint()) + "' is undefined");
+  if (obj.is_undefined()) fail(obj.undefined_message());
   if (obj.is_dict() && key.is_string()) {
     if (const Value* v = obj.dict().find(key.str_ref())) return *v;
   } else if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {

@@ -103,7 +103,7 @@ class Renderer final : public Env {
   }
   Value call(const Value& callee, Args& args) override {
     if (callee.is_undefined())
-      fail("'" + (callee.undefined_hint().empty() ? std::string("value") : callee.undefined_hint()) + "' is undefined");
+      fail(callee.undefined_message());
     if (!callee.is_function()) fail("'" + callee.type_name() + "' object is not callable");
     charge(weight(args));
     Value out = callee.function().call(args);
@@ -315,7 +315,7 @@ class Renderer final : public Env {
                    }
                    for (const auto& [name, dflt] : macro->params) {
                      if (scope->vars.count(name)) continue;
-                     scope->vars[name] = dflt ? eval(*dflt, scope) : Value::undefined(name);
+                     scope->vars[name] = dflt ? eval(*dflt, scope) : Value::undefined("'" + name + "' is undefined");
                    }
                    scope->vars["varargs"] = Value(std::make_shared<List>(std::move(varargs)));
                    scope->vars["kwargs"] = Value(kwargs);
@@ -354,7 +354,7 @@ class Renderer final : public Env {
       case Expr::Kind::literal: return e.value;
       case Expr::Kind::name: {
         const Value* v = frame->find(e.name);
-        return v ? *v : Value::undefined(e.name);
+        return v ? *v : Value::undefined("'" + e.name + "' is undefined");
       }
       case Expr::Kind::list:
       case Expr::Kind::tuple: {
@@ -402,7 +402,7 @@ class Renderer final : public Env {
             out.push_back(target.list()[i]);
           return Value(std::make_shared<List>(std::move(out)), target.is_tuple());
         }
-        if (target.is_undefined()) fail("'" + target.undefined_hint() + "' is undefined");
+        if (target.is_undefined()) fail(target.undefined_message());
         fail("'" + target.type_name() + "' object is not subscriptable");
       }
       case Expr::Kind::call: {
@@ -423,7 +423,7 @@ class Renderer final : public Env {
       case Expr::Kind::unary: {
         const Value v = eval(*e.items[0], frame);
         if (e.name == "not") return Value(!v.truthy());
-        if (v.is_undefined()) fail("'" + v.undefined_hint() + "' is undefined");
+        if (v.is_undefined()) fail(v.undefined_message());
         if (!v.is_number()) fail("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
         if (e.name == "+") return v.is_float() ? v : Value(v.integer());
         if (v.is_float()) return Value(-v.number());
@@ -454,7 +454,7 @@ class Renderer final : public Env {
     if (op == "in") return contains(b, a);
     if (op == "notin") return !contains(b, a);
     if (a.is_undefined() || b.is_undefined())
-      fail("'" + (a.is_undefined() ? a : b).undefined_hint() + "' is undefined");
+      fail((a.is_undefined() ? a : b).undefined_message());
     const auto c = compare(a, b);
     if (!c) fail("'" + op + "' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'");
     if (op == "<") return *c < 0;
@@ -486,7 +486,7 @@ class Renderer final : public Env {
         fail("string exceeds the output limit");
       return add(a, b);
     }
-    if (a.is_undefined() || b.is_undefined()) fail("'" + (a.is_undefined() ? a : b).undefined_hint() + "' is undefined");
+    if (a.is_undefined() || b.is_undefined()) fail((a.is_undefined() ? a : b).undefined_message());
     if (op == "*") {
       const Value* seq = a.is_string() || a.is_list() ? &a : b.is_string() || b.is_list() ? &b : nullptr;
       const Value* times = seq == &a ? &b : &a;

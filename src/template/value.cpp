@@ -92,9 +92,9 @@ Value::Value(Kind k) {
   if (k == Kind::none) data_ = nullptr;
 }
 
-Value Value::undefined(std::string hint) {
+Value Value::undefined(std::string message) {
   Value v;
-  v.hint_ = std::make_shared<const std::string>(std::move(hint));
+  v.hint_ = std::make_shared<const std::string>(std::move(message));
   return v;
 }
 
@@ -113,10 +113,7 @@ Value::Kind Value::kind() const {
   }
 }
 
-const std::string& Value::undefined_hint() const {
-  static const std::string none;
-  return hint_ ? *hint_ : none;
-}
+std::string Value::undefined_message() const { return hint_ && !hint_->empty() ? *hint_ : "'value' is undefined"; }
 
 std::int64_t Value::integer() const { return is_bool() ? (boolean() ? 1 : 0) : std::get<std::int64_t>(data_); }
 

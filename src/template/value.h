@@ -92,8 +92,9 @@ class Value {
   Value(DictPtr d) : data_(std::move(d)) {}
   Value(FunctionPtr f) : data_(std::move(f)) {}
   Value(NamespacePtr n) : data_(std::move(n)) {}
-  // An undefined value that remembers what was missing, for Jinja2's "'x' is undefined" message.
-  static Value undefined(std::string hint);
+  // An undefined value that carries Jinja2's message for its use ("'x' is undefined", "'dict
+  // object' has no attribute 'y'", "No first item, sequence was empty.").
+  static Value undefined(std::string message);
 
   Kind kind() const;
   bool is_undefined() const { return kind() == Kind::undefined; }
@@ -119,7 +120,8 @@ class Value {
   bool boolean() const { return std::get<bool>(data_); }
   std::int64_t integer() const;  // int or bool
   double number() const;         // int, bool or float
-  const std::string& undefined_hint() const;
+  // What using this undefined value raises; "'value' is undefined" when it carries no message.
+  std::string undefined_message() const;
 
   // Python's bool(x); undefined is false.
   bool truthy() const;

@@ -181,6 +181,24 @@ TEST(Template, ErrorsNameLineAndColumn) {
   }
 }
 
+// Using an undefined value raises Jinja2's own message for it (it was quoted a second time:
+// "''list object' has no attribute 'startswith'' is undefined").
+TEST(Template, UndefinedValuesRaiseJinja2sMessages) {
+  const auto message = [](const std::string& source) {
+    try {
+      render(source);
+    } catch (const TemplateError& e) {
+      const std::string m = e.what();
+      return m.substr(m.find(": ") + 2);
+    }
+    return std::string("rendered");
+  };
+  EXPECT_EQ(message("{{ [1].startswith('a') }}"), "'list object' has no attribute 'startswith'");
+  EXPECT_EQ(message("{{ x + 1 }}"), "'x' is undefined");
+  EXPECT_EQ(message("{{ {}.a.b }}"), "'dict object' has no attribute 'a'");
+  EXPECT_EQ(message("{{ ([]|first).x }}"), "No first item, sequence was empty.");
+}
+
 TEST(Template, InvalidUtf8SourceIsRefused) {
   EXPECT_THROW(Template(std::string("ok \xff\xfe")), TemplateError);
 }
