@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing (libFuzzer, with AddressSanitizer + UBSan) of the torch-free readers
-# of what a user hands ctune: the chat-template engine, the tokenizers, and the safetensors and
-# GGUF readers (tests/fuzz/fuzz_*.cpp say what each checks); and a differential run of the
-# template engine against Python's Jinja2 (tests/fuzz/jinja2_diff.py). Not part of the test run: a finding becomes a
-# test case (the template engine's snippets from Jinja2, the tokenizer suite's corpus).
-#   bash scripts/fuzz.sh template|tokenizer|formats [SECONDS=600] [libFuzzer flags...]
+# of what a user hands ctune: the chat-template engine, the tokenizers (what they encode, and
+# the tokenizer.json / tokenizer_config.json loader), YAML recipes, and the safetensors and GGUF
+# readers (tests/fuzz/fuzz_*.cpp say what each checks); and a differential run of the template
+# engine against Python's Jinja2 (tests/fuzz/jinja2_diff.py). Not part of the test run: a
+# finding becomes a test case (the template engine's snippets from Jinja2, the tokenizer
+# suite's corpus, the malformed-file cases).
+#   bash scripts/fuzz.sh template|tokenizer|tokenizer_json|recipe|formats [SECONDS=600] [libFuzzer flags...]
 #   bash scripts/fuzz.sh jinja2 [TEMPLATES=2000] [SEED=1]
 # Needs clang (apt install clang). Builds under build-fuzz/TARGET, keeps the grown corpus there
 # and writes any crashing input to build-fuzz/TARGET/crash-*; the exit status is libFuzzer's.
 # docs/testing.md#fuzzing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target=${1:?usage: fuzz.sh template|tokenizer|formats [SECONDS] [libFuzzer flags...] or jinja2 [TEMPLATES] [SEED]}
+target=${1:?usage: fuzz.sh template|tokenizer|tokenizer_json|recipe|formats [SECONDS] [libFuzzer flags...] or jinja2 [TEMPLATES] [SEED]}
 seconds=${2:-600}
 templates=${2:-2000} seed=${3:-1}  # jinja2's arguments
 shift $(( $# >= 2 ? 2 : 1 ))
@@ -53,6 +55,66 @@ for line in open("tests/tokenizer/corpus.jsonl", encoding="utf-8"):
     (out / hashlib.sha1(data).hexdigest()).write_bytes(data)
 PY
     ;;
+  tokenizer_json)
+    sources=($(ls src/tokenizer/*.cpp | grep -v spm_shim.cpp) src/core/json.cpp src/core/log.cpp src/core/progress.cpp
+             src/core/regular_file.cpp src/core/random_hex.cpp src/io/file.cpp)
+    libs=(-lutf8proc -lonig -lspdlog -lfmt -ldl)
+    # Seeds: small tokenizers of the kinds released models ship (byte-level BPE with a regex split
+    # and a BOS template; SentencePiece-style BPE with byte fallback and metaspace), each with a
+    # tokenizer_config.json after the harness's separator (tests/fuzz/fuzz_tokenizer_json.cpp).
+    python3 - "$out/corpus" <<'PY'
+import json, sys, pathlib
+out = pathlib.Path(sys.argv[1])
+sep = "\n\x01\x01\n"
+byte_level = {
+    "version": "1.0",
+    "added_tokens": [{"id": 6, "content": "<s>", "special": True, "lstrip": False, "rstrip": False,
+                      "normalized": False, "single_word": False},
+                     {"id": 7, "content": "</s>", "special": True}, {"id": 8, "content": "<|im_start|>", "special": False}],
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "NFC"}]},
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "(?i:'s|'t)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+|\\s+"},
+         "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+    "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                                                {"Sequence": {"id": "A", "type_id": 0}}],
+                       "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                       "special_tokens": {"<s>": {"id": "<s>", "ids": [6], "tokens": ["<s>"]}}},
+    "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+    "model": {"type": "BPE", "dropout": None, "unk_token": None, "fuse_unk": False, "byte_fallback": False,
+              "ignore_merges": True, "vocab": {"a": 0, "b": 1, "ab": 2, "\u0120": 3, "\u0120ab": 4, "h": 5},
+              "merges": ["a b", "\u0120 ab"]}}
+spm = {
+    "version": "1.0",
+    "added_tokens": [{"id": 0, "content": "<unk>", "special": True}, {"id": 1, "content": "<s>", "special": True},
+                     {"id": 2, "content": "</s>", "special": True}],
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                                                        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+    "pre_tokenizer": None,
+    "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                                                {"Sequence": {"id": "A", "type_id": 0}}],
+                       "pair": [{"Sequence": {"id": "A", "type_id": 0}}],
+                       "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+    "decoder": {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+    "model": {"type": "BPE", "unk_token": "<unk>", "fuse_unk": True, "byte_fallback": True,
+              "vocab": {"<unk>": 0, "<s>": 1, "</s>": 2, "<0xE4>": 3, "<0xBD>": 4, "<0xA0>": 5, "\u2581": 6, "h": 7,
+                        "i": 8, "\u2581h": 9, "\u2581hi": 10},
+              "merges": [["\u2581", "h"], ["\u2581h", "i"]]}}
+config = {"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True, "add_eos_token": False,
+          "chat_template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}"}
+for name, tok in (("byte-level", byte_level), ("spm", spm)):
+    text = json.dumps(tok, ensure_ascii=False)
+    (out / name).write_text(text)
+    (out / (name + "-config")).write_text(text + sep + json.dumps(config))
+PY
+    ;;
+  recipe)
+    sources=(src/core/recipe.cpp src/core/recipe_schema.cpp src/core/method_names.cpp src/core/json.cpp src/core/regular_file.cpp)
+    libs=(-lyaml-cpp)
+    cp recipes/*.yaml recipes/quickstart/*.yaml "$out/corpus/"
+    ;;
   formats)
     sources=(src/io/safetensors.cpp src/io/file.cpp src/io/gguf.cpp src/io/gguf_types.cpp src/io/gguf_value.cpp
              src/core/json.cpp src/core/log.cpp src/core/progress.cpp src/core/regular_file.cpp src/core/random_hex.cpp)
@@ -79,7 +141,7 @@ body += bytes(-len(body) % 32) + bytes(32)
 (out / "seed-gguf").write_bytes(b"\1" + body)
 PY
     ;;
-  *) echo "fuzz.sh: unknown target '$target' (template, tokenizer or formats)" >&2; exit 2 ;;
+  *) echo "fuzz.sh: unknown target '$target' (template, tokenizer, tokenizer_json, recipe, formats or jinja2)" >&2; exit 2 ;;
 esac
 
 flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined

@@ -2,7 +2,8 @@
 # Builds ctune and runs every test (CTest + GoogleTest), from a fresh clone, then prints the ten
 # tightest tolerance margins of the run (scripts/margins.sh).
 # Then, unless CTUNE_SKIP_ASAN=1, rebuilds the torch-free readers (safetensors, checkpoint
-# index, config.json, tokenizers, datasets) with AddressSanitizer + UBSan and runs their tests.
+# index, config.json, tokenizers, datasets, chat templates, recipes) with AddressSanitizer + UBSan
+# and runs their tests.
 # Then, unless CTUNE_SKIP_THIRD_PARTY=1, builds the torch-free tests with every dependency taken
 # from a vendored prefix (scripts/vendor_deps.sh, -DCTUNE_THIRD_PARTY=ON: the GPU machine's
 # build, docs/gpu.md), runs them, and checks that their libraries resolve inside the prefix.
@@ -21,11 +22,11 @@ bash scripts/margins.sh "$CTUNE_MARGINS_DIR" || echo "margins: could not print t
 unset CTUNE_MARGINS_DIR
 
 if [ "${CTUNE_SKIP_ASAN:-0}" != "1" ]; then
-  echo "== AddressSanitizer + UBSan: format, tokenizer and data readers, the template engine"
-  CTUNE_TARGETS="test_formats test_tokenizer test_data test_template test_template_corpus" bash scripts/build.sh build-asan -DCTUNE_SANITIZE=ON \
+  echo "== AddressSanitizer + UBSan: format, tokenizer and data readers, the template engine, recipes"
+  CTUNE_TARGETS="test_formats test_tokenizer test_data test_template test_template_corpus test_recipe_parse" bash scripts/build.sh build-asan -DCTUNE_SANITIZE=ON \
     -DCTUNE_TOKENIZER_NPM_CACHE="$PWD/build/test-data/tokenizer/npm"
   ./build-asan/tests/formats/test_formats --gtest_brief=1
-  (cd build-asan && ctest --output-on-failure -j "${CTUNE_TEST_JOBS:-2}" -L "tokenizer|data|template")
+  (cd build-asan && ctest --output-on-failure -j "${CTUNE_TEST_JOBS:-2}" -L "tokenizer|data|template|recipe")
 fi
 
 if [ "${CTUNE_SKIP_THIRD_PARTY:-0}" != "1" ]; then

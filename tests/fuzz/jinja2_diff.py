@@ -26,11 +26,13 @@ VARS = {"x": 7, "y": -3, "f": 2.5, "s": "Héllo, World  ", "e": "", "l": [3, 1, 
         "messages": [{"role": "system", "content": "Be nice."}, {"role": "user", "content": "Hi é 😀"},
                      {"role": "assistant", "content": " ok \n"}]}
 LITERALS = ["0", "1", "-2", "3.5", "1e3", "'a'", "'xYz'", "''", "'é😀'", "none", "true", "false", "[1, 2]",
-            "['q', 'p']", "{'k': 1}", "(1, 'b')", "[]"]
+            "['q', 'p']", "{'k': 1}", "(1, 'b')", "[]",
+            # number-like strings for int/float (Python's int() and float() rules, docs/chat-templates.md)
+            "' 12 '", "'0x1A'", "'1_000'", "'-3.5e2'", "'inf'", "'nan'", "'１２'", "'010'", "'0b11'", "'1__2'", "'.5'"]
 NAMES = ["x", "y", "f", "s", "e", "l", "w", "d", "n", "t", "messages", "messages[0]", "messages[-1]['content']",
          "messages[1].role", "undefined_v"]
 FILTERS = ["length", "upper", "lower", "trim", "join", "join(', ')", "first", "last", "list", "sort", "unique", "tojson",
-           "string", "int", "float", "abs", "round", "round(1)", "items", "dictsort", "map(attribute='role')", "select",
+           "string", "int", "float", "int(0, 16)", "int(9, 0)", "float(1)", "abs", "round", "round(1)", "items", "dictsort", "map(attribute='role')", "select",
            "reject", "selectattr('role')", "indent(2)", "capitalize", "title", "wordcount", "reverse", "sum", "min", "max",
            "default('D')", "default(x, true)", "replace('l', 'L')", "batch(2)|list", "trim('H')", "format(1)", "count",
            "e", "escape", "safe", "attr('role')", "rejectattr('role', 'eq', 'user')|list"]
