@@ -197,9 +197,13 @@ std::string validate(const KeySpec& spec, const YAML::Node& node, const std::str
 template <typename F>
 void walk(const YAML::Node& node, const std::string& prefix, const std::string& source, F&& on_leaf) {
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const std::string name = it->first.as<std::string>();
-    const std::string key = prefix.empty() ? name : prefix + "." + name;
     const std::string where = source + ":" + std::to_string(it->first.Mark().line + 1);
+    // YAML allows a mapping or a list as a key (`? [a, b]: 1`); as<std::string> of one throws
+    // yaml-cpp's own unlocated error (found by fuzzing).
+    if (!it->first.IsScalar())
+      throw ConfigError(where + ": a recipe key is a name, found " + found_text(it->first) + " as a key");
+    const std::string name = it->first.Scalar();
+    const std::string key = prefix.empty() ? name : prefix + "." + name;
     if (find_key_spec(key)) {
       on_leaf(key, it->second, where);
       continue;

@@ -60,4 +60,17 @@ TEST(RecipeParse, InvalidUtf8IsRefusedWithItsLine) {
   EXPECT_EQ(r.get_map("data.template_kwargs")["a"].get<std::string>(), "é😀");
 }
 
+// YAML allows a mapping or a list as a key; a recipe's keys are names (found by fuzzing: yaml-cpp's
+// own conversion error escaped unlocated).
+TEST(RecipeParse, KeysThatAreNotNamesAreRefused) {
+  for (const std::string text : {"? [a, b]\n: 1\n", "model:\n  ? {x: 1}\n  : 2\n", "? \n: 3\n"}) {
+    try {
+      ctune::Recipe::parse(text, "keys.yaml");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const ctune::ConfigError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("keys.yaml:", 0), 0u) << e.what();
+    }
+  }
+}
+
 }  // namespace
