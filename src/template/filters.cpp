@@ -152,6 +152,7 @@ Value truncated(double x) {
 // default. So int(inf) of a float value is an error, but of the string 'inf' the default.
 Value f_int(Env&, const Value& v, Args& a) {
   const std::int64_t dflt = arg_int(a, 0, "default", 0);
+  if (v.is_undefined()) fail(v.undefined_message());  // int(Undefined) raises in Jinja2
   if (v.is_int() || v.is_bool()) return Value(v.integer());
   if (v.is_float()) {
     if (std::isinf(v.number())) fail("cannot convert float infinity to integer");
@@ -171,6 +172,7 @@ Value f_int(Env&, const Value& v, Args& a) {
 Value f_float(Env&, const Value& v, Args& a) {
   const Value* d = arg(a, 0, "default");
   const Value dflt = d ? *d : Value(0.0);
+  if (v.is_undefined()) fail(v.undefined_message());  // float(Undefined) raises in Jinja2
   if (v.is_number()) return Value(v.number());
   if (v.is_string())
     if (const std::optional<double> x = py_float(v.str_ref())) return Value(*x);
@@ -408,13 +410,21 @@ bool t_number(Env&, const Value& v, Args&) { return v.is_number(); }
 bool t_string(Env&, const Value& v, Args&) { return v.is_string(); }
 bool t_mapping(Env&, const Value& v, Args&) { return v.is_dict(); }
 bool t_iterable(Env&, const Value& v, Args&) { return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined(); }
-bool t_sequence(Env&, const Value& v, Args&) { return v.is_string() || v.is_list() || v.is_dict(); }
-bool t_callable(Env&, const Value& v, Args&) { return v.is_function(); }
-bool t_odd(Env&, const Value& v, Args&) {
-  if (!v.is_int() && !v.is_bool()) fail("test 'odd' expects an integer, found " + v.type_name());
-  return v.integer() % 2 != 0;
+// Jinja2's Undefined has __len__, __getitem__, __iter__ and __call__ (each failing on use), so
+// it passes the iterable, sequence and callable tests.
+bool t_sequence(Env&, const Value& v, Args&) { return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined(); }
+bool t_callable(Env&, const Value& v, Args&) { return v.is_function() || v.is_undefined(); }
+// Jinja2's value % 2 (== 1: odd, == 0: even) for ints and floats; a float's remainder takes the
+// divisor's sign, as Python's does, so -1.0 is odd and 1.5 neither.
+double remainder_of_2(const Value& v, const char* test) {
+  if (v.is_undefined()) fail(v.undefined_message());
+  if (v.is_int() || v.is_bool()) return static_cast<double>(v.integer() % 2 != 0);
+  if (!v.is_float()) fail(std::string("test '") + test + "' expects a number, found " + v.type_name());
+  const double r = std::fmod(v.number(), 2.0);
+  return r < 0 ? r + 2.0 : r;  // NaN for inf and nan: neither odd nor even
 }
-bool t_even(Env& e, const Value& v, Args& a) { return !t_odd(e, v, a); }
+bool t_odd(Env&, const Value& v, Args&) { return remainder_of_2(v, "odd") == 1.0; }
+bool t_even(Env&, const Value& v, Args&) { return remainder_of_2(v, "even") == 0.0; }
 // Jinja2's value % num == 0, for ints and floats alike.
 bool t_divisibleby(Env&, const Value& v, Args& a) {
   const Value* num = arg(a, 0, "num");

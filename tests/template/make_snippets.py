@@ -123,6 +123,15 @@ t("{{ 'infinity'|float }} {{ '-iNF'|float }} {{ 'NaN'|float }} {{ '1.5e'|float(2
 t("{{ '１２'|int }} {{ '𝟑𝟒'|int }} {{ '٣'|int }} {{ '１.５'|float }} {{ '\u00a012\u2003'|int }}")
 t("{{ ('inf'|float)|int(5) }}")
 t("{{ '99999999999999999999'|int }}")
+# Found by the differential run: int and float of an undefined value raise (Jinja2's Undefined
+# refuses __int__ and __float__), and odd/even take floats.
+t("{{ u|int(5) }}")
+t("{{ u|float(2) }}")
+t("{{ {}['k']|int }}")
+t("{{ 0.0 is even }} {{ 1.0 is odd }} {{ 1.5 is odd }} {{ 1.5 is even }} {{ -1.0 is odd }} {{ -3 is odd }} {{ true is odd }} {{ ('inf'|float) is even }} {{ ('nan'|float) is odd }}")
+t("{{ 'a' is even }}")
+t("{{ u is odd }}")
+t("{{ u is sequence }} {{ u is iterable }} {{ u is mapping }} {{ u is string }} {{ u is number }} {{ u is callable }} {{ u is defined }}")
 t("{{ 2.5 is divisibleby 0.5 }} {{ 6 is divisibleby 3 }} {{ 7 is divisibleby 2 }} {{ 5 is divisibleby 2.5 }} {{ (-9223372036854775807 - 1) is divisibleby(-1) }}")
 t("{{ 4 is divisibleby }}")
 t("{{ x is divisibleby 2 }}")
