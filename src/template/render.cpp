@@ -145,7 +145,27 @@ class Renderer final : public Env {
     return Flow::normal;
   }
 
+  // Each bound holds alone (macro calls 100 deep, expressions 256 high, blocks 100 deep), but
+  // their product does not: a macro recursing 100 deep through a 75-level expression overflowed
+  // the stack (found by fuzzing). So the render's own recursion is bounded too; real templates
+  // (recursive macros over a tool's JSON schema included) stay under 100.
+  static constexpr int kMaxRenderDepth = 2000;
+  struct Descent {
+    int& depth;
+    Descent(int& d, int line, int column) : depth(d) {
+      if (++depth > kMaxRenderDepth) {
+        --depth;
+        throw TemplateError(where(line, column) + "the render nests deeper than " + std::to_string(kMaxRenderDepth) +
+                            " levels (macro calls times the expressions and blocks inside them)");
+      }
+    }
+    ~Descent() { --depth; }
+    Descent(const Descent&) = delete;
+    Descent& operator=(const Descent&) = delete;
+  };
+
   Flow exec_node(const Node& n, const FramePtr& frame, std::string& out) {
+    const Descent descent(render_depth_, n.line, n.column);
     try {
       return exec_node_unchecked(n, frame, out);
     } catch (const EvalError& e) {
@@ -333,6 +353,7 @@ class Renderer final : public Env {
   }
 
   Value eval(const Expr& e, const FramePtr& frame) {
+    const Descent descent(render_depth_, e.line, e.column);
     try {
       Value v = eval_unchecked(e, frame);
       return v;
@@ -568,6 +589,7 @@ class Renderer final : public Env {
   const std::string* root_ = nullptr;
   std::int64_t iterations_ = 0;
   int depth_ = 0;
+  int render_depth_ = 0;  // Descent
   std::vector<std::weak_ptr<Namespace>> namespaces_;  // adopt()
   std::size_t prune_at_ = 64;
 };

@@ -133,6 +133,13 @@ TEST(Template, HostileTemplatesAreRefused) {
   expect_refused("{{ 1" + repeat(" if 1", 100000) + " }}", "a chain of 10^5 conditions");
   expect_refused("{{ " + repeat("not ", 100000) + "1 }}", "10^5 nested nots");
   expect_refused("{{ " + repeat("1 if 0 else ", 60000) + "1 }}", "6 x 10^4 nested else branches");
+  // Each bound alone holds, but macro recursion multiplies them: 100 macro levels, each through
+  // a 250-level expression or 99 nested blocks, overflowed the stack (found by fuzzing).
+  expect_refused("{% macro r(n) %}{% if n > 0 %}{{ r(n - 1)" + repeat(" + 0", 250) + " }}{% endif %}{% endmacro %}{{ r(99) }}",
+                 "100 macro levels through a 250-level expression");
+  expect_refused("{% macro r(n) %}" + repeat("{% if true %}", 99) + "{{ r(n) }}" + repeat("{% endif %}", 99) +
+                     "{% endmacro %}{{ r(0) }}",
+                 "100 macro levels through 99 nested blocks");
   // Values nested by a loop: printing, comparing or serialising one recurses per level.
   const std::string nest = "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}";
   expect_refused(nest + "{{ ns.x }}", "printing a list nested 10^5 deep");
