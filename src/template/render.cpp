@@ -1,6 +1,8 @@
 // The renderer: walks the parsed template with Jinja2's scoping (a for-loop iteration and a
 // macro call are scopes, if-blocks are not; `set` writes to the innermost scope, so only a
 // namespace carries values out of a loop) and the sandbox's bounds. See template.h.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -71,6 +73,7 @@ class Renderer final : public Env {
   }
 
   Rendered run(const Dict& variables) {
+    stack_base_ = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
     auto globals = std::make_shared<Frame>();
     Dict builtins;
     add_globals(builtins, *this);
@@ -146,26 +149,40 @@ class Renderer final : public Env {
   }
 
   // Each bound holds alone (macro calls 100 deep, expressions 256 high, blocks 100 deep), but
-  // their product does not: a macro recursing 100 deep through a 75-level expression overflowed
-  // the stack (found by fuzzing). So the render's own recursion is bounded too; real templates
-  // (recursive macros over a tool's JSON schema included) stay under 100.
+  // their product does not: a macro recursing 100 deep through a 250-level expression overflowed
+  // the stack (found by fuzzing). So the render's own recursion is bounded too, in levels and in
+  // the stack those levels take, since a level's frames differ by build (a fraction of a KB
+  // optimised, several KB under AddressSanitizer). Real templates, recursive macros over a
+  // tool's JSON schema included, stay under 100 levels.
   static constexpr int kMaxRenderDepth = 2000;
+  static std::uintptr_t stack_budget() {
+    static const std::uintptr_t budget = [] {
+      std::uintptr_t b = 4u << 20;  // half of Linux's default 8 MiB stack
+      rlimit limit{};
+      if (getrlimit(RLIMIT_STACK, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+        b = std::min<std::uintptr_t>(b, static_cast<std::uintptr_t>(limit.rlim_cur) / 2);
+      return b;
+    }();
+    return budget;
+  }
   struct Descent {
-    int& depth;
-    Descent(int& d, int line, int column) : depth(d) {
-      if (++depth > kMaxRenderDepth) {
-        --depth;
-        throw TemplateError(where(line, column) + "the render nests deeper than " + std::to_string(kMaxRenderDepth) +
-                            " levels (macro calls times the expressions and blocks inside them)");
+    Renderer& r;
+    Descent(Renderer& renderer, int line, int column) : r(renderer) {
+      const auto here = reinterpret_cast<std::uintptr_t>(__builtin_frame_address(0));
+      const std::uintptr_t used = r.stack_base_ > here ? r.stack_base_ - here : 0;
+      if (++r.render_depth_ > kMaxRenderDepth || used > stack_budget()) {
+        const int levels = r.render_depth_--;
+        throw TemplateError(where(line, column) + "the render nests too deep (" + std::to_string(levels) +
+                            " levels: macro calls times the expressions and blocks inside them)");
       }
     }
-    ~Descent() { --depth; }
+    ~Descent() { --r.render_depth_; }
     Descent(const Descent&) = delete;
     Descent& operator=(const Descent&) = delete;
   };
 
   Flow exec_node(const Node& n, const FramePtr& frame, std::string& out) {
-    const Descent descent(render_depth_, n.line, n.column);
+    const Descent descent(*this, n.line, n.column);
     try {
       return exec_node_unchecked(n, frame, out);
     } catch (const EvalError& e) {
@@ -353,7 +370,7 @@ class Renderer final : public Env {
   }
 
   Value eval(const Expr& e, const FramePtr& frame) {
-    const Descent descent(render_depth_, e.line, e.column);
+    const Descent descent(*this, e.line, e.column);
     try {
       Value v = eval_unchecked(e, frame);
       return v;
@@ -589,7 +606,8 @@ class Renderer final : public Env {
   const std::string* root_ = nullptr;
   std::int64_t iterations_ = 0;
   int depth_ = 0;
-  int render_depth_ = 0;  // Descent
+  int render_depth_ = 0;            // Descent
+  std::uintptr_t stack_base_ = 0;  // the frame of run(): Descent measures the stack from it
   std::vector<std::weak_ptr<Namespace>> namespaces_;  // adopt()
   std::size_t prune_at_ = 64;
 };

@@ -38,9 +38,17 @@ namespace {
 // Containers whose last reference a ~Value released, waiting to be freed by the outermost one.
 // Freeing one runs its items' ~Value, which only queue theirs: the stack stays one level deep
 // however deep the value nests.
+// A Value outliving the graveyard (a static one, destroyed after this thread's thread_locals at
+// exit) frees its contents the plain way: `gone` is trivially destructible, so it can still be
+// read then.
+thread_local bool graveyard_gone = false;
 struct Graveyard {
   std::vector<std::shared_ptr<void>> pending;
   bool draining = false;
+  Graveyard() = default;
+  ~Graveyard() { graveyard_gone = true; }
+  Graveyard(const Graveyard&) = delete;
+  Graveyard& operator=(const Graveyard&) = delete;
 };
 thread_local Graveyard graveyard;
 
@@ -64,7 +72,7 @@ struct Nested {
 }  // namespace
 
 Value::~Value() {
-  if (data_.valueless_by_exception()) return;
+  if (data_.valueless_by_exception() || graveyard_gone) return;
   const bool queued = std::visit(
       [](auto& p) {
         using P = std::decay_t<decltype(p)>;
