@@ -1,5 +1,6 @@
 #include "core/recipe.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include "core/json.h"
 #include "core/regular_file.h"
 #include "core/recipe_schema.h"
+#include "core/utf8.h"
 
 namespace ctune {
 
@@ -285,27 +287,12 @@ void check_yaml_shape(const std::string& text, const std::string& where) {
 // YAML is Unicode text. Other bytes would reach the resolved recipe's JSON (a mapping's values),
 // whose writer throws its own unlocated error on them (found by fuzzing).
 void check_utf8(const std::string& text, const std::string& where) {
-  std::size_t line = 1, i = 0;
-  while (i < text.size()) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    std::uint32_t cp = n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
-    bool ok = n > 0 && i + n <= text.size();
-    for (std::size_t k = 1; ok && k < n; ++k) {
-      const auto b = static_cast<unsigned char>(text[i + k]);
-      ok = (b & 0xC0) == 0x80;
-      cp = (cp << 6) | (b & 0x3F);
-    }
-    // No overlong forms, surrogates or code points past U+10FFFF.
-    if (ok && n > 1) ok = cp >= (n == 2 ? 0x80u : n == 3 ? 0x800u : 0x10000u) && !(cp >= 0xD800 && cp <= 0xDFFF) && cp <= 0x10FFFF;
-    if (!ok) {
-      char byte[8];
-      std::snprintf(byte, sizeof byte, "0x%02X", c);
-      throw ConfigError(where + ":" + std::to_string(line) + ": invalid UTF-8 (byte " + byte + "); a recipe is UTF-8 text");
-    }
-    if (c == '\n') ++line;
-    i += n;
-  }
+  const std::size_t at = find_invalid_utf8(text);
+  if (at == std::string::npos) return;
+  const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n');
+  char byte[8];
+  std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(text[at]));
+  throw ConfigError(where + ":" + std::to_string(line) + ": invalid UTF-8 (byte " + byte + "); a recipe is UTF-8 text");
 }
 
 YAML::Node load_yaml(const std::string& text, const std::string& where) {

@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "template/ast.h"
 #include "template/builtin_args.h"
 #include "template/builtins.h"
@@ -618,17 +619,11 @@ Template::Template(std::string source) : program_(std::make_unique<Program>()) {
   if (source.size() > kMaxSourceBytes)
     throw TemplateError("template of " + std::to_string(source.size()) + " bytes is larger than the limit of " +
                         std::to_string(kMaxSourceBytes));
-  for (std::size_t i = 0; i < source.size();) {
-    const auto b = static_cast<unsigned char>(source[i]);
-    const std::size_t n = b < 0x80 ? 1 : b >= 0xC2 && b < 0xE0 ? 2 : b >= 0xE0 && b < 0xF0 ? 3 : b >= 0xF0 && b < 0xF5 ? 4 : 0;
-    bool ok = n > 0 && i + n <= source.size();
-    for (std::size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(source[i + k]) & 0xC0) == 0x80;
-    if (!ok) {
-      int line, column;
-      position_of(source, i, line, column);
-      throw TemplateError(where(line, column) + "the template is not valid UTF-8");
-    }
-    i += n;
+  // Python's strict decoder's rule (a template is a str): no overlong forms or surrogates either.
+  if (const std::size_t bad = find_invalid_utf8(source); bad != std::string::npos) {
+    int line, column;
+    position_of(source, bad, line, column);
+    throw TemplateError(where(line, column) + "the template is not valid UTF-8");
   }
   // Jinja2's lexer: \r\n and \r are line breaks, and one trailing line break is dropped.
   std::string normal;

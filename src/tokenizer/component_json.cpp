@@ -2,6 +2,7 @@
 #include "tokenizer/component_json.h"
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "tokenizer/unicode.h"
 
 namespace ctune::tok {

@@ -6,6 +6,7 @@
 #include "tokenizer/decoders.h"
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "tokenizer/component_json.h"
 #include "tokenizer/regex.h"
 #include "tokenizer/unicode.h"

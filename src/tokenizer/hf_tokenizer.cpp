@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "tokenizer/component_json.h"
 #include "tokenizer/post_processor.h"
 #include "tokenizer/special_config.h"

@@ -6,6 +6,7 @@
 #include "tokenizer/sentencepiece_tokenizer.h"
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "tokenizer/special_config.h"
 #include "tokenizer/spm_library.h"
 #include "tokenizer/unicode.h"

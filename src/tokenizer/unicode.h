@@ -1,8 +1,8 @@
-// Unicode helpers every tokenizer component shares: UTF-8 decoding/encoding and repair, the
-// character classes Hugging Face tokenizers uses from Rust's `char` (is_whitespace,
-// is_alphanumeric, is_numeric, regex `\w`), normalisation forms and full lowercasing through
-// utf8proc, and GPT-2's bytes-to-unicode table used by byte-level BPE. Pure functions, no state
-// beyond constant tables.
+// Unicode helpers every tokenizer component shares: UTF-8 decoding and encoding (validity and
+// repair are core/utf8.h's), the character classes Hugging Face tokenizers uses from Rust's
+// `char` (is_whitespace, is_alphanumeric, is_numeric, regex `\w`), normalisation forms and full
+// lowercasing through utf8proc, and GPT-2's bytes-to-unicode table used by byte-level BPE. Pure
+// functions, no state beyond constant tables.
 #pragma once
 
 #include <array>
@@ -47,13 +47,6 @@ inline std::size_t utf8_length(unsigned char lead) {
 }
 
 void append_utf8(std::string& out, std::uint32_t cp);
-
-// Offset of the first byte that is not part of valid UTF-8, or npos when all of `s` is valid.
-std::size_t find_invalid_utf8(std::string_view s);
-
-// `s` with every invalid sequence replaced by U+FFFD (Rust's String::from_utf8_lossy rules:
-// one replacement per maximal invalid prefix).
-std::string repair_utf8(std::string_view s);
 
 // Rust `char::is_whitespace` (the White_Space property).
 bool is_whitespace(std::uint32_t cp);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "test_support.h"
 #include "tokenizer/decoders.h"
 #include "tokenizer/normalizers.h"

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/utf8.h"
 #include "scratch.h"
 #include "tokenizer/unicode.h"
 
