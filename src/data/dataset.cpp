@@ -57,11 +57,20 @@ bool truncate(BuildResult& b, const DataOptions& options, const std::string& whe
 // One record's examples: one, or a preference pair's two.
 std::vector<BuildResult> build_record(const Record& rec, const DataOptions& options, const RecordFormatter& formatter,
                                       const ExampleBuilder& builder) {
+  // The formatter names the record in its errors; the tokenizer's (a tokenizer.json regex past
+  // Oniguruma's backtracking limit on this record's text) do not know it.
+  auto build = [&](const Rendered& r) {
+    try {
+      return builder.build(r);
+    } catch (const FormatError& e) {
+      throw FormatError(rec.where + ": " + e.what());
+    }
+  };
   std::vector<BuildResult> out;
   if (options.format == DataFormat::preference) {
-    for (const Rendered& r : formatter.render_pair(rec.value, rec.where)) out.push_back(builder.build(r));
+    for (const Rendered& r : formatter.render_pair(rec.value, rec.where)) out.push_back(build(r));
   } else {
-    out.push_back(builder.build(formatter.render(rec.value, rec.where)));
+    out.push_back(build(formatter.render(rec.value, rec.where)));
   }
   return out;
 }

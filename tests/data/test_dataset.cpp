@@ -12,6 +12,7 @@
 #include "data/dataset.h"
 #include "data/records.h"
 #include "test_support.h"
+#include "tokenizer/load.h"
 
 namespace ctune::data::test {
 namespace {
@@ -162,6 +163,35 @@ TEST_F(DatasetTest, DeepAndHugeRecordsAreMalformedRecords) {
   options_.train = file("huge.jsonl", instruct_line(0) + "\n" + huge + "\n");
   const std::string second = error<FormatError>();
   EXPECT_NE(second.find((dir_ / "huge.jsonl").string() + ":2: a record longer than"), std::string::npos) << second;
+}
+
+// A tokenizer.json regex that backtracks catastrophically on a record's text stops at
+// Oniguruma's backtracking limit (10^7 steps, about 0.3 s) instead of running for hours; the
+// error names the record, and on_error: skip skips it like any malformed record.
+TEST_F(DatasetTest, TokenizerRegexPastItsBacktrackingLimitNamesTheRecord) {
+  const auto tok_dir = dir_ / "tok";
+  std::filesystem::copy(byte_tokenizer_dir(), tok_dir, std::filesystem::copy_options::recursive);
+  Json tj = read_json_file(tok_dir / "tokenizer.json");
+  tj["pre_tokenizer"] = {{"type", "Sequence"},
+                         {"pretokenizers",
+                          {{{"type", "Split"}, {"pattern", {{"Regex", "(x+x+)+y"}}}, {"behavior", "Isolated"}, {"invert", false}},
+                           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
+  write_text(tok_dir / "tokenizer.json", tj.dump());
+  const auto tokenizer = tok::load_tokenizer(tok_dir);
+  options_.tokenizer_dir = tok_dir;
+  options_.format = DataFormat::text;
+  options_.train = file("train.jsonl", R"({"text": "xxy ok"})" "\n" R"({"text": ")" + std::string(30, 'x') + "\"}\n");
+  try {
+    load_datasets(options_, *tokenizer);
+    ADD_FAILURE() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find((dir_ / "train.jsonl").string() + ":2: "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("retry-limit-in-match over"), std::string::npos) << e.what();
+  }
+  options_.on_error = OnError::skip;
+  const Datasets ds = load_datasets(options_, *tokenizer);
+  EXPECT_EQ(ds.train_stats.skipped, 1);
+  EXPECT_EQ(ds.train->size(), 1u);
 }
 
 TEST_F(DatasetTest, EmptyDatasetsAreConfigErrors) {
