@@ -35,13 +35,14 @@ const Value* Args::get(std::size_t index, std::string_view name) const {
 
 namespace {
 
+// Set by ~Graveyard. Being trivially destructible, it can still be read by a Value destroyed
+// after the graveyard (a static one, after the thread's thread_locals at exit), which then frees
+// its contents the plain way.
+thread_local bool graveyard_gone = false;
+
 // Containers whose last reference a ~Value released, waiting to be freed by the outermost one.
 // Freeing one runs its items' ~Value, which only queue theirs: the stack stays one level deep
 // however deep the value nests.
-// A Value outliving the graveyard (a static one, destroyed after this thread's thread_locals at
-// exit) frees its contents the plain way: `gone` is trivially destructible, so it can still be
-// read then.
-thread_local bool graveyard_gone = false;
 struct Graveyard {
   std::vector<std::shared_ptr<void>> pending;
   bool draining = false;
