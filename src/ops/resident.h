@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace ctune::ops {
 
@@ -12,5 +13,16 @@ namespace ctune::ops {
 std::int64_t resident_bytes();
 std::int64_t peak_resident_bytes();
 void reset_peak_resident();
+
+// The most this process can hold resident, and what sets it: the smallest of the machine's
+// memory, its cgroup's memory.max (a container, a Slurm job's allocation; v2, every level up
+// to the root, or v1's memory.limit_in_bytes) and its address-space limit (ulimit -v, which
+// bounds resident memory too, as a page must be mapped to be resident). Past the first two the
+// kernel's OOM killer ends the process; past the third an allocation fails.
+struct HostCapacity {
+  std::int64_t bytes = 0;
+  std::string source;  // "the machine's memory", "its cgroup's memory.max", "its address-space limit (ulimit -v)"
+};
+HostCapacity host_capacity();
 
 }  // namespace ctune::ops

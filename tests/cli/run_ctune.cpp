@@ -29,12 +29,12 @@ int count_lines(const std::string& s) {
   return n;
 }
 
-Run ctune(const std::vector<std::string>& args) {
+Run ctune(const std::vector<std::string>& args, const std::string& shell) {
   // Per-process names: CTest runs tests in parallel processes.
   const fs::path dir = CTUNE_TEST_DATA_DIR;
   const std::string tag = std::to_string(::getpid());
   const fs::path out = dir / ("cli-stdout-" + tag + ".txt"), err = dir / ("cli-stderr-" + tag + ".txt");
-  std::string cmd = quote(CTUNE_BINARY) + " --threads 2";
+  std::string cmd = (shell.empty() ? "" : shell + "; ") + quote(CTUNE_BINARY) + " --threads 2";
   for (const auto& a : args) cmd += " " + quote(a);
   cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
   const int raw = std::system(cmd.c_str());

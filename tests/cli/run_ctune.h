@@ -13,8 +13,9 @@ struct Run {
   std::string err;  // stderr
 };
 
-// Runs CTUNE_BINARY --threads 2 <args...>.
-Run ctune(const std::vector<std::string>& args);
+// Runs CTUNE_BINARY --threads 2 <args...>; `shell` runs first in the same shell (a limit:
+// "ulimit -v 4000000").
+Run ctune(const std::vector<std::string>& args, const std::string& shell = "");
 
 // Runs CTUNE_BINARY --threads 2 <args...> on a pseudo-terminal (util-linux `script`), typing
 // `input` into it: `out` is what the terminal shows (stdout and stderr, the typed input echoed).

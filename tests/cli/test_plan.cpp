@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -48,6 +49,29 @@ std::int64_t predicted_peak(const fs::path& file, const std::vector<std::string>
   const auto r = ctune(args);
   EXPECT_EQ(r.status, 0) << r.err;
   return Json::parse(r.out)["peak_bytes"].get<std::int64_t>();
+}
+
+// A full fp32 run whose activations dominate: a random Llama of 4 layers, hidden 128, on 160 short
+// stories packed into rows of max_seq_len tokens, batch_size rows a step, 2 steps: dir/run.yaml.
+bool write_packed_run(const fs::path& dir, int max_seq_len, int batch_size) {
+  write(dir / "config.json", R"({"model_type": "llama", "vocab_size": 320, "hidden_size": 128, "intermediate_size": 352,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": false,
+    "max_position_embeddings": )" + std::to_string(std::max(1024, max_seq_len)) + R"(, "torch_dtype": "float32"})");
+  const auto init = ctune({"init", "--config", (dir / "config.json").string(), "--out", (dir / "model").string(), "--tokenizer", "byte"});
+  EXPECT_EQ(init.status, 0) << init.err;
+  std::string rows;
+  for (int i = 0; i < 160; ++i) {
+    rows += R"({"text": "Story )" + std::to_string(i) +
+            R"(: the cat sat on the mat and looked at the sun for a while, then it went inside and slept by the fire until the evening came."})" "\n";
+  }
+  write(dir / "train.jsonl", rows);
+  const std::string d = dir.string();
+  write(dir / "run.yaml", "output_dir: " + d + "/run\nmodel: {path: " + d + "/model}\n" + "data: {train: " + d +
+                              "/train.jsonl, format: text, max_seq_len: " + std::to_string(max_seq_len) + ", packing: true}\n" +
+                              "precision: fp32\npeft: {method: none}\nmemory: {activation_checkpointing: none}\n" +
+                              "training: {batch_size: " + std::to_string(batch_size) + ", max_steps: 2}\n" +
+                              "optimizer: {lr: 1.0e-3}\ncheckpoint: {every_n_steps: 0}\n");
+  return init.status == 0;
 }
 
 class Plan : public ::testing::Test {
@@ -223,22 +247,8 @@ TEST_F(Plan, NothingFitsNamesAGatherBetweenStepsThatNoSwitchMoves) {
 // what was in use, the ledger's prediction and a plan that fits; that plan then runs within it.
 TEST_F(Plan, RunningOutOfMemoryIsExplainedAndThePlanItGivesFits) {
   const fs::path dir = kDir / "oom";
-  // Activations that dominate: 4 layers of hidden 128 over 8 rows of 512 packed tokens.
-  write(dir / "config.json", R"({"model_type": "llama", "vocab_size": 320, "hidden_size": 128, "intermediate_size": 352,
-    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": false,
-    "max_position_embeddings": 1024, "torch_dtype": "float32"})");
-  ASSERT_EQ(ctune({"init", "--config", (dir / "config.json").string(), "--out", (dir / "model").string(), "--tokenizer", "byte"}).status, 0);
-  std::string rows;
-  for (int i = 0; i < 160; ++i) {
-    rows += R"({"text": "Story )" + std::to_string(i) +
-            R"(: the cat sat on the mat and looked at the sun for a while, then it went inside and slept by the fire until the evening came."})" "\n";
-  }
-  write(dir / "train.jsonl", rows);
-  const std::string d = dir.string();
-  write(dir / "run.yaml", "output_dir: " + d + "/run\nmodel: {path: " + d + "/model}\n" +
-                              "data: {train: " + d + "/train.jsonl, format: text, max_seq_len: 512, packing: true}\n"
-                              "precision: fp32\npeft: {method: none}\nmemory: {activation_checkpointing: none}\n"
-                              "training: {batch_size: 8, max_steps: 2}\noptimizer: {lr: 1.0e-3}\ncheckpoint: {every_n_steps: 0}\n");
+  // Activations that dominate: 8 rows of 512 packed tokens.
+  ASSERT_TRUE(write_packed_run(dir, 512, 8));
   const auto heavy = predicted_peak(dir / "run.yaml");
   const auto light = predicted_peak(dir / "run.yaml", {"memory.activation_checkpointing=full", "training.batch_size=1", "training.grad_accum=8"});
   ASSERT_LT(light * 13 / 10, heavy) << "the test needs activations that checkpointing and micro-batches remove";
@@ -275,6 +285,29 @@ TEST_F(Plan, RunningOutOfMemoryIsExplainedAndThePlanItGivesFits) {
     ++steps;
   }
   EXPECT_EQ(steps, 2);
+}
+
+// Without memory.limit, a CPU run past what the process can hold would be ended by the kernel
+// (the OOM killer, or a failed allocation under ulimit -v) after loading its model. A run the
+// ledger predicts past it is refused before it starts, in one line that names the prediction and
+// what bounds the process, and no output directory is made; a run predicted within it trains
+// under the same bound.
+TEST_F(Plan, ARunPredictedPastWhatTheProcessCanHoldIsRefusedBeforeItStarts) {
+  const fs::path dir = kDir / "preflight";
+  // One packed row of 131072 tokens: gigabytes of activations, whatever the data's size.
+  ASSERT_TRUE(write_packed_run(dir, 131072, 1));
+  const std::int64_t bound_kb = 6000000;  // ulimit -v: an address space of 6.1 GB
+  ASSERT_GT(predicted_peak(dir / "run.yaml"), 2 * bound_kb * 1024) << "the test needs a run predicted well past the bound";
+  const std::string limit = "ulimit -v " + std::to_string(bound_kb);
+
+  const auto refused = ctune({"train", (dir / "run.yaml").string()}, limit);
+  expect_one_line_failure(refused, "ctune: out of memory: before loading the model: the ledger predicts a peak of ", "preflight");
+  EXPECT_NE(refused.err.find("past the 6144.0 MB of its address-space limit (ulimit -v)"), std::string::npos) << refused.err;
+  EXPECT_FALSE(fs::exists(dir / "run")) << "a refused run leaves no output directory";
+
+  const auto fits = ctune({"train", (dir / "run.yaml").string(), "data.max_seq_len=512"}, limit);
+  EXPECT_EQ(fits.status, 0) << fits.err;
+  EXPECT_TRUE(fs::exists(dir / "run" / "model" / "model.safetensors"));
 }
 
 TEST_F(Plan, BadInputIsOneLine) {

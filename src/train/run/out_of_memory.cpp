@@ -1,25 +1,29 @@
 #include "train/run/out_of_memory.h"
 
-#include <unistd.h>
-
 #include "ops/device.h"
 #include "ops/memory.h"
 #include "ops/memory_phase.h"
+#include "ops/resident.h"
 
 namespace ctune::train {
 
 namespace {
 
-// What the device has: the CPU's physical memory, or the GPU's (ops/device.h).
-std::int64_t capacity_of(const at::Device& device) {
-  if (!device.is_cpu()) return ops::device_total_bytes(device);
-  return static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::int64_t>(::sysconf(_SC_PAGESIZE));
+// What the device has: what this process can hold on the CPU (ops/resident.h), or the GPU's
+// memory (ops/device.h).
+ops::HostCapacity capacity_of(const at::Device& device) {
+  if (!device.is_cpu()) return {ops::device_total_bytes(device), "the device's memory"};
+  return ops::host_capacity();
 }
 
 std::string describe(const OutOfMemoryFacts& f) {
+  if (f.predicted_only) {  // after the kind, "out of memory: "
+    return f.phase + ": the ledger predicts a peak of " + format_mb(f.predicted_peak) + " (largest line " + f.largest_line +
+           " " + format_mb(f.largest_bytes) + "), past the " + format_mb(f.capacity) + " of " + f.capacity_source;
+  }
   std::string s = f.phase + ": " + format_mb(f.in_use) + " in use";  // after the kind, "out of memory: "
   if (f.requested > 0) s += " and " + format_mb(f.requested) + " more asked for";
-  s += f.limit > 0 ? ", past memory.limit " + format_mb(f.limit) : ", of " + format_mb(f.capacity) + " the device has";
+  s += f.limit > 0 ? ", past memory.limit " + format_mb(f.limit) : ", of the " + format_mb(f.capacity) + " of " + f.capacity_source;
   if (f.predicted_peak > 0) {
     s += "; the ledger predicted a peak of " + format_mb(f.predicted_peak) + " (largest line " + f.largest_line + " " + format_mb(f.largest_bytes) + ")";
   }
@@ -32,7 +36,9 @@ OutOfMemoryFacts out_of_memory_facts(const at::Device& device, std::int64_t limi
   OutOfMemoryFacts f;
   f.phase = ops::memory_phase_text();
   f.limit = limit;
-  f.capacity = capacity_of(device);
+  const auto capacity = capacity_of(device);
+  f.capacity = capacity.bytes;
+  f.capacity_source = capacity.source;
   f.in_use = ops::peak_memory(device);
   if (auto refused = ops::last_refused_allocation()) {
     f.requested = refused->requested;

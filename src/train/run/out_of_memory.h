@@ -1,7 +1,8 @@
 // Running out of memory during training, explained in one line (docs/planning.md, "Running out
 // of memory"): the phase it happened in (forward of layer N, backward, optimizer step,
 // checkpoint...), what was in use against what the memory ledger predicted, and, added by
-// `ctune train` (cli/cmd_train.cpp, which can plan), the plan that would fit.
+// `ctune train` (cli/cmd_train.cpp, which can plan), the plan that would fit. Also a run refused
+// before it starts, when the ledger predicts more than the process can hold.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,8 @@ struct OutOfMemoryFacts {
   std::int64_t in_use = 0;         // in use then: the refusal's record, else the peak since training began
   std::int64_t limit = 0;          // memory.limit (0: none; the system refused)
   std::int64_t capacity = 0;       // what the device has (the budget a plan must fit when no limit is set)
+  std::string capacity_source;     // what sets it (ops::HostCapacity::source on the CPU)
+  bool predicted_only = false;     // refused before the run, on the ledger's prediction alone
   std::int64_t predicted_peak = 0; // the ledger's (0: not estimated yet)
   std::string largest_line;        // the ledger's largest line but the runtime, and its bytes
   std::int64_t largest_bytes = 0;

@@ -163,6 +163,21 @@ void Session::start_process() const {
   install_stop_handlers();
 }
 
+// Without memory.limit nothing stops a CPU run at the machine's memory: Linux overcommits, and
+// the OOM killer ends the process (or another one) with SIGKILL, minutes into loading a model
+// too large. The ledger knows before: a predicted peak past what the process can hold (the
+// machine's memory, its cgroup's limit, ulimit -v; a GPU's memory) ends the run now, in the
+// same one line as running out would, with the plan that fits added by `ctune train`
+// (docs/planning.md, "Running out of memory"). memory.limit, the user's own budget, is held as
+// the run goes.
+void Session::refuse_what_cannot_fit(const Ledger& ledger) const {
+  OutOfMemoryFacts facts = out_of_memory_facts(plan_.device, 0, &ledger);
+  if (facts.capacity <= 0 || ledger.peak_bytes <= facts.capacity) return;
+  facts.phase = "before loading the model";
+  facts.predicted_only = true;
+  throw OutOfMemory(std::move(facts));
+}
+
 // 2. The run directory, locked for this process; where the run stands: a checkpoint to resume
 //    from (after every check), and the directory to match. Rank 0 owns the directory; the other
 //    ranks only read checkpoints, and log warnings and errors (their progress lines would repeat
@@ -218,12 +233,15 @@ TrainResult Session::run() {
 TrainResult Session::run_steps() {
   RunPlan& plan = plan_;
   start_process();  // 1.
+  //    The memory the run should take, and whether it can: a run predicted past what this
+  //    process can hold is refused before its directory, its model or its data.
+  const auto& ledger = ledger_.emplace(estimate_memory(ledger_inputs(plan, ops::memory_now(plan.device))));
+  refuse_what_cannot_fit(ledger);
   std::optional<io::DirLock> lock;
   const Json inputs = input_identities();
   ResumePoint resume = open_run_dir(lock, inputs);  // 2.
 
-  // 3. Model (from the checkpoint when resuming), what trains, optimizer; the memory it should take.
-  const auto& ledger = ledger_.emplace(estimate_memory(ledger_inputs(plan, ops::memory_now(plan.device))));
+  // 3. Model (from the checkpoint when resuming), what trains, optimizer.
   //    A sharded checkpoint's weights are slices: the model is built from model.path and each
   //    trainable parameter filled from them (any world size wrote them).
   const bool from_shards = resume.dir && is_sharded_checkpoint(*resume.dir);

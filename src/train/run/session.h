@@ -62,6 +62,7 @@ class Session {
   };
   TrainResult run_steps();
   void start_process() const;
+  void refuse_what_cannot_fit(const Ledger& ledger) const;
   ResumePoint open_run_dir(std::optional<io::DirLock>& lock, const Json& inputs);
   void refuse_if_nothing_learned(const TrainResult& result) const;
   std::shared_ptr<const ReferenceTable> precomputed_reference(model::CausalLM& lm, DataParallel& parallel) const;
