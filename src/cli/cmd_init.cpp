@@ -1,5 +1,6 @@
 // `ctune init`: a random-initialised checkpoint in Hugging Face layout from a config.json,
 // optionally with a tokenizer, for training from scratch and for tests.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -7,10 +8,12 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "io/file.h"
 #include "io/hf_checkpoint.h"
 #include "model/parameter_shapes.h"
 #include "model/weights.h"
+#include "ops/resident.h"
 #include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 
@@ -30,6 +33,23 @@ struct InitOptions {
 };
 
 
+// init_weights writes every weight, sampling each in fp32 first (model/weights.h): a model past
+// what the process can hold would be SIGKILLed by the OOM killer partway, so it is refused first.
+void check_init_fits(const torch::nn::Module& lm) {
+  std::int64_t weights = 0, sample = 0;
+  for (const auto& p : lm.parameters()) {
+    weights += static_cast<std::int64_t>(p.nbytes());
+    sample = std::max<std::int64_t>(sample, p.numel() * 4);
+  }
+  const auto capacity = ops::host_capacity();
+  if (weights + sample > capacity.bytes) {
+    throw MemoryError("init needs " + format_bytes(static_cast<std::uint64_t>(weights + sample)) + " (the weights " +
+                      format_bytes(static_cast<std::uint64_t>(weights)) + ", and the largest sampled in fp32 " +
+                      format_bytes(static_cast<std::uint64_t>(sample)) + "), past the " +
+                      format_bytes(static_cast<std::uint64_t>(capacity.bytes)) + " of " + capacity.source);
+  }
+}
+
 int run_init(const InitOptions& o) {
   const fs::path config_path(o.config_path);
   auto config = model::parse_model_config(read_json_file(config_path), config_path.string());
@@ -38,7 +58,8 @@ int run_init(const InitOptions& o) {
   save.max_shard_bytes = io::parse_byte_size(o.shard_size, "--shard-size");
   save.overwrite = o.overwrite;
 
-  model::CausalLM lm(config, dtype);
+  model::CausalLM lm(config, dtype);  // allocated, not yet touched: init_weights writes every page
+  check_init_fits(*lm);
   model::init_weights(lm, o.seed);
   model::save_causal_lm(lm, o.out, save, [&](const fs::path& staging) {
     if (o.tokenizer.empty()) return;

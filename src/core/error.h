@@ -48,6 +48,14 @@ class UnsupportedError : public Error {
   const char* kind() const noexcept override { return "unsupported"; }
 };
 
+// More memory than the process can hold: a model whose weights alone do not fit, a training run
+// past its budget (train/run/out_of_memory.h adds the phase and the plan that fits).
+class MemoryError : public Error {
+ public:
+  using Error::Error;
+  const char* kind() const noexcept override { return "out of memory"; }
+};
+
 // A chat template that does not parse, or fails while rendering (its own raise_exception, an
 // undefined value used, a sandbox limit). The message names the template position.
 class TemplateError : public Error {

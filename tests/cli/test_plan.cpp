@@ -310,6 +310,30 @@ TEST_F(Plan, ARunPredictedPastWhatTheProcessCanHoldIsRefusedBeforeItStarts) {
   EXPECT_TRUE(fs::exists(dir / "run" / "model" / "model.safetensors"));
 }
 
+// init writes every weight, each sampled in fp32 first: past what the process can hold it is
+// refused in one line before it writes anything (it was SIGKILLed by the OOM killer partway);
+// within it, it writes the model.
+TEST_F(Plan, InitPastWhatTheProcessCanHoldIsRefused) {
+  const fs::path dir = kDir / "init";
+  // A vocabulary of 2^22: 2.15 GB of bf16 weights, the embedding sampled in fp32 4.29 GB. The
+  // bound leaves room for the process and the weights' untouched allocation (about 1.5 GB more).
+  write(dir / "big.json", R"({"model_type": "llama", "vocab_size": 4194304, "hidden_size": 256, "intermediate_size": 688,
+    "num_hidden_layers": 1, "num_attention_heads": 8, "num_key_value_heads": 2, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16"})");
+  const std::string limit = "ulimit -v 5000000";
+  const auto refused = ctune({"init", "--config", (dir / "big.json").string(), "--out", (dir / "big").string()}, limit);
+  expect_one_line_failure(refused, "ctune: out of memory: init needs 6.44 GB (the weights 2.15 GB, and the largest sampled in fp32 4.29 GB)",
+                          "init past the bound");
+  EXPECT_NE(refused.err.find("of its address-space limit (ulimit -v)"), std::string::npos) << refused.err;
+  EXPECT_FALSE(fs::exists(dir / "big"));
+  write(dir / "small.json", R"({"model_type": "llama", "vocab_size": 320, "hidden_size": 256, "intermediate_size": 688,
+    "num_hidden_layers": 1, "num_attention_heads": 8, "num_key_value_heads": 2, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16"})");
+  const auto fits = ctune({"init", "--config", (dir / "small.json").string(), "--out", (dir / "small").string()}, limit);
+  EXPECT_EQ(fits.status, 0) << fits.err;
+  EXPECT_TRUE(fs::exists(dir / "small" / "model.safetensors"));
+}
+
 TEST_F(Plan, BadInputIsOneLine) {
   const std::string file = (kDir / "auto.yaml").string();
   expect_one_line_failure(ctune({"plan", file, "--budget", "lots"}), "--budget: expected a positive size", "budget not a size");

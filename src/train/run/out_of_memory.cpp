@@ -62,6 +62,6 @@ OutOfMemoryFacts out_of_memory_facts(const at::Device& device, std::int64_t limi
 }
 
 OutOfMemory::OutOfMemory(OutOfMemoryFacts facts, const std::string& advice)
-    : Error(describe(facts) + advice), facts_(std::move(facts)) {}
+    : MemoryError(describe(facts) + advice), facts_(std::move(facts)) {}
 
 }  // namespace ctune::train

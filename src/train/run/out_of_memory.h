@@ -31,11 +31,10 @@ struct OutOfMemoryFacts {
 // the ledger that was predicted (null before there is one).
 OutOfMemoryFacts out_of_memory_facts(const at::Device& device, std::int64_t limit, const Ledger* ledger);
 
-class OutOfMemory : public Error {
+class OutOfMemory : public MemoryError {
  public:
   // `advice` follows the facts on the line: "; a plan that fits ...".
   explicit OutOfMemory(OutOfMemoryFacts facts, const std::string& advice = "");
-  const char* kind() const noexcept override { return "out of memory"; }
   const OutOfMemoryFacts& facts() const { return facts_; }
   // The budget a plan must fit: the limit, else the device's capacity.
   std::int64_t budget() const { return facts_.limit > 0 ? facts_.limit : facts_.capacity; }
