@@ -180,7 +180,10 @@ std::vector<MalformedCase> write_malformed_cases(const fs::path& root) {
   config_case("config_absurd_size", Expect::Config, "past any real model",
               R"({"model_type":"llama","vocab_size":16,"hidden_size":1099511627776,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2})");
   config_case("config_absurd_product", Expect::Config, "billion parameters",
-              R"({"model_type":"llama","vocab_size":262144,"hidden_size":16777216,"intermediate_size":16777216,"num_hidden_layers":4096,"num_attention_heads":2})");
+              R"({"model_type":"llama","vocab_size":262144,"hidden_size":16777216,"intermediate_size":16777216,"num_hidden_layers":1024,"num_attention_heads":2})");
+  // Tiny layers, 2^24 of them: 369 M parameters, but `init` held 22 GB of modules after two minutes.
+  config_case("config_absurd_layers", Expect::Config, "\"num_hidden_layers\" is 16777216, past any real model (at most 1024)",
+              R"({"model_type":"llama","vocab_size":2,"hidden_size":2,"intermediate_size":1,"num_hidden_layers":16777216,"num_attention_heads":1})");
   config_case("config_max_positions_zero", Expect::Config, "\"max_position_embeddings\" must be positive, found 0",
               R"({"model_type":"llama","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"max_position_embeddings":0})");
   return cases;
