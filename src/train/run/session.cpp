@@ -234,7 +234,7 @@ TrainResult Session::run_steps() {
   RunPlan& plan = plan_;
   start_process();  // 1.
   //    The memory the run should take, and whether it can: a run predicted past what this
-  //    process can hold is refused before its directory, its model or its data.
+  //    process can hold is refused before it makes its directory or reads its model.
   const auto& ledger = ledger_.emplace(estimate_memory(ledger_inputs(plan, ops::memory_now(plan.device))));
   refuse_what_cannot_fit(ledger);
   std::optional<io::DirLock> lock;
