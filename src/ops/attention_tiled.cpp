@@ -149,7 +149,8 @@ void backward_tiles(const Call& c, const T* q, const T* k, const T* v, const flo
 }  // namespace
 
 bool tiled_attention_applies(at::Device device, at::ScalarType dtype, std::int64_t pairs, std::int64_t threads) {
-  return cpu_gemm::available() && device.is_cpu() && (dtype == at::kFloat || dtype == at::kBFloat16) && pairs >= threads;
+  const bool gemm = dtype == at::kFloat ? cpu_gemm::available() : dtype == at::kBFloat16 && cpu_gemm::bf16_available();
+  return gemm && device.is_cpu() && pairs >= threads;
 }
 
 bool tiled_attention_runs(const at::Tensor& q, const at::Tensor& k) {

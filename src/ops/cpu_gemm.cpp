@@ -30,6 +30,18 @@ void check(dnnl_status_t status, const char* what) { TORCH_CHECK(status == dnnl_
 
 bool available() { return true; }
 
+// oneDNN implements its bf16 GEMM only where the CPU has bf16 or AVX-512 instructions; elsewhere
+// (AVX2 alone, as on some AMD EPYC machines) it answers dnnl_unimplemented. Asked once with a
+// 1 x 1 x 1 product.
+bool bf16_available() {
+  static const bool works = [] {
+    const std::uint16_t one = 0x3F80;  // 1.0 in bf16
+    float c = 0;
+    return dnnl_gemm_bf16bf16f32('N', 'N', 1, 1, 1, 1.f, &one, 1, &one, 1, 0.f, &c, 1) == dnnl_success && c == 1.f;
+  }();
+  return works;
+}
+
 void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const float* A,
           std::int64_t lda, const float* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
   check(dnnl_sgemm(op(trans_a), op(trans_b), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), "sgemm");
@@ -43,6 +55,7 @@ void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64
 }
 #else
 bool available() { return false; }
+bool bf16_available() { return false; }
 
 void gemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t, const float*, std::int64_t, float,
           float*, std::int64_t) {
@@ -56,7 +69,7 @@ void gemm(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const c10
 #endif
 
 bool fp32_weight_grads(at::Device device, at::ScalarType compute) {
-  return device.is_cpu() && compute == at::kBFloat16 && available();
+  return device.is_cpu() && compute == at::kBFloat16 && bf16_available();
 }
 
 bool weight_grad_fp32(at::Tensor& dw, const at::Tensor& dy, const at::Tensor& x, bool accumulate) {

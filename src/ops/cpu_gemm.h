@@ -17,7 +17,11 @@
 
 namespace ctune::ops::cpu_gemm {
 
+// Whether the fp32 GEMM runs (a build with oneDNN), and the bf16 one (also a CPU it implements
+// it for: bf16 or AVX-512 instructions, not AVX2 alone). Where not, the callers keep ATen's
+// matmuls.
 bool available();
+bool bf16_available();
 
 // C[M, N] = alpha · op(A) · op(B) + beta · C, with op(X) = Xᵀ when trans_x; lda, ldb, ldc are
 // row strides in elements.
@@ -27,7 +31,7 @@ void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64
           std::int64_t lda, const c10::BFloat16* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc);
 
 // Whether weight_grad_fp32 serves bf16 operands on `device` with `compute` matmuls: a CPU build
-// with oneDNN, bf16 compute.
+// with oneDNN whose bf16 GEMM runs on this CPU, bf16 compute.
 bool fp32_weight_grads(at::Device device, at::ScalarType compute);
 
 // dw (fp32 [out, in], contiguous) = dyᵀ x, plus dw when `accumulate`: dy [rows, out] and x

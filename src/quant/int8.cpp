@@ -22,7 +22,7 @@ const char* int8_kernel_name(Int8Kernel kernel) {
 Int8Kernel parse_int8_kernel(const std::string& text) {
   if (text == kInt8KernelDequantize) return Int8Kernel::Dequantize;
   if (text == kInt8KernelGemm) {
-    if (!int8_gemm_available()) throw UnsupportedError("int8 kernel int8_gemm: no oneDNN quantized engine in this LibTorch");
+    if (!int8_gemm_available()) throw UnsupportedError("int8 kernel int8_gemm: " + int8_gemm_unavailable_reason());
     return Int8Kernel::Int8Gemm;
   }
   throw ConfigError("int8 kernel: expected dequantize or int8_gemm, found \"" + text + "\"");

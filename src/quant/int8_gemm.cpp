@@ -9,9 +9,28 @@
 
 namespace ctune::quant {
 
-bool int8_gemm_available() {
+bool int8_gemm_engine() {
   const auto& engines = at::globalContext().supportedQEngines();
   return std::find(engines.begin(), engines.end(), at::QEngine::ONEDNN) != engines.end();
+}
+
+// Without VNNI (AVX2 alone), oneDNN multiplies u8 by s8 with vpmaddubsw, whose int16 sums of two
+// products saturate (255 · 127 · 2 > 32767): measured on an AVX2-only AMD EPYC, outputs 18x the
+// activation-rounding bound away from x W_deq^T. VNNI (avx512_vnni, avx_vnni) sums in int32.
+bool int8_gemm_exact_on_this_cpu() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
+#else
+  return true;  // other architectures: oneDNN's int8 kernels accumulate in int32
+#endif
+}
+
+bool int8_gemm_available() { return int8_gemm_engine() && int8_gemm_exact_on_this_cpu(); }
+
+std::string int8_gemm_unavailable_reason() {
+  if (!int8_gemm_engine()) return "the oneDNN quantized engine is not compiled into this LibTorch";
+  return "this CPU has no VNNI (avx512_vnni or avx_vnni), without which oneDNN's int8 GEMM saturates its int16 sums";
 }
 
 std::int64_t Int8Weight::packed_bytes() const { return packed ? packed->bytes : 0; }
@@ -34,8 +53,7 @@ struct OnednnEngine {
 
 void prepack(PackedInt8& packed, const Int8Weight& w) {
   if (!int8_gemm_available()) {
-    throw UnsupportedError("int8 GEMM: the oneDNN quantized engine is not compiled into this LibTorch "
-                           "(use quantize_base int8 with int8_kernel dequantize)");
+    throw UnsupportedError("int8 GEMM: " + int8_gemm_unavailable_reason() + " (use quantize_base int8 with int8_kernel dequantize)");
   }
   // Per-channel symmetric qint8: the stored value is cb, its scale scb/127 (1 for an all-zero row,
   // whose codes are all 0 and whose scale therefore does not matter; oneDNN rejects scale 0).

@@ -7,13 +7,16 @@
 #include <ATen/ATen.h>
 
 #include <mutex>
+#include <string>
 
 #include "quant/int8_weight.h"
 
 namespace ctune::quant {
 
-// Whether Int8Kernel::Int8Gemm can run in this process (the oneDNN quantized engine is compiled in).
+// Whether Int8Kernel::Int8Gemm can run in this process: the oneDNN quantized engine is compiled
+// in, and this CPU sums int8 products in int32 (VNNI); else why not, for messages.
 bool int8_gemm_available();
+std::string int8_gemm_unavailable_reason();
 
 }  // namespace ctune::quant
 

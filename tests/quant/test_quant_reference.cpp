@@ -72,7 +72,7 @@ TEST(QuantReference, Int8CodesAndScalesExact) {
 // LLM.int8 with the int8 GEMM: y within 1e-5·(1 + |y|) of the float64 reference (fp32 scaling
 // in a different order is the only difference; the int32 accumulation is exact).
 TEST(QuantReference, Int8GemmMatchesLlmInt8) {
-  if (!int8_gemm_available()) GTEST_SKIP() << "no oneDNN quantized engine";
+  if (!int8_gemm_available()) GTEST_SKIP() << int8_gemm_unavailable_reason();
   auto q = quantize_int8(fixture("int8.w"));
   for (auto [threshold, name] : {std::pair{6.0, "int8.y_t6"}, std::pair{0.0, "int8.y_t0"}}) {
     auto y = int8_matmul(fixture("int8.x"), q, threshold, Int8Kernel::Int8Gemm);

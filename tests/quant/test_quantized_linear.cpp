@@ -93,7 +93,7 @@ INSTANTIATE_TEST_SUITE_P(Kinds, QuantizedLinearKinds, ::testing::Values(QuantSpe
                          [](const auto& info) { return info.param == QuantSpec::Int8 ? "int8" : "nf4"; });
 
 TEST(QuantizedLinear, Int8GemmKernelForwardAndBackward) {
-  if (!int8_gemm_available()) GTEST_SKIP() << "no oneDNN quantized engine";
+  if (!int8_gemm_available()) GTEST_SKIP() << int8_gemm_unavailable_reason();
   auto w = make_weight(QuantSpec::Int8, Int8Kernel::Int8Gemm);
   auto x = randn({2, 5, 24}, 18).requires_grad_(true);
   auto y = quantized_linear(x, w, at::Tensor(), at::kFloat);
