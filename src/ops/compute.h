@@ -1,9 +1,14 @@
-// Operations in a compute dtype, the one place that knows what CPU LibTorch 1.13 lacks: an fp16
-// GEMM ("addmm_impl_cpu_" not implemented for 'Half'), fp16 silu and fp16 dropout. There an fp16
-// matmul is computed in fp32 from the fp16 operands and its result rounded to fp16 (the numerics
-// of an fp16 GEMM with fp32 accumulation, overflow to inf past 65504 included), and silu and
-// dropout run in fp32 and round back. Every other dtype and device uses the native kernel (bf16
-// on CPU: oneDNN, with AMX where the CPU has it).
+// Operations in a compute dtype, the one place that knows which 16-bit operations the CPU lacks:
+// - fp16 GEMMs ("addmm_impl_cpu_" not implemented for 'Half' in LibTorch 1.13), and bf16 GEMMs on
+//   a CPU without AVX-512 (LibTorch's scalar fallback, about 20x below the fp32 GEMM on an
+//   AVX2-only AMD EPYC: ops/cpu_features.h). There the product is computed in fp32 from the 16-bit
+//   operands and rounded to their dtype: the numerics of a 16-bit GEMM with fp32 accumulation
+//   (overflow to inf past 65504 in fp16 included). It saves the 16-bit operands for backward, as
+//   the native GEMM does, so the memory ledger holds; the fp32 copies are transient and, for a
+//   large operand (the head), made a tile of at most kGemmBlockElements at a time.
+// - fp16 silu, GELU, tanh and dropout: run in fp32 and round back.
+// Every other dtype and device uses the native kernel (bf16 on an AVX-512 CPU: oneDNN, with AMX
+// where the CPU has it).
 //
 // Mixed precision as autocast does it, made explicit per operation so it behaves the same on
 // every LibTorch version and device: the model's matmuls call linear_in/matmul_in with the
@@ -13,7 +18,30 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
+
 namespace ctune::ops {
+
+// Whether a `dtype` GEMM on `device` runs in fp32 from its 16-bit operands (above): CPU fp16
+// always, CPU bf16 where cpu_features::native_bf16_gemm() is false or a Bf16GemmInFp32 is alive.
+bool gemm_in_fp32(at::ScalarType dtype, at::Device device);
+
+// While alive, CPU bf16 GEMMs take the fp32 route on any CPU (tests compare the two routes).
+class Bf16GemmInFp32 {
+ public:
+  Bf16GemmInFp32();
+  ~Bf16GemmInFp32();
+  Bf16GemmInFp32(const Bf16GemmInFp32&) = delete;
+  Bf16GemmInFp32& operator=(const Bf16GemmInFp32&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// The fp32 route's tiles: at most kGemmTile rows, columns and depth, so that no operand tile and
+// no fp32 result tile passes kGemmBlockElements (16 MB of fp32).
+inline constexpr std::int64_t kGemmTile = 2048;
+inline constexpr std::int64_t kGemmBlockElements = kGemmTile * kGemmTile;
 
 // x [.., in] · W [out, in]ᵀ (+ b) with every operand in `dtype`; Undefined: in their own dtypes.
 at::Tensor linear_in(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, at::ScalarType dtype);

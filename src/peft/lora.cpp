@@ -41,9 +41,10 @@ at::Tensor LoraAdapter::apply(const at::Tensor& x, const at::Tensor& base) {
   auto down = lora_A->forward(h);  // [.., r]
   // base + scale · down Bᵀ as one GEMM that accumulates into a copy of base (addmm's alpha and
   // beta), where the dtypes allow: no separate pass for the scale and the sum, forward or
-  // backward. (CPU fp16 has no GEMM: ops/compute.h. addmm refuses an alpha past the float range,
-  // which an absurd lora_alpha reaches: the plain product then makes the infs merge reports.)
-  if (base.scalar_type() == dtype && !(dtype == at::kHalf && base.is_cpu()) && base.dim() >= 1 &&
+  // backward. (Where a GEMM of this dtype runs in fp32, ops/compute.h, the adapter's own linear
+  // takes that route. addmm refuses an alpha past the float range, which an absurd lora_alpha
+  // reaches: the plain product then makes the infs merge reports.)
+  if (base.scalar_type() == dtype && !ops::gemm_in_fp32(dtype, base.device()) && base.dim() >= 1 &&
       std::abs(scale) <= std::numeric_limits<float>::max()) {
     const auto out = base.size(-1);
     auto b = lora_B->weight.to(dtype);  // [out, r]; a transient cast of the fp32 master

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "ops/cpu_features.h"
 
 namespace ctune::quant {
 
@@ -14,19 +15,7 @@ bool int8_gemm_engine() {
   return std::find(engines.begin(), engines.end(), at::QEngine::ONEDNN) != engines.end();
 }
 
-// Without VNNI (AVX2 alone), oneDNN multiplies u8 by s8 with vpmaddubsw, whose int16 sums of two
-// products saturate (255 · 127 · 2 > 32767): measured on an AVX2-only AMD EPYC, outputs 18x the
-// activation-rounding bound away from x W_deq^T. VNNI (avx512_vnni, avx_vnni) sums in int32.
-bool int8_gemm_exact_on_this_cpu() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512vnni") || __builtin_cpu_supports("avxvnni");
-#else
-  return true;  // other architectures: oneDNN's int8 kernels accumulate in int32
-#endif
-}
-
-bool int8_gemm_available() { return int8_gemm_engine() && int8_gemm_exact_on_this_cpu(); }
+bool int8_gemm_available() { return int8_gemm_engine() && ops::cpu_features::int32_int8_dot_products(); }
 
 std::string int8_gemm_unavailable_reason() {
   if (!int8_gemm_engine()) return "the oneDNN quantized engine is not compiled into this LibTorch";

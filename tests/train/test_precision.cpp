@@ -138,6 +138,81 @@ TEST(Precision, MatmulsRoundLikeLowPrecisionGemms) {
   EXPECT_EQ(ops::linear_in(x, w, b, at::ScalarType::Undefined).scalar_type(), at::kFloat);
 }
 
+namespace {
+
+// |out - ref| / (u16 |ref| + (1 + u16) K u32 Σ|a||b|) at its worst, ref = a · b in float64 on the
+// 16-bit operands: the fp32 accumulation of a length-K dot product in any order (Higham's bound,
+// K u32 over the sum of the absolute products), then one rounding to the 16-bit dtype. At most 1.
+double worst_gemm_error(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b, double u16) {
+  const auto a64 = a.to(at::kDouble), b64 = b.to(at::kDouble);
+  const auto ref = at::matmul(a64, b64);
+  const double K = static_cast<double>(a.size(-1));
+  const auto bound = u16 * ref.abs() + (1 + u16) * K * ctune::test::kUnitRoundoffFp32 * at::matmul(a64.abs(), b64.abs()) + 1e-300;
+  return ((out.to(at::kDouble) - ref).abs() / bound).max().item<double>();
+}
+
+}  // namespace
+
+// Where the CPU has no 16-bit GEMM (fp16 everywhere in LibTorch 1.13, bf16 without AVX-512), the
+// product runs in fp32 on the 16-bit operands and rounds once (ops/compute.h). Forced on for bf16
+// here, so the route is checked on every CPU: outputs and every gradient (input, weight, bias)
+// within one rounding plus fp32 accumulation of float64 on the same operands, in the 16-bit dtype;
+// and operands past kGemmBlockElements, converted a block at a time along the output's columns
+// or along the contraction, within the same bound.
+TEST(Precision, GemmsWithoutA16BitKernelRunInFp32AndRoundOnce) {
+  ops::Bf16GemmInFp32 route;
+  ASSERT_TRUE(ops::gemm_in_fp32(at::kBFloat16, at::kCPU));
+  ASSERT_TRUE(ops::gemm_in_fp32(at::kHalf, at::kCPU));
+  at::manual_seed(11);
+  for (const auto dtype : {at::kBFloat16, at::kHalf}) {
+    const std::string name = dtype == at::kHalf ? "fp16" : "bf16";
+    const double u = dtype == at::kHalf ? ctune::test::kUnitRoundoffFp16 : ctune::test::kUnitRoundoffBf16;
+    auto x = at::randn({2, 3, 40}).to(dtype).requires_grad_(), w = at::randn({24, 40}).to(dtype).requires_grad_();
+    auto b = at::randn({24}).to(dtype).requires_grad_();
+    auto y = ops::linear_in(x, w, b, dtype);
+    ASSERT_EQ(y.scalar_type(), dtype);
+    ASSERT_EQ(y.sizes(), at::IntArrayRef({2, 3, 24}));
+    const auto x2 = x.detach().reshape({6, 40});
+    // Exactly fp32's product rounded once.
+    EXPECT_TRUE(at::equal(y.detach().reshape({6, 24}),
+                          at::addmm(b.detach().to(at::kFloat), x2.to(at::kFloat), w.detach().to(at::kFloat).t()).to(dtype)));
+    const auto g = at::randn({2, 3, 24}).to(dtype);
+    y.backward(g);
+    const auto g2 = g.reshape({6, 24});
+    ASSERT_EQ(x.grad().scalar_type(), dtype);
+    ASSERT_EQ(w.grad().scalar_type(), dtype);
+    ASSERT_EQ(b.grad().scalar_type(), dtype);
+    // The bias as one more term of each dot product: [x, 1] · [wᵀ; b].
+    const auto x1 = at::cat({x2, at::ones({6, 1}, x2.options())}, 1), wb = at::cat({w.detach().t(), b.detach().unsqueeze(0)}, 0);
+    EXPECT_TRUE(within(name + " forward", worst_gemm_error(y.detach().reshape({6, 24}), x1, wb, u), 1.0));
+    EXPECT_TRUE(within(name + " input gradient", worst_gemm_error(x.grad().reshape({6, 40}), g2, w.detach(), u), 1.0));
+    EXPECT_TRUE(within(name + " weight gradient", worst_gemm_error(w.grad(), g2.t(), x2, u), 1.0));
+    EXPECT_TRUE(within(name + " bias gradient", worst_gemm_error(b.grad().unsqueeze(0), at::ones({1, 6}), g2, u), 1.0));
+    // Attention's batched products, with a transposed operand.
+    auto q = at::randn({2, 3, 5, 16}).to(dtype), k = at::randn({2, 3, 7, 16}).to(dtype);
+    const auto scores = ops::matmul_in(q, k.transpose(2, 3), dtype);
+    EXPECT_TRUE(within(name + " batched", worst_gemm_error(scores, q, k.transpose(2, 3), u), 1.0));
+  }
+  // Past the block size: a head-like product (columns blocked) and a long contraction (blocked,
+  // summed in fp32).
+  const auto h = at::randn({3, 640}).to(at::kBFloat16), head = at::randn({640, 6600}).to(at::kBFloat16);
+  ASSERT_GT(head.numel(), ops::kGemmBlockElements);
+  EXPECT_TRUE(within("bf16 columns in blocks", worst_gemm_error(ops::matmul_nn(h, head), h, head, ctune::test::kUnitRoundoffBf16), 1.0));
+  const auto a = at::randn({3, 8400}).to(at::kBFloat16), tall = at::randn({8400, 500}).to(at::kBFloat16);
+  ASSERT_GT(tall.numel(), ops::kGemmBlockElements);
+  EXPECT_TRUE(within("bf16 contraction in blocks", worst_gemm_error(ops::matmul_nn(a, tall), a, tall, ctune::test::kUnitRoundoffBf16), 1.0));
+  // The head's weight-gradient shape: a long transposed left operand, its rows in tiles.
+  const auto g = at::randn({1100, 4000}).to(at::kBFloat16), x = at::randn({1100, 30}).to(at::kBFloat16);
+  ASSERT_GT(g.numel(), ops::kGemmBlockElements);
+  EXPECT_TRUE(within("bf16 rows in blocks", worst_gemm_error(ops::matmul_in(g.t(), x, at::kBFloat16), g.t(), x, ctune::test::kUnitRoundoffBf16), 1.0));
+  // Attention's scores past the block: batch entries a few at a time.
+  const auto q = at::randn({2, 3, 700, 64}).to(at::kBFloat16), k = at::randn({2, 3, 2100, 64}).to(at::kBFloat16);
+  ASSERT_GT(6 * 700 * 2100, ops::kGemmBlockElements);
+  EXPECT_TRUE(within("bf16 batches in chunks",
+                     worst_gemm_error(ops::matmul_in(q, k.transpose(2, 3), at::kBFloat16), q, k.transpose(2, 3), ctune::test::kUnitRoundoffBf16),
+                     1.0));
+}
+
 TEST(Precision, LoraOverBf16BaseMatchesFp32) { expect_close_to_fp32(true, at::kBFloat16); }
 TEST(Precision, LoraOverFp16BaseMatchesFp32) { expect_close_to_fp32(true, at::kHalf); }
 TEST(Precision, FullFineTuneInBf16KeepsFp32Masters) { expect_close_to_fp32(false, at::kBFloat16); }

@@ -12,6 +12,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "io/file.h"
+#include "ops/compute.h"
 #include "ops/tensor_pool.h"
 #include "quant/quantized_linear.h"
 
@@ -58,8 +59,8 @@ double gemm_rate(at::Device device, at::ScalarType dtype, std::int64_t m) {
   const std::int64_t k = 2048, n = 2048;
   const auto opts = at::TensorOptions().device(device).dtype(dtype);
   const auto a = at::randn({m, k}, opts), b = at::randn({k, n}, opts);
-  auto c = at::empty({m, n}, opts);
-  return 2.0 * m * k * n / median_seconds(device, m >= 2048 ? 3 : 7, [&] { at::mm_out(c, a, b); });
+  // Through the route the model's matmuls take (ops/compute.h: a 16-bit GEMM may run in fp32).
+  return 2.0 * m * k * n / median_seconds(device, m >= 2048 ? 3 : 7, [&] { (void)ops::matmul_nn(a, b); });
 }
 
 double copy_rate(at::Device device) {
@@ -166,7 +167,10 @@ double MachineRates::gemm(at::ScalarType dtype, std::int64_t m) const {
 }
 
 MachineRates machine_rates(at::Device device, int threads, bool remeasure) {
-  const std::string key = cpu_model() + " | " + device.str() + " | " + std::to_string(threads) + " threads";
+  // The route of bf16 GEMMs is part of what was measured: a rate cached before ctune took the
+  // fp32 route on this CPU does not answer for it.
+  const std::string key = cpu_model() + " | " + device.str() + " | " + std::to_string(threads) + " threads" +
+                          (ops::gemm_in_fp32(at::kBFloat16, device) ? " | bf16 GEMMs in fp32" : "");
   const fs::path file = cache_file();
   Json cache = Json::object();
   if (fs::exists(file)) {

@@ -639,6 +639,10 @@ std::string RunPlan::summary() const {
   s << "precision    " << model::dtype_to_hf(compute_dtype) << " matmuls"
     << (compute_dtype != at::kFloat ? ", fp32 master weights" + std::string(loss_scaling.enabled ? ", dynamic loss scaling" : "")
                                     : std::string())
+    << (compute_dtype != at::kFloat && ops::gemm_in_fp32(compute_dtype, device)
+            ? " (this CPU has no " + model::dtype_to_hf(compute_dtype) +
+                  " GEMM: each product runs in fp32 on the rounded operands and rounds once; docs/performance.md)"
+            : std::string())
     << "\n";
   s << "optimizer    " << optimizer.name << " lr " << trainer.schedule.peak_lr << ", " << trainer.schedule.name
     << " schedule, warmup " << trainer.schedule.warmup_steps << "\n";
