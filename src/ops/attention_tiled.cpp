@@ -149,7 +149,7 @@ void backward_tiles(const Call& c, const T* q, const T* k, const T* v, const flo
 }  // namespace
 
 bool tiled_attention_applies(at::Device device, at::ScalarType dtype, std::int64_t pairs, std::int64_t threads) {
-  const bool gemm = dtype == at::kFloat ? cpu_gemm::available() : dtype == at::kBFloat16 && cpu_gemm::bf16_available();
+  const bool gemm = (dtype == at::kFloat || dtype == at::kBFloat16) && cpu_gemm::available();
   return gemm && device.is_cpu() && pairs >= threads;
 }
 

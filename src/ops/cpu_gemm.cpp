@@ -47,8 +47,30 @@ void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64
   check(dnnl_sgemm(op(trans_a), op(trans_b), M, N, K, alpha, A, lda, B, ldb, beta, C, ldc), "sgemm");
 }
 
+namespace {
+
+// X stored as `rows` rows of `cols` at row stride ld, widened to fp32 into buf (rows of cols).
+const float* widen(const c10::BFloat16* x, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::vector<float>& buf) {
+  buf.resize(static_cast<std::size_t>(rows * cols));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) buf[static_cast<std::size_t>(r * cols + c)] = static_cast<float>(x[r * ld + c]);
+  return buf.data();
+}
+
+}  // namespace
+
 void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K, float alpha, const c10::BFloat16* A,
           std::int64_t lda, const c10::BFloat16* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc) {
+  if (!bf16_available()) {
+    // The same products: bf16 operands are exact in fp32, and oneDNN's bf16 GEMM sums in fp32.
+    // Per thread, since the tiled attention calls this from ATen's pool.
+    thread_local std::vector<float> a32, b32;
+    const std::int64_t a_cols = trans_a ? M : K, b_cols = trans_b ? K : N;
+    const float* a = widen(A, trans_a ? K : M, a_cols, lda, a32);
+    const float* b = widen(B, trans_b ? N : K, b_cols, ldb, b32);
+    gemm(trans_a, trans_b, M, N, K, alpha, a, a_cols, b, b_cols, beta, C, ldc);
+    return;
+  }
   check(dnnl_gemm_bf16bf16f32(op(trans_a), op(trans_b), M, N, K, alpha, reinterpret_cast<const std::uint16_t*>(A), lda,
                               reinterpret_cast<const std::uint16_t*>(B), ldb, beta, C, ldc),
         "bf16 gemm");

@@ -17,9 +17,11 @@
 
 namespace ctune::ops::cpu_gemm {
 
-// Whether the fp32 GEMM runs (a build with oneDNN), and the bf16 one (also a CPU it implements
-// it for: bf16 or AVX-512 instructions, not AVX2 alone). Where not, the callers keep ATen's
-// matmuls.
+// Whether the GEMMs run (a build with oneDNN; where not, the callers keep ATen's matmuls), and
+// whether oneDNN's bf16 GEMM runs natively here (bf16 or AVX-512 instructions, not AVX2 alone).
+// Where it does not, the bf16 gemm below widens its operands to fp32 and runs the fp32 one: the
+// same products (bf16 is exact in fp32) and sums, at the cost of the copies, fine for the tiled
+// attention's cache-sized tiles.
 bool available();
 bool bf16_available();
 
@@ -31,7 +33,8 @@ void gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64
           std::int64_t lda, const c10::BFloat16* B, std::int64_t ldb, float beta, float* C, std::int64_t ldc);
 
 // Whether weight_grad_fp32 serves bf16 operands on `device` with `compute` matmuls: a CPU build
-// with oneDNN whose bf16 GEMM runs on this CPU, bf16 compute.
+// with oneDNN whose bf16 GEMM runs natively on this CPU (widening the head's whole [rows, V]
+// gradient would not pay), bf16 compute.
 bool fp32_weight_grads(at::Device device, at::ScalarType compute);
 
 // dw (fp32 [out, in], contiguous) = dyᵀ x, plus dw when `accumulate`: dy [rows, out] and x
