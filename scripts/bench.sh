@@ -17,6 +17,9 @@
 #   sys            system time over the process's CPU time during the timed steps
 #   peak           resident high-water mark during training (VmHWM reset after loading, both)
 #   vs HF, vs lean ctune tokens/s over each peer's (the median of the runs' ratios)
+# On a CPU without AVX-512 the peers' bf16 matmuls run ATen's scalar loop (about 40x below fp32)
+# while ctune's run in fp32 (docs/performance.md, "16-bit matmuls on a CPU without them"): read
+# bf16 ratios from an AVX-512 machine.
 # Both peers run with tcmalloc preloaded (scripts/peer_allocator.sh says why; TCMALLOC= runs them
 # on glibc's malloc). ctune needs no preload: it pools its tensors.
 # Workloads: the SmolLM-135M shape of issue 15 (hidden 576, 30 layers, 9/3 heads, inter 1536,
