@@ -193,6 +193,22 @@ TEST(Precision, GemmsWithoutA16BitKernelRunInFp32AndRoundOnce) {
     const auto scores = ops::matmul_in(q, k.transpose(2, 3), dtype);
     EXPECT_TRUE(within(name + " batched", worst_gemm_error(scores, q, k.transpose(2, 3), u), 1.0));
   }
+  // One row (decoding): bf16 dot products read straight from the weight's rows, with and
+  // without a bias, on a projection and on a head past the block size; the gradient too.
+  for (const std::int64_t out : {24, 6600}) {
+    auto x = at::randn({1, 1, 640}).to(at::kBFloat16).requires_grad_(), w = at::randn({out, 640}).to(at::kBFloat16);
+    const auto b = at::randn({out}).to(at::kBFloat16);
+    const auto name = "bf16 one row x " + std::to_string(out);
+    const auto plain = ops::linear_in(x, w, {}, at::kBFloat16), biased = ops::linear_in(x, w, b, at::kBFloat16);
+    ASSERT_EQ(plain.sizes(), at::IntArrayRef({1, 1, out}));
+    const auto x2 = x.detach().reshape({1, 640});
+    EXPECT_TRUE(within(name, worst_gemm_error(plain.detach().reshape({1, out}), x2, w.t(), ctune::test::kUnitRoundoffBf16), 1.0));
+    const auto x1 = at::cat({x2, at::ones({1, 1}, x2.options())}, 1), wb = at::cat({w.t(), b.unsqueeze(0)}, 0);
+    EXPECT_TRUE(within(name + " + bias", worst_gemm_error(biased.detach().reshape({1, out}), x1, wb, ctune::test::kUnitRoundoffBf16), 1.0));
+    const auto g = at::randn({1, 1, out}).to(at::kBFloat16);
+    plain.backward(g);
+    EXPECT_TRUE(within(name + " input gradient", worst_gemm_error(x.grad().reshape({1, 640}), g.reshape({1, out}), w, ctune::test::kUnitRoundoffBf16), 1.0));
+  }
   // Past the block size: a head-like product (columns blocked) and a long contraction (blocked,
   // summed in fp32).
   const auto h = at::randn({3, 640}).to(at::kBFloat16), head = at::randn({640, 6600}).to(at::kBFloat16);
