@@ -94,7 +94,8 @@ void dot_rows_bf16(const c10::BFloat16* w, std::int64_t K, std::int64_t N, const
 at::Tensor row_times_weight(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias) {
   const std::int64_t K = b.size(0), N = b.size(1);
   const auto x = fp32(a).contiguous();
-  auto y = bias.defined() ? fp32(bias).contiguous().clone() : at::zeros({N}, at::kFloat);
+  auto y = at::zeros({N}, at::kFloat);
+  if (bias.defined()) y.copy_(bias);
   dot_rows_bf16(b.data_ptr<c10::BFloat16>(), K, N, x.data_ptr<float>(), y.data_ptr<float>());
   return y.unsqueeze(0).to(a.scalar_type());
 }
@@ -142,14 +143,11 @@ at::Tensor product_in_fp32(const at::Tensor& a, const at::Tensor& b, const at::T
   const std::int64_t per = std::max({M * K, K * N, M * N, std::int64_t{1}});
   if (batches * per <= kGemmBlockElements) return at::bmm(fp32(a), fp32(b)).to(a.scalar_type());
   auto out = at::empty({batches, M, N}, a.options().memory_format(at::MemoryFormat::Contiguous));
-  const std::int64_t step = kGemmBlockElements / per;
-  for (std::int64_t s = 0; s < batches; s += std::max<std::int64_t>(step, 1)) {
-    if (step == 0) {
-      out[s].copy_(product_2d(a[s], b[s], {}));
-    } else {
-      const auto n = std::min(step, batches - s);
-      out.narrow(0, s, n).copy_(at::bmm(fp32(a.narrow(0, s, n)), fp32(b.narrow(0, s, n))));
-    }
+  const std::int64_t step = std::max<std::int64_t>(1, kGemmBlockElements / per);  // 1: one entry, tiled in product_2d
+  for (std::int64_t s = 0; s < batches; s += step) {
+    const auto n = std::min(step, batches - s);
+    out.narrow(0, s, n).copy_(per > kGemmBlockElements ? product_2d(a[s], b[s], {}).unsqueeze(0)
+                                                       : at::bmm(fp32(a.narrow(0, s, n)), fp32(b.narrow(0, s, n))));
   }
   return out;
 }
