@@ -101,7 +101,9 @@ int run_merge(const MergeOptions& o) {
                model::dtype_to_hf(out_dtype));
 
   // Self-check: what was written, reloaded, against base + adapter; only a model that passes
-  // is renamed into place.
+  // is renamed into place. The merged model is written and the reference scored: it is dropped
+  // first, so that it never coexists with the reloaded one.
+  lm = nullptr;
   Stage checking("self-check of " + o.out);
   peft::ModelSpec written;
   written.weights = staging.path();

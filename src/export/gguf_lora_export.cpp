@@ -96,7 +96,7 @@ GgufExportReport export_gguf_lora(const GgufExportOptions& o) {
   report.architecture = arch;
   report.tensors = writer.tensor_count();
   const std::string what = "GGUF LoRA export of " + o.adapter_dir.string();
-  report.check = write_checked(writer, o.out, o.overwrite, [&](const fs::path& file) {
+  report.check = write_checked(std::move(writer), o.out, o.overwrite, [&](const fs::path& file) {
     auto gguf = io::GgufFile::open(file);
     auto base_model = model::load_causal_lm(o.model_dir, at::kFloat);
     const std::size_t layers = apply_gguf_lora(base_model, *gguf);

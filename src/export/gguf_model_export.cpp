@@ -1,9 +1,12 @@
 // Model export: config and tokenizer are read (and refused) before any weight is loaded; then the
 // fp32 model (with its adapter), the probe scored on it, the merge, the file, and the check.
+#include <optional>
+
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/progress.h"
 #include "export/gguf_export.h"
 #include "export/gguf_import.h"
 #include "export/gguf_metadata.h"
@@ -11,6 +14,7 @@
 #include "export/gguf_tensors.h"
 #include "export/gguf_vocab.h"
 #include "model/weights.h"
+#include "ops/memory.h"
 #include "peft/adapter_io.h"
 #include "peft/lora.h"
 
@@ -52,13 +56,17 @@ void add_model_tensors(io::GgufWriter& writer, model::CausalLM& lm, io::GgmlType
       writer.add_tensor(source.gguf, stored, dims, [source, stored] { return encode_tensor(source.value().detach(), stored); });
       continue;
     }
-    at::Tensor t = first.detach();
-    if (const char p = qk_projection(name); p && permute)
-      t = permute_qk_rows(t, p == 'q' ? c.num_attention_heads : c.num_key_value_heads);
-    if (gguf_shifts_norm(c, name)) t = t + 1;  // 1-D, so stored F32: the shift is exact to fp32 rounding
+    // Permuted and shifted as they are written, so that no copy outlives its tensor's turn.
+    const at::Tensor t = first.detach();
+    const char projection = permute ? qk_projection(name) : 0;
+    const std::int64_t heads = projection == 'q' ? c.num_attention_heads : c.num_key_value_heads;
+    const bool shift = gguf_shifts_norm(c, name);  // 1-D, so stored F32: the shift is exact to fp32 rounding
     const io::GgmlType stored = storage_type(t, type);
     fallback += stored != type && t.dim() == 2;
-    writer.add_tensor(source.gguf, stored, ggml_dims(t), [t, stored] { return encode_tensor(t, stored); });
+    writer.add_tensor(source.gguf, stored, ggml_dims(t), [t, projection, heads, shift, stored] {
+      at::Tensor v = projection ? permute_qk_rows(t, heads) : t;
+      return encode_tensor(shift ? v + 1 : v, stored);
+    });
   }
   if (fallback) spdlog::info("{} weights with rows not a multiple of 32 stored as F16 instead of Q8_0", fallback);
   std::vector<std::pair<std::string, at::Tensor>> rope;
@@ -82,6 +90,27 @@ void round_like_export(model::CausalLM& lm, io::GgmlType type) {
   }
 }
 
+// Frees the weights of a model that is not used again: the export's source once the file is
+// written and the source's scores are taken, so that the read-back model never coexists with it.
+void release_weights(model::CausalLM& lm) {
+  for (auto& p : lm->parameters(true)) p.set_data(at::empty({0}, p.options()));
+}
+
+// The export holds the model in fp32 (what it stores in another dtype converted), rounds it in
+// place for a rounded type (copying what it read in place from the mapped files), and once the
+// file is written and that model scored, reads the file back into a second fp32 model for the
+// self-check, a tensor at a time. Refused before any of it when the process cannot hold the
+// largest of these.
+void require_export_fits(const fs::path& dir, const model::ModelConfig& config, io::GgmlType type) {
+  const io::CheckpointReader checkpoint(dir);
+  const model::LoadFootprint f = model::load_footprint(config, checkpoint, at::kFloat);
+  const auto mb = [](std::int64_t b) { return format_bytes(static_cast<std::uint64_t>(b)); };
+  ops::require_host_memory("GGUF " + std::string(gguf_type_label(type)) + " export of " + dir.string(),
+                           {f.reserved + f.largest, f.reserved + f.largest},
+                           "the model in fp32, " + mb(f.reserved) + ", once: converted, rounded or read back for the self-check, and " +
+                               "its largest tensor in transit, " + mb(f.largest));
+}
+
 }  // namespace
 
 GgufExportReport export_gguf_model(const GgufExportOptions& o) {
@@ -90,6 +119,7 @@ GgufExportReport export_gguf_model(const GgufExportOptions& o) {
   check_exportable(config);
   const GgufVocab vocab = read_gguf_vocab(o.model_dir, config);
   const std::vector<std::int64_t> probe = probe_ids(o.model_dir, config.vocab_size);
+  require_export_fits(o.model_dir, config, o.type);
 
   auto lm = model::load_causal_lm(o.model_dir, at::kFloat);
   if (!o.adapter_dir.empty()) peft::load_adapter(lm, o.adapter_dir);
@@ -109,13 +139,17 @@ GgufExportReport export_gguf_model(const GgufExportOptions& o) {
   report.architecture = gguf_architecture(config);
   report.tensors = writer.tensor_count();
   const std::string what = "GGUF " + std::string(gguf_type_label(o.type)) + " export of " + o.model_dir.string();
-  report.check = write_checked(writer, o.out, o.overwrite, [&](const fs::path& file) {
+  report.check = write_checked(std::move(writer), o.out, o.overwrite, [&](const fs::path& file) {
+    // The file is written: the source's weights are free to change, and go once they are scored.
+    std::optional<infer::ScoreResult> rounded;
+    if (o.type != io::GgmlType::F32) {
+      round_like_export(lm, o.type);
+      rounded = infer::score_tokens(lm, probe, "self-check probe");
+    }
+    release_weights(lm);
     auto rebuilt = load_gguf_model(*io::GgufFile::open(file));
     const infer::ScoreResult exported = infer::score_tokens(rebuilt, probe, "self-check probe");
-    return check_export(source, exported, o.type, [&] {
-      round_like_export(lm, o.type);  // the file is written: lm's weights are free to change
-      return infer::score_tokens(lm, probe, "self-check probe");
-    }, what);
+    return check_export(source, exported, o.type, [&] { return *rounded; }, what);
   });
   std::error_code ec;
   report.bytes = fs::file_size(o.out, ec);

@@ -89,7 +89,7 @@ void check_output_path(const fs::path& out, bool overwrite) {
   if (!fs::is_directory(parent, ec)) throw IoError(parent.string() + ": output directory does not exist");
 }
 
-CheckResult write_checked(const io::GgufWriter& writer, const fs::path& out, bool overwrite,
+CheckResult write_checked(io::GgufWriter writer, const fs::path& out, bool overwrite,
                           const std::function<CheckResult(const fs::path&)>& check) {
   check_output_path(out, overwrite);
   io::remove_stale_siblings(out);  // staged files of killed exports
@@ -105,8 +105,9 @@ CheckResult write_checked(const io::GgufWriter& writer, const fs::path& out, boo
     }
   } cleanup{staged};
   {
-    Stage stage("writing " + out.string(), static_cast<std::int64_t>(writer.tensor_count()), "tensors");
-    writer.write(staged);
+    const io::GgufWriter written = std::move(writer);  // dropped with what its producers hold
+    Stage stage("writing " + out.string(), static_cast<std::int64_t>(written.tensor_count()), "tensors");
+    written.write(staged);
     stage.finish();
   }
   Stage checking("self-check of " + out.string());

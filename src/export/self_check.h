@@ -77,7 +77,9 @@ void check_output_path(const std::filesystem::path& out, bool overwrite);
 // Writes `writer` to a temporary file beside `out`, runs `check` on that file, and only when it
 // passes renames it to `out` (fsyncing the directory). ConfigError when `out` exists and
 // overwrite is false; on any failure the temporary file is removed and `out` is not touched.
-CheckResult write_checked(const io::GgufWriter& writer, const std::filesystem::path& out, bool overwrite,
+// The writer (moved in) is dropped once the file is written, with the tensors its producers hold,
+// so the check runs without them.
+CheckResult write_checked(io::GgufWriter writer, const std::filesystem::path& out, bool overwrite,
                           const std::function<CheckResult(const std::filesystem::path&)>& check);
 
 }  // namespace ctune::exporter

@@ -89,6 +89,7 @@ std::vector<Generation> beam_search(model::CausalLM& lm, const std::vector<std::
 
   auto batch = left_pad(prompts, nb, o.max_new_tokens, device);
   s.prefill_tokens += batch.prompt_tokens;
+  require_cache_fits(lm, batch.input_ids.size(0), batch.longest, batch.longest + o.max_new_tokens);
   auto cache = lm->new_cache(batch.longest + o.max_new_tokens);
   auto in = batch.prefill(cache);
   at::Tensor mask = batch.attention_mask;  // the rows of the prompts still running

@@ -41,6 +41,7 @@ std::vector<Generation> generate(model::CausalLM& lm, const std::vector<std::vec
   }
   const bool copies = distinct.size() < prompts.size();
   auto batch = left_pad(prompts, 1, o.max_new_tokens, device);
+  require_cache_fits(lm, batch.input_ids.size(0), batch.longest, batch.longest + o.max_new_tokens);
   auto cache = lm->new_cache(batch.longest + o.max_new_tokens);
   model::ForwardInputs in;
   if (copies) {

@@ -4,8 +4,27 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "core/progress.h"
+#include "ops/memory.h"
 
 namespace ctune::infer {
+
+void require_cache_fits(const model::CausalLM& lm, std::int64_t rows, std::int64_t prompt_positions, std::int64_t capacity) {
+  if (!lm->parameters().front().device().is_cpu()) return;  // a device's allocator fails with its own catchable error
+  const std::int64_t prompts = lm->cache_bytes(rows, prompt_positions), full = lm->cache_bytes(rows, capacity);
+  const auto what = "generation's KV cache for " + std::to_string(rows) + " sequences";
+  const auto mb = [](std::int64_t b) { return format_bytes(static_cast<std::uint64_t>(b)); };
+  ops::require_host_memory(what, {prompts, prompts},
+                           "their prompts' " + std::to_string(prompt_positions) + " positions, of the " + mb(full) + " that " +
+                               std::to_string(capacity) + " would take");
+  static bool warned = false;
+  if (const auto line = ops::host_memory_shortfall(what, {full, full}, std::to_string(capacity) + " positions each"); !line.empty() && !warned) {
+    warned = true;
+    spdlog::warn("{}: if the sequences run that long the kernel ends the process first (fewer sequences at a time, or fewer new tokens, fit)",
+                 line);
+  }
+}
 
 void check_prompts(const model::CausalLM& lm, const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t max_new) {
   const auto& c = lm->config();

@@ -42,13 +42,23 @@ DType from_scalar_type(at::ScalarType type) {
   }
 }
 
+namespace {
+// Whether the tensor's bytes in the mapping are aligned to its element size (readable in place).
+bool aligned(const SafetensorsFile& file, const TensorInfo& info) {
+  return reinterpret_cast<std::uintptr_t>(file.data(info)) % dtype_size(info.dtype) == 0 || info.nbytes() == 0;
+}
+}  // namespace
+
+bool borrows(const SafetensorsFile& file, const TensorInfo& info, at::ScalarType want) {
+  return aligned(file, info) && to_scalar_type(info.dtype, file.path().string() + ": tensor \"" + info.name + "\"") == want;
+}
+
 at::Tensor load_tensor(const SafetensorsFile& file, const TensorInfo& info, std::optional<at::ScalarType> want) {
   const std::string where = file.path().string() + ": tensor \"" + info.name + "\"";
   const at::ScalarType stored = to_scalar_type(info.dtype, where);
   std::uint8_t* bytes = file.data(info);
-  const auto elem = dtype_size(info.dtype);
   at::Tensor view;
-  if (reinterpret_cast<std::uintptr_t>(bytes) % elem == 0 || info.nbytes() == 0) {
+  if (aligned(file, info)) {
     // The deleter owns a reference to the mapping, so the tensor keeps the file mapped.
     auto mapping = file.mapping();
     view = at::from_blob(bytes, info.shape, [mapping](void*) {}, at::TensorOptions().dtype(stored));

@@ -19,6 +19,8 @@ DType from_scalar_type(at::ScalarType type);
 // A CPU tensor for `info` in `file`. Borrows the mapping (no copy) when the stored dtype equals
 // `want` (or want is nullopt) and the bytes are aligned; otherwise converts into new memory.
 at::Tensor load_tensor(const SafetensorsFile& file, const TensorInfo& info, std::optional<at::ScalarType> want);
+// Whether load_tensor(file, info, want) returns a view of the mapping (true) or new memory.
+bool borrows(const SafetensorsFile& file, const TensorInfo& info, at::ScalarType want);
 
 // Describes contiguous CPU tensors for write_safetensors/write_checkpoint_tensors. The caller
 // keeps `tensors` alive while the TensorBytes are used; non-contiguous inputs are made

@@ -212,6 +212,12 @@ KVCache CausalLMImpl::new_cache(std::int64_t capacity) const {
   return cache;
 }
 
+std::int64_t CausalLMImpl::cache_bytes(std::int64_t rows, std::int64_t positions) const {
+  const at::ScalarType dtype = compute_dtype_ != at::ScalarType::Undefined ? compute_dtype_ : model->embed_tokens->weight.scalar_type();
+  return 2 * config_.num_hidden_layers * rows * positions * config_.num_key_value_heads * config_.head_dim *
+         static_cast<std::int64_t>(c10::elementSize(dtype));
+}
+
 void KVCache::select_rows(const at::Tensor& rows) {
   for (auto& layer : layers) {
     if (!layer.k.defined()) continue;

@@ -120,6 +120,9 @@ class CausalLMImpl : public torch::nn::Module {
   // A KV cache for up to `capacity` positions (prompt and generated tokens) per sequence; its
   // buffers are allocated by the first forward that uses it.
   KVCache new_cache(std::int64_t capacity) const;
+  // What that cache's buffers take for `rows` sequences of `positions` each: K and V of every
+  // layer's KV heads, in the dtype the projections compute in.
+  std::int64_t cache_bytes(std::int64_t rows, std::int64_t positions) const;
   // Which layers recompute activations in backward (memory.activation_checkpointing).
   void set_recompute(const RecomputePolicy& policy);
   // Runs every matmul (adapters and the head included) in `dtype` (ops/compute.h); Undefined:

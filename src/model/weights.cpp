@@ -15,6 +15,7 @@
 #include "io/file.h"
 #include "io/tensor_io.h"
 #include "model/family.h"
+#include "ops/memory.h"
 
 namespace ctune::model {
 namespace fs = std::filesystem;
@@ -256,10 +257,43 @@ void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
   stage.finish();
 }
 
+LoadFootprint load_footprint(const ModelConfig& config, const io::CheckpointReader& checkpoint, at::ScalarType dtype) {
+  LoadFootprint f;
+  const auto element = static_cast<std::int64_t>(c10::elementSize(dtype));
+  for (const auto& [name, ref] : checkpoint.tensors()) {
+    if (ignorable(name) || ignored_tensor(config, name)) continue;  // not the model's: never read
+    const auto bytes = static_cast<std::int64_t>(ref.info->numel()) * element;
+    f.reserved += bytes;
+    f.largest = std::max(f.largest, bytes);
+    ++f.tensors;
+    if (!io::borrows(*ref.file, *ref.info, dtype)) {
+      f.converted += bytes;
+      ++f.converted_tensors;
+      f.stored = dtype_to_hf(io::to_scalar_type(ref.info->dtype, ref.file->path().string()));
+    }
+  }
+  return f;
+}
+
+std::string describe_conversion(const LoadFootprint& f, at::ScalarType dtype) {
+  std::string s = "its " + std::to_string(f.tensors) + " tensors, " + format_bytes(static_cast<std::uint64_t>(f.reserved)) + " in " +
+                  dtype_to_hf(dtype) + ", reserved as the model is built, then ";
+  if (f.converted_tensors == 0) return s + "read in place from the mapped files";
+  return s + std::to_string(f.converted_tensors) + " converted from " + f.stored + " into new memory, the largest (" +
+         format_bytes(static_cast<std::uint64_t>(f.largest)) +
+         ") beside its reservation; in the dtype they are stored in they would be read in place";
+}
+
 CausalLM load_causal_lm(const fs::path& dir, at::ScalarType dtype) {
   ModelConfig config = load_model_config(dir);
   io::CheckpointReader checkpoint(dir);  // validates every file before anything is allocated
   config.stacked_experts = stacked_experts_module(config, checkpoint);
+  // The model reserves every parameter when built, and each conversion allocates its tensor
+  // before the reserved one is dropped.
+  const LoadFootprint need = load_footprint(config, checkpoint, dtype);
+  const std::int64_t address = need.reserved + (need.converted_tensors ? need.largest : 0);
+  ops::require_host_memory("loading " + dir.string() + " in " + dtype_to_hf(dtype), {need.converted, address},
+                           describe_conversion(need, dtype));
   CausalLM model(std::move(config), dtype);
   load_weights(model, checkpoint);
   model->eval();

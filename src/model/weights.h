@@ -15,8 +15,25 @@
 namespace ctune::model {
 
 // Builds the model for `dir` (config.json + safetensors) with parameters in `dtype`.
-// Parameters borrow the mapped files when the stored dtype equals `dtype`.
+// Parameters borrow the mapped files when the stored dtype equals `dtype`. Refused with
+// MemoryError before anything is allocated when the process cannot hold what loading needs
+// (load_footprint, ops::require_host_memory).
 CausalLM load_causal_lm(const std::filesystem::path& dir, at::ScalarType dtype);
+
+// What building and loading the model of `checkpoint` in `dtype` allocates. Every parameter's
+// bytes are reserved when the model is built (address space, untouched); those stored in another
+// dtype are converted into new memory, the rest borrow the mapped files (which the kernel can
+// page out and read again, so they need no memory of their own).
+struct LoadFootprint {
+  std::int64_t reserved = 0;   // every parameter in `dtype`
+  std::int64_t converted = 0;  // those stored in another dtype, in `dtype`
+  std::int64_t largest = 0;    // the largest parameter in `dtype` (a stacked expert tensor counted once)
+  std::size_t tensors = 0, converted_tensors = 0;
+  std::string stored;  // the stored dtype converted from ("bfloat16"), when any
+};
+LoadFootprint load_footprint(const ModelConfig& config, const io::CheckpointReader& checkpoint, at::ScalarType dtype);
+// "75 of 75 tensors converted from F32 (...)": the footprint's new memory, in words.
+std::string describe_conversion(const LoadFootprint& f, at::ScalarType dtype);
 
 // The module a sparse layer's experts are stacked under in this checkpoint ("mlp" for
 // transformers v5's mlp.experts.gate_up_proj), or empty: one module per expert, or no experts.

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+
 namespace ctune::ops {
 
 namespace {
@@ -83,14 +84,26 @@ std::optional<std::int64_t> cgroup_capacity() {
 }
 }  // namespace
 
-HostCapacity host_capacity() {
+HostCapacity resident_capacity() {
   HostCapacity c{static_cast<std::int64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::int64_t>(::sysconf(_SC_PAGESIZE)),
                  "the machine's memory"};
   if (auto group = cgroup_capacity(); group && *group < c.bytes) c = {*group, "its cgroup's memory.max"};
-  struct rlimit as {};
-  if (::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY && static_cast<std::int64_t>(as.rlim_cur) < c.bytes)
-    c = {static_cast<std::int64_t>(as.rlim_cur), "its address-space limit (ulimit -v)"};
   return c;
 }
+
+std::optional<std::int64_t> address_space_limit() {
+  struct rlimit as {};
+  if (::getrlimit(RLIMIT_AS, &as) != 0 || as.rlim_cur == RLIM_INFINITY) return std::nullopt;
+  return static_cast<std::int64_t>(as.rlim_cur);
+}
+
+HostCapacity host_capacity() {
+  HostCapacity c = resident_capacity();
+  if (auto as = address_space_limit(); as && *as < c.bytes) c = {*as, kAddressSpaceLimit};
+  return c;
+}
+
+std::int64_t anonymous_resident_bytes() { return proc_status_bytes("RssAnon:").value_or(0); }
+std::int64_t mapped_bytes() { return proc_status_bytes("VmSize:").value_or(0); }
 
 }  // namespace ctune::ops

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace ctune::ops {
@@ -24,5 +25,17 @@ struct HostCapacity {
   std::string source;  // "the machine's memory", "its cgroup's memory.max", "its address-space limit (ulimit -v)"
 };
 HostCapacity host_capacity();
+
+// The parts of host_capacity, each bound in its own kind: what is resident is bounded by the
+// machine's memory and the cgroup's limit (past them the OOM killer ends the process), what is
+// mapped by ulimit -v (past it an allocation fails; none: nullopt). ops/memory.h checks a need
+// against both.
+HostCapacity resident_capacity();
+std::optional<std::int64_t> address_space_limit();
+inline constexpr const char* kAddressSpaceLimit = "its address-space limit (ulimit -v)";
+// This process's anonymous resident memory (RssAnon: not pages of mapped files, which the kernel
+// can drop and read again) and its mapped address space (VmSize).
+std::int64_t anonymous_resident_bytes();
+std::int64_t mapped_bytes();
 
 }  // namespace ctune::ops

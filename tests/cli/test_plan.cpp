@@ -334,6 +334,106 @@ TEST_F(Plan, InitPastWhatTheProcessCanHoldIsRefused) {
   EXPECT_TRUE(fs::exists(dir / "small" / "model.safetensors"));
 }
 
+// A Llama checkpoint whose bytes are a hole in the file (zeros, no disk, no time): a vocabulary
+// of 2^22 x hidden 256 in bf16 (2.15 GB), one small layer, the head tied.
+fs::path write_sparse_checkpoint(const fs::path& dir) {
+  const std::int64_t V = 4194304, H = 256, I = 688, kv = 64;
+  write(dir / "config.json", R"({"model_type": "llama", "vocab_size": 4194304, "hidden_size": 256, "intermediate_size": 688,
+    "num_hidden_layers": 1, "num_attention_heads": 8, "num_key_value_heads": 2, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16"})");
+  const std::vector<std::pair<std::string, std::vector<std::int64_t>>> tensors = {
+      {"model.embed_tokens.weight", {V, H}}, {"model.layers.0.input_layernorm.weight", {H}},
+      {"model.layers.0.self_attn.q_proj.weight", {H, H}}, {"model.layers.0.self_attn.k_proj.weight", {kv, H}},
+      {"model.layers.0.self_attn.v_proj.weight", {kv, H}}, {"model.layers.0.self_attn.o_proj.weight", {H, H}},
+      {"model.layers.0.post_attention_layernorm.weight", {H}}, {"model.layers.0.mlp.gate_proj.weight", {I, H}},
+      {"model.layers.0.mlp.up_proj.weight", {I, H}}, {"model.layers.0.mlp.down_proj.weight", {H, I}}, {"model.norm.weight", {H}}};
+  Json header = Json::object();
+  std::int64_t offset = 0;
+  for (const auto& [name, shape] : tensors) {
+    std::int64_t bytes = 2;
+    for (auto d : shape) bytes *= d;
+    header[name] = {{"dtype", "BF16"}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data 8-byte aligned, as writers pad it
+  const fs::path file = dir / "model.safetensors";
+  {
+    std::ofstream out(file, std::ios::binary);
+    const std::uint64_t n = text.size();
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
+    out << text;
+  }
+  fs::resize_file(file, 8 + text.size() + static_cast<std::uint64_t>(offset));
+  return dir;
+}
+
+// Loading converts what is stored in another dtype into new memory, after reserving every
+// parameter: past what the process can hold it is refused in one line naming the checkpoint
+// (it failed at the model's construction with an allocator message naming nothing).
+TEST_F(Plan, LoadingPastWhatTheProcessCanHoldIsRefused) {
+  const fs::path model = write_sparse_checkpoint(kDir / "sparse");
+  const std::string limit = "ulimit -v 4500000";  // the 2.15 GB mapped fits; its 4.29 GB in fp32 besides does not
+  const auto refused = ctune({"score", "--model", model.string(), "--ids", "1,2,3", "--dtype", "fp32"}, limit);
+  expect_one_line_failure(refused, "ctune: out of memory: loading " + model.string() + " in float32 needs", "loading past the bound");
+  EXPECT_NE(refused.err.find("needs 8.59 GB of address space (its 11 tensors, 4.30 GB in float32, reserved as the model is built, then 11 "
+                             "converted from bfloat16 into new memory, the largest (4.29 GB) beside its reservation"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("of its address-space limit (ulimit -v)"), std::string::npos) << refused.err;
+  const fs::path small = kDir / "small-model";
+  write(kDir / "small.json", R"({"model_type": "llama", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "torch_dtype": "bfloat16"})");
+  ASSERT_EQ(ctune({"init", "--config", (kDir / "small.json").string(), "--out", small.string(), "--tokenizer", "byte"}).status, 0);
+  const auto fits = ctune({"score", "--model", small.string(), "--ids", "1,2,3", "--dtype", "fp32"}, limit);
+  EXPECT_EQ(fits.status, 0) << fits.err;
+}
+
+// The same, bounded by a memory cgroup (a container's or a Slurm job's limit), where the kernel
+// ends a process past it: before, the conversion ran into it (290 s here, then failed). Needs a
+// writable cgroup v1 memory hierarchy (root in a container, as on the project's machines);
+// skipped elsewhere.
+TEST_F(Plan, LoadingPastTheCgroupLimitIsRefusedNotKilled) {
+  const fs::path group = fs::path("/sys/fs/cgroup/memory") / ("ctune-test-" + std::to_string(::getpid()));
+  std::error_code ec;
+  if (!fs::create_directory(group, ec) || ec) GTEST_SKIP() << "no writable cgroup v1 memory hierarchy: " << ec.message();
+  struct Remove {
+    fs::path dir;
+    ~Remove() { ::rmdir(dir.c_str()); }  // empty once the shell inside it has exited
+  } remove{group};
+  std::ofstream(group / "memory.limit_in_bytes") << (1024LL << 20);
+  const fs::path model = write_sparse_checkpoint(kDir / "sparse-cgroup");
+  const std::string join = "echo $$ > " + (group / "cgroup.procs").string();
+  const auto refused = ctune({"score", "--model", model.string(), "--ids", "1,2,3", "--dtype", "fp32"}, join);
+  expect_one_line_failure(refused, "ctune: out of memory: loading " + model.string() + " in float32 needs 4.30 GB of new memory",
+                          "loading past the cgroup's limit");
+  EXPECT_NE(refused.err.find("of its cgroup's memory.max"), std::string::npos) << refused.err;
+  // As stored, the weights are read in place from the mapped file: no new memory to speak of.
+  const auto in_place = ctune({"score", "--model", model.string(), "--ids", "1,2,3", "--dtype", "bf16"}, join);
+  EXPECT_EQ(in_place.status, 0) << in_place.err;
+}
+
+// Generation's KV cache: the prompts' share alone past the bound is refused before the prompt
+// pass. A model of 16 layers of 32 KV heads of 256 (0.5 MB of bf16 cache a position, 68 MB of
+// weights): 8 prompts of 1000 tokens need 4.2 GB of it.
+TEST_F(Plan, GenerationWhoseKvCacheCannotBeHeldIsRefused) {
+  const fs::path dir = kDir / "wide-cache";
+  write(dir / "config.json", R"({"model_type": "llama", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 128,
+    "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 32, "head_dim": 256,
+    "max_position_embeddings": 2048, "torch_dtype": "bfloat16"})");
+  ASSERT_EQ(ctune({"init", "--config", (dir / "config.json").string(), "--out", (dir / "model").string(), "--tokenizer", "byte"}).status, 0);
+  std::string prompts;
+  for (int i = 0; i < 8; ++i) prompts += std::string(999, static_cast<char>('a' + i)) + "\n";
+  write(dir / "prompts.txt", prompts);
+  const std::string limit = "ulimit -v 4000000";
+  const auto refused = ctune({"generate", "--model", (dir / "model").string(), "--prompt-file", (dir / "prompts.txt").string(), "--batch-size",
+                              "8", "--max-new-tokens", "4", "--dtype", "bf16"},
+                             limit);
+  expect_one_line_failure(refused, "ctune: out of memory: generation's KV cache for 8 sequences needs 4.19 GB of address space", "cache");
+  const auto fits = ctune({"generate", "--model", (dir / "model").string(), "--prompt", "abc", "--max-new-tokens", "4", "--dtype", "bf16"}, limit);
+  EXPECT_EQ(fits.status, 0) << fits.err;
+}
+
 TEST_F(Plan, BadInputIsOneLine) {
   const std::string file = (kDir / "auto.yaml").string();
   expect_one_line_failure(ctune({"plan", file, "--budget", "lots"}), "--budget: expected a positive size", "budget not a size");
