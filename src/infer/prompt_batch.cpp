@@ -14,12 +14,17 @@ void require_cache_fits(const model::CausalLM& lm, std::int64_t rows, std::int64
   if (!lm->parameters().front().device().is_cpu()) return;  // a device's allocator fails with its own catchable error
   const std::int64_t prompts = lm->cache_bytes(rows, prompt_positions), full = lm->cache_bytes(rows, capacity);
   const auto what = "generation's KV cache for " + std::to_string(rows) + " sequences";
+  const auto each = std::to_string(capacity) + " positions each";
+  // The whole cache fitting (the usual case) answers for the prompts' share too.
+  if (ops::host_memory_shortfall(what, {full, full}, each).empty()) return;
+  // Its buffers are reserved whole at the prompt pass (address space); pages are written as
+  // positions fill, the prompts' at once.
   const auto mb = [](std::int64_t b) { return format_bytes(static_cast<std::uint64_t>(b)); };
-  ops::require_host_memory(what, {prompts, prompts},
-                           "their prompts' " + std::to_string(prompt_positions) + " positions, of the " + mb(full) + " that " +
-                               std::to_string(capacity) + " would take");
+  ops::require_host_memory(what, {prompts, full},
+                           "buffers of " + each + ", " + mb(full) + ", reserved at the prompt pass, which writes " +
+                               std::to_string(prompt_positions) + " of them, " + mb(prompts));
   static bool warned = false;
-  if (const auto line = ops::host_memory_shortfall(what, {full, full}, std::to_string(capacity) + " positions each"); !line.empty() && !warned) {
+  if (const auto line = ops::host_memory_shortfall(what, {full, 0}, each); !line.empty() && !warned) {
     warned = true;
     spdlog::warn("{}: if the sequences run that long the kernel ends the process first (fewer sequences at a time, or fewer new tokens, fit)",
                  line);

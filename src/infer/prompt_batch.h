@@ -28,10 +28,11 @@ struct PromptBatch {
   // The prompt pass's inputs, appending to `cache`.
   model::ForwardInputs prefill(model::KVCache& cache) const;
 };
-// The KV cache of `rows` sequences: refused (MemoryError) when the prompts' share alone
-// (`prompt_positions` each, written by the prompt pass) is past what the host can still hold; a
-// warning, once, when running every row to `capacity` positions would be (a sequence that stops
-// early never writes the rest of its buffer, so that may still fit). Host memory only.
+// The KV cache of `rows` sequences: refused (MemoryError) when the prompts' share (`prompt_positions`
+// each, written by the prompt pass) is past the memory the host can still hold, or the whole
+// buffers (`capacity` positions each, reserved at once) past its address space; a warning, once,
+// when writing every row to `capacity` would pass the memory (a sequence that stops early never
+// writes the rest of its buffer, so that may still fit). Host memory only.
 void require_cache_fits(const model::CausalLM& lm, std::int64_t rows, std::int64_t prompt_positions, std::int64_t capacity);
 
 PromptBatch left_pad(const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t copies, std::int64_t max_new_tokens,

@@ -413,9 +413,10 @@ TEST_F(Plan, LoadingPastTheCgroupLimitIsRefusedNotKilled) {
   EXPECT_EQ(in_place.status, 0) << in_place.err;
 }
 
-// Generation's KV cache: the prompts' share alone past the bound is refused before the prompt
-// pass. A model of 16 layers of 32 KV heads of 256 (0.5 MB of bf16 cache a position, 68 MB of
-// weights): 8 prompts of 1000 tokens need 4.2 GB of it.
+// Generation's KV cache: buffers the address space cannot reserve (or whose prompts' share the
+// memory cannot hold) are refused before the prompt pass. A model of 16 layers of 32 KV heads of
+// 256 (0.5 MB of bf16 cache a position, 68 MB of weights): 8 prompts of 1000 tokens and 4 new
+// reserve 4.21 GB of it.
 TEST_F(Plan, GenerationWhoseKvCacheCannotBeHeldIsRefused) {
   const fs::path dir = kDir / "wide-cache";
   write(dir / "config.json", R"({"model_type": "llama", "vocab_size": 320, "hidden_size": 64, "intermediate_size": 128,
@@ -429,7 +430,7 @@ TEST_F(Plan, GenerationWhoseKvCacheCannotBeHeldIsRefused) {
   const auto refused = ctune({"generate", "--model", (dir / "model").string(), "--prompt-file", (dir / "prompts.txt").string(), "--batch-size",
                               "8", "--max-new-tokens", "4", "--dtype", "bf16"},
                              limit);
-  expect_one_line_failure(refused, "ctune: out of memory: generation's KV cache for 8 sequences needs 4.19 GB of address space", "cache");
+  expect_one_line_failure(refused, "ctune: out of memory: generation's KV cache for 8 sequences needs 4.21 GB of address space", "cache");
   const auto fits = ctune({"generate", "--model", (dir / "model").string(), "--prompt", "abc", "--max-new-tokens", "4", "--dtype", "bf16"}, limit);
   EXPECT_EQ(fits.status, 0) << fits.err;
 }
