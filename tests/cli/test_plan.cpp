@@ -389,28 +389,84 @@ TEST_F(Plan, LoadingPastWhatTheProcessCanHoldIsRefused) {
   EXPECT_EQ(fits.status, 0) << fits.err;
 }
 
-// The same, bounded by a memory cgroup (a container's or a Slurm job's limit), where the kernel
-// ends a process past it: before, the conversion ran into it (290 s here, then failed). Needs a
-// writable cgroup v1 memory hierarchy (root in a container, as on the project's machines);
-// skipped elsewhere.
+// A memory cgroup of `limit` bytes (v1: a container's or a Slurm job's limit, where the kernel
+// ends a process past it) for the test's commands to join; removed at the end (empty once the
+// shells inside it have exited). Needs a writable cgroup v1 memory hierarchy (root in a
+// container, as on the project's machines): ok() is false elsewhere.
+class MemoryCgroup {
+ public:
+  explicit MemoryCgroup(std::int64_t limit) : dir_(fs::path("/sys/fs/cgroup/memory") / ("ctune-test-" + std::to_string(::getpid()))) {
+    made_ = fs::create_directory(dir_, error_) && !error_;
+    if (made_) std::ofstream(dir_ / "memory.limit_in_bytes") << limit;
+  }
+  ~MemoryCgroup() {
+    if (made_) ::rmdir(dir_.c_str());
+  }
+  bool ok() const { return made_; }
+  std::string why_not() const { return "no writable cgroup v1 memory hierarchy: " + error_.message(); }
+  std::string join() const { return "echo $$ > " + (dir_ / "cgroup.procs").string(); }  // a shell prefix for ctune()
+
+ private:
+  fs::path dir_;
+  std::error_code error_;
+  bool made_ = false;
+};
+
+// The same, bounded by a memory cgroup: before, the conversion ran into it (290 s here, then failed).
 TEST_F(Plan, LoadingPastTheCgroupLimitIsRefusedNotKilled) {
-  const fs::path group = fs::path("/sys/fs/cgroup/memory") / ("ctune-test-" + std::to_string(::getpid()));
-  std::error_code ec;
-  if (!fs::create_directory(group, ec) || ec) GTEST_SKIP() << "no writable cgroup v1 memory hierarchy: " << ec.message();
-  struct Remove {
-    fs::path dir;
-    ~Remove() { ::rmdir(dir.c_str()); }  // empty once the shell inside it has exited
-  } remove{group};
-  std::ofstream(group / "memory.limit_in_bytes") << (1024LL << 20);
+  const MemoryCgroup group(1024LL << 20);
+  if (!group.ok()) GTEST_SKIP() << group.why_not();
   const fs::path model = write_sparse_checkpoint(kDir / "sparse-cgroup");
-  const std::string join = "echo $$ > " + (group / "cgroup.procs").string();
-  const auto refused = ctune({"score", "--model", model.string(), "--ids", "1,2,3", "--dtype", "fp32"}, join);
+  const auto refused = ctune({"score", "--model", model.string(), "--ids", "1,2,3", "--dtype", "fp32"}, group.join());
   expect_one_line_failure(refused, "ctune: out of memory: loading " + model.string() + " in float32 needs 4.30 GB of new memory",
                           "loading past the cgroup's limit");
   EXPECT_NE(refused.err.find("of its cgroup's memory.max"), std::string::npos) << refused.err;
   // As stored, the weights are read in place from the mapped file: no new memory to speak of.
-  const auto in_place = ctune({"score", "--model", model.string(), "--ids", "1,2,3", "--dtype", "bf16"}, join);
+  const auto in_place = ctune({"score", "--model", model.string(), "--ids", "1,2,3", "--dtype", "bf16"}, group.join());
   EXPECT_EQ(in_place.status, 0) << in_place.err;
+}
+
+// Ranks on one machine share its memory and its cgroup: each is held to its share. Before, two
+// ranks each predicted within the cgroup's limit but together past it were SIGKILLed by the
+// OOM killer (the launcher: "rank 0 exited with status 137") after loading the model. Now
+// both are refused before loading it, with the plan that fits a share, and that plan trains
+// inside the same cgroup.
+TEST_F(Plan, RanksOnOneMachineAreHeldToTheirShareOfItsMemory) {
+  const fs::path dir = kDir / "ranks";
+  // Full fp32 fine-tuning of 47 million parameters (a vocabulary of 32000, untied): about
+  // 0.75 GB of weights, gradients and Adam's state a rank besides the process's own.
+  write(dir / "config.json", R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 512, "intermediate_size": 1376,
+    "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "tie_word_embeddings": false,
+    "torch_dtype": "float32"})");
+  ASSERT_EQ(ctune({"init", "--config", (dir / "config.json").string(), "--out", (dir / "model").string(), "--tokenizer", "byte"}).status, 0);
+  const std::string d = dir.string();
+  write(dir / "run.yaml", "output_dir: " + d + "/run\nthreads: 1\nmodel: {path: " + d + "/model}\n" + "data: {train: " +
+                              kDir.string() + "/train.jsonl, format: text, max_seq_len: 64, packing: true}\n" +
+                              "precision: fp32\npeft: {method: none}\ntraining: {batch_size: 2, max_steps: 2}\n" +
+                              "optimizer: {lr: 1.0e-3}\ncheckpoint: {every_n_steps: 0}\n");
+  const auto estimate = ctune({"estimate", (dir / "run.yaml").string(), "--nproc", "2", "--json"});
+  ASSERT_EQ(estimate.status, 0) << estimate.err;
+  const auto per_rank = Json::parse(estimate.out)["peak_bytes"].get<std::int64_t>();
+  // One rank's prediction fits the cgroup with room to spare; two do not.
+  const MemoryCgroup group(per_rank * 3 / 2);
+  if (!group.ok()) GTEST_SKIP() << group.why_not();
+  const auto refused = ctune({"--log-level", "error", "train", (dir / "run.yaml").string(), "--nproc", "2"}, group.join());
+  EXPECT_EQ(refused.status, 1) << refused.err;
+  EXPECT_NE(refused.err.find("] ctune: out of memory: before loading the model: the ledger predicts a peak of "), std::string::npos)
+      << refused.err;
+  EXPECT_NE(refused.err.find("of a rank's share (1 of the 2 on this machine) of its cgroup's memory.max; a plan that fits "), std::string::npos)
+      << refused.err;
+  EXPECT_FALSE(fs::exists(dir / "run")) << "a refused run leaves no output directory";
+  // The overrides the line names, run as given.
+  const auto at = refused.err.find("): ", refused.err.find("a plan that fits "));
+  ASSERT_NE(at, std::string::npos) << refused.err;
+  std::istringstream overrides(refused.err.substr(at + 3, refused.err.find('\n', at) - at - 3));
+  std::vector<std::string> args = {"--log-level", "error", "train", (dir / "run.yaml").string(), "--nproc", "2"};
+  for (std::string o; overrides >> o;) args.push_back(o);
+  ASSERT_GT(args.size(), 6u) << refused.err;
+  const auto fits = ctune(args, group.join());
+  EXPECT_EQ(fits.status, 0) << fits.err;
+  EXPECT_TRUE(fs::exists(dir / "run" / "model" / "model.safetensors"));
 }
 
 // Generation's KV cache: buffers the address space cannot reserve (or whose prompts' share the

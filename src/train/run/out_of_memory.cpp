@@ -9,11 +9,18 @@ namespace ctune::train {
 
 namespace {
 
-// What the device has: what this process can hold on the CPU (ops/resident.h), or the GPU's
-// memory (ops/device.h).
-ops::HostCapacity capacity_of(const at::Device& device) {
+// What the device has: the GPU's memory (ops/device.h), or what this process can hold on the CPU
+// (ops/resident.h). Ranks on one machine share its memory and its cgroup (the ranks of `--nproc`,
+// of torchrun and of srun on a node run in the job's one cgroup), so each may hold its share of
+// them; ulimit -v is each process's own (docs/planning.md, "Running out of memory").
+ops::HostCapacity capacity_of(const at::Device& device, int ranks_here) {
   if (!device.is_cpu()) return {ops::device_total_bytes(device), "the device's memory"};
-  return ops::host_capacity();
+  ops::HostCapacity c = ops::resident_capacity();
+  if (ranks_here > 1) {
+    c = {c.bytes / ranks_here, "a rank's share (1 of the " + std::to_string(ranks_here) + " on this machine) of " + c.source};
+  }
+  if (auto as = ops::address_space_limit(); as && *as < c.bytes) c = {*as, ops::kAddressSpaceLimit};
+  return c;
 }
 
 std::string describe(const OutOfMemoryFacts& f) {
@@ -32,11 +39,11 @@ std::string describe(const OutOfMemoryFacts& f) {
 
 }  // namespace
 
-OutOfMemoryFacts out_of_memory_facts(const at::Device& device, std::int64_t limit, const Ledger* ledger) {
+OutOfMemoryFacts out_of_memory_facts(const at::Device& device, std::int64_t limit, const Ledger* ledger, int ranks_here) {
   OutOfMemoryFacts f;
   f.phase = ops::memory_phase_text();
   f.limit = limit;
-  const auto capacity = capacity_of(device);
+  const auto capacity = capacity_of(device, ranks_here);
   f.capacity = capacity.bytes;
   f.capacity_source = capacity.source;
   f.in_use = ops::peak_memory(device);

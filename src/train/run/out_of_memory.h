@@ -18,7 +18,7 @@ struct OutOfMemoryFacts {
   std::int64_t requested = 0;      // the refused allocation (0: unknown, the device's allocator refused)
   std::int64_t in_use = 0;         // in use then: the refusal's record, else the peak since training began
   std::int64_t limit = 0;          // memory.limit (0: none; the system refused)
-  std::int64_t capacity = 0;       // what the device has (the budget a plan must fit when no limit is set)
+  std::int64_t capacity = 0;       // what the device has for this rank (the budget a plan must fit when no limit is set)
   std::string capacity_source;     // what sets it (ops::HostCapacity::source on the CPU)
   bool predicted_only = false;     // refused before the run, on the ledger's prediction alone
   std::int64_t predicted_peak = 0; // the ledger's (0: not estimated yet)
@@ -28,8 +28,9 @@ struct OutOfMemoryFacts {
 };
 
 // The facts of an out-of-memory failure now: the phase and the allocator's record (ops/memory_phase.h),
-// the ledger that was predicted (null before there is one).
-OutOfMemoryFacts out_of_memory_facts(const at::Device& device, std::int64_t limit, const Ledger* ledger);
+// the ledger that was predicted (null before there is one); `ranks_here`: the ranks sharing this
+// machine's memory (distributed::World::local_size), each of which may hold its share.
+OutOfMemoryFacts out_of_memory_facts(const at::Device& device, std::int64_t limit, const Ledger* ledger, int ranks_here);
 
 class OutOfMemory : public MemoryError {
  public:

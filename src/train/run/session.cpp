@@ -171,7 +171,7 @@ void Session::start_process() const {
 // (docs/planning.md, "Running out of memory"). memory.limit, the user's own budget, is held as
 // the run goes.
 void Session::refuse_what_cannot_fit(const Ledger& ledger) const {
-  OutOfMemoryFacts facts = out_of_memory_facts(plan_.device, 0, &ledger);
+  OutOfMemoryFacts facts = out_of_memory_facts(plan_.device, 0, &ledger, plan_.world.local_size);
   if (facts.capacity <= 0 || ledger.peak_bytes <= facts.capacity) return;
   facts.phase = "before loading the model";
   facts.predicted_only = true;
@@ -224,9 +224,9 @@ TrainResult Session::run() {
   try {
     return run_steps();
   } catch (const c10::OutOfMemoryError&) {
-    throw OutOfMemory(out_of_memory_facts(plan_.device, plan_.memory_limit, ledger_ ? &*ledger_ : nullptr));
+    throw OutOfMemory(out_of_memory_facts(plan_.device, plan_.memory_limit, ledger_ ? &*ledger_ : nullptr, plan_.world.local_size));
   } catch (const std::bad_alloc&) {
-    throw OutOfMemory(out_of_memory_facts(plan_.device, plan_.memory_limit, ledger_ ? &*ledger_ : nullptr));
+    throw OutOfMemory(out_of_memory_facts(plan_.device, plan_.memory_limit, ledger_ ? &*ledger_ : nullptr, plan_.world.local_size));
   }
 }
 
