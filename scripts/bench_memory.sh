@@ -86,6 +86,7 @@ GRID=(
   "h512 lora fp32 exact|h512|h512|memory.allocator=exact"
   "h512 lora fp32 2 ranks|h512|h512|threads=1 --nproc 2"
   "h512 full fp32 2 ranks full_shard|h512|h512|$FULL threads=1 distributed.strategy=full_shard --nproc 2"
+  "h512 full fp32 2 ranks shard_grad_op|h512|h512|$FULL threads=1 distributed.strategy=shard_grad_op --nproc 2"
   "qwen3 lora bf16|qwen3|qwen3|$BF16"
   "qwen3 lora bf16 nf4|qwen3|qwen3|$BF16 memory.quantize_base=nf4"
   "qwen3 full bf16|qwen3|qwen3|$FULL $BF16"

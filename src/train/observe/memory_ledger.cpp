@@ -12,6 +12,7 @@
 #include "ops/attention_tiled.h"
 #include "ops/tensor_pool.h"
 #include "quant/storage_bytes.h"
+#include "train/parallel/zero.h"
 #include "train/step/chunked_loss.h"
 
 namespace ctune::train {
@@ -382,7 +383,7 @@ SymbolMeanings training_symbol_meanings(bool seq_len_from_data) {
           {"V", "vocabulary"}, {"nh", "query heads"}, {"nkv", "KV heads"}, {"d", "head dim"}, {"c", "bytes, matmul dtype"},
           {"r", "bytes, residual stream"}, {"F", "frozen weight bytes"}, {"N", "trainable parameters"}, {"P", "ranks sharing parameters"},
           {"S", "ranks sharing gradients and optimizer state"}, {"U", "bytes of a quantised base kept whole"},
-          {"Wpart", "bytes of the largest part whole"}, {"Nmax", "largest trainable parameter"}, {"Npart", "trainable parameters of the largest part"}, {"rows", "loss rows per chunk"},
+          {"Wpart", "bytes of the largest part whole"}, {"Nmax", "largest trainable parameter"}, {"Nb", "elements of the largest gradient bucket"}, {"Npart", "trainable parameters of the largest part"}, {"rows", "loss rows per chunk"},
           {"runtime", "bytes before training"}, {"Kc", "compiled GEMM kernels cached"}, {"live", "live bytes at the peak"}, {"bq", "attention block query rows"},
           {"Lr", "layers that recompute"}, {"Nc", "weights kept in the compute dtype"}, {"Wref", "bytes of the reference copy"}, {"Uref", "bytes of its quantised projections"},
           {"Bg", "sequences generated together"}, {"Nnew", "new tokens at most"}, {"Tp", "the longest prompt"}, {"Bp", "distinct prompts generated for"},
@@ -459,6 +460,14 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const Term backward_end = step_grads + Term::max({act.recomputed_transient, tied});
   // no_shard's reduction: the gradients and their flat fp32 copy, all-reduced, then copied back.
   const Term all_reduce = in.all_reduced_gradients ? st.grads + Term::num(4) * st.trainable : Term();
+  // shard_grad_op's reduction (train/parallel/zero.h): bucket by bucket, the bucket's gradients
+  // moved into one flat fp32 buffer, what the all-to-all receives (as large), and their sum over
+  // ranks (this rank's chunk), beside the gradients not reduced yet. The largest bucket, at most
+  // kBucketElements unless one parameter is larger, bounds it.
+  const bool scatters = in.optimizer_shards > 1 && !sharded;
+  const Term bucket = scatters ? sym("Nb", std::max(st.largest.value(), std::min<std::int64_t>(kBucketElements, st.trainable.value()))) : Term();
+  const Term reduce_scatter =
+      scatters ? st.grads + Term::num(4) * bucket + Term::num(4) * Term::ceil_div(bucket, st.shards) : Term();
   const Term optimizer_step = (sharded ? Term() : st.grads) +
                               (in.optimizer == "adamw" && !in.fused_optimizer
                                    ? Term::num(8) * Term::min({st.largest, Term::ceil_div(st.trainable, st.shards)})
@@ -471,11 +480,12 @@ Ledger estimate_memory(const LedgerInputs& in) {
   // Between steps the gradients are gone (the optimizer drops them after its update, sharded or
   // not), so a gather for the result or a checkpoint stands on weights and optimizer state only.
   const Term between_steps = st.weights + st.optimizer + reference + checkpoint_gather;
-  const Term during_step = base + Term::max({backward_start, backward_end, all_reduce, optimizer_step, rollout.generation});
+  const Term during_step = base + Term::max({backward_start, backward_end, all_reduce, reduce_scatter, optimizer_step, rollout.generation});
   const Term live = Term::max({during_step, between_steps});
   const std::pair<const char*, Term> moments[] = {{"the start of backward (saved activations and loss buffers)", backward_start},
                                                    {"the end of backward (gradients)", backward_end},
                                                    {"the gradients' all-reduce", all_reduce},
+                                                   {"the gradients' reduce-scatter", reduce_scatter},
                                                    {"the optimizer step", optimizer_step},
                                                    {"the rollout's generation (KV cache and prefill)", rollout.generation}};
   for (const auto& [name, term] : moments) {
@@ -519,6 +529,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
                        std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
                        ", gradients + max(one recomputed layer, tied gradients)" +
                        std::string(in.all_reduced_gradients ? ", gradients + their flat fp32 copy all-reduced" : "") +
+                       std::string(scatters ? ", gradients + the largest bucket reduce-scattered (flat, received, summed)" : "") +
                        ", gradients + optimizer-step temporaries" +
                        std::string(in.optimizer_shards > 1 && !in.sharded_checkpoints ? ", the whole optimizer state gathered for a checkpoint" : "") +
                        std::string(in.generated_rows > 0 ? ", KV cache + generation prefill" : "") + ") + allocator + runtime" + kernel_text;
