@@ -51,6 +51,17 @@ std::int64_t predicted_peak(const fs::path& file, const std::vector<std::string>
   return Json::parse(r.out)["peak_bytes"].get<std::int64_t>();
 }
 
+// The memory record of a run's metrics.jsonl (the ledger against what was measured; null: none).
+Json memory_record(const fs::path& run) {
+  std::istringstream lines(ctune::testing::slurp(run / "metrics.jsonl"));
+  Json memory;
+  for (std::string line; std::getline(lines, line);) {
+    const Json m = Json::parse(line);
+    if (m.contains("memory")) memory = m["memory"];
+  }
+  return memory;
+}
+
 // A full fp32 run whose activations dominate: a random Llama of 4 layers, hidden 128, on 160 short
 // stories packed into rows of max_seq_len tokens, batch_size rows a step, 2 steps: dir/run.yaml.
 bool write_packed_run(const fs::path& dir, int max_seq_len, int batch_size) {
@@ -141,14 +152,9 @@ TEST_F(Plan, ChoosesWhatFitsWritesItAndTrainFitRunsAndResumesIt) {
   EXPECT_NE(ctune::testing::slurp(kDir / "run" / "metrics.jsonl").find("\"step\":3,"), std::string::npos) << "the resumed run's step 3";
   // The whole run's peak (its final checkpoint and result written) is what a budget is about:
   // in the memory record beside the steps' peak, at least as large, and in the report.
-  std::istringstream lines(ctune::testing::slurp(kDir / "run" / "metrics.jsonl"));
-  std::int64_t steps_peak = 0, run_peak = 0;
-  for (std::string line; std::getline(lines, line);) {
-    const Json m = Json::parse(line);
-    if (!m.contains("memory")) continue;
-    steps_peak = m["memory"]["measured_peak_bytes"].get<std::int64_t>();
-    run_peak = m["memory"]["measured_run_peak_bytes"].get<std::int64_t>();
-  }
+  const Json memory = memory_record(kDir / "run");
+  ASSERT_TRUE(memory.is_object());
+  const auto steps_peak = memory["measured_peak_bytes"].get<std::int64_t>(), run_peak = memory["measured_run_peak_bytes"].get<std::int64_t>();
   EXPECT_GT(steps_peak, 0);
   EXPECT_GE(run_peak, steps_peak);
   EXPECT_NE(ctune::testing::slurp(kDir / "run" / "report.html").find("measured peak, whole run"), std::string::npos);
@@ -470,14 +476,9 @@ TEST_F(Plan, RanksOnOneMachineAreHeldToTheirShareOfItsMemory) {
   // And within the ledger's 10% of what it predicted (rank 0's figures). The ledger missed
   // shard_grad_op's reduce-scatter of a bucket as large as the untied head (the flat gradient,
   // what the all-to-all receives, their sum): measured 1.13x its prediction here before.
-  std::istringstream lines(ctune::testing::slurp(dir / "run" / "metrics.jsonl"));
-  std::int64_t predicted = 0, measured = 0;
-  for (std::string line; std::getline(lines, line);) {
-    const Json m = Json::parse(line);
-    if (!m.contains("memory")) continue;
-    predicted = m["memory"]["peak_bytes"].get<std::int64_t>();
-    measured = m["memory"]["measured_peak_bytes"].get<std::int64_t>();
-  }
+  const Json memory = memory_record(dir / "run");
+  ASSERT_TRUE(memory.is_object());
+  const auto predicted = memory["peak_bytes"].get<std::int64_t>(), measured = memory["measured_peak_bytes"].get<std::int64_t>();
   ASSERT_GT(predicted, 0);
   EXPECT_LE(static_cast<double>(measured), 1.10 * static_cast<double>(predicted)) << "the plan: " << refused.err;
 }
