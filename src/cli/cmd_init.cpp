@@ -13,7 +13,7 @@
 #include "io/hf_checkpoint.h"
 #include "model/parameter_shapes.h"
 #include "model/weights.h"
-#include "ops/resident.h"
+#include "ops/memory.h"
 #include "tokenizer/load.h"
 #include "tokenizer/tokenizer.h"
 
@@ -35,19 +35,17 @@ struct InitOptions {
 
 // init_weights writes every weight, sampling each in fp32 first (model/weights.h): a model past
 // what the process can hold would be SIGKILLed by the OOM killer partway, so it is refused first.
+// The model is built (its weights reserved, not yet written): writing them needs their memory,
+// sampling the largest its fp32 buffer in memory and address space.
 void check_init_fits(const torch::nn::Module& lm) {
   std::int64_t weights = 0, sample = 0;
   for (const auto& p : lm.parameters()) {
     weights += static_cast<std::int64_t>(p.nbytes());
     sample = std::max<std::int64_t>(sample, p.numel() * 4);
   }
-  const auto capacity = ops::host_capacity();
-  if (weights + sample > capacity.bytes) {
-    throw MemoryError("init needs " + format_bytes(static_cast<std::uint64_t>(weights + sample)) + " (the weights " +
-                      format_bytes(static_cast<std::uint64_t>(weights)) + ", and the largest sampled in fp32 " +
-                      format_bytes(static_cast<std::uint64_t>(sample)) + "), past the " +
-                      format_bytes(static_cast<std::uint64_t>(capacity.bytes)) + " of " + capacity.source);
-  }
+  ops::require_host_memory("init", {weights + sample, sample},
+                           "the weights, " + format_bytes(weights) + ", reserved as the model was built and written now, and beside them " +
+                               "the largest sampled in fp32, " + format_bytes(sample));
 }
 
 int run_init(const InitOptions& o) {

@@ -222,18 +222,18 @@ void Stage::finish(const std::string& summary, bool plain) {
 std::string Stage::counts_text(bool final) const {
   std::string s;
   const bool sizes = unit_ == "bytes";
-  auto count = [&](std::int64_t n) { return sizes ? format_bytes(static_cast<std::uint64_t>(n)) : std::to_string(n); };
+  auto count = [&](std::int64_t n) { return sizes ? format_bytes(n) : std::to_string(n); };
   if (!unit_.empty()) {
     s += "  " + count(done_);
     if (total_ > 0) s += "/" + count(total_);
     if (!sizes) s += " " + unit_;
     if (total_ > 0) s += " (" + std::to_string(std::min<std::int64_t>(100, done_ * 100 / total_)) + "%)";
   }
-  if (bytes_ > 0 && !sizes) s += "  " + format_bytes(bytes_);
+  if (bytes_ > 0 && !sizes) s += "  " + format_bytes(static_cast<std::int64_t>(bytes_));
   const double elapsed = seconds();
   if (final) return s + "  in " + format_duration(elapsed);
   const std::uint64_t moved = sizes ? static_cast<std::uint64_t>(std::max<std::int64_t>(0, done_ - first_done_)) : bytes_;
-  if (moved > 0 && elapsed > 0.2) s += "  " + format_bytes(static_cast<std::uint64_t>(static_cast<double>(moved) / elapsed)) + "/s";
+  if (moved > 0 && elapsed > 0.2) s += "  " + format_bytes(static_cast<std::int64_t>(static_cast<double>(moved) / elapsed)) + "/s";
   if (total_ > 0 && done_ > first_done_ && done_ < total_) {
     s += "  eta " + format_duration(elapsed * static_cast<double>(total_ - done_) / static_cast<double>(done_ - first_done_));
   }
@@ -267,14 +267,15 @@ void print_line(const std::string& line) {
   print_above([&] { std::fprintf(stderr, "%s\n", line.c_str()); });
 }
 
-std::string format_bytes(std::uint64_t bytes) {
+std::string format_bytes(std::int64_t signed_bytes) {
   static const char* kUnits[] = {"B", "kB", "MB", "GB", "TB"};
+  const std::int64_t bytes = std::max<std::int64_t>(signed_bytes, 0);
   double v = static_cast<double>(bytes);
   int u = 0;
   while (v >= 1000 && u < 4) v /= 1000, ++u;
   char buf[32];
   if (u == 0) {
-    std::snprintf(buf, sizeof(buf), "%llu B", static_cast<unsigned long long>(bytes));
+    std::snprintf(buf, sizeof(buf), "%lld B", static_cast<long long>(bytes));
   } else {
     std::snprintf(buf, sizeof(buf), v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, kUnits[u]);
   }

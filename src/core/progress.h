@@ -88,8 +88,9 @@ void count_tensor_written(std::uint64_t bytes);
 void print_above(const std::function<void()>& write);
 void print_line(const std::string& line);
 
-// "540 MB", "1.2 GB", "812 kB" (powers of 1000, as the logs write sizes).
-std::string format_bytes(std::uint64_t bytes);
+// "540 MB", "1.2 GB", "812 kB" (powers of 1000, as the logs write sizes); a negative count (a
+// difference of sizes) as "0 B".
+std::string format_bytes(std::int64_t bytes);
 // "4.2 s", "3m07s", "3h05m"; "?" for a negative or non-finite number.
 std::string format_duration(double seconds);
 

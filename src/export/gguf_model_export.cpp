@@ -104,11 +104,10 @@ void release_weights(model::CausalLM& lm) {
 void require_export_fits(const fs::path& dir, const model::ModelConfig& config, io::GgmlType type) {
   const io::CheckpointReader checkpoint(dir);
   const model::LoadFootprint f = model::load_footprint(config, checkpoint, at::kFloat);
-  const auto mb = [](std::int64_t b) { return format_bytes(static_cast<std::uint64_t>(b)); };
   ops::require_host_memory("GGUF " + std::string(gguf_type_label(type)) + " export of " + dir.string(),
                            {f.reserved + f.largest, f.reserved + f.largest},
-                           "the model in fp32, " + mb(f.reserved) + ", once: converted, rounded or read back for the self-check, and " +
-                               "its largest tensor in transit, " + mb(f.largest));
+                           "the model in fp32, " + format_bytes(f.reserved) + ", once: converted, rounded or read back for the self-check, and " +
+                               "its largest tensor in transit, " + format_bytes(f.largest));
 }
 
 }  // namespace

@@ -19,10 +19,9 @@ void require_cache_fits(const model::CausalLM& lm, std::int64_t rows, std::int64
   if (ops::host_memory_shortfall(what, {full, full}, each).empty()) return;
   // Its buffers are reserved whole at the prompt pass (address space); pages are written as
   // positions fill, the prompts' at once.
-  const auto mb = [](std::int64_t b) { return format_bytes(static_cast<std::uint64_t>(b)); };
   ops::require_host_memory(what, {prompts, full},
-                           "buffers of " + each + ", " + mb(full) + ", reserved at the prompt pass, which writes " +
-                               std::to_string(prompt_positions) + " of them, " + mb(prompts));
+                           "buffers of " + each + ", " + format_bytes(full) + ", reserved at the prompt pass, which writes " +
+                               std::to_string(prompt_positions) + " of them, " + format_bytes(prompts));
   static bool warned = false;
   if (const auto line = ops::host_memory_shortfall(what, {full, 0}, each); !line.empty() && !warned) {
     warned = true;

@@ -212,10 +212,16 @@ KVCache CausalLMImpl::new_cache(std::int64_t capacity) const {
   return cache;
 }
 
+Term KVCache::bytes(const Term& layers, const Term& kv_heads, const Term& head_dim, const Term& positions, const Term& rows,
+                    const Term& element) {
+  return Term::num(2) * layers * kv_heads * head_dim * positions * rows * element;
+}
+
 std::int64_t CausalLMImpl::cache_bytes(std::int64_t rows, std::int64_t positions) const {
   const at::ScalarType dtype = compute_dtype_ != at::ScalarType::Undefined ? compute_dtype_ : model->embed_tokens->weight.scalar_type();
-  return 2 * config_.num_hidden_layers * rows * positions * config_.num_key_value_heads * config_.head_dim *
-         static_cast<std::int64_t>(c10::elementSize(dtype));
+  return KVCache::bytes(Term::num(config_.num_hidden_layers), Term::num(config_.num_key_value_heads), Term::num(config_.head_dim),
+                        Term::num(positions), Term::num(rows), Term::num(static_cast<std::int64_t>(c10::elementSize(dtype))))
+      .value();
 }
 
 void KVCache::select_rows(const at::Tensor& rows) {

@@ -23,6 +23,12 @@ namespace ctune::model {
 
 // Keys and values of every layer for incremental decoding (CausalLM::new_cache).
 struct KVCache {
+  // Its bytes: K and V of each of `layers`, [rows, KV heads, positions, head dim] each, in
+  // `element`-byte values; as a ledger term, which the memory ledgers print
+  // (train/observe/memory_ledger.h) and CausalLM::cache_bytes evaluates.
+  static Term bytes(const Term& layers, const Term& kv_heads, const Term& head_dim, const Term& positions, const Term& rows,
+                    const Term& element);
+
   std::vector<LayerCache> layers;
   std::int64_t length() const { return layers.empty() ? 0 : layers[0].length; }
   // Row r takes what row rows[r] holds (beam search's beams moving): in the same buffers, or in

@@ -276,11 +276,11 @@ LoadFootprint load_footprint(const ModelConfig& config, const io::CheckpointRead
 }
 
 std::string describe_conversion(const LoadFootprint& f, at::ScalarType dtype) {
-  std::string s = "its " + std::to_string(f.tensors) + " tensors, " + format_bytes(static_cast<std::uint64_t>(f.reserved)) + " in " +
+  std::string s = "its " + std::to_string(f.tensors) + " tensors, " + format_bytes(f.reserved) + " in " +
                   dtype_to_hf(dtype) + ", reserved as the model is built, then ";
   if (f.converted_tensors == 0) return s + "read in place from the mapped files";
   return s + std::to_string(f.converted_tensors) + " converted from " + f.stored + " into new memory, the largest (" +
-         format_bytes(static_cast<std::uint64_t>(f.largest)) +
+         format_bytes(f.largest) +
          ") beside its reservation; in the dtype they are stored in they would be read in place";
 }
 

@@ -39,9 +39,8 @@ namespace {
 // machine's memory (0.6 GB held already)".
 std::string shortfall(const std::string& what, std::int64_t need, const char* kind, const std::string& detail, std::int64_t bound,
                       std::int64_t held, const std::string& source) {
-  const auto bytes = [](std::int64_t b) { return format_bytes(static_cast<std::uint64_t>(std::max<std::int64_t>(b, 0))); };
-  return what + " needs " + bytes(need) + " " + kind + " (" + detail + "), past the " + bytes(bound - held) + " left of the " + bytes(bound) +
-         " of " + source + " (" + bytes(held) + " held already)";
+  return what + " needs " + format_bytes(need) + " " + kind + " (" + detail + "), past the " + format_bytes(bound - held) + " left of the " + format_bytes(bound) +
+         " of " + source + " (" + format_bytes(held) + " held already)";
 }
 }  // namespace
 

@@ -351,13 +351,13 @@ struct RolloutTerms {
   Term generation, kept;
 };
 RolloutTerms rollout_lines(const LedgerInputs& in, const Shape& s, const Term& gathered_whole, Symbols& sym, Ledger& led) {
-  const Term kv_training = Term::num(2) * s.L * s.nkv * s.d * s.T * s.B * s.c;
+  const Term kv_training = model::KVCache::bytes(s.L, s.nkv, s.d, s.T, s.B, s.c);
   if (in.generated_rows == 0) {
     led.lines.push_back({"KV cache", 0, "0", "none in training (generation at this batch and length: " + kv_training.text() + " = " + format_mb(kv_training.value()) + ")"});
     return {};
   }
   const Term G = sym("Bg", in.generated_rows), N = sym("Nnew", in.new_tokens), P = sym("Tp", in.prompt_tokens);
-  const Term kv = Term::num(2) * s.L * s.nkv * s.d * (P + N) * G * s.c;
+  const Term kv = model::KVCache::bytes(s.L, s.nkv, s.d, P + N, G, s.c);
   led.lines.push_back({"KV cache", kv.value(), kv.text(),
                        "the rollout's generation: Bg sequences sampled together, prompt and new tokens, KV heads only (freed before the step's forward)"});
   const Term four = Term::num(4);

@@ -116,7 +116,7 @@ void Progress::step(const StepMetrics& m) {
   char head[96], tail[224];
   std::snprintf(head, sizeof(head), "step %lld/%lld  loss %.4f", static_cast<long long>(m.step), static_cast<long long>(total_), m.loss);
   std::snprintf(tail, sizeof(tail), "%.0f tok/s  mem %s  lr %.3g  grad %.3g", m.tokens_per_s,
-                format_bytes(static_cast<std::uint64_t>(std::max<std::int64_t>(0, m.peak_mem_bytes))).c_str(), m.lr, m.grad_norm);
+                format_bytes(m.peak_mem_bytes).c_str(), m.lr, m.grad_norm);
   body_ = std::string(head) + "  " + tail;
   last_ = std::string(head) + "  eta " + format_duration(eta) + "  " + tail;
   stage_.show(m.step, [&] { return last_; });
