@@ -161,11 +161,24 @@ bool has_tokenizer_files(const fs::path& dir) {
   return fs::exists(dir / "tokenizer.json", ec) || fs::exists(dir / "tokenizer.model", ec);
 }
 
+namespace {
+const char* const kTokenizerFiles[] = {"tokenizer.json",          "tokenizer.model",        "tokenizer_config.json",
+                                       "special_tokens_map.json", "generation_config.json", "chat_template.jinja"};
+}  // namespace
+
+std::int64_t tokenizer_files_bytes(const fs::path& source) {
+  std::int64_t bytes = 0;
+  for (const char* name : kTokenizerFiles) {
+    std::error_code ec;
+    const auto size = fs::file_size(source / name, ec);
+    if (!ec) bytes += static_cast<std::int64_t>(size);
+  }
+  return bytes;
+}
+
 void copy_tokenizer_files(const fs::path& source, const fs::path& dest) {
-  static const char* kFiles[] = {"tokenizer.json",          "tokenizer.model",        "tokenizer_config.json",
-                                 "special_tokens_map.json", "generation_config.json", "chat_template.jinja"};
   bool any = false;
-  for (const char* name : kFiles) {
+  for (const char* name : kTokenizerFiles) {
     std::error_code ec;
     if (!fs::exists(source / name, ec)) continue;
     fs::copy_file(source / name, dest / name, fs::copy_options::overwrite_existing, ec);

@@ -69,6 +69,8 @@ bool has_tokenizer_files(const std::filesystem::path& dir);
 // chat_template.jinja) from `source` into `dest`. IoError when none of tokenizer.json /
 // tokenizer.model is there or a copy fails.
 void copy_tokenizer_files(const std::filesystem::path& source, const std::filesystem::path& dest);
+// The bytes copy_tokenizer_files would copy from `source` (0: none there).
+std::int64_t tokenizer_files_bytes(const std::filesystem::path& source);
 
 // Writes tensors (in state-dict order) as HF does: one file, or shards plus the index.
 // Files go into `dir`, which must exist (callers use a StagingDir for atomicity).

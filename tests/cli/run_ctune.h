@@ -32,6 +32,8 @@ std::vector<Run> ctune_together(const std::vector<std::vector<std::string>>& env
 bool write_tiny_model_and_data(const std::filesystem::path& dir, int train_records, int eval_records);
 
 std::string slurp(const std::filesystem::path& path);
+// Writes `text` to `path`, making its directory.
+void write(const std::filesystem::path& path, const std::string& text);
 int count_lines(const std::string& text);
 
 // Exit status 1, exactly one stderr line starting "ctune: " and containing `must_contain`,

@@ -37,10 +37,7 @@ using ctune::testing::expect_one_line_failure;
 
 const fs::path kDir = fs::path(CTUNE_TEST_DATA_DIR) / ("checkpoints-" + std::to_string(::getpid()));
 
-void write(const fs::path& path, const std::string& text) {
-  fs::create_directories(path.parent_path());
-  std::ofstream(path, std::ios::binary) << text;
-}
+using ctune::testing::write;
 
 // `peft_more`: further keys of the LoRA recipe's peft map (", train_router: true"), or others
 // than its target_modules.

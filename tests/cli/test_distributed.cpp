@@ -41,10 +41,7 @@ using ctune::testing::ctune_together;
 
 const fs::path kDir = fs::path(CTUNE_TEST_DATA_DIR) / ("distributed-" + std::to_string(::getpid()));
 
-void write(const fs::path& path, const std::string& text) {
-  fs::create_directories(path.parent_path());
-  std::ofstream(path, std::ios::binary) << text;
-}
+using ctune::testing::write;
 
 // Per-rank batch 2, accumulation 2; no dropout (each rank draws its own dropout masks, so a
 // run with dropout is a different sample of the same computation, not the same numbers).

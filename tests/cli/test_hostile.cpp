@@ -29,10 +29,7 @@ using ctune::testing::slurp;
 const fs::path kDir = fs::path(CTUNE_TEST_DATA_DIR) / ("hostile-" + std::to_string(::getpid()));
 const std::string kPrecious = "precious: must never be overwritten\n";
 
-void write(const fs::path& path, const std::string& text) {
-  fs::create_directories(path.parent_path());
-  std::ofstream(path, std::ios::binary) << text;
-}
+using ctune::testing::write;
 
 std::string recipe(bool eval) {
   const std::string d = kDir.string();

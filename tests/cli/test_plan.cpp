@@ -26,10 +26,7 @@ using ctune::testing::expect_one_line_failure;
 
 const fs::path kDir = fs::path(CTUNE_TEST_DATA_DIR) / ("plan-" + std::to_string(::getpid()));
 
-void write(const fs::path& path, const std::string& text) {
-  fs::create_directories(path.parent_path());
-  std::ofstream(path, std::ios::binary) << text;
-}
+using ctune::testing::write;
 
 std::string recipe(const std::string& extra = "") {
   const std::string d = kDir.string();

@@ -29,10 +29,7 @@ using ctune::testing::expect_one_line_failure;
 // Per process: CTest runs every case in a process of its own, possibly in parallel.
 const fs::path kDir = fs::path(CTUNE_TEST_DATA_DIR) / ("recipes-" + std::to_string(::getpid()));
 
-void write(const fs::path& path, const std::string& text) {
-  fs::create_directories(path.parent_path());
-  std::ofstream(path, std::ios::binary) << text;
-}
+using ctune::testing::write;
 
 std::string instruct_rows(int n, int offset = 0) {
   std::string s;

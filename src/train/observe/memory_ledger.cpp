@@ -514,6 +514,8 @@ Ledger estimate_memory(const LedgerInputs& in) {
   for (const auto& l : led.lines)
     if (l.pool == "host") led.host_bytes += l.bytes;
   led.state_bytes = (st.weights + st.gathered + st.grads + st.gathered_grads + st.optimizer).value();
+  led.trainable_parameters = st.trainable.value();
+  led.optimizer_bytes_per_parameter = st.opt_per_param;
   const std::string saved = copies.value() > 0 ? "activations + compute copies" : "activations";
   const std::string kernel_text = in.kernel_cache_bytes > 0 ? " + kernel cache" : "";
   const std::string rollout_kept = in.generated_rows > 0 ? " + rollout batches" : "";

@@ -117,6 +117,10 @@ struct Ledger {
   // gathered grads and optimizer state together): what train/observe/memory_report.h measures.
   std::int64_t state_bytes = 0;
   std::int64_t activations_per_layer = 0;  // saved per decoder layer without recompute
+  // What a checkpoint holds of the state, whole over every rank (train/state/disk_need.h): the
+  // trainable parameters, each in fp32, and the optimizer's fp32 state, in bytes per parameter.
+  std::int64_t trainable_parameters = 0;
+  std::int64_t optimizer_bytes_per_parameter = 0;
   // The moment that sets the peak ("the start of backward", ..., "the whole model gathered for
   // the run's result") and what it adds to what is always there; `between_steps`: a gather
   // after an update, which no step-time switch moves.

@@ -68,6 +68,7 @@ class FullFinetuning : public Method {
     model::write_model_config(config, at::kFloat, dir);  // fp32 masters (storage_dtype)
     io::copy_tokenizer_files(files.tokenizer_dir, dir);
   }
+  std::int64_t weight_metadata_bytes(const WeightFiles& files) const override { return io::tokenizer_files_bytes(files.tokenizer_dir); }
   std::vector<std::pair<std::string, at::Tensor>> weight_tensors(model::CausalLM& model) const override {
     return model::checkpoint_state_dict(model);
   }
@@ -121,6 +122,7 @@ class Lora : public Method {
   void write_weight_metadata(const model::ModelConfig& /*config*/, const fs::path& dir, const WeightFiles& files) const override {
     peft::write_adapter_config(options_, dir, fs::absolute(files.base_model_dir).string());
   }
+  std::int64_t weight_metadata_bytes(const WeightFiles& /*files*/) const override { return 0; }  // adapter_config.json: a kilobyte
   std::vector<std::pair<std::string, at::Tensor>> weight_tensors(model::CausalLM& model) const override {
     return peft::adapter_state_dict(model);
   }

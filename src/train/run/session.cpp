@@ -13,6 +13,7 @@
 #include "io/file.h"
 #include "io/manifest.h"
 #include "io/run_dir.h"
+#include "io/run_layout.h"
 #include "ops/memory.h"
 #include "ops/memory_phase.h"
 #include "ops/tensor_pool.h"
@@ -23,6 +24,7 @@
 #include "train/objective/rollout_eval.h"
 #include "train/parallel/data_parallel.h"
 #include "train/run/checkpoint_cadence.h"
+#include "train/state/disk_need.h"
 #include "train/step/batches.h"
 
 namespace ctune::train {
@@ -178,12 +180,39 @@ void Session::refuse_what_cannot_fit(const Ledger& ledger) const {
   throw OutOfMemory(std::move(facts));
 }
 
+// A run whose checkpoints or result cannot fit the disk would fail at its first checkpoint that
+// does not, after every step since the one before (docs/planning.md, "Running out of disk").
+// What --overwrite is about to remove counts as free.
+std::string Session::refuse_what_cannot_be_written(std::int64_t resumed) const {
+  const Ledger& ledger = *ledger_;
+  const WeightFiles files{plan_.model_dir, plan_.tokenizer_dir, plan_.checkpoint.shard_bytes};
+  const std::int64_t weights = 4 * ledger.trainable_parameters + plan_.method->weight_metadata_bytes(files);
+  const RunWrites writes{weights + ledger.optimizer_bytes_per_parameter * ledger.trainable_parameters, weights};
+  CheckpointSchedule schedule{std::max<std::int64_t>(0, resumed), plan_.trainer.max_steps, plan_.checkpoint.every_n_steps,
+                              plan_.checkpoint.keep_last, 0, resumed >= 0};
+  const fs::path& dir = plan_.output_dir;
+  std::int64_t free = free_bytes_at(dir);
+  std::error_code ec;
+  if (options_.resume) {
+    for (const auto& e : fs::directory_iterator(CheckpointManager::dir_for(dir, 0).parent_path(), ec))
+      if (io::checkpoint_step(e.path()) >= 0) ++schedule.existing;
+  } else if (free >= 0) {
+    for (const auto& name : io::run_outputs()) free += bytes_under(dir / name);
+  }
+  const DiskNeed need = train::refuse_what_cannot_be_written(dir, writes, schedule, free);
+  return "disk         a checkpoint " + format_bytes(writes.checkpoint) + ", the result " + format_bytes(writes.result) + ": at most " +
+         format_bytes(need.bytes) + " more on disk (" + std::to_string(need.at_once) + " checkpoint" + (need.at_once == 1 ? "" : "s") +
+         " at once)" + (free >= 0 ? ", of " + format_bytes(free) + " free" : std::string());
+}
+
 // 2. The run directory, locked for this process; where the run stands: a checkpoint to resume
 //    from (after every check), and the directory to match. Rank 0 owns the directory; the other
 //    ranks only read checkpoints, and log warnings and errors (their progress lines would repeat
 //    rank 0's).
 Session::ResumePoint Session::open_run_dir(std::optional<io::DirLock>& lock, const Json& inputs) {
+  std::string disk;  // what the run writes against what is free: logged with the plan
   if (writer()) {
+    if (!options_.resume) disk = refuse_what_cannot_be_written(-1);  // before the directory is made
     std::error_code ec;
     fs::create_directories(plan_.output_dir, ec);
     if (ec) throw IoError(plan_.output_dir.string() + ": cannot create directory (" + ec.message() + ")");
@@ -207,12 +236,14 @@ Session::ResumePoint Session::open_run_dir(std::optional<io::DirLock>& lock, con
                                                  identities, at.state->sampler.batch_size);
       for (const auto& note : notes) spdlog::info("note: {}", note);
     }
+    if (writer()) disk = refuse_what_cannot_be_written(at.state ? at.state->step : -1);
   }
   if (writer()) {
     prepare_run_dir(at.dir, at.state ? at.state->step : 0);
     log_to_run_dir(plan_.output_dir);
     io::write_file_atomic(plan_.output_dir / io::kRecipeFile, plan_.recipe_yaml());
     log_lines(plan_.summary());
+    spdlog::info("{}", disk);
   }
   comm_.barrier("waiting for rank 0 to prepare output_dir");
   return at;

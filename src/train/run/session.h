@@ -63,6 +63,10 @@ class Session {
   TrainResult run_steps();
   void start_process() const;
   void refuse_what_cannot_fit(const Ledger& ledger) const;
+  // Rank 0, before the run writes anything: its checkpoints and result past the disk's free
+  // space (train/state/disk_need.h). `resumed`: the step of the checkpoint resumed from (-1: none).
+  // Returns the line the plan's summary gets.
+  std::string refuse_what_cannot_be_written(std::int64_t resumed) const;
   ResumePoint open_run_dir(std::optional<io::DirLock>& lock, const Json& inputs);
   void refuse_if_nothing_learned(const TrainResult& result) const;
   std::shared_ptr<const ReferenceTable> precomputed_reference(model::CausalLM& lm, DataParallel& parallel) const;
