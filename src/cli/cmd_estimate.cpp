@@ -57,8 +57,14 @@ int run_estimate(const EstimateOptions& o) {
   const distributed::World world = planned_world(o.nproc, o.nodes);  // N ranks over K nodes of N/K each
   const auto plan = train::plan_run(Recipe::load(o.recipe, o.overrides), world, train::PlanScope::shapes);
   const auto ledger = train::estimate_memory(train::ledger_inputs(plan, ops::memory_now(plan.device)));
+  // And on disk: what its checkpoints and result take (docs/planning.md, "Running out of disk").
+  const train::RunWrites writes = train::run_writes(plan, ledger);
+  const train::DiskNeed disk = train::disk_need(writes, train::checkpoint_schedule(plan));
   if (o.json) {
-    std::cout << ledger.to_json().dump() << std::endl;
+    Json j = ledger.to_json();
+    j["disk"] = {{"checkpoint_bytes", writes.checkpoint}, {"result_bytes", writes.result}, {"peak_bytes", disk.bytes},
+                 {"checkpoints_at_once", disk.at_once}, {"peak_moment", disk.moment}};
+    std::cout << j.dump() << std::endl;
   } else {
     std::cout << "memory ledger per rank for " << o.recipe;
     if (o.nproc > 1) {
@@ -66,6 +72,10 @@ int run_estimate(const EstimateOptions& o) {
                 << plan.distributed.strategy << (plan.distributed.cpu_offload ? ", CPU offload" : "") << ")";
     }
     std::cout << "\n" << ledger.to_text();
+    std::cout << "disk             a checkpoint " << format_bytes(writes.checkpoint) << ", the result " << format_bytes(writes.result)
+              << ": at most " << format_bytes(disk.bytes) << " in output_dir (" << disk.at_once << " checkpoint"
+              << (disk.at_once == 1 ? "" : "s") << " at once when " << disk.moment << ", checkpoint.keep_last "
+              << plan.checkpoint.keep_last << ")\n";
   }
   return 0;
 }

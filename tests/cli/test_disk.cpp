@@ -13,14 +13,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <string>
 
+#include "core/json.h"
 #include "run_ctune.h"
 
 namespace fs = std::filesystem;
 
 namespace {
+using ctune::Json;
 using ctune::testing::ctune;
 using ctune::testing::expect_one_line_failure;
 
@@ -33,12 +34,6 @@ std::int64_t bytes_under(const fs::path& dir) {
   for (const auto& e : fs::recursive_directory_iterator(dir))
     if (e.is_regular_file()) bytes += static_cast<std::int64_t>(e.file_size());
   return bytes;
-}
-
-// "34.2 MB" -> bytes, and the precision format_bytes prints it with (three significant digits).
-std::pair<double, double> parse_size(const std::string& number, const std::string& unit) {
-  const double scale = unit == "GB" ? 1e9 : unit == "MB" ? 1e6 : unit == "kB" ? 1e3 : 1.0;
-  return {std::stod(number) * scale, 0.005 * std::stod(number) * scale};
 }
 
 class Disk : public ::testing::Test {
@@ -64,29 +59,32 @@ class Disk : public ::testing::Test {
   }
 };
 
-// What the run says it writes is what it writes: a checkpoint's files and the result's, against
-// the sizes on the plan's "disk" line.
+// What `estimate` predicts the run writes is what it writes: a checkpoint's files and the
+// result's, and the plan's "disk" line says the same.
 TEST_F(Disk, ThePredictionIsWhatTheRunWrites) {
   const fs::path run = kDir / "run";
   write(kDir / "run.yaml", recipe(run));
+  const auto estimate = ctune({"estimate", (kDir / "run.yaml").string(), "--json"});
+  ASSERT_EQ(estimate.status, 0) << estimate.err;
+  const Json disk = Json::parse(estimate.out)["disk"];
+  const auto checkpoint = disk["checkpoint_bytes"].get<std::int64_t>(), result = disk["result_bytes"].get<std::int64_t>();
+  // Checkpoints at steps 4, 8 and 12, all kept, and the result after them.
+  EXPECT_EQ(disk["checkpoints_at_once"].get<std::int64_t>(), 3);
+  EXPECT_EQ(disk["peak_bytes"].get<std::int64_t>(), 3 * checkpoint + result);
   const auto r = ctune({"train", (kDir / "run.yaml").string()});
   ASSERT_EQ(r.status, 0) << r.err;
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(r.err, m, std::regex(R"(disk +a checkpoint ([0-9.]+) (kB|MB|GB), the result ([0-9.]+) (kB|MB|GB): at most ([0-9.]+) (kB|MB|GB) more on disk \(3 checkpoints at once\))")))
-      << r.err;
-  const auto [checkpoint, checkpoint_rounding] = parse_size(m[1], m[2]);
-  const auto [result, result_rounding] = parse_size(m[3], m[4]);
+  EXPECT_NE(r.err.find("more on disk (3 checkpoints at once), of "), std::string::npos) << r.err;
   // The state's small files (trainer_state.json, rng.safetensors, recipe.yaml, MANIFEST.json,
-  // config.json, safetensors headers) are not predicted: a few kilobytes.
-  const double small = 32e3;
+  // config.json) and the safetensors headers are not predicted: 21 kB here.
+  const std::int64_t small = 32000;
   for (const char* step : {"step_00000004", "step_00000008", "step_00000012"}) {
-    const auto written = static_cast<double>(bytes_under(run / "checkpoints" / step));
-    EXPECT_GE(written, checkpoint - checkpoint_rounding) << step;
-    EXPECT_LE(written, checkpoint + checkpoint_rounding + small) << step;
+    const auto written = bytes_under(run / "checkpoints" / step);
+    EXPECT_GE(written, checkpoint) << step;
+    EXPECT_LE(written, checkpoint + small) << step;
   }
-  const auto written = static_cast<double>(bytes_under(run / "model"));
-  EXPECT_GE(written, result - result_rounding);
-  EXPECT_LE(written, result + result_rounding + small);
+  const auto written = bytes_under(run / "model");
+  EXPECT_GE(written, result);
+  EXPECT_LE(written, result + small);
 }
 
 // Past the space free, in one line naming what it would write and the keep_last that fits; no

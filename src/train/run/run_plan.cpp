@@ -471,6 +471,20 @@ static std::int64_t rows_per_record(const RunPlan& p) {
   return data::examples_per_record(p.data.format) * (generates(p.objective) ? p.objective.num_generations : 1);
 }
 
+RunWrites run_writes(const RunPlan& plan, const Ledger& ledger) {
+  const WeightFiles files{plan.model_dir, plan.tokenizer_dir, plan.checkpoint.shard_bytes};
+  const std::int64_t weights = 4 * ledger.trainable_parameters + plan.method->weight_metadata_bytes(files);
+  return {weights + ledger.optimizer_bytes_per_parameter * ledger.trainable_parameters, weights};
+}
+
+CheckpointSchedule checkpoint_schedule(const RunPlan& plan) {
+  CheckpointSchedule s;
+  s.max_steps = plan.trainer.max_steps;
+  s.every_n_steps = plan.checkpoint.every_n_steps;
+  s.keep_last = plan.checkpoint.keep_last;
+  return s;
+}
+
 LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   LedgerInputs in;
   in.config = p.model_config;

@@ -27,6 +27,7 @@
 #include "train/run/distributed_plan.h"
 #include "train/objective/objectives.h"
 #include "train/run/method.h"
+#include "train/state/disk_need.h"
 #include "train/step/grad_scaler.h"
 #include "train/step/optimizer.h"
 #include "train/step/trainer.h"
@@ -132,6 +133,12 @@ model::CausalLM build_reference(const RunPlan& plan);
 // The memory ledger's inputs for this plan; `runtime_bytes` is the process's resident memory
 // before the model is built.
 LedgerInputs ledger_inputs(const RunPlan& plan, std::int64_t runtime_bytes);
+
+// What the plan's run writes (train/state/disk_need.h): a checkpoint and the result, from the
+// ledger's trainable count and optimizer state and the method's files beside the tensors; and
+// when it checkpoints and keeps, for a run from its start into an empty output_dir.
+RunWrites run_writes(const RunPlan& plan, const Ledger& ledger);
+CheckpointSchedule checkpoint_schedule(const RunPlan& plan);
 
 // The memory and speed techniques `ctune plan` chooses (train/plan/planner.h), as the recipe's
 // planned keys hold them (core/recipe_schema.h).

@@ -184,12 +184,10 @@ void Session::refuse_what_cannot_fit(const Ledger& ledger) const {
 // does not, after every step since the one before (docs/planning.md, "Running out of disk").
 // What --overwrite is about to remove counts as free.
 std::string Session::refuse_what_cannot_be_written(std::int64_t resumed) const {
-  const Ledger& ledger = *ledger_;
-  const WeightFiles files{plan_.model_dir, plan_.tokenizer_dir, plan_.checkpoint.shard_bytes};
-  const std::int64_t weights = 4 * ledger.trainable_parameters + plan_.method->weight_metadata_bytes(files);
-  const RunWrites writes{weights + ledger.optimizer_bytes_per_parameter * ledger.trainable_parameters, weights};
-  CheckpointSchedule schedule{std::max<std::int64_t>(0, resumed), plan_.trainer.max_steps, plan_.checkpoint.every_n_steps,
-                              plan_.checkpoint.keep_last, 0, resumed >= 0};
+  const RunWrites writes = run_writes(plan_, *ledger_);
+  CheckpointSchedule schedule = checkpoint_schedule(plan_);
+  schedule.first_step = std::max<std::int64_t>(0, resumed);
+  schedule.protects_one = resumed >= 0;
   const fs::path& dir = plan_.output_dir;
   std::int64_t free = free_bytes_at(dir);
   std::error_code ec;
