@@ -72,10 +72,7 @@ int run_estimate(const EstimateOptions& o) {
                 << plan.distributed.strategy << (plan.distributed.cpu_offload ? ", CPU offload" : "") << ")";
     }
     std::cout << "\n" << ledger.to_text();
-    std::cout << "disk             a checkpoint " << format_bytes(writes.checkpoint) << ", the result " << format_bytes(writes.result)
-              << ": at most " << format_bytes(disk.bytes) << " in output_dir (" << disk.at_once << " checkpoint"
-              << (disk.at_once == 1 ? "" : "s") << " at once when " << disk.moment << ", checkpoint.keep_last "
-              << plan.checkpoint.keep_last << ")\n";
+    std::cout << "disk             " << train::describe(writes, disk) << ", when " << disk.moment << "\n";
   }
   return 0;
 }

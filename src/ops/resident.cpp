@@ -97,8 +97,11 @@ std::optional<std::int64_t> address_space_limit() {
   return static_cast<std::int64_t>(as.rlim_cur);
 }
 
-HostCapacity host_capacity() {
+HostCapacity host_capacity(int sharing) {
   HostCapacity c = resident_capacity();
+  if (sharing > 1) {
+    c = {c.bytes / sharing, "a rank's share (1 of the " + std::to_string(sharing) + " on this machine) of " + c.source};
+  }
   if (auto as = address_space_limit(); as && *as < c.bytes) c = {*as, kAddressSpaceLimit};
   return c;
 }

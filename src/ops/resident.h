@@ -24,7 +24,9 @@ struct HostCapacity {
   std::int64_t bytes = 0;
   std::string source;  // "the machine's memory", "its cgroup's memory.max", "its address-space limit (ulimit -v)"
 };
-HostCapacity host_capacity();
+// `sharing`: processes on this machine that share its memory and cgroup alike (the ranks of a
+// node), of which this one may hold its share; ulimit -v is each process's own.
+HostCapacity host_capacity(int sharing = 1);
 
 // The parts of host_capacity, each bound in its own kind: what is resident is bounded by the
 // machine's memory and the cgroup's limit (past them the OOM killer ends the process), what is

@@ -9,18 +9,13 @@ namespace ctune::train {
 
 namespace {
 
-// What the device has: the GPU's memory (ops/device.h), or what this process can hold on the CPU
-// (ops/resident.h). Ranks on one machine share its memory and its cgroup (the ranks of `--nproc`,
-// of torchrun and of srun on a node run in the job's one cgroup), so each may hold its share of
-// them; ulimit -v is each process's own (docs/planning.md, "Running out of memory").
+// What the device has: the GPU's memory (ops/device.h), or this rank's share of what the process
+// can hold on the CPU (ops/resident.h): ranks on one machine share its memory and its cgroup (the
+// ranks of `--nproc`, of torchrun and of srun on a node run in the job's one cgroup)
+// (docs/planning.md, "Running out of memory").
 ops::HostCapacity capacity_of(const at::Device& device, int ranks_here) {
   if (!device.is_cpu()) return {ops::device_total_bytes(device), "the device's memory"};
-  ops::HostCapacity c = ops::resident_capacity();
-  if (ranks_here > 1) {
-    c = {c.bytes / ranks_here, "a rank's share (1 of the " + std::to_string(ranks_here) + " on this machine) of " + c.source};
-  }
-  if (auto as = ops::address_space_limit(); as && *as < c.bytes) c = {*as, ops::kAddressSpaceLimit};
-  return c;
+  return ops::host_capacity(ranks_here);
 }
 
 std::string describe(const OutOfMemoryFacts& f) {

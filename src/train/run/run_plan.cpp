@@ -471,9 +471,10 @@ static std::int64_t rows_per_record(const RunPlan& p) {
   return data::examples_per_record(p.data.format) * (generates(p.objective) ? p.objective.num_generations : 1);
 }
 
+WeightFiles weight_files(const RunPlan& plan) { return {plan.model_dir, plan.tokenizer_dir, plan.checkpoint.shard_bytes}; }
+
 RunWrites run_writes(const RunPlan& plan, const Ledger& ledger) {
-  const WeightFiles files{plan.model_dir, plan.tokenizer_dir, plan.checkpoint.shard_bytes};
-  const std::int64_t weights = 4 * ledger.trainable_parameters + plan.method->weight_metadata_bytes(files);
+  const std::int64_t weights = 4 * ledger.trainable_parameters + plan.method->weight_metadata_bytes(weight_files(plan));
   return {weights + ledger.optimizer_bytes_per_parameter * ledger.trainable_parameters, weights};
 }
 

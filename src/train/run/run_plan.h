@@ -134,6 +134,10 @@ model::CausalLM build_reference(const RunPlan& plan);
 // before the model is built.
 LedgerInputs ledger_inputs(const RunPlan& plan, std::int64_t runtime_bytes);
 
+// Where the run's weights take their files beside the tensors from (the base, the tokenizer), and
+// how large a shard may be.
+WeightFiles weight_files(const RunPlan& plan);
+
 // What the plan's run writes (train/state/disk_need.h): a checkpoint and the result, from the
 // ledger's trainable count and optimizer state and the method's files beside the tensors; and
 // when it checkpoints and keeps, for a run from its start into an empty output_dir.

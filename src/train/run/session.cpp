@@ -198,9 +198,7 @@ std::string Session::refuse_what_cannot_be_written(std::int64_t resumed) const {
     for (const auto& name : io::run_outputs()) free += bytes_under(dir / name);
   }
   const DiskNeed need = train::refuse_what_cannot_be_written(dir, writes, schedule, free);
-  return "disk         a checkpoint " + format_bytes(writes.checkpoint) + ", the result " + format_bytes(writes.result) + ": at most " +
-         format_bytes(need.bytes) + " more on disk (" + std::to_string(need.at_once) + " checkpoint" + (need.at_once == 1 ? "" : "s") +
-         " at once)" + (free >= 0 ? ", of " + format_bytes(free) + " free" : std::string());
+  return "disk         " + describe(writes, need) + (free >= 0 ? ", of " + format_bytes(free) + " free" : std::string());
 }
 
 // 2. The run directory, locked for this process; where the run stands: a checkpoint to resume
@@ -329,7 +327,7 @@ TrainResult Session::run_steps() {
   CheckpointManager checkpoints(plan.output_dir, plan.checkpoint.keep_last);
   if (resume.dir) checkpoints.protect(*resume.dir);
   if (writer()) checkpoints.apply_retention();
-  const WeightFiles files{plan.model_dir, plan.tokenizer_dir, plan.checkpoint.shard_bytes};
+  const WeightFiles files = weight_files(plan);
   CheckpointSources sources{lm, plan.method.get(), files, {}, &sampler, plan.recipe_yaml(), &scaler, inputs, nullptr, {}};
   sources.source = rollouts.get();  // several ranks: each rank's batches, gathered for the checkpoint
   CheckpointCadence cadence(plan, checkpoints, sources, parallel, lm, comm_, resume.state ? resume.state->step : -1);

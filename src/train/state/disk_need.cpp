@@ -44,6 +44,12 @@ DiskNeed disk_need(const RunWrites& writes, const CheckpointSchedule& s) {
   return worst;
 }
 
+std::string describe(const RunWrites& writes, const DiskNeed& need) {
+  return "a checkpoint " + format_bytes(writes.checkpoint) + ", the result " + format_bytes(writes.result) + ": at most " +
+         format_bytes(need.bytes) + " more on disk (" + std::to_string(need.at_once) + " checkpoint" + (need.at_once == 1 ? "" : "s") +
+         " at once)";
+}
+
 std::int64_t free_bytes_at(const fs::path& path) {
   std::error_code ec;
   fs::path at = fs::absolute(path, ec);

@@ -37,6 +37,9 @@ struct DiskNeed {
 };
 
 DiskNeed disk_need(const RunWrites& writes, const CheckpointSchedule& schedule);
+// "a checkpoint 34.2 MB, the result 11.4 MB: at most 114 MB more on disk (3 checkpoints at
+// once)": what `train` logs and `estimate` prints.
+std::string describe(const RunWrites& writes, const DiskNeed& need);
 
 // Bytes free to this process on the filesystem `path` is (or would be) on: its nearest existing
 // ancestor's (-1: unknown).
