@@ -328,5 +328,17 @@ sres=$?
 [ $stz -eq 143 ] && [ $sres -eq 0 ] && grep -q "Ctrl-Z (SIGTSTP)" "$W/tstp.log"
 result "Ctrl-Z on the launcher" $? "exit $stz with a checkpoint, resume exit $sres"
 
+# 18. ulimit -v from below the libraries' start to a run that trains: each limit trains or ends
+#     in one "out of memory" line, never a hang (OpenBLAS's mmap retry loop) or a signal.
+ladder=ok
+for mb in $(seq 700 100 2500); do
+  (ulimit -v $((mb * 1024)); ulimit -t 120; ct train "$R" output_dir="$W/ladder" training.max_steps=2 --overwrite >"$W/ladder.log" 2>&1)
+  sl=$?
+  [ $sl -eq 0 ] && break
+  { [ $sl -eq 1 ] && tail -n 1 "$W/ladder.log" | grep -q '^ctune: out of memory: '; } || { ladder="$mb MB: exit $sl"; break; }
+done
+[ "$ladder" = ok ] && [ $sl -eq 0 ]
+result "ulimit -v ladder" $? "${ladder/ok/every limit up to $mb MB refused in one line, then trained}"
+
 echo "fault drill: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -27,6 +27,7 @@
 #include "infer/exact_match.h"
 #include "model/config.h"
 #include "ops/tensor_pool.h"
+#include "ops/threads.h"
 #include "train/run/run_plan.h"
 #include "train/step/batches.h"
 #include "train/objective/objectives.h"
@@ -109,7 +110,7 @@ int run_eval(EvalOptions o) {
     overrides.push_back("peft.init_from=" + Json(o.adapter).dump());
   }
   auto plan = train::plan_run(recipe_for(o, overrides));
-  at::set_num_threads(plan.threads);
+  ops::use_threads(plan.threads);
   ops::use_allocator(plan.exact_allocator);  // memory.allocator, as training runs it (ops/tensor_pool.h)
   if (plan.datasets.eval->empty()) {
     throw ConfigError(o.recipe + ": no eval data to evaluate on (set data.eval or data.eval_fraction, or give --data FILE)");

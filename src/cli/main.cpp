@@ -12,6 +12,8 @@
 #include "core/stop_signal.h"
 #include "core/threads.h"
 #include "model/family.h"
+#include "ops/memory_phase.h"
+#include "ops/threads.h"
 
 namespace {
 
@@ -77,7 +79,7 @@ int main(int argc, char** argv) {
   }
   try {
     ctune::init_logging(log_level);
-    at::set_num_threads(ctune::parse_thread_count(threads, "--threads"));
+    ctune::ops::use_threads(ctune::parse_thread_count(threads, "--threads"));
     return run();
   } catch (const ctune::StoppedError& e) {
     return fail(e.kind(), e.what(), e.status());
@@ -85,6 +87,10 @@ int main(int argc, char** argv) {
     return fail(e.kind(), e.what());
   } catch (const c10::Error& e) {
     return fail("error", e.what_without_backtrace());
+  } catch (const std::bad_alloc&) {
+    // An allocation the checks before it did not foresee (a library's own, under ulimit -v).
+    const std::string when = ctune::ops::memory_phase_known() ? " (" + ctune::ops::memory_phase_text() + ")" : "";
+    return fail("out of memory", "an allocation failed" + when + ": past what the process can hold (docs/planning.md)");
   } catch (const std::exception& e) {
     return fail("error", e.what());
   }

@@ -2,6 +2,8 @@
 
 #include <sched.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <thread>
 
 #include "core/error.h"
@@ -17,6 +19,16 @@ int available_cores() {
   }
   unsigned hw = std::thread::hardware_concurrency();
   return hw > 0 ? static_cast<int>(hw) : 1;
+}
+
+int blas_threads_at_start() {
+  int n = available_cores();
+  for (const char* name : {"OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS"}) {
+    const char* value = std::getenv(name);
+    const long set_to = value ? std::atol(value) : 0;
+    if (set_to > 0) return std::min<int>(n, static_cast<int>(std::min<long>(set_to, 1 << 20)));
+  }
+  return n;
 }
 
 int parse_thread_count(const std::string& value, const std::string& where) {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/random_hex.h"
 #include "core/regular_file.h"
 
@@ -71,6 +73,14 @@ std::shared_ptr<MappedFile> MappedFile::open(const fs::path& path) {
     if (p == MAP_FAILED) {
       int err = errno;
       ::close(fd);
+      // Out of address space is a memory shortfall, not a bad file (docs/planning.md, "Running
+      // out of memory").
+      struct rlimit as {};
+      if (err == ENOMEM && ::getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+        throw MemoryError(path.string() + ": mapping its " + format_bytes(static_cast<std::int64_t>(file->size_)) +
+                          " needs address space past the process's limit (ulimit -v " +
+                          format_bytes(static_cast<std::int64_t>(as.rlim_cur)) + ")");
+      }
       throw IoError(path.string() + ": mmap failed (" + errno_text(err) + ")");
     }
     file->data_ = static_cast<std::uint8_t*>(p);

@@ -22,6 +22,8 @@ MemoryPhase::~MemoryPhase() {
 void set_memory_phase_step(std::int64_t step) { g_step.store(step); }
 void set_memory_phase_layer(std::int64_t layer) { g_layer.store(layer); }
 
+bool memory_phase_known() { return g_phase.load() != nullptr || g_step.load() > 0; }
+
 std::string memory_phase_text() {
   const char* phase = g_phase.load();
   const std::int64_t step = g_step.load(), layer = g_layer.load();

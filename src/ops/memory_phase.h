@@ -36,6 +36,8 @@ void set_memory_phase_layer(std::int64_t layer);
 
 // "step 3, forward of layer 5", "step 3, optimizer step", "loading the model".
 std::string memory_phase_text();
+// Whether a phase or a step is set (training, or a command that names its phases).
+bool memory_phase_known();
 
 // An allocation the memory limit (or the system) refused: what it asked for, what was in use
 // then (the memory memory_now counts) and the limit (0: none, the system refused).

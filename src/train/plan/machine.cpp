@@ -14,6 +14,7 @@
 #include "io/file.h"
 #include "ops/compute.h"
 #include "ops/tensor_pool.h"
+#include "ops/threads.h"
 #include "quant/quantized_linear.h"
 
 namespace ctune::train {
@@ -24,7 +25,7 @@ namespace {
 // LibTorch's intra-op threads set for a scope, restored after it (an exception included).
 class IntraOpThreads {
  public:
-  explicit IntraOpThreads(int threads) : before_(at::get_num_threads()) { at::set_num_threads(threads); }
+  explicit IntraOpThreads(int threads) : before_(at::get_num_threads()) { ops::use_threads(threads); }
   ~IntraOpThreads() { at::set_num_threads(before_); }
   IntraOpThreads(const IntraOpThreads&) = delete;
   IntraOpThreads& operator=(const IntraOpThreads&) = delete;

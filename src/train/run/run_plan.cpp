@@ -40,6 +40,8 @@ template <typename F>
 auto for_key(const Recipe& r, const std::string& key, F&& f) -> decltype(f()) {
   try {
     return f();
+  } catch (const MemoryError&) {
+    throw;  // what the process can hold, not the key's value
   } catch (const Error& e) {
     r.fail(key, e.what());
   }

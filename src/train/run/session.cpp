@@ -17,6 +17,7 @@
 #include "ops/memory.h"
 #include "ops/memory_phase.h"
 #include "ops/tensor_pool.h"
+#include "ops/threads.h"
 #include "train/observe/memory_report.h"
 #include "train/observe/metrics.h"
 #include "train/objective/objectives.h"
@@ -157,7 +158,7 @@ void Session::prepare_run_dir(const std::optional<fs::path>& resume_dir, std::in
 //    100x slower; they appear once optimizer state and gradients hold tiny values. Flush them to
 //    zero (FTZ/DAZ), as torch.set_flush_denormal(True).
 void Session::start_process() const {
-  at::set_num_threads(plan_.threads);
+  ops::use_threads(plan_.threads);
   at::globalContext().setFlushDenormal(true);
   ops::use_allocator(plan_.exact_allocator);
   if (plan_.memory_limit > 0) ops::set_memory_limit(plan_.device, plan_.memory_limit);
@@ -174,10 +175,32 @@ void Session::start_process() const {
 // the run goes.
 void Session::refuse_what_cannot_fit(const Ledger& ledger) const {
   OutOfMemoryFacts facts = out_of_memory_facts(plan_.device, 0, &ledger, plan_.world.local_size);
+  if (plan_.device.is_cpu()) hold_to_address_space(facts);
   if (facts.capacity <= 0 || ledger.peak_bytes <= facts.capacity) return;
   facts.phase = "before loading the model";
   facts.predicted_only = true;
   throw OutOfMemory(std::move(facts));
+}
+
+// Under ulimit -v what must fit is address space, of which the ledger's resident bytes are only
+// a part: what is mapped now (the libraries, the compute runtimes' reservations made by
+// ops::use_threads) and the model's weight files, mapped as it loads, stand beside the run's
+// tensors. The capacity a plan must fit is the limit less those (in the ledger's terms: its
+// runtime line, what is resident now, is already part of what is mapped). Counting the limit
+// as resident memory let runs through that then failed in OpenBLAS's allocation retry loop.
+void Session::hold_to_address_space(OutOfMemoryFacts& facts) const {
+  const auto limit = ops::address_space_limit();
+  if (!limit) return;
+  std::int64_t files = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(plan_.model_dir, ec))
+    if (e.is_regular_file(ec) && e.path().extension() == ".safetensors") files += static_cast<std::int64_t>(e.file_size(ec));
+  const std::int64_t beside = ops::mapped_bytes() - facts.runtime + files;
+  const std::int64_t capacity = *limit - beside;
+  if (capacity >= facts.capacity) return;
+  facts.capacity = capacity;
+  facts.capacity_source = std::string(ops::kAddressSpaceLimit) + " less the " + format_bytes(beside) +
+                          " mapped beside the run's memory (libraries, thread buffers, the model's files)";
 }
 
 // A run whose checkpoints or result cannot fit the disk would fail at its first checkpoint that

@@ -63,6 +63,7 @@ class Session {
   TrainResult run_steps();
   void start_process() const;
   void refuse_what_cannot_fit(const Ledger& ledger) const;
+  void hold_to_address_space(OutOfMemoryFacts& facts) const;
   // Rank 0, before the run writes anything: its checkpoints and result past the disk's free
   // space (train/state/disk_need.h). `resumed`: the step of the checkpoint resumed from (-1: none).
   // Returns the line the plan's summary gets.
