@@ -53,46 +53,93 @@ std::vector<std::string> own_command_line() {
   return args;
 }
 
+// Rank `rank`'s environment: this process's, with the torchrun variables and the store's.
+std::vector<std::string> rank_environment(int rank, int nproc, const StoreServer& store) {
+  const std::pair<const char*, std::string> vars[] = {
+      {"RANK", std::to_string(rank)},        {"WORLD_SIZE", std::to_string(nproc)},
+      {"LOCAL_RANK", std::to_string(rank)},  {"LOCAL_WORLD_SIZE", std::to_string(nproc)},
+      {"MASTER_ADDR", "127.0.0.1"},          {"CTUNE_STORE_SOCKET", store.socket_path()},
+      {"CTUNE_STORE_SECRET", store.secret()}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+      {"TORCHELASTIC_RESTART_COUNT", "0"}};
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    bool replaced = false;
+    for (const auto& [name, value] : vars) replaced |= entry.substr(0, entry.find('=')) == name;
+    if (!replaced) env.emplace_back(entry);
+  }
+  for (const auto& [name, value] : vars) env.push_back(std::string(name) + "=" + value);
+  return env;
+}
+
+std::vector<char*> pointers(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// `from` as `to` in a child about to exec: dup2 leaves close-on-exec set when they are the
+// same descriptor (a launcher started with stdout closed gets a pipe at fd 1).
+void install_fd(int from, int to) {
+  if (from == to) ::fcntl(to, F_SETFD, 0);
+  else ::dup2(from, to);
+}
+
 struct Rank {
   pid_t pid;
   LineRelay out, err;
   bool running = true;
 };
 
-// Starts rank `rank`, its stdout and stderr pipes whose read ends the launcher relays.
-Rank start_rank(int rank, int nproc, const StoreServer& store, const std::vector<std::string>& args) {
-  int out[2], err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) throw IoError(std::string("--nproc: pipe: ") + std::strerror(errno));
+// Starts rank `rank`, its stdout and stderr pipes whose read ends the launcher relays. Every
+// descriptor the launcher opens is close-on-exec, so a rank (and what it starts) inherits only
+// its own stdin, stdout and stderr. Everything the child needs is built before fork: the
+// launcher has threads (the store's), and the child only calls what is safe after fork.
+Rank start_rank(int rank, int nproc, const StoreServer& store, std::vector<std::string> args) {
+  std::vector<std::string> env = rank_environment(rank, nproc, store);
+  const std::vector<char*> argv = pointers(args), envp = pointers(env);
+  int out[2] = {-1, -1}, err[2] = {-1, -1};
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+    const int e = errno;
+    for (int fd : {out[0], out[1], err[0], err[1]})
+      if (fd >= 0) ::close(fd);
+    throw IoError("--nproc: cannot create the pipes of rank " + std::to_string(rank) + ": " + std::strerror(e));
+  }
+  const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
     // The child: its own process group (a terminal's Ctrl-C reaches it once, through the
-    // launcher), killed if the launcher dies, output into the launcher's pipes.
+    // launcher), killed if the launcher dies (also if it died before prctl), output into the
+    // launcher's pipes.
     ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    ::dup2(out[1], STDOUT_FILENO);
-    ::dup2(err[1], STDERR_FILENO);
-    const std::pair<const char*, std::string> vars[] = {
-        {"RANK", std::to_string(rank)},        {"WORLD_SIZE", std::to_string(nproc)},
-        {"LOCAL_RANK", std::to_string(rank)},  {"LOCAL_WORLD_SIZE", std::to_string(nproc)},
-        {"MASTER_ADDR", "127.0.0.1"},          {"CTUNE_STORE_SOCKET", store.socket_path()},
-        {"CTUNE_STORE_SECRET", store.secret()}, {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-        {"TORCHELASTIC_RESTART_COUNT", "0"}};
-    for (const auto& [name, value] : vars) ::setenv(name, value.c_str(), 1);
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv("/proc/self/exe", argv.data());
-    const std::string line = std::string("ctune: cannot start rank: ") + std::strerror(errno) + "\n";
-    write_fully(STDERR_FILENO, line);
+    if (::getppid() != launcher) ::_exit(127);
+    install_fd(out[1], STDOUT_FILENO);
+    install_fd(err[1], STDERR_FILENO);
+    ::execve("/proc/self/exe", argv.data(), envp.data());
+    static const char kCannot[] = "ctune: cannot start rank: ";
+    write_fully(STDERR_FILENO, kCannot);
+    write_fully(STDERR_FILENO, std::strerror(errno));
+    write_fully(STDERR_FILENO, "\n");
     ::_exit(127);
   }
+  const int e = errno;
   ::close(out[1]);
   ::close(err[1]);
-  return Rank{pid, LineRelay(out[0], STDOUT_FILENO, rank), LineRelay(err[0], STDERR_FILENO, rank)};
+  Rank r{pid, LineRelay(out[0], STDOUT_FILENO, rank), LineRelay(err[0], STDERR_FILENO, rank)};
+  if (pid < 0) throw IoError("--nproc: cannot start rank " + std::to_string(rank) + ": " + std::strerror(e));
+  return r;
 }
 
 int exit_status(int wait_status) {
   return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
+}
+
+std::string how_it_ended(int wait_status) {
+  if (WIFEXITED(wait_status)) return "exited with status " + std::to_string(WEXITSTATUS(wait_status));
+  const int sig = WTERMSIG(wait_status);
+  return "was killed by signal " + std::to_string(sig) + " (" + ::strsignal(sig) + ")";
 }
 
 // The ranks of one launch. Whatever ends the launch (an exception included), none outlives it.
@@ -104,7 +151,7 @@ class Ranks {
     try {
       for (int r = 0; r < nproc; ++r) ranks_.push_back(start_rank(r, nproc, store, args));
     } catch (...) {
-      end_all();  // the launch fails; the ranks started must not wait for the missing one
+      end_all();  // a rank that cannot start fails the launch; those started must not wait for it
       throw;
     }
   }
@@ -195,12 +242,11 @@ int launch_local(int nproc, std::chrono::milliseconds grace) {
     if (status == 0 || first_failure != 0) return;
     first_failure = status;
     const int live = ranks.live();
-    if (live == 0) return;
-    kill_at = Clock::now() + grace;
+    if (live > 0) kill_at = Clock::now() + grace;
     // Stopped by SIGTERM or SIGINT: saved and stopped as asked, nothing to report.
     if (status == 128 + SIGTERM || status == 128 + SIGINT) return;
-    write_fully(STDERR_FILENO, "ctune: rank " + std::to_string(rank) + " exited with status " + std::to_string(status) +
-                                   "; stopping the other ranks\n");
+    write_fully(STDERR_FILENO, "ctune: rank " + std::to_string(rank) + " " + how_it_ended(wait_status) +
+                                   (live > 0 ? "; stopping the other ranks\n" : "\n"));
   };
   while (ranks.live() > 0) {
     forward_signal(ranks);

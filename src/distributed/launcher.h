@@ -8,7 +8,7 @@
 // would time each other out), and when one rank fails gives the others `grace` to exit on their
 // own, then kills them. Returns once every rank has exited, whoever else still holds their
 // output (docs/distributed.md, "The launcher"), the exit status of the first rank that failed
-// (0 when all succeed).
+// (0 when all succeed). Throws IoError when a rank cannot be started (the others are killed).
 #pragma once
 
 #include <chrono>
