@@ -11,7 +11,8 @@
 #   `--resume key=value`, an fp16 run whose every step overflows; the --nproc store against a
 #   stranger (and `ss -ltnp`), links planted at staging names and the lock, a merge whose weights
 #   are inf/NaN, a sharded checkpoint without a rank's shard, consolidate onto the base, reports
-#   of default runs and of hostile metrics, Ctrl-Z on the --nproc launcher.
+#   of default runs and of hostile metrics, Ctrl-Z on the --nproc launcher, a rank's 1 GB stderr
+#   line and a rank's child holding its stderr under the --nproc launcher.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -339,6 +340,47 @@ for mb in $(seq 700 100 2500); do
 done
 [ "$ladder" = ok ] && [ $sl -eq 0 ]
 result "ulimit -v ladder" $? "${ladder/ok/every limit up to $mb MB refused in one line, then trained}"
+
+# 19-20. The --nproc launcher and what a rank's reward program (GRPO reward.command, whose
+#     stderr is the rank's) does to it: a 10^9-byte stderr line without a newline, relayed in
+#     64 KiB pieces with the launcher's memory bounded; a background child holding the ranks'
+#     stderr, while the launcher returns when its ranks have exited (issue 70).
+for i in $(seq 0 7); do echo "{\"prompt\": \"Add $i and 3 = \", \"answer\": \"$((i + 3))\"}"; done >"$W/prompts.jsonl"
+grpo_with() {  # grpo_with NAME PROGRAM_LINE: $W/NAME.yaml, GRPO on 2 steps rewarded by a program
+  printf '#!/bin/sh\n%s\nwhile IFS= read -r l; do echo 0.5; done\n' "$2" >"$W/$1.sh" && chmod +x "$W/$1.sh"
+  cat >"$W/$1.yaml" <<EOF
+output_dir: $W/$1
+model: {path: $W/model}
+data: {train: $W/prompts.jsonl, format: prompt, chat_format: plain, max_seq_len: 64}
+peft: {method: lora, rank: 4, alpha: 8, dropout: 0.0, target_modules: [q_proj, v_proj]}
+optimizer: {name: adamw, lr: 3.0e-3}
+training: {batch_size: 1, grad_accum: 1, max_steps: 2, eval_every: 0}
+checkpoint: {every_n_steps: 0}
+objective: {name: grpo, num_generations: 4, max_new_tokens: 4}
+reward: {command: [$W/$1.sh], timeout_s: 60}
+EOF
+}
+grpo_with long-line '[ "$RANK" = 0 ] && head -c 1000000000 /dev/zero | tr "\0" x >&2'
+# Only the first 100 characters of each relayed line are kept (the line itself is 1 GB).
+"$CTUNE" --threads 1 train "$W/long-line.yaml" --nproc 2 >/dev/null 2> >(cut -c1-100 >"$W/long-line.log") &
+launcher=$!
+hwm=0
+while k=$(awk '/^VmHWM/ {print $2}' "/proc/$launcher/status" 2>/dev/null) && [ -n "$k" ]; do hwm=$k; sleep 0.05; done
+wait $launcher
+sll=$?
+sleep 1  # cut finishing the log
+pieces=$(grep -c '^\[rank 0, continued\] x' "$W/long-line.log")
+[ $sll -eq 0 ] && [ "$pieces" -ge 15258 ] && [ $((hwm / 1024)) -lt 300 ]
+result "--nproc rank's 1 GB stderr line" $? "exit $sll, $pieces continued pieces of 64 KiB, launcher peak $((hwm / 1024)) MB"
+
+grpo_with sleeper "sleep 600 & echo \$! >>$W/sleepers"
+start=$(date +%s.%N)
+timeout -s KILL 120 "$CTUNE" --threads 1 train "$W/sleeper.yaml" --nproc 2 >"$W/sleeper.log" 2>&1
+sdh=$?
+secs=$(/usr/bin/python3 -c "print(round($(date +%s.%N) - $start, 1))")
+kill $(cat "$W/sleepers" 2>/dev/null) 2>/dev/null
+[ $sdh -eq 0 ]
+result "--nproc: stderr held by a child" $? "exit $sdh after ${secs} s, the reward program's \`sleep 600 &\` still holding the ranks' stderr"
 
 echo "fault drill: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

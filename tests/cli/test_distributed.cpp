@@ -581,13 +581,15 @@ TEST_F(Distributed, ADeadRankStopsTheOthersAndTheRunResumesExactly) {
   ASSERT_EQ(r.status, 0) << r.err;
   expect_identical(trajectory(run), trajectory(reference), "resumed after a dead rank");
 
-  // The launcher stops the survivors when a rank dies and reports the dead rank's status.
+  // The launcher stops the survivors when a rank dies, exits with the dead rank's status and
+  // says in one line how it died (a killed rank says nothing itself).
   const fs::path launched = kDir / "dead-launched";
   ::setenv("CTUNE_KILL_AT", "step:3:mid@1", 1);
   const auto l = ctune({"train", yaml, "output_dir=" + launched.string(), "--nproc", "2"});
   ::unsetenv("CTUNE_KILL_AT");
   EXPECT_EQ(l.status, 137) << l.err;
-  EXPECT_NE(l.err.find("ctune: rank 1 exited with status 137; stopping the other ranks"), std::string::npos) << l.err;
+  EXPECT_NE(l.err.find("\nctune: rank 1 was killed by signal 9 (Killed); stopping the other ranks\n"), std::string::npos) << l.err;
+  EXPECT_EQ(l.err.find("\nctune: rank 0 "), std::string::npos) << "one line, for the rank that died first: " << l.err;
 }
 
 TEST_F(Distributed, AFrozenRankFailsTheRunWithinTheTimeout) {
