@@ -9,6 +9,8 @@
 #   h512   the case of issue 31: Llama, hidden 512, 8 layers, vocabulary 512, sequence 256, batch 4
 #   qwen3  Qwen3-0.6B's layer (hidden 1024, GQA 16/8, head 128, q/k norms, vocab 151936, tied)
 #          with 4 layers, sequence 256, batch 2
+#   gqa    h512 with 8/4 heads (issue 70's shape); deep: hidden 256, 16 layers, 8/2 heads,
+#          vocabulary 8192, sequence 512, batch 2 (neither shaped the ledger's terms)
 # LoRA rows are rank 8 on all linear layers unless named "q/v". "2 ranks" rows run two processes
 # (--nproc 2, one thread each); the measured peak is rank 0's. Rows named "exact" run with
 # memory.allocator: exact, the others with the default allocator (ALLOCATOR=exact: all rows).
@@ -37,11 +39,20 @@ json.dump(h512, open(f"{out}/h512.json", "w"), indent=1)
 qwen3 = json.load(open("recipes/models/qwen3-0.6b.json"))
 qwen3.update(num_hidden_layers=4, bos_token_id=256, eos_token_id=257)
 json.dump(qwen3, open(f"{out}/qwen3.json", "w"), indent=1)
+# Shapes unlike the calibration ones (issue 70): issue 70's h512 with grouped queries (8/4), and a
+# deep narrow model with a larger vocabulary and long rows.
+gqa = dict(h512, num_key_value_heads=4)
+json.dump(gqa, open(f"{out}/gqa.json", "w"), indent=1)
+deep = dict(h512, hidden_size=256, intermediate_size=704, num_hidden_layers=16, num_attention_heads=8, num_key_value_heads=2,
+            vocab_size=8192)
+json.dump(deep, open(f"{out}/deep.json", "w"), indent=1)
 PY
 declare -A SHAPE=(  # shape -> config | sequence | batch
   [smol]="$MODEL_CONFIG|$SEQ|$BATCH"
   [h512]="$OUT/h512.json|256|4"
   [qwen3]="$OUT/qwen3.json|256|2"
+  [gqa]="$OUT/gqa.json|256|4"
+  [deep]="$OUT/deep.json|512|2"
 )
 for shape in "${!SHAPE[@]}"; do
   IFS='|' read -r config _ _ <<<"${SHAPE[$shape]}"
@@ -92,6 +103,16 @@ GRID=(
   "qwen3 full bf16|qwen3|qwen3|$FULL $BF16"
   "qwen3 full bf16 selective|qwen3|qwen3|$FULL $BF16 $CKPT=selective"
   "qwen3 lora bf16 2 ranks|qwen3|qwen3|$BF16 threads=1 --nproc 2"
+  "gqa lora fp32|gqa|gqa|"
+  "gqa lora fp32 ckpt|gqa|gqa|$CKPT=full"
+  "gqa full fp32|gqa|gqa|$FULL"
+  "gqa full fp32 ckpt|gqa|gqa|$FULL $CKPT=full"
+  "deep lora fp32|deep|deep|"
+  "deep lora fp32 ckpt|deep|deep|$CKPT=full"
+  "deep lora bf16|deep|deep|$BF16"
+  "deep lora bf16 ckpt|deep|deep|$BF16 $CKPT=full"
+  "deep lora bf16 every 2nd|deep|deep|$BF16 $CKPT=every_n:2"
+  "deep full fp32 ckpt|deep|deep|$FULL $CKPT=full"
 )
 : >"$OUT/results.jsonl"
 for row in "${GRID[@]}"; do

@@ -45,6 +45,14 @@ void reserve_on_every_thread(int threads) {
 
 }  // namespace
 
+std::int64_t step_runtime_bytes(bool cpu, int threads) {
+  // Measured on an AMD EPYC (AVX2) with OpenBLAS 0.3.21, a 56M and a 95M-parameter Llama, LoRA
+  // and full, with and without recompute: code paged in 8.8-8.9 MB; anonymous memory outside the
+  // pool 7.5-8.7 MB with 1 thread, 8.8-10.2 MB with 2.
+  constexpr std::int64_t kCode = 9000000, kScratch = 6000000, kPerThread = 1500000;
+  return cpu ? kCode + kScratch + kPerThread * std::max(1, threads) : 0;
+}
+
 std::int64_t per_thread_reservation() { return kBlasBufferBytes + kMallocArenaBytes + default_stack_bytes(); }
 
 void use_threads(int threads) {

@@ -18,4 +18,11 @@ void use_threads(int threads);
 // What the runtimes reserve per thread, for the line above and its test (bytes).
 std::int64_t per_thread_reservation();
 
+// What a training step adds to a CPU process outside its tensors, which the memory ledger
+// counts beside them: the code of the step's kernels, paged in at their first call (LibTorch's
+// backward kernels, OpenBLAS's), and the runtimes' scratch outside the tensor pool (OpenBLAS's
+// packing buffers, per-thread malloc arenas). Measured, not derived: 15 MB and 1.5 MB a thread
+// (docs/formats.md#memory-formulas). 0 on a GPU, whose ledger counts the device's memory.
+std::int64_t step_runtime_bytes(bool cpu, int threads);
+
 }  // namespace ctune::ops

@@ -61,6 +61,7 @@ struct LedgerInputs {
   bool prefetch = false;              // full_shard: the next part gathered while one computes
   double momentum = 0.9;
   std::int64_t runtime_bytes = 0;  // the process before training: libraries, tokenizer, data
+  std::int64_t step_runtime_bytes = 0;  // what a step adds outside its tensors (ops::step_runtime_bytes)
   // Compiled GEMM kernels the step adds outside the tensor pool (ops::gemm_kernel_cache_bytes):
   // counted for models with experts, whose routed row counts change every step.
   std::int64_t kernel_cache_bytes = 0;

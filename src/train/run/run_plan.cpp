@@ -25,6 +25,7 @@
 #include "ops/cpu_gemm.h"
 #include "ops/device.h"
 #include "ops/fused_optimizer.h"
+#include "ops/threads.h"
 #include "peft/adapter_io.h"
 #include "tokenizer/load.h"
 #include "train/objective/rewards.h"
@@ -542,6 +543,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.prefetch = p.distributed.prefetch;
   in.momentum = p.optimizer.momentum;
   in.runtime_bytes = runtime_bytes;
+  in.step_runtime_bytes = ops::step_runtime_bytes(p.device.is_cpu(), p.threads);
   in.exact_allocator = p.exact_allocator;
   // The attention runs in the matmul dtype (the ledger's c): the compute dtype, or under fp32
   // precision the weights' storage dtype.
