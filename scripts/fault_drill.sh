@@ -382,5 +382,19 @@ kill $(cat "$W/sleepers" 2>/dev/null) 2>/dev/null
 [ $sdh -eq 0 ]
 result "--nproc: stderr held by a child" $? "exit $sdh after ${secs} s, the reward program's \`sleep 600 &\` still holding the ranks' stderr"
 
+# 21. Issue 70's 552-byte config: 16384 experts on each of 1024 layers, in a 4 GB address space.
+cat >"$W/experts.json" <<'EOF'
+{"model_type": "qwen3_moe", "vocab_size": 2, "hidden_size": 2, "intermediate_size": 1, "moe_intermediate_size": 1,
+ "num_hidden_layers": 1024, "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 2,
+ "num_experts": 16384, "num_experts_per_tok": 1, "tie_word_embeddings": true}
+EOF
+(ulimit -v 4000000 && ct init --config "$W/experts.json" --out "$W/experts-model") >"$W/ex1.log" 2>&1
+sx1=$?
+(ulimit -v 4000000 && ct estimate "$R" model.path="$W/experts.json") >"$W/ex2.log" 2>&1
+sx2=$?
+one_line_error $sx1 "$W/ex1.log" && one_line_error $sx2 "$W/ex2.log" && grep -q "must be between 0 and 1024" "$W/ex2.log" &&
+  [ ! -e "$W/experts-model" ]
+result "config of 16M expert modules" $? "init exit $sx1, estimate exit $sx2: $(tail -n 1 "$W/ex2.log" | cut -c8-90)..."
+
 echo "fault drill: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -26,6 +26,23 @@ std::int64_t require_positive(const Json& j, const char* key, const std::string&
   return *v;
 }
 
+// A sparse layer builds one module per expert (model/moe.h: an MLP of three projections), so the
+// module tree's own memory grows with layers x experts whatever the dimensions: 16384 experts on
+// each of 1024 layers, 100 M parameters of a 552-byte config.json, passed every other bound and
+// `ctune estimate` died at 5.3 GB building them. Released models have at most 24576 (Qwen3-Next:
+// 512 experts on 48 layers; Kimi K2 384 on 60); 2^16 leaves room for the next and holds the
+// shape-only model's own memory to about 450 MB (measured, `ctune estimate` of 64 tiny layers:
+// peak 222 MB at 128 experts, 606 MB at 1024, about 6.7 kB a module; docs/families.md).
+void require_few_expert_modules(const ModelConfig& c, const std::string& where) {
+  constexpr std::int64_t kMaxExpertModules = std::int64_t{1} << 16;
+  const auto sparse = std::count(c.arch.moe.sparse_layers.begin(), c.arch.moe.sparse_layers.end(), true);
+  const std::int64_t experts = c.arch.moe.experts * static_cast<std::int64_t>(sparse);
+  if (experts <= kMaxExpertModules) return;
+  throw ConfigError(where + ": " + std::to_string(c.arch.moe.experts) + " experts on each of " + std::to_string(sparse) +
+                    " sparse layers are " + std::to_string(experts) + " expert modules, past any real model (at most " +
+                    std::to_string(kMaxExpertModules) + ")");
+}
+
 }  // namespace
 
 // Reads the rope section from either spelling. v5 puts everything in rope_parameters; v4 has
@@ -231,6 +248,7 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   if (c.rope.type == "longrope") finish_longrope(j, where, c);
   c.tie_word_embeddings = json_bool(j, "tie_word_embeddings", where).value_or(family.default_tied);
   family.parse(j, where, c);
+  require_few_expert_modules(c, where);
 
   auto dtype = json_string(j, "dtype", where);
   if (!dtype) dtype = json_string(j, "torch_dtype", where);

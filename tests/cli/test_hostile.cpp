@@ -252,4 +252,26 @@ TEST_F(Hostile, FilesThatNeverEndAndBadFlagsAreRefusedWithOneLine) {
   EXPECT_NE(j["prompt"].get<std::string>().find("\xEF\xBF\xBD"), std::string::npos) << "invalid bytes shown as U+FFFD";
 }
 
+// Issue 70: 16384 experts on each of 1024 layers (552 bytes) passed every check; `estimate`
+// died by SIGSEGV at 5.3 GB and `init` with std::bad_alloc. Refused in one line before any
+// module is built: under an address space of 4 GB, which building them would exceed.
+TEST_F(Hostile, AConfigOfMillionsOfExpertsIsRefusedBeforeAnythingIsBuilt) {
+  const fs::path config = kDir / "experts.json";
+  write(config, R"({"model_type": "qwen3_moe", "vocab_size": 2, "hidden_size": 2, "intermediate_size": 1, "moe_intermediate_size": 1,
+    "num_hidden_layers": 1024, "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 2,
+    "num_experts": 16384, "num_experts_per_tok": 1, "max_position_embeddings": 64, "tie_word_embeddings": true})");
+  const std::string limit = "ulimit -v 4000000";
+  const std::string expected = "\"num_experts\" must be between 0 and 1024, found 16384";
+  expect_one_line_failure(ctune({"init", "--config", config.string(), "--out", (kDir / "experts-model").string()}, limit), expected, "init");
+  EXPECT_FALSE(fs::exists(kDir / "experts-model"));
+  write(kDir / "experts.yaml", "output_dir: " + (kDir / "experts-run").string() + "\n" + recipe(true));
+  expect_one_line_failure(ctune({"estimate", (kDir / "experts.yaml").string(), "model.path=" + config.string()}, limit), expected, "estimate");
+  // Each bound met, their product not: 1024 experts on 1024 layers.
+  std::string product = slurp(config);
+  product.replace(product.find("16384"), 5, "1024");
+  write(config, product);
+  expect_one_line_failure(ctune({"estimate", (kDir / "experts.yaml").string(), "model.path=" + config.string()}, limit),
+                          "are 1048576 expert modules, past any real model (at most 65536)", "estimate, 2^20 expert modules");
+}
+
 }  // namespace

@@ -146,8 +146,18 @@ std::vector<MalformedCase> write_malformed_cases(const fs::path& root) {
               R"({"model_type":"qwen3_moe",)" + moe + R"(,"num_experts":4,"num_experts_per_tok":2,"mlp_only_layers":[7]})");
   config_case("config_moe_sparse_step", Expect::Config, "\"decoder_sparse_step\" must be >= 1, found 0",
               R"({"model_type":"qwen3_moe",)" + moe + R"(,"num_experts":4,"num_experts_per_tok":2,"decoder_sparse_step":0})");
-  config_case("config_moe_expert_count", Expect::Config, "\"num_local_experts\" must be between 0 and 16384, found 100000",
+  config_case("config_moe_expert_count", Expect::Config, "\"num_local_experts\" must be between 0 and 1024, found 100000",
               R"({"model_type":"mixtral",)" + moe + R"(,"num_local_experts":100000})");
+  // Issue 70's 552 bytes: 16384 tiny experts on each of 1024 layers passed every bound, and
+  // `ctune estimate` died by SIGSEGV at 5.3 GB building their modules.
+  config_case("config_moe_16384_experts_1024_layers", Expect::Config, "\"num_experts\" must be between 0 and 1024, found 16384",
+              R"({"model_type":"qwen3_moe","vocab_size":2,"hidden_size":2,"intermediate_size":1,"moe_intermediate_size":1,)"
+              R"("num_hidden_layers":1024,"num_attention_heads":1,"num_experts":16384,"num_experts_per_tok":1})");
+  // Each bound alone is met (1024 experts, 1024 layers); together they are 2^20 expert modules.
+  config_case("config_moe_module_count", Expect::Config,
+              "1024 experts on each of 1024 sparse layers are 1048576 expert modules, past any real model (at most 65536)",
+              R"({"model_type":"qwen3_moe","vocab_size":2,"hidden_size":2,"intermediate_size":1,"moe_intermediate_size":1,)"
+              R"("num_hidden_layers":1024,"num_attention_heads":1,"num_experts":1024,"num_experts_per_tok":1})");
   config_case("config_gemma3_wrapper_text_config", Expect::Config, "\"text_config\" must be an object, found",
               R"({"model_type":"gemma3","text_config":[1,2]})");
   config_case("config_gemma3_wrapper_text_type", Expect::Unsupported, "text_config model_type \"llama\" is not supported (expected gemma3_text)",
