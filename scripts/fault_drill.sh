@@ -396,5 +396,17 @@ one_line_error $sx1 "$W/ex1.log" && one_line_error $sx2 "$W/ex2.log" && grep -q 
   [ ! -e "$W/experts-model" ]
 result "config of 16M expert modules" $? "init exit $sx1, estimate exit $sx2: $(tail -n 1 "$W/ex2.log" | cut -c8-90)..."
 
+# 22. Rope factors infinite in float32: longrope's original context 1 (ln 1 = 0 divides its
+#     attention factor) and an attention_factor of 1e300.
+bad=0
+for extra in '"original_max_position_embeddings": 1, "rope_scaling": {"type": "longrope", "short_factor": [1, 1], "long_factor": [1, 2]}' \
+             '"rope_scaling": {"type": "longrope", "short_factor": [1, 1], "long_factor": [1, 2], "attention_factor": 1e300}'; do
+  printf '{"model_type": "phi3", "vocab_size": 320, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 4096, %s}\n' "$extra" >"$W/rope.json"
+  rm -rf "$W/rope-model"
+  ct init --config "$W/rope.json" --out "$W/rope-model" --tokenizer byte >"$W/rope.log" 2>&1
+  { one_line_error $? "$W/rope.log" && grep -q "past float32's range" "$W/rope.log" && [ ! -e "$W/rope-model" ]; } || bad=1
+done
+result "infinite rope factor" $bad "$(tail -n 1 "$W/rope.log" | cut -c8-100)..."
+
 echo "fault drill: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
