@@ -408,5 +408,29 @@ for extra in '"original_max_position_embeddings": 1, "rope_scaling": {"type": "l
 done
 result "infinite rope factor" $bad "$(tail -n 1 "$W/rope.log" | cut -c8-100)..."
 
+# 23. plan --write onto a FIFO, a device node (root only), the recipe it reads, an existing file.
+mkfifo "$W/plan-fifo"
+ct plan "$R" --budget 64GB --write "$W/plan-fifo" >"$W/pw1.log" 2>&1
+sp1=$?
+cp "$R" "$W/plan-recipe.yaml"
+recipe_sum=$(md5sum <"$W/plan-recipe.yaml")
+ct plan "$W/plan-recipe.yaml" --budget 64GB --write "$W/plan-recipe.yaml" >"$W/pw2.log" 2>&1
+sp2=$?
+echo precious >"$W/plan-out.yaml"
+ct plan "$R" --budget 64GB --write "$W/plan-out.yaml" >"$W/pw3.log" 2>&1
+sp3=$?
+sp4=1
+device="device node: skipped (needs root)"
+if [ "$(id -u)" -eq 0 ] && mknod "$W/plan-null" c 1 3 2>/dev/null; then  # /dev/null's numbers, in $W
+  ct plan "$R" --budget 64GB --write "$W/plan-null" >"$W/pw4.log" 2>&1
+  sp4=$?
+  [ -c "$W/plan-null" ] || sp4=0
+  device="device node: exit $sp4, now $(stat -c %F "$W/plan-null")"
+fi
+one_line_error $sp1 "$W/pw1.log" && [ -p "$W/plan-fifo" ] && one_line_error $sp2 "$W/pw2.log" &&
+  [ "$recipe_sum" = "$(md5sum <"$W/plan-recipe.yaml")" ] && one_line_error $sp3 "$W/pw3.log" &&
+  [ "$(cat "$W/plan-out.yaml")" = precious ] && [ $sp4 -ne 0 ]
+result "plan --write onto anything" $? "FIFO: exit $sp1, its own recipe: exit $sp2, an existing file: exit $sp3; $device"
+
 echo "fault drill: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
