@@ -432,5 +432,32 @@ one_line_error $sp1 "$W/pw1.log" && [ -p "$W/plan-fifo" ] && one_line_error $sp2
   [ "$(cat "$W/plan-out.yaml")" = precious ] && [ $sp4 -ne 0 ]
 result "plan --write onto anything" $? "FIFO: exit $sp1, its own recipe: exit $sp2, an existing file: exit $sp3; $device"
 
+# 24. A value of reference_logps.safetensors changed between a kill and --resume.
+/usr/bin/python3 - "$W" <<'EOF'
+import json, sys
+with open(f"{sys.argv[1]}/pairs.jsonl", "w") as f:
+    for i in range(60):
+        f.write(json.dumps({"prompt": f"Add {i} and 3 = ", "chosen": str(i + 3), "rejected": str(i + 4)}) + "\n")
+EOF
+cat >"$W/dpo.yaml" <<EOF
+output_dir: $W/dpo
+model: {path: $W/model}
+data: {train: $W/pairs.jsonl, format: preference, chat_format: plain, max_seq_len: 64}
+peft: {method: lora, rank: 4, alpha: 8, target_modules: [q_proj, v_proj]}
+objective: {name: dpo, beta: 0.2, precompute_reference: true}
+optimizer: {name: adamw, lr: 3.0e-3}
+training: {batch_size: 4, grad_accum: 1, max_steps: 12}
+checkpoint: {every_n_steps: 3, keep_last: 2}
+EOF
+CTUNE_KILL_AT=step:7:after ct train "$W/dpo.yaml" >/dev/null 2>&1
+/usr/bin/python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(-1, 2); b = f.read(1); f.seek(-1, 2); f.write(bytes([b[0] ^ 0x80]))' "$W/dpo/reference_logps.safetensors"
+ct train "$W/dpo.yaml" --resume >"$W/dpo1.log" 2>&1
+sd1=$?
+rm -f "$W/dpo/reference_logps.safetensors"
+ct train "$W/dpo.yaml" --resume >"$W/dpo2.log" 2>&1
+sd2=$?
+one_line_error $sd1 "$W/dpo1.log" && grep -q "reference_logps.safetensors: checksum mismatch" "$W/dpo1.log" && [ $sd2 -eq 0 ]
+result "changed reference table on resume" $? "refused: $(tail -n 1 "$W/dpo1.log" | cut -c8-80)...; removed, recomputed (exit $sd2)"
+
 echo "fault drill: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
