@@ -12,7 +12,10 @@
 #   stranger (and `ss -ltnp`), links planted at staging names and the lock, a merge whose weights
 #   are inf/NaN, a sharded checkpoint without a rank's shard, consolidate onto the base, reports
 #   of default runs and of hostile metrics, Ctrl-Z on the --nproc launcher, a rank's 1 GB stderr
-#   line and a rank's child holding its stderr under the --nproc launcher.
+#   line and a rank's child holding its stderr under the --nproc launcher; a config.json of 16M
+#   expert modules, rope factors infinite in float32, plan --write onto a FIFO, a device, its
+#   recipe or an existing file, a changed reference_logps.safetensors on resume, a dangling link as
+#   output_dir and an empty stop string.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -458,6 +461,16 @@ ct train "$W/dpo.yaml" --resume >"$W/dpo2.log" 2>&1
 sd2=$?
 one_line_error $sd1 "$W/dpo1.log" && grep -q "reference_logps.safetensors: checksum mismatch" "$W/dpo1.log" && [ $sd2 -eq 0 ]
 result "changed reference table on resume" $? "refused: $(tail -n 1 "$W/dpo1.log" | cut -c8-80)...; removed, recomputed (exit $sd2)"
+
+# 25. A dangling link as output_dir; an empty stop string in a recipe.
+ln -s "$W/run-gone" "$W/run-link"
+ct train "$R" output_dir="$W/run-link" >"$W/dl.log" 2>&1
+sdl=$?
+ct validate "$R" 'objective.stop=[""]' >"$W/stop.log" 2>&1
+sst=$?
+one_line_error $sdl "$W/dl.log" && grep -q "which does not exist (expected a directory or nothing)" "$W/dl.log" && [ ! -e "$W/run-gone" ] &&
+  one_line_error $sst "$W/stop.log" && grep -q 'found the empty string "" at item 1' "$W/stop.log"
+result "dangling output_dir, empty stop" $? "$(tail -n 1 "$W/dl.log" | cut -c8-90)..."
 
 echo "fault drill: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
