@@ -12,7 +12,10 @@
 #   stranger (and `ss -ltnp`), links planted at staging names and the lock, a merge whose weights
 #   are inf/NaN, a sharded checkpoint without a rank's shard, consolidate onto the base, reports
 #   of default runs and of hostile metrics, Ctrl-Z on the --nproc launcher, a rank's 1 GB stderr
-#   line and a rank's child holding its stderr under the --nproc launcher.
+#   line and a rank's child holding its stderr under the --nproc launcher; a config.json of 16M
+#   expert modules, rope factors infinite in float32, plan --write onto a FIFO, a device, its
+#   recipe or an existing file, a changed reference_logps.safetensors on resume, a dangling link as
+#   output_dir and an empty stop string.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -381,6 +384,93 @@ secs=$(/usr/bin/python3 -c "print(round($(date +%s.%N) - $start, 1))")
 kill $(cat "$W/sleepers" 2>/dev/null) 2>/dev/null
 [ $sdh -eq 0 ]
 result "--nproc: stderr held by a child" $? "exit $sdh after ${secs} s, the reward program's \`sleep 600 &\` still holding the ranks' stderr"
+
+# 21. Issue 70's 552-byte config: 16384 experts on each of 1024 layers, in a 4 GB address space.
+cat >"$W/experts.json" <<'EOF'
+{"model_type": "qwen3_moe", "vocab_size": 2, "hidden_size": 2, "intermediate_size": 1, "moe_intermediate_size": 1,
+ "num_hidden_layers": 1024, "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 2,
+ "num_experts": 16384, "num_experts_per_tok": 1, "tie_word_embeddings": true}
+EOF
+(ulimit -v 4000000 && ct init --config "$W/experts.json" --out "$W/experts-model") >"$W/ex1.log" 2>&1
+sx1=$?
+(ulimit -v 4000000 && ct estimate "$R" model.path="$W/experts.json") >"$W/ex2.log" 2>&1
+sx2=$?
+one_line_error $sx1 "$W/ex1.log" && one_line_error $sx2 "$W/ex2.log" && grep -q "must be between 0 and 1024" "$W/ex2.log" &&
+  [ ! -e "$W/experts-model" ]
+result "config of 16M expert modules" $? "init exit $sx1, estimate exit $sx2: $(tail -n 1 "$W/ex2.log" | cut -c8-90)..."
+
+# 22. Rope factors infinite in float32: longrope's original context 1 (ln 1 = 0 divides its
+#     attention factor) and an attention_factor of 1e300.
+bad=0
+for extra in '"original_max_position_embeddings": 1, "rope_scaling": {"type": "longrope", "short_factor": [1, 1], "long_factor": [1, 2]}' \
+             '"rope_scaling": {"type": "longrope", "short_factor": [1, 1], "long_factor": [1, 2], "attention_factor": 1e300}'; do
+  printf '{"model_type": "phi3", "vocab_size": 320, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2, "max_position_embeddings": 4096, %s}\n' "$extra" >"$W/rope.json"
+  rm -rf "$W/rope-model"
+  ct init --config "$W/rope.json" --out "$W/rope-model" --tokenizer byte >"$W/rope.log" 2>&1
+  { one_line_error $? "$W/rope.log" && grep -q "past float32's range" "$W/rope.log" && [ ! -e "$W/rope-model" ]; } || bad=1
+done
+result "infinite rope factor" $bad "$(tail -n 1 "$W/rope.log" | cut -c8-100)..."
+
+# 23. plan --write onto a FIFO, a device node (root only), the recipe it reads, an existing file.
+mkfifo "$W/plan-fifo"
+ct plan "$R" --budget 64GB --write "$W/plan-fifo" >"$W/pw1.log" 2>&1
+sp1=$?
+cp "$R" "$W/plan-recipe.yaml"
+recipe_sum=$(md5sum <"$W/plan-recipe.yaml")
+ct plan "$W/plan-recipe.yaml" --budget 64GB --write "$W/plan-recipe.yaml" >"$W/pw2.log" 2>&1
+sp2=$?
+echo precious >"$W/plan-out.yaml"
+ct plan "$R" --budget 64GB --write "$W/plan-out.yaml" >"$W/pw3.log" 2>&1
+sp3=$?
+sp4=1
+device="device node: skipped (needs root)"
+if [ "$(id -u)" -eq 0 ] && mknod "$W/plan-null" c 1 3 2>/dev/null; then  # /dev/null's numbers, in $W
+  ct plan "$R" --budget 64GB --write "$W/plan-null" >"$W/pw4.log" 2>&1
+  sp4=$?
+  [ -c "$W/plan-null" ] || sp4=0
+  device="device node: exit $sp4, now $(stat -c %F "$W/plan-null")"
+fi
+one_line_error $sp1 "$W/pw1.log" && [ -p "$W/plan-fifo" ] && one_line_error $sp2 "$W/pw2.log" &&
+  [ "$recipe_sum" = "$(md5sum <"$W/plan-recipe.yaml")" ] && one_line_error $sp3 "$W/pw3.log" &&
+  [ "$(cat "$W/plan-out.yaml")" = precious ] && [ $sp4 -ne 0 ]
+result "plan --write onto anything" $? "FIFO: exit $sp1, its own recipe: exit $sp2, an existing file: exit $sp3; $device"
+
+# 24. A value of reference_logps.safetensors changed between a kill and --resume.
+/usr/bin/python3 - "$W" <<'EOF'
+import json, sys
+with open(f"{sys.argv[1]}/pairs.jsonl", "w") as f:
+    for i in range(60):
+        f.write(json.dumps({"prompt": f"Add {i} and 3 = ", "chosen": str(i + 3), "rejected": str(i + 4)}) + "\n")
+EOF
+cat >"$W/dpo.yaml" <<EOF
+output_dir: $W/dpo
+model: {path: $W/model}
+data: {train: $W/pairs.jsonl, format: preference, chat_format: plain, max_seq_len: 64}
+peft: {method: lora, rank: 4, alpha: 8, target_modules: [q_proj, v_proj]}
+objective: {name: dpo, beta: 0.2, precompute_reference: true}
+optimizer: {name: adamw, lr: 3.0e-3}
+training: {batch_size: 4, grad_accum: 1, max_steps: 12}
+checkpoint: {every_n_steps: 3, keep_last: 2}
+EOF
+CTUNE_KILL_AT=step:7:after ct train "$W/dpo.yaml" >/dev/null 2>&1
+/usr/bin/python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(-1, 2); b = f.read(1); f.seek(-1, 2); f.write(bytes([b[0] ^ 0x80]))' "$W/dpo/reference_logps.safetensors"
+ct train "$W/dpo.yaml" --resume >"$W/dpo1.log" 2>&1
+sd1=$?
+rm -f "$W/dpo/reference_logps.safetensors"
+ct train "$W/dpo.yaml" --resume >"$W/dpo2.log" 2>&1
+sd2=$?
+one_line_error $sd1 "$W/dpo1.log" && grep -q "reference_logps.safetensors: checksum mismatch" "$W/dpo1.log" && [ $sd2 -eq 0 ]
+result "changed reference table on resume" $? "refused: $(tail -n 1 "$W/dpo1.log" | cut -c8-80)...; removed, recomputed (exit $sd2)"
+
+# 25. A dangling link as output_dir; an empty stop string in a recipe.
+ln -s "$W/run-gone" "$W/run-link"
+ct train "$R" output_dir="$W/run-link" >"$W/dl.log" 2>&1
+sdl=$?
+ct validate "$R" 'objective.stop=[""]' >"$W/stop.log" 2>&1
+sst=$?
+one_line_error $sdl "$W/dl.log" && grep -q "which does not exist (expected a directory or nothing)" "$W/dl.log" && [ ! -e "$W/run-gone" ] &&
+  one_line_error $sst "$W/stop.log" && grep -q 'found the empty string "" at item 1' "$W/stop.log"
+result "dangling output_dir, empty stop" $? "$(tail -n 1 "$W/dl.log" | cut -c8-90)..."
 
 echo "fault drill: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -3,7 +3,8 @@
 // docs/planning.md). Keys the recipe sets are kept; keys set to `auto` are searched. Prints the
 // candidates (predicted peak per device, predicted tokens/s, whether each fits), the chosen plan
 // and the ledger lines each of its switches moved. --measure trains the best few candidates for
-// two steps and prints predicted against measured; --write writes the resolved recipe.
+// two steps and prints predicted against measured; --write writes the resolved recipe (a new
+// file, or with --overwrite a regular one that is no input: io/run_dir.h).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,7 +21,9 @@
 #include "core/threads.h"
 #include "io/file.h"
 #include "io/hf_checkpoint.h"
+#include "io/run_dir.h"
 #include "io/run_layout.h"
+#include "train/run/run_plan.h"
 
 namespace ctune::cli {
 
@@ -34,7 +37,7 @@ struct PlanOptions {
   std::string recipe, budget, write;
   std::vector<std::string> overrides;
   int nproc = 1, nodes = 1;
-  bool measure = false, remeasure = false, json = false;
+  bool measure = false, remeasure = false, json = false, overwrite = false;
 };
 
 struct Measured {
@@ -86,6 +89,13 @@ Measured measure_two_steps(const Recipe& recipe, int nproc, const fs::path& dir)
 int run_plan(const PlanOptions& o) {
   const auto world = planned_world(o.nproc, o.nodes);
   const Recipe recipe = Recipe::load(o.recipe, o.overrides);
+  if (!o.write.empty()) {
+    // As every writer: a regular file or nothing, never an input, --overwrite to replace;
+    // refused before the search (seconds, with --measure minutes) is spent.
+    io::NamedPaths inputs = train::recipe_inputs(recipe);
+    inputs.emplace_back("RECIPE", o.recipe);
+    io::refuse_unsafe_output_file(o.write, "--write", inputs, o.overwrite);
+  }
   const auto plan = plan_for_budget(recipe, world, o.budget, false, o.remeasure, o.json);
   if (o.json) return plan.chosen ? 0 : 1;
   if (o.measure) {
@@ -196,6 +206,7 @@ CLI::App* add_plan_command(CLI::App& app, Action& run) {
   cmd->add_option("--nodes", opts->nodes, "...spread over K nodes")->check(CLI::Range(1, 1024));
   cmd->add_flag("--measure", opts->measure, "Train the 3 fastest candidates that fit for two steps each: predicted against measured");
   cmd->add_option("--write", opts->write, "Write the resolved recipe (the chosen plan's values in place of auto) to this file");
+  cmd->add_flag("--overwrite", opts->overwrite, "Replace an existing --write file");
   cmd->add_flag("--json", opts->json, "Print every candidate, the chosen plan and why as one JSON object");
   cmd->add_flag("--remeasure-machine", opts->remeasure, "Measure this machine's GEMM, copy, dequantisation and loopback rates again");
   cmd->callback([opts, &run] { run = [opts] { return run_plan(*opts); }; });

@@ -94,12 +94,13 @@ bool in_range(const KeySpec& spec, double v) {
 
 // Checks `node` against `spec`; returns canonical YAML text or throws with `origin`.
 std::string validate(const KeySpec& spec, const YAML::Node& node, const std::string& origin) {
-  auto bad = [&](const std::string& extra = "") -> std::string {
+  auto refuse = [&](const std::string& found) -> std::string {
     // `auto` on a key whose value has no auto meaning: say which keys the planner owns.
     const bool unplanned_auto = node.IsScalar() && node.Scalar() == kAutoValue && !spec.planned;
-    throw ConfigError(origin + ": `" + spec.key + "` expected " + describe_expected(spec) + ", found " + found_text(node) + extra +
+    throw ConfigError(origin + ": `" + spec.key + "` expected " + describe_expected(spec) + ", found " + found +
                       (unplanned_auto ? " (auto is the planner's value for " + planned_keys_text() + " only)" : ""));
   };
+  auto bad = [&](const std::string& extra = "") { return refuse(found_text(node) + extra); };
   if (spec.planned && node.IsScalar() && node.Scalar() == kAutoValue) return std::string("\"") + kAutoValue + "\"";
   if (is_yaml_null(node)) {
     if (spec.nullable || (spec.required && origin == "default")) return "null";
@@ -139,8 +140,13 @@ std::string validate(const KeySpec& spec, const YAML::Node& node, const std::str
       if (!node.IsSequence()) bad();
       YAML::Emitter e;
       e << YAML::Flow << YAML::BeginSeq;
+      std::size_t index = 0;
       for (const auto& item : node) {
-        if (!item.IsScalar() || item.Scalar().empty()) bad();
+        ++index;
+        // The entry itself, not "a list": `stop: [""]` is one empty string (it would match
+        // before any token), not a list of the wrong shape.
+        if (!item.IsScalar() || item.Scalar().empty())
+          refuse((item.IsScalar() ? std::string("the empty string \"\"") : found_text(item)) + " at item " + std::to_string(index));
         if (!spec.allowed.empty() &&
             std::find(spec.allowed.begin(), spec.allowed.end(), item.Scalar()) == spec.allowed.end()) {
           bad(" (\"" + item.Scalar() + "\" is not one of them)");

@@ -73,10 +73,9 @@ CheckResult check_export(const infer::ScoreResult& source, const infer::ScoreRes
 }
 
 void check_output_path(const fs::path& out, bool overwrite) {
+  io::refuse_unsafe_output_file(out, "--out", {}, overwrite);  // before the magic is read: a FIFO would block it
   std::error_code ec;
   if (fs::exists(out, ec)) {
-    if (fs::is_directory(out, ec)) throw ConfigError(out.string() + ": is a directory (expected a file path)");
-    if (!overwrite) throw ConfigError(out.string() + ": exists (pass --overwrite to replace it)");
     // --overwrite replaces an earlier export, never another kind of file (an input's weights).
     std::ifstream in(out, std::ios::binary);
     char magic[4] = {0};

@@ -70,8 +70,9 @@ CheckResult compare_scores(const infer::ScoreResult& reference, const infer::Sco
 CheckResult check_export(const infer::ScoreResult& source, const infer::ScoreResult& exported, io::GgmlType type,
                          const std::function<infer::ScoreResult()>& rounded_source, const std::string& what);
 
-// ConfigError when `out` is a directory, or exists and overwrite is false. Called before any work
-// and again by write_checked.
+// ConfigError when `out` is not a regular file or nothing, or exists and overwrite is false
+// (io::refuse_unsafe_output_file), or exists and is not a GGUF file. Called before any work and
+// again by write_checked.
 void check_output_path(const std::filesystem::path& out, bool overwrite);
 
 // Writes `writer` to a temporary file beside `out`, runs `check` on that file, and only when it

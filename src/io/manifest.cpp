@@ -103,16 +103,44 @@ std::string input_fingerprint(const fs::path& path) {
   return hex(XXH64_digest(state.get()));
 }
 
+ManifestEntry manifest_entry(const fs::path& dir, const std::string& file) {
+  const fs::path path = dir / file;
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec) throw IoError(path.string() + ": cannot read its size (" + ec.message() + ")");
+  return {file, static_cast<std::uint64_t>(size), file_checksum(path)};
+}
+
+Json entry_to_json(const ManifestEntry& entry) { return {{"file", entry.file}, {"size", entry.size}, {"xxh64", hex(entry.xxh64)}}; }
+
+std::optional<ManifestEntry> entry_from_json(const Json& j) {
+  const bool typed = j.is_object() && j.contains("file") && j["file"].is_string() && j.contains("size") &&
+                     j["size"].is_number_unsigned() && j.contains("xxh64") && j["xxh64"].is_string();
+  if (!typed) return std::nullopt;
+  const std::string digits = j["xxh64"].get<std::string>();
+  if (digits.size() != 16 || digits.find_first_not_of("0123456789abcdef") != std::string::npos) return std::nullopt;
+  return ManifestEntry{j["file"].get<std::string>(), j["size"].get<std::uint64_t>(), std::stoull(digits, nullptr, 16)};
+}
+
+std::string verify_entry(const fs::path& dir, const ManifestEntry& entry) {
+  const fs::path file = dir / entry.file;
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return file.string() + ": listed in the manifest but missing";
+  const auto size = static_cast<std::uint64_t>(fs::file_size(file, ec));
+  if (size != entry.size) return file.string() + ": " + std::to_string(size) + " bytes, the manifest says " + std::to_string(entry.size);
+  if (file_checksum(file) != entry.xxh64) return file.string() + ": checksum mismatch (corrupted)";
+  return "";
+}
+
 std::vector<ManifestEntry> write_manifest(const fs::path& dir) {
   std::vector<ManifestEntry> entries;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     if (!e.is_regular_file() || e.path().filename() == kManifestName) continue;
-    entries.push_back({fs::relative(e.path(), dir).generic_string(), static_cast<std::uint64_t>(e.file_size()),
-                       file_checksum(e.path())});
+    entries.push_back(manifest_entry(dir, fs::relative(e.path(), dir).generic_string()));
   }
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.file < b.file; });
   Json files = Json::array();
-  for (const auto& m : entries) files.push_back({{"file", m.file}, {"size", m.size}, {"xxh64", hex(m.xxh64)}});
+  for (const auto& m : entries) files.push_back(entry_to_json(m));
   write_file_atomic(dir / kManifestName, Json({{"format", "ctune-manifest-1"}, {"files", files}}).dump(1) + "\n");
   return entries;
 }
@@ -131,24 +159,17 @@ std::string verify_manifest(const fs::path& dir, const std::vector<std::string>&
   if (j["files"].empty()) return path.string() + ": lists no files (an empty manifest proves nothing)";
   std::set<std::string> listed;
   for (const auto& f : j["files"]) {
-    const bool typed = f.is_object() && f.contains("file") && f["file"].is_string() && f.contains("size") &&
-                       f["size"].is_number_unsigned() && f.contains("xxh64") && f["xxh64"].is_string();
-    if (!typed) {
-      return path.string() + ": malformed entry " + f.dump().substr(0, 120) +
-             " (expected {\"file\": string, \"size\": unsigned integer, \"xxh64\": string})";
+    auto entry = entry_from_json(f);
+    if (!entry) {
+      return path.string() + ": malformed entry " + f.dump().substr(0, 120) + " (expected " + kManifestEntryShape + ")";
     }
-    const fs::path relative = fs::path(f["file"].get<std::string>()).lexically_normal();
+    const fs::path relative = fs::path(entry->file).lexically_normal();
     if (relative.empty() || relative.is_absolute() || *relative.begin() == "..") {
-      return path.string() + ": entry \"" + f["file"].get<std::string>() + "\" is outside the checkpoint directory";
+      return path.string() + ": entry \"" + entry->file + "\" is outside the checkpoint directory";
     }
     listed.insert(relative.generic_string());
-    const fs::path file = dir / relative;
-    if (!fs::exists(file, ec)) return file.string() + ": listed in the manifest but missing";
-    const auto size = static_cast<std::uint64_t>(fs::file_size(file, ec));
-    if (size != f["size"].get<std::uint64_t>()) {
-      return file.string() + ": " + std::to_string(size) + " bytes, the manifest says " + std::to_string(f["size"].get<std::uint64_t>());
-    }
-    if (hex(file_checksum(file)) != f["xxh64"].get<std::string>()) return file.string() + ": checksum mismatch (corrupted)";
+    entry->file = relative.generic_string();
+    if (std::string problem = verify_entry(dir, *entry); !problem.empty()) return problem;
   }
   for (const auto& name : required) {
     if (!listed.count(name)) return path.string() + ": does not list " + name + " (not a complete checkpoint)";

@@ -5,8 +5,11 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "core/json.h"
 
 namespace ctune::io {
 
@@ -20,6 +23,19 @@ struct ManifestEntry {
 
 // XXH64 (seed 0) of a file's bytes, streamed.
 std::uint64_t file_checksum(const std::filesystem::path& path);
+
+// dir/file's entry now: its size and checksum.
+ManifestEntry manifest_entry(const std::filesystem::path& dir, const std::string& file);
+
+// An entry as a manifest lists it; and back, nullopt when `json` is not one.
+inline constexpr const char* kManifestEntryShape = "{\"file\": string, \"size\": unsigned integer, \"xxh64\": 16 hex digits}";
+Json entry_to_json(const ManifestEntry& entry);
+std::optional<ManifestEntry> entry_from_json(const Json& json);
+
+// "" when dir/entry.file has the entry's size and checksum; otherwise what differs, naming the
+// file. A file kept beside a checkpoint (objective.precompute_reference's table, whose entry the
+// checkpoint records) is verified as the checkpoint's own files are.
+std::string verify_entry(const std::filesystem::path& dir, const ManifestEntry& entry);
 
 // Hashes every regular file under `dir` (recursively, manifest excluded) and writes
 // dir/MANIFEST.json atomically. Returns the entries.

@@ -28,6 +28,24 @@ fs::path resolved(const fs::path& p) {
   return r;
 }
 
+// What stands at `path` when it is neither a regular file nor a directory nor nothing, in
+// words ("a FIFO", "a symbolic link to /gone, which does not exist"); "" otherwise.
+std::string odd_node(const fs::path& path) {
+  std::error_code ec;
+  const auto link = fs::symlink_status(path, ec);
+  const auto target = fs::status(path, ec);
+  if (fs::is_symlink(link) && !fs::exists(target)) {
+    return "a symbolic link to " + fs::read_symlink(path, ec).string() + ", which does not exist";
+  }
+  switch (target.type()) {
+    case fs::file_type::fifo: return "a FIFO";
+    case fs::file_type::socket: return "a socket";
+    case fs::file_type::character: return "a character device";
+    case fs::file_type::block: return "a block device";
+    default: return "";
+  }
+}
+
 }  // namespace
 
 bool holds(const fs::path& dir, const fs::path& path) {
@@ -41,6 +59,8 @@ bool holds(const fs::path& dir, const fs::path& path) {
 }
 
 void refuse_unsafe_output(const fs::path& out, const std::string& what, const NamedPaths& inputs) {
+  if (const std::string odd = odd_node(out); !odd.empty())
+    throw ConfigError(what + " " + out.string() + ": is " + odd + " (expected a directory or nothing)");
   const fs::path r = resolved(out);
   if (r == r.root_path()) throw ConfigError(what + " " + out.string() + ": refusing to write into the root directory");
   if (const char* home = std::getenv("HOME"); home && *home && r == resolved(home)) {
@@ -52,6 +72,23 @@ void refuse_unsafe_output(const fs::path& out, const std::string& what, const Na
                         "); writing or replacing results there could destroy it (choose another directory)");
     }
   }
+}
+
+void refuse_unsafe_output_file(const fs::path& out, const std::string& what, const NamedPaths& inputs, bool overwrite) {
+  std::error_code ec;
+  if (fs::is_directory(out, ec)) throw ConfigError(what + " " + out.string() + ": is a directory (expected a regular file or nothing)");
+  if (const std::string odd = odd_node(out); !odd.empty())
+    throw ConfigError(what + " " + out.string() + ": is " + odd + " (expected a regular file or nothing)");
+  for (const auto& [name, path] : inputs) {
+    if (path.empty()) continue;
+    // The input itself (any name of it: a link, a hard link), or a file inside an input directory.
+    const bool same = resolved(path) == resolved(out) || fs::equivalent(path, out, ec);
+    if (same || holds(path, out)) {
+      throw ConfigError(what + " " + out.string() + ": is " + (same ? "" : "inside ") + "this command's input " + name + " (" +
+                        path.string() + "); writing there could destroy it (choose another file)");
+    }
+  }
+  if (fs::exists(out, ec) && !overwrite) throw ConfigError(what + " " + out.string() + ": exists (pass --overwrite to replace it)");
 }
 
 bool is_run_dir(const fs::path& dir) {

@@ -19,9 +19,17 @@ using NamedPaths = std::vector<std::pair<std::string, std::filesystem::path>>;
 // Whether `dir` is `path` or one of its ancestors, after resolving ".", ".." and symbolic links.
 bool holds(const std::filesystem::path& dir, const std::filesystem::path& path);
 
-// Throws ConfigError naming `what` (e.g. "output_dir") when `out` is "/", the home directory, or
-// a directory that holds one of `inputs` (writing or replacing there could destroy them).
+// Throws ConfigError naming `what` (e.g. "output_dir") when `out` is "/", the home directory, a
+// symbolic link to nothing (creating the directory would fail with a bare "File exists"), or a
+// directory that holds one of `inputs` (writing or replacing there could destroy them).
 void refuse_unsafe_output(const std::filesystem::path& out, const std::string& what, const NamedPaths& inputs);
+
+// The same for a file a command writes (`what`: "--write"): a regular file or nothing. Refused:
+// anything else (a directory, FIFO, socket, device or link to nothing: the write's rename would
+// replace the node itself, /dev/null as any file), one of `inputs` or a file inside one (even
+// with `overwrite`), and an existing file without `overwrite`. Checked before anything is
+// computed; the write itself stages and renames (io::write_file_atomic).
+void refuse_unsafe_output_file(const std::filesystem::path& out, const std::string& what, const NamedPaths& inputs, bool overwrite);
 
 // The file that marks a directory as a ctune run (io::kRunMarker, written when the run starts),
 // and the test for it: the marker, or an older run's recipe.yaml beside its metrics.jsonl or

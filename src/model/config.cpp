@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "model/family.h"
@@ -24,6 +25,66 @@ std::int64_t require_positive(const Json& j, const char* key, const std::string&
                       std::to_string(kMaxDimension) + ")");
   }
   return *v;
+}
+
+// A number as config.json would spell it ("1e+300", "4096.0"); "inf" past double's range.
+std::string number_text(double v) {
+  if (std::isfinite(v)) return Json(v).dump();
+  return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
+}
+
+// Every value a rope type derives from its keys enters float32 math (inv_freq, cos and sin are
+// float32, as transformers computes them), where anything past float32's range is infinite and
+// every rotation after it garbage: refused, naming the key and the value (`given`) that made it.
+void require_finite_in_fp32(double derived, const std::string& where, const std::string& key, const std::string& given,
+                            const std::string& what) {
+  if (std::isfinite(derived) && std::abs(derived) <= static_cast<double>(std::numeric_limits<float>::max())) return;
+  throw ConfigError(where + ": \"" + key + "\" " + given + " makes " + what + " " + number_text(derived) +
+                    ", past float32's range (at most 3.4e38; expected a value that keeps it finite)");
+}
+
+// Each rope type's derived values (docs/formats.md#rope), bounded by the fastest base frequency
+// max_i θ^(−2i/d): 1, or θ^(−(d−2)/d) when θ < 1. dynamic and yarn are refused by parse_rope,
+// so they derive nothing here.
+void require_finite_rope(const RopeConfig& r, std::int64_t head_dim, const std::string& where) {
+  const double d = static_cast<double>(r.rotary_dim(head_dim));
+  const double fastest = std::max(1.0, std::pow(r.theta, -(d - 2) / d));
+  require_finite_in_fp32(fastest, where, "rope_theta", number_text(r.theta), "the fastest rotary frequency theta^(-(d-2)/d)");
+  if (r.type == "linear" || r.type == "llama3")
+    require_finite_in_fp32(fastest / r.factor, where, "factor", number_text(r.factor), "the scaled frequency inv_freq / factor");
+  if (r.type == "llama3") {
+    const auto l0 = static_cast<double>(r.original_max_position);
+    require_finite_in_fp32(l0 / r.low_freq_factor, where, "low_freq_factor", number_text(r.low_freq_factor),
+                           "the wavelength original_max_position_embeddings / low_freq_factor");
+    require_finite_in_fp32(l0 / r.high_freq_factor, where, "high_freq_factor", number_text(r.high_freq_factor),
+                           "the wavelength original_max_position_embeddings / high_freq_factor");
+    require_finite_in_fp32(1.0 / (r.high_freq_factor - r.low_freq_factor), where, "high_freq_factor", number_text(r.high_freq_factor),
+                           "the blend's 1 / (high_freq_factor - low_freq_factor)");
+  }
+  if (r.type == "longrope") {
+    for (auto [key, factors] : {std::pair{"short_factor", &r.short_factor}, std::pair{"long_factor", &r.long_factor}}) {
+      const double smallest = *std::min_element(factors->begin(), factors->end());
+      require_finite_in_fp32(fastest / smallest, where, key, number_text(smallest), "the scaled frequency inv_freq / " + std::string(key));
+    }
+    require_finite_in_fp32(r.attention_factor, where, "attention_factor", number_text(r.attention_factor), "the scale of cos and sin");
+  }
+}
+
+// A sparse layer builds one module per expert (model/moe.h: an MLP of three projections), so the
+// module tree's own memory grows with layers x experts whatever the dimensions: 16384 experts on
+// each of 1024 layers, 100 M parameters of a 552-byte config.json, passed every other bound and
+// `ctune estimate` died at 5.3 GB building them. Released models have at most 24576 (Qwen3-Next:
+// 512 experts on 48 layers; Kimi K2 384 on 60); 2^16 leaves room for the next and holds the
+// shape-only model's own memory to about 450 MB (measured, `ctune estimate` of 64 tiny layers:
+// peak 222 MB at 128 experts, 606 MB at 1024, about 6.7 kB a module; docs/families.md).
+void require_few_expert_modules(const ModelConfig& c, const std::string& where) {
+  constexpr std::int64_t kMaxExpertModules = std::int64_t{1} << 16;
+  const auto sparse = std::count(c.arch.moe.sparse_layers.begin(), c.arch.moe.sparse_layers.end(), true);
+  const std::int64_t experts = c.arch.moe.experts * static_cast<std::int64_t>(sparse);
+  if (experts <= kMaxExpertModules) return;
+  throw ConfigError(where + ": " + std::to_string(c.arch.moe.experts) + " experts on each of " + std::to_string(sparse) +
+                    " sparse layers are " + std::to_string(experts) + " expert modules, past any real model (at most " +
+                    std::to_string(kMaxExpertModules) + ")");
 }
 
 }  // namespace
@@ -150,6 +211,9 @@ static void finish_longrope(const Json& j, const std::string& where, ModelConfig
   if (r.attention_factor == 0) {
     r.attention_factor = r.factor <= 1.0 ? 1.0
                                          : std::sqrt(1.0 + std::log(r.factor) / std::log(static_cast<double>(r.original_max_position)));
+    // An original context of 1 divides by ln 1 = 0 (transformers raises ZeroDivisionError there).
+    require_finite_in_fp32(r.attention_factor, where, "original_max_position_embeddings", std::to_string(r.original_max_position),
+                           "longrope's attention factor sqrt(1 + ln(factor " + number_text(r.factor) + ") / ln(original))");
   }
   const auto pairs = static_cast<std::size_t>(r.rotary_dim(c.head_dim) / 2);
   if (r.short_factor.size() != pairs || r.long_factor.size() != pairs) {
@@ -231,6 +295,9 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   if (c.rope.type == "longrope") finish_longrope(j, where, c);
   c.tie_word_embeddings = json_bool(j, "tie_word_embeddings", where).value_or(family.default_tied);
   family.parse(j, where, c);
+  require_finite_rope(c.rope, c.head_dim, where);  // after the family: Gemma 3 reads its ropes itself
+  if (c.arch.local_rope) require_finite_rope(*c.arch.local_rope, c.head_dim, where + ": the sliding layers' rope");
+  require_few_expert_modules(c, where);
 
   auto dtype = json_string(j, "dtype", where);
   if (!dtype) dtype = json_string(j, "torch_dtype", where);

@@ -92,6 +92,17 @@ std::string last_line(const std::string& err) {
   return pos == std::string::npos ? text : text.substr(pos + 1);
 }
 
+// XORs `mask` into the byte `from_end` bytes before the end of `file`, its size kept.
+void flip_bits(const fs::path& file, int from_end, int mask) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-from_end, std::ios::end);
+  char c = 0;
+  f.read(&c, 1);
+  f.seekp(-from_end, std::ios::end);
+  c = static_cast<char>(c ^ mask);
+  f.write(&c, 1);
+}
+
 ctune::testing::Run train_with_kill(const fs::path& recipe_path, const std::string& kill_at, bool resume,
                                     const std::vector<std::string>& extra = {}) {
   if (kill_at.empty()) {
@@ -432,6 +443,33 @@ TEST_F(Checkpoints, KilledDpoFullPrecomputedRunResumesBitIdentical) {
     worst = std::max(worst, std::abs(std::stod(a[i].substr(a[i].rfind(' ') + 1)) - std::stod(b[i].substr(b[i].rfind(' ') + 1))));
   // fp32 forwards of the same rows in batches of other lengths: ~1e-7 relative on losses near 1.
   EXPECT_TRUE(ctune::test::within("precomputed vs step-by-step reference: loss trajectory", worst, 1e-5));
+}
+
+// Issue 70: the precomputed table (output_dir/reference_logps.safetensors) had no checksum, and
+// a changed value was used silently on resume. Each checkpoint records the table's size and
+// checksum (under its manifest): a changed table is refused in one line before the run directory
+// is touched; removed, it is computed anew.
+TEST_F(Checkpoints, AChangedReferenceTableIsRefusedOnResume) {
+  const fs::path recipe_path = kDir / "dpo-table.yaml";
+  write(recipe_path, recipe("lora", kDir / "model", "", write_preference_data()) + "objective: {name: dpo, beta: 0.2, precompute_reference: true}\n");
+  const fs::path run = kDir / "dpo-table";
+  const auto killed = train_with_kill(recipe_path, "step:7:after", false, {"output_dir=" + run.string()});
+  ASSERT_EQ(killed.status, 128 + 9) << killed.err;
+  const fs::path table = run / "reference_logps.safetensors";
+  const auto size = fs::file_size(table);
+  flip_bits(table, 1, 0x80);  // the sign of its last float64 (little-endian: the last byte)
+  const std::string metrics = ctune::testing::slurp(run / "metrics.jsonl");
+  const auto refused = train_with_kill(recipe_path, "", true, {"output_dir=" + run.string()});
+  EXPECT_EQ(refused.status, 1) << refused.err;
+  EXPECT_NE(last_line(refused.err).find("ctune: format error: " + table.string() + ": checksum mismatch (corrupted); the checkpoint " +
+                                         (run / "checkpoints" / "step_00000006").string() + " recorded it otherwise"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_EQ(ctune::testing::slurp(run / "metrics.jsonl"), metrics) << "refused before the run directory was touched";
+  fs::remove(table);
+  const auto recomputed = train_with_kill(recipe_path, "", true, {"output_dir=" + run.string()});
+  ASSERT_EQ(recomputed.status, 0) << recomputed.err;
+  EXPECT_EQ(fs::file_size(table), size);
 }
 
 // ORPO: reference-free, its NLL part normalised by the step's chosen tokens.
@@ -966,17 +1004,7 @@ TEST_F(Checkpoints, CorruptNewestCheckpointIsSkippedAndNamed) {
     std::string expect;
   };
   const std::vector<Damage> damages = {
-      {"flipped byte",
-       [](const fs::path& ck) {
-         std::fstream f(ck / "adapter_model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-         f.seekp(-3, std::ios::end);
-         char c = 0;
-         f.read(&c, 1);
-         f.seekp(-3, std::ios::end);
-         c = static_cast<char>(c ^ 0x40);
-         f.write(&c, 1);
-       },
-       "checksum mismatch"},
+      {"flipped byte", [](const fs::path& ck) { flip_bits(ck / "adapter_model.safetensors", 3, 0x40); }, "checksum mismatch"},
       {"truncated file", [](const fs::path& ck) { fs::resize_file(ck / "optimizer.safetensors", 100); }, "bytes, the manifest says"},
       {"missing manifest", [](const fs::path& ck) { fs::remove(ck / "MANIFEST.json"); }, "no MANIFEST.json"},
   };

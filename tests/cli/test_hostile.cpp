@@ -252,4 +252,73 @@ TEST_F(Hostile, FilesThatNeverEndAndBadFlagsAreRefusedWithOneLine) {
   EXPECT_NE(j["prompt"].get<std::string>().find("\xEF\xBF\xBD"), std::string::npos) << "invalid bytes shown as U+FFFD";
 }
 
+// Issue 70: `ctune plan --write` renamed its recipe over anything: a FIFO, a device node (as
+// root it replaced /dev/full), the recipe it read, an existing file without --overwrite. It
+// now follows every writer's rules (io/run_dir.h): a regular file or nothing, never an input,
+// --overwrite to replace; each refusal one line, before the plan is searched.
+TEST_F(Hostile, PlanWritesARegularFileThatIsNoInputAndReplacesOnlyWithOverwrite) {
+  const fs::path recipe = kDir / "lora.yaml";
+  const fs::path fifo = kDir / "plan-fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const fs::path dangling = kDir / "plan-dangling";
+  fs::create_symlink(kDir / "plan-gone" / "x.yaml", dangling);
+  const fs::path existing = kDir / "plan-existing.yaml";
+  write(existing, kPrecious);
+  auto plan = [&](const fs::path& out, bool overwrite) {
+    std::vector<std::string> args = {"plan", recipe.string(), "output_dir=" + (kDir / "plan-run").string(), "--budget", "64GB", "--write", out.string()};
+    if (overwrite) args.push_back("--overwrite");
+    return ctune(args);
+  };
+  expect_one_line_failure(plan(fifo, true), "--write " + fifo.string() + ": is a FIFO (expected a regular file or nothing)", "FIFO");
+  EXPECT_TRUE(fs::is_fifo(fifo));
+  expect_one_line_failure(plan("/dev/null", true), "--write /dev/null: is a character device (expected a regular file or nothing)", "/dev/null");
+  expect_one_line_failure(plan(kDir / "victim-dir", true), "is a directory (expected a regular file or nothing)", "directory");
+  expect_one_line_failure(plan(dangling, true), "is a symbolic link to " + (kDir / "plan-gone" / "x.yaml").string() + ", which does not exist",
+                          "dangling link");
+  EXPECT_FALSE(fs::exists(kDir / "plan-gone"));
+  const std::string recipe_before = slurp(recipe);
+  expect_one_line_failure(plan(recipe, true), "is this command's input RECIPE", "the recipe itself");
+  EXPECT_EQ(slurp(recipe), recipe_before);
+  expect_one_line_failure(plan(kDir / "model" / "config.json", true), "is inside this command's input model.path", "a file of the model");
+  expect_one_line_failure(plan(existing, false), "--write " + existing.string() + ": exists (pass --overwrite to replace it)", "existing");
+  EXPECT_EQ(slurp(existing), kPrecious);
+  const auto replaced = plan(existing, true);
+  ASSERT_EQ(replaced.status, 0) << replaced.err;
+  EXPECT_NE(slurp(existing).find("output_dir"), std::string::npos) << "the resolved recipe replaced the file";
+  expect_victims_untouched("plan --write");
+}
+
+// A dangling link as output_dir failed with a bare "File exists" from create_directories.
+TEST_F(Hostile, ADanglingLinkAsOutputDirIsRefusedWithOneLine) {
+  const fs::path link = kDir / "run-link";
+  fs::create_symlink(kDir / "run-gone", link);
+  expect_one_line_failure(ctune({"train", (kDir / "lora.yaml").string(), "output_dir=" + link.string()}),
+                          "output_dir " + link.string() + ": is a symbolic link to " + (kDir / "run-gone").string() +
+                              ", which does not exist (expected a directory or nothing)",
+                          "dangling output_dir");
+  EXPECT_FALSE(fs::exists(kDir / "run-gone"));
+}
+
+// Issue 70: 16384 experts on each of 1024 layers (552 bytes) passed every check; `estimate`
+// died by SIGSEGV at 5.3 GB and `init` with std::bad_alloc. Refused in one line before any
+// module is built: under an address space of 4 GB, which building them would exceed.
+TEST_F(Hostile, AConfigOfMillionsOfExpertsIsRefusedBeforeAnythingIsBuilt) {
+  const fs::path config = kDir / "experts.json";
+  write(config, R"({"model_type": "qwen3_moe", "vocab_size": 2, "hidden_size": 2, "intermediate_size": 1, "moe_intermediate_size": 1,
+    "num_hidden_layers": 1024, "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": 2,
+    "num_experts": 16384, "num_experts_per_tok": 1, "max_position_embeddings": 64, "tie_word_embeddings": true})");
+  const std::string limit = "ulimit -v 4000000";
+  const std::string expected = "\"num_experts\" must be between 0 and 1024, found 16384";
+  expect_one_line_failure(ctune({"init", "--config", config.string(), "--out", (kDir / "experts-model").string()}, limit), expected, "init");
+  EXPECT_FALSE(fs::exists(kDir / "experts-model"));
+  write(kDir / "experts.yaml", "output_dir: " + (kDir / "experts-run").string() + "\n" + recipe(true));
+  expect_one_line_failure(ctune({"estimate", (kDir / "experts.yaml").string(), "model.path=" + config.string()}, limit), expected, "estimate");
+  // Each bound met, their product not: 1024 experts on 1024 layers.
+  std::string product = slurp(config);
+  product.replace(product.find("16384"), 5, "1024");
+  write(config, product);
+  expect_one_line_failure(ctune({"estimate", (kDir / "experts.yaml").string(), "model.path=" + config.string()}, limit),
+                          "are 1048576 expert modules, past any real model (at most 65536)", "estimate, 2^20 expert modules");
+}
+
 }  // namespace

@@ -172,6 +172,8 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
        {"objective.name=dpo", "objective.reference_quantize=nf4"}, "under LoRA the reference is the base itself"},
       {"gamma_on_dpo", base, {"objective.name=dpo", "objective.gamma=1"}, "`objective.gamma`: belongs to objective.name: simpo; this recipe's objective is dpo"},
       {"bad_truncation", base, {"data.truncation=middle"}, "`data.truncation` expected one of keep_start, keep_end, drop, error"},
+      // The empty string is named, not "found a list" (an empty stop string would match before any token).
+      {"empty_stop_string", base, {"objective.stop=[\"\"]"}, "`objective.stop` expected a list of strings or null, found the empty string \"\" at item 1"},
       {"moe_z_loss_negative", base, {"moe.router_z_loss_coef=-1"}, "`moe.router_z_loss_coef` expected a number"},
       {"nf4_blocksize_not_pow2", base, {"memory.quantize_base=nf4", "memory.nf4_blocksize=96"}, "power of two"},
       {"backoff_not_below_one", base, {"loss_scaling.backoff_factor=1.5"}, "`loss_scaling.backoff_factor`"},

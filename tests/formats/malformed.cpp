@@ -146,14 +146,42 @@ std::vector<MalformedCase> write_malformed_cases(const fs::path& root) {
               R"({"model_type":"qwen3_moe",)" + moe + R"(,"num_experts":4,"num_experts_per_tok":2,"mlp_only_layers":[7]})");
   config_case("config_moe_sparse_step", Expect::Config, "\"decoder_sparse_step\" must be >= 1, found 0",
               R"({"model_type":"qwen3_moe",)" + moe + R"(,"num_experts":4,"num_experts_per_tok":2,"decoder_sparse_step":0})");
-  config_case("config_moe_expert_count", Expect::Config, "\"num_local_experts\" must be between 0 and 16384, found 100000",
+  config_case("config_moe_expert_count", Expect::Config, "\"num_local_experts\" must be between 0 and 1024, found 100000",
               R"({"model_type":"mixtral",)" + moe + R"(,"num_local_experts":100000})");
+  // Issue 70's 552 bytes: 16384 tiny experts on each of 1024 layers passed every bound, and
+  // `ctune estimate` died by SIGSEGV at 5.3 GB building their modules.
+  config_case("config_moe_16384_experts_1024_layers", Expect::Config, "\"num_experts\" must be between 0 and 1024, found 16384",
+              R"({"model_type":"qwen3_moe","vocab_size":2,"hidden_size":2,"intermediate_size":1,"moe_intermediate_size":1,)"
+              R"("num_hidden_layers":1024,"num_attention_heads":1,"num_experts":16384,"num_experts_per_tok":1})");
+  // Each bound alone is met (1024 experts, 1024 layers); together they are 2^20 expert modules.
+  config_case("config_moe_module_count", Expect::Config,
+              "1024 experts on each of 1024 sparse layers are 1048576 expert modules, past any real model (at most 65536)",
+              R"({"model_type":"qwen3_moe","vocab_size":2,"hidden_size":2,"intermediate_size":1,"moe_intermediate_size":1,)"
+              R"("num_hidden_layers":1024,"num_attention_heads":1,"num_experts":1024,"num_experts_per_tok":1})");
   config_case("config_gemma3_wrapper_text_config", Expect::Config, "\"text_config\" must be an object, found",
               R"({"model_type":"gemma3","text_config":[1,2]})");
   config_case("config_gemma3_wrapper_text_type", Expect::Unsupported, "text_config model_type \"llama\" is not supported (expected gemma3_text)",
               R"({"model_type":"gemma3","text_config":{"model_type":"llama"}})");
   config_case("config_phi3_longrope_length", Expect::Config, "longrope short_factor and long_factor must have one entry per rotated pair (1), found 2 and 3",
               R"({"model_type":"phi3","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"partial_rotary_factor":0.5,"rope_scaling":{"type":"longrope","short_factor":[1,1],"long_factor":[1,2,3]}})");
+  // Rope values each type derives, infinite in the float32 math (transformers raises for the first).
+  const std::string phi3 = R"("model_type":"phi3","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"max_position_embeddings":4096)";
+  config_case("config_phi3_longrope_original_one", Expect::Config,
+              "\"original_max_position_embeddings\" 1 makes longrope's attention factor sqrt(1 + ln(factor 4096.0) / ln(original)) inf, past float32's range",
+              "{" + phi3 + R"(,"original_max_position_embeddings":1,"rope_scaling":{"type":"longrope","short_factor":[1,1],"long_factor":[1,2]}})");
+  config_case("config_phi3_longrope_attention_factor", Expect::Config,
+              "\"attention_factor\" 1e+300 makes the scale of cos and sin 1e+300, past float32's range",
+              "{" + phi3 + R"(,"rope_scaling":{"type":"longrope","short_factor":[1,1],"long_factor":[1,2],"attention_factor":1e300}})");
+  config_case("config_phi3_longrope_short_factor", Expect::Config, "\"short_factor\" 1e-300 makes the scaled frequency inv_freq / short_factor",
+              "{" + phi3 + R"(,"rope_scaling":{"type":"longrope","short_factor":[1,1e-300],"long_factor":[1,2]}})");
+  const std::string llama = R"("model_type":"llama","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2)";
+  config_case("config_linear_rope_factor", Expect::Config, "\"factor\" 1e-300 makes the scaled frequency inv_freq / factor 9.999999999999999e+299, past float32's range",
+              "{" + llama + R"(,"rope_scaling":{"rope_type":"linear","factor":1e-300}})");
+  config_case("config_llama3_rope_low_freq_factor", Expect::Config,
+              "\"low_freq_factor\" 1e-300 makes the wavelength original_max_position_embeddings / low_freq_factor",
+              "{" + llama + R"(,"rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1e-300,"high_freq_factor":4.0,"original_max_position_embeddings":8192}})");
+  config_case("config_rope_theta_tiny", Expect::Config, "\"rope_theta\" 1e-300 makes the fastest rotary frequency",
+              "{" + llama + R"(,"rope_theta":1e-300})");
   config_case("config_phi3_dropout", Expect::Unsupported, "resid_pdrop 0.100000 is not supported",
               R"({"model_type":"phi3","vocab_size":16,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":1,"num_attention_heads":2,"resid_pdrop":0.1})");
   config_case("config_llama_partial_rotary", Expect::Unsupported, "partial_rotary_factor 0.500000 is not supported for model_type llama",

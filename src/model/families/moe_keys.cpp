@@ -13,10 +13,14 @@ void parse_moe_keys(const Json& j, const std::string& where, const char* experts
   MoeArchitecture& m = c.arch.moe;
   m.experts = json_int(j, experts_key, where).value_or(default_experts);
   m.top_k = json_int(j, "num_experts_per_tok", where).value_or(default_top_k);
-  // Released models have 8 to 384 experts; a count past 2^14 is a corrupt file, refused before
-  // a module is built for each.
-  if (m.experts < 0 || m.experts > 16384) {
-    throw ConfigError(where + ": \"" + experts_key + "\" must be between 0 and 16384, found " + std::to_string(m.experts));
+  // Released models have 8 to 512 experts a layer (Mixtral 8, Qwen3-MoE 128, Kimi K2 384,
+  // Qwen3-Next 512); twice the largest is room for the next, and a count past it a corrupt or
+  // hostile file, refused before a module is built for each (the count over all layers is
+  // bounded too: model/config.cpp).
+  constexpr std::int64_t kMaxExperts = 1024;
+  if (m.experts < 0 || m.experts > kMaxExperts) {
+    throw ConfigError(where + ": \"" + experts_key + "\" must be between 0 and " + std::to_string(kMaxExperts) + ", found " +
+                      std::to_string(m.experts));
   }
   if (m.experts > 0 && (m.top_k < 1 || m.top_k > m.experts)) {
     throw ConfigError(where + ": \"num_experts_per_tok\" must be between 1 and " + experts_key + " (" +

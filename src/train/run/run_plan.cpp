@@ -103,6 +103,16 @@ data::DataOptions data_options(const Recipe& r, const fs::path& tokenizer_dir) {
 
 }  // namespace
 
+io::NamedPaths recipe_inputs(const Recipe& r) {
+  const std::string model = r.get_string("model.path");
+  io::NamedPaths inputs = {{"model.path", model},
+                           {"tokenizer.path", r.is_null("tokenizer.path") ? model : r.get_string("tokenizer.path")},
+                           {"data.train", r.get_string("data.train")}};
+  for (const char* key : {"data.eval", "peft.init_from"})
+    if (auto path = r.get_optional_string(key)) inputs.emplace_back(key, *path);
+  return inputs;
+}
+
 std::chrono::milliseconds distributed_timeout(const Recipe& r) { return std::chrono::seconds(r.get_int("distributed.timeout_s")); }
 
 quant::QuantSpec quant_spec(const Recipe& r, const std::string& kind_key) {
@@ -304,9 +314,7 @@ void plan_data(RunPlan& p) {
     if (p.tokenizer) spdlog::info("{}: no such file, so planned without data", p.data.train.string());
     return;
   }
-  p.inputs = {{"model.path", p.model_dir}, {"tokenizer.path", p.tokenizer_dir}, {"data.train", p.data.train}};
-  if (!p.data.eval.empty()) p.inputs.emplace_back("data.eval", p.data.eval);
-  if (auto init = r.get_optional_string("peft.init_from")) p.inputs.emplace_back("peft.init_from", *init);
+  p.inputs = recipe_inputs(r);
   // Data errors name their own key or file:line; they only need the recipe in front.
   try {
     p.datasets = data::load_datasets(p.data, *p.tokenizer);

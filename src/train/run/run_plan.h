@@ -108,6 +108,11 @@ struct RunPlan {
 // where this process stands in a multi-process run.
 RunPlan plan_run(Recipe recipe, const distributed::World& world = {}, PlanScope scope = PlanScope::run);
 
+// What a run reads, by recipe key (RunPlan::inputs): model.path, tokenizer.path (model.path when
+// null), data.train, and data.eval and peft.init_from when set. `ctune plan --write` must not
+// replace them either.
+io::NamedPaths recipe_inputs(const Recipe& recipe);
+
 // A part of plan_run: objective.name grpo's objective.* and reward.* keys into `options`
 // (run_plan_grpo.cpp).
 void plan_grpo(const Recipe& recipe, ObjectiveOptions& options);

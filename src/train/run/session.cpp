@@ -254,6 +254,7 @@ Session::ResumePoint Session::open_run_dir(std::optional<io::DirLock>& lock, con
       const auto notes = check_resume_compatible(plan_, at.state->recipe_yaml, (*at.dir / io::kRecipeFile).string(), at.state->step,
                                                  identities, at.state->sampler.batch_size);
       for (const auto& note : notes) spdlog::info("note: {}", note);
+      verify_run_files(at);
     }
     if (writer()) disk = refuse_what_cannot_be_written(at.state ? at.state->step : -1);
   }
@@ -351,14 +352,15 @@ TrainResult Session::run_steps() {
   if (resume.dir) checkpoints.protect(*resume.dir);
   if (writer()) checkpoints.apply_retention();
   const WeightFiles files = weight_files(plan);
-  CheckpointSources sources{lm, plan.method.get(), files, {}, &sampler, plan.recipe_yaml(), &scaler, inputs, nullptr, {}};
+  CheckpointSources sources{lm, plan.method.get(), files, {}, &sampler, plan.recipe_yaml(), &scaler, inputs, nullptr, {}, {}};
   sources.source = rollouts.get();  // several ranks: each rank's batches, gathered for the checkpoint
   CheckpointCadence cadence(plan, checkpoints, sources, parallel, lm, comm_, resume.state ? resume.state->step : -1);
   std::optional<MetricsLog> metrics;
   if (writer()) metrics.emplace(plan.output_dir, plan.tensorboard);
   Trainer trainer(lm, *optimizer, source, std::move(eval), plan.trainer, metrics ? &*metrics : nullptr);
   //    The objective; with precomputed reference log-probabilities no reference is kept.
-  const auto table = plan.objective.precompute_reference ? precomputed_reference(lm, parallel) : nullptr;
+  const auto table = plan.objective.precompute_reference ? precomputed_reference(lm, parallel, resume) : nullptr;
+  if (table && writer()) sources.run_files = {io::manifest_entry(plan.output_dir, io::kReferenceLogps)};
   trainer.objective = make_objective(plan.objective, plan.trainer.chunked_loss, reference, table);
   trainer.scaler = &scaler;
   trainer.step_sync = parallel.sync.get();
@@ -482,16 +484,49 @@ void Session::write_samples(const RolloutSource& rollouts, std::int64_t step) co
   std::fclose(f);
 }
 
+// The files of the run directory the resumed checkpoint recorded (CheckpointSources::run_files:
+// objective.precompute_reference's table) are verified as its own files are, before anything of
+// the run is touched: a changed one is refused in one line. A missing one is made anew.
+void Session::verify_run_files(const ResumePoint& at) const {
+  if (!at.state || !at.state->run_files) return;
+  for (const auto& entry : *at.state->run_files) {
+    std::error_code ec;
+    if (!fs::exists(plan_.output_dir / entry.file, ec)) continue;
+    if (const std::string problem = io::verify_entry(plan_.output_dir, entry); !problem.empty()) {
+      throw FormatError(problem + "; the checkpoint " + at.dir->string() + " recorded it otherwise (remove the file, and the run "
+                        "makes it anew)");
+    }
+  }
+}
+
+// The table a resumed run wrote before, once verify_run_files vouched for it. A run that starts
+// from the beginning has no record of it and computes it anew; a checkpoint older than the
+// record leaves it read as found.
+std::optional<ReferenceTable> Session::stored_reference(std::uint64_t fingerprint, const ResumePoint& at) const {
+  const fs::path path = plan_.output_dir / io::kReferenceLogps;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  if (!at.state) {
+    spdlog::info("{}: no checkpoint records it, so it is computed anew", path.string());
+    return std::nullopt;
+  }
+  if (!at.state->run_files) {
+    spdlog::warn("{} records no checksum of {} (an older checkpoint): it is used as found", at.dir->string(), path.string());
+  }
+  const auto& ds = plan_.datasets;
+  return read_reference_table(path, fingerprint, static_cast<std::int64_t>(ds.train->size()), static_cast<std::int64_t>(ds.eval->size()));
+}
+
 // objective.precompute_reference: the table this run wrote before (a resumed run reuses exactly
-// those numbers), else one pass over both splits now, every rank running the same forwards
-// (under full_shard they gather, the reference copy sharded as the policy), rank 0 writing the
-// table into the run directory.
-std::shared_ptr<const ReferenceTable> Session::precomputed_reference(model::CausalLM& lm, DataParallel& parallel) const {
+// those numbers: stored_reference), else one pass over both splits now, every rank running the
+// same forwards (under full_shard they gather, the reference copy sharded as the policy), rank 0
+// writing the table into the run directory.
+std::shared_ptr<const ReferenceTable> Session::precomputed_reference(model::CausalLM& lm, DataParallel& parallel, const ResumePoint& at) const {
   const auto& ds = plan_.datasets;
   const auto n_train = static_cast<std::int64_t>(ds.train->size()), n_eval = static_cast<std::int64_t>(ds.eval->size());
   const std::uint64_t fingerprint = data::fingerprint(*ds.train) * 31 + data::fingerprint(*ds.eval);
   const fs::path path = plan_.output_dir / io::kReferenceLogps;
-  auto stored = read_reference_table(path, fingerprint, n_train, n_eval);
+  auto stored = stored_reference(fingerprint, at);
   // Every rank reads, or every rank computes: a rank that looked later could otherwise find the
   // table rank 0 has just written, skip the forwards and the barrier below, and leave the others
   // waiting in a collective it never joins.

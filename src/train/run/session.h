@@ -70,7 +70,9 @@ class Session {
   std::string refuse_what_cannot_be_written(std::int64_t resumed) const;
   ResumePoint open_run_dir(std::optional<io::DirLock>& lock, const Json& inputs);
   void refuse_if_nothing_learned(const TrainResult& result) const;
-  std::shared_ptr<const ReferenceTable> precomputed_reference(model::CausalLM& lm, DataParallel& parallel) const;
+  std::shared_ptr<const ReferenceTable> precomputed_reference(model::CausalLM& lm, DataParallel& parallel, const ResumePoint& at) const;
+  void verify_run_files(const ResumePoint& at) const;
+  std::optional<ReferenceTable> stored_reference(std::uint64_t fingerprint, const ResumePoint& at) const;
   void write_result(model::CausalLM& lm, DataParallel& parallel, const WeightFiles& files);
   std::unique_ptr<RolloutSource> make_rollouts(model::CausalLM& lm, model::CausalLM& reference, data::Sampler& prompts,
                                                const TrainingState* resumed, DataParallel& parallel) const;

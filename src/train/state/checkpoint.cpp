@@ -143,6 +143,7 @@ void CheckpointManager::write_state(const fs::path& dir, std::int64_t step, cons
                 {"method", s.method->name()},
                 {"layout", layout},
                 {"inputs", s.inputs}};
+  for (const auto& entry : s.run_files) state["run_files"].push_back(io::entry_to_json(entry));
   if (s.scaler && s.scaler->enabled()) {
     state["loss_scaler"] = {{"scale", s.scaler->state().scale}, {"growth_tracker", s.scaler->state().growth_tracker}};
   }
@@ -243,6 +244,22 @@ io::NamedPaths checkpoint_inputs(const fs::path& checkpoint) {
   return out;
 }
 
+namespace {
+std::vector<io::ManifestEntry> read_run_files(const Json& list, const fs::path& state_path) {
+  std::vector<io::ManifestEntry> out;
+  if (!list.is_array()) throw FormatError(state_path.string() + ": \"run_files\" must be a list, found " + json_type_name(list));
+  for (const Json& item : list) {
+    auto entry = io::entry_from_json(item);
+    if (!entry) {
+      throw FormatError(state_path.string() + ": malformed \"run_files\" entry " + item.dump().substr(0, 120) + " (expected " +
+                        io::kManifestEntryShape + ")");
+    }
+    out.push_back(std::move(*entry));
+  }
+  return out;
+}
+}  // namespace
+
 TrainingState read_training_state(const fs::path& checkpoint) {
   TrainingState s;
   const fs::path state_path = checkpoint / kStateFile;
@@ -280,6 +297,7 @@ TrainingState read_training_state(const fs::path& checkpoint) {
       }
     }
   }
+  if (state.contains("run_files")) s.run_files = read_run_files(state["run_files"], state_path);
   return s;
 }
 

@@ -19,6 +19,7 @@
 #include "data/sampler.h"
 #include "distributed/comm.h"
 #include "io/file.h"
+#include "io/manifest.h"
 #include "io/run_dir.h"
 #include "model/llama.h"
 #include "train/run/method.h"
@@ -46,6 +47,10 @@ struct CheckpointSources {
   // tensors named "r<rank>.<name>" (split_source_state takes a rank's part back).
   const BatchSource* source = nullptr;
   SourceState source_state;
+  // Files of the run directory the steps depend on (objective.precompute_reference's table), by
+  // name relative to it, with their size and checksum: a resumed run verifies them against this
+  // record, which the checkpoint's manifest covers, before using them.
+  std::vector<io::ManifestEntry> run_files;
 };
 
 // Rank `rank`'s part of a source state gathered from `ranks` ranks (the note and tensors its
@@ -69,6 +74,7 @@ struct TrainingState {
   std::vector<std::pair<std::string, at::Tensor>> rng;  // "cpu", "cuda:0", ...
   std::string recipe_yaml;
   Json inputs;  // as CheckpointSources::inputs wrote it; null in checkpoints that predate it
+  std::optional<std::vector<io::ManifestEntry>> run_files;  // as CheckpointSources::run_files; nullopt in older checkpoints
   SourceState source;  // the batch source's state (note null: none saved)
 };
 
