@@ -680,7 +680,7 @@ TEST_F(Checkpoints, GrpoBadInputIsOneLine) {
   run_with("objective: {name: grpo}\nreward: {exact: {weight: 1}}\n", "reward.exact.field: missing");
   run_with("objective: {name: grpo}\nreward: {exact: {field: answer, wieght: 1}}\n", "unknown setting \"wieght\"");
   run_with("objective: {name: grpo}\n", "grpo needs at least one reward function");
-  run_with("objective: {name: grpo}\nreward: {format: {pattern: \"(unclosed\"}}\n", "reward.format.pattern: not a regular expression");
+  run_with("objective: {name: grpo}\nreward: {format: {pattern: \"(unclosed\"}}\n", "reward.format.pattern: regex \"(unclosed\" does not compile");
   run_with("objective: {name: dpo}\n", "objective.name dpo learns from preference pairs");
   // An eval split whose records lack a field the rewards read: refused before training, not at
   // the first evaluation.
