@@ -84,13 +84,7 @@ std::vector<std::string> losses(const fs::path& run) {
   return out;
 }
 
-// The last line a run printed on stderr (the one-line error of a failed run).
-std::string last_line(const std::string& err) {
-  std::string text = err;
-  while (!text.empty() && text.back() == '\n') text.pop_back();
-  const auto pos = text.rfind('\n');
-  return pos == std::string::npos ? text : text.substr(pos + 1);
-}
+using ctune::testing::last_line;
 
 ctune::testing::Run train_with_kill(const fs::path& recipe_path, const std::string& kill_at, bool resume,
                                     const std::vector<std::string>& extra = {}) {
