@@ -4,8 +4,8 @@
 // run's whole process group (Ctrl-C, scancel, a container's stop) or to every process of the job
 // (Slurm) finishes the step and checkpoints; a `regex` reward whose pattern comes from the data
 // cannot hold the run; nothing a program started outlives the run; a program gets none of the
-// run's descriptors or rendezvous secrets; one answer per request. Each program here is a small
-// script; each run is a tiny model for a few steps.
+// run's descriptors or rendezvous secrets; one answer per request; --resume says when the
+// program changed. Each program here is a small script; each run is a tiny model for a few steps.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -284,6 +284,28 @@ TEST_F(Rewards, AProgramAnswersOneNumberPerRequest) {
   const auto h = ctune_through(kGuard, {"train", grpo_recipe("answers-huge", prompts, "command: [" + huge + "]")});
   ASSERT_EQ(h.status, 0) << h.err;
   EXPECT_EQ(count(h.err, "overflows its spread"), 1) << h.err;
+}
+
+// A run's checkpoints record its reward program; --resume with a program whose content changed
+// since (a fixed grader) says so in one warning and goes on. Before, nothing was said.
+TEST_F(Rewards, ResumeSaysWhenTheProgramChanged) {
+  const fs::path prompts = write_prompts("resume"), run = kDir / "resume";
+  const std::string grader = program("resume.sh", "#!/bin/sh\nwhile IFS= read -r line; do echo 1; done\n");
+  const std::string recipe = grpo_recipe("resume", prompts, "command: [" + grader + "]", 4);
+  ::setenv("CTUNE_KILL_AT", "step:2:after", 1);
+  const auto killed = ctune({"train", recipe, "checkpoint.every_n_steps=1"});
+  ::unsetenv("CTUNE_KILL_AT");
+  ASSERT_EQ(killed.status, 137) << killed.err;
+  ::setenv("CTUNE_KILL_AT", "step:3:after", 1);
+  const auto same = ctune({"train", recipe, "checkpoint.every_n_steps=1", "--resume"});
+  ::unsetenv("CTUNE_KILL_AT");
+  ASSERT_EQ(same.status, 137) << same.err;
+  EXPECT_EQ(same.err.find("reward.command is not what"), std::string::npos) << same.err;
+  program("resume.sh", "#!/bin/sh\nwhile IFS= read -r line; do echo 0.5; done\n");
+  const auto changed = ctune({"train", recipe, "checkpoint.every_n_steps=1", "--resume"});
+  ASSERT_EQ(changed.status, 0) << changed.err;
+  EXPECT_EQ(count(changed.err, "reward.command is not what the run of"), 1) << changed.err;
+  EXPECT_NE(changed.err.find(fs::path(grader).lexically_normal().string() + " holds other content"), std::string::npos) << changed.err;
 }
 
 }  // namespace

@@ -6,14 +6,18 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 #include <utility>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "core/stop_signal.h"
+#include "io/manifest.h"
 
 namespace ctune::train {
 namespace {
+
+namespace fs = std::filesystem;
 
 std::string program_text(const std::vector<std::string>& command) {
   std::string out;
@@ -109,5 +113,37 @@ void CommandReward::fail(const std::string& what, const std::string& where) {
 }
 
 std::optional<std::int64_t> CommandReward::take_errors() { return std::exchange(errors_, 0); }
+
+Json reward_program_identity(const std::vector<std::string>& command) {
+  Json files = Json::object();
+  auto add = [&](const std::string& file) {
+    std::string fingerprint = "unreadable";  // a program one may run (mode --x) but not read
+    try {
+      fingerprint = io::input_fingerprint(file);
+    } catch (const IoError&) {
+    }
+    files[fs::absolute(file).lexically_normal().string()] = fingerprint;
+  };
+  if (const std::string file = command.empty() ? "" : find_program(command[0]); !file.empty()) add(file);
+  std::error_code ec;
+  for (std::size_t i = 1; i < command.size(); ++i)
+    if (fs::is_regular_file(command[i], ec)) add(command[i]);
+  return files;
+}
+
+std::string reward_program_change(const Json& then, const Json& now) {
+  std::string out;
+  auto note = [&](const std::string& text) { out += (out.empty() ? "" : "; ") + text; };
+  for (auto it = then.begin(); it != then.end(); ++it) {
+    if (!now.contains(it.key())) {
+      note(it.key() + " is no longer part of it");
+    } else if (now[it.key()] != it.value()) {
+      note(it.key() + " holds other content (fingerprint " + it.value().get<std::string>() + ", now " + now[it.key()].get<std::string>() + ")");
+    }
+  }
+  for (auto it = now.begin(); it != now.end(); ++it)
+    if (!then.contains(it.key())) note(it.key() + " is new");
+  return out;
+}
 
 }  // namespace ctune::train

@@ -45,4 +45,12 @@ class CommandReward : public RewardFunction {
   std::int64_t errors_ = 0;
 };
 
+// What a run records of its reward program in its checkpoints, to warn on --resume when it
+// changed: {path: fingerprint} of the program file (find_program's) and of every argument that
+// names a file (the script an interpreter runs: [python3, grader.py]).
+Json reward_program_identity(const std::vector<std::string>& command);
+
+// "" when `now` is `then` (reward_program_identity's); else what changed, in words.
+std::string reward_program_change(const Json& then, const Json& now);
+
 }  // namespace ctune::train

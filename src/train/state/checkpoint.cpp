@@ -143,6 +143,7 @@ void CheckpointManager::write_state(const fs::path& dir, std::int64_t step, cons
                 {"method", s.method->name()},
                 {"layout", layout},
                 {"inputs", s.inputs}};
+  if (!s.programs.empty()) state["programs"] = s.programs;
   if (s.scaler && s.scaler->enabled()) {
     state["loss_scaler"] = {{"scale", s.scaler->state().scale}, {"growth_tracker", s.scaler->state().growth_tracker}};
   }
@@ -279,6 +280,15 @@ TrainingState read_training_state(const fs::path& checkpoint) {
         throw FormatError(state_path.string() + ": \"inputs\"." + item.key() + " must be {\"path\": string, \"fingerprint\": string}");
       }
     }
+  }
+  if (state.contains("programs")) {
+    s.programs = state["programs"];
+    bool valid = s.programs.is_object();
+    for (const auto& program : s.programs) {
+      valid = valid && program.is_object();
+      for (const auto& fingerprint : program) valid = valid && fingerprint.is_string();
+    }
+    if (!valid) throw FormatError(state_path.string() + ": \"programs\" must be {name: {path: fingerprint}}");
   }
   return s;
 }

@@ -46,6 +46,9 @@ struct CheckpointSources {
   // tensors named "r<rank>.<name>" (split_source_state takes a rank's part back).
   const BatchSource* source = nullptr;
   SourceState source_state;
+  // What the run runs beside itself, to warn on --resume when it changed (not to refuse: a fixed
+  // grader should be usable): {"reward.command": {path: fingerprint}} (reward_command.h).
+  Json programs = Json::object();
 };
 
 // Rank `rank`'s part of a source state gathered from `ranks` ranks (the note and tensors its
@@ -69,6 +72,7 @@ struct TrainingState {
   std::vector<std::pair<std::string, at::Tensor>> rng;  // "cpu", "cuda:0", ...
   std::string recipe_yaml;
   Json inputs;  // as CheckpointSources::inputs wrote it; null in checkpoints that predate it
+  Json programs = Json::object();  // as CheckpointSources::programs wrote it; empty in older ones
   SourceState source;  // the batch source's state (note null: none saved)
 };
 
