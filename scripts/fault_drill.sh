@@ -15,7 +15,10 @@
 #   line and a rank's child holding its stderr under the --nproc launcher; a config.json of 16M
 #   expert modules, rope factors infinite in float32, plan --write onto a FIFO, a device, its
 #   recipe or an existing file, a changed reference_logps.safetensors on resume, a dangling link as
-#   output_dir and an empty stop string.
+#   output_dir and an empty stop string; ulimit -v from below the libraries' start to a run that
+#   trains; GRPO reward programs: a request larger than a pipe to one that never reads, SIGTERM to
+#   the run's process group and to every process of the job, a `regex` reward from the data that
+#   backtracks without end, a program's children when the run ends.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -471,6 +474,77 @@ sst=$?
 one_line_error $sdl "$W/dl.log" && grep -q "which does not exist (expected a directory or nothing)" "$W/dl.log" && [ ! -e "$W/run-gone" ] &&
   one_line_error $sst "$W/stop.log" && grep -q 'found the empty string "" at item 1' "$W/stop.log"
 result "dangling output_dir, empty stop" $? "$(tail -n 1 "$W/dl.log" | cut -c8-90)..."
+
+# 26-29. GRPO reward programs (docs/objectives.md#rewards), on prompts whose records carry a 100 KB
+#     field and a regex that backtracks without end in a backtracking engine without a bound.
+/usr/bin/python3 - "$W" <<'EOF'
+import json, sys
+with open(f"{sys.argv[1]}/prompts.jsonl", "w") as f:
+    for i in range(16):
+        f.write(json.dumps({"prompt": f"Add {i} and 3 = ", "answer": str(i + 3), "notes": "n" * 100000, "pattern": "(.|.)*QQQ"}) + "\n")
+EOF
+grpo() {  # grpo FILE MAX_NEW_TOKENS REWARD_MAP_MEMBERS
+  cat >"$1" <<EOF
+model: {path: $W/model}
+data: {train: $W/prompts.jsonl, format: prompt, chat_format: plain, max_seq_len: 64}
+peft: {method: lora, rank: 4, alpha: 8, target_modules: [q_proj, v_proj]}
+optimizer: {name: adamw, lr: 3.0e-3}
+training: {batch_size: 2, grad_accum: 1, max_steps: 4}
+checkpoint: {every_n_steps: 0}
+objective: {name: grpo, num_generations: 2, max_new_tokens: $2}
+reward: {$3}
+EOF
+}
+# A grader answering 1 to every request; at its 6th (in step 2) it does ACT once (MARK made).
+cat >"$W/signaller.py" <<'EOF'
+import os, signal, sys
+n, act, mark = 0, sys.argv[1], sys.argv[2]
+for line in sys.stdin:
+    n += 1
+    if n == 6 and not os.path.exists(mark):
+        open(mark, "w").close()
+        if act == "group": os.killpg(os.getpgid(os.getppid()), signal.SIGTERM)  # Ctrl-C, scancel, docker stop
+        if act == "job": os.kill(os.getppid(), signal.SIGTERM); os.kill(os.getpid(), signal.SIGTERM)  # Slurm: every process
+    print(1, flush=True)
+EOF
+printf '#!/bin/sh\nexec sleep 300\n' >"$W/hung.sh"
+printf '#!/bin/sh\nsleep 300 &\necho $! >"%s/child.pid"\nwhile IFS= read -r l; do echo 1; done\n' "$W" >"$W/parent.sh"
+chmod +x "$W/hung.sh" "$W/parent.sh"
+
+grpo "$W/pipe.yaml" 4 "command: [$W/hung.sh], timeout_s: 2"
+timeout -s KILL 120 "$CTUNE" --threads 2 train "$W/pipe.yaml" output_dir="$W/pipe" >"$W/pipe.log" 2>&1
+sp=$?
+one_line_error $sp "$W/pipe.log" && grep -q "did not read its whole request" "$W/pipe.log"
+result "reward request larger than a pipe" $? "exit $sp (137: hung in write): $(tail -n 1 "$W/pipe.log" | cut -c8-90)..."
+
+details=""
+bad=0
+for act in group job; do
+  grpo "$W/$act.yaml" 4 "command: [/usr/bin/python3, $W/signaller.py, $act, $W/$act.mark]"
+  # setsid: the run leads its own process group, which this script is not in.
+  timeout -s KILL 120 setsid -w "$CTUNE" --threads 2 train "$W/$act.yaml" output_dir="$W/$act" >"$W/$act.log" 2>&1
+  sg=$?
+  ct train "$W/$act.yaml" output_dir="$W/$act" --resume >/dev/null 2>&1
+  sgr=$?
+  { [ $sg -eq 143 ] && [ -e "$W/$act/checkpoints/step_00000002/MANIFEST.json" ] && [ $sgr -eq 0 ]; } || bad=1
+  details="$details $act: exit $sg, resume $sgr;"
+done
+result "SIGTERM to a GRPO run's group/job" $bad "${details# } (1: the grader died first, nothing saved)"
+
+grpo "$W/regex.yaml" 48 "regex: {field: pattern}"
+timeout -s KILL 120 "$CTUNE" --threads 2 train "$W/regex.yaml" output_dir="$W/regex" >"$W/regex.log" 2>&1
+sx=$?
+[ $sx -eq 0 ]
+result "regex reward from the data" $? "(.|.)*QQQ on 48-token completions: exit $sx (137: still backtracking after 120 s)"
+
+grpo "$W/children.yaml" 4 "command: [$W/parent.sh]"
+ct train "$W/children.yaml" output_dir="$W/children" >/dev/null 2>&1
+sc=$?
+child=$(cat "$W/child.pid" 2>/dev/null)
+sleep 0.5  # SIGKILL is delivered at once; a slow machine's margin
+state=$(sed 's/.*) //' "/proc/$child/stat" 2>/dev/null | cut -c1)
+[ $sc -eq 0 ] && [ -n "$child" ] && { [ -z "$state" ] || [ "$state" = Z ]; }
+result "a reward program's children" $? "run exit $sc; the grader's child $child: ${state:-gone} after the run"
 
 echo "fault drill: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -10,12 +10,16 @@ namespace ctune {
 namespace {
 
 std::atomic<int> g_requested{0};
+std::atomic<pid_t> g_groups[16];  // 0: a free slot
 
 extern "C" void on_stop_signal(int signal) {
   int expected = 0;
   // The first signal is a request; a second one (either kind) means now. Only async-signal-safe
-  // calls here: an atomic exchange and _exit.
-  if (!g_requested.compare_exchange_strong(expected, signal)) ::_exit(128 + signal);
+  // calls here: atomics, kill and _exit.
+  if (g_requested.compare_exchange_strong(expected, signal)) return;
+  for (auto& group : g_groups)
+    if (const pid_t g = group.load(); g > 0) ::kill(-g, SIGKILL);
+  ::_exit(128 + signal);
 }
 
 }  // namespace
@@ -30,6 +34,20 @@ void install_stop_handlers() {
 }
 
 int stop_requested() { return g_requested.load(); }
+
+void end_with_process(pid_t group) {
+  for (auto& slot : g_groups) {
+    pid_t free = 0;
+    if (slot.compare_exchange_strong(free, group)) return;
+  }
+}
+
+void forget_process_group(pid_t group) {
+  for (auto& slot : g_groups) {
+    pid_t mine = group;
+    if (slot.compare_exchange_strong(mine, 0)) return;
+  }
+}
 
 std::string signal_name(int signal) {
   if (signal == SIGTERM) return "SIGTERM";

@@ -42,6 +42,11 @@ using EnvReader = std::function<const char*(const char*)>;
 World world_from(const EnvReader& get);
 World world_from_env();
 
+// The variables that carry a run's rendezvous and its secrets: the --nproc launcher's store
+// (CTUNE_STORE_SOCKET, CTUNE_STORE_SECRET) and the user's CTUNE_RUN_SECRET. A program the run
+// starts that is not one of its ranks (a reward program) is started without them.
+inline constexpr const char* kRendezvousVariables[] = {"CTUNE_STORE_SOCKET", "CTUNE_STORE_SECRET", "CTUNE_RUN_SECRET"};
+
 // The first host of a Slurm node list: "gpu[07-09,12],cpu1" -> "gpu07".
 std::string first_host(const std::string& nodelist);
 

@@ -1,6 +1,6 @@
-// Oniguruma wrapper. Compilation uses ONIG_SYNTAX_DEFAULT (Oniguruma's own syntax), the UTF-8
-// encoding and no options: the configuration the `onig` Rust crate uses inside Hugging Face
-// tokenizers, so \s, \p{L}, (?i:...) and friends behave identically.
+// Oniguruma wrapper. Tokenizer patterns compile with ONIG_SYNTAX_DEFAULT (Oniguruma's own
+// syntax), the UTF-8 encoding and no options: the configuration the `onig` Rust crate uses inside
+// Hugging Face tokenizers, so \s, \p{L}, (?i:...) and friends behave identically.
 #include "tokenizer/regex.h"
 
 #include <oniguruma.h>
@@ -32,12 +32,12 @@ struct RegionHolder {
 };
 }  // namespace
 
-Regex::Regex(const std::string& pattern, const std::string& where) : impl_(new Impl), pattern_(pattern) {
+Regex::Regex(const std::string& pattern, const std::string& where, Syntax syntax) : impl_(new Impl), pattern_(pattern) {
   init_oniguruma();
   OnigErrorInfo einfo;
   const auto* p = reinterpret_cast<const OnigUChar*>(pattern.data());
   int rc = onig_new(&impl_->regex, p, p + pattern.size(), ONIG_OPTION_NONE, ONIG_ENCODING_UTF8,
-                    ONIG_SYNTAX_DEFAULT, &einfo);
+                    syntax == Syntax::python ? ONIG_SYNTAX_PYTHON : ONIG_SYNTAX_DEFAULT, &einfo);
   if (rc != ONIG_NORMAL) {
     OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
     onig_error_code_to_str(msg, rc, &einfo);
@@ -77,6 +77,31 @@ void Regex::find_all(std::string_view text, std::vector<Span>& out) const {
       while (pos < text.size() && (static_cast<unsigned char>(text[pos]) & 0xC0) == 0x80) ++pos;
     }
   }
+}
+
+BoundedMatch Regex::search(std::string_view text, std::uint64_t max_steps) const {
+  // One bound for every start position together (retry limit in search), and the same for one
+  // (in match), whose default (10^7) would otherwise apply per position.
+  std::unique_ptr<OnigMatchParam, decltype(&onig_free_match_param)> param(onig_new_match_param(), onig_free_match_param);
+  onig_initialize_match_param(param.get());
+  onig_set_retry_limit_in_search_of_match_param(param.get(), static_cast<unsigned long>(max_steps));
+  onig_set_retry_limit_in_match_of_match_param(param.get(), static_cast<unsigned long>(max_steps));
+  thread_local RegionHolder holder;
+  const auto* str = reinterpret_cast<const OnigUChar*>(text.data());
+  const auto* end = str + text.size();
+  const int r = onig_search_with_param(impl_->regex, str, end, str, end, holder.region, ONIG_OPTION_NONE, param.get());
+  BoundedMatch out;
+  if (r >= 0) {
+    out.found = true;
+    out.span = {static_cast<std::size_t>(holder.region->beg[0]), static_cast<std::size_t>(holder.region->end[0])};
+  } else if (r == ONIGERR_RETRY_LIMIT_IN_MATCH_OVER || r == ONIGERR_RETRY_LIMIT_IN_SEARCH_OVER) {
+    out.over_bound = true;
+  } else if (r != ONIG_MISMATCH) {
+    OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
+    onig_error_code_to_str(msg, r);
+    throw FormatError("regex \"" + pattern_ + "\": search failed (" + reinterpret_cast<const char*>(msg) + ")");
+  }
+  return out;
 }
 
 Pattern::Pattern(const nlohmann::json& obj, const std::string& where) {

@@ -28,18 +28,26 @@ std::string slurp(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+std::string last_line(const std::string& err) {
+  std::string text = err;
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  const auto pos = text.rfind('\n');
+  return pos == std::string::npos ? text : text.substr(pos + 1);
+}
+
 int count_lines(const std::string& s) {
   int n = 0;
   for (char c : s) n += c == '\n';
   return n;
 }
 
-Run ctune(const std::vector<std::string>& args, const std::string& shell) {
+namespace {
+Run ctune_with(const std::string& shell, const std::string& wrapper, const std::vector<std::string>& args) {
   // Per-process names: CTest runs tests in parallel processes.
   const fs::path dir = CTUNE_TEST_DATA_DIR;
   const std::string tag = std::to_string(::getpid());
   const fs::path out = dir / ("cli-stdout-" + tag + ".txt"), err = dir / ("cli-stderr-" + tag + ".txt");
-  std::string cmd = (shell.empty() ? "" : shell + "; ") + quote(CTUNE_BINARY) + " --threads 2";
+  std::string cmd = (shell.empty() ? "" : shell + "; ") + (wrapper.empty() ? "" : wrapper + " ") + quote(CTUNE_BINARY) + " --threads 2";
   for (const auto& a : args) cmd += " " + quote(a);
   cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
   const int raw = std::system(cmd.c_str());
@@ -51,6 +59,11 @@ Run ctune(const std::vector<std::string>& args, const std::string& shell) {
   fs::remove(err);
   return r;
 }
+}  // namespace
+
+Run ctune(const std::vector<std::string>& args, const std::string& shell) { return ctune_with(shell, "", args); }
+
+Run ctune_through(const std::string& wrapper, const std::vector<std::string>& args) { return ctune_with("", wrapper, args); }
 
 Run ctune_on_terminal(const std::vector<std::string>& args, const std::string& input, const std::vector<std::string>& env) {
   const fs::path dir = CTUNE_TEST_DATA_DIR;

@@ -17,6 +17,11 @@ struct Run {
 // "ulimit -v 4000000").
 Run ctune(const std::vector<std::string>& args, const std::string& shell = "");
 
+// ctune(args) run through `wrapper`, a command that runs the command after it: "timeout -s KILL
+// 60" (a guard against a hang: status 137 when it fired), "setsid" (a process group and session
+// of its own, so a test can signal the run's whole group).
+Run ctune_through(const std::string& wrapper, const std::vector<std::string>& args);
+
 // Runs CTUNE_BINARY --threads 2 <args...> on a pseudo-terminal (util-linux `script`), typing
 // `input` into it: `out` is what the terminal shows (stdout and stderr, the typed input echoed).
 // `env`: extra VAR=value settings (COLUMNS: the terminal's width, which no one set).
@@ -35,6 +40,9 @@ std::string slurp(const std::filesystem::path& path);
 // Writes `text` to `path`, making its directory.
 void write(const std::filesystem::path& path, const std::string& text);
 int count_lines(const std::string& text);
+
+// The last line a run printed on stderr (the one-line error of a failed run).
+std::string last_line(const std::string& err);
 
 // Exit status 1, exactly one stderr line starting "ctune: " and containing `must_contain`,
 // nothing on stdout (gtest expectations, labelled with `context`).

@@ -84,13 +84,7 @@ std::vector<std::string> losses(const fs::path& run) {
   return out;
 }
 
-// The last line a run printed on stderr (the one-line error of a failed run).
-std::string last_line(const std::string& err) {
-  std::string text = err;
-  while (!text.empty() && text.back() == '\n') text.pop_back();
-  const auto pos = text.rfind('\n');
-  return pos == std::string::npos ? text : text.substr(pos + 1);
-}
+using ctune::testing::last_line;
 
 // XORs `mask` into the byte `from_end` bytes before the end of `file`, its size kept.
 void flip_bits(const fs::path& file, int from_end, int mask) {
@@ -718,7 +712,7 @@ TEST_F(Checkpoints, GrpoBadInputIsOneLine) {
   run_with("objective: {name: grpo}\nreward: {exact: {weight: 1}}\n", "reward.exact.field: missing");
   run_with("objective: {name: grpo}\nreward: {exact: {field: answer, wieght: 1}}\n", "unknown setting \"wieght\"");
   run_with("objective: {name: grpo}\n", "grpo needs at least one reward function");
-  run_with("objective: {name: grpo}\nreward: {format: {pattern: \"(unclosed\"}}\n", "reward.format.pattern: not a regular expression");
+  run_with("objective: {name: grpo}\nreward: {format: {pattern: \"(unclosed\"}}\n", "reward.format.pattern: regex \"(unclosed\" does not compile");
   run_with("objective: {name: dpo}\n", "objective.name dpo learns from preference pairs");
   // An eval split whose records lack a field the rewards read: refused before training, not at
   // the first evaluation.

@@ -224,3 +224,45 @@ TEST(Rewards, BuiltInFunctionsScore) {
     EXPECT_NE(std::string(e.what()).find("data.train record 2 has no field \"answer\""), std::string::npos) << e.what();
   }
 }
+
+// Reward patterns are Python `re` patterns (Oniguruma's Python syntax): `regex` searches,
+// `format` matches the whole completion; a search past the bound on backtracking scores 0 and
+// is counted (docs/objectives.md#rewards).
+TEST(Rewards, PatternsArePythonPatternsSearchedWithABound) {
+  std::vector<train::RewardSpec> specs(3);
+  specs[0].name = "regex", specs[0].field = "pattern";
+  specs[1].name = "format", specs[1].pattern = R"((?s)<think>.*</think>\s*(?P<answer>\d+))";
+  specs[2].name = "format", specs[2].pattern = "a|ab";
+  auto rewards = train::make_rewards(specs, 256);
+  const std::string prompt = "p", where = "data.train record 1";
+  auto regex = [&](const std::string& pattern, const std::string& completion) {
+    const OrderedJson fields = {{"pattern", pattern}};
+    return rewards[0]->score({prompt, completion, 3, fields, where});
+  };
+  auto format = [&](std::size_t f, const std::string& completion) {
+    const OrderedJson fields = OrderedJson::object();
+    return rewards[f]->score({prompt, completion, 3, fields, where});
+  };
+  EXPECT_EQ(regex("^b", "a\nb"), 0.0);  // ^: the start of the completion only, as re.search
+  EXPECT_EQ(regex("(?m)^b", "a\nb"), 1.0);
+  EXPECT_EQ(regex("a$", "xa\n"), 1.0);  // $: the end, or before a final newline
+  EXPECT_EQ(regex("a.b", "a\nb"), 0.0);  // . stops at a newline without (?s)
+  EXPECT_EQ(regex(R"((?P<x>a)(?P=x))", "caab"), 1.0);
+  EXPECT_EQ(regex(R"(\d+)", "no digits"), 0.0);
+  EXPECT_EQ(format(1, "<think>x\ny</think> 42"), 1.0);
+  EXPECT_EQ(format(1, "<think>x</think> 42 and more"), 0.0);  // the whole completion
+  EXPECT_EQ(format(2, "ab"), 1.0);  // not only the first alternative's length
+  EXPECT_EQ(rewards[0]->take_errors(), 0);
+  // Nested repetition that defeats the engine's shortcuts: ends at the bound, scores 0, counted.
+  EXPECT_EQ(regex("(.|.)*(?!)", std::string(40, 'a')), 0.0);
+  EXPECT_EQ(rewards[0]->take_errors(), 1);
+  EXPECT_EQ(regex("(.|.)*QQQ", std::string(4000, 'a')), 0.0);
+  EXPECT_THROW(regex("(unclosed", "x"), Error);
+  // The last number is written in ASCII digits: others are not read as one.
+  std::vector<train::RewardSpec> numeric(1);
+  numeric[0].name = "numeric", numeric[0].field = "answer";
+  auto n = train::make_rewards(numeric, 256);
+  const OrderedJson seven = {{"answer", 7}};
+  EXPECT_EQ(n[0]->score({prompt, "\xd9\xa1\xd9\xa2 is not it, 7 is", 3, seven, where}), 1.0);
+  EXPECT_EQ(n[0]->score({prompt, "7 then \xd9\xa1\xd9\xa2", 3, seven, where}), 1.0);
+}

@@ -1,26 +1,23 @@
 #include "train/objective/reward_command.h"
 
-#include <poll.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fcntl.h>
-
-#include <cerrno>
+#include <algorithm>
 #include <cmath>
-#include <chrono>
 #include <csignal>
-#include <cstdlib>
-#include <cstring>
-#include <vector>
+#include <filesystem>
+#include <utility>
 
 #include "core/error.h"
-#include "core/json.h"
 #include "core/log.h"
+#include "core/stop_signal.h"
+#include "io/manifest.h"
 
 namespace ctune::train {
 namespace {
+
+namespace fs = std::filesystem;
 
 std::string program_text(const std::vector<std::string>& command) {
   std::string out;
@@ -34,158 +31,119 @@ std::string status_text(int status) {
   return "stopped";
 }
 
-// Whether `program` names an executable file: itself when it holds a '/', else on PATH (as
-// execvp looks).
-bool executable(const std::string& program) {
-  if (program.find('/') != std::string::npos) return ::access(program.c_str(), X_OK) == 0;
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/bin:/bin";
-  for (std::size_t at = 0; at <= dirs.size();) {
-    const auto end = std::min(dirs.find(':', at), dirs.size());
-    const std::string dir = end > at ? dirs.substr(at, end - at) : ".";
-    if (::access((dir + "/" + program).c_str(), X_OK) == 0) return true;
-    at = end + 1;
-  }
-  return false;
+std::string request_line(const RewardSample& s) {
+  Json request = {{"prompt", s.prompt}, {"completion", s.completion}, {"completion_tokens", s.completion_tokens}};
+  request["fields"] = Json::parse(s.fields.dump());
+  return request.dump() + "\n";
 }
+
+std::string first_line(const std::string& text) { return text.substr(0, std::min<std::size_t>(text.find('\n'), 80)); }
 
 }  // namespace
 
 CommandReward::CommandReward(const RewardSpec& spec) : RewardFunction(spec) {
   if (spec_.command.empty()) throw ConfigError("reward.command: empty (expected [program, args...])");
-  if (!executable(spec_.command[0]))
-    throw ConfigError("reward.command: " + spec_.command[0] + " is not an executable program (a path, or a name on PATH)");
+  file_ = find_program(spec_.command[0]);
+  if (file_.empty())
+    throw ConfigError("reward.command: " + spec_.command[0] + " is not an executable program (a regular file: a path, or a name on PATH)");
   if (!(spec_.timeout_s > 0)) throw ConfigError("reward.timeout_s: expected > 0, found " + std::to_string(spec_.timeout_s));
 }
 
-CommandReward::~CommandReward() { stop(); }
-
-void CommandReward::start() {
-  // A write to a program that has exited must be an error to report, not SIGPIPE ending ctune.
-  std::signal(SIGPIPE, SIG_IGN);
-  int in[2], out[2];
-  if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0)
-    throw Error("reward.command " + program_text(spec_.command) + ": cannot create pipes (" + std::strerror(errno) + ")");
-  std::vector<char*> argv;
-  for (const auto& a : spec_.command) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // The child: dies with ctune; stdin and stdout are the pipes, stderr the user's.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    ::signal(SIGPIPE, SIG_DFL);
-    ::dup2(in[0], STDIN_FILENO);
-    ::dup2(out[1], STDOUT_FILENO);
-    ::execvp(argv[0], argv.data());
-    const std::string line = "reward.command: cannot start " + std::string(argv[0]) + ": " + std::strerror(errno) + "\n";
-    (void)!::write(STDERR_FILENO, line.data(), line.size());
-    ::_exit(127);
-  }
-  ::close(in[0]);
-  ::close(out[1]);
-  if (pid < 0) {
-    ::close(in[1]);
-    ::close(out[0]);
-    throw Error("reward.command " + program_text(spec_.command) + ": cannot start (" + std::strerror(errno) + ")");
-  }
-  pid_ = pid;
-  to_ = in[1];
-  from_ = out[0];
-  pending_.clear();
-}
-
-void CommandReward::stop() {
-  if (to_ >= 0) ::close(to_);
-  if (from_ >= 0) ::close(from_);
-  to_ = from_ = -1;
-  if (pid_ > 0) {
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
-    }
-  }
-  pid_ = -1;
-}
-
-void CommandReward::fail(const std::string& what, const std::string& where, bool exiting) {
-  // What the program's exit says, when it has exited. One that closed a pipe is usually
-  // exiting: give it a moment to be reaped.
-  std::string why = what;
-  int status = 0;
-  for (int i = 0; pid_ > 0 && i < (exiting ? 50 : 1); ++i) {
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      why += " (it " + status_text(status) + ")";
-      pid_ = -1;
-      break;
-    }
-    ::usleep(10000);
-  }
-  stop();
-  throw Error("reward.command " + program_text(spec_.command) + ": " + why + ", scoring a completion of " + where);
-}
-
-std::string CommandReward::read_line(const std::string& where) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(spec_.timeout_s);
-  for (;;) {
-    const auto nl = pending_.find('\n');
-    if (nl != std::string::npos) {
-      std::string line = pending_.substr(0, nl);
-      pending_.erase(0, nl + 1);
-      return line;
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
-    if (left <= 0) fail(fmt::format("no answer within reward.timeout_s {:g} s", spec_.timeout_s), where);
-    pollfd p{from_, POLLIN, 0};
-    const int ready = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) continue;  // the deadline check above ends it
-    char chunk[4096];
-    const ssize_t n = ::read(from_, chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) fail("stopped before answering: closed its output", where, /*exiting=*/true);
-    pending_.append(chunk, static_cast<std::size_t>(n));
-    if (pending_.size() > (1u << 20)) fail("printed a line longer than 1 MiB", where);
-  }
-}
-
 double CommandReward::score(const RewardSample& s) {
-  const bool zero_on_error = spec_.on_error == "zero";
   try {
-    if (pid_ <= 0) start();
-    Json request = {{"prompt", s.prompt}, {"completion", s.completion}, {"completion_tokens", s.completion_tokens}};
-    request["fields"] = Json::parse(s.fields.dump());
-    const std::string line = request.dump() + "\n";
-    for (std::size_t done = 0; done < line.size();) {
-      const ssize_t n = ::write(to_, line.data() + done, line.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail(std::string("stopped before answering: stopped reading its input, ") + std::strerror(errno), s.where,
-             /*exiting=*/true);
-      done += static_cast<std::size_t>(n);
-    }
-    const std::string answer = read_line(s.where);
-    double value = 0;
-    try {
-      const Json j = Json::parse(answer);
-      if (!j.is_number()) throw std::invalid_argument("not a number");
-      value = j.get<double>();
-    } catch (const std::exception&) {
-      fail("printed \"" + answer.substr(0, 80) + "\", expected a number", s.where);
-    }
-    if (!std::isfinite(value)) fail("printed " + answer + ", expected a finite number", s.where);
-    return value;
+    return answer(request_line(s), s.where);
   } catch (const Error& e) {
-    if (!zero_on_error) throw;
+    if (spec_.on_error != "zero") throw;
     spdlog::warn("{}; scored 0 (reward.on_error: zero)", e.what());
     ++errors_;
-    stop();  // started again for the next sample
+    process_.reset();  // started again for the next sample
     return 0.0;
   }
 }
 
-std::optional<std::int64_t> CommandReward::take_errors() {
-  const auto n = errors_;
-  errors_ = 0;
-  return n;
+double CommandReward::answer(const std::string& request, const std::string& where) {
+  for (;;) {
+    if (!process_) process_ = std::make_unique<RewardProcess>(file_, spec_.command, "reward.command " + program_text(spec_.command));
+    // One number per request: a line that came after the last answer would be taken for this one's.
+    if (const std::string more = process_->stray_output(); !more.empty())
+      fail("printed a second line for one request (\"" + first_line(more) + "\")", last_where_);
+    const RewardProcess::Reply reply = process_->exchange(request, spec_.timeout_s);
+    if (!reply.line) {
+      // One that closed a pipe is usually exiting: give it a moment to be reaped.
+      const std::optional<int> status = process_->exit_status(std::chrono::milliseconds(reply.closed ? 500 : 0));
+      if (status && restart_for_stop(*status)) continue;
+      fail(reply.problem + (status ? " (it " + status_text(*status) + ")" : ""), where);
+    }
+    last_where_ = where;
+    double value = 0;
+    try {
+      const Json j = Json::parse(*reply.line);
+      if (!j.is_number()) throw std::invalid_argument("not a number");
+      value = j.get<double>();
+    } catch (const std::exception&) {
+      fail("printed \"" + reply.line->substr(0, 80) + "\", expected a number", where);
+    }
+    if (!std::isfinite(value)) fail("printed " + *reply.line + ", expected a finite number", where);
+    if (const std::string more = process_->stray_output(); !more.empty())
+      fail("printed a second line for one request (\"" + first_line(more) + "\")", where);
+    return value;
+  }
+}
+
+// A program that died of the signal the run is stopping on (its own process group shields it
+// from the run's group's signals, but Slurm's scancel signals every process of the job; exit
+// status 128 + signal, as a shell reports it, counts too) is started again and asked again,
+// once: the step completes, every rank with it, and the stop checkpoints it as promised. The
+// run's own signal may arrive a moment after the program's: up to a second is given for it.
+bool CommandReward::restart_for_stop(int status) {
+  const int signal = WIFSIGNALED(status) ? WTERMSIG(status) : WIFEXITED(status) ? WEXITSTATUS(status) - 128 : 0;
+  if (restarted_for_stop_ || (signal != SIGTERM && signal != SIGINT)) return false;
+  for (int i = 0; i < 100 && stop_requested() == 0; ++i) ::usleep(10000);
+  if (stop_requested() != signal) return false;
+  restarted_for_stop_ = true;
+  spdlog::warn("reward.command {} ended with {}, the signal this run is stopping on: started again to finish the step",
+               program_text(spec_.command), signal_name(signal));
+  process_.reset();
+  return true;
+}
+
+void CommandReward::fail(const std::string& what, const std::string& where) {
+  process_.reset();
+  throw Error("reward.command " + program_text(spec_.command) + ": " + what + ", scoring a completion of " + where);
+}
+
+std::optional<std::int64_t> CommandReward::take_errors() { return std::exchange(errors_, 0); }
+
+Json reward_program_identity(const std::vector<std::string>& command) {
+  Json files = Json::object();
+  auto add = [&](const std::string& file) {
+    std::string fingerprint = "unreadable";  // a program one may run (mode --x) but not read
+    try {
+      fingerprint = io::input_fingerprint(file);
+    } catch (const IoError&) {
+    }
+    files[fs::absolute(file).lexically_normal().string()] = fingerprint;
+  };
+  if (const std::string file = command.empty() ? "" : find_program(command[0]); !file.empty()) add(file);
+  std::error_code ec;
+  for (std::size_t i = 1; i < command.size(); ++i)
+    if (fs::is_regular_file(command[i], ec)) add(command[i]);
+  return files;
+}
+
+std::string reward_program_change(const Json& then, const Json& now) {
+  std::string out;
+  auto note = [&](const std::string& text) { out += (out.empty() ? "" : "; ") + text; };
+  for (auto it = then.begin(); it != then.end(); ++it) {
+    if (!now.contains(it.key())) {
+      note(it.key() + " is no longer part of it");
+    } else if (now[it.key()] != it.value()) {
+      note(it.key() + " holds other content (fingerprint " + it.value().get<std::string>() + ", now " + now[it.key()].get<std::string>() + ")");
+    }
+  }
+  for (auto it = now.begin(); it != now.end(); ++it)
+    if (!then.contains(it.key())) note(it.key() + " is new");
+  return out;
 }
 
 }  // namespace ctune::train

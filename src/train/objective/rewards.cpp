@@ -1,9 +1,14 @@
 #include "train/objective/rewards.h"
 
+#include <algorithm>
 #include <cmath>
-#include <regex>
+#include <set>
+#include <utility>
 
 #include "core/error.h"
+#include "core/log.h"
+#include "core/utf8.h"
+#include "tokenizer/regex.h"
 #include "train/objective/reward_command.h"
 
 namespace ctune::train {
@@ -36,32 +41,78 @@ class Contains : public RewardFunction {
   }
 };
 
-class FieldRegex : public RewardFunction {
+// Reward patterns are Python `re` patterns run by Oniguruma, every search bounded
+// (docs/objectives.md#rewards): std::regex, used before, backtracked without end on a pattern
+// from the data such as (.|.)*QQQ and overflowed the stack on long completions.
+// 10^7 steps is Oniguruma's own default bound for one start position (about a quarter of a second).
+constexpr std::uint64_t kMaxRegexSteps = 10'000'000;
+
+std::unique_ptr<tok::Regex> compile(const std::string& pattern, const std::string& where) {
+  return std::make_unique<tok::Regex>(pattern, where, tok::Syntax::python);
+}
+
+// A function that scores by a regular expression. A search past the bound scores 0 (neither
+// matched nor ruled out), warned once per record and counted in rewards/NAME/errors: the run
+// goes on, since a recipe's pattern or a record cannot change on --resume.
+class PatternReward : public RewardFunction {
  public:
   using RewardFunction::RewardFunction;
+  std::optional<std::int64_t> take_errors() override { return std::exchange(errors_, 0); }
+
+ protected:
+  // 1 when `regex` (written as `pattern`) matches in the completion.
+  double found(const tok::Regex& regex, const std::string& pattern, const RewardSample& s) {
+    // Oniguruma reads UTF-8: a completion cut inside a character is searched repaired (U+FFFD).
+    const bool valid = find_invalid_utf8(s.completion) == std::string::npos;
+    const std::string repaired = valid ? std::string() : repair_utf8(s.completion);
+    const tok::BoundedMatch m = regex.search(valid ? std::string_view(s.completion) : std::string_view(repaired), kMaxRegexSteps);
+    if (m.over_bound) {
+      ++errors_;
+      if (warned_.insert(s.where).second)
+        spdlog::warn("reward {}: {}: the pattern \"{}\" needs more than {} backtracking steps on a completion of {} bytes "
+                     "(nested repetition, as in (a|a)*b): scored 0 (warned once per record; counted in rewards/{}/errors)",
+                     name(), s.where, pattern, kMaxRegexSteps, s.completion.size(), name());
+    }
+    return m.found ? 1.0 : 0.0;
+  }
+
+ private:
+  std::int64_t errors_ = 0;
+  std::set<std::string> warned_;
+};
+
+class FieldRegex : public PatternReward {
+ public:
+  using PatternReward::PatternReward;
   double score(const RewardSample& s) override {
     const std::string pattern = field_text(s, field());
+    std::unique_ptr<tok::Regex> regex;
     try {
-      return std::regex_search(s.completion, std::regex(pattern)) ? 1.0 : 0.0;
-    } catch (const std::regex_error& e) {
-      throw Error("reward regex: " + s.where + ": field \"" + field() + "\" is not a regular expression (" + e.what() + "): " + pattern);
+      regex = compile(pattern, "reward regex: " + s.where + ": field \"" + field() + "\"");
+    } catch (const FormatError& e) {
+      throw Error(e.what());  // the data's, found while training: ends the step
     }
+    return found(*regex, pattern, s);
   }
 };
 
-// The last number written in `text` ("-1,234.5" reads -1234.5), if any.
+// The last number written in `text` ("-1,234.5" reads -1234.5), if any. [0-9], not \d: Python's
+// \d (Oniguruma's too) matches every Unicode digit, which std::stod cannot read. The pattern
+// cannot backtrack past linear time, so its search needs no bound.
 std::optional<double> last_number(const std::string& text) {
-  static const std::regex number(R"([-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+)");
-  std::optional<double> out;
-  for (auto it = std::sregex_iterator(text.begin(), text.end(), number); it != std::sregex_iterator(); ++it) {
-    std::string digits = it->str();
+  static const tok::Regex number(R"([-+]?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?|[-+]?\.[0-9]+)", "reward numeric",
+                                 tok::Syntax::python);
+  std::vector<tok::Span> spans;
+  number.find_all(text, spans);
+  for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
+    std::string digits = text.substr(it->begin, it->end - it->begin);
     digits.erase(std::remove(digits.begin(), digits.end(), ','), digits.end());
     try {
-      out = std::stod(digits);
-    } catch (const std::exception&) {
+      return std::stod(digits);
+    } catch (const std::exception&) {  // out of double's range: the one before counts
     }
   }
-  return out;
+  return std::nullopt;
 }
 
 class Numeric : public RewardFunction {
@@ -76,19 +127,22 @@ class Numeric : public RewardFunction {
   }
 };
 
-class Format : public RewardFunction {
+class Format : public PatternReward {
  public:
-  explicit Format(const RewardSpec& spec) : RewardFunction(spec) {
+  explicit Format(const RewardSpec& spec) : PatternReward(spec) {
     try {
-      pattern_ = std::regex(spec.pattern);
-    } catch (const std::regex_error& e) {
-      throw ConfigError("reward.format.pattern: not a regular expression (" + std::string(e.what()) + "): " + spec.pattern);
+      compile(spec.pattern, "reward.format.pattern");  // a mistake named in the pattern as written
+      whole_ = compile("\\A(?:" + spec.pattern + ")\\Z", "reward.format.pattern");
+    } catch (const FormatError& e) {
+      throw ConfigError(e.what());
     }
   }
-  double score(const RewardSample& s) override { return std::regex_match(s.completion, pattern_) ? 1.0 : 0.0; }
+  // The whole completion (Python's re.fullmatch): anchored at both ends, so a shorter
+  // alternative cannot stand for the whole.
+  double score(const RewardSample& s) override { return found(*whole_, spec_.pattern, s); }
 
  private:
-  std::regex pattern_;
+  std::unique_ptr<tok::Regex> whole_;
 };
 
 class Length : public RewardFunction {

@@ -2,15 +2,16 @@
 // scores one completion of one prompt; the objective sums them with their weights. Built in:
 //   exact     1 when the completion, whitespace trimmed, equals the record's field (trimmed)
 //   contains  1 when the completion contains the record's field
-//   regex     1 when the record's field, a regular expression (ECMAScript), matches somewhere in it
+//   regex     1 when the record's field, a regular expression (Python syntax), matches somewhere in it
 //   numeric   1 when the completion's last number is within `tolerance` of the field's number
-//   format    1 when the recipe's pattern matches the whole completion
+//   format    1 when the recipe's pattern (Python syntax) matches the whole completion
 //   length    DAPO's overlong penalty: 0 up to max_tokens - cache tokens, then falling linearly
 //             to -1 at max_tokens, and -1 beyond
 //   command   an external program's answer (train/objective/reward_command.h)
 // Each gives 0 otherwise. A record without a field a function needs is refused before training
 // (check_fields); a field's regular expression that does not compile ends the step with one line
-// naming the function and the sample.
+// naming the function and the sample. A search is bounded (tokenizer/regex.h): one past the bound
+// scores 0, warned once per record and counted in rewards/NAME/errors.
 #pragma once
 
 #include <cstdint>

@@ -10,6 +10,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "infer/batched.h"
 #include "train/objective/grpo.h"
 #include "train/objective/logps.h"
@@ -41,6 +42,27 @@ double std_of(const std::vector<double>& v) {  // Bessel-corrected, as torch.std
   double s = 0;
   for (double x : v) s += (x - m) * (x - m);
   return std::sqrt(s / static_cast<double>(v.size() - 1));
+}
+
+// A line about the first of this rank's groups whose rewards overflow their spread (finite
+// answers near +-1e300: the mean or the variance is not finite, and the advantages are 0 or not
+// finite, which ends as a group without signal or a skipped step), or "". `rewards`, `advantages`: the whole
+// generation batch's rows; `streams`: this rank's samples' rows in it.
+std::string overflow_note(const std::vector<double>& rewards, const double* advantages, std::int64_t G, const std::vector<std::uint64_t>& streams,
+                          const std::vector<Sample>& samples, const data::Examples& examples) {
+  for (std::size_t i = 0; i < samples.size(); i += static_cast<std::size_t>(G)) {
+    const auto first = static_cast<std::ptrdiff_t>(streams[i]);
+    const std::vector<double> group(rewards.begin() + first, rewards.begin() + first + G);
+    bool overflows = !std::isfinite(mean_of(group)) || !std::isfinite(std_of(group));
+    for (std::int64_t g = 0; g < G; ++g) overflows = overflows || !std::isfinite(advantages[first + g]);
+    if (!overflows) continue;
+    std::string values;
+    for (const double r : group) values += fmt::format("{}{:g}", values.empty() ? "" : ", ", r);
+    return fmt::format("rewards: the group of data.train record {} ({}) overflows its spread (its mean or standard deviation is not "
+                       "finite): its advantages are 0 or not finite, so it teaches nothing; keep rewards well inside +-1e150 (warned once)",
+                       (*examples)[static_cast<std::size_t>(samples[i].example)].record + 1, values);
+  }
+  return "";
 }
 
 }  // namespace
@@ -187,6 +209,11 @@ void RolloutSource::generate_batch() {
   const double* all = all_advantages.data_ptr<double>();
   std::vector<double> advantages(samples.size());
   for (std::size_t i = 0; i < samples.size(); ++i) advantages[i] = all[streams[i]];
+  if (!warned_overflow_) {
+    const std::string note = overflow_note(totals, all, G, streams, samples, examples_);
+    if (!note.empty()) spdlog::warn("{}", note);
+    warned_overflow_ = !note.empty();
+  }
 
   // 4. One training batch per prompt batch: prompt + completion, right-padded (an idle batch
   //    for a rank without prompts in it).

@@ -86,6 +86,7 @@ class RolloutSource : public BatchSource {
   std::uint64_t last_seed_ = 0;
   std::vector<std::pair<std::string, double>> figures_;
   Json samples_ = Json::array();
+  bool warned_overflow_ = false;  // a group's rewards overflowed their spread (rollout.cpp, overflow_note)
 };
 
 }  // namespace ctune::train

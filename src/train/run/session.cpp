@@ -21,6 +21,7 @@
 #include "train/observe/memory_report.h"
 #include "train/observe/metrics.h"
 #include "train/objective/objectives.h"
+#include "train/objective/reward_command.h"
 #include "train/objective/rollout.h"
 #include "train/objective/rollout_eval.h"
 #include "train/parallel/data_parallel.h"
@@ -121,6 +122,26 @@ void Session::check_inputs(const Json& recorded, const Json& now, const fs::path
                         " (same content); pass --inputs-moved if the files were moved");
     }
     if (now_path != then_path) spdlog::info("note: {} moved from {} to {} (same content)", name, then_path, now_path);
+  }
+}
+
+// What the run runs beside itself (a reward program), as checkpoints record it.
+Json Session::program_identities() const {
+  Json out = Json::object();
+  if (!generates(plan_.objective)) return out;
+  for (const auto& spec : plan_.objective.rewards)
+    if (spec.name == "command") out["reward.command"] = reward_program_identity(spec.command);
+  return out;
+}
+
+// A reward program that changed since the checkpoint is worth a line, not a refusal: fixing a
+// grader and resuming is what a user wants, but the steps before were scored by the old one.
+void Session::warn_if_programs_changed(const Json& recorded, const Json& now, const fs::path& checkpoint) const {
+  for (auto it = recorded.begin(); it != recorded.end(); ++it) {
+    const std::string change = reward_program_change(it.value(), now.value(it.key(), Json::object()));
+    if (!change.empty())
+      spdlog::warn("--resume: {} is not what the run of {} ran: {}; its rewards from here on may differ from the steps before", it.key(),
+                   checkpoint.string(), change);
   }
 }
 
@@ -228,7 +249,7 @@ std::string Session::refuse_what_cannot_be_written(std::int64_t resumed) const {
 //    from (after every check), and the directory to match. Rank 0 owns the directory; the other
 //    ranks only read checkpoints, and log warnings and errors (their progress lines would repeat
 //    rank 0's).
-Session::ResumePoint Session::open_run_dir(std::optional<io::DirLock>& lock, const Json& inputs) {
+Session::ResumePoint Session::open_run_dir(std::optional<io::DirLock>& lock, const Json& inputs, const Json& programs) {
   std::string disk;  // what the run writes against what is free: logged with the plan
   if (writer()) {
     if (!options_.resume) disk = refuse_what_cannot_be_written(-1);  // before the directory is made
@@ -255,6 +276,7 @@ Session::ResumePoint Session::open_run_dir(std::optional<io::DirLock>& lock, con
                                                  identities, at.state->sampler.batch_size);
       for (const auto& note : notes) spdlog::info("note: {}", note);
       verify_run_files(at);
+      if (writer()) warn_if_programs_changed(at.state->programs, programs, *at.dir);
     }
     if (writer()) disk = refuse_what_cannot_be_written(at.state ? at.state->step : -1);
   }
@@ -289,8 +311,8 @@ TrainResult Session::run_steps() {
   const auto& ledger = ledger_.emplace(estimate_memory(ledger_inputs(plan, ops::memory_now(plan.device))));
   refuse_what_cannot_fit(ledger);
   std::optional<io::DirLock> lock;
-  const Json inputs = input_identities();
-  ResumePoint resume = open_run_dir(lock, inputs);  // 2.
+  const Json inputs = input_identities(), programs = program_identities();
+  ResumePoint resume = open_run_dir(lock, inputs, programs);  // 2.
 
   // 3. Model (from the checkpoint when resuming), what trains, optimizer.
   //    A sharded checkpoint's weights are slices: the model is built from model.path and each
@@ -354,6 +376,7 @@ TrainResult Session::run_steps() {
   const WeightFiles files = weight_files(plan);
   CheckpointSources sources{lm, plan.method.get(), files, {}, &sampler, plan.recipe_yaml(), &scaler, inputs, nullptr, {}, {}};
   sources.source = rollouts.get();  // several ranks: each rank's batches, gathered for the checkpoint
+  sources.programs = programs;
   CheckpointCadence cadence(plan, checkpoints, sources, parallel, lm, comm_, resume.state ? resume.state->step : -1);
   std::optional<MetricsLog> metrics;
   if (writer()) metrics.emplace(plan.output_dir, plan.tensorboard);

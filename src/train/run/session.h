@@ -54,6 +54,8 @@ class Session {
   std::optional<std::filesystem::path> find_resume_point() const;
   Json input_identities() const;
   void check_inputs(const Json& recorded, const Json& now, const std::filesystem::path& checkpoint) const;
+  Json program_identities() const;
+  void warn_if_programs_changed(const Json& recorded, const Json& now, const std::filesystem::path& checkpoint) const;
   void prepare_run_dir(const std::optional<std::filesystem::path>& resume_dir, std::int64_t resumed_step);
   // The steps of run(), in its order.
   struct ResumePoint {
@@ -68,7 +70,7 @@ class Session {
   // space (train/state/disk_need.h). `resumed`: the step of the checkpoint resumed from (-1: none).
   // Returns the line the plan's summary gets.
   std::string refuse_what_cannot_be_written(std::int64_t resumed) const;
-  ResumePoint open_run_dir(std::optional<io::DirLock>& lock, const Json& inputs);
+  ResumePoint open_run_dir(std::optional<io::DirLock>& lock, const Json& inputs, const Json& programs);
   void refuse_if_nothing_learned(const TrainResult& result) const;
   std::shared_ptr<const ReferenceTable> precomputed_reference(model::CausalLM& lm, DataParallel& parallel, const ResumePoint& at) const;
   void verify_run_files(const ResumePoint& at) const;

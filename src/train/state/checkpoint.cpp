@@ -144,6 +144,7 @@ void CheckpointManager::write_state(const fs::path& dir, std::int64_t step, cons
                 {"layout", layout},
                 {"inputs", s.inputs}};
   for (const auto& entry : s.run_files) state["run_files"].push_back(io::entry_to_json(entry));
+  if (!s.programs.empty()) state["programs"] = s.programs;
   if (s.scaler && s.scaler->enabled()) {
     state["loss_scaler"] = {{"scale", s.scaler->state().scale}, {"growth_tracker", s.scaler->state().growth_tracker}};
   }
@@ -298,6 +299,15 @@ TrainingState read_training_state(const fs::path& checkpoint) {
     }
   }
   if (state.contains("run_files")) s.run_files = read_run_files(state["run_files"], state_path);
+  if (state.contains("programs")) {
+    s.programs = state["programs"];
+    bool valid = s.programs.is_object();
+    for (const auto& program : s.programs) {
+      valid = valid && program.is_object();
+      for (const auto& fingerprint : program) valid = valid && fingerprint.is_string();
+    }
+    if (!valid) throw FormatError(state_path.string() + ": \"programs\" must be {name: {path: fingerprint}}");
+  }
   return s;
 }
 

@@ -51,6 +51,9 @@ struct CheckpointSources {
   // name relative to it, with their size and checksum: a resumed run verifies them against this
   // record, which the checkpoint's manifest covers, before using them.
   std::vector<io::ManifestEntry> run_files;
+  // What the run runs beside itself, to warn on --resume when it changed (not to refuse: a fixed
+  // grader should be usable): {"reward.command": {path: fingerprint}} (reward_command.h).
+  Json programs = Json::object();
 };
 
 // Rank `rank`'s part of a source state gathered from `ranks` ranks (the note and tensors its
@@ -75,6 +78,7 @@ struct TrainingState {
   std::string recipe_yaml;
   Json inputs;  // as CheckpointSources::inputs wrote it; null in checkpoints that predate it
   std::optional<std::vector<io::ManifestEntry>> run_files;  // as CheckpointSources::run_files; nullopt in older checkpoints
+  Json programs = Json::object();  // as CheckpointSources::programs wrote it; empty in older ones
   SourceState source;  // the batch source's state (note null: none saved)
 };
 
