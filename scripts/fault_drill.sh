@@ -11,7 +11,8 @@
 #   `--resume key=value`, an fp16 run whose every step overflows; the --nproc store against a
 #   stranger (and `ss -ltnp`), links planted at staging names and the lock, a merge whose weights
 #   are inf/NaN, a sharded checkpoint without a rank's shard, consolidate onto the base, reports
-#   of default runs and of hostile metrics, Ctrl-Z on the --nproc launcher.
+#   of default runs and of hostile metrics, Ctrl-Z on the --nproc launcher; chat templates that
+#   compare or hash lists of shared 30 MB strings, or multiply a string past the output limit.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -327,6 +328,44 @@ ct train "$R" output_dir="$W/tstp" $P --resume >/dev/null 2>&1
 sres=$?
 [ $stz -eq 143 ] && [ $sres -eq 0 ] && grep -q "Ctrl-Z (SIGTSTP)" "$W/tstp.log"
 result "Ctrl-Z on the launcher" $? "exit $stz with a checkpoint, resume exit $sres"
+
+# 18-19. Chat templates (issue 70), through `ctune render` with the template in a tokenizer's config.
+mkdir -p "$W/tpl" && cp "$W/model/tokenizer.json" "$W/model/tokenizer_config.json" "$W/tpl/"
+tpl_render() {  # tpl_render LOG TEMPLATE [ARGS...]: one conversation rendered with TEMPLATE (5 minutes at most)
+  local log=$1 source=$2
+  shift 2
+  /usr/bin/python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["chat_template"] = sys.argv[2]
+json.dump(c, open(sys.argv[1], "w"))' "$W/tpl/tokenizer_config.json" "$source"
+  timeout 300 "$CTUNE" --threads 2 render --tokenizer "$W/tpl" "$@" \
+    --messages '[{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Yo"}]' >"$log" 2>&1
+}
+
+# 18. Comparing, ordering or hashing a list of 10^6 references to a 30 MB string: each read its
+# items' bytes uncharged (30 TB, hours); the work limit (1 GiB) now counts them.
+bad=0
+details=""
+two="{% set a = 'x' * 30000000 %}{% set b = 'x' * 30000000 %}{% set l = [a, b] * 500000 %}"
+for op in "==:l == [b, a] * 500000" "unique:l|unique|list|length" "min:l|min|length" "sort:l|sort(case_sensitive=true)|length"; do
+  start=$(date +%s.%N)
+  tpl_render "$W/tpl/work.log" "$two{{ ${op#*:} }}"
+  s=$?
+  secs=$(/usr/bin/python3 -c "print(round($(date +%s.%N) - $start, 1))")
+  { one_line_error $s "$W/tpl/work.log" && grep -q "work exceeds its limit" "$W/tpl/work.log"; } || bad=1
+  details="$details ${op%%:*} ${secs} s (exit $s),"
+done
+result "template work on shared values" $bad "work limit:${details%,}"
+
+# 19. Builders that multiply size, under a 4 GB address space: each built 30 GB before checking the
+# 32 MiB output limit (std::bad_alloc; without a limit, the OOM killer).
+bad=0
+details=""
+s30="{% set s = 'x' * 30000000 %}"
+for op in "('a\\n' * 1000)|indent(s)" "[s] * 1000" "('a' * 1000)|replace('a', s)" "('{0}' * 1000).format(s)" "([s] * 1000)|tojson"; do
+  ( ulimit -v 4000000; tpl_render "$W/tpl/out.log" "$s30{{ $op }}" )
+  s=$?
+  { one_line_error $s "$W/tpl/out.log" && grep -q "exceeds the template output limit" "$W/tpl/out.log"; } || { bad=1; details="$details [$op: $(tail -n 1 "$W/tpl/out.log" | cut -c1-60)]"; }
+done
+result "template output built before its check" $bad "indent, repr, replace, format, tojson: one line each${details}"
 
 echo "fault drill: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -91,14 +91,25 @@ std::string map_code_points(std::string_view s, F f) {
   std::string out;
   out.reserve(s.size());
   std::size_t i = 0;
-  while (i < s.size()) append_code_point(out, f(decode_code_point(s, i)));
+  while (i < s.size()) {
+    const auto byte = static_cast<unsigned char>(s[i]);
+    if (byte < 0x80) {  // ASCII maps to ASCII: no decoding or encoding
+      out += static_cast<char>(f(byte));
+      ++i;
+    } else {
+      append_code_point(out, f(decode_code_point(s, i)));
+    }
+  }
   return out;
 }
 
+// ASCII first: most text is, and lower-casing is what sort, unique, min and max do to every item.
 std::uint32_t upper(std::uint32_t cp) {
+  if (cp < 0x80) return cp >= 'a' && cp <= 'z' ? cp - 32 : cp;
   return static_cast<std::uint32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(cp)));
 }
 std::uint32_t lower(std::uint32_t cp) {
+  if (cp < 0x80) return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp;
   return static_cast<std::uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp)));
 }
 bool is_cased_letter(std::uint32_t cp) {
@@ -205,8 +216,7 @@ std::vector<std::string> py_split(std::string_view s, const std::optional<std::s
   return out;
 }
 
-std::vector<std::string> py_splitlines(std::string_view s, bool keepends) {
-  std::vector<std::string> out;
+void for_each_line(std::string_view s, bool keepends, const std::function<void(std::string_view)>& line) {
   std::size_t start = 0, i = 0;
   while (i < s.size()) {
     const std::size_t at = i;
@@ -215,11 +225,10 @@ std::vector<std::string> py_splitlines(std::string_view s, bool keepends) {
                     cp == 0x2028 || cp == 0x2029;
     if (!br) continue;
     if (cp == '\r' && i < s.size() && s[i] == '\n') ++i;
-    out.emplace_back(s.substr(start, (keepends ? i : at) - start));
+    line(s.substr(start, (keepends ? i : at) - start));
     start = i;
   }
-  if (start < s.size()) out.emplace_back(s.substr(start));
-  return out;
+  if (start < s.size()) line(s.substr(start));
 }
 
 std::string py_replace(std::string_view s, std::string_view old, std::string_view repl, std::int64_t count) {
@@ -249,6 +258,30 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
     ++done;
   }
   out.append(s.substr(pos));
+  return out;
+}
+
+std::uint64_t py_replace_size(std::string_view s, std::string_view old, std::string_view repl, std::int64_t count) {
+  std::uint64_t matches = old.empty() ? code_point_count(s) + 1 : 0;  // '' matches before each code point and at the end
+  if (!old.empty())
+    for (std::size_t at = s.find(old); at != std::string_view::npos && (count < 0 || matches < static_cast<std::uint64_t>(count));
+         at = s.find(old, at + old.size()))
+      ++matches;
+  if (count >= 0) matches = std::min(matches, static_cast<std::uint64_t>(count));
+  // s.size() - matches * old.size() + matches * repl.size(), without wrapping.
+  return s.size() - matches * old.size() + matches * static_cast<std::uint64_t>(repl.size());
+}
+
+std::string py_reversed(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  std::size_t end = s.size();
+  while (end > 0) {
+    std::size_t start = end - 1;
+    while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+    out.append(s.substr(start, end - start));
+    end = start;
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,8 +31,15 @@ std::string py_strip(std::string_view s, const std::optional<std::string>& chars
 // `sep` must not be empty (the caller refuses it, as Python does).
 std::vector<std::string> py_split(std::string_view s, const std::optional<std::string>& sep, std::int64_t maxsplit,
                                   bool from_right = false);
-std::vector<std::string> py_splitlines(std::string_view s, bool keepends);
+// Calls `line` with each line of `s` as str.splitlines(keepends) splits it, in order, without
+// building the list: indent and the splitlines method bound what they build from it.
+void for_each_line(std::string_view s, bool keepends, const std::function<void(std::string_view)>& line);
 std::string py_replace(std::string_view s, std::string_view old, std::string_view repl, std::int64_t count);
+// The size py_replace's result will have, found without building it (a 30 MB replacement of each
+// of 10^6 matches would be 30 TB).
+std::uint64_t py_replace_size(std::string_view s, std::string_view old, std::string_view repl, std::int64_t count);
+// s reversed by code points (Jinja2's reverse of a str).
+std::string py_reversed(std::string_view s);
 std::string py_upper(std::string_view s);
 std::string py_lower(std::string_view s);
 std::string py_title(std::string_view s);

@@ -159,6 +159,18 @@ t("{{ '02.5'|wordcount }} {{ 'a_b-c  d\u00e9j\u00e0 vu 42'|wordcount }} {{ ''|wo
 t("{{ '' is lower }} {{ 'abc1' is lower }} {{ 'ABC' is upper }} {{ '1' is upper }} {{ ['q', 'p'] is lower }} {{ none is upper }}")
 t("{{ range(9223372036854775800, 9223372036854775807, 5)|list }} {{ range(-9223372036854775800, -9223372036854775807-1, -5)|list }} {{ range(5, 0, -2)|list }} {{ range(3)|list }} {{ range(2, 2)|list }}")
 
+# Issue 70, found while bounding what operations read and build: unique compared lists Python cannot
+# hash (Jinja2 keeps a set), indent skipped whitespace-only lines and an empty first one, sum joined
+# strings (Python's sum refuses them).
+t("{{ [1, 1.0, True, 'A', 'a', none, (1,), (1,)]|unique|list }} {{ ['b', 'B', 'a']|unique(case_sensitive=true)|list }} {{ [{'k': 'A'}, {'k': 'a'}, {'k': 'b'}]|unique(attribute='k')|map(attribute='k')|list }} {{ [2.0, 2, 0.5]|unique|list }}")
+t("{{ [[1], [1]]|unique|list }}")
+t("{{ [{'a': 1}]|unique|list }}")
+t("{{ [[1], [2]]|sum(start=[]) }} {{ [1, 2.5]|sum }}")
+t("{{ ['a', 'b']|sum(start='') }}")
+t("{{ '\\nx'|indent(2, true) }}|{{ 'a\\n  \\nb'|indent }}|{{ 'a\\n\\nb'|indent(2, blank=true) }}|{{ 'a\\r\\nb\\rc'|indent(1) }}|{{ ''|indent(2, true) }}|{{ 'a\\n'|indent(2) }}|{{ 'a\\nb'|indent('->') }}|{{ 'a\\nb'|indent(-3) }}|{{ 'a\\r'|indent(1) }}|{{ 'a\\u2028b'|indent(1) }}")
+t("{{ [1, 2]|indent }}")
+t("{{ 'h\u00e9\U0001F600'|reverse }} {{ 'h\u00e9\U0001F600'|first }}{{ 'h\u00e9\U0001F600'|last }} {{ ''|first is defined }} {{ ''|last is defined }}")
+
 
 def main():
     out = []
