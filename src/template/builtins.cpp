@@ -108,21 +108,10 @@ Value string_method(Env& env, const Value& self, const std::string& name) {
       if (!p) fail(name + "() needs an argument");
       auto options = prefixes(*p);
       if (!options) fail(name + " first arg must be str or a tuple of str, not " + p->type_name());
-      // Optional start and end (code-point indices, Python's slice rules) narrow the string.
+      // Optional start and end: code-point indices, Python's rules (pystr.h).
       const std::optional<std::int64_t> start = arg_index(a, 1, "start"), end = arg_index(a, 2, "end");
-      std::string_view view = s;
-      std::string sliced;
-      if (start || end) {
-        const std::vector<std::size_t> off = code_point_offsets(s);
-        const std::vector<std::size_t> idx = slice_indices(off.size() - 1, start, end, 1);
-        if (!idx.empty()) sliced = s.substr(off[idx.front()], off[idx.back() + 1] - off[idx.front()]);
-        view = sliced;
-      }
-      for (const auto& o : *options) {
-        if (name == "startswith" ? view.compare(0, o.size(), o) == 0
-                                 : (view.size() >= o.size() && view.compare(view.size() - o.size(), o.size(), o) == 0))
-          return Value(true);
-      }
+      for (const auto& o : *options)
+        if (py_tailmatch(s, o, name == "endswith", start, end)) return Value(true);
       return Value(false);
     });
   if (name == "upper") return m([s](Args&) { return Value(py_upper(s)); });
@@ -139,7 +128,7 @@ Value string_method(Env& env, const Value& self, const std::string& name) {
     return m([s, name](Args& a) {
       const auto sub = arg_str(a, 0, "sub");
       if (!sub) fail(name + "() needs a string");
-      const std::int64_t at = py_find(s, *sub, name[0] == 'r');
+      const std::int64_t at = py_find(s, *sub, name[0] == 'r', arg_index(a, 1, "start"), arg_index(a, 2, "end"));
       if (at < 0 && (name == "index" || name == "rindex")) fail("substring not found");
       return Value(at);
     });
@@ -147,7 +136,7 @@ Value string_method(Env& env, const Value& self, const std::string& name) {
     return m([s](Args& a) {
       const auto sub = arg_str(a, 0, "sub");
       if (!sub) fail("count() needs a string");
-      return Value(py_count(s, *sub));
+      return Value(py_count(s, *sub, arg_index(a, 1, "start"), arg_index(a, 2, "end")));
     });
   if (name == "join")
     return m([s, &env](Args& a) {
@@ -395,6 +384,8 @@ void add_globals(Dict& g, Env& env) {
           for (const auto& [k, v] : a.kw) d->set(k, v);
           return Value(d);
         }));
+  // Its text is the template's (or the data's) own: the renderer makes it printable and short
+  // when it becomes the error line (render.cpp, located).
   g.set("raise_exception", bound("raise_exception", [&env](Args& a) -> Value {
           fail(a.pos.empty() ? std::string("raise_exception called") : a.pos[0].str(env));
         }));

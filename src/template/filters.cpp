@@ -190,24 +190,40 @@ Value f_float(Env&, const Value& v, Args& a) {
 }
 
 Value f_abs(Env&, const Value& v, Args&) {
-  if (v.is_int() || v.is_bool()) return Value(v.integer() < 0 ? -v.integer() : v.integer());
+  if (v.is_int() || v.is_bool()) {
+    // abs(-2**63) is 2**63 in Python, one past the 64-bit ints (docs/chat-templates.md).
+    if (v.integer() == INT64_MIN) fail("integer overflow in abs");
+    return Value(v.integer() < 0 ? -v.integer() : v.integer());
+  }
   if (v.is_float()) return Value(std::fabs(v.number()));
   fail("bad operand type for abs(): '" + v.type_name() + "'");
 }
 
+// Jinja2's round: Python's round(value, precision) for "common" (an int stays an int, rounded to
+// tens, hundreds... for a negative precision), else math.ceil or math.floor of value * 10**precision,
+// divided back, with Python's errors where a step overflows or divides by zero.
 Value f_round(Env&, const Value& v, Args& a) {
+  const std::string method = arg_str(a, 1, "method").value_or("common");
+  if (method != "common" && method != "ceil" && method != "floor") fail("method must be common, ceil or floor");
   if (!v.is_number()) fail("round() expects a number, found " + v.type_name());
   const std::int64_t precision = arg_int(a, 0, "precision", 0);
-  const std::string method = arg_str(a, 1, "method").value_or("common");
-  if (method == "common" && !v.is_float() && precision >= 0) return Value(v.integer());  // Python's round(int) is the int
+  if (method == "common") {
+    if (v.is_float()) {
+      const std::optional<double> r = py_round(v.number(), precision);
+      if (!r) fail("rounded value too large to represent");
+      return Value(*r);
+    }
+    const std::optional<std::int64_t> r = py_round(v.integer(), precision);
+    if (!r) fail("integer overflow in round");  // Python's ints grow (docs/chat-templates.md)
+    return Value(*r);
+  }
+  if (precision > 308) fail("int too large to convert to float");  // 10**precision, a Python int, as a float
   const double scale = std::pow(10.0, static_cast<double>(precision));
+  if (scale == 0) fail("float division by zero");
   const double x = v.number() * scale;
-  double r;
-  if (method == "ceil") r = std::ceil(x);
-  else if (method == "floor") r = std::floor(x);
-  else if (method == "common") r = std::nearbyint(x);  // Python's round(): halves to even
-  else fail("method must be common, ceil or floor");
-  return Value(r / scale);
+  if (std::isinf(x)) fail("cannot convert float infinity to integer");
+  if (std::isnan(x)) fail("cannot convert float NaN to integer");
+  return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
 }
 
 Value f_reverse(Env& env, const Value& v, Args&) {

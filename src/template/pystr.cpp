@@ -307,17 +307,61 @@ std::string py_capitalize(std::string_view s) {
   });
 }
 
-std::int64_t py_find(std::string_view s, std::string_view sub, bool from_right) {
-  const std::size_t at = from_right ? s.rfind(sub) : s.find(sub);
-  if (at == std::string_view::npos) return -1;
-  return static_cast<std::int64_t>(code_point_count(s.substr(0, at)));
+namespace {
+
+// s[start:end] as Python's find, count and tailmatch see it: code-point bounds adjusted as
+// CPython's ADJUST_INDICES does (negative from the end, clamped to the string), then the bytes.
+struct Window {
+  std::int64_t start, end;  // code points; start may exceed end or the length
+  std::string_view bytes;   // s[start:end] when start <= end, else empty
+};
+
+// The byte offset of code point `k` of s, walking from byte `from` (code point `k_from`).
+std::size_t offset_of(std::string_view s, std::int64_t k, std::size_t from = 0, std::int64_t k_from = 0) {
+  std::size_t i = from;
+  for (std::int64_t n = k_from; n < k && i < s.size(); ++n) decode_code_point(s, i);
+  return i;
 }
 
-std::int64_t py_count(std::string_view s, std::string_view sub) {
-  if (sub.empty()) return static_cast<std::int64_t>(code_point_count(s)) + 1;
+Window window(std::string_view s, std::optional<std::int64_t> start, std::optional<std::int64_t> end) {
+  const auto len = static_cast<std::int64_t>(code_point_count(s));
+  std::int64_t b = start.value_or(0), e = end.value_or(len);
+  if (e > len) e = len;
+  else if (e < 0) e = std::max<std::int64_t>(e + len, 0);
+  if (b < 0) b = std::max<std::int64_t>(b + len, 0);
+  if (b >= e) return {b, e, {}};
+  const std::size_t first = offset_of(s, b);
+  return {b, e, s.substr(first, offset_of(s, e, first, b) - first)};
+}
+
+}  // namespace
+
+std::int64_t py_find(std::string_view s, std::string_view sub, bool from_right, std::optional<std::int64_t> start,
+                     std::optional<std::int64_t> end) {
+  const Window w = window(s, start, end);
+  if (w.end - w.start < static_cast<std::int64_t>(code_point_count(sub))) return -1;
+  const std::size_t at = from_right ? w.bytes.rfind(sub) : w.bytes.find(sub);
+  if (at == std::string_view::npos) return -1;
+  return w.start + static_cast<std::int64_t>(code_point_count(w.bytes.substr(0, at)));
+}
+
+std::int64_t py_count(std::string_view s, std::string_view sub, std::optional<std::int64_t> start,
+                      std::optional<std::int64_t> end) {
+  const Window w = window(s, start, end);
+  if (w.end - w.start < static_cast<std::int64_t>(code_point_count(sub))) return 0;
+  if (sub.empty()) return w.end - w.start + 1;
   std::int64_t n = 0;
-  for (std::size_t at = s.find(sub); at != std::string_view::npos; at = s.find(sub, at + sub.size())) ++n;
+  for (std::size_t at = w.bytes.find(sub); at != std::string_view::npos; at = w.bytes.find(sub, at + sub.size())) ++n;
   return n;
+}
+
+bool py_tailmatch(std::string_view s, std::string_view sub, bool at_end, std::optional<std::int64_t> start,
+                  std::optional<std::int64_t> end) {
+  const Window w = window(s, start, end);
+  if (w.end - static_cast<std::int64_t>(code_point_count(sub)) < w.start) return false;
+  const std::string_view v = w.bytes;
+  if (sub.size() > v.size()) return false;  // as many code points, fewer bytes
+  return at_end ? v.substr(v.size() - sub.size()) == sub : v.substr(0, sub.size()) == sub;
 }
 
 bool py_is(std::string_view s, std::string_view what) {

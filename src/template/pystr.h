@@ -44,9 +44,15 @@ std::string py_upper(std::string_view s);
 std::string py_lower(std::string_view s);
 std::string py_title(std::string_view s);
 std::string py_capitalize(std::string_view s);
-// str.find / rfind / count (code-point index, -1 when absent).
-std::int64_t py_find(std::string_view s, std::string_view sub, bool from_right = false);
-std::int64_t py_count(std::string_view s, std::string_view sub);
+// str.find / rfind / count / startswith / endswith within s[start:end] (code points; absent bounds
+// are the whole string). Python's rules at the edges: a window that starts past the end finds
+// nothing, not even '' ('abc'.find('', 10) is -1, 'abc'.startswith('', 4) is False).
+std::int64_t py_find(std::string_view s, std::string_view sub, bool from_right, std::optional<std::int64_t> start,
+                     std::optional<std::int64_t> end);  // code-point index, -1 when absent
+std::int64_t py_count(std::string_view s, std::string_view sub, std::optional<std::int64_t> start,
+                      std::optional<std::int64_t> end);
+bool py_tailmatch(std::string_view s, std::string_view sub, bool at_end, std::optional<std::int64_t> start,
+                  std::optional<std::int64_t> end);
 // str.isdigit/isalpha/isalnum/islower/isupper/isspace by Unicode category.
 bool py_is(std::string_view s, std::string_view what);
 // Matches of Python's re \w+ (runs of '_' and of characters str.isalnum() accepts): Jinja2's wordcount.

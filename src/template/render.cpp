@@ -56,6 +56,17 @@ std::string where(int line, int column) {
   return "template line " + std::to_string(line) + ", column " + std::to_string(column) + ": ";
 }
 
+// The most of a failure's own text an error line shows.
+constexpr std::size_t kMessageBytes = 1024;
+
+// The error of a failure at a template position. Its text can be the template's own
+// (raise_exception) or the data's, of any length and holding anything: what a terminal would obey
+// (escape sequences, line breaks) is escaped, and it is cut at kMessageBytes (a 10 MB message was
+// one 10 MB line on the terminal).
+TemplateError located(int line, int column, std::string_view what) {
+  return TemplateError(where(line, column) + printable_excerpt(what, kMessageBytes));
+}
+
 bool walk_has_generation(const Body& body) {
   for (const auto& n : body) {
     if (n->kind == Node::Kind::generation) return true;
@@ -187,7 +198,7 @@ class Renderer final : public Env {
     try {
       return exec_node_unchecked(n, frame, out);
     } catch (const EvalError& e) {
-      throw TemplateError(where(n.line, n.column) + e.what());
+      throw located(n.line, n.column, e.what());
     } catch (const std::bad_variant_access&) {
       throw TemplateError(where(n.line, n.column) + kWrongKind);
     }
@@ -376,7 +387,7 @@ class Renderer final : public Env {
       Value v = eval_unchecked(e, frame);
       return v;
     } catch (const EvalError& err) {
-      throw TemplateError(where(e.line, e.column) + err.what());
+      throw located(e.line, e.column, err.what());
     } catch (const std::bad_variant_access&) {
       throw TemplateError(where(e.line, e.column) + kWrongKind);
     }
@@ -592,9 +603,20 @@ class Renderer final : public Env {
         }
         return Value(out);
       }
-      return Value(std::pow(p, q));
+      return Value(float_pow(p, q));
     }
     fail("unknown operator " + op);
+  }
+
+  // Python's float ** and int ** negative int, with its errors where C's pow gives inf or nan
+  // (0 ** -1 printed inf, 2.0 ** 10000 inf, (-8) ** 0.5 nan).
+  static double float_pow(double p, double q) {
+    if (p == 0 && q < 0 && std::isfinite(q)) fail("0.0 cannot be raised to a negative power");
+    if (p < 0 && std::isfinite(q) && q != std::floor(q))
+      fail("a negative number to a fractional power is a complex number, which templates here do not have");
+    const double r = std::pow(p, q);
+    if (std::isinf(r) && std::isfinite(p) && std::isfinite(q)) fail("(34, 'Numerical result out of range')");
+    return r;
   }
 
   const Program& program_;

@@ -280,6 +280,21 @@ std::string excerpt(const Value& v) {
   return out.take();
 }
 
+std::string printable_excerpt(std::string_view text, std::size_t max_bytes) {
+  TextBuilder out = TextBuilder::excerpt(max_bytes);
+  std::size_t i = 0, run = 0;
+  while (i < text.size() && !out.full()) {
+    const std::size_t at = i;
+    const std::uint32_t cp = decode_code_point(text, i);
+    if (cp == '\\' || is_printable(cp)) continue;  // a backslash stays one: this is no repr
+    out.append(text.substr(run, at - run));
+    out.append(*escaped(cp));
+    run = i;
+  }
+  if (run < text.size()) out.append(text.substr(run));
+  return out.take();
+}
+
 bool equal(const Value& a, const Value& b, Meter& m) {
   using K = Value::Kind;
   if (a.is_number() && b.is_number()) {

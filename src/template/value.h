@@ -168,6 +168,10 @@ std::optional<int> compare(const Value& a, const Value& b, Meter& m);
 std::size_t hash(const Value& v, Meter& m);
 // repr(v) cut after a few hundred bytes: a value named in an error message.
 std::string excerpt(const Value& v);
+// `text` as an error line may show it: what a terminal would obey (control characters, line
+// breaks, bidirectional overrides) escaped as Python's repr escapes it, and at most `max_bytes`
+// bytes of it, cut with "..." (a template's raise_exception can pass any string).
+std::string printable_excerpt(std::string_view text, std::size_t max_bytes);
 
 // JSON (a dataset record, tool schemas, template variables from a recipe) as template values;
 // integers stay integers. Key order: an OrderedJson keeps the file's (what Python's json.loads

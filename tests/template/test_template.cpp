@@ -260,6 +260,22 @@ TEST(Template, SizeMultiplyingBuildersStopAtTheOutputLimit) {
   EXPECT_EQ(render(s + "{{ ('a\\nb'|indent(s[:3]))|length }} {{ ([s[:2]] * 3)|join(s[:1]) }}"), "6 xxxxxxxx");
 }
 
+// raise_exception's text is the template's or the data's: the error line shows it with what a
+// terminal would obey escaped (an escape sequence, a line break, a right-to-left override) and at
+// most about 1 KB of it (a 10 MB message was a 10 MB line).
+TEST(Template, ErrorLinesArePrintableAndShort) {
+  try {
+    render("{{ raise_exception('a\\x1b[2Jb\\nc\\u202ed\\\\' ~ 'e' * 10000000) }}");
+    FAIL() << "rendered";
+  } catch (const TemplateError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("template line 1, column 4: a\\x1b[2Jb\\nc\\u202ed\\eee", 0), 0u) << msg.substr(0, 100);
+    EXPECT_EQ(msg.find_first_of("\x1b\n"), std::string::npos);
+    EXPECT_LT(msg.size(), 1100u);
+    EXPECT_EQ(msg.substr(msg.size() - 6), "eee...");
+  }
+}
+
 TEST(Template, DeepValuesAndChainsWithinBoundsRender) {
   // Freeing a list nested 10^6 deep (ten loops of 10^5, within every bound) crashed the process
   // by recursing once per level; values are now freed iteratively.
