@@ -12,7 +12,8 @@
 #   stranger (and `ss -ltnp`), links planted at staging names and the lock, a merge whose weights
 #   are inf/NaN, a sharded checkpoint without a rank's shard, consolidate onto the base, reports
 #   of default runs and of hostile metrics, Ctrl-Z on the --nproc launcher; chat templates that
-#   compare or hash lists of shared 30 MB strings, or multiply a string past the output limit.
+#   compare or hash lists of shared 30 MB strings, multiply a string past the output limit, or
+#   write the answer around the prompt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -329,7 +330,7 @@ sres=$?
 [ $stz -eq 143 ] && [ $sres -eq 0 ] && grep -q "Ctrl-Z (SIGTSTP)" "$W/tstp.log"
 result "Ctrl-Z on the launcher" $? "exit $stz with a checkpoint, resume exit $sres"
 
-# 18-19. Chat templates (issue 70), through `ctune render` with the template in a tokenizer's config.
+# 18-20. Chat templates (issue 70), through `ctune render` with the template in a tokenizer's config.
 mkdir -p "$W/tpl" && cp "$W/model/tokenizer.json" "$W/model/tokenizer_config.json" "$W/tpl/"
 tpl_render() {  # tpl_render LOG TEMPLATE [ARGS...]: one conversation rendered with TEMPLATE (5 minutes at most)
   local log=$1 source=$2
@@ -366,6 +367,13 @@ for op in "('a\\n' * 1000)|indent(s)" "[s] * 1000" "('a' * 1000)|replace('a', s)
   { one_line_error $s "$W/tpl/out.log" && grep -q "exceeds the template output limit" "$W/tpl/out.log"; } || { bad=1; details="$details [$op: $(tail -n 1 "$W/tpl/out.log" | cut -c1-60)]"; }
 done
 result "template output built before its check" $bad "indent, repr, replace, format, tojson: one line each${details}"
+
+# 20. A template that writes the answer above the conversation too: its span ran over the user's
+# turn, which trained silently; now refused, naming the message.
+tpl_render "$W/tpl/twice.log" "Last answer: {{ messages[-1].content }}
+{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}" --json
+one_line_error $? "$W/tpl/twice.log" && grep -q "messages\[1\] (assistant) is written on both sides of messages\[0\] (user)" "$W/tpl/twice.log"
+result "answer written around the prompt" $? "$(tail -n 1 "$W/tpl/twice.log" | cut -c8-100)..."
 
 echo "fault drill: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
