@@ -18,7 +18,9 @@
 #   output_dir and an empty stop string; ulimit -v from below the libraries' start to a run that
 #   trains; GRPO reward programs: a request larger than a pipe to one that never reads, SIGTERM to
 #   the run's process group and to every process of the job, a `regex` reward from the data that
-#   backtracks without end, a program's children when the run ends.
+#   backtracks without end, a program's children when the run ends; chat templates that compare
+#   or hash lists of shared 30 MB strings, multiply a string past the output limit, or write the
+#   answer around the prompt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -545,6 +547,51 @@ sleep 0.5  # SIGKILL is delivered at once; a slow machine's margin
 state=$(sed 's/.*) //' "/proc/$child/stat" 2>/dev/null | cut -c1)
 [ $sc -eq 0 ] && [ -n "$child" ] && { [ -z "$state" ] || [ "$state" = Z ]; }
 result "a reward program's children" $? "run exit $sc; the grader's child $child: ${state:-gone} after the run"
+
+# 30-32. Chat templates (issue 70), through `ctune render` with the template in a tokenizer's config.
+mkdir -p "$W/tpl" && cp "$W/model/tokenizer.json" "$W/model/tokenizer_config.json" "$W/tpl/"
+tpl_render() {  # tpl_render LOG TEMPLATE [ARGS...]: one conversation rendered with TEMPLATE (5 minutes at most)
+  local log=$1 source=$2
+  shift 2
+  /usr/bin/python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); c["chat_template"] = sys.argv[2]
+json.dump(c, open(sys.argv[1], "w"))' "$W/tpl/tokenizer_config.json" "$source"
+  timeout 300 "$CTUNE" --threads 2 render --tokenizer "$W/tpl" "$@" \
+    --messages '[{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Yo"}]' >"$log" 2>&1
+}
+
+# 30. Comparing, ordering or hashing a list of 10^6 references to a 30 MB string: each read its
+# items' bytes uncharged (30 TB, hours); the work limit (1 GiB) now counts them.
+bad=0
+details=""
+two="{% set a = 'x' * 30000000 %}{% set b = 'x' * 30000000 %}{% set l = [a, b] * 500000 %}"
+for op in "==:l == [b, a] * 500000" "unique:l|unique|list|length" "min:l|min|length" "sort:l|sort(case_sensitive=true)|length"; do
+  start=$(date +%s.%N)
+  tpl_render "$W/tpl/work.log" "$two{{ ${op#*:} }}"
+  s=$?
+  secs=$(/usr/bin/python3 -c "print(round($(date +%s.%N) - $start, 1))")
+  { one_line_error $s "$W/tpl/work.log" && grep -q "work exceeds its limit" "$W/tpl/work.log"; } || bad=1
+  details="$details ${op%%:*} ${secs} s (exit $s),"
+done
+result "template work on shared values" $bad "work limit:${details%,}"
+
+# 31. Builders that multiply size, under a 4 GB address space: each built 30 GB before checking the
+# 32 MiB output limit (std::bad_alloc; without a limit, the OOM killer).
+bad=0
+details=""
+s30="{% set s = 'x' * 30000000 %}"
+for op in "('a\\n' * 1000)|indent(s)" "[s] * 1000" "('a' * 1000)|replace('a', s)" "('{0}' * 1000).format(s)" "([s] * 1000)|tojson"; do
+  ( ulimit -v 4000000; tpl_render "$W/tpl/out.log" "$s30{{ $op }}" )
+  s=$?
+  { one_line_error $s "$W/tpl/out.log" && grep -q "exceeds the template output limit" "$W/tpl/out.log"; } || { bad=1; details="$details [$op: $(tail -n 1 "$W/tpl/out.log" | cut -c1-60)]"; }
+done
+result "template output built before its check" $bad "indent, repr, replace, format, tojson: one line each${details}"
+
+# 32. A template that writes the answer above the conversation too: its span ran over the user's
+# turn, which trained silently; now refused, naming the message.
+tpl_render "$W/tpl/twice.log" "Last answer: {{ messages[-1].content }}
+{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}" --json
+one_line_error $? "$W/tpl/twice.log" && grep -q "messages\[1\] (assistant) is written on both sides of messages\[0\] (user)" "$W/tpl/twice.log"
+result "answer written around the prompt" $? "$(tail -n 1 "$W/tpl/twice.log" | cut -c8-100)..."
 
 echo "fault drill: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -262,8 +262,8 @@ OrderedJson with_sentinel(const OrderedJson& message, const std::string& sentine
 constexpr const char* kSentinelA = "\xEE\x80\x80";  // U+E000
 constexpr const char* kSentinelB = "\xEE\x80\x81";  // U+E001
 
-std::optional<std::pair<std::size_t, std::size_t>> ChatTemplate::changed_region(const Converted& c, std::size_t index,
-                                                                               const std::string& full) const {
+std::optional<ChatTemplate::Region> ChatTemplate::changed_region(const Converted& c, std::size_t index) const {
+  const std::string& full = c.text;
   // The conversation with message `index` replaced; the other messages' values are shared.
   auto variant = [&](const char* sentinel) {
     auto list = std::make_shared<tmpl::List>(c.messages.list());
@@ -285,11 +285,41 @@ std::optional<std::pair<std::size_t, std::size_t>> ChatTemplate::changed_region(
   while (p > 0 && !boundary(p)) --p;
   std::size_t e = full.size() - s;
   while (e < full.size() && !boundary(e)) ++e;
-  return std::make_pair(p, e);
+  s = full.size() - e;
+  const bool single = a.compare(p, a.size() - s - p, kSentinelA) == 0 && b.compare(p, b.size() - s - p, kSentinelB) == 0;
+  return Region{p, e, single};
 }
 
-std::size_t ChatTemplate::end_of_turn(const Converted& c, std::size_t index, const std::string& text,
-                                      std::size_t at) const {
+std::optional<ChatTemplate::Region> ChatTemplate::region(Converted& c, std::size_t index) const {
+  if (!c.regions[index]) c.regions[index] = changed_region(c, index);
+  return *c.regions[index];
+}
+
+std::optional<std::size_t> ChatTemplate::rendered_neighbour(Converted& c, std::size_t index, int step) const {
+  const auto delta = static_cast<std::size_t>(static_cast<std::ptrdiff_t>(step));
+  for (std::size_t j = index + delta; j < c.record.messages.size(); j += delta)  // 0 - 1 wraps to SIZE_MAX: the end
+    if (region(c, j)) return j;
+  return std::nullopt;
+}
+
+// A template can write an assistant's fields (or what it makes of them) at more than one place:
+// its content again as a summary before the system turn. The region then runs from the first
+// place to the last, over the turns between, and training it would train the prompt. A
+// neighbour's region that begins or ends inside this one is text of that neighbour inside it.
+// A single region is one sentinel alone and holds nothing else, so it needs no renders more.
+std::optional<std::size_t> ChatTemplate::neighbour_inside(Converted& c, std::size_t index, const Region& r) const {
+  if (r.single) return std::nullopt;
+  const auto inside = [&](const Region& n) {
+    if (n.begin == n.end) return r.begin < n.begin && n.begin < r.end;  // an empty field: its place
+    return (r.begin <= n.begin && n.begin < r.end) || (r.begin < n.end && n.end <= r.end);
+  };
+  for (const int step : {-1, 1})
+    if (const auto j = rendered_neighbour(c, index, step); j && inside(*region(c, *j))) return j;
+  return std::nullopt;
+}
+
+std::size_t ChatTemplate::end_of_turn(Converted& c, std::size_t index, std::size_t at) const {
+  const std::string& text = c.text;
   // Right after the message (whitespace between): the usual case.
   std::size_t i = at;
   while (i < text.size()) {
@@ -300,47 +330,59 @@ std::size_t ChatTemplate::end_of_turn(const Converted& c, std::size_t index, con
   for (const std::string& t : end_tokens_)
     if (text.compare(i, t.size(), t) == 0) return i + t.size();
   // Text the template writes after the message's own fields (the closing of a tool call):
-  // the first end-of-turn token before the next message starts.
+  // the first end-of-turn token before the next message that renders begins.
   std::size_t bound = text.size();
-  if (index + 1 < c.record.messages.size())
-    if (auto next = changed_region(c, index + 1, text)) bound = next->first;
+  if (const auto next = rendered_neighbour(c, index, 1)) bound = region(c, *next)->begin;
   for (std::size_t k = at; k < bound; ++k)
     for (const std::string& t : end_tokens_)
       if (k + t.size() <= bound && text.compare(k, t.size(), t) == 0) return k + t.size();
   return at;
 }
 
-ChatTemplate::Text ChatTemplate::render_with_spans(const ChatRecord& record, const std::string& where) const {
+ChatTemplate::Text ChatTemplate::render_record(const ChatRecord& record, const std::string& where, bool with_spans) const {
   Text out;
   try {
-    const Converted c{record, tmpl::from_json(record.messages), tmpl::from_json(record.tools)};
+    Converted c{record, tmpl::from_json(record.messages), tmpl::from_json(record.tools), {}, {}};
+    c.regions.resize(record.messages.size());
     const tmpl::Template& t = pick(record.tools);
     tmpl::Rendered r = render_values(c.messages, c.tools, record.tools, false);
-    out.text = std::move(r.text);
-    if (t.has_generation()) {
+    c.text = std::move(r.text);
+    if (with_spans && t.has_generation()) {
       for (auto [b, e] : r.generation) {
         if (!out.spans.empty() && out.spans.back().second >= b) out.spans.back().second = std::max(out.spans.back().second, e);
         else out.spans.emplace_back(b, e);
       }
-      return out;
+    } else if (with_spans) {
+      for (std::size_t i = 0; i < record.messages.size(); ++i) {
+        const auto& m = record.messages[i];
+        if (!record.trainable[i] || m.value("role", "") != "assistant") continue;
+        const auto part = region(c, i);
+        if (!part) continue;
+        if (const auto j = neighbour_inside(c, i, *part))
+          throw FormatError(where + ": chat template (" + name_ + "): messages[" + std::to_string(i) +
+                            "] (assistant) is written on both sides of messages[" + std::to_string(*j) + "] (" +
+                            record.messages[*j].value("role", "?") +
+                            "), so its trained tokens would take in that turn; refused (a template with {% generation %} "
+                            "blocks marks what trains itself; or set data.train_on_input)");
+        const std::size_t end = end_of_turn(c, i, part->end);
+        if (end > part->begin) out.spans.emplace_back(part->begin, end);
+      }
+      std::sort(out.spans.begin(), out.spans.end());
     }
-    for (std::size_t i = 0; i < record.messages.size(); ++i) {
-      const auto& m = record.messages[i];
-      if (!record.trainable[i] || m.value("role", "") != "assistant") continue;
-      const auto region = changed_region(c, i, out.text);
-      if (!region) continue;
-      const std::size_t end = end_of_turn(c, i, out.text, region->second);
-      if (end > region->first) out.spans.emplace_back(region->first, end);
-    }
+    out.text = std::move(c.text);
   } catch (const TemplateError& e) {
     throw FormatError(where + ": chat template (" + name_ + "): " + e.what());
   }
-  std::sort(out.spans.begin(), out.spans.end());
   return out;
 }
 
+ChatTemplate::Text ChatTemplate::render_with_spans(const ChatRecord& record, const std::string& where) const {
+  return render_record(record, where, /*with_spans=*/true);
+}
+
 Rendered ChatTemplate::render_training(const ChatRecord& record, bool train_on_input, const std::string& where) const {
-  const Text t = render_with_spans(record, where);
+  // Under train_on_input every token trains: the spans, and the renders that find them, are not needed.
+  const Text t = render_record(record, where, /*with_spans=*/!train_on_input);
   Rendered r;
   r.set_parse_special(true);
   std::size_t at = 0;

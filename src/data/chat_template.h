@@ -10,7 +10,9 @@
 // message's own fields (content, reasoning_content, tool calls) change, found by rendering the
 // conversation twice more with those fields replaced by two different sentinels; then through
 // the end-of-turn token (eos, or a special token named like <|im_end|>, <|eot_id|>,
-// <end_of_turn>) that follows it, before the next message starts.
+// <end_of_turn>) that follows it, before the next message starts. A message whose part holds
+// another message's text (a template that writes the assistant's content twice, around the user
+// turn) is refused: its span would train the prompt.
 #pragma once
 
 #include <filesystem>
@@ -65,7 +67,8 @@ class ChatTemplate {
   // The conversation's text (add_generation_prompt as given).
   std::string render(const OrderedJson& messages, const OrderedJson& tools, bool add_generation_prompt) const;
   // The conversation's text with its assistant spans (add_generation_prompt false).
-  // FormatError naming `where` when the template fails on this conversation.
+  // FormatError naming `where` when the template fails on this conversation, or when it writes
+  // an assistant message around another message's text (the message named).
   Text render_with_spans(const ChatRecord& record, const std::string& where) const;
   // As training tokenizes it: trained pieces per the spans (all when train_on_input), special
   // tokens in the text parsed as Hugging Face parses them.
@@ -81,20 +84,34 @@ class ChatTemplate {
   bool uses_generation_blocks() const { return main_->has_generation(); }
 
  private:
-  // A record's messages and tools as template values, converted once per record.
+  // The part of the text that changes with a message's own fields: [begin, end) in bytes.
+  // `single` when that is one sentinel in each sentinel rendering: the fields written once, as
+  // they are, so the part holds nothing else.
+  struct Region {
+    std::size_t begin, end;
+    bool single;
+  };
+  // A record's messages and tools as template values, converted once per record, its text, and
+  // each message's region once found (a turn's neighbours are asked for by two turns).
   struct Converted {
     const ChatRecord& record;
     tmpl::Value messages, tools;
+    std::string text;
+    std::vector<std::optional<std::optional<Region>>> regions;
   };
   const tmpl::Template& pick(const OrderedJson& tools) const;
   tmpl::Rendered render_values(const tmpl::Value& messages, const tmpl::Value& tools, const OrderedJson& tools_json,
                                bool add_generation_prompt) const;
-  // [first, last) byte range of `full` that changes with message `index`'s own fields;
-  // nullopt when the template renders nothing of them.
-  std::optional<std::pair<std::size_t, std::size_t>> changed_region(const Converted& c, std::size_t index,
-                                                                    const std::string& full) const;
+  Text render_record(const ChatRecord& record, const std::string& where, bool with_spans) const;
+  // Message `index`'s region; nullopt when the template renders nothing of its fields.
+  std::optional<Region> region(Converted& c, std::size_t index) const;
+  std::optional<Region> changed_region(const Converted& c, std::size_t index) const;
+  // The nearest message before (step -1) or after (+1) `index` that the template renders.
+  std::optional<std::size_t> rendered_neighbour(Converted& c, std::size_t index, int step) const;
+  // A neighbour whose text lies inside `r`, message `index`'s region; nullopt when none does.
+  std::optional<std::size_t> neighbour_inside(Converted& c, std::size_t index, const Region& r) const;
   // Where message `index`'s turn ends: through the end-of-turn token after `at`.
-  std::size_t end_of_turn(const Converted& c, std::size_t index, const std::string& text, std::size_t at) const;
+  std::size_t end_of_turn(Converted& c, std::size_t index, std::size_t at) const;
 
   std::string name_;
   std::shared_ptr<tmpl::Template> main_, tool_use_;

@@ -43,7 +43,7 @@ const std::string& need_str(const Value& v, const char* what) {
 Value make_list(List items, bool tuple) { return Value(std::make_shared<List>(std::move(items)), tuple); }
 
 // The items a `for` loop or a list-taking filter sees: list items, dict keys, string code points.
-List iterate(const Value& v) {
+List iterate(const Meter& m, const Value& v) {
   if (v.is_list()) return v.list();
   if (v.is_undefined()) return {};
   List out;
@@ -53,6 +53,8 @@ List iterate(const Value& v) {
   }
   if (v.is_string()) {
     const std::string& s = v.str_ref();
+    // A one-character string per code point: ~100 bytes each, so 3 GB for a 30 MB string.
+    if (const std::size_t n = code_point_count(s); n > m.max_items()) fail_list_size(n, m.max_items());
     std::size_t i = 0;
     while (i < s.size()) {
       const std::size_t start = i;
@@ -68,12 +70,20 @@ Value bound(std::string name, std::function<Value(Args&)> f) {
   return Value(std::make_shared<Function>(Function{std::move(name), std::move(f)}));
 }
 
-Value folded(const Value& v, bool case_sensitive) {
-  return !case_sensitive && v.is_string() ? Value(py_lower(v.str_ref())) : v;
+Value folded(const Value& v, bool case_sensitive, Meter& m) {
+  if (case_sensitive || !v.is_string()) return v;
+  m.charge(v.str_ref().size() + 1);
+  return Value(py_lower(v.str_ref()));
 }
 
-int ordered(const Value& a, const Value& b) {
-  auto c = compare(a, b);
+Value checked_replace(const Meter& m, std::string_view s, std::string_view old, std::string_view repl, std::int64_t count) {
+  const std::uint64_t bytes = py_replace_size(s, old, repl, count);
+  if (bytes > m.max_text()) fail_text_size(bytes, m.max_text());
+  return Value(py_replace(s, old, repl, count));
+}
+
+int ordered(const Value& a, const Value& b, Meter& m) {
+  auto c = compare(a, b, m);
   if (!c) fail("'<' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'");
   return *c;
 }

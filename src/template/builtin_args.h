@@ -22,12 +22,17 @@ std::optional<std::int64_t> arg_index(const Args& a, std::size_t i, std::string_
 std::optional<std::string> arg_str(const Args& a, std::size_t i, std::string_view name);
 const std::string& need_str(const Value& v, const char* what);
 Value make_list(List items, bool tuple = false);
-// The items a `for` loop or a list-taking filter sees: list items, dict keys, string code points.
-List iterate(const Value& v);
+// The items a `for` loop or a list-taking filter sees: list items, dict keys, string code points
+// (a string of more code points than a list may hold items is refused before it is split).
+List iterate(const Meter& m, const Value& v);
 Value bound(std::string name, std::function<Value(Args&)> f);
-// A string lower-cased unless case_sensitive (Jinja2's ignore_case); other values as they are.
-Value folded(const Value& v, bool case_sensitive);
+// A string lower-cased unless case_sensitive (Jinja2's ignore_case), charged its bytes; other
+// values as they are.
+Value folded(const Value& v, bool case_sensitive, Meter& m);
+// str.replace (the method and the filter), its result's size checked before it is built: each of
+// 10^6 matches replaced by a 30 MB string would be 30 TB.
+Value checked_replace(const Meter& m, std::string_view s, std::string_view old, std::string_view repl, std::int64_t count);
 // compare() or Python's TypeError.
-int ordered(const Value& a, const Value& b);
+int ordered(const Value& a, const Value& b, Meter& m);
 
 }  // namespace ctune::tmpl::builtin

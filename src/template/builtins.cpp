@@ -27,9 +27,10 @@ std::optional<std::vector<std::string>> prefixes(const Value& v) {
   return std::nullopt;
 }
 
-// Python's str.format with {} / {0} / {name} fields (no format specs).
-std::string py_format(const std::string& fmt, const Args& a) {
-  std::string out;
+// Python's str.format with {} / {0} / {name} fields (no format specs), built under the output
+// limit: '{0}' * 10^6 of a 30 MB argument would be 30 TB.
+std::string py_format(const std::string& fmt, const Args& a, const Meter& m) {
+  TextBuilder out(m.max_text());
   std::size_t auto_index = 0;
   enum class Numbering { unset, automatic, manual } numbering = Numbering::unset;
   const auto number = [&](Numbering n) {  // Python refuses {} and {0} in one format string
@@ -39,10 +40,10 @@ std::string py_format(const std::string& fmt, const Args& a) {
   for (std::size_t i = 0; i < fmt.size(); ++i) {
     const char c = fmt[i];
     if (c == '{' && i + 1 < fmt.size() && fmt[i + 1] == '{') {
-      out += '{';
+      out.append('{');
       ++i;
     } else if (c == '}' && i + 1 < fmt.size() && fmt[i + 1] == '}') {
-      out += '}';
+      out.append('}');
       ++i;
     } else if (c == '{') {
       const std::size_t close = fmt.find('}', i);
@@ -62,13 +63,13 @@ std::string py_format(const std::string& fmt, const Args& a) {
         v = arg(a, SIZE_MAX, field);
       }
       if (!v) fail("str.format: no argument for {" + field + "}");
-      out += v->str();
+      out.append(v->str(m));
       i = close;
     } else {
-      out += c;
+      out.append(c);
     }
   }
-  return out;
+  return out.take();
 }
 
 Value string_method(Env& env, const Value& self, const std::string& name) {
@@ -79,19 +80,26 @@ Value string_method(Env& env, const Value& self, const std::string& name) {
       return Value(py_strip(s, arg_str(a, 0, "chars"), name != "rstrip", name != "lstrip"));
     });
   if (name == "split" || name == "rsplit")
-    return m([s, name](Args& a) {
+    return m([s, name, &env](Args& a) {
       List out;
       const std::optional<std::string> sep = arg_str(a, 0, "sep");
       // Python's ValueError; py_split would find "" at the same place forever (found by fuzzing).
       if (sep && sep->empty()) fail("empty separator");
-      for (auto& part : py_split(s, sep, arg_int(a, 1, "maxsplit", -1), name == "rsplit"))
+      // At most max_items splits: the parts are the same up to there, and one part more than a
+      // list may hold is refused (call's check_size) without building 30 M of them first.
+      const auto cap = static_cast<std::int64_t>(env.max_items());
+      const std::int64_t maxsplit = arg_int(a, 1, "maxsplit", -1);
+      for (auto& part : py_split(s, sep, maxsplit < 0 || maxsplit > cap ? cap : maxsplit, name == "rsplit"))
         out.emplace_back(std::move(part));
       return make_list(std::move(out));
     });
   if (name == "splitlines")
-    return m([s](Args& a) {
+    return m([s, &env](Args& a) {
       List out;
-      for (auto& part : py_splitlines(s, arg_bool(a, 0, "keepends", false))) out.emplace_back(std::move(part));
+      for_each_line(s, arg_bool(a, 0, "keepends", false), [&](std::string_view line) {
+        if (out.size() == env.max_items()) fail_list_size(out.size() + 1, env.max_items());
+        out.emplace_back(std::string(line));
+      });
       return make_list(std::move(out));
     });
   if (name == "startswith" || name == "endswith")
@@ -100,21 +108,10 @@ Value string_method(Env& env, const Value& self, const std::string& name) {
       if (!p) fail(name + "() needs an argument");
       auto options = prefixes(*p);
       if (!options) fail(name + " first arg must be str or a tuple of str, not " + p->type_name());
-      // Optional start and end (code-point indices, Python's slice rules) narrow the string.
+      // Optional start and end: code-point indices, Python's rules (pystr.h).
       const std::optional<std::int64_t> start = arg_index(a, 1, "start"), end = arg_index(a, 2, "end");
-      std::string_view view = s;
-      std::string sliced;
-      if (start || end) {
-        const std::vector<std::size_t> off = code_point_offsets(s);
-        const std::vector<std::size_t> idx = slice_indices(off.size() - 1, start, end, 1);
-        if (!idx.empty()) sliced = s.substr(off[idx.front()], off[idx.back() + 1] - off[idx.front()]);
-        view = sliced;
-      }
-      for (const auto& o : *options) {
-        if (name == "startswith" ? view.compare(0, o.size(), o) == 0
-                                 : (view.size() >= o.size() && view.compare(view.size() - o.size(), o.size(), o) == 0))
-          return Value(true);
-      }
+      for (const auto& o : *options)
+        if (py_tailmatch(s, o, name == "endswith", start, end)) return Value(true);
       return Value(false);
     });
   if (name == "upper") return m([s](Args&) { return Value(py_upper(s)); });
@@ -125,15 +122,13 @@ Value string_method(Env& env, const Value& self, const std::string& name) {
     return m([s, &env](Args& a) {
       const auto old = arg_str(a, 0, "old"), repl = arg_str(a, 1, "new");
       if (!old || !repl) fail("replace() needs the old and new strings");
-      std::string out = py_replace(s, *old, *repl, arg_int(a, 2, "count", -1));
-      if (out.size() > env.limits().max_output_bytes) fail("replace result exceeds the output limit");
-      return Value(std::move(out));
+      return checked_replace(env, s, *old, *repl, arg_int(a, 2, "count", -1));
     });
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex")
     return m([s, name](Args& a) {
       const auto sub = arg_str(a, 0, "sub");
       if (!sub) fail(name + "() needs a string");
-      const std::int64_t at = py_find(s, *sub, name[0] == 'r');
+      const std::int64_t at = py_find(s, *sub, name[0] == 'r', arg_index(a, 1, "start"), arg_index(a, 2, "end"));
       if (at < 0 && (name == "index" || name == "rindex")) fail("substring not found");
       return Value(at);
     });
@@ -141,20 +136,19 @@ Value string_method(Env& env, const Value& self, const std::string& name) {
     return m([s](Args& a) {
       const auto sub = arg_str(a, 0, "sub");
       if (!sub) fail("count() needs a string");
-      return Value(py_count(s, *sub));
+      return Value(py_count(s, *sub, arg_index(a, 1, "start"), arg_index(a, 2, "end")));
     });
   if (name == "join")
     return m([s, &env](Args& a) {
       if (a.pos.empty()) fail("join() needs an iterable");
-      std::string out;
+      TextBuilder out(env.max_text());
       bool first = true;
-      for (const Value& x : iterate(a.pos[0])) {
-        if (!first) out += s;
+      for (const Value& x : iterate(env, a.pos[0])) {
+        if (!first) out.append(s);
         first = false;
-        out += need_str(x, "str.join");
-        if (out.size() > env.limits().max_output_bytes) fail("join result exceeds the output limit");
+        out.append(need_str(x, "str.join"));
       }
-      return Value(std::move(out));
+      return Value(out.take());
     });
   if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "islower" ||
       name == "isupper")
@@ -166,7 +160,7 @@ Value string_method(Env& env, const Value& self, const std::string& name) {
       return Value(s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0 ? s.substr(0, s.size() - p.size())
                                                                                          : s);
     });
-  if (name == "format") return m([s](Args& a) { return Value(py_format(s, a)); });
+  if (name == "format") return m([s, &env](Args& a) { return Value(py_format(s, a, env)); });
   return Value::undefined("'str object' has no attribute '" + name + "'");
 }
 
@@ -200,19 +194,19 @@ Value dict_method(const Value& self, const std::string& name) {
   return Value();
 }
 
-Value list_method(const Value& self, const std::string& name) {
+Value list_method(Env& env, const Value& self, const std::string& name) {
   const ListPtr l = self.list_ptr();
   if (name == "index")
-    return bound("list.index", [l](Args& a) {
+    return bound("list.index", [l, &env](Args& a) {
       if (a.pos.empty()) fail("index() needs a value");
       for (std::size_t i = 0; i < l->size(); ++i)
-        if (equal((*l)[i], a.pos[0])) return Value(static_cast<std::int64_t>(i));
-      fail(a.pos[0].repr() + " is not in list");
+        if (equal((*l)[i], a.pos[0], env)) return Value(static_cast<std::int64_t>(i));
+      fail(excerpt(a.pos[0]) + " is not in list");
     });
   if (name == "count")
-    return bound("list.count", [l](Args& a) {
+    return bound("list.count", [l, &env](Args& a) {
       if (a.pos.empty()) fail("count() needs a value");
-      return Value(static_cast<std::int64_t>(std::count_if(l->begin(), l->end(), [&](const Value& x) { return equal(x, a.pos[0]); })));
+      return Value(static_cast<std::int64_t>(std::count_if(l->begin(), l->end(), [&](const Value& x) { return equal(x, a.pos[0], env); })));
     });
   return Value();
 }
@@ -233,16 +227,24 @@ std::string type_object(const Value& v) { return v.type_name() + " object"; }
 
 // ---- arithmetic helpers shared with the renderer ---------------------------------------------
 
-Value add(const Value& x, const Value& y) {
+Value add(Env& env, const Value& x, const Value& y) {
   if (x.is_number() && y.is_number()) {
     if (x.is_float() || y.is_float()) return Value(x.number() + y.number());
     std::int64_t r;
     if (__builtin_add_overflow(x.integer(), y.integer(), &r)) fail("integer overflow in +");
     return Value(r);
   }
-  if (x.is_string() && y.is_string()) return Value(x.str_ref() + y.str_ref());
+  if (x.is_string() && y.is_string()) {
+    const std::uint64_t bytes = x.str_ref().size() + y.str_ref().size();
+    if (bytes > env.max_text()) fail_text_size(bytes, env.max_text());
+    return Value(x.str_ref() + y.str_ref());
+  }
   if (x.is_list() && y.is_list() && x.is_tuple() == y.is_tuple()) {
-    List out = x.list();
+    const std::size_t items = x.list().size() + y.list().size();
+    if (items > env.max_items()) fail_list_size(items, env.max_items());
+    List out;
+    out.reserve(items);
+    out.insert(out.end(), x.list().begin(), x.list().end());
     out.insert(out.end(), y.list().begin(), y.list().end());
     return Value(std::make_shared<List>(std::move(out)), x.is_tuple());
   }
@@ -251,16 +253,20 @@ Value add(const Value& x, const Value& y) {
   fail("unsupported operand type(s) for +: '" + x.type_name() + "' and '" + y.type_name() + "'");
 }
 
-bool contains(const Value& container, const Value& item) {
+bool contains(const Value& container, const Value& item, Meter& m) {
   if (container.is_string()) {
     if (!item.is_string()) fail("'in <string>' requires string as left operand, not " + item.type_name());
+    m.charge(container.str_ref().size() + item.str_ref().size() + 1);
     return container.str_ref().find(item.str_ref()) != std::string::npos;
   }
   if (container.is_list())
-    return std::any_of(container.list().begin(), container.list().end(), [&](const Value& x) { return equal(x, item); });
-  if (container.is_dict()) return item.is_string() && container.dict().find(item.str_ref()) != nullptr;
+    return std::any_of(container.list().begin(), container.list().end(), [&](const Value& x) { return equal(x, item, m); });
+  const Dict* keys = container.is_dict() ? &container.dict() : container.is_namespace() ? &container.ns().attrs : nullptr;
+  if (keys) {
+    m.charge(keys->size() + 1);  // Dict::find reads the keys in turn
+    return item.is_string() && keys->find(item.str_ref()) != nullptr;
+  }
   if (container.is_undefined()) return false;
-  if (container.is_namespace()) return item.is_string() && container.ns().attrs.find(item.str_ref()) != nullptr;
   fail("argument of type '" + container.type_name() + "' is not iterable");
 }
 
@@ -279,7 +285,7 @@ Value get_attribute(Env& env, const Value& obj, const std::string& name) {
     return Value::undefined("'dict object' has no attribute '" + name + "'");
   }
   if (obj.is_list()) {
-    Value m = list_method(obj, name);
+    Value m = list_method(env, obj, name);
     if (m.is_function()) return m;
   }
   if (obj.is_namespace()) {
@@ -312,7 +318,7 @@ Value get_item(Env& env, const Value& obj, const Value& key) {
     return Value::undefined(type_object(obj) + " has no element " + std::to_string(key.integer()));
   }
   if (key.is_string()) return get_attribute(env, obj, key.str_ref());
-  return Value::undefined(type_object(obj) + " has no element " + key.repr());
+  return Value::undefined(type_object(obj) + " has no element " + excerpt(key));
 }
 
 std::uint64_t weight(const List& items) { return items.size() * sizeof(Value) + 1; }
@@ -333,12 +339,8 @@ std::uint64_t weight(const Args& a) {
 }
 
 void check_size(const Env& env, const Value& v) {
-  if (v.is_string() && v.str_ref().size() > env.limits().max_output_bytes)
-    fail("a string of " + std::to_string(v.str_ref().size()) + " bytes exceeds the template output limit of " +
-         std::to_string(env.limits().max_output_bytes));
-  if (v.is_list() && v.list().size() > env.limits().max_items)
-    fail("a list of " + std::to_string(v.list().size()) + " items exceeds the template limit of " +
-         std::to_string(env.limits().max_items));
+  if (v.is_string() && v.str_ref().size() > env.max_text()) fail_text_size(v.str_ref().size(), env.max_text());
+  if (v.is_list() && v.list().size() > env.max_items()) fail_list_size(v.list().size(), env.max_items());
 }
 
 void add_globals(Dict& g, Env& env) {
@@ -382,8 +384,10 @@ void add_globals(Dict& g, Env& env) {
           for (const auto& [k, v] : a.kw) d->set(k, v);
           return Value(d);
         }));
-  g.set("raise_exception", bound("raise_exception", [](Args& a) -> Value {
-          fail(a.pos.empty() ? std::string("raise_exception called") : a.pos[0].str());
+  // Its text is the template's (or the data's) own: the renderer makes it printable and short
+  // when it becomes the error line (render.cpp, located).
+  g.set("raise_exception", bound("raise_exception", [&env](Args& a) -> Value {
+          fail(a.pos.empty() ? std::string("raise_exception called") : a.pos[0].str(env));
         }));
   g.set("strftime_now", bound("strftime_now", [&env](Args& a) {
           const auto fmt = arg_str(a, 0, "format");

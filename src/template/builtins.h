@@ -13,16 +13,15 @@
 namespace ctune::tmpl {
 
 // What built-ins need from the renderer: other filters and tests by name (map, select...), the
-// limits, and the clock of strftime_now.
-class Env {
+// limits, the work meter (meter.h), and the clock of strftime_now.
+class Env : public Meter {
  public:
-  virtual ~Env() = default;
   virtual Value filter(const std::string& name, const Value& v, Args& args) = 0;
   virtual bool test(const std::string& name, const Value& v, Args& args) = 0;
   virtual Value call(const Value& callee, Args& args) = 0;
   virtual const Limits& limits() const = 0;
-  // Adds to the render's work (Limits::max_work); EvalError past the limit.
-  virtual void charge(std::uint64_t units) = 0;
+  std::size_t max_text() const override { return limits().max_output_bytes; }
+  std::size_t max_items() const override { return limits().max_items; }
   virtual std::time_t now() const = 0;
   // A namespace() made by this render. The render empties each one when it ends: namespaces are
   // the only values a template can change, so the only ones that can hold themselves
@@ -43,14 +42,15 @@ Value get_attribute(Env& env, const Value& obj, const std::string& name);
 // string key, as Jinja2's sandbox does; undefined when missing.
 Value get_item(Env& env, const Value& obj, const Value& key);
 
-// Python's `x + y` (numbers, str, list) and `item in container`; EvalError as Python's TypeError.
-Value add(const Value& x, const Value& y);
-bool contains(const Value& container, const Value& item);
+// Python's `x + y` (numbers, str, list), a str or list checked against the limits before it is
+// built, and `item in container` (charged what it reads); EvalError as Python's TypeError.
+Value add(Env& env, const Value& x, const Value& y);
+bool contains(const Value& container, const Value& item, Meter& m);
 
 // range, namespace, dict, raise_exception, strftime_now.
 void add_globals(Dict& globals, Env& env);
 
-// Python's str(): undefined "" ...; EvalError when a string would pass the output limit.
+// EvalError when a string or list passes its limit (Limits::max_output_bytes, max_items).
 void check_size(const Env& env, const Value& v);
 // What an operation reading or building `v` is charged: its bytes (a string's, a list's or dict's
 // items as stored); 1 for a scalar.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "template/builtin_args.h"
 #include "template/builtins.h"
@@ -34,7 +35,7 @@ Value attr_path(Env& env, const Value& v, const std::string& path) {
 
 // The value sort/unique/min/max compare: the attribute, lower-cased unless case_sensitive.
 Value sort_key(Env& env, const Value& v, const std::optional<std::string>& attribute, bool case_sensitive) {
-  return folded(attribute ? attr_path(env, v, *attribute) : v, case_sensitive);
+  return folded(attribute ? attr_path(env, v, *attribute) : v, case_sensitive, env);
 }
 
 // ---- filters --------------------------------------------------------------------------------
@@ -55,23 +56,22 @@ Value f_length(Env&, const Value& v, Args&) {
 Value f_join(Env& env, const Value& v, Args& a) {
   const std::string sep = arg_str(a, 0, "d").value_or("");
   const auto attribute = arg_str(a, 1, "attribute");
-  std::string out;
+  TextBuilder out(env.max_text());
   bool first = true;
-  for (const Value& x : iterate(v)) {
-    if (!first) out += sep;
+  for (const Value& x : iterate(env, v)) {
+    if (!first) out.append(sep);
     first = false;
-    out += (attribute ? attr_path(env, x, *attribute) : x).str();
-    if (out.size() > env.limits().max_output_bytes) fail("join result exceeds the output limit");
+    out.append((attribute ? attr_path(env, x, *attribute) : x).str(env));
   }
-  return Value(std::move(out));
+  return Value(out.take());
 }
 
-Value f_upper(Env&, const Value& v, Args&) { return Value(py_upper(v.str())); }
-Value f_lower(Env&, const Value& v, Args&) { return Value(py_lower(v.str())); }
-Value f_capitalize(Env&, const Value& v, Args&) { return Value(py_capitalize(v.str())); }
+Value f_upper(Env& env, const Value& v, Args&) { return Value(py_upper(v.str(env))); }
+Value f_lower(Env& env, const Value& v, Args&) { return Value(py_lower(v.str(env))); }
+Value f_capitalize(Env& env, const Value& v, Args&) { return Value(py_capitalize(v.str(env))); }
 // Jinja2's title filter (not str.title): a word starts after whitespace or one of - ( { [ <.
-Value f_title(Env&, const Value& v, Args&) {
-  const std::string s = v.str();
+Value f_title(Env& env, const Value& v, Args&) {
+  const std::string s = v.str(env);
   std::string out;
   bool word_start = true;
   std::size_t i = 0;
@@ -90,21 +90,33 @@ Value f_title(Env&, const Value& v, Args&) {
   }
   return Value(std::move(out));
 }
-Value f_trim(Env&, const Value& v, Args& a) { return Value(py_strip(v.str(), arg_str(a, 0, "chars"))); }
-Value f_string(Env&, const Value& v, Args&) { return Value(v.str()); }
+Value f_trim(Env& env, const Value& v, Args& a) { return Value(py_strip(v.str(env), arg_str(a, 0, "chars"))); }
+Value f_string(Env& env, const Value& v, Args&) { return Value(v.str(env)); }
 // Jinja2's Markup(value): the value's text (None -> 'None', a list its repr; undefined -> '').
-Value f_safe(Env&, const Value& v, Args&) { return v.is_string() ? v : Value(v.str()); }
+Value f_safe(Env& env, const Value& v, Args&) { return v.is_string() ? v : Value(v.str(env)); }
 
-Value f_first(Env&, const Value& v, Args&) {
-  List l = iterate(v);
+// A string's first and last code points are read where they are, not by splitting it.
+Value f_first(Env& env, const Value& v, Args&) {
+  if (v.is_string() && !v.str_ref().empty()) {
+    std::size_t end = 0;
+    decode_code_point(v.str_ref(), end);
+    return Value(v.str_ref().substr(0, end));
+  }
+  List l = v.is_string() ? List() : iterate(env, v);
   return l.empty() ? Value::undefined("No first item, sequence was empty.") : l.front();
 }
-Value f_last(Env&, const Value& v, Args&) {
-  List l = iterate(v);
+Value f_last(Env& env, const Value& v, Args&) {
+  if (v.is_string() && !v.str_ref().empty()) {
+    const std::string& s = v.str_ref();
+    std::size_t start = s.size() - 1;
+    while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+    return Value(s.substr(start));
+  }
+  List l = v.is_string() ? List() : iterate(env, v);
   return l.empty() ? Value::undefined("No last item, sequence was empty.") : l.back();
 }
 
-Value f_list(Env&, const Value& v, Args&) { return make_list(iterate(v)); }
+Value f_list(Env& env, const Value& v, Args&) { return make_list(iterate(env, v)); }
 
 Value f_items(Env&, const Value& v, Args&) {
   if (v.is_undefined()) return make_list({});
@@ -118,14 +130,12 @@ Value f_replace(Env& env, const Value& v, Args& a) {
   const Value* old = arg(a, 0, "old");
   const Value* repl = arg(a, 1, "new");
   if (!old || !repl) fail("replace() needs the old and new strings");
-  std::string out = py_replace(v.str(), old->str(), repl->str(), arg_int(a, 2, "count", -1));
-  if (out.size() > env.limits().max_output_bytes) fail("replace result exceeds the output limit");
-  return Value(std::move(out));
+  return checked_replace(env, v.str(env), old->str(env), repl->str(env), arg_int(a, 2, "count", -1));
 }
 
 // transformers' tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
 // its positional order differs from Jinja2's own tojson(indent), so tojson(2) escapes non-ASCII.
-Value f_tojson(Env&, const Value& v, Args& a) {
+Value f_tojson(Env& env, const Value& v, Args& a) {
   const bool ensure_ascii = arg_bool(a, 0, "ensure_ascii", false);
   std::optional<int> indent;
   if (const Value* i = arg(a, 1, "indent"); i && !i->is_none()) {
@@ -134,16 +144,16 @@ Value f_tojson(Env&, const Value& v, Args& a) {
   }
   std::optional<std::pair<std::string, std::string>> separators;
   if (const Value* s = arg(a, 2, "separators"); s && s->is_list() && s->list().size() == 2)
-    separators = std::make_pair(s->list()[0].str(), s->list()[1].str());
+    separators = std::make_pair(s->list()[0].str(env), s->list()[1].str(env));
   std::string bad;
-  auto out = to_json(v, indent, arg_bool(a, 3, "sort_keys", false), separators, bad, ensure_ascii);
+  auto out = to_json(v, indent, arg_bool(a, 3, "sort_keys", false), separators, bad, ensure_ascii, env);
   if (!out) fail("Object of type " + bad + " is not JSON serializable");
   return Value(std::move(*out));
 }
 
 // int(x) of a finite double: Python's int is unbounded, ctune's 64 bits (docs/chat-templates.md).
 Value truncated(double x) {
-  if (!(x > -0x1p63 && x < 0x1p63)) fail("int() of " + Value(x).str() + " is beyond 64 bits");
+  if (!(x > -0x1p63 && x < 0x1p63)) fail("int() of " + float_repr(x) + " is beyond 64 bits");
   return Value(static_cast<std::int64_t>(x));
 }
 
@@ -180,34 +190,45 @@ Value f_float(Env&, const Value& v, Args& a) {
 }
 
 Value f_abs(Env&, const Value& v, Args&) {
-  if (v.is_int() || v.is_bool()) return Value(v.integer() < 0 ? -v.integer() : v.integer());
+  if (v.is_int() || v.is_bool()) {
+    // abs(-2**63) is 2**63 in Python, one past the 64-bit ints (docs/chat-templates.md).
+    if (v.integer() == INT64_MIN) fail("integer overflow in abs");
+    return Value(v.integer() < 0 ? -v.integer() : v.integer());
+  }
   if (v.is_float()) return Value(std::fabs(v.number()));
   fail("bad operand type for abs(): '" + v.type_name() + "'");
 }
 
+// Jinja2's round: Python's round(value, precision) for "common" (an int stays an int, rounded to
+// tens, hundreds... for a negative precision), else math.ceil or math.floor of value * 10**precision,
+// divided back, with Python's errors where a step overflows or divides by zero.
 Value f_round(Env&, const Value& v, Args& a) {
+  const std::string method = arg_str(a, 1, "method").value_or("common");
+  if (method != "common" && method != "ceil" && method != "floor") fail("method must be common, ceil or floor");
   if (!v.is_number()) fail("round() expects a number, found " + v.type_name());
   const std::int64_t precision = arg_int(a, 0, "precision", 0);
-  const std::string method = arg_str(a, 1, "method").value_or("common");
-  if (method == "common" && !v.is_float() && precision >= 0) return Value(v.integer());  // Python's round(int) is the int
+  if (method == "common") {
+    if (v.is_float()) {
+      const std::optional<double> r = py_round(v.number(), precision);
+      if (!r) fail("rounded value too large to represent");
+      return Value(*r);
+    }
+    const std::optional<std::int64_t> r = py_round(v.integer(), precision);
+    if (!r) fail("integer overflow in round");  // Python's ints grow (docs/chat-templates.md)
+    return Value(*r);
+  }
+  if (precision > 308) fail("int too large to convert to float");  // 10**precision, a Python int, as a float
   const double scale = std::pow(10.0, static_cast<double>(precision));
+  if (scale == 0) fail("float division by zero");
   const double x = v.number() * scale;
-  double r;
-  if (method == "ceil") r = std::ceil(x);
-  else if (method == "floor") r = std::floor(x);
-  else if (method == "common") r = std::nearbyint(x);  // Python's round(): halves to even
-  else fail("method must be common, ceil or floor");
-  return Value(r / scale);
+  if (std::isinf(x)) fail("cannot convert float infinity to integer");
+  if (std::isnan(x)) fail("cannot convert float NaN to integer");
+  return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
 }
 
-Value f_reverse(Env&, const Value& v, Args&) {
-  if (v.is_string()) {
-    List cps = iterate(v);
-    std::string out;
-    for (auto it = cps.rbegin(); it != cps.rend(); ++it) out += it->str_ref();
-    return Value(std::move(out));
-  }
-  List l = iterate(v);
+Value f_reverse(Env& env, const Value& v, Args&) {
+  if (v.is_string()) return Value(py_reversed(v.str_ref()));
+  List l = iterate(env, v);
   std::reverse(l.begin(), l.end());
   return make_list(std::move(l));
 }
@@ -216,26 +237,40 @@ Value f_sort(Env& env, const Value& v, Args& a) {
   const bool reverse = arg_bool(a, 0, "reverse", false);
   const bool case_sensitive = arg_bool(a, 1, "case_sensitive", false);
   const auto attribute = arg_str(a, 2, "attribute");
-  List l = iterate(v);
+  List l = iterate(env, v);
   std::vector<std::pair<Value, Value>> keyed;
   for (auto& x : l) keyed.emplace_back(sort_key(env, x, attribute, case_sensitive), x);
   std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& p, const auto& q) {
-    return reverse ? ordered(q.first, p.first) < 0 : ordered(p.first, q.first) < 0;
+    return reverse ? ordered(q.first, p.first, env) < 0 : ordered(p.first, q.first, env) < 0;
   });
   List out;
   for (auto& [k, x] : keyed) out.push_back(x);
   return make_list(std::move(out));
 }
 
+// Jinja2's unique: each item whose key was not seen before, in order, the keys kept in a set (so
+// unhashable keys, lists and dicts, are Python's TypeError). A set, not a scan of the kept keys per
+// item: the scan was quadratic (10^6 items of 10^5 distinct keys, 5 x 10^10 comparisons).
 Value f_unique(Env& env, const Value& v, Args& a) {
   const bool case_sensitive = arg_bool(a, 0, "case_sensitive", false);
   const auto attribute = arg_str(a, 1, "attribute");
-  List out, seen;
-  for (const Value& x : iterate(v)) {
+  struct Key {
+    Value value;
+    std::size_t hash;
+  };
+  struct ByHash {
+    std::size_t operator()(const Key& k) const { return k.hash; }
+  };
+  struct Equal {
+    Meter* meter;
+    bool operator()(const Key& x, const Key& y) const { return equal(x.value, y.value, *meter); }
+  };
+  std::unordered_set<Key, ByHash, Equal> seen(16, ByHash{}, Equal{&env});
+  List out;
+  for (const Value& x : iterate(env, v)) {
     Value key = sort_key(env, x, attribute, case_sensitive);
-    if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) continue;
-    seen.push_back(key);
-    out.push_back(x);
+    const std::size_t h = hash(key, env);
+    if (seen.insert(Key{std::move(key), h}).second) out.push_back(x);
   }
   return make_list(std::move(out));
 }
@@ -243,13 +278,13 @@ Value f_unique(Env& env, const Value& v, Args& a) {
 Value min_max(Env& env, const Value& v, Args& a, bool want_max) {
   const bool case_sensitive = arg_bool(a, 0, "case_sensitive", false);
   const auto attribute = arg_str(a, 1, "attribute");
-  List l = iterate(v);
+  List l = iterate(env, v);
   if (l.empty()) return Value::undefined(std::string("No aggregated item, sequence was empty."));
   std::size_t best = 0;
   Value best_key = sort_key(env, l[0], attribute, case_sensitive);
   for (std::size_t i = 1; i < l.size(); ++i) {
     Value k = sort_key(env, l[i], attribute, case_sensitive);
-    const int c = ordered(k, best_key);
+    const int c = ordered(k, best_key, env);
     if (want_max ? c > 0 : c < 0) {
       best = i;
       best_key = k;
@@ -264,7 +299,11 @@ Value f_sum(Env& env, const Value& v, Args& a) {
   const auto attribute = arg_str(a, 0, "attribute");
   const Value* start = arg(a, 1, "start");
   Value total = start ? *start : Value(std::int64_t{0});
-  for (const Value& x : iterate(v)) total = add(total, attribute ? attr_path(env, x, *attribute) : x);
+  if (total.is_string()) fail("sum() can't sum strings [use ''.join(seq) instead]");  // Python's sum
+  for (const Value& x : iterate(env, v)) {
+    total = add(env, total, attribute ? attr_path(env, x, *attribute) : x);
+    env.charge(weight(total));  // each step copies a list total: 10^6 steps would copy 10^12 items
+  }
   return total;
 }
 
@@ -281,7 +320,7 @@ Value select_impl(Env& env, const Value& v, Args& a, bool by_attr, bool keep) {
   Args test_args;
   for (std::size_t i = first_test_arg + 1; i < a.pos.size(); ++i) test_args.pos.push_back(a.pos[i]);
   List out;
-  for (const Value& x : iterate(v)) {
+  for (const Value& x : iterate(env, v)) {
     const Value item = attribute ? attr_path(env, x, *attribute) : x;
     Args copy = test_args;
     const bool ok = test_name ? env.test(*test_name, item, copy) : item.truthy();
@@ -298,7 +337,7 @@ Value f_map(Env& env, const Value& v, Args& a) {
   List out;
   if (const auto attribute = arg_str(a, 99, "attribute")) {
     const Value* dflt = arg(a, 99, "default");
-    for (const Value& x : iterate(v)) {
+    for (const Value& x : iterate(env, v)) {
       Value r = attr_path(env, x, *attribute);
       out.push_back(r.is_undefined() && dflt ? *dflt : r);
     }
@@ -309,7 +348,7 @@ Value f_map(Env& env, const Value& v, Args& a) {
   Args rest;
   rest.pos.assign(a.pos.begin() + 1, a.pos.end());
   rest.kw = a.kw;
-  for (const Value& x : iterate(v)) {
+  for (const Value& x : iterate(env, v)) {
     Args copy = rest;
     out.push_back(env.filter(name, x, copy));
   }
@@ -322,41 +361,54 @@ Value f_attr(Env& env, const Value& v, Args& a) {
   return get_attribute(env, v, *name);
 }
 
-Value f_indent(Env&, const Value& v, Args& a) {
+// Jinja2's indent: the string and a newline split into lines, joined by newlines, each line but
+// the first prefixed with the pad when it is not empty (or blank=True), the first when first=True.
+// Lines are read in place and the text checked as it grows: a 30 MB pad over 10^6 lines was 30 TB.
+Value f_indent(Env& env, const Value& v, Args& a) {
   std::string pad;
   if (const Value* w = arg(a, 0, "width"); w && w->is_string()) pad = w->str_ref();
-  else pad = std::string(static_cast<std::size_t>(std::clamp<std::int64_t>(arg_int(a, 0, "width", 4), 0, 256)), ' ');
+  else  // a pad past the output limit can never be written; a shorter one is Python's " " * width
+    pad = std::string(static_cast<std::size_t>(std::clamp<std::int64_t>(arg_int(a, 0, "width", 4), 0,
+                                                                      static_cast<std::int64_t>(env.max_text()) + 1)), ' ');
   const bool first = arg_bool(a, 1, "first", false);
   const bool blank = arg_bool(a, 2, "blank", false);
-  std::string s = v.str();
-  std::string newline = "\n";
-  s += newline;  // Jinja2 appends a newline, indents, then removes it again
-  std::vector<std::string> lines = py_splitlines(s, false);
-  std::string out;
-  for (std::size_t i = 0; i < lines.size(); ++i) {
-    if (i > 0) out += newline;
-    const bool indent = (i == 0 ? first : true) && (blank || !py_strip(lines[i]).empty());
-    out += (indent ? pad : "") + lines[i];
-  }
-  return Value(std::move(out));
+  if (v.is_undefined()) fail(v.undefined_message());
+  // Jinja2 appends "\n" and splits: so the value must be a str, and "a\n" has a last, empty line.
+  const std::string s = need_str(v, "indent") + "\n";
+  TextBuilder out(env.max_text());
+  bool first_line = true;
+  for_each_line(s, false, [&](std::string_view line) {
+    if (!first_line) out.append('\n');
+    if (first_line ? first : blank || !line.empty()) out.append(pad);
+    out.append(line);
+    first_line = false;
+  });
+  return Value(out.take());
 }
 
-Value f_escape(Env&, const Value& v, Args&) {
-  std::string out;
-  for (const char c : v.str()) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+Value f_escape(Env& env, const Value& v, Args&) {
+  TextBuilder out(env.max_text());
+  const std::string s = v.str(env);
+  std::size_t run = 0;  // [run, i): bytes copied as they are, appended at once
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char* entity = nullptr;
+    switch (s[i]) {
+      case '&': entity = "&amp;"; break;
+      case '<': entity = "&lt;"; break;
+      case '>': entity = "&gt;"; break;
+      case '"': entity = "&#34;"; break;
+      case '\'': entity = "&#39;"; break;
+      default: continue;
     }
+    out.append(std::string_view(s).substr(run, i - run));
+    out.append(entity);
+    run = i + 1;
   }
-  return Value(std::move(out));
+  out.append(std::string_view(s).substr(run));
+  return Value(out.take());
 }
 
-Value f_dictsort(Env&, const Value& v, Args& a) {
+Value f_dictsort(Env& env, const Value& v, Args& a) {
   if (!v.is_dict()) fail("dictsort expects a mapping, found " + v.type_name());
   const bool case_sensitive = arg_bool(a, 0, "case_sensitive", false);
   const bool by_value = arg_str(a, 1, "by").value_or("key") == "value";
@@ -364,15 +416,15 @@ Value f_dictsort(Env&, const Value& v, Args& a) {
   List items;
   for (const auto& [k, x] : v.dict().items()) items.push_back(make_list({Value(k), x}, true));
   std::stable_sort(items.begin(), items.end(), [&](const Value& p, const Value& q) {
-    const Value kp = folded(p.list()[by_value ? 1 : 0], case_sensitive);
-    const Value kq = folded(q.list()[by_value ? 1 : 0], case_sensitive);
-    return reverse ? ordered(kq, kp) < 0 : ordered(kp, kq) < 0;
+    const Value kp = folded(p.list()[by_value ? 1 : 0], case_sensitive, env);
+    const Value kq = folded(q.list()[by_value ? 1 : 0], case_sensitive, env);
+    return reverse ? ordered(kq, kp, env) < 0 : ordered(kp, kq, env) < 0;
   });
   return make_list(std::move(items));
 }
 
-Value f_wordcount(Env&, const Value& v, Args&) {
-  return Value(static_cast<std::int64_t>(py_word_count(v.str())));
+Value f_wordcount(Env& env, const Value& v, Args&) {
+  return Value(static_cast<std::int64_t>(py_word_count(v.str(env))));
 }
 
 const std::unordered_map<std::string, Filter>& filters() {
@@ -436,17 +488,17 @@ bool t_divisibleby(Env&, const Value& v, Args& a) {
   if (v.is_float() || n.is_float()) return std::fmod(v.number(), n.number()) == 0;
   return n.integer() == -1 || v.integer() % n.integer() == 0;  // INT64_MIN % -1 traps
 }
-bool t_eq(Env&, const Value& v, Args& a) { return equal(v, test_arg(a, "eq")); }
-bool t_ne(Env&, const Value& v, Args& a) { return !equal(v, test_arg(a, "ne")); }
-bool t_lt(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "lt")) < 0; }
-bool t_le(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "le")) <= 0; }
-bool t_gt(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "gt")) > 0; }
-bool t_ge(Env&, const Value& v, Args& a) { return ordered(v, test_arg(a, "ge")) >= 0; }
+bool t_eq(Env& env, const Value& v, Args& a) { return equal(v, test_arg(a, "eq"), env); }
+bool t_ne(Env& env, const Value& v, Args& a) { return !equal(v, test_arg(a, "ne"), env); }
+bool t_lt(Env& env, const Value& v, Args& a) { return ordered(v, test_arg(a, "lt"), env) < 0; }
+bool t_le(Env& env, const Value& v, Args& a) { return ordered(v, test_arg(a, "le"), env) <= 0; }
+bool t_gt(Env& env, const Value& v, Args& a) { return ordered(v, test_arg(a, "gt"), env) > 0; }
+bool t_ge(Env& env, const Value& v, Args& a) { return ordered(v, test_arg(a, "ge"), env) >= 0; }
 // Jinja2's str(value).islower(): some cased character, none of the other case ('' is not lower).
-bool t_lower(Env&, const Value& v, Args&) { return py_is(v.str(), "islower"); }
-bool t_upper(Env&, const Value& v, Args&) { return py_is(v.str(), "isupper"); }
+bool t_lower(Env& env, const Value& v, Args&) { return py_is(v.str(env), "islower"); }
+bool t_upper(Env& env, const Value& v, Args&) { return py_is(v.str(env), "isupper"); }
 bool t_escaped(Env&, const Value&, Args&) { return false; }
-bool t_in(Env&, const Value& v, Args& a) { return contains(test_arg(a, "in"), v); }
+bool t_in(Env& env, const Value& v, Args& a) { return contains(test_arg(a, "in"), v, env); }
 bool t_sameas(Env&, const Value& v, Args& a) {
   const Value& o = test_arg(a, "sameas");
   if (v.is_list() && o.is_list()) return v.list_ptr() == o.list_ptr();

@@ -3,6 +3,8 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -134,6 +136,53 @@ std::optional<double> py_float(std::string_view text) {
   }
   if (i != s.size()) return std::nullopt;
   return std::strtod(plain.c_str(), nullptr);  // what it reads is plain decimal: never hex or nan
+}
+
+std::optional<double> py_round(double x, std::int64_t ndigits) {
+  if (!std::isfinite(x) || x == 0.0 || ndigits > 323) return x;
+  if (ndigits < -308) return 0.0 * x;
+  // The exact decimal expansion of |x| (a double has at most 1074 digits after the point), as
+  // one digit string with the point after `point` digits.
+  char buf[1500];
+  const auto end = std::to_chars(buf, buf + sizeof buf, std::fabs(x), std::chars_format::fixed, 1074).ptr;
+  std::string digits(buf, end);
+  const std::size_t point = digits.find('.');
+  digits.erase(point, 1);
+  // Keep the digits down to 10**-ndigits; the first one dropped and any after decide.
+  const std::int64_t keep = static_cast<std::int64_t>(point) + ndigits;
+  if (keep < 0) return 0.0 * x;  // |x| < 10**-ndigits / 10: under half a unit
+  const auto k = static_cast<std::size_t>(keep);
+  std::string kept = "0" + digits.substr(0, k);  // a leading 0 takes a carry
+  const char next = k < digits.size() ? digits[k] : '0';
+  const bool beyond = k + 1 < digits.size() && digits.find_first_not_of('0', k + 1) != std::string::npos;
+  const bool odd = (kept.back() - '0') % 2 == 1;
+  if (next > '5' || (next == '5' && (beyond || odd))) {
+    std::size_t i = kept.size();
+    while (kept[--i] == '9') kept[i] = '0';
+    ++kept[i];
+  }
+  kept += "e" + std::to_string(-ndigits);
+  // strtod reads digits and an exponent alike in every locale, and a subnormal result as it is.
+  const double r = std::strtod(kept.c_str(), nullptr);
+  if (std::isinf(r)) return std::nullopt;  // rounded up past 1.8e308
+  return std::copysign(r, x);
+}
+
+std::optional<std::int64_t> py_round(std::int64_t i, std::int64_t ndigits) {
+  if (ndigits >= 0) return i;
+  if (ndigits < -38) return 0;  // 10**38 is past 2 x INT64_MAX: every int64 is under half a unit
+  __int128 unit = 1;
+  for (std::int64_t n = 0; n < -ndigits; ++n) unit *= 10;
+  // Floor division, then the nearer multiple (ties to the even quotient), as CPython's divmod_near.
+  __int128 q = i / unit, r = i % unit;
+  if (r < 0) {
+    --q;
+    r += unit;
+  }
+  if (2 * r > unit || (2 * r == unit && (q & 1) != 0)) ++q;
+  const __int128 out = q * unit;
+  if (out < INT64_MIN || out > INT64_MAX) return std::nullopt;
+  return static_cast<std::int64_t>(out);
 }
 
 }  // namespace ctune::tmpl

@@ -91,14 +91,25 @@ std::string map_code_points(std::string_view s, F f) {
   std::string out;
   out.reserve(s.size());
   std::size_t i = 0;
-  while (i < s.size()) append_code_point(out, f(decode_code_point(s, i)));
+  while (i < s.size()) {
+    const auto byte = static_cast<unsigned char>(s[i]);
+    if (byte < 0x80) {  // ASCII maps to ASCII: no decoding or encoding
+      out += static_cast<char>(f(byte));
+      ++i;
+    } else {
+      append_code_point(out, f(decode_code_point(s, i)));
+    }
+  }
   return out;
 }
 
+// ASCII first: most text is, and lower-casing is what sort, unique, min and max do to every item.
 std::uint32_t upper(std::uint32_t cp) {
+  if (cp < 0x80) return cp >= 'a' && cp <= 'z' ? cp - 32 : cp;
   return static_cast<std::uint32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(cp)));
 }
 std::uint32_t lower(std::uint32_t cp) {
+  if (cp < 0x80) return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp;
   return static_cast<std::uint32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp)));
 }
 bool is_cased_letter(std::uint32_t cp) {
@@ -205,8 +216,7 @@ std::vector<std::string> py_split(std::string_view s, const std::optional<std::s
   return out;
 }
 
-std::vector<std::string> py_splitlines(std::string_view s, bool keepends) {
-  std::vector<std::string> out;
+void for_each_line(std::string_view s, bool keepends, const std::function<void(std::string_view)>& line) {
   std::size_t start = 0, i = 0;
   while (i < s.size()) {
     const std::size_t at = i;
@@ -215,11 +225,10 @@ std::vector<std::string> py_splitlines(std::string_view s, bool keepends) {
                     cp == 0x2028 || cp == 0x2029;
     if (!br) continue;
     if (cp == '\r' && i < s.size() && s[i] == '\n') ++i;
-    out.emplace_back(s.substr(start, (keepends ? i : at) - start));
+    line(s.substr(start, (keepends ? i : at) - start));
     start = i;
   }
-  if (start < s.size()) out.emplace_back(s.substr(start));
-  return out;
+  if (start < s.size()) line(s.substr(start));
 }
 
 std::string py_replace(std::string_view s, std::string_view old, std::string_view repl, std::int64_t count) {
@@ -252,6 +261,30 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
   return out;
 }
 
+std::uint64_t py_replace_size(std::string_view s, std::string_view old, std::string_view repl, std::int64_t count) {
+  std::uint64_t matches = old.empty() ? code_point_count(s) + 1 : 0;  // '' matches before each code point and at the end
+  if (!old.empty())
+    for (std::size_t at = s.find(old); at != std::string_view::npos && (count < 0 || matches < static_cast<std::uint64_t>(count));
+         at = s.find(old, at + old.size()))
+      ++matches;
+  if (count >= 0) matches = std::min(matches, static_cast<std::uint64_t>(count));
+  // s.size() - matches * old.size() + matches * repl.size(), without wrapping.
+  return s.size() - matches * old.size() + matches * static_cast<std::uint64_t>(repl.size());
+}
+
+std::string py_reversed(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  std::size_t end = s.size();
+  while (end > 0) {
+    std::size_t start = end - 1;
+    while (start > 0 && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
+    out.append(s.substr(start, end - start));
+    end = start;
+  }
+  return out;
+}
+
 std::string py_upper(std::string_view s) { return map_code_points(s, upper); }
 std::string py_lower(std::string_view s) { return map_code_points(s, lower); }
 
@@ -274,17 +307,61 @@ std::string py_capitalize(std::string_view s) {
   });
 }
 
-std::int64_t py_find(std::string_view s, std::string_view sub, bool from_right) {
-  const std::size_t at = from_right ? s.rfind(sub) : s.find(sub);
-  if (at == std::string_view::npos) return -1;
-  return static_cast<std::int64_t>(code_point_count(s.substr(0, at)));
+namespace {
+
+// s[start:end] as Python's find, count and tailmatch see it: code-point bounds adjusted as
+// CPython's ADJUST_INDICES does (negative from the end, clamped to the string), then the bytes.
+struct Window {
+  std::int64_t start, end;  // code points; start may exceed end or the length
+  std::string_view bytes;   // s[start:end] when start <= end, else empty
+};
+
+// The byte offset of code point `k` of s, walking from byte `from` (code point `k_from`).
+std::size_t offset_of(std::string_view s, std::int64_t k, std::size_t from = 0, std::int64_t k_from = 0) {
+  std::size_t i = from;
+  for (std::int64_t n = k_from; n < k && i < s.size(); ++n) decode_code_point(s, i);
+  return i;
 }
 
-std::int64_t py_count(std::string_view s, std::string_view sub) {
-  if (sub.empty()) return static_cast<std::int64_t>(code_point_count(s)) + 1;
+Window window(std::string_view s, std::optional<std::int64_t> start, std::optional<std::int64_t> end) {
+  const auto len = static_cast<std::int64_t>(code_point_count(s));
+  std::int64_t b = start.value_or(0), e = end.value_or(len);
+  if (e > len) e = len;
+  else if (e < 0) e = std::max<std::int64_t>(e + len, 0);
+  if (b < 0) b = std::max<std::int64_t>(b + len, 0);
+  if (b >= e) return {b, e, {}};
+  const std::size_t first = offset_of(s, b);
+  return {b, e, s.substr(first, offset_of(s, e, first, b) - first)};
+}
+
+}  // namespace
+
+std::int64_t py_find(std::string_view s, std::string_view sub, bool from_right, std::optional<std::int64_t> start,
+                     std::optional<std::int64_t> end) {
+  const Window w = window(s, start, end);
+  if (w.end - w.start < static_cast<std::int64_t>(code_point_count(sub))) return -1;
+  const std::size_t at = from_right ? w.bytes.rfind(sub) : w.bytes.find(sub);
+  if (at == std::string_view::npos) return -1;
+  return w.start + static_cast<std::int64_t>(code_point_count(w.bytes.substr(0, at)));
+}
+
+std::int64_t py_count(std::string_view s, std::string_view sub, std::optional<std::int64_t> start,
+                      std::optional<std::int64_t> end) {
+  const Window w = window(s, start, end);
+  if (w.end - w.start < static_cast<std::int64_t>(code_point_count(sub))) return 0;
+  if (sub.empty()) return w.end - w.start + 1;
   std::int64_t n = 0;
-  for (std::size_t at = s.find(sub); at != std::string_view::npos; at = s.find(sub, at + sub.size())) ++n;
+  for (std::size_t at = w.bytes.find(sub); at != std::string_view::npos; at = w.bytes.find(sub, at + sub.size())) ++n;
   return n;
+}
+
+bool py_tailmatch(std::string_view s, std::string_view sub, bool at_end, std::optional<std::int64_t> start,
+                  std::optional<std::int64_t> end) {
+  const Window w = window(s, start, end);
+  if (w.end - static_cast<std::int64_t>(code_point_count(sub)) < w.start) return false;
+  const std::string_view v = w.bytes;
+  if (sub.size() > v.size()) return false;  // as many code points, fewer bytes
+  return at_end ? v.substr(v.size() - sub.size()) == sub : v.substr(0, sub.size()) == sub;
 }
 
 bool py_is(std::string_view s, std::string_view what) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,15 +31,28 @@ std::string py_strip(std::string_view s, const std::optional<std::string>& chars
 // `sep` must not be empty (the caller refuses it, as Python does).
 std::vector<std::string> py_split(std::string_view s, const std::optional<std::string>& sep, std::int64_t maxsplit,
                                   bool from_right = false);
-std::vector<std::string> py_splitlines(std::string_view s, bool keepends);
+// Calls `line` with each line of `s` as str.splitlines(keepends) splits it, in order, without
+// building the list: indent and the splitlines method bound what they build from it.
+void for_each_line(std::string_view s, bool keepends, const std::function<void(std::string_view)>& line);
 std::string py_replace(std::string_view s, std::string_view old, std::string_view repl, std::int64_t count);
+// The size py_replace's result will have, found without building it (a 30 MB replacement of each
+// of 10^6 matches would be 30 TB).
+std::uint64_t py_replace_size(std::string_view s, std::string_view old, std::string_view repl, std::int64_t count);
+// s reversed by code points (Jinja2's reverse of a str).
+std::string py_reversed(std::string_view s);
 std::string py_upper(std::string_view s);
 std::string py_lower(std::string_view s);
 std::string py_title(std::string_view s);
 std::string py_capitalize(std::string_view s);
-// str.find / rfind / count (code-point index, -1 when absent).
-std::int64_t py_find(std::string_view s, std::string_view sub, bool from_right = false);
-std::int64_t py_count(std::string_view s, std::string_view sub);
+// str.find / rfind / count / startswith / endswith within s[start:end] (code points; absent bounds
+// are the whole string). Python's rules at the edges: a window that starts past the end finds
+// nothing, not even '' ('abc'.find('', 10) is -1, 'abc'.startswith('', 4) is False).
+std::int64_t py_find(std::string_view s, std::string_view sub, bool from_right, std::optional<std::int64_t> start,
+                     std::optional<std::int64_t> end);  // code-point index, -1 when absent
+std::int64_t py_count(std::string_view s, std::string_view sub, std::optional<std::int64_t> start,
+                      std::optional<std::int64_t> end);
+bool py_tailmatch(std::string_view s, std::string_view sub, bool at_end, std::optional<std::int64_t> start,
+                  std::optional<std::int64_t> end);
 // str.isdigit/isalpha/isalnum/islower/isupper/isspace by Unicode category.
 bool py_is(std::string_view s, std::string_view what);
 // Matches of Python's re \w+ (runs of '_' and of characters str.isalnum() accepts): Jinja2's wordcount.

@@ -56,6 +56,17 @@ std::string where(int line, int column) {
   return "template line " + std::to_string(line) + ", column " + std::to_string(column) + ": ";
 }
 
+// The most of a failure's own text an error line shows.
+constexpr std::size_t kMessageBytes = 1024;
+
+// The error of a failure at a template position. Its text can be the template's own
+// (raise_exception) or the data's, of any length and holding anything: what a terminal would obey
+// (escape sequences, line breaks) is escaped, and it is cut at kMessageBytes (a 10 MB message was
+// one 10 MB line on the terminal).
+TemplateError located(int line, int column, std::string_view what) {
+  return TemplateError(where(line, column) + printable_excerpt(what, kMessageBytes));
+}
+
 bool walk_has_generation(const Body& body) {
   for (const auto& n : body) {
     if (n->kind == Node::Kind::generation) return true;
@@ -136,9 +147,9 @@ class Renderer final : public Env {
  private:
   void write(std::string& out, std::string_view s) {
     charge(s.size());
-    out.append(s);
-    if (out.size() > options_.limits.max_output_bytes)
+    if (s.size() > options_.limits.max_output_bytes - out.size())
       fail("the rendered text exceeds the output limit of " + std::to_string(options_.limits.max_output_bytes) + " bytes");
+    out.append(s);
   }
 
   Flow exec(const Body& body, const FramePtr& frame, std::string& out) {
@@ -187,7 +198,7 @@ class Renderer final : public Env {
     try {
       return exec_node_unchecked(n, frame, out);
     } catch (const EvalError& e) {
-      throw TemplateError(where(n.line, n.column) + e.what());
+      throw located(n.line, n.column, e.what());
     } catch (const std::bad_variant_access&) {
       throw TemplateError(where(n.line, n.column) + kWrongKind);
     }
@@ -196,7 +207,7 @@ class Renderer final : public Env {
   Flow exec_node_unchecked(const Node& n, const FramePtr& frame, std::string& out) {
     switch (n.kind) {
       case Node::Kind::text: write(out, n.text); return Flow::normal;
-      case Node::Kind::output: write(out, eval(*n.expr, frame).str()); return Flow::normal;
+      case Node::Kind::output: write(out, eval(*n.expr, frame).str(*this)); return Flow::normal;
       case Node::Kind::if_:
         for (const auto& [cond, body] : n.branches)
           if (eval(*cond, frame).truthy()) return exec(body, frame, out);
@@ -217,13 +228,13 @@ class Renderer final : public Env {
         const Expr& call = *n.expr;
         Args args = eval_args(call, frame, 1);
         args.kw.emplace_back("caller", caller);
-        write(out, this->call(eval(*call.items[0], frame), args).str());
+        write(out, this->call(eval(*call.items[0], frame), args).str(*this));
         return Flow::normal;
       }
       case Node::Kind::filter_block: {
         std::string captured;
         exec(n.body, frame, captured);
-        write(out, apply_chain(*n.filter, Value(std::move(captured)), frame).str());
+        write(out, apply_chain(*n.filter, Value(std::move(captured)), frame).str(*this));
         return Flow::normal;
       }
       case Node::Kind::generation: {
@@ -270,7 +281,7 @@ class Renderer final : public Env {
   }
 
   Flow exec_for(const Node& n, const FramePtr& frame, std::string& out) {
-    List items = builtin::iterate(eval(*n.expr, frame));
+    List items = builtin::iterate(*this, eval(*n.expr, frame));
     charge(weight(items));  // the copy iterate made
     if (n.filter) {
       List kept;
@@ -376,7 +387,7 @@ class Renderer final : public Env {
       Value v = eval_unchecked(e, frame);
       return v;
     } catch (const EvalError& err) {
-      throw TemplateError(where(e.line, e.column) + err.what());
+      throw located(e.line, e.column, err.what());
     } catch (const std::bad_variant_access&) {
       throw TemplateError(where(e.line, e.column) + kWrongKind);
     }
@@ -474,7 +485,6 @@ class Renderer final : public Env {
         Value left = eval(*e.items[0], frame);
         for (std::size_t k = 0; k < e.ops.size(); ++k) {
           Value right = eval(*e.items[k + 1], frame);
-          charge(weight(left) + weight(right));
           if (!compare_op(e.ops[k], left, right)) return Value(false);
           left = std::move(right);
         }
@@ -487,14 +497,16 @@ class Renderer final : public Env {
     return Value();
   }
 
-  static bool compare_op(const std::string& op, const Value& a, const Value& b) {
-    if (op == "==") return equal(a, b);
-    if (op == "!=") return !equal(a, b);
-    if (op == "in") return contains(b, a);
-    if (op == "notin") return !contains(b, a);
+  // Each comparison charges what it reads (value.h): a list of 10^6 references to a 30 MB string
+  // is 30 TB to compare, whatever its own size.
+  bool compare_op(const std::string& op, const Value& a, const Value& b) {
+    if (op == "==") return equal(a, b, *this);
+    if (op == "!=") return !equal(a, b, *this);
+    if (op == "in") return contains(b, a, *this);
+    if (op == "notin") return !contains(b, a, *this);
     if (a.is_undefined() || b.is_undefined())
       fail((a.is_undefined() ? a : b).undefined_message());
-    const auto c = compare(a, b);
+    const auto c = compare(a, b, *this);
     if (!c) fail("'" + op + "' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'");
     if (op == "<") return *c < 0;
     if (op == "<=") return *c <= 0;
@@ -517,14 +529,11 @@ class Renderer final : public Env {
 
   Value arithmetic(const std::string& op, const Value& a, const Value& b) {
     if (op == "~") {
-      if (a.str().size() + b.str().size() > options_.limits.max_output_bytes) fail("string exceeds the output limit");
-      return Value(a.str() + b.str());
+      const std::string x = a.str(*this), y = b.str(*this);
+      if (x.size() + y.size() > max_text()) fail_text_size(x.size() + y.size(), max_text());
+      return Value(x + y);
     }
-    if (op == "+") {
-      if (a.is_string() && b.is_string() && a.str_ref().size() + b.str_ref().size() > options_.limits.max_output_bytes)
-        fail("string exceeds the output limit");
-      return add(a, b);
-    }
+    if (op == "+") return add(*this, a, b);
     if (a.is_undefined() || b.is_undefined()) fail((a.is_undefined() ? a : b).undefined_message());
     if (op == "*") {
       const Value* seq = a.is_string() || a.is_list() ? &a : b.is_string() || b.is_list() ? &b : nullptr;
@@ -594,9 +603,20 @@ class Renderer final : public Env {
         }
         return Value(out);
       }
-      return Value(std::pow(p, q));
+      return Value(float_pow(p, q));
     }
     fail("unknown operator " + op);
+  }
+
+  // Python's float ** and int ** negative int, with its errors where C's pow gives inf or nan
+  // (0 ** -1 printed inf, 2.0 ** 10000 inf, (-8) ** 0.5 nan).
+  static double float_pow(double p, double q) {
+    if (p == 0 && q < 0 && std::isfinite(q)) fail("0.0 cannot be raised to a negative power");
+    if (p < 0 && std::isfinite(q) && q != std::floor(q))
+      fail("a negative number to a fractional power is a complex number, which templates here do not have");
+    const double r = std::pow(p, q);
+    if (std::isinf(r) && std::isfinite(p) && std::isfinite(q)) fail("(34, 'Numerical result out of range')");
+    return r;
   }
 
   const Program& program_;

@@ -170,74 +170,165 @@ std::string Value::type_name() const {
 
 namespace {
 
-std::string dict_repr(const Dict& d) {
+void write_repr(TextBuilder& out, const Value& v);
+void append_string_repr(TextBuilder& out, std::string_view s);
+
+void write_dict_repr(TextBuilder& out, const Dict& d) {
   const Nested level;
-  std::string out = "{";
+  out.append('{');
   bool first = true;
   for (const auto& [k, v] : d.items()) {
-    if (!first) out += ", ";
+    if (out.full()) return;
+    if (!first) out.append(", ");
     first = false;
-    out += string_repr(k) + ": " + v.repr();
+    append_string_repr(out, k);
+    out.append(": ");
+    write_repr(out, v);
   }
-  return out + "}";
+  out.append('}');
+}
+
+// Items are written into one builder, each checked before it is appended: a list of 10^6
+// references to one 30 MB string stops at the output limit instead of building 30 TB.
+void write_repr(TextBuilder& out, const Value& v) {
+  using K = Value::Kind;
+  switch (v.kind()) {
+    case K::undefined: out.append("Undefined"); return;
+    case K::none: out.append("None"); return;
+    case K::boolean: out.append(v.boolean() ? "True" : "False"); return;
+    case K::integer: out.append(std::to_string(v.integer())); return;
+    case K::floating: out.append(float_repr(v.number())); return;
+    case K::string: append_string_repr(out, v.str_ref()); return;
+    case K::list: {
+      const Nested level;
+      out.append(v.is_tuple() ? '(' : '[');
+      const List& l = v.list();
+      for (std::size_t i = 0; i < l.size() && !out.full(); ++i) {
+        if (i) out.append(", ");
+        write_repr(out, l[i]);
+      }
+      if (v.is_tuple() && l.size() == 1) out.append(',');
+      out.append(v.is_tuple() ? ')' : ']');
+      return;
+    }
+    case K::dict: write_dict_repr(out, v.dict()); return;
+    case K::function: out.append("<function " + v.function().name + ">"); return;
+    case K::ns:
+      out.append("<Namespace ");
+      write_dict_repr(out, v.ns().attrs);
+      out.append('>');
+      return;
+  }
+}
+
+// Python's repr escape of one code point (quotes aside), or nullopt when it prints as itself.
+std::optional<std::string> escaped(std::uint32_t cp) {
+  if (cp == '\\') return "\\\\";
+  if (cp == '\n') return "\\n";
+  if (cp == '\r') return "\\r";
+  if (cp == '\t') return "\\t";
+  if (is_printable(cp)) return std::nullopt;
+  char buf[16];
+  if (cp < 0x100) std::snprintf(buf, sizeof buf, "\\x%02x", cp);
+  else if (cp < 0x10000) std::snprintf(buf, sizeof buf, "\\u%04x", cp);
+  else std::snprintf(buf, sizeof buf, "\\U%08x", cp);
+  return std::string(buf);
+}
+
+void append_string_repr(TextBuilder& out, std::string_view s) {
+  const bool has_single = s.find('\'') != std::string_view::npos;
+  const bool has_double = s.find('"') != std::string_view::npos;
+  const char quote = has_single && !has_double ? '"' : '\'';
+  out.append(quote);
+  std::size_t i = 0, run = 0;  // [run, i): characters that print as themselves, appended at once
+  while (i < s.size() && !out.full()) {
+    const char c = s[i];
+    if (c >= 0x20 && c < 0x7F && c != '\\' && c != quote) {  // printable ASCII: most text, at once
+      ++i;
+      continue;
+    }
+    const std::size_t at = i;
+    const std::uint32_t cp = decode_code_point(s, i);
+    const std::optional<std::string> escape =
+        cp == static_cast<std::uint32_t>(quote) ? std::string("\\") + quote : escaped(cp);
+    if (!escape) continue;
+    out.append(s.substr(run, at - run));
+    out.append(*escape);
+    run = i;
+  }
+  if (run < s.size()) out.append(s.substr(run));
+  out.append(quote);
 }
 
 }  // namespace
 
-std::string Value::str() const {
-  switch (kind()) {
-    case Kind::undefined: return "";
-    case Kind::string: return str_ref();
-    default: return repr();
-  }
+std::string Value::str(const Meter& m) const {
+  if (is_string()) return str_ref();
+  if (is_undefined()) return "";
+  return repr(m);
 }
 
-std::string Value::repr() const {
-  switch (kind()) {
-    case Kind::undefined: return "Undefined";
-    case Kind::none: return "None";
-    case Kind::boolean: return boolean() ? "True" : "False";
-    case Kind::integer: return std::to_string(integer());
-    case Kind::floating: return float_repr(number());
-    case Kind::string: return string_repr(str_ref());
-    case Kind::list: {
-      const Nested level;
-      std::string out = tuple_ ? "(" : "[";
-      const List& l = list();
-      for (std::size_t i = 0; i < l.size(); ++i) out += (i ? ", " : "") + l[i].repr();
-      if (tuple_ && l.size() == 1) out += ",";
-      return out + (tuple_ ? ")" : "]");
-    }
-    case Kind::dict: return dict_repr(dict());
-    case Kind::function: return "<function " + function().name + ">";
-    default: return "<Namespace " + dict_repr(ns().attrs) + ">";
-  }
+std::string Value::repr(const Meter& m) const {
+  TextBuilder out(m.max_text());
+  write_repr(out, *this);
+  return out.take();
 }
 
-bool equal(const Value& a, const Value& b) {
+std::string excerpt(const Value& v) {
+  TextBuilder out = TextBuilder::excerpt(200);
+  write_repr(out, v);
+  return out.take();
+}
+
+std::string printable_excerpt(std::string_view text, std::size_t max_bytes) {
+  TextBuilder out = TextBuilder::excerpt(max_bytes);
+  std::size_t i = 0, run = 0;
+  while (i < text.size() && !out.full()) {
+    const std::size_t at = i;
+    const std::uint32_t cp = decode_code_point(text, i);
+    if (cp == '\\' || is_printable(cp)) continue;  // a backslash stays one: this is no repr
+    out.append(text.substr(run, at - run));
+    out.append(*escaped(cp));
+    run = i;
+  }
+  if (run < text.size()) out.append(text.substr(run));
+  return out.take();
+}
+
+bool equal(const Value& a, const Value& b, Meter& m) {
   using K = Value::Kind;
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.number() == b.number();
     return a.integer() == b.integer();
   }
   if (a.kind() != b.kind()) return false;
+  m.charge(1);
   switch (a.kind()) {
     case K::undefined:
     case K::none: return true;
-    case K::string: return a.str_ref() == b.str_ref();
+    case K::string: {
+      const std::string &x = a.str_ref(), &y = b.str_ref();
+      if (&x == &y) return true;
+      if (x.size() != y.size()) return false;
+      m.charge(x.size());
+      return x == y;
+    }
     case K::list: {
+      if (a.list_ptr() == b.list_ptr()) return true;
       if (a.is_tuple() != b.is_tuple() || a.list().size() != b.list().size()) return false;
       const Nested level;
       for (std::size_t i = 0; i < a.list().size(); ++i)
-        if (!equal(a.list()[i], b.list()[i])) return false;
+        if (!equal(a.list()[i], b.list()[i], m)) return false;
       return true;
     }
     case K::dict: {
+      if (a.dict_ptr() == b.dict_ptr()) return true;
       if (a.dict().size() != b.dict().size()) return false;
       const Nested level;
       for (const auto& [k, v] : a.dict().items()) {
+        m.charge(b.dict().size());  // Dict::find reads the keys in turn
         const Value* w = b.dict().find(k);
-        if (!w || !equal(v, *w)) return false;
+        if (!w || !equal(v, *w, m)) return false;
       }
       return true;
     }
@@ -247,7 +338,7 @@ bool equal(const Value& a, const Value& b) {
   }
 }
 
-std::optional<int> compare(const Value& a, const Value& b) {
+std::optional<int> compare(const Value& a, const Value& b, Meter& m) {
   if (a.is_number() && b.is_number()) {
     if (!a.is_float() && !b.is_float()) return a.integer() < b.integer() ? -1 : a.integer() > b.integer() ? 1 : 0;
     const double x = a.number(), y = b.number();
@@ -255,6 +346,7 @@ std::optional<int> compare(const Value& a, const Value& b) {
     return x < y ? -1 : x > y ? 1 : 0;
   }
   if (a.is_string() && b.is_string()) {
+    m.charge(std::min(a.str_ref().size(), b.str_ref().size()) + 1);
     const int c = a.str_ref().compare(b.str_ref());  // UTF-8 byte order is code point order
     return c < 0 ? -1 : c > 0 ? 1 : 0;
   }
@@ -262,12 +354,42 @@ std::optional<int> compare(const Value& a, const Value& b) {
     const Nested level;
     const List &x = a.list(), &y = b.list();
     for (std::size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
-      if (equal(x[i], y[i])) continue;
-      return compare(x[i], y[i]);
+      if (equal(x[i], y[i], m)) continue;
+      return compare(x[i], y[i], m);
     }
     return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
   }
   return std::nullopt;
+}
+
+std::size_t hash(const Value& v, Meter& m) {
+  using K = Value::Kind;
+  const auto mix = [](std::size_t h, std::size_t x) { return h ^ (x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2)); };
+  switch (v.kind()) {
+    case K::undefined: return 0x5eed;  // Jinja2's Undefined objects are all equal
+    case K::none: return 0;
+    case K::boolean:
+    case K::integer: return std::hash<std::int64_t>()(v.integer());
+    case K::floating: {
+      const double d = v.number();  // an integral float hashes as the int it equals (1.0 == 1)
+      if (d == std::trunc(d) && d >= -0x1p63 && d < 0x1p63) return std::hash<std::int64_t>()(static_cast<std::int64_t>(d));
+      return std::hash<double>()(d);
+    }
+    case K::string:
+      m.charge(v.str_ref().size() + 1);
+      return std::hash<std::string_view>()(v.str_ref());
+    case K::list: {
+      if (!v.is_tuple()) break;
+      const Nested level;
+      std::size_t h = v.list().size();
+      for (const Value& x : v.list()) h = mix(h, hash(x, m));
+      return h;
+    }
+    case K::function: return std::hash<const void*>()(&v.function());
+    case K::ns: return std::hash<const void*>()(&v.ns());
+    default: break;
+  }
+  throw EvalError("unhashable type: '" + v.type_name() + "'");
 }
 
 std::string float_repr(double d) {
@@ -302,72 +424,61 @@ std::string float_repr(double d) {
 }
 
 std::string string_repr(std::string_view s) {
-  const bool has_single = s.find('\'') != std::string_view::npos;
-  const bool has_double = s.find('"') != std::string_view::npos;
-  const char quote = has_single && !has_double ? '"' : '\'';
-  std::string out(1, quote);
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const std::size_t start = i;
-    const std::uint32_t cp = decode_code_point(s, i);
-    if (cp == '\\') out += "\\\\";
-    else if (cp == static_cast<std::uint32_t>(quote)) out += std::string("\\") + quote;
-    else if (cp == '\n') out += "\\n";
-    else if (cp == '\r') out += "\\r";
-    else if (cp == '\t') out += "\\t";
-    else if (!is_printable(cp)) {
-      char buf[16];
-      if (cp < 0x100) std::snprintf(buf, sizeof buf, "\\x%02x", cp);
-      else if (cp < 0x10000) std::snprintf(buf, sizeof buf, "\\u%04x", cp);
-      else std::snprintf(buf, sizeof buf, "\\U%08x", cp);
-      out += buf;
-    } else {
-      out.append(s.substr(start, i - start));
-    }
-  }
-  return out + quote;
+  TextBuilder out(SIZE_MAX);
+  append_string_repr(out, s);
+  return out.take();
 }
 
 namespace {
 
-void json_string(std::string& out, std::string_view s, bool ensure_ascii) {
-  out += '"';
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (ensure_ascii && static_cast<unsigned char>(c) >= 0x80) {  // \uXXXX, surrogate pairs past the BMP
-      std::uint32_t cp = decode_code_point(s, i);
-      --i;
-      char buf[16];
-      if (cp >= 0x10000) {
-        cp -= 0x10000;
-        std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
-      } else {
-        std::snprintf(buf, sizeof buf, "\\u%04x", cp);
-      }
-      out += buf;
-      continue;
+// Python's json escape of one byte or (ensure_ascii) code point at s[i], advancing i past it;
+// nullopt when it is written as it is.
+std::optional<std::string> json_escape(std::string_view s, std::size_t& i, bool ensure_ascii) {
+  const char c = s[i];
+  char buf[16];
+  if (ensure_ascii && static_cast<unsigned char>(c) >= 0x80) {  // \uXXXX, surrogate pairs past the BMP
+    std::uint32_t cp = decode_code_point(s, i);
+    if (cp >= 0x10000) {
+      cp -= 0x10000;
+      std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x", 0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF));
+    } else {
+      std::snprintf(buf, sizeof buf, "\\u%04x", cp);
     }
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
+    return std::string(buf);
   }
-  out += '"';
+  ++i;
+  switch (c) {
+    case '"': return "\\\"";
+    case '\\': return "\\\\";
+    case '\n': return "\\n";
+    case '\r': return "\\r";
+    case '\t': return "\\t";
+    case '\b': return "\\b";
+    case '\f': return "\\f";
+    default:
+      if (static_cast<unsigned char>(c) >= 0x20) return std::nullopt;
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+      return std::string(buf);
+  }
 }
 
+void json_string(TextBuilder& out, std::string_view s, bool ensure_ascii) {
+  out.append('"');
+  std::size_t i = 0, run = 0;  // [run, i): bytes written as they are, appended at once
+  while (i < s.size()) {
+    const std::size_t at = i;
+    const std::optional<std::string> escape = json_escape(s, i, ensure_ascii);
+    if (!escape) continue;
+    out.append(s.substr(run, at - run));
+    out.append(*escape);
+    run = i;
+  }
+  out.append(s.substr(run));
+  out.append('"');
+}
+
+// Writes into one builder, each piece checked before it is appended (separators and indents are
+// the template's: tojson(separators=(s, ': ')) with a 30 MB s repeats it per item).
 struct JsonWriter {
   std::optional<int> indent;
   bool sort_keys;
@@ -375,38 +486,40 @@ struct JsonWriter {
   std::string item_sep, key_sep;
   std::string bad;
 
-  void newline(std::string& out, int level) const {
-    out += '\n';
-    out.append(static_cast<std::size_t>(*indent * level), ' ');
+  void newline(TextBuilder& out, int level) const {
+    out.append('\n');
+    const auto spaces = static_cast<std::size_t>(*indent * level);
+    out.expect(spaces);
+    out.append(std::string(spaces, ' '));
   }
 
-  bool write(std::string& out, const Value& v, int level) {
+  bool write(TextBuilder& out, const Value& v, int level) {
     using K = Value::Kind;
     const Nested nested;
     switch (v.kind()) {
-      case K::none: out += "null"; return true;
-      case K::boolean: out += v.boolean() ? "true" : "false"; return true;
-      case K::integer: out += std::to_string(v.integer()); return true;
+      case K::none: out.append("null"); return true;
+      case K::boolean: out.append(v.boolean() ? "true" : "false"); return true;
+      case K::integer: out.append(std::to_string(v.integer())); return true;
       case K::floating: {
         const double d = v.number();
-        out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity") : float_repr(d);
+        out.append(std::isnan(d) ? "NaN" : std::isinf(d) ? (d < 0 ? "-Infinity" : "Infinity") : float_repr(d));
         return true;
       }
       case K::string: json_string(out, v.str_ref(), ensure_ascii); return true;
       case K::list: {
         const List& l = v.list();
         if (l.empty()) {
-          out += "[]";
+          out.append("[]");
           return true;
         }
-        out += '[';
+        out.append('[');
         for (std::size_t i = 0; i < l.size(); ++i) {
-          if (i) out += item_sep;
+          if (i) out.append(item_sep);
           if (indent) newline(out, level + 1);
           if (!write(out, l[i], level + 1)) return false;
         }
         if (indent) newline(out, level);
-        out += ']';
+        out.append(']');
         return true;
       }
       case K::dict:
@@ -417,23 +530,23 @@ struct JsonWriter {
           return false;
         }
         if (d.size() == 0) {
-          out += "{}";
+          out.append("{}");
           return true;
         }
         std::vector<const std::pair<std::string, Value>*> items;
         for (const auto& kv : d.items()) items.push_back(&kv);
         if (sort_keys)
           std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
-        out += '{';
+        out.append('{');
         for (std::size_t i = 0; i < items.size(); ++i) {
-          if (i) out += item_sep;
+          if (i) out.append(item_sep);
           if (indent) newline(out, level + 1);
           json_string(out, items[i]->first, ensure_ascii);
-          out += key_sep;
+          out.append(key_sep);
           if (!write(out, items[i]->second, level + 1)) return false;
         }
         if (indent) newline(out, level);
-        out += '}';
+        out.append('}');
         return true;
       }
       default: bad = v.type_name(); return false;
@@ -445,18 +558,18 @@ struct JsonWriter {
 
 std::optional<std::string> to_json(const Value& v, std::optional<int> indent, bool sort_keys,
                                    std::optional<std::pair<std::string, std::string>> separators, std::string& bad,
-                                   bool ensure_ascii) {
+                                   bool ensure_ascii, const Meter& m) {
   JsonWriter w{indent, sort_keys, ensure_ascii, indent ? "," : ", ", ": ", {}};
   if (separators) {
     w.item_sep = separators->first;
     w.key_sep = separators->second;
   }
-  std::string out;
+  TextBuilder out(m.max_text());
   if (!w.write(out, v, 0)) {
     bad = w.bad;
     return std::nullopt;
   }
-  return out;
+  return out.take();
 }
 
 template <class J>

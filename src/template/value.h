@@ -13,7 +13,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "template/meter.h"
 
 namespace ctune::tmpl {
 
@@ -125,10 +125,11 @@ class Value {
 
   // Python's bool(x); undefined is false.
   bool truthy() const;
-  // Python's str(x) (what {{ x }} prints); undefined prints "".
-  std::string str() const;
+  // Python's str(x) (what {{ x }} prints); undefined prints "". Built under the meter's output
+  // limit: a list holding one 30 MB string 10^6 times would print 30 TB.
+  std::string str(const Meter& m) const;
   // Python's repr(x), used inside printed lists and dicts.
-  std::string repr() const;
+  std::string repr(const Meter& m) const;
   // Python's type name for messages ("str", "int", "list", "dict", "NoneType", "undefined").
   std::string type_name() const;
   // Number of items: len() of a str (code points), list or dict; undefined is 0.
@@ -156,16 +157,21 @@ struct Args {
   const Value* get(std::size_t index, std::string_view name) const;
 };
 
-// Raised while evaluating (by built-ins and operators); the renderer adds the template position.
-class EvalError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 // Python's ==, and the ordering of <, <= ... (numbers with numbers, str with str, lists
-// lexicographically); nullopt when Python would raise TypeError.
-bool equal(const Value& a, const Value& b);
-std::optional<int> compare(const Value& a, const Value& b);
+// lexicographically); nullopt when Python would raise TypeError. Each charges `m` the bytes it
+// compares, as it goes (meter.h). A string, list or dict is equal to itself without being read,
+// as Python's identity shortcut makes it.
+bool equal(const Value& a, const Value& b, Meter& m);
+std::optional<int> compare(const Value& a, const Value& b, Meter& m);
+// Python's hash(x), consistent with equal (1, 1.0 and True hash alike), charging the bytes it
+// reads; EvalError for what Python cannot hash (lists, dicts).
+std::size_t hash(const Value& v, Meter& m);
+// repr(v) cut after a few hundred bytes: a value named in an error message.
+std::string excerpt(const Value& v);
+// `text` as an error line may show it: what a terminal would obey (control characters, line
+// breaks, bidirectional overrides) escaped as Python's repr escapes it, and at most `max_bytes`
+// bytes of it, cut with "..." (a template's raise_exception can pass any string).
+std::string printable_excerpt(std::string_view text, std::size_t max_bytes);
 
 // JSON (a dataset record, tool schemas, template variables from a recipe) as template values;
 // integers stay integers. Key order: an OrderedJson keeps the file's (what Python's json.loads
@@ -175,10 +181,10 @@ Value from_json(const OrderedJson& j);
 // Python's json.dumps(x, ensure_ascii=False, indent=indent, sort_keys=...) as transformers'
 // tojson filter calls it; `separators` default like Python's: (", ", ": ") without indent,
 // ("," , ": ") with it. Returns nullopt and sets `bad` to the type name for values JSON cannot
-// hold (undefined, functions).
+// hold (undefined, functions). Built under the meter's output limit.
 std::optional<std::string> to_json(const Value& v, std::optional<int> indent, bool sort_keys,
                                    std::optional<std::pair<std::string, std::string>> separators, std::string& bad,
-                                   bool ensure_ascii = false);
+                                   bool ensure_ascii, const Meter& m);
 
 // Python's repr() of a float ("0.5", "2.0", "1e+16", "inf").
 std::string float_repr(double d);

@@ -134,17 +134,29 @@ TEST_P(ChatTemplateCli, TrainsGeneratesAndRendersWithTheModelsTemplate) {
   std::cout << "[ " << fam.name << " ] chat LoRA loss " << first << " -> " << last << "\n";
 }
 
-// A hostile template in a tokenizer's config ends `render` (and so training's data loading) with
-// one line naming the template position, exit 1, quickly.
-TEST(ChatTemplateCliHostile, OneLineWithThePosition) {
-  const fs::path dir = kData / "chat-template-hostile";
+// A tiny model with the byte tokenizer (every byte one token, </s> one) in dir/model; the tests
+// below set its chat template (set_template).
+fs::path byte_tokenizer_model(const fs::path& dir) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::ofstream(dir / "config.json") << R"({"model_type": "llama", "vocab_size": 258, "hidden_size": 16,
     "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
     "max_position_embeddings": 64})";
-  ASSERT_EQ(ctune({"init", "--config", (dir / "config.json").string(), "--out", (dir / "model").string(), "--tokenizer",
+  EXPECT_EQ(ctune({"init", "--config", (dir / "config.json").string(), "--out", (dir / "model").string(), "--tokenizer",
                    "byte"}).status, 0);
+  return dir / "model";
+}
+
+void set_template(const fs::path& model, const std::string& source) {
+  OrderedJson config = read_json(model / "tokenizer_config.json");
+  config["chat_template"] = source;
+  std::ofstream(model / "tokenizer_config.json") << config.dump();
+}
+
+// A hostile template in a tokenizer's config ends `render` (and so training's data loading) with
+// one line naming the template position, exit 1, quickly.
+TEST(ChatTemplateCliHostile, OneLineWithThePosition) {
+  const fs::path model = byte_tokenizer_model(kData / "chat-template-hostile");
   const std::pair<const char*, const char*> cases[] = {
       {"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "macro calls nested deeper"},
       {"{% for i in range(1000000000) %}x{% endfor %}", "range too big"},
@@ -153,14 +165,45 @@ TEST(ChatTemplateCliHostile, OneLineWithThePosition) {
       {"{% for m in messages %}{{ m.content }", "template line 1, column"},
   };
   for (const auto& [source, what] : cases) {
-    OrderedJson config = read_json(dir / "model" / "tokenizer_config.json");
-    config["chat_template"] = source;
-    std::ofstream(dir / "model" / "tokenizer_config.json") << config.dump();
-    const auto run = ctune({"render", "--tokenizer", (dir / "model").string(), "--messages",
+    set_template(model, source);
+    const auto run = ctune({"render", "--tokenizer", model.string(), "--messages",
                             R"([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}])"});
     expect_one_line_failure(run, "template line", source);
     EXPECT_NE(run.err.find(what), std::string::npos) << run.err;
   }
+}
+
+// A template that writes the assistant's content twice, once above the conversation: the text that
+// changes with the answer ran from the first copy to the second, over the user's turn, and training
+// (here `render --json`'s mask) trained the user's text, silently (issue 70). Now one line names the
+// message and the turn it surrounds. A template with {% generation %} blocks says itself what trains,
+// and a second copy inside the answer's own turn trains with it.
+TEST(ChatTemplateCliMasks, AnswerWrittenAroundAnotherTurnIsRefused) {
+  const fs::path model = byte_tokenizer_model(kData / "chat-template-twice");
+  const std::string conversation = R"([{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "Yo"}])";
+  const auto render = [&](const std::string& source) {
+    set_template(model, source);
+    return ctune({"render", "--tokenizer", model.string(), "--messages", conversation, "--json"});
+  };
+  const auto trained = [](const ctune::testing::Run& run) {
+    const OrderedJson shown = OrderedJson::parse(run.out);
+    int n = 0;
+    for (const auto& m : shown["mask"]) n += m.get<int>();
+    return n;
+  };
+  const std::string summary = "Last answer: {{ messages[-1].content }}\n";
+  expect_one_line_failure(render(summary + "{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}"),
+                          "messages[1] (assistant) is written on both sides of messages[0] (user)", "content twice");
+
+  const auto blocks = render(summary + "{% for m in messages %}<{{ m.role }}>{% if m.role == 'assistant' %}{% generation %}"
+                                       "{{ m.content }}</s>{% endgeneration %}{% else %}{{ m.content }}</s>{% endif %}{% endfor %}");
+  ASSERT_EQ(blocks.status, 0) << blocks.err;
+  EXPECT_EQ(trained(blocks), 3);  // Y o </s>
+
+  const auto own_turn = render("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% if m.role == 'assistant' %} "
+                               "({{ m.content|upper }}){% endif %}</s>{% endfor %}");
+  ASSERT_EQ(own_turn.status, 0) << own_turn.err;
+  EXPECT_EQ(trained(own_turn), 8);  // Yo (YO) </s>
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ChatTemplateCli, ::testing::ValuesIn(kFamilies),

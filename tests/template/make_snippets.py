@@ -6,8 +6,10 @@ HTML escaping, raise_exception, strftime_now at a fixed time). The output, snipp
 committed, so the test runs without Python; rerun this after adding a snippet:
   python3 tests/template/make_snippets.py > tests/template/snippets.json
 Each entry: {"template", "vars", "text"} or {"template", "vars", "error": true} (Jinja2 raised).
-Two snippets are known departures and say so: ctune refuses internal attributes outright
-(Jinja2 prints '' and fails only on further use) and ints beyond 64 bits (Python's are unbounded), whether from arithmetic or from int()."""
+The snippets in DEPARTURES are known departures and say so: ctune refuses internal attributes outright
+(Jinja2 prints '' and fails only on further use), ints beyond 64 bits (Python's are unbounded), whether
+from arithmetic, int(), abs() or round(), and a negative number to a fractional power (Python's
+result is a complex number)."""
 import json
 import time
 
@@ -32,7 +34,8 @@ env.globals["raise_exception"] = raise_exception
 env.globals["strftime_now"] = lambda fmt: time.strftime(fmt, time.gmtime(NOW))
 
 T = []
-DEPARTURES = {"{{ x.__class__ }}": "error", "{{ 10 ** 20 }}": "error", "{{ '1e20'|int }}": "error", "{{ '99999999999999999999'|int }}": "error", "{{ 2 ** 63 }}": "error"}
+DEPARTURES = {"{{ x.__class__ }}": "error", "{{ 10 ** 20 }}": "error", "{{ '1e20'|int }}": "error", "{{ '99999999999999999999'|int }}": "error", "{{ 2 ** 63 }}": "error",
+              "{{ (-2**63)|abs }}": "error", "{{ 9223372036854775807|round(-1) }}": "error", "{{ (-8) ** 0.5 }}": "error"}
 
 
 def t(tpl, **v):
@@ -158,6 +161,39 @@ t("{{ not n|safe }} {{ (w|safe)|length }} {{ x|safe ~ 1 }} {{ (undefined_v|safe)
 t("{{ '02.5'|wordcount }} {{ 'a_b-c  d\u00e9j\u00e0 vu 42'|wordcount }} {{ ''|wordcount }} {{ x|wordcount }}", x=[1, "two"])
 t("{{ '' is lower }} {{ 'abc1' is lower }} {{ 'ABC' is upper }} {{ '1' is upper }} {{ ['q', 'p'] is lower }} {{ none is upper }}")
 t("{{ range(9223372036854775800, 9223372036854775807, 5)|list }} {{ range(-9223372036854775800, -9223372036854775807-1, -5)|list }} {{ range(5, 0, -2)|list }} {{ range(3)|list }} {{ range(2, 2)|list }}")
+
+# Issue 70, found while bounding what operations read and build: unique compared lists Python cannot
+# hash (Jinja2 keeps a set), indent skipped whitespace-only lines and an empty first one, sum joined
+# strings (Python's sum refuses them).
+t("{{ [1, 1.0, True, 'A', 'a', none, (1,), (1,)]|unique|list }} {{ ['b', 'B', 'a']|unique(case_sensitive=true)|list }} {{ [{'k': 'A'}, {'k': 'a'}, {'k': 'b'}]|unique(attribute='k')|map(attribute='k')|list }} {{ [2.0, 2, 0.5]|unique|list }}")
+t("{{ [[1], [1]]|unique|list }}")
+t("{{ [{'a': 1}]|unique|list }}")
+t("{{ [[1], [2]]|sum(start=[]) }} {{ [1, 2.5]|sum }}")
+t("{{ ['a', 'b']|sum(start='') }}")
+t("{{ '\\nx'|indent(2, true) }}|{{ 'a\\n  \\nb'|indent }}|{{ 'a\\n\\nb'|indent(2, blank=true) }}|{{ 'a\\r\\nb\\rc'|indent(1) }}|{{ ''|indent(2, true) }}|{{ 'a\\n'|indent(2) }}|{{ 'a\\nb'|indent('->') }}|{{ 'a\\nb'|indent(-3) }}|{{ 'a\\r'|indent(1) }}|{{ 'a\\u2028b'|indent(1) }}")
+t("{{ [1, 2]|indent }}")
+t("{{ 'h\u00e9\U0001F600'|reverse }} {{ 'h\u00e9\U0001F600'|first }}{{ 'h\u00e9\U0001F600'|last }} {{ ''|first is defined }} {{ ''|last is defined }}")
+
+# Issue 70: where the engine differed from Jinja2 without an error (round by scaling gave nan for a
+# huge precision and floats for an int's negative one; find/count/startswith ignored start/end or
+# Python's rules past the end; C's pow printed inf or nan).
+t("{{ 1.5|round(10**9) }} {{ 1.5|round(-10**9) }} {{ -1.5|round(-400) }} {{ 2.675|round(2) }} {{ 0.125|round(2) }} {{ 1250.0|round(-2) }} {{ 1350.0|round(-2) }} {{ 1234|round(-2) }} {{ 1250|round(-2) }} {{ -1250|round(-2) }} {{ 1250|round(-30) }} {{ (2**62)|round(-1) }} {{ -0.5|round }} {{ 5|round(2, 'ceil') }} {{ 1.25|round(1, 'floor') }} {{ 1e300|round(300) }} {{ 123.456|round(-1) }} {{ 5e-324|round(323) }} {{ 5e-324|round(324) }} {{ 0.5|round }} {{ 2.5|round }} {{ 1e16|round(-16) }} {{ 5e15|round(-16) }} {{ 1.5e15|round(-15) }} {{ 99.5|round(-2) }} {{ 49.99|round(-2) }} {{ 50|round(-2) }} {{ 150|round(-2) }}")
+t("{{ 1.7976931348623157e308|round(-308) }}")
+t("{{ 1.5|round(400, 'ceil') }}")
+t("{{ 1.5|round(-400, 'floor') }}")
+t("{{ 1e308|round(2, 'ceil') }}")
+t("{{ 1.5|round(0, 'bogus') }}")
+t("{{ 2 ** -2 }} {{ 10.0 ** -400 }} {{ 2 ** -2000 }} {{ (-8) ** 2.0 }} {{ (-8) ** -1 }} {{ 0 ** 0.0 }}")
+t("{{ 0 ** -1 }}")
+t("{{ 0.0 ** -1 }}")
+t("{{ 2.0 ** 10000 }}")
+t("{{ (-8) ** 0.5 }}")
+t("{{ (-2**63)|abs }}")
+t("{{ 9223372036854775807|round(-1) }}")
+t("{{ 'abc'.find('', 10) }} {{ 'abc'.find('', 3) }} {{ 'abcabc'.find('a', 1) }} {{ 'abcabc'.find('a', 1, 3) }} {{ 'abcabc'.rfind('a', 0, 3) }} {{ 'abc'.rfind('', 1) }} {{ 'abc'.rfind('', 1, 2) }} {{ 'abc'.find('', 2, 1) }} {{ 'h\u00e9\U0001F600\u00e9'.find('\u00e9', -1) }} {{ 'h\u00e9\U0001F600\u00e9'.rfind('\u00e9', 0, -1) }} {{ 'abcabc'.index('c', 3) }} {{ 'abcabc'.rindex('a', -3) }} {{ 'abc'.find('c', none, none) }} {{ 'abc'.find('c', -100, 100) }}")
+t("{{ 'abcabc'.index('x', 4) }}")
+t("{{ 'abc'.count('', 1) }} {{ 'abc'.count('', 5) }} {{ 'aaa'.count('a', -2) }} {{ 'aaaa'.count('aa', 1) }} {{ 'abc'.count('', 1, 1) }} {{ 'abc'.count('', 2, 1) }} {{ 'h\u00e9\u00e9'.count('\u00e9', 1) }}")
+t("{{ 'abc'.startswith('', 4) }} {{ 'abc'.startswith('', 3) }} {{ 'abc'.endswith('', 4) }} {{ 'abc'.endswith('c', 0, 10) }} {{ 'abc'.startswith(('x', 'b'), 1) }} {{ 'h\u00e9llo'.startswith('\u00e9', 1, 2) }} {{ 'h\u00e9llo'.endswith('\u00e9', 0, 2) }} {{ 'abc'.startswith('abcd', 0, 10) }} {{ 'ab'.startswith('\u00e9', 1) }} {{ 'abc'.endswith('a', -5, 1) }}")
 
 
 def main():

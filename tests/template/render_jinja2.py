@@ -242,21 +242,62 @@ def longest_token_at(text, k, tokens, limit):
     return max(matches, key=len) if matches else None
 
 
+def located_part(template, variables, case, text, i, memo):
+    """Step 3 for message i: (p, e, single), or None when SA == SB (nothing of it renders); found once
+    per message (memo). single: SA and SB hold exactly the sentinel between p and their suffix."""
+    if i not in memo:
+        sa, sb = sentinel_renders(template, variables, case, i)
+        if sa == sb:
+            memo[i] = None
+        else:
+            p = common_prefix(text, sa, sb)
+            s = min(common_suffix(text, sa, sb), min(len(text), len(sa), len(sb)) - p)
+            single = sa[p:len(sa) - s] == SENTINELS[0] and sb[p:len(sb) - s] == SENTINELS[1]
+            memo[i] = (p, len(text) - s, single)
+    return memo[i]
+
+
+def rendered_neighbour(template, variables, case, text, i, step, memo):
+    """The nearest message before (step -1) or after (+1) message i whose part is located, or None."""
+    j = i + step
+    while 0 <= j < len(case["messages"]):
+        if located_part(template, variables, case, text, j, memo) is not None:
+            return j
+        j += step
+    return None
+
+
+def holds(part, other):
+    """Whether other's located part begins or ends inside part (an empty one: strictly inside)."""
+    (p, e), (q, f) = part[:2], other[:2]
+    if q == f:
+        return p < q < e
+    return p <= q < e or p < f <= e
+
+
 def sentinel_spans(template, variables, case, text, end_of_turn):
     """Assistant spans of a template without {% generation %} (code points), or an error string.
     Definition in README.md ("Mask definition")."""
     messages = case["messages"]
     spans = []
+    memo = {}
     try:
         for i, m in enumerate(messages):
             if not isinstance(m, dict) or m.get("role") != "assistant" or m.get("train") is False:
                 continue
-            sa, sb = sentinel_renders(template, variables, case, i)  # error: "assistant message i ..."
-            if sa == sb:
+            part = located_part(template, variables, case, text, i, memo)  # error: "assistant message i ..."
+            if part is None:
                 continue  # nothing this message wrote is rendered
-            p = common_prefix(text, sa, sb)
-            s = min(common_suffix(text, sa, sb), min(len(text), len(sa), len(sb)) - p)
-            e = len(text) - s
+            p, e, single = part
+            # Step 4: a part that is not the sentinel alone must hold no neighbour's part.
+            if not single:
+                for step in (-1, 1):
+                    try:
+                        j = rendered_neighbour(template, variables, case, text, i, step, memo)
+                    except SentinelRenderError as err:
+                        raise SentinelRenderError(f"message {i} neighbours: {err}") from err
+                    if j is not None and holds(part, memo[j]):
+                        return f"assistant message {i} is written on both sides of message {j}"
             # End of turn (a): after whitespace, an end-of-turn token right there (longest wins).
             q = e
             while q < len(text) and text[q].isspace():
@@ -265,16 +306,13 @@ def sentinel_spans(template, variables, case, text, end_of_turn):
             if t is not None:
                 e = q + len(t)
             else:
-                # (b): the first end-of-turn token from e that ends at or before the start of
-                # message i+1 (the common prefix of S and its two sentinel renders of message i+1).
-                bound = len(text)
-                if i + 1 < len(messages):
-                    try:
-                        sa1, sb1 = sentinel_renders(template, variables, case, i + 1)
-                    except SentinelRenderError as err:
-                        raise SentinelRenderError(f"message {i} end of turn: {err}") from err
-                    if sa1 != sb1:
-                        bound = common_prefix(text, sa1, sb1)
+                # (b): the first end-of-turn token from e that ends at or before the start of the
+                # next message that renders (the p of its located part).
+                try:
+                    j = rendered_neighbour(template, variables, case, text, i, 1, memo)
+                except SentinelRenderError as err:
+                    raise SentinelRenderError(f"message {i} end of turn: {err}") from err
+                bound = memo[j][0] if j is not None else len(text)
                 for k in range(e, bound):
                     t = longest_token_at(text, k, end_of_turn, bound)
                     if t is not None:

@@ -3,6 +3,8 @@
 // fails where Jinja2 fails; hostile templates end in one TemplateError naming the position,
 // quickly and without exhausting memory or the stack.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -144,11 +146,134 @@ TEST(Template, HostileTemplatesAreRefused) {
   const std::string nest = "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}";
   expect_refused(nest + "{{ ns.x }}", "printing a list nested 10^5 deep");
   expect_refused(nest + "{{ ns.x|tojson }}", "serialising a list nested 10^5 deep");
-  expect_refused(nest + "{{ ns.x == ns.x }}", "comparing lists nested 10^5 deep");
+  expect_refused(nest + "{{ ns.x == [ns.x] }}", "comparing lists nested 10^5 deep");  // ns.x == ns.x is Python's identity
   expect_refused("{% set ns = namespace() %}{% set ns.self = ns %}{{ ns }}", "printing a namespace that holds itself");
   expect_refused("{% include 'x' %}", "include (no loader)");
   expect_refused("{{ undefined_thing.attr }}", "an attribute of an undefined value");
   expect_refused("{{ raise_exception('no tools here') }}", "the template's own exception");
+}
+
+// A hostile template ends in one error line that names the template position and the bound that
+// stopped it (`bound`: words of that bound's message), whatever the time it takes.
+void expect_bounded(const std::string& source, const std::string& bound, const RenderOptions& options,
+                    const std::string& what) {
+  SCOPED_TRACE(what);
+  try {
+    render(source, OrderedJson::object(), options);
+    ADD_FAILURE() << "rendered without error";
+  } catch (const TemplateError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("template line ", 0), 0u) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_NE(msg.find(bound), std::string::npos) << msg;
+  }
+}
+
+// Comparing, ordering, hashing or case-folding a value reads every byte it holds through its items,
+// and is charged that: two lists of 100 references to 1 MB strings are 100 MB to compare, not their
+// 5 KB of items. Charged by their items, these renders passed a 64 MiB work limit (and at the real
+// 1 GiB limit, 10^6 references to a 30 MB string ran for hours: issue 70).
+TEST(Template, DeepValuesAreChargedWhatTheyRead) {
+  RenderOptions options;
+  options.limits.max_work = 64u << 20;
+  // a and b are equal but not the same string (no identity shortcut); c differs in its last byte.
+  const std::string lists = "{% set a = 'x' * 1000000 %}{% set b = 'x' * 1000000 %}{% set c = 'x' * 999999 ~ 'y' %}"
+                            "{% set l = [a, b] * 50 %}{% set m = [b, a] * 50 %}";
+  const std::string work = "work exceeds its limit";
+  expect_bounded(lists + "{{ l == m }}", work, options, "== of lists of 1 MB strings");
+  expect_bounded(lists + "{{ l < m }}", work, options, "< of lists of 1 MB strings");
+  expect_bounded(lists + "{{ c in m }}", work, options, "'in' a list of 1 MB strings");
+  expect_bounded(lists + "{{ m|select('equalto', c)|list|length }}", work, options, "an equalto test per item");
+  expect_bounded(lists + "{{ m.index(c) }}", work, options, "list.index");
+  expect_bounded(lists + "{{ m|min|length }}", work, options, "min (each item lower-cased)");
+  expect_bounded(lists + "{{ m|max(case_sensitive=true)|length }}", work, options, "max (compared)");
+  expect_bounded(lists + "{{ m|sort(case_sensitive=true)|length }}", work, options, "sort (compared)");
+  expect_bounded(lists + "{{ m|unique(case_sensitive=true)|list|length }}", work, options, "unique (hashed)");
+  expect_bounded(lists + "{{ {'k': l} == {'k': m} }}", work, options, "== of dicts holding them");
+}
+
+// unique keeps a set of the keys it has seen, as Jinja2 does: linear. It scanned the kept keys for
+// each item, which was quadratic (10^6 items of 10^5 distinct keys: 5 x 10^10 comparisons); with
+// comparisons charged, a quadratic unique would pass the work limit here.
+TEST(Template, UniqueOfManyDistinctKeysIsLinear) {
+  EXPECT_EQ(render("{% set l = range(100000)|map('string')|list %}{{ (l + l)|unique|list|length }}"), "100000");
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CTUNE_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CTUNE_TEST_ASAN 1
+#endif
+#endif
+
+// Caps this process's address space, for one scope, at what it has mapped now plus `headroom`: an
+// operation that builds gigabytes before it checks their size then fails with std::bad_alloc
+// instead of taking the machine's memory.
+class AddressSpaceCap {
+ public:
+  explicit AddressSpaceCap(std::size_t headroom) {
+    getrlimit(RLIMIT_AS, &saved_);
+    std::ifstream statm("/proc/self/statm");
+    std::size_t pages = 0;
+    statm >> pages;
+    rlimit cap = saved_;
+    cap.rlim_cur = std::min<rlim_t>(saved_.rlim_cur, pages * static_cast<std::size_t>(sysconf(_SC_PAGESIZE)) + headroom);
+    setrlimit(RLIMIT_AS, &cap);
+  }
+  ~AddressSpaceCap() { setrlimit(RLIMIT_AS, &saved_); }
+  AddressSpaceCap(const AddressSpaceCap&) = delete;
+  AddressSpaceCap& operator=(const AddressSpaceCap&) = delete;
+
+ private:
+  rlimit saved_{};
+};
+
+// Every builder that can multiply size checks the output limit (32 MiB) before it builds, or as
+// it grows, so each of these ends at the limit within 1 GiB of memory. Each built 30 GB first
+// (std::bad_alloc under a limit, the OOM killer without one: issue 70), or split a 30 MB string
+// into 3 GB of one-item strings.
+TEST(Template, SizeMultiplyingBuildersStopAtTheOutputLimit) {
+#ifdef CTUNE_TEST_ASAN
+  GTEST_SKIP() << "AddressSanitizer maps more address space than the cap allows";
+#endif
+  const AddressSpaceCap cap(1ull << 30);
+  const RenderOptions options;
+  const std::string s = "{% set s = 'x' * 30000000 %}", output = "exceeds the template output limit", items = "items exceeds";
+  expect_bounded(s + "{{ ('a\\n' * 1000)|indent(s) }}", output, options, "indent with a 30 MB pad over 1000 lines");
+  expect_bounded(s + "{{ [s] * 1000 }}", output, options, "printing 1000 references to a 30 MB string");
+  expect_bounded(s + "{{ ([s] * 1000)|string|length }}", output, options, "string of them");
+  expect_bounded(s + "{{ {'k': [s] * 1000} }}", output, options, "a dict holding them printed");
+  expect_bounded(s + "{{ [[s] * 1000]|join|length }}", output, options, "join of an item holding them");
+  expect_bounded(s + "{{ ([s] * 1000)|tojson|length }}", output, options, "tojson of them");
+  expect_bounded(s + "{{ ([1] * 1000)|tojson(separators=[s, ': ']) }}", output, options, "tojson with a 30 MB separator");
+  expect_bounded(s + "{{ ('a' * 1000)|replace('a', s)|length }}", output, options, "replace filter by a 30 MB string");
+  expect_bounded(s + "{{ ('a' * 1000).replace('a', s)|length }}", output, options, "str.replace by a 30 MB string");
+  expect_bounded(s + "{{ ('{0}' * 1000).format(s)|length }}", output, options, "str.format of a 30 MB string");
+  expect_bounded(s + "{{ [s] * 1000 ~ '' }}", output, options, "~ of a list");
+  expect_bounded("{{ ('\\n' * 30000000).splitlines()|length }}", items, options, "splitlines into 3 x 10^7 lines");
+  expect_bounded("{{ ('a,' * 15000000).split(',')|length }}", items, options, "split into 1.5 x 10^7 parts");
+  expect_bounded("{{ ('a ' * 15000000).split()|length }}", items, options, "split on whitespace");
+  expect_bounded("{{ ('x' * 30000000)|list|length }}", items, options, "a 30 MB string as a list");
+  // Within the limits they still render, and a string reversed or read at its ends is not split first.
+  EXPECT_EQ(render(s + "{{ (s|reverse)|length }} {{ s|first }}{{ s|last }}"), "30000000 xx");
+  EXPECT_EQ(render(s + "{{ ('a\\nb'|indent(s[:3]))|length }} {{ ([s[:2]] * 3)|join(s[:1]) }}"), "6 xxxxxxxx");
+}
+
+// raise_exception's text is the template's or the data's: the error line shows it with what a
+// terminal would obey escaped (an escape sequence, a line break, a right-to-left override) and at
+// most about 1 KB of it (a 10 MB message was a 10 MB line).
+TEST(Template, ErrorLinesArePrintableAndShort) {
+  try {
+    render("{{ raise_exception('a\\x1b[2Jb\\nc\\u202ed\\\\' ~ 'e' * 10000000) }}");
+    FAIL() << "rendered";
+  } catch (const TemplateError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("template line 1, column 4: a\\x1b[2Jb\\nc\\u202ed\\eee", 0), 0u) << msg.substr(0, 100);
+    EXPECT_EQ(msg.find_first_of("\x1b\n"), std::string::npos);
+    EXPECT_LT(msg.size(), 1100u);
+    EXPECT_EQ(msg.substr(msg.size() - 6), "eee...");
+  }
 }
 
 TEST(Template, DeepValuesAndChainsWithinBoundsRender) {

@@ -193,7 +193,7 @@ TEST(TemplateCorpus, VariablesAndEndTokensAreTransformers) {
     for (const auto& [k, v] : t["variables"].items()) {
       const tmpl::Value* got = s.chat->variables().find(k);
       ASSERT_NE(got, nullptr) << k;
-      EXPECT_TRUE(tmpl::equal(*got, tmpl::from_json(v))) << k << ": " << got->repr();
+      EXPECT_TRUE(tmpl::equal(*got, tmpl::from_json(v), tmpl::unmetered())) << k << ": " << got->repr(tmpl::unmetered());
     }
     std::vector<std::string> want = t["end_of_turn"];
     std::vector<std::string> got = s.chat->end_tokens();
@@ -234,6 +234,11 @@ TEST(TemplateCorpus, AssistantSpansMatchTheReference) {
       continue;
     }
     const ChatRecord rec = parse_chat_record(record, "messages", "tools", "case");
+    if (m.contains("error")) {  // the reference refuses this conversation's masks: so must training
+      EXPECT_THROW(s.chat->render_with_spans(rec, "case"), FormatError) << m["error"];
+      ++checked;
+      continue;
+    }
     std::vector<std::pair<std::size_t, std::size_t>> want;
     for (const auto& sp : m["spans"]) want.emplace_back(sp[0].get<std::size_t>(), sp[1].get<std::size_t>());
     const auto got = s.chat->render_with_spans(rec, "case");
