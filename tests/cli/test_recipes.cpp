@@ -237,7 +237,7 @@ void expect_run_files(const fs::path& run, std::int64_t steps, bool lora) {
       ++memory_lines;
       EXPECT_GT(j["memory"]["peak_bytes"].get<std::int64_t>(), 1 << 20) << line;
       EXPECT_GT(j["memory"]["measured_peak_bytes"].get<std::int64_t>(), 1 << 20) << line;
-      EXPECT_EQ(j["memory"]["lines"].size(), 9u) << line;
+      EXPECT_EQ(j["memory"]["lines"].size(), 10u) << line;  // ten lines on the CPU (step runtime is 0 on a GPU)
       continue;
     }
     EXPECT_EQ(memory_lines, 0) << "the memory line comes last";
