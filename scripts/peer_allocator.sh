@@ -3,7 +3,7 @@
 # PyTorch's CPU performance tuning guide advises tcmalloc: glibc's malloc gives a step's large
 # blocks back to the kernel and faults them in again on the next one, which on some of these
 # machines cost the lean training peer 38% of its CPU time in the kernel and two thirds of its
-# speed, and on others little, so a ratio against a glibc peer measures the machine (README
+# speed, and on others little, so a ratio against a glibc peer measures the machine (docs/performance.md,
 # "The peers' allocator"). ctune needs no preload: it pools its tensors (src/ops/tensor_pool.cpp).
 #   TCMALLOC=PATH  that library;  TCMALLOC=  (empty) glibc's malloc, with a line saying so.
 # $1: the script's name for its messages. A path that does not exist is refused (exit 2): ld.so

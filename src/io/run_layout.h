@@ -1,6 +1,6 @@
 // The run directory (output_dir): every name a run writes there, in one place. The session, the
 // metrics and event writers, checkpoints, the run guards and the report all take them from here
-// (docs/report.md and README "Fine-tuning with a recipe" describe the files).
+// (docs/report.md and docs/recipes.md describe the files).
 //
 //   output_dir/
 //     .ctune-run          the run marker: this is a ctune run; its resume records

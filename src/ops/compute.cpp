@@ -225,7 +225,7 @@ at::Tensor linear_in(const at::Tensor& x, const at::Tensor& weight, const at::Te
   }
   // One row (decoding one sequence): a matrix-vector product streams the weight once, where
   // BLAS gemm with a single row first packs a copy of the whole weight; measured about 2x on
-  // the decode step (README "Performance", Decode).
+  // the decode step (docs/performance.md, "Decode against PyTorch eager").
   const auto& t = wc.scalar_type();
   if (xc.dim() >= 1 && xc.numel() == xc.size(-1) && xc.is_cpu() && (t == at::kFloat || t == at::kDouble) && xc.scalar_type() == t) {
     const auto v = xc.reshape({-1});

@@ -1,6 +1,7 @@
 #include "run_ctune.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +18,12 @@ std::string quote(const std::string& s) {
   return q + "'";
 }
 }  // namespace
+
+double children_cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_CHILDREN, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
 
 void write(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path());

@@ -36,6 +36,11 @@ std::vector<Run> ctune_together(const std::vector<std::vector<std::string>>& env
 // -> "i+3", "Add i and 5" -> "i+5"). Returns false (with a gtest failure) when `init` fails.
 bool write_tiny_model_and_data(const std::filesystem::path& dir, int train_records, int eval_records);
 
+// CPU seconds (user + system) of the child processes this test has run and waited for so far
+// (getrusage RUSAGE_CHILDREN): the difference around a ctune() call is that run's CPU time,
+// which a loaded machine stretches far less than its wall time (docs/testing.md, "Time").
+double children_cpu_seconds();
+
 std::string slurp(const std::filesystem::path& path);
 // Writes `text` to `path`, making its directory.
 void write(const std::filesystem::path& path, const std::string& text);

@@ -35,7 +35,7 @@ std::vector<std::string> strings(const Recipe& r, const std::string& key, std::v
 
 Domains domains(const Recipe& r, const distributed::World& world) {
   Domains d;
-  // fp16 needs loss scaling and on a CPU multiplies in fp32 (README, Memory): the planner's
+  // fp16 needs loss scaling and on a CPU multiplies in fp32 (docs/memory.md): the planner's
   // mixed precision is bf16.
   d.precision = strings(r, "precision", {"fp32", "bf16"});
   d.method = strings(r, "peft.method", {"none", "lora"});
