@@ -44,6 +44,20 @@
 #   ONLY='smol lora bf16$' bash scripts/bench.sh   # a trailing $: exactly this row
 #   CTUNE_ARGS='memory.attention=materialized' bash scripts/bench.sh   # recipe overrides for ctune
 #   KEEP=1 ONLY=quickstart bash scripts/bench.sh   # add rows to the previous table (long runs in parts)
+#   NEIGHBOURS=busy0,busy19,ctune ONLY=quickstart PEERS=0 bash scripts/bench.sh   # beside a neighbour
+# NEIGHBOURS: each repetition also runs ctune's step beside each of these, started before and
+# stopped after (users' machines are not quiet; docs/performance.md, "Beside a neighbour"):
+#   busy0   one CPU-bound process at the same priority (nice 0), in this session: the scheduler
+#           shares the cores per thread, so ctune's fair share is threads/(threads + 1) of them
+#   busy0s  the same in another session (setsid: another terminal, another user's job, CI): with
+#           autogroups (sched_autogroup_enabled, on by default) sessions share the cores evenly,
+#           so ctune's fair share is half of them
+#   busy19  one CPU-bound process at nice 19
+#   mixed   one CPU-bound process at nice 10 and one at nice 19 spinning in the kernel (dd, 1-byte
+#           reads and writes): issue 69's test workload
+#   ctune   a second ctune training the same row, in a loop
+# and a second table gives each as a ratio to the quiet step of the same repetition (the median
+# over repetitions). PEERS=0 skips the PyTorch peers (the neighbour table needs none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CTUNE=${CTUNE:-./build/bin/ctune}
@@ -54,6 +68,8 @@ REPS=${REPS:-3}
 STEPS=${STEPS:-4}
 ONLY=${ONLY:-}
 CTUNE_ARGS=${CTUNE_ARGS:-}
+NEIGHBOURS=${NEIGHBOURS:-}
+PEERS=${PEERS:-1}
 THREADS=${THREADS:-$(nproc)}
 source scripts/peer_allocator.sh bench
 mkdir -p "$OUT"
@@ -114,6 +130,7 @@ GRID=(
   "smol full fp32|smol|full|fp32|512|4|no"
   "smol full fp32 packed|smol|full|fp32|512|4|yes"
   "smol lora bf16 seq 2048|smol|lora|bf16|2048|1|no"
+  "quickstart lora fp32|tiny|lora|fp32|256|16|no"
   "quickstart full fp32|tiny|full|fp32|256|16|no"
   "quickstart full fp32 packed|tiny|full|fp32|256|16|yes"
   "qwen3 lora bf16|qwen3|lora|bf16|512|4|no"
@@ -177,6 +194,43 @@ peer_row() {  # script name model method precision seq batch packed objective
     --steps "$STEPS" --threads "$THREADS" --objective "$8" "${lengths[@]}"
 }
 
+neighbour_pid=
+start_neighbour() {  # busy0 | busy0s | busy19 | mixed | ctune: a process group beside the step, until stop_neighbour
+  local what
+  case $1 in
+    busy0 | busy0s) what='while :; do :; done' ;;
+    busy19) what='nice -n 19 sh -c "while :; do :; done"' ;;
+    # issue 69's test workload: one at nice 10, one at nice 19 spinning in the kernel
+    mixed) what='nice -n 10 sh -c "while :; do :; done" & nice -n 19 dd if=/dev/zero of=/dev/null bs=1 2>/dev/null & wait' ;;
+    ctune)
+      cp "$OUT/recipe.yaml" "$OUT/neighbour.yaml"
+      what="while :; do $CTUNE train $OUT/neighbour.yaml output_dir=$OUT/neighbour-run training.max_steps=1000 $CTUNE_ARGS --overwrite >/dev/null 2>&1; done"
+      ;;
+    *) echo "bench: NEIGHBOURS: no neighbour \"$1\" (busy0, busy0s, busy19, mixed, ctune)" >&2; exit 2 ;;
+  esac
+  if [[ $1 == busy0s ]]; then
+    setsid sh -c "$what" &  # a session of its own is a process group of its own
+    neighbour_pid=$!
+    sleep 1
+    return
+  fi
+  # Its own process group (ended whole) but this session: with the scheduler's autogroups
+  # (sched_autogroup_enabled, on by default) a new session's nice does not reach across
+  # sessions, and a nice 19 neighbour started with setsid takes a fair half.
+  set -m
+  sh -c "$what" &
+  neighbour_pid=$!
+  set +m
+  sleep 1  # the neighbour running (ctune: loaded) before the step starts
+}
+stop_neighbour() {
+  [[ -n $neighbour_pid ]] || return 0
+  kill -- -"$neighbour_pid" 2>/dev/null || true
+  wait "$neighbour_pid" 2>/dev/null || true
+  neighbour_pid=
+}
+trap stop_neighbour EXIT
+
 [[ ${KEEP:-0} == 1 ]] || : >"$OUT/results.jsonl"  # KEEP=1: add to an earlier invocation's rows
 echo "{\"peer_allocator\": \"${TCMALLOC:-glibc malloc}\"}" >>"$OUT/results.jsonl"
 for dtype in fp32 bf16; do
@@ -194,9 +248,19 @@ for row in "${GRID[@]}"; do
   for ((rep = 0; rep < REPS; rep++)); do
     c=$(ctune_row "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
     g=$($PY scripts/bench_eager.py gemm --dtype "$precision" --threads "$THREADS" --repeats 10)
-    e=$(peer_row bench_eager.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
-    l=$(peer_row bench_eager_lean.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
-    echo "{\"name\": \"$name\", \"model\": \"$model\", \"method\": \"$method\", \"precision\": \"$precision\", \"seq\": $seq, \"batch\": $batch, \"objective\": \"$objective\", \"gemm\": $g, \"ctune\": $c, \"eager\": $e, \"lean\": $l}" >>"$OUT/results.jsonl"
+    peers=""
+    if [[ $PEERS != 0 ]]; then
+      e=$(peer_row bench_eager.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
+      l=$(peer_row bench_eager_lean.py "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")
+      peers=", \"eager\": $e, \"lean\": $l"
+    fi
+    beside=()
+    for neighbour in ${NEIGHBOURS//,/ }; do
+      start_neighbour "$neighbour"
+      beside+=("\"$neighbour\": $(ctune_row "$name" "$model" "$method" "$precision" "$seq" "$batch" "$packed" "$objective")")
+      stop_neighbour
+    done
+    echo "{\"name\": \"$name\", \"model\": \"$model\", \"method\": \"$method\", \"precision\": \"$precision\", \"seq\": $seq, \"batch\": $batch, \"objective\": \"$objective\", \"gemm\": $g, \"ctune\": $c$peers, \"beside\": {$(IFS=,; echo "${beside[*]}")}}" >>"$OUT/results.jsonl"
     echo "done: $name ($((rep + 1))/$REPS)" >&2
   done
 done
@@ -240,9 +304,10 @@ med = statistics.median
 print(f"GEMM 2048^3 in this run (before and after): fp32 {med(gemm['fp32']) / 1e9:.0f} GFLOP/s, bf16 {med(gemm['bf16']) / 1e9:.0f} GFLOP/s")
 print(f"the peers' allocator: {', '.join(sorted(set(allocators))) or 'glibc malloc (results from before it was recorded)'}")
 sides = ("ctune", "eager", "lean")  # eager: the HF/PEFT-style peer
+with_peers = {name: rs for name, rs in rows.items() if all("eager" in r for r in rs)}
 print("| workload | tok/s ctune / HF / lean | vs HF | vs lean | MFU ctune / HF / lean | sys ctune / HF / lean | peak MB ctune / HF / lean | runs |")
 print("|---|---|---|---|---|---|---|---|")
-for name, rs in rows.items():
+for name, rs in with_peers.items():
     r0 = rs[0]
     cfg = json.load(open(f"{out}/{r0['model']}.json"))
     per_token = model_flops_per_token(cfg, r0["method"], r0["seq"], r0.get("objective", "sft"))
@@ -256,6 +321,21 @@ for name, rs in rows.items():
     peak = " / ".join(f"{c('peak_bytes', side) / 1e6:.0f}" for side in sides)
     ratio = lambda peer: med(r["ctune"]["tokens_per_s"] / r[peer]["tokens_per_s"] for r in rs)
     print(f"| {name} | {' / '.join(f'{t:.0f}' for t in tps)} | {ratio('eager'):.2f} | {ratio('lean'):.2f} | {mfu} | {sys_share} | {peak} | {len(rs)} |")
+# Beside a neighbour: each repetition's step beside it over the same repetition's quiet step.
+beside = {name: rs for name, rs in rows.items() if any(r.get("beside") for r in rs)}
+if beside:
+    kinds = sorted({k for rs in beside.values() for r in rs for k in r.get("beside", {})})
+    print()
+    print("beside a neighbour: ctune tokens/s over its quiet tokens/s in the same repetition (median)")
+    print("| workload | quiet tok/s | " + " | ".join(kinds) + " | runs |")
+    print("|---|---|" + "---|" * len(kinds) + "---|")
+    for name, rs in beside.items():
+        quiet = med(r["ctune"]["tokens_per_s"] for r in rs)
+        ratios = []
+        for k in kinds:
+            xs = [r["beside"][k]["tokens_per_s"] / r["ctune"]["tokens_per_s"] for r in rs if k in r.get("beside", {})]
+            ratios.append(f"{med(xs):.2f}" if xs else "-")
+        print(f"| {name} | {quiet:.0f} | " + " | ".join(ratios) + f" | {len(rs)} |")
 # Packed rows should cost what unpacked rows cost at the same tokens per batch.
 for name, rs in rows.items():
     if name.endswith(" packed") and name[:-7] in rows:

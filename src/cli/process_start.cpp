@@ -23,6 +23,11 @@ namespace {
 // oneDNN's: measured about 30 MB), with room to spare.
 constexpr std::int64_t kOtherConstructors = std::int64_t{64} << 20;
 
+// How long an idle libgomp thread spins before it sleeps, in its iterations (libgomp's default:
+// 300,000; OMP_WAIT_POLICY=PASSIVE: 0). Chosen by measurement (docs/performance.md, "Beside a
+// neighbour").
+constexpr const char* kSpinCount = "10000";
+
 // VmSize of this process in bytes, read without the C++ runtime; 0 when unreadable.
 std::int64_t mapped_now() {
   const int fd = ::open("/proc/self/status", O_RDONLY | O_CLOEXEC);
@@ -58,7 +63,24 @@ void refuse_a_start_that_cannot_fit() {
   ::_exit(1);
 }
 
-void before_libraries(int, char**, char**) { refuse_a_start_that_cannot_fit(); }
+// LibTorch's intra-op threads are libgomp's (OpenBLAS, built for OpenMP, and oneDNN run on them
+// too), and a libgomp thread that finds no work spins for about 300,000 iterations before it
+// sleeps. Beside another busy process on the same cores that spinning takes the time the thread
+// it waits for needs: a LoRA step kept 0.31-0.44x its quiet speed beside one busy loop and 0.35x
+// beside a second ctune. Sleeping at once (OMP_WAIT_POLICY=PASSIVE) held 0.54x but cost batch-1
+// decode 30% (a wake-up per parallel region); a short spin kept both (docs/performance.md,
+// "Beside a neighbour"). libgomp reads its settings once, in its constructor, so they are given
+// here; a user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT is kept. Child processes (a reward
+// program, the launcher's ranks) inherit it.
+void wait_without_spinning() {
+  if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+  ::setenv("GOMP_SPINCOUNT", kSpinCount, 0);
+}
+
+void before_libraries(int, char**, char**) {
+  refuse_a_start_that_cannot_fit();
+  wait_without_spinning();
+}
 
 }  // namespace
 
