@@ -263,17 +263,18 @@ TEST_F(Rewards, AProgramGetsNoDescriptorOrSecretOfTheRun) {
 }
 
 // ctune's waiting threads spin briefly and then sleep (GOMP_SPINCOUNT, given before libgomp
-// starts: src/cli/process_start.cpp), so a reward program beside the run gets the cores while the
-// run waits for it; what ctune starts inherits the setting, and a user's own wait policy is kept
-// as given (docs/performance.md, "Beside a neighbour").
+// starts: a command that computes starts itself again with it, src/cli/process_start.cpp), so a
+// reward program beside the run gets the cores while the run waits for it; what ctune starts
+// inherits the setting, and a user's own wait policy is kept as given (docs/performance.md,
+// "Beside a neighbour").
 TEST_F(Rewards, TheRunsWaitingThreadsLeaveTheCoresToTheProgram) {
   const fs::path prompts = write_prompts("wait");
   const std::string grader = program(
       "wait.sh", "#!/bin/sh\necho \"${GOMP_SPINCOUNT:-unset} ${OMP_WAIT_POLICY:-unset}\" > \"$0.$1\"\nwhile read -r line; do echo 1; done\n");
-  const auto ours = ctune_through(kGuard, {"train", grpo_recipe("wait-ours", prompts, "command: [" + grader + ", ours]", 1)});
+  const auto ours = ctune_through("env -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY " + kGuard, {"train", grpo_recipe("wait-ours", prompts, "command: [" + grader + ", ours]", 1)});
   ASSERT_EQ(ours.status, 0) << ours.err;
   EXPECT_EQ(slurp(grader + ".ours"), "10000 unset\n");
-  const auto users = ctune_through("env OMP_WAIT_POLICY=ACTIVE " + kGuard, {"train", grpo_recipe("wait-users", prompts, "command: [" + grader + ", users]", 1)});
+  const auto users = ctune_through("env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=ACTIVE " + kGuard, {"train", grpo_recipe("wait-users", prompts, "command: [" + grader + ", users]", 1)});
   ASSERT_EQ(users.status, 0) << users.err;
   EXPECT_EQ(slurp(grader + ".users"), "unset ACTIVE\n");
 }
