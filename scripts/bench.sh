@@ -44,20 +44,11 @@
 #   ONLY='smol lora bf16$' bash scripts/bench.sh   # a trailing $: exactly this row
 #   CTUNE_ARGS='memory.attention=materialized' bash scripts/bench.sh   # recipe overrides for ctune
 #   KEEP=1 ONLY=quickstart bash scripts/bench.sh   # add rows to the previous table (long runs in parts)
-#   NEIGHBOURS=busy0,busy19,ctune ONLY=quickstart PEERS=0 bash scripts/bench.sh   # beside a neighbour
-# NEIGHBOURS: each repetition also runs ctune's step beside each of these, started before and
-# stopped after (users' machines are not quiet; docs/performance.md, "Beside a neighbour"):
-#   busy0   one CPU-bound process at the same priority (nice 0), in this session: the scheduler
-#           shares the cores per thread, so ctune's fair share is threads/(threads + 1) of them
-#   busy0s  the same in another session (setsid: another terminal, another user's job, CI): with
-#           autogroups (sched_autogroup_enabled, on by default) sessions share the cores evenly,
-#           so ctune's fair share is half of them
-#   busy19  one CPU-bound process at nice 19
-#   mixed   one CPU-bound process at nice 10 and one at nice 19 spinning in the kernel (dd, 1-byte
-#           reads and writes): issue 69's test workload
-#   ctune   a second ctune training the same row, in a loop
-# and a second table gives each as a ratio to the quiet step of the same repetition (the median
-# over repetitions). PEERS=0 skips the PyTorch peers (the neighbour table needs none).
+#   NEIGHBOURS=busy0,busy0s,busy19,mixed,ctune ONLY=quickstart PEERS=0 bash scripts/bench.sh   # beside a neighbour
+# NEIGHBOURS: each repetition also runs ctune's step beside each of these (scripts/neighbours.sh
+# says what each is), started before and stopped after, and a second table gives each as a ratio
+# to the quiet step of the same repetition (the median over repetitions; docs/performance.md,
+# "Beside a neighbour"). PEERS=0 skips the PyTorch peers (the neighbour table needs none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CTUNE=${CTUNE:-./build/bin/ctune}
@@ -194,42 +185,12 @@ peer_row() {  # script name model method precision seq batch packed objective
     --steps "$STEPS" --threads "$THREADS" --objective "$8" "${lengths[@]}"
 }
 
-neighbour_pid=
-start_neighbour() {  # busy0 | busy0s | busy19 | mixed | ctune: a process group beside the step, until stop_neighbour
-  local what
-  case $1 in
-    busy0 | busy0s) what='while :; do :; done' ;;
-    busy19) what='nice -n 19 sh -c "while :; do :; done"' ;;
-    # issue 69's test workload: one at nice 10, one at nice 19 spinning in the kernel
-    mixed) what='nice -n 10 sh -c "while :; do :; done" & nice -n 19 dd if=/dev/zero of=/dev/null bs=1 2>/dev/null & wait' ;;
-    ctune)
-      cp "$OUT/recipe.yaml" "$OUT/neighbour.yaml"
-      what="while :; do $CTUNE train $OUT/neighbour.yaml output_dir=$OUT/neighbour-run training.max_steps=1000 $CTUNE_ARGS --overwrite >/dev/null 2>&1; done"
-      ;;
-    *) echo "bench: NEIGHBOURS: no neighbour \"$1\" (busy0, busy0s, busy19, mixed, ctune)" >&2; exit 2 ;;
-  esac
-  if [[ $1 == busy0s ]]; then
-    setsid sh -c "$what" &  # a session of its own is a process group of its own
-    neighbour_pid=$!
-    sleep 1
-    return
-  fi
-  # Its own process group (ended whole) but this session: with the scheduler's autogroups
-  # (sched_autogroup_enabled, on by default) a new session's nice does not reach across
-  # sessions, and a nice 19 neighbour started with setsid takes a fair half.
-  set -m
-  sh -c "$what" &
-  neighbour_pid=$!
-  set +m
-  sleep 1  # the neighbour running (ctune: loaded) before the step starts
+# The neighbours (scripts/neighbours.sh): a second ctune trains the same row, in a loop.
+source scripts/neighbours.sh
+neighbour_ctune() {
+  cp "$OUT/recipe.yaml" "$OUT/neighbour.yaml"
+  echo "while :; do $CTUNE train $OUT/neighbour.yaml output_dir=$OUT/neighbour-run training.max_steps=1000 $CTUNE_ARGS --overwrite >/dev/null 2>&1; done"
 }
-stop_neighbour() {
-  [[ -n $neighbour_pid ]] || return 0
-  kill -- -"$neighbour_pid" 2>/dev/null || true
-  wait "$neighbour_pid" 2>/dev/null || true
-  neighbour_pid=
-}
-trap stop_neighbour EXIT
 
 [[ ${KEEP:-0} == 1 ]] || : >"$OUT/results.jsonl"  # KEEP=1: add to an earlier invocation's rows
 echo "{\"peer_allocator\": \"${TCMALLOC:-glibc malloc}\"}" >>"$OUT/results.jsonl"

@@ -16,6 +16,10 @@
 # so a noisy neighbour (a compiler on the same cores) hits both; read the ratios, not the rates.
 #   bash scripts/bench_decode.sh                          # PROMPT_TOKENS=128 NEW_TOKENS=128 BATCHES='1 8' REPS=1
 #   REPS=3 BATCHES=1 bash scripts/bench_decode.sh         # medians of three runs, batch 1 only
+#   NEIGHBOURS=busy0,busy19,ctune bash scripts/bench_decode.sh   # ctune also beside each neighbour
+# NEIGHBOURS (scripts/neighbours.sh): each repetition also runs ctune's side beside each named
+# neighbour, and a last table gives its decode and prefill rates as ratios to the quiet run of the
+# same repetition (docs/performance.md, "Beside a neighbour").
 # Also THREADS (default nproc, both sides), OUT (default /tmp/ctune-bench-decode), CTUNE (the binary).
 # The peer runs with tcmalloc preloaded, as bench.sh's do (scripts/peer_allocator.sh; TCMALLOC= for
 # glibc's malloc); the table names the allocator.
@@ -30,7 +34,12 @@ NEW_TOKENS=${NEW_TOKENS:-128}
 BATCHES=${BATCHES:-1 8}
 REPS=${REPS:-1}
 THREADS=${THREADS:-$(nproc)}
+NEIGHBOURS=${NEIGHBOURS:-}
 source scripts/peer_allocator.sh bench_decode
+source scripts/neighbours.sh
+neighbour_ctune() {  # a second ctune generating the same batch, in a loop
+  echo "while :; do $CTUNE --threads $THREADS generate --model $OUT/model --prompt-file $OUT/prompts-b1.txt --batch-size 1 --max-new-tokens $NEW_TOKENS --temperature 0 >/dev/null 2>&1; done"
+}
 mkdir -p "$OUT"
 [[ -f $OUT/model/config.json ]] ||
   $CTUNE init --config recipes/models/smollm2-135m.json --out "$OUT/model" --tokenizer byte --seed 0 --dtype fp32 >/dev/null
@@ -50,9 +59,9 @@ with open(path, "w") as f:
 PY
 done
 
-ctune_side() {  # B rep
+ctune_side() {  # B rep [neighbour]
   if ! $CTUNE --threads "$THREADS" generate --model "$OUT/model" --prompt-file "$OUT/prompts-b$1.txt" --batch-size "$1" \
-    --max-new-tokens "$NEW_TOKENS" --temperature 0 --json >"$OUT/ctune-b$1-r$2.jsonl" 2>"$OUT/ctune.log"; then
+    --max-new-tokens "$NEW_TOKENS" --temperature 0 --json >"$OUT/ctune-b$1-r$2${3:+-$3}.jsonl" 2>"$OUT/ctune.log"; then
     echo "bench_decode: ctune generate failed at batch $1, see $OUT/ctune.log" >&2
     exit 1
   fi
@@ -66,17 +75,23 @@ for ((rep = 0; rep < REPS; rep++)); do
   for B in $BATCHES; do
     if ((rep % 2 == 0)); then ctune_side "$B" $rep; eager_side "$B" $rep
     else eager_side "$B" $rep; ctune_side "$B" $rep; fi
+    for neighbour in ${NEIGHBOURS//,/ }; do
+      start_neighbour "$neighbour"
+      ctune_side "$B" $rep "$neighbour"
+      stop_neighbour
+    done
     echo "done: batch $B ($((rep + 1))/$REPS)" >&2
   done
 done
 
-$PY - "$OUT" "$BATCHES" "$REPS" "$PROMPT_TOKENS" "$NEW_TOKENS" "$THREADS" "${TCMALLOC:-glibc malloc}" <<'PY'
+$PY - "$OUT" "$BATCHES" "$REPS" "$PROMPT_TOKENS" "$NEW_TOKENS" "$THREADS" "${TCMALLOC:-glibc malloc}" "$NEIGHBOURS" <<'PY'
 import json, os, statistics, sys
 out, batches, reps, P, N, threads, allocator = sys.argv[1], [int(b) for b in sys.argv[2].split()], int(sys.argv[3]), *sys.argv[4:8]
+neighbours = [n for n in sys.argv[8].split(",") if n]
 med = statistics.median
 
-def ctune(B, r):  # the timed group: the last B JSON objects (the first B were the warm-up)
-    rows = [json.loads(l) for l in open(f"{out}/ctune-b{B}-r{r}.jsonl")][B:]
+def ctune(B, r, beside=""):  # the timed group: the last B JSON objects (the first B were the warm-up)
+    rows = [json.loads(l) for l in open(f"{out}/ctune-b{B}-r{r}{'-' + beside if beside else ''}.jsonl")][B:]
     return {"prefill": rows[0]["prefill_tokens_per_s"], "decode": rows[0]["decode_tokens_per_s"],
             "peak": rows[0]["peak_memory_bytes"], "ids": [x["generated_ids"] for x in rows],
             "stops": [x["stop_reason"] for x in rows], "prompt_len": len(rows[0]["prompt_ids"])}
@@ -127,4 +142,17 @@ if 1 in ratios:
     print(f"goal: decode >= 1.5x eager at batch 1: {'met' if ratios[1] >= 1.5 else 'not met'} ({ratios[1]:.2f}x)")
 else:
     print("goal: decode >= 1.5x eager at batch 1: not measured (batch 1 not in BATCHES)")
+if neighbours:
+    print("\nbeside a neighbour: ctune's rate over its quiet rate in the same repetition (median), decode / prefill")
+    print("| batch | quiet decode tok/s | " + " | ".join(neighbours) + " |")
+    print("|---|---|" + "---|" * len(neighbours))
+    for B in batches:
+        quiet = [ctune(B, r) for r in range(reps)]
+        cells = []
+        for n in neighbours:
+            beside = [ctune(B, r, n) for r in range(reps)]
+            d = med(b["decode"] / q["decode"] for b, q in zip(beside, quiet))
+            p = med(b["prefill"] / q["prefill"] for b, q in zip(beside, quiet))
+            cells.append(f"{d:.2f} / {p:.2f}")
+        print(f"| {B} | {med(q['decode'] for q in quiet):.1f} | " + " | ".join(cells) + " |")
 PY

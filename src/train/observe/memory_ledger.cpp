@@ -10,6 +10,7 @@
 #include "model/quantize.h"
 #include "ops/attention.h"
 #include "ops/attention_tiled.h"
+#include "ops/compute.h"
 #include "ops/tensor_pool.h"
 #include "quant/storage_bytes.h"
 #include "train/parallel/zero.h"
@@ -379,6 +380,52 @@ RolloutTerms rollout_lines(const LedgerInputs& in, const Shape& s, const Term& g
   return {kv + prefill + gathered_whole, kept};
 }
 
+// On a CPU without a 16-bit GEMM every 16-bit product runs in fp32 (ops/compute.h): its operands
+// widened (whole when they fit in kGemmBlockElements, else a tile at a time) and its result summed
+// in an fp32 tile of at most as many elements, then rounded. So a GEMM [M, K] x [K, N] holds
+// 4 (min(MK, G) + min(KN, G) + min(MN, G)) bytes beside the step's tensors while it runs, and the
+// step's largest sets the line: on the deep narrow shape of bench_memory.sh (vocabulary 8192,
+// hidden 256) the head's, 25 MB, which the ledger missed (bf16 rows 6-7% under; fp32 rows within
+// 5%). The candidates: the head's forward, input gradient and weight gradient, and each layer
+// projection's (the projections' weight gradients only when they train).
+Term gemm_workspace_line(const LedgerInputs& in, const Shape& s, Symbols& sym, Ledger& led) {
+  if (!in.gemm_in_fp32) return Term();
+  struct Gemm {
+    std::string name;
+    Term M, K, N;
+  };
+  const auto& cfg = in.config;
+  const Term G = sym("G", ops::kGemmBlockElements);
+  const Term q = sym("nh", cfg.num_attention_heads) * sym("d", cfg.head_dim), kv = sym("nkv", cfg.num_key_value_heads) * sym("d", cfg.head_dim);
+  const ModuleTraining head = in.method->module("lm_head");
+  const Term rows = in.chunked_loss && head.adapter_rank == 0
+                        ? sym("rows", std::min<std::int64_t>(s.n.value(), default_chunk_rows(s.V.value(), s.c.value())))
+                        : s.n;
+  std::vector<Gemm> gemms = {{"the head's forward", rows, s.H, s.V}, {"the head's input gradient", rows, s.V, s.H}};
+  if (head.weight_trains) gemms.push_back({"the head's weight gradient", s.V, rows, s.H});
+  bool projections_train = false;
+  for (const char* name : {"q_proj", "o_proj", "down_proj"}) projections_train = projections_train || in.method->module(name).weight_trains;
+  const std::pair<Term, Term> projections[] = {{s.H, q}, {s.H, kv}, {q, s.H}, {s.H, s.I}, {s.I, s.H}};
+  for (const auto& [from, to] : projections) {
+    gemms.push_back({"a projection's forward", s.n, from, to});
+    gemms.push_back({"a projection's input gradient", s.n, to, from});
+    if (projections_train) gemms.push_back({"a projection's weight gradient", to, s.n, from});
+  }
+  Term largest;
+  std::string which;
+  for (const auto& g : gemms) {
+    const Term t = Term::num(4) * (Term::min({g.M * g.K, G}) + Term::min({g.K * g.N, G}) + Term::min({g.M * g.N, G}));
+    if (t.value() > largest.value()) {
+      largest = t;
+      which = g.name;
+    }
+  }
+  led.lines.push_back({"fp32 GEMM copies", largest.value(), largest.text(),
+                       "16-bit products in fp32 on this CPU (no 16-bit GEMM): the largest GEMM's widened operands and fp32 result (" + which +
+                           "), at most G elements each"});
+  return largest;
+}
+
 // What each symbol of a training ledger stands for, for the table `ctune estimate` prints.
 SymbolMeanings training_symbol_meanings(bool seq_len_from_data) {
   return {{"B", "batch rows"}, {"T", seq_len_from_data ? "sequence: the data's longest row, which batches pad to" : "sequence"}, {"n", "tokens = B T"}, {"H", "hidden"}, {"I", "intermediate"}, {"L", "layers"},
@@ -389,7 +436,8 @@ SymbolMeanings training_symbol_meanings(bool seq_len_from_data) {
           {"runtime", "bytes before training"}, {"Kc", "compiled GEMM kernels cached"}, {"live", "live bytes at the peak"}, {"bq", "attention block query rows"},
           {"Lr", "layers that recompute"}, {"Nc", "weights kept in the compute dtype"}, {"Wref", "bytes of the reference copy"}, {"Uref", "bytes of its quantised projections"},
           {"Bg", "sequences generated together"}, {"Nnew", "new tokens at most"}, {"Tp", "the longest prompt"}, {"Bp", "distinct prompts generated for"},
-          {"Bk", "training rows kept through the generation batch's steps"}, {"th", "threads, each with its own attention tiles"}};
+          {"Bk", "training rows kept through the generation batch's steps"}, {"th", "threads, each with its own attention tiles"},
+          {"G", "elements of an fp32 GEMM operand or result tile at most"}};
 }
 
 }  // namespace
@@ -432,6 +480,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const Term copies = compute_copy_line(in, s, sym, led);
   const Term loss = loss_line(in, s, sym, led);
   const Term tied = tied_gradient_line(in, st, s, sym, led);
+  const Term gemm_copies = gemm_workspace_line(in, s, sym, led);
   const RolloutTerms rollout = rollout_lines(in, s, st.sharded_params ? st.whole_weights - st.unsharded : Term(), sym, led);
   const Term runtime = sym("runtime", in.runtime_bytes);
   led.lines.push_back({"runtime", in.runtime_bytes, runtime.text(), "this process before training: LibTorch, tokenizer, datasets"});
@@ -496,8 +545,9 @@ Ledger estimate_memory(const LedgerInputs& in) {
   // Between steps the gradients are gone (the optimizer drops them after its update, sharded or
   // not), so a gather for the result or a checkpoint stands on weights and optimizer state only.
   const Term between_steps = st.weights + st.optimizer + reference + checkpoint_gather;
-  const Term during_step =
-      base + Term::max({backward_start, recomputing_layer, backward_end, all_reduce, reduce_scatter, optimizer_step, rollout.generation});
+  // A GEMM's fp32 copies stand beside whichever moment is the largest (each moment has GEMMs).
+  const Term during_step = base + gemm_copies +
+                           Term::max({backward_start, recomputing_layer, backward_end, all_reduce, reduce_scatter, optimizer_step, rollout.generation});
   const Term live = Term::max({during_step, between_steps});
   const std::pair<const char*, Term> moments[] = {{"the start of backward (saved activations and loss buffers)", backward_start},
                                                    {"a recomputed layer's backward (what the layers keep, its activations)", recomputing_layer},
@@ -537,7 +587,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const std::string saved = copies.value() > 0 ? "activations + compute copies" : "activations";
   const std::string kernel_text = in.kernel_cache_bytes > 0 ? " + kernel cache" : "";
   const std::string step_text = in.step_runtime_bytes > 0 ? " + step runtime" : "";
-  const std::string rollout_kept = in.generated_rows > 0 ? " + rollout batches" : "";
+  const std::string rollout_kept = std::string(in.generated_rows > 0 ? " + rollout batches" : "") + (gemm_copies.value() > 0 ? " + fp32 GEMM copies" : "");
   if (sharded) {
     led.peak_formula = "max(weights + gradients + optimizer state (shards)" + rollout_kept + " + max(" + saved + " + loss buffers + gathered" +
                        " + gathered grads, gathered + gathered grads + what the layers keep + one recomputed layer, optimizer-step temporaries" +

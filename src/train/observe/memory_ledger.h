@@ -66,6 +66,9 @@ struct LedgerInputs {
   // counted for models with experts, whose routed row counts change every step.
   std::int64_t kernel_cache_bytes = 0;
   bool padded_expert_rows = false;  // routed row counts padded (model/moe.h pads_expert_rows)
+  // 16-bit products computed in fp32 from their rounded operands (ops/compute.h gemm_in_fp32: a
+  // CPU without a 16-bit GEMM): each GEMM's fp32 copies are a workspace beside the step's tensors.
+  bool gemm_in_fp32 = false;
   // bf16 weight gradients can be written in fp32 by the GEMM (ops/cpu_gemm.h fp32_weight_grads):
   // the head's has no bf16 share beside its accumulator.
   bool fp32_weight_grads = false;

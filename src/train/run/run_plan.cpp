@@ -552,6 +552,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   in.momentum = p.optimizer.momentum;
   in.runtime_bytes = runtime_bytes;
   in.step_runtime_bytes = ops::step_runtime_bytes(p.device.is_cpu(), p.threads);
+  in.gemm_in_fp32 = p.compute_dtype != at::kFloat && ops::gemm_in_fp32(p.compute_dtype, p.device);
   in.exact_allocator = p.exact_allocator;
   // The attention runs in the matmul dtype (the ledger's c): the compute dtype, or under fp32
   // precision the weights' storage dtype.
