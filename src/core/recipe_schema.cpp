@@ -36,6 +36,12 @@ std::string check_checkpointing(const std::string& v) {
 }
 
 
+// A key of some objectives only (KeySpec::objectives): plan_run refuses it under any other.
+KeySpec owned_by(std::vector<std::string> objectives, KeySpec spec) {
+  spec.objectives = std::move(objectives);
+  return spec;
+}
+
 // A technique the planner may choose: `auto` hands it over (train/plan/planner.h).
 KeySpec planned(KeySpec spec) {
   spec.planned = true;
@@ -157,51 +163,51 @@ std::vector<KeySpec> build_schema() {
        "What training minimises: sft (next-token loss on the trained tokens), dpo, simpo or orpo (preference pairs, data.format: preference), "
        "grpo (online RL from prompts, data.format: prompt, and reward.*)",
        {"sft", "dpo", "simpo", "orpo", "grpo"}},
-      {"objective.loss_type", T::String, "null", "dpo: sigmoid (DPO; the default), ipo or hinge", {"sigmoid", "ipo", "hinge"}, {}, {}, true},
-      {"objective.beta", T::Float, "null",
+      owned_by({"dpo"}, {"objective.loss_type", T::String, "null", "dpo: sigmoid (DPO; the default), ipo or hinge", {"sigmoid", "ipo", "hinge"}, {}, {}, true}),
+      owned_by({"dpo", "simpo", "orpo", "grpo"}, {"objective.beta", T::Float, "null",
        "dpo: how strongly the policy is held to the reference; simpo: the reward scale; orpo: the odds-ratio term's weight lambda (default 0.1, as TRL's); "
-       "grpo: the KL penalty's weight (default 0: no reference)", {}, 0.0, 1e6, true},
-      {"objective.label_smoothing", T::Float, "null",
-       "dpo sigmoid, simpo: the share of pairs assumed mislabelled (conservative DPO; default 0)", {}, 0.0, 0.4999, true},
-      {"objective.precompute_reference", T::Bool, "null",
+       "grpo: the KL penalty's weight (default 0: no reference)", {}, 0.0, 1e6, true}),
+      owned_by({"dpo", "simpo"}, {"objective.label_smoothing", T::Float, "null",
+       "dpo sigmoid, simpo: the share of pairs assumed mislabelled (conservative DPO; default 0)", {}, 0.0, 0.4999, true}),
+      owned_by({"dpo"}, {"objective.precompute_reference", T::Bool, "null",
        "dpo: compute the reference's log-probabilities once before training and keep them with the run (no reference forward, "
-       "and under full fine-tuning no reference copy, while training; default false)", {}, {}, {}, true},
-      {"objective.reference_quantize", T::String, "null",
+       "and under full fine-tuning no reference copy, while training; default false)", {}, {}, {}, true}),
+      owned_by({"dpo"}, {"objective.reference_quantize", T::String, "null",
        "dpo with full fine-tuning: the frozen reference copy's projections stored in int8 or nf4 (memory.int8_*/nf4_* settings; default none)",
-       {kQuantNone, kQuantInt8, kQuantNf4}, {}, {}, true},
-      {"objective.gamma", T::Float, "null", "simpo: the target reward margin gamma (default 0.5, TRL's simpo_gamma)", {}, 0.0, 1e6, true},
+       {kQuantNone, kQuantInt8, kQuantNf4}, {}, {}, true}),
+      owned_by({"simpo"}, {"objective.gamma", T::Float, "null", "simpo: the target reward margin gamma (default 0.5, TRL's simpo_gamma)", {}, 0.0, 1e6, true}),
       // grpo (docs/objectives.md#grpo); TRL's GRPOConfig defaults.
-      {"objective.num_generations", T::Int, "null", "grpo: completions sampled per prompt, a group (default 8)", {}, 1, 1e6, true},
-      {"objective.temperature", T::Float, "null", "grpo: sampling temperature, also the scale of the trained log-probabilities (default 1)", {}, 1e-3, 100, true},
-      {"objective.top_p", T::Float, "null", "grpo: nucleus sampling's probability mass (default 1: off)", {}, 1e-6, 1.0, true},
-      {"objective.top_k", T::Int, "null", "grpo: sample among the k most likely tokens (default 0: off)", {}, 0, 1e9, true},
-      {"objective.max_new_tokens", T::Int, "null", "grpo: the longest completion in tokens (default 256; TRL's max_completion_length)", {}, 1, 1e6, true},
-      {"objective.stop", T::StringList, "null", "grpo: text stop strings that end a completion (besides eos and the chat format's end of turn)", {}, {}, {}, true},
-      {"objective.epsilon", T::Float, "null", "grpo: the probability ratio's clip range below 1, and above unless epsilon_high (default 0.2)", {}, 0.0, 1.0, true},
-      {"objective.epsilon_high", T::Float, "null", "grpo: the ratio's clip range above 1 (DAPO's clip-higher; default: epsilon)", {}, 0.0, 100, true},
-      {"objective.scale_rewards", T::String, "null", "grpo: advantages divided by the rewards' std within each group, over the batch, or not (default group)",
-       {"group", "batch", "none"}, {}, {}, true},
-      {"objective.aggregation", T::String, "null",
+      owned_by({"grpo"}, {"objective.num_generations", T::Int, "null", "grpo: completions sampled per prompt, a group (default 8)", {}, 1, 1e6, true}),
+      owned_by({"grpo"}, {"objective.temperature", T::Float, "null", "grpo: sampling temperature, also the scale of the trained log-probabilities (default 1)", {}, 1e-3, 100, true}),
+      owned_by({"grpo"}, {"objective.top_p", T::Float, "null", "grpo: nucleus sampling's probability mass (default 1: off)", {}, 1e-6, 1.0, true}),
+      owned_by({"grpo"}, {"objective.top_k", T::Int, "null", "grpo: sample among the k most likely tokens (default 0: off)", {}, 0, 1e9, true}),
+      owned_by({"grpo"}, {"objective.max_new_tokens", T::Int, "null", "grpo: the longest completion in tokens (default 256; TRL's max_completion_length)", {}, 1, 1e6, true}),
+      owned_by({"grpo"}, {"objective.stop", T::StringList, "null", "grpo: text stop strings that end a completion (besides eos and the chat format's end of turn)", {}, {}, {}, true}),
+      owned_by({"grpo"}, {"objective.epsilon", T::Float, "null", "grpo: the probability ratio's clip range below 1, and above unless epsilon_high (default 0.2)", {}, 0.0, 1.0, true}),
+      owned_by({"grpo"}, {"objective.epsilon_high", T::Float, "null", "grpo: the ratio's clip range above 1 (DAPO's clip-higher; default: epsilon)", {}, 0.0, 100, true}),
+      owned_by({"grpo"}, {"objective.scale_rewards", T::String, "null", "grpo: advantages divided by the rewards' std within each group, over the batch, or not (default group)",
+       {"group", "batch", "none"}, {}, {}, true}),
+      owned_by({"grpo"}, {"objective.aggregation", T::String, "null",
        "grpo: token losses averaged per sequence then over sequences (sequence: GRPO), over the step's tokens (token: DAPO, the default) "
-       "or divided by rows x max_new_tokens (fixed: Dr. GRPO)", {"sequence", "token", "fixed"}, {}, {}, true},
-      {"objective.num_iterations", T::Int, "null", "grpo: optimisation steps per generation batch, the sampling policy's log-probabilities kept (default 1)", {}, 1, 1e4, true},
-      {"objective.mask_truncated", T::Bool, "null", "grpo: completions cut by max_new_tokens train nothing (default false)", {}, {}, {}, true},
-      {"objective.share_prompt", T::String, "null",
+       "or divided by rows x max_new_tokens (fixed: Dr. GRPO)", {"sequence", "token", "fixed"}, {}, {}, true}),
+      owned_by({"grpo"}, {"objective.num_iterations", T::Int, "null", "grpo: optimisation steps per generation batch, the sampling policy's log-probabilities kept (default 1)", {}, 1, 1e4, true}),
+      owned_by({"grpo"}, {"objective.mask_truncated", T::Bool, "null", "grpo: completions cut by max_new_tokens train nothing (default false)", {}, {}, {}, true}),
+      owned_by({"grpo"}, {"objective.share_prompt", T::String, "null",
        "grpo: train a group's completions in one row after one copy of their prompt (the same loss, the prompt's work done once): "
-       "auto (when that costs less, the default), always or never", {"auto", "always", "never"}, {}, {}, true},
-      {"reward.exact", T::Map, "null", "grpo: 1 when the completion (trimmed) equals the record's `field`; {field, weight}", {}, {}, {}, true},
-      {"reward.contains", T::Map, "null", "grpo: 1 when the completion contains the record's `field`; {field, weight}", {}, {}, {}, true},
-      {"reward.regex", T::Map, "null", "grpo: 1 when the record's `field`, a regular expression, matches in the completion; {field, weight}", {}, {}, {}, true},
-      {"reward.numeric", T::Map, "null", "grpo: 1 when the completion's last number is within `tolerance` of the record's `field`; {field, tolerance, weight}", {}, {}, {}, true},
-      {"reward.format", T::Map, "null", "grpo: 1 when the completion matches `pattern` (a regular expression) whole; {pattern, weight}", {}, {}, {}, true},
-      {"reward.command", T::StringList, "null",
-       "grpo: an external reward program [program, args...]: one JSON line per completion on its stdin, one number per line back", {}, {}, {}, true},
-      {"reward.command_weight", T::Float, "null", "grpo: reward.command's weight (default 1)", {}, -1e6, 1e6, true},
-      {"reward.timeout_s", T::Float, "null", "grpo: reward.command's longest wait for one answer, in seconds (default 10)", {}, 1e-3, 1e6, true},
-      {"reward.on_error", T::String, "null",
+       "auto (when that costs less, the default), always or never", {"auto", "always", "never"}, {}, {}, true}),
+      owned_by({"grpo"}, {"reward.exact", T::Map, "null", "grpo: 1 when the completion (trimmed) equals the record's `field`; {field, weight}", {}, {}, {}, true}),
+      owned_by({"grpo"}, {"reward.contains", T::Map, "null", "grpo: 1 when the completion contains the record's `field`; {field, weight}", {}, {}, {}, true}),
+      owned_by({"grpo"}, {"reward.regex", T::Map, "null", "grpo: 1 when the record's `field`, a regular expression, matches in the completion; {field, weight}", {}, {}, {}, true}),
+      owned_by({"grpo"}, {"reward.numeric", T::Map, "null", "grpo: 1 when the completion's last number is within `tolerance` of the record's `field`; {field, tolerance, weight}", {}, {}, {}, true}),
+      owned_by({"grpo"}, {"reward.format", T::Map, "null", "grpo: 1 when the completion matches `pattern` (a regular expression) whole; {pattern, weight}", {}, {}, {}, true}),
+      owned_by({"grpo"}, {"reward.command", T::StringList, "null",
+       "grpo: an external reward program [program, args...]: one JSON line per completion on its stdin, one number per line back", {}, {}, {}, true}),
+      owned_by({"grpo"}, {"reward.command_weight", T::Float, "null", "grpo: reward.command's weight (default 1)", {}, -1e6, 1e6, true}),
+      owned_by({"grpo"}, {"reward.timeout_s", T::Float, "null", "grpo: reward.command's longest wait for one answer, in seconds (default 10)", {}, 1e-3, 1e6, true}),
+      owned_by({"grpo"}, {"reward.on_error", T::String, "null",
        "grpo: a reward.command that crashes, hangs or prints no number: fail (end the step, the default) or zero (score 0, count it, restart it)",
-       {"fail", "zero"}, {}, {}, true},
-      {"reward.length", T::Map, "null", "grpo: DAPO's overlong penalty, 0 to -1 over the `cache` tokens before `max_tokens`; {max_tokens, cache, weight}", {}, {}, {}, true},
+       {"fail", "zero"}, {}, {}, true}),
+      owned_by({"grpo"}, {"reward.length", T::Map, "null", "grpo: DAPO's overlong penalty, 0 to -1 over the `cache` tokens before `max_tokens`; {max_tokens, cache, weight}", {}, {}, {}, true}),
       may_change_on_resume({"logging.samples_every_n_steps", T::Int, "0", "grpo: write a few prompts with their completions and rewards to samples.jsonl every N steps (0: never)", {}, 0, 1e12}),
       planned({"memory.chunked_loss", T::Bool, "true", "Project to the vocabulary a chunk of positions at a time (no full logits)"}),
       planned({"memory.quantize_base", T::String, kQuantNone, "Frozen base weights in int8 or nf4 (LoRA only)", {kQuantNone, kQuantInt8, kQuantNf4}}),

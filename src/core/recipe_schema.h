@@ -38,6 +38,9 @@ struct KeySpec {
   KeyCheck check = nullptr;  // String: custom validation
   bool resumable = false;    // --resume may change it (observation, length, sharing; not what is computed)
   bool planned = false;      // "auto" hands it to the planner (`ctune plan`, `train --fit`; docs/planning.md)
+  // The objective.name values this key belongs to (docs/objectives.md#adding-an-objective); empty:
+  // every objective. A recipe that sets it under another objective is refused, naming these.
+  std::vector<std::string> objectives = {};
 };
 
 const std::vector<KeySpec>& recipe_schema();

@@ -58,8 +58,7 @@ std::vector<std::int64_t> prompt_lengths_of(const at::Tensor& labels, std::int64
 void grpo_case(const std::string& name, bool shared = false) {
   const Json expected = read_json_file(kRef / "expected.json").at(name);
   const Json noise = read_json_file(kRef / "noise.json").at(name);
-  train::ObjectiveOptions o;
-  o.name = "grpo";
+  train::GrpoOptions o;
   o.aggregation = expected.at("aggregation").get<std::string>();
   o.scale_rewards = expected.at("scale_rewards").get<std::string>();
   o.beta = expected.at("beta").get<double>();
@@ -83,7 +82,7 @@ void grpo_case(const std::string& name, bool shared = false) {
   }
   if (o.beta > 0) batch.ref_logps = train::reference_token_logps(policy, reference, batch, o.temperature);
 
-  auto objective = train::make_objective(o, /*chunked=*/true);
+  auto objective = train::make_objective(train::ObjectiveOptions("grpo", std::make_shared<train::GrpoOptions>(o)), /*chunked=*/true);
   const double units = objective->units(batch), token_units = objective->token_units(batch);
   ASSERT_EQ(token_units, 47.0);  // the six completions' tokens
   ASSERT_EQ(units, o.aggregation == "token" ? 47.0 : 6.0);
@@ -152,13 +151,12 @@ TEST(GrpoSharedPrompt, SeparateRowsAndSharedPromptsAgreeOnEveryFamily) {
     b.advantages = train::group_advantages(at::tensor(std::vector<double>{1, 0, 0.5, 0, 1, 1}, at::kDouble), G, "group");
     b.old_logps = -at::rand({b.target_tokens}, at::kDouble) * 4.0;  // ratios far from 1: both clip sides
     b.ref_logps = -at::rand({b.target_tokens}, at::kDouble) * 4.0;
-    train::ObjectiveOptions o;
-    o.name = "grpo";
+    train::GrpoOptions o;
     o.aggregation = "sequence";
     o.num_generations = G;
     o.temperature = 0.7;
     o.beta = 0.04;
-    auto objective = train::make_objective(o, /*chunked=*/true);
+    auto objective = train::make_objective(train::ObjectiveOptions("grpo", std::make_shared<train::GrpoOptions>(o)), /*chunked=*/true);
     auto run = [&](const train::TensorBatch& batch) {
       for (auto& p : lm->parameters()) p.mutable_grad() = at::Tensor();
       const auto terms = objective->forward(lm, batch);

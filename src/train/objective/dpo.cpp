@@ -7,7 +7,7 @@
 
 namespace ctune::train {
 
-DpoObjective::DpoObjective(const ObjectiveOptions& options, model::CausalLM reference, std::shared_ptr<const ReferenceTable> table)
+DpoObjective::DpoObjective(const DpoOptions& options, model::CausalLM reference, std::shared_ptr<const ReferenceTable> table)
     : options_(options), reference_(std::move(reference)), table_(std::move(table)) {
   if (options_.loss_type != "sigmoid" && options_.loss_type != "ipo" && options_.loss_type != "hinge")
     throw ConfigError("objective.loss_type: expected sigmoid, ipo or hinge, found " + options_.loss_type);
@@ -47,6 +47,40 @@ ObjectiveTerms DpoObjective::forward(model::CausalLM& policy, const TensorBatch&
   }
 
   return {losses.sum(), reward_metric_sums(beta * ratio_c, beta * ratio_r, p.chosen, p.rejected)};
+}
+
+namespace {
+
+std::shared_ptr<const KindOptions> parse(const Recipe& r) {
+  auto o = std::make_shared<DpoOptions>();
+  o->loss_type = r.get_optional_string("objective.loss_type").value_or(o->loss_type);
+  o->beta = positive_beta(r, "dpo", o->beta);
+  o->label_smoothing = r.get_optional_float("objective.label_smoothing").value_or(o->label_smoothing);
+  o->precompute_reference = !r.is_null("objective.precompute_reference") && r.get_bool("objective.precompute_reference");
+  if (o->label_smoothing > 0 && o->loss_type != "sigmoid")
+    r.fail("objective.label_smoothing", "applies to objective.loss_type sigmoid, found " + o->loss_type);
+  return o;
+}
+
+std::shared_ptr<Objective> make(const KindOptions& options, ObjectiveContext c) {
+  return std::make_shared<DpoObjective>(dynamic_cast<const DpoOptions&>(options), std::move(c.reference), std::move(c.table));
+}
+
+bool reference(const KindOptions& /*options*/) { return true; }
+
+bool precomputed(const KindOptions& options) { return dynamic_cast<const DpoOptions&>(options).precompute_reference; }
+
+std::string summary(const KindOptions& options) {
+  const auto& o = dynamic_cast<const DpoOptions&>(options);
+  return o.loss_type + ", beta " + summary_number(o.beta) +
+         (o.label_smoothing > 0 ? ", label smoothing " + std::to_string(o.label_smoothing) : std::string());
+}
+
+}  // namespace
+
+const ObjectiveKind& dpo_kind() {
+  static const ObjectiveKind kind{"dpo", ObjectiveData::pairs, parse, make, reference, precomputed, summary};
+  return kind;
 }
 
 }  // namespace ctune::train

@@ -24,7 +24,7 @@ at::Tensor group_advantages(const at::Tensor& rewards, std::int64_t group, const
   return adv / (std + 1e-4);
 }
 
-GrpoObjective::GrpoObjective(const ObjectiveOptions& options) : options_(options) {
+GrpoObjective::GrpoObjective(const GrpoOptions& options) : options_(options) {
   if (options_.aggregation != "sequence" && options_.aggregation != "token" && options_.aggregation != "fixed")
     throw ConfigError("objective.aggregation: expected sequence, token or fixed, found " + options_.aggregation);
 }

@@ -10,14 +10,40 @@
 //   token     (DAPO)      sum over tokens / the step's completion tokens      units: tokens
 //   fixed     (Dr. GRPO)  sum over tokens / (rows x max_new_tokens)           units: rows
 // logp at the sampling temperature. Metrics per completion token: kl, entropy, clip_ratio/low_mean,
-// clip_ratio/high_mean, clip_ratio/region_mean (TRL's names).
+// clip_ratio/high_mean, clip_ratio/region_mean (TRL's names). Its kind (train/objective/kind.h:
+// its keys and reward.*, its batches sampled by train/objective/rollout.h) is in grpo_kind.cpp.
 #pragma once
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 #include "model/llama.h"
-#include "train/objective/options.h"
+#include "train/objective/kind.h"
+#include "train/objective/reward_spec.h"
 #include "train/step/objective.h"
 
 namespace ctune::train {
+
+// objective.name grpo's keys (objective.* and reward.*; docs/objectives.md#grpo), TRL's
+// GRPOConfig names and defaults where it has them.
+struct GrpoOptions : KindOptions {
+  double beta = 0.0;                    // the KL penalty's weight (TRL's default: 0, no reference)
+  std::int64_t num_generations = 8;     // completions sampled per prompt (a group)
+  double temperature = 1.0;             // sampling, and the log-probabilities' logit scale
+  double top_p = 1.0;
+  std::int64_t top_k = 0;               // 0: off
+  std::int64_t max_new_tokens = 256;    // TRL's max_completion_length
+  std::vector<std::string> stop;        // text stop strings
+  double epsilon = 0.2;                 // the ratio's clip below 1 (and above, unless epsilon_high)
+  double epsilon_high = 0.0;            // 0: epsilon (DAPO's clip-higher when larger)
+  std::string scale_rewards = "group";  // group | batch | none
+  std::string aggregation = "token";    // sequence (GRPO) | token (DAPO, TRL's default) | fixed (Dr. GRPO)
+  std::int64_t num_iterations = 1;      // optimisation passes over one generation batch
+  bool mask_truncated = false;          // completions cut by max_new_tokens train nothing (DAPO)
+  std::string share_prompt = "auto";    // a group trained as one row after one prompt copy: auto | always | never
+  std::vector<RewardSpec> rewards;      // summed with their weights
+};
 
 // Advantages from the summed rewards of consecutive groups of `group` rows: reward minus its
 // group's mean, divided by (std + 1e-4) where std is the group's (`group`), the whole batch's
@@ -26,7 +52,7 @@ at::Tensor group_advantages(const at::Tensor& rewards, std::int64_t group, const
 
 class GrpoObjective : public Objective {
  public:
-  explicit GrpoObjective(const ObjectiveOptions& options);
+  explicit GrpoObjective(const GrpoOptions& options);
   std::string name() const override { return "grpo"; }
   double units(const TensorBatch& batch) const override;
   double token_units(const TensorBatch& batch) const override { return static_cast<double>(batch.target_tokens); }
@@ -35,7 +61,7 @@ class GrpoObjective : public Objective {
   std::vector<std::string> per_token_metrics() const override { return metric_names(); }
 
  private:
-  ObjectiveOptions options_;
+  GrpoOptions options_;
 };
 
 }  // namespace ctune::train

@@ -1,23 +1,25 @@
-// The objectives a recipe can name (objective.name) and the one factory that builds them; the
-// seam itself is train/step/objective.h (docs/objectives.md).
+// The objectives a recipe can name (objective.name): the registry of kinds (train/objective/kind.h,
+// one line each in registry.cpp) and the one factory. The seam itself is train/step/objective.h
+// (docs/objectives.md).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/llama.h"
-#include "train/objective/options.h"
+#include "train/objective/kind.h"
 #include "train/objective/reference_table.h"
 #include "train/step/objective.h"
 
 namespace ctune::train {
 
-// Whether the objective reads preference pairs (data.format: preference).
-bool reads_pairs(const ObjectiveOptions& options);
-// Whether it learns from completions it samples itself (online RL: prompts, data.format prompt).
-bool generates(const ObjectiveOptions& options);
-// Whether it compares the policy with a frozen reference.
-bool needs_reference(const ObjectiveOptions& options);
+// Every registered kind, in registry order (the schema's order of objective.name's values).
+const std::vector<const ObjectiveKind*>& all_objective_kinds();
+// The kind named `name`; ConfigError naming every objective when none is.
+const ObjectiveKind& objective_kind(const std::string& name);
+// The kinds that learn from `data`, as messages list them: "dpo, simpo or orpo".
+std::string objective_names(ObjectiveData data);
 
 // `reference`: the frozen model the policy is compared with; null under LoRA, where the policy
 // with its adapters off is the reference. `table`: the reference's precomputed log-probabilities

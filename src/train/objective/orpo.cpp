@@ -53,4 +53,25 @@ ObjectiveTerms OrpoObjective::forward(model::CausalLM& policy, const TensorBatch
   return {-beta * ratio.sum(), metrics, nll};
 }
 
+namespace {
+
+std::shared_ptr<const KindOptions> parse(const Recipe& r) {
+  auto o = std::make_shared<OrpoOptions>();
+  o->beta = positive_beta(r, "orpo", o->beta);
+  return o;
+}
+
+std::shared_ptr<Objective> make(const KindOptions& options, ObjectiveContext /*context*/) {
+  return std::make_shared<OrpoObjective>(dynamic_cast<const OrpoOptions&>(options));
+}
+
+std::string summary(const KindOptions& options) { return "beta " + summary_number(dynamic_cast<const OrpoOptions&>(options).beta); }
+
+}  // namespace
+
+const ObjectiveKind& orpo_kind() {
+  static const ObjectiveKind kind{"orpo", ObjectiveData::pairs, parse, make, nullptr, nullptr, summary};
+  return kind;
+}
+
 }  // namespace ctune::train

@@ -5,18 +5,24 @@
 //   loss     = NLL(chosen) - beta mean_pairs log sigmoid(log_odds)
 // The NLL is over the chosen rows' whole sequences, prompt included ("orpo chosen nll loss is
 // computed over the full prompt and response", says TRL), divided by those tokens: a token
-// loss over the step's token units, so accumulation and ranks give one process's step.
+// loss over the step's token units, so accumulation and ranks give one process's step. Its kind
+// (train/objective/kind.h) is in orpo.cpp.
 #pragma once
 
 #include "model/llama.h"
-#include "train/objective/options.h"
+#include "train/objective/kind.h"
 #include "train/step/objective.h"
 
 namespace ctune::train {
 
+// objective.name orpo's keys, TRL's ORPOConfig defaults.
+struct OrpoOptions : KindOptions {
+  double beta = 0.1;  // objective.beta: the odds-ratio term's weight (the paper's lambda)
+};
+
 class OrpoObjective : public Objective {
  public:
-  explicit OrpoObjective(const ObjectiveOptions& options) : options_(options) {}
+  explicit OrpoObjective(const OrpoOptions& options) : options_(options) {}
   std::string name() const override { return "orpo"; }
   double units(const TensorBatch& batch) const override;
   double token_units(const TensorBatch& batch) const override;
@@ -25,7 +31,7 @@ class OrpoObjective : public Objective {
   std::vector<std::string> per_token_metrics() const override { return {"nll_loss"}; }
 
  private:
-  ObjectiveOptions options_;
+  OrpoOptions options_;
 };
 
 }  // namespace ctune::train

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/json.h"
-#include "train/objective/options.h"
+#include "train/objective/reward_spec.h"
 
 namespace ctune::train {
 

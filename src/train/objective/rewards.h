@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "core/json.h"
-#include "train/objective/options.h"
+#include "train/objective/reward_spec.h"
 #include "train/objective/reward_function.h"
 
 namespace ctune::train {

@@ -107,7 +107,7 @@ TensorBatch RolloutSource::next() {
 }
 
 void RolloutSource::generate_batch() {
-  const ObjectiveOptions& o = options_.objective;
+  const GrpoOptions& o = options_.objective;
   const std::int64_t G = o.num_generations;
   const auto start = std::chrono::steady_clock::now();
 

@@ -28,14 +28,14 @@
 #include "data/sampler.h"
 #include "model/llama.h"
 #include "tokenizer/tokenizer.h"
-#include "train/objective/options.h"
+#include "train/objective/grpo.h"
 #include "train/objective/rewards.h"
 #include "train/step/trainer.h"
 
 namespace ctune::train {
 
 struct RolloutOptions {
-  ObjectiveOptions objective;
+  GrpoOptions objective;
   std::int64_t grad_accum = 1;
   std::uint64_t seed = 0;
   std::vector<std::int64_t> stop_ids;  // eos and end-of-turn ids

@@ -21,4 +21,31 @@ ObjectiveTerms SimpoObjective::forward(model::CausalLM& policy, const TensorBatc
   return {losses.sum(), reward_metric_sums(beta * avg_c, beta * avg_r, avg_c, avg_r)};
 }
 
+namespace {
+
+std::shared_ptr<const KindOptions> parse(const Recipe& r) {
+  auto o = std::make_shared<SimpoOptions>();
+  o->beta = positive_beta(r, "simpo", o->beta);
+  o->label_smoothing = r.get_optional_float("objective.label_smoothing").value_or(o->label_smoothing);
+  o->gamma = r.get_optional_float("objective.gamma").value_or(o->gamma);
+  return o;
+}
+
+std::shared_ptr<Objective> make(const KindOptions& options, ObjectiveContext /*context*/) {
+  return std::make_shared<SimpoObjective>(dynamic_cast<const SimpoOptions&>(options));
+}
+
+std::string summary(const KindOptions& options) {
+  const auto& o = dynamic_cast<const SimpoOptions&>(options);
+  return "beta " + summary_number(o.beta) + ", gamma " + std::to_string(o.gamma) +
+         (o.label_smoothing > 0 ? ", label smoothing " + std::to_string(o.label_smoothing) : std::string());
+}
+
+}  // namespace
+
+const ObjectiveKind& simpo_kind() {
+  static const ObjectiveKind kind{"simpo", ObjectiveData::pairs, parse, make, nullptr, nullptr, summary};
+  return kind;
+}
+
 }  // namespace ctune::train

@@ -28,7 +28,6 @@
 #include "ops/threads.h"
 #include "peft/adapter_io.h"
 #include "tokenizer/load.h"
-#include "train/objective/rewards.h"
 #include "train/objective/shared_prompt.h"
 
 namespace ctune::train {
@@ -230,79 +229,59 @@ void plan_method(RunPlan& p, model::CausalLM& shape_only) {
   p.loss_scaling.growth_interval = r.get_int("loss_scaling.growth_interval");
 }
 
-// The objective (objective.*): its keys, and what it asks of the data and the method. A key of
-// another objective is refused rather than ignored: it would change nothing the user expects.
-void plan_objective(RunPlan& p) {
-  const Recipe& r = p.recipe;
-  ObjectiveOptions& o = p.objective;
-  o.name = r.get_string("objective.name");
-  // Which objectives each key belongs to.
-  const std::pair<const char*, std::vector<std::string>> owners[] = {{"objective.loss_type", {"dpo"}},
-                                                                     {"objective.precompute_reference", {"dpo"}},
-                                                                     {"objective.reference_quantize", {"dpo"}},
-                                                                     {"objective.beta", {"dpo", "simpo", "orpo", "grpo"}},
-                                                                     {"objective.label_smoothing", {"dpo", "simpo"}},
-                                                                     {"objective.gamma", {"simpo"}},
-                                                                     {"objective.num_generations", {"grpo"}},
-                                                                     {"objective.temperature", {"grpo"}},
-                                                                     {"objective.top_p", {"grpo"}},
-                                                                     {"objective.top_k", {"grpo"}},
-                                                                     {"objective.max_new_tokens", {"grpo"}},
-                                                                     {"objective.stop", {"grpo"}},
-                                                                     {"objective.epsilon", {"grpo"}},
-                                                                     {"objective.epsilon_high", {"grpo"}},
-                                                                     {"objective.scale_rewards", {"grpo"}},
-                                                                     {"objective.aggregation", {"grpo"}},
-                                                                     {"objective.num_iterations", {"grpo"}},
-                                                                     {"objective.mask_truncated", {"grpo"}},
-                                                                     {"objective.share_prompt", {"grpo"}},
-                                                                     {"reward.exact", {"grpo"}},
-                                                                     {"reward.contains", {"grpo"}},
-                                                                     {"reward.regex", {"grpo"}},
-                                                                     {"reward.numeric", {"grpo"}},
-                                                                     {"reward.format", {"grpo"}},
-                                                                     {"reward.length", {"grpo"}},
-                                                                     {"reward.command", {"grpo"}},
-                                                                     {"reward.command_weight", {"grpo"}},
-                                                                     {"reward.timeout_s", {"grpo"}},
-                                                                     {"reward.on_error", {"grpo"}}};
-  for (const auto& [key, names] : owners) {
-    if (r.is_null(key) || std::find(names.begin(), names.end(), o.name) != names.end()) continue;
+// A key of another objective (KeySpec::objectives) is refused rather than ignored: it would change
+// nothing the user expects.
+void refuse_keys_of_other_objectives(const Recipe& r, const std::string& objective) {
+  for (const KeySpec& spec : recipe_schema()) {
+    const auto& names = spec.objectives;
+    if (names.empty() || r.is_null(spec.key) || std::find(names.begin(), names.end(), objective) != names.end()) continue;
     std::string list;
     for (std::size_t i = 0; i < names.size(); ++i) list += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-    r.fail(key, "belongs to objective.name: " + list + "; this recipe's objective is " + o.name);
+    r.fail(spec.key, "belongs to objective.name: " + list + "; this recipe's objective is " + objective);
   }
-  o.loss_type = r.get_optional_string("objective.loss_type").value_or("sigmoid");
-  o.beta = r.get_optional_float("objective.beta").value_or(0.1);
-  o.label_smoothing = r.get_optional_float("objective.label_smoothing").value_or(0.0);
-  o.gamma = r.get_optional_float("objective.gamma").value_or(0.5);
-  o.precompute_reference = !r.is_null("objective.precompute_reference") && r.get_bool("objective.precompute_reference");
-  if (o.name != "grpo" && o.name != "sft" && o.beta <= 0) r.fail("objective.beta", "expected > 0 for objective.name " + o.name + ", found " + std::to_string(o.beta));
-  if (o.label_smoothing > 0 && o.loss_type != "sigmoid")
-    r.fail("objective.label_smoothing", "applies to objective.loss_type sigmoid, found " + o.loss_type);
-  const bool pairs = r.get_string("data.format") == "preference";
-  if (reads_pairs(o) && !pairs)
-    r.fail("data.format", "objective.name " + o.name + " learns from preference pairs: expected preference, found " + r.get_string("data.format"));
-  if (!reads_pairs(o) && pairs)
-    r.fail("data.format", "preference pairs need a preference objective (objective.name: dpo, simpo or orpo); this recipe's objective is " + o.name);
-  if (o.name == "grpo") plan_grpo(r, o);
-  const bool prompts = r.get_string("data.format") == "prompt";
-  if (generates(o) && !prompts)
-    r.fail("data.format", "objective.name " + o.name + " samples completions of prompts: expected prompt, found " + r.get_string("data.format"));
-  if (!generates(o) && prompts)
-    r.fail("data.format", "prompts without responses train nothing except under online RL (objective.name: grpo); this recipe's objective is " + o.name);
+}
+
+// data.format against what the objective learns from (ObjectiveData). `mine`: the checks of the
+// objective's own data, made after its options are read; otherwise the checks of data only
+// other objectives read, made before.
+void check_data_format(const Recipe& r, const ObjectiveKind& kind, bool mine) {
+  const std::string format = r.get_string("data.format"), &name = kind.name;
+  if (!mine) {
+    if (kind.data != ObjectiveData::pairs && format == "preference")
+      r.fail("data.format", "preference pairs need a preference objective (objective.name: " + objective_names(ObjectiveData::pairs) +
+                                "); this recipe's objective is " + name);
+    return;
+  }
+  if (kind.data == ObjectiveData::pairs && format != "preference")
+    r.fail("data.format", "objective.name " + name + " learns from preference pairs: expected preference, found " + format);
+  if (kind.data == ObjectiveData::prompts && format != "prompt")
+    r.fail("data.format", "objective.name " + name + " samples completions of prompts: expected prompt, found " + format);
+  if (kind.data != ObjectiveData::prompts && format == "prompt")
+    r.fail("data.format", "prompts without responses train nothing except under online RL (objective.name: " +
+                              objective_names(ObjectiveData::prompts) + "); this recipe's objective is " + name);
+}
+
+// The objective (objective.*): its kind (train/objective/kind.h), its keys, and what it asks of
+// the data and the method.
+void plan_objective(RunPlan& p) {
+  const Recipe& r = p.recipe;
+  const ObjectiveKind& kind = objective_kind(r.get_string("objective.name"));
+  refuse_keys_of_other_objectives(r, kind.name);
+  check_data_format(r, kind, /*mine=*/false);
+  p.objective = ObjectiveOptions(kind.name, kind.parse ? kind.parse(r) : nullptr);
+  check_data_format(r, kind, /*mine=*/true);
   const std::string reference_quantize = r.get_optional_string("objective.reference_quantize").value_or(kQuantNone);
   if (reference_quantize != kQuantNone) {
     if (p.method->freezes_base())
       r.fail("objective.reference_quantize", "under LoRA the reference is the base itself (adapters off): quantise it with memory.quantize_base");
     p.reference_quantize = quant_spec(r, "objective.reference_quantize");
   }
-  if (needs_reference(o) && p.method->freezes_base()) {
+  if (p.objective.needs_reference() && p.method->freezes_base()) {
     // Under LoRA the reference is the base: the policy with its adapters off (so an adapter
     // given by peft.init_from is evaluated against the base; training one further is refused by
     // the session).
     if (r.get_bool("peft.train_router"))
-      r.fail("peft.train_router", "objective.name " + o.name + " takes the base (adapters off) as the reference, which trained routers would change");
+      r.fail("peft.train_router", "objective.name " + kind.name + " takes the base (adapters off) as the reference, which trained routers would change");
   }
 }
 
@@ -321,13 +300,8 @@ void plan_data(RunPlan& p) {
   } catch (const Error& e) {
     throw ConfigError(r.source() + ": " + e.what());
   }
-  // Every record holds the fields its reward functions read.
-  if (generates(p.objective) && p.datasets.train_records) {
-    const auto rewards = make_rewards(p.objective.rewards, p.objective.max_new_tokens);
-    check_fields(rewards, *p.datasets.train_records, "data.train");
-    if (p.datasets.eval_records && p.datasets.eval_records != p.datasets.train_records)
-      check_fields(rewards, *p.datasets.eval_records, "data.eval");
-  }
+  // What the objective asks of the records (grpo: the fields its reward functions read).
+  if (const auto check = p.objective.kind->check_records) check(*p.objective.own, p.datasets);
 }
 
 // Optimizer, schedule, step counts, evaluation, checkpoints.
@@ -460,7 +434,7 @@ model::CausalLM build_model(const RunPlan& plan, const fs::path& checkpoint) {
 }
 
 model::CausalLM build_reference(const RunPlan& plan) {
-  if (!needs_reference(plan.objective) || plan.method->freezes_base()) return model::CausalLM(nullptr);  // LoRA: adapters off
+  if (!plan.objective.needs_reference() || plan.method->freezes_base()) return model::CausalLM(nullptr);  // LoRA: adapters off
   peft::ModelSpec spec = plan.model_spec();  // from model.path, never from a checkpoint: the reference does not train
   spec.quantize_base = plan.reference_quantize;
   auto reference = peft::build_model(spec);
@@ -477,9 +451,11 @@ data::SamplerOptions RunPlan::sampler_options() const {
   return options;
 }
 
-// The training rows one record gives: a preference pair's two, a GRPO prompt's num_generations.
+// The training rows one record gives: a preference pair's two, a generating objective's group
+// (grpo: num_generations).
 static std::int64_t rows_per_record(const RunPlan& p) {
-  return data::examples_per_record(p.data.format) * (generates(p.objective) ? p.objective.num_generations : 1);
+  const auto generation = p.objective.generation();
+  return data::examples_per_record(p.data.format) * (generation ? generation->group : 1);
 }
 
 WeightFiles weight_files(const RunPlan& plan) { return {plan.model_dir, plan.tokenizer_dir, plan.checkpoint.shard_bytes}; }
@@ -518,24 +494,24 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
     in.seq_len = std::min(in.seq_len, longest);
     in.seq_len_from_data = true;
   }
-  // A GRPO row is a prompt and a completion of up to max_new_tokens; the step's rows are all
-  // generated in one batch before its first forward (train/objective/rollout.h).
+  // A generated row (grpo) is a prompt and a completion of up to max_new_tokens; the step's rows
+  // are all generated in one batch before its first forward (train/objective/rollout.h).
   // With shared prompts (train/objective/shared_prompt.h, decided here at the longest prompt
   // and completion) a group is one row of the prompt and every completion after it.
-  if (generates(p.objective)) {
-    const std::int64_t G = p.objective.num_generations, prompt = in.seq_len, completion = p.objective.max_new_tokens;
+  if (const auto generation = p.objective.generation()) {
+    const std::int64_t G = generation->group, prompt = in.seq_len, completion = generation->new_tokens;
     in.prompt_tokens = prompt;
     in.new_tokens = completion;
     in.generated_rows = in.batch_size * p.trainer.grad_accum;
     in.generated_prompts = in.generated_rows / G;
-    in.kept_logps = (p.objective.num_iterations > 1 ? 1 : 0) + (p.objective.beta > 0 ? 1 : 0);
+    in.kept_logps = generation->kept_logps;
     const RowShape separate{in.batch_size, prompt + completion}, shared{in.batch_size / G, prompt - 1 + G * (completion + 1)};
-    in.shared_prompt = share_prompts_here(p.objective.share_prompt, p.model_config, separate, shared);
+    in.shared_prompt = share_prompts_here(generation->share_prompt, p.model_config, separate, shared);
     in.batch_size = in.shared_prompt ? shared.rows : separate.rows;
     in.seq_len = in.shared_prompt ? shared.length : separate.length;
     in.kept_rows = in.batch_size * p.trainer.grad_accum;
   }
-  if (needs_reference(p.objective) && !p.method->freezes_base() && !p.objective.precompute_reference) {
+  if (p.objective.needs_reference() && !p.method->freezes_base() && !p.objective.precomputes_reference()) {
     // The frozen copy is built as the policy's weights are stored (train/run/run_plan.h build_reference);
     // precomputed log-probabilities free it before training.
     in.reference = frozen_copy_bytes(p.parameters, p.model_dtype, p.reference_quantize);
@@ -612,7 +588,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes, const T
   const std::string layout = r.get_string("checkpoint.layout");
   in.sharded_checkpoints = layout == "sharded" || (layout == "auto" && in.optimizer_shards > 1);
   in.reference = {};
-  if (needs_reference(p.objective) && !in.method->freezes_base() && !p.objective.precompute_reference)
+  if (p.objective.needs_reference() && !in.method->freezes_base() && !p.objective.precomputes_reference())
     in.reference = frozen_copy_bytes(p.parameters, in.storage_dtype, p.reference_quantize);
   return in;
 }
@@ -638,13 +614,11 @@ std::string RunPlan::summary() const {
   if (ts.identical) s << ", " << ts.identical << " pairs dropped (chosen and rejected the same)";
   s << "\n";
   s << "eval data    " << (datasets.eval->empty() ? std::string("none") : count(datasets.eval)) << "\n";
-  if (objective.name != "sft") {
-    s << "objective    " << objective.name << " (" << (objective.name == "dpo" ? objective.loss_type + ", " : std::string()) << "beta "
-      << objective.beta << (objective.name == "simpo" ? ", gamma " + std::to_string(objective.gamma) : std::string())
-      << (objective.label_smoothing > 0 ? ", label smoothing " + std::to_string(objective.label_smoothing) : std::string())
-      << (needs_reference(objective) ? std::string("; reference: ") + (method->freezes_base() ? "the base, adapters off" : "a frozen copy of model.path") +
-                                           (objective.precompute_reference ? ", precomputed" : "")
-                                     : "; no reference")
+  if (const auto settings = objective.kind->summary) {
+    s << "objective    " << objective.name() << " (" << settings(*objective.own)
+      << (objective.needs_reference() ? std::string("; reference: ") + (method->freezes_base() ? "the base, adapters off" : "a frozen copy of model.path") +
+                                            (objective.precomputes_reference() ? ", precomputed" : "")
+                                      : "; no reference")
       << ")\n";
   }
   s << "steps        " << trainer.max_steps << " (" << steps_per_epoch << " per epoch, batch "

@@ -79,7 +79,7 @@ struct RunPlan {
   data::Datasets datasets;
   OptimizerOptions optimizer;
   TrainerOptions trainer;
-  ObjectiveOptions objective;                 // objective.*: what the steps minimise
+  ObjectiveOptions objective;                 // objective.*: what the steps minimise (its kind and options)
   std::optional<quant::QuantSpec> reference_quantize;  // objective.reference_quantize (a full fine-tuning reference)
   std::int64_t steps_per_epoch = 0;
   double packed_fill = 0;  // packing: document tokens over row capacity in the first epoch
@@ -112,10 +112,6 @@ RunPlan plan_run(Recipe recipe, const distributed::World& world = {}, PlanScope 
 // null), data.train, and data.eval and peft.init_from when set. `ctune plan --write` must not
 // replace them either.
 io::NamedPaths recipe_inputs(const Recipe& recipe);
-
-// A part of plan_run: objective.name grpo's objective.* and reward.* keys into `options`
-// (run_plan_grpo.cpp).
-void plan_grpo(const Recipe& recipe, ObjectiveOptions& options);
 
 // The quantised base that memory.quantize_base (int8 or nf4) and its memory.* settings describe.
 // `kind_key`: the recipe key that names the kind (objective.reference_quantize for a reference).

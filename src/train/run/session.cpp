@@ -10,10 +10,12 @@
 #include "core/log.h"
 #include "core/progress.h"
 #include "core/stop_signal.h"
+#include "data/chat_format.h"
 #include "io/file.h"
 #include "io/manifest.h"
 #include "io/run_dir.h"
 #include "io/run_layout.h"
+#include "model/config.h"
 #include "ops/memory.h"
 #include "ops/memory_phase.h"
 #include "ops/tensor_pool.h"
@@ -22,8 +24,6 @@
 #include "train/observe/metrics.h"
 #include "train/objective/objectives.h"
 #include "train/objective/reward_command.h"
-#include "train/objective/rollout.h"
-#include "train/objective/rollout_eval.h"
 #include "train/parallel/data_parallel.h"
 #include "train/run/checkpoint_cadence.h"
 #include "train/state/disk_need.h"
@@ -60,9 +60,9 @@ void log_lines(const std::string& text) {
 Session::Session(RunPlan plan, SessionOptions options, distributed::Comm& comm)
     : plan_(std::move(plan)), options_(std::move(options)), comm_(comm) {
   if (options_.resume && options_.overwrite) throw ConfigError("--resume and --overwrite exclude each other");
-  if (needs_reference(plan_.objective) && plan_.method->freezes_base() && plan_.continues_adapter) {
+  if (plan_.objective.needs_reference() && plan_.method->freezes_base() && plan_.continues_adapter) {
     // The reference under LoRA is the base (adapters off), not the adapter this run starts from.
-    throw ConfigError("peft.init_from: objective.name " + plan_.objective.name +
+    throw ConfigError("peft.init_from: objective.name " + plan_.objective.name() +
                       " with LoRA compares the adapter with the base (adapters off); training an existing adapter further would "
                       "need that adapter as the reference, which is not implemented (merge it into the base first: ctune merge)");
   }
@@ -127,11 +127,8 @@ void Session::check_inputs(const Json& recorded, const Json& now, const fs::path
 
 // What the run runs beside itself (a reward program), as checkpoints record it.
 Json Session::program_identities() const {
-  Json out = Json::object();
-  if (!generates(plan_.objective)) return out;
-  for (const auto& spec : plan_.objective.rewards)
-    if (spec.name == "command") out["reward.command"] = reward_program_identity(spec.command);
-  return out;
+  const ObjectiveOptions& o = plan_.objective;
+  return o.kind->programs ? o.kind->programs(*o.own) : Json::object();
 }
 
 // A reward program that changed since the checkpoint is worth a line, not a refusal: fixing a
@@ -334,25 +331,24 @@ TrainResult Session::run_steps() {
   loading.reset();
 
   // 4. Data. The sampler yields global batches; each rank trains on its rows and evaluates its
-  //    share of the eval batches (a world of one: all of them). An objective that generates
-  //    (grpo) trains on completions it samples of the sampler's prompts instead.
+  //    share of the eval batches (a world of one: all of them). An objective with batches of its
+  //    own (grpo: completions it samples of the sampler's prompts) trains and evaluates on those.
   data::Sampler sampler(plan.datasets.train, plan.sampler_options());
   //    The reference the objective compares with (none under LoRA, and none kept when its
   //    log-probabilities are precomputed: that pass builds its own copy and frees it), laid out
   //    as the policy is.
-  auto reference = plan.objective.precompute_reference ? model::CausalLM(nullptr) : build_reference(plan);
+  const ObjectiveKind& kind = *plan.objective.kind;
+  auto reference = plan.objective.precomputes_reference() ? model::CausalLM(nullptr) : build_reference(plan);
   parallel.shard_like_policy(reference);
-  const auto rollouts = generates(plan.objective) ? make_rollouts(lm, reference, sampler, resume.state ? &*resume.state : nullptr, parallel) : nullptr;
-  const auto rows = rollouts ? nullptr : std::make_unique<RankRows>(sampler, comm_.rank(), comm_.size(), plan.device);
-  BatchSource& source = rollouts ? static_cast<BatchSource&>(*rollouts) : *rows;
+  std::optional<SourceContext> context;  // what the objective's own sources draw on
+  if (kind.batch_source || kind.eval_source) context.emplace(source_context(lm, reference, sampler, resume, parallel));
+  const auto own_source = kind.batch_source ? kind.batch_source(*plan.objective.own, *context) : nullptr;
+  const auto rows = own_source ? nullptr : std::make_unique<RankRows>(sampler, comm_.rank(), comm_.size(), plan.device);
+  BatchSource& source = own_source ? *own_source : static_cast<BatchSource&>(*rows);
   spdlog::debug("resident {:.1f} MB with optimizer and data", static_cast<double>(ops::resident_bytes()) / 1e6);
-  //    Online RL evaluates on completions of the eval prompts sampled anew at each evaluation.
   std::vector<TensorBatch> eval;
-  std::optional<RolloutEval> rollout_eval;
-  if (rollouts && plan.datasets.eval && !plan.datasets.eval->empty()) {
-    rollout_eval.emplace(lm, reference, plan.datasets.eval, plan.datasets.eval_records, *plan.tokenizer, rollout_options(lm, parallel),
-                         plan.sampler_options(), plan.eval_batches);
-  } else if (!rollouts) {
+  const auto eval_source = kind.eval_source ? kind.eval_source(*plan.objective.own, *context) : nullptr;
+  if (!kind.eval_source) {
     eval = rank_share(all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
                                   plan.eval_batches, plan.device, /*eval_split=*/true),
                       comm_.rank(), comm_.size());
@@ -375,24 +371,24 @@ TrainResult Session::run_steps() {
   if (writer()) checkpoints.apply_retention();
   const WeightFiles files = weight_files(plan);
   CheckpointSources sources{lm, plan.method.get(), files, {}, &sampler, plan.recipe_yaml(), &scaler, inputs, nullptr, {}, {}};
-  sources.source = rollouts.get();  // several ranks: each rank's batches, gathered for the checkpoint
+  sources.source = own_source.get();  // several ranks: each rank's batches, gathered for the checkpoint
   sources.programs = programs;
   CheckpointCadence cadence(plan, checkpoints, sources, parallel, lm, comm_, resume.state ? resume.state->step : -1);
   std::optional<MetricsLog> metrics;
   if (writer()) metrics.emplace(plan.output_dir, plan.tensorboard);
   Trainer trainer(lm, *optimizer, source, std::move(eval), plan.trainer, metrics ? &*metrics : nullptr);
   //    The objective; with precomputed reference log-probabilities no reference is kept.
-  const auto table = plan.objective.precompute_reference ? precomputed_reference(lm, parallel, resume) : nullptr;
+  const auto table = plan.objective.precomputes_reference() ? precomputed_reference(lm, parallel, resume) : nullptr;
   if (table && writer()) sources.run_files = {io::manifest_entry(plan.output_dir, io::kReferenceLogps)};
   trainer.objective = make_objective(plan.objective, plan.trainer.chunked_loss, reference, table);
   trainer.scaler = &scaler;
   trainer.step_sync = parallel.sync.get();
-  if (rollout_eval) trainer.eval_source = &*rollout_eval;
+  trainer.eval_source = eval_source.get();
   StateMeter meter(lm, *optimizer);
   trainer.sample_memory = [&] { meter.sample(); };
   parallel.sample_memory_with(trainer.sample_memory);
   trainer.on_step_end = [&](std::int64_t step) {
-    if (writer() && rollouts) write_samples(*rollouts, step);
+    if (writer() && own_source) write_samples(*own_source, step);
     cadence.after_step(step);
   };
   //    logging.profile: rank 0 times its steps; the second and third go to a trace (the first warms up).
@@ -444,62 +440,49 @@ TrainResult Session::run_steps() {
   return result;
 }
 
-// The batch source of an objective that generates: the policy's completions of the sampler's
-// prompts, scored by the reward functions (train/objective/rollout.h). A run resumed inside a
-// generation batch (num_iterations > 1) continues the batch the checkpoint holds (under several
-// ranks each rank's own part of it, which needs as many ranks as wrote it).
-std::unique_ptr<RolloutSource> Session::make_rollouts(model::CausalLM& lm, model::CausalLM& reference, data::Sampler& prompts,
-                                                    const TrainingState* resumed, DataParallel& parallel) const {
-  const ObjectiveOptions& o = plan_.objective;
-  const std::int64_t resumed_step = resumed ? resumed->step : 0;
-  const bool inside = resumed_step % o.num_iterations != 0;
-  const std::string where = "--resume: the checkpoint is at step " + std::to_string(resumed_step) +
-                            ", inside a generation batch of objective.num_iterations " + std::to_string(o.num_iterations) + " steps";
-  if (inside && resumed->source.note.is_null())
-    throw ConfigError(where + ", and holds none of its completions; resume from a checkpoint at a multiple of " + std::to_string(o.num_iterations));
-  SourceState mine;
-  if (inside) {
-    try {
-      mine = split_source_state(resumed->source, comm_.rank(), comm_.size());
-    } catch (const FormatError& e) {
-      throw ConfigError(where + ": " + e.what());
-    }
-  }
-  RolloutOptions r = rollout_options(lm, parallel);
-  r.first_step = resumed_step;
-  auto rollouts = std::make_unique<RolloutSource>(lm, reference, prompts, plan_.datasets.train, plan_.datasets.train_records,
-                                                  *plan_.tokenizer, std::move(r));
-  if (inside) rollouts->restore(mine);
-  return rollouts;
-}
-
-RolloutOptions Session::rollout_options(const model::CausalLM& lm, DataParallel& parallel) const {
-  RolloutOptions r;
-  r.objective = plan_.objective;
-  r.grad_accum = plan_.trainer.grad_accum;
-  r.seed = plan_.seed;
-  r.pad_id = plan_.sampler_options().batch.pad_id;
-  r.device = plan_.device;
-  r.rank = comm_.rank(), r.ranks = comm_.size();
-  r.sync = parallel.sync.get();
-  r.with_whole_model = [&parallel](const std::function<void()>& use) { parallel.with_whole_model(use); };
-  r.stop_ids = model::generation_stop_ids(lm->config(), plan_.model_dir);
+// What an objective's own batch and eval sources draw on (train/objective/kind.h): the run's
+// settings, ranks and the ids that end a completion; resuming, the checkpoint's step and what its
+// batch source held.
+SourceContext Session::source_context(model::CausalLM& lm, model::CausalLM& reference, data::Sampler& sampler, const ResumePoint& resume,
+                                      DataParallel& parallel) const {
+  SourceContext c;
+  c.policy = lm;
+  c.reference = reference;
+  c.sampler = &sampler;
+  c.datasets = &plan_.datasets;
+  c.tokenizer = plan_.tokenizer.get();
+  c.sampler_options = plan_.sampler_options();
+  c.eval_batches = plan_.eval_batches;
+  c.grad_accum = plan_.trainer.grad_accum;
+  c.seed = plan_.seed;
+  c.pad_id = c.sampler_options.batch.pad_id;
+  c.device = plan_.device;
+  c.rank = comm_.rank(), c.ranks = comm_.size();
+  c.sync = parallel.sync.get();
+  c.with_whole_model = [&parallel](const std::function<void()>& use) { parallel.with_whole_model(use); };
+  c.stop_ids = model::generation_stop_ids(lm->config(), plan_.model_dir);
   auto add_stop = [&](std::optional<std::int64_t> id) {
-    if (id && std::find(r.stop_ids.begin(), r.stop_ids.end(), *id) == r.stop_ids.end()) r.stop_ids.push_back(*id);
+    if (id && std::find(c.stop_ids.begin(), c.stop_ids.end(), *id) == c.stop_ids.end()) c.stop_ids.push_back(*id);
   };
   if (const auto eos = plan_.tokenizer->special().eos) add_stop(*eos);
   if (const auto eot = data::end_of_turn_token(plan_.datasets.chat)) {  // the assistant's turn ends there
     const auto id = plan_.tokenizer->token_to_id(*eot);
     add_stop(id ? std::optional<std::int64_t>(*id) : std::nullopt);
   }
-  return r;
+  if (resume.state) {
+    c.first_step = resume.state->step;
+    c.resumed = &resume.state->source;
+  }
+  c.rank_part = [rank = comm_.rank(), ranks = comm_.size()](const SourceState& whole) { return split_source_state(whole, rank, ranks); };
+  return c;
 }
 
-// logging.samples_every_n_steps: a few prompts with their completions and rewards, one line per
-// step (rank 0).
-void Session::write_samples(const RolloutSource& rollouts, std::int64_t step) const {
-  if (plan_.samples_every <= 0 || step % plan_.samples_every != 0) return;
-  Json record = rollouts.samples(4);
+// logging.samples_every_n_steps: a few prompts with what the objective's own batch source made of
+// them (grpo: completions and rewards), one line per step (rank 0); none when it has nothing to show.
+void Session::write_samples(const BatchSource& source, std::int64_t step) const {
+  const auto samples = plan_.objective.kind->samples;
+  if (!samples || plan_.samples_every <= 0 || step % plan_.samples_every != 0) return;
+  Json record = samples(source, 4);
   record["step"] = step;
   const std::string line = record.dump() + "\n";
   std::FILE* f = io::open_for_append(plan_.output_dir / io::kSamplesFile);

@@ -22,7 +22,7 @@
 
 #include "distributed/comm.h"
 #include "io/run_dir.h"
-#include "train/objective/rollout.h"
+#include "train/objective/kind.h"
 #include "train/parallel/data_parallel.h"
 #include "train/observe/memory_ledger.h"
 #include "train/observe/metrics.h"
@@ -76,11 +76,9 @@ class Session {
   void verify_run_files(const ResumePoint& at) const;
   std::optional<ReferenceTable> stored_reference(std::uint64_t fingerprint, const ResumePoint& at) const;
   void write_result(model::CausalLM& lm, DataParallel& parallel, const WeightFiles& files);
-  std::unique_ptr<RolloutSource> make_rollouts(model::CausalLM& lm, model::CausalLM& reference, data::Sampler& prompts,
-                                               const TrainingState* resumed, DataParallel& parallel) const;
-  // What the rollouts of training and of evaluation share: settings, ranks, stop ids.
-  RolloutOptions rollout_options(const model::CausalLM& lm, DataParallel& parallel) const;
-  void write_samples(const RolloutSource& rollouts, std::int64_t step) const;
+  SourceContext source_context(model::CausalLM& lm, model::CausalLM& reference, data::Sampler& sampler, const ResumePoint& resume,
+                               DataParallel& parallel) const;
+  void write_samples(const BatchSource& source, std::int64_t step) const;
   // The run's peak, the largest over the ranks, its final checkpoint and result included:
   // logged, and with the steps' `record` (rank 0's) the memory line of metrics.jsonl.
   void report_run_peak(const Ledger& ledger, const std::optional<Json>& record, MetricsLog* metrics);
