@@ -2,7 +2,7 @@
 // has. Each family is one file in model/families/ (the config keys it reads into the
 // Architecture, with its defaults and refusals; its module names; its GGUF form: names, checks
 // and the keys only its architecture has) and one line in families/registry.cpp. A family
-// holds no forward code: the shared blocks (model/llama.h, model/attention.h) read the
+// holds no forward code: the shared blocks (model/decoder.h, model/attention.h) read the
 // Architecture, and new math goes into them or into ops/. How to add one: docs/families.md.
 #pragma once
 

@@ -9,7 +9,7 @@
 // and the rewards beta (pi - ref) of each response. The loss is a sum over pairs (the unit).
 #pragma once
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/objective/options.h"
 #include "train/objective/reference_table.h"
 #include "train/step/objective.h"

@@ -13,7 +13,7 @@
 // clip_ratio/high_mean, clip_ratio/region_mean (TRL's names).
 #pragma once
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/objective/options.h"
 #include "train/step/objective.h"
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/objective/options.h"
 #include "train/objective/reference_table.h"
 #include "train/step/objective.h"

@@ -8,7 +8,7 @@
 // loss over the step's token units, so accumulation and ranks give one process's step.
 #pragma once
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/objective/options.h"
 #include "train/step/objective.h"
 

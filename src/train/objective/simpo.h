@@ -6,7 +6,7 @@
 // rewards beta avg, logps the per-token means (as TRL reports them). No reference model.
 #pragma once
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/objective/options.h"
 #include "train/step/objective.h"
 

@@ -1,4 +1,4 @@
-// The Llama-family decoder (Llama 2/3, Mistral, Qwen2, SmolLM, TinyLlama) as torch::nn
+// The shared decoder every family builds (model/family.h: what varies is data) as torch::nn
 // modules whose parameter names are exactly Hugging Face's (model.layers.0.self_attn.q_proj.weight),
 // so checkpoints map one to one.
 #pragma once

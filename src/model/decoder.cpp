@@ -1,4 +1,4 @@
-#include "model/llama.h"
+#include "model/decoder.h"
 
 #include <algorithm>
 
