@@ -13,7 +13,7 @@
 #include "distributed/world.h"
 #include "model/config.h"
 #include "model/parameter_shapes.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "ops/memory.h"
 #include "train/observe/memory_ledger.h"
 #include "train/run/run_plan.h"

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "io/gguf.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace ctune::exporter {
 

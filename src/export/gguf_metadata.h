@@ -1,5 +1,5 @@
-// Model hyperparameters as GGUF keys and back (docs/formats.md#gguf-model-keys). Written for
-// general.architecture A (llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3):
+// Model hyperparameter keys as GGUF keys and back (docs/formats.md#gguf-model-keys). Written
+// here for every general.architecture A:
 //   general.architecture, general.type = "model", general.name, general.file_type,
 //   (general.quantization_version = 2 with Q8_0 tensors), A.context_length, A.embedding_length,
 //   A.block_count, A.feed_forward_length, A.attention.head_count, A.attention.head_count_kv,
@@ -8,8 +8,11 @@
 //   A.rope.scaling.type = "linear" and A.rope.scaling.factor. llama3 rope scaling is carried by
 //   the rope_freqs.weight tensor instead (llama3_rope_factors). A.rope.dimension_count is the
 //   rotary dimension (partial rotary). longrope: A.rope.scaling.original_context_length and
-//   A.rope.scaling.attn_factor, the factors as tensors (longrope_factor_tensors). Gemma and phi3
-//   add A.attention.sliding_window; Gemma its soft-caps.
+//   A.rope.scaling.attn_factor, the factors as tensors (longrope_factor_tensors). A mixture:
+//   A.expert_count and A.expert_used_count.
+// The keys only one architecture has (Gemma's and phi3's sliding_window, Gemma's soft-caps,
+// qwen3moe's expert_feed_forward_length), what it cannot express and what llama.cpp fixes for
+// it belong to the family: its GgufForm hooks (model/family.h, model/families/<family>.cpp).
 // config_from_gguf is the inverse, used to rebuild a model from an exported file.
 #pragma once
 
@@ -25,8 +28,9 @@
 
 namespace ctune::exporter {
 
-// Refuses (UnsupportedError) what llama.cpp's architecture cannot express: for qwen2, llama3
-// rope scaling, o_proj or MLP biases, or heads * head_dim != hidden_size.
+// Refuses (UnsupportedError) what llama.cpp's architecture cannot express (the family's
+// GgufForm::check; e.g. for qwen2, llama3 rope scaling, o_proj or MLP biases, or
+// heads * head_dim != hidden_size), and a family with no GGUF form.
 void check_exportable(const model::ModelConfig& config);
 
 // llama.cpp's general.file_type (llama_ftype) for a file whose 2-D weights are `type`.

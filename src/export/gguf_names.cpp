@@ -52,11 +52,13 @@ std::optional<std::pair<std::string, std::string>> split_param(const std::string
 
 }  // namespace
 
-std::string gguf_architecture(const model::ModelConfig& config) {
+const model::GgufForm& gguf_form(const model::ModelConfig& config) {
   const model::Family& family = family_of(config);
   if (family.gguf.architecture.empty()) throw UnsupportedError("model_type \"" + config.model_type + "\" has no GGUF form");
-  return family.gguf.architecture;
+  return family.gguf;
 }
+
+std::string gguf_architecture(const model::ModelConfig& config) { return gguf_form(config).architecture; }
 
 bool gguf_permutes_qk(const model::ModelConfig& config) { return family_of(config).gguf.permuted_qk; }
 
@@ -91,15 +93,16 @@ std::optional<std::string> hf_tensor_name(const model::ModelConfig& config, cons
 }
 
 std::optional<ExpertSlot> gguf_expert_slot(const model::ModelConfig& config, const std::string& hf_name) {
-  const model::GgufNames& names = family_of(config).gguf;
-  if (names.experts_module.empty()) return std::nullopt;
+  const model::Family& family = family_of(config);
+  if (!family.gguf.experts) return std::nullopt;
   auto layer = split_layer(hf_name, "model.layers.");
   if (!layer) return std::nullopt;
-  auto expert = split_layer(layer->second, names.experts_module + ".");  // "<e>.<projection>.weight"
+  // "<sparse block>.experts.<e>.<projection>.weight", by the family's names table
+  auto expert = split_layer(layer->second, family.names.sparse_mlp + ".experts.");
   if (!expert) return std::nullopt;
   auto param = split_param(expert->second);
   if (!param || param->second != "weight") return std::nullopt;
-  for (const auto& [hf, gguf] : names.expert_tensors)
+  for (const auto& [hf, gguf] : model::gguf_expert_tensors(family.names))
     if (hf == param->first) return ExpertSlot{"blk." + layer->first + "." + gguf + ".weight", std::stoll(expert->first)};
   return std::nullopt;
 }

@@ -13,16 +13,20 @@
 #include <ATen/ATen.h>
 
 #include "model/config.h"
+#include "model/families/gguf_keys.h"
+#include "model/family.h"
 
 namespace ctune::exporter {
 
 inline constexpr const char* kRopeFreqsName = "rope_freqs.weight";
-// longrope (llama.cpp's phi3): the per-pair factors, each [rotary_dim / 2] in F32.
-inline constexpr const char* kRopeFactorsLongName = "rope_factors_long.weight";
-inline constexpr const char* kRopeFactorsShortName = "rope_factors_short.weight";
+// longrope (llama.cpp's phi3): the per-pair factors, each [rotary_dim / 2] in F32 (the names
+// live with the families' GGUF forms, which read them back).
+using model::kRopeFactorsLongName;
+using model::kRopeFactorsShortName;
 
-// The family's general.architecture ("llama" for Llama and Mistral, "qwen2", "qwen3");
-// UnsupportedError for a family without one.
+// The config's family's GGUF form (model/family.h); UnsupportedError for a family without one.
+const model::GgufForm& gguf_form(const model::ModelConfig& config);
+// Its general.architecture ("llama" for Llama, Mistral and Mixtral, "qwen2", "qwen3", ...).
 std::string gguf_architecture(const model::ModelConfig& config);
 // Whether llama.cpp's architecture for this config wants q/k rows permuted (its `llama`).
 bool gguf_permutes_qk(const model::ModelConfig& config);

@@ -9,7 +9,7 @@
 #pragma once
 
 #include "infer/generation_types.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace ctune::infer {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "data/example.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace ctune::infer {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "infer/generation_types.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace ctune::infer {
 

@@ -7,7 +7,7 @@
 
 #include <ATen/ATen.h>
 
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace ctune::infer {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace ctune::infer {
 

@@ -294,6 +294,7 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   }
   if (c.rope.type == "longrope") finish_longrope(j, where, c);
   c.tie_word_embeddings = json_bool(j, "tie_word_embeddings", where).value_or(family.default_tied);
+  c.arch.names = family.names;
   family.parse(j, where, c);
   require_finite_rope(c.rope, c.head_dim, where);  // after the family: Gemma 3 reads its ropes itself
   if (c.arch.local_rope) require_finite_rope(*c.arch.local_rope, c.head_dim, where + ": the sliding layers' rope");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "model/module_names.h"
 
 namespace ctune::model {
 
@@ -56,9 +57,6 @@ struct MoeArchitecture {
   // Per layer, whether its MLP is the sparse block (else a dense MLP of intermediate_size).
   std::vector<bool> sparse_layers;
   double router_aux_loss_coef = 0;  // config.json's; the recipe's moe.aux_loss_coef defaults to it
-  // Mixtral's module names: block_sparse_moe.{gate, experts.N.{w1, w3, w2}} (gate, up, down);
-  // else mlp.{gate, experts.N.{gate_proj, up_proj, down_proj}} (Qwen3-MoE).
-  bool mixtral_names = false;
 
   bool sparse(std::int64_t layer) const {
     return experts > 0 && layer < static_cast<std::int64_t>(sparse_layers.size()) && sparse_layers[static_cast<std::size_t>(layer)];
@@ -102,6 +100,7 @@ struct Architecture {
   double attn_softcap = 0;
   double final_softcap = 0;
   MoeArchitecture moe;
+  ModuleNames names;
 
   bool local_rope_layer(std::int64_t layer) const {
     return local_rope && layer < static_cast<std::int64_t>(local_rope_layers.size()) &&

@@ -1,9 +1,9 @@
 // A model family: what one config.json `model_type` means beyond the dimensions every decoder
 // has. Each family is one file in model/families/ (the config keys it reads into the
-// Architecture, with its defaults and refusals, and its GGUF names) and one line in
-// families/registry.cpp. A family holds no forward code: the shared blocks (model/llama.h,
-// model/attention.h) read the Architecture, and new math goes into them or into ops/.
-// How to add one: docs/families.md.
+// Architecture, with its defaults and refusals; its module names; its GGUF form: names, checks
+// and the keys only its architecture has) and one line in families/registry.cpp. A family
+// holds no forward code: the shared blocks (model/decoder.h, model/attention.h) read the
+// Architecture, and new math goes into them or into ops/. How to add one: docs/families.md.
 #pragma once
 
 #include <cstdint>
@@ -13,13 +13,19 @@
 #include <vector>
 
 #include "core/json.h"
+#include "model/module_names.h"
 
 namespace ctune::model {
 
 struct ModelConfig;
+class GgufKeys;       // model/families/gguf_keys.h
+class GgufKeyWriter;  // model/families/gguf_keys.h
 
-// How llama.cpp names this family's files (docs/formats.md#gguf-tensor-names).
-struct GgufNames {
+// llama.cpp's reader of one architecture: the data it needs (names, row order, experts) and the
+// hooks for the keys only this architecture has. export/gguf_metadata.cpp writes and reads the
+// keys every architecture has and calls these for the rest (docs/formats.md#gguf-model-keys).
+// A family with no GGUF form leaves `architecture` empty.
+struct GgufForm {
   std::string architecture{};  // general.architecture; empty: no GGUF form
   // llama.cpp's `llama` applies RoPE to rows in interleaved order, so its converter permutes
   // q_proj/k_proj rows; the other architectures keep Hugging Face's order.
@@ -29,12 +35,24 @@ struct GgufNames {
   // The file stores every RMSNorm weight as 1 + w (convert_hf_to_gguf's Gemma): llama.cpp
   // scales by the stored value, ctune's (1 + w) norms by one plus theirs.
   bool norm_plus_one = false;
-  // Sparse layers: the experts' module path in the layer ("mlp.experts") and each expert
-  // projection's GGUF name. llama.cpp stacks a layer's experts into one tensor per projection,
-  // PyTorch shape [experts, out, in] (ffn_gate_exps, ffn_up_exps, ffn_down_exps); the router is
-  // an ordinary layer tensor (ffn_gate_inp). Empty: a dense family.
-  std::string experts_module{};
-  std::vector<std::pair<std::string, std::string>> expert_tensors{};
+  // Sparse layers: llama.cpp stacks a layer's experts into one tensor per projection, PyTorch
+  // shape [experts, out, in] (ffn_gate_exps, ffn_up_exps, ffn_down_exps), named from the
+  // family's ModuleNames; the router is an ordinary layer tensor (ffn_gate_inp). A file of this
+  // architecture with expert_count is this family's only when `experts` is set (Mixtral is
+  // `llama` with experts).
+  bool experts = false;
+  // Sliding windows: carried by the file (Gemma), written but ignored by llama.cpp (phi3), or
+  // not written; export warns for the last two that outputs agree up to the window only.
+  enum class Windows { dropped, ignored, carried };
+  Windows windows = Windows::dropped;
+  // Refuses (UnsupportedError, naming the config value) what this architecture cannot express;
+  // nullptr: everything the shared keys carry is expressible.
+  void (*check)(const ModelConfig& config) = nullptr;
+  // Writes this architecture's own keys after the shared ones; nullptr: none.
+  void (*write_keys)(GgufKeyWriter& keys, const ModelConfig& config) = nullptr;
+  // Reads them back into `config`, whose shared keys and tensor-implied flags are already read;
+  // sets what llama.cpp fixes for this architecture. nullptr: nothing more.
+  void (*read_keys)(const GgufKeys& keys, ModelConfig& config) = nullptr;
 };
 
 // A multimodal checkpoint whose text model ctune trains (Gemma 3's Gemma3ForConditionalGeneration):
@@ -60,11 +78,12 @@ struct Family {
   // Reads the family's own keys into `config.arch` (the shared dimensions are already read);
   // throws ConfigError / UnsupportedError naming the key for anything it cannot honour.
   void (*parse)(const Json& json, const std::string& where, ModelConfig& config) = nullptr;
-  GgufNames gguf{};
+  GgufForm gguf{};
   double default_rope_theta = 10000.0;  // when config.json has no rope_theta
   bool default_tied = false;            // when config.json has no tie_word_embeddings
   std::optional<Wrapper> wrapper{};     // set for a multimodal wrapper (then parse is unused)
   bool partial_rotary = false;          // honours partial_rotary_factor (else refuses one != 1)
+  ModuleNames names{};                  // its module names, copied into Architecture::names
 };
 
 // The family reading `model_type`; UnsupportedError (naming every supported type) when none does.
@@ -77,8 +96,7 @@ const std::vector<const Family*>& all_families();
 
 // The decoder layer's tensors as llama.cpp's `llama` names them; families extend it.
 std::vector<std::pair<std::string, std::string>> llama_gguf_layer_tensors();
-// The expert projections' stacked names: {gate, up, down} module names -> ffn_{gate,up,down}_exps.
-std::vector<std::pair<std::string, std::string>> gguf_expert_tensors(const std::string& gate, const std::string& up,
-                                                                     const std::string& down);
+// A sparse layer's stacked expert tensors: the family's per-expert names -> ffn_{gate,up,down}_exps.
+std::vector<std::pair<std::string, std::string>> gguf_expert_tensors(const ModuleNames& names);
 
 }  // namespace ctune::model

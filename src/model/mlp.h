@@ -17,9 +17,9 @@ namespace ctune::model {
 class MLPImpl : public torch::nn::Module {
  public:
   MLPImpl(const ModelConfig& config, at::ScalarType dtype);
-  // An expert of a sparse block (model/moe.h): no biases, `intermediate` wide; Mixtral's names
-  // w1 (gate), w3 (up), w2 (down) when `mixtral_names`.
-  MLPImpl(std::int64_t hidden, std::int64_t intermediate, Activation activation, at::ScalarType dtype, bool mixtral_names);
+  // An expert of a sparse block (model/moe.h): no biases, `intermediate` wide, its projections
+  // under the family's expert names (ModuleNames::expert_gate, expert_up, expert_down).
+  MLPImpl(std::int64_t hidden, std::int64_t intermediate, Activation activation, at::ScalarType dtype, const ModuleNames& names);
   at::Tensor forward(const at::Tensor& x);
   // What forward keeps for backward (model/activation_cost.h).
   static ActivationCost saved_activations(const ModelConfig& config, const ActivationShape& shape);

@@ -162,7 +162,7 @@ SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, at::ScalarType dtype, std::in
   gate = register_module("gate", Router(c.hidden_size, m.experts, dtype));
   experts = register_module("experts", torch::nn::ModuleList());
   for (std::int64_t e = 0; e < m.experts; ++e)
-    experts->push_back(MLP(c.hidden_size, m.intermediate, c.arch.activation, dtype, m.mixtral_names));
+    experts->push_back(MLP(c.hidden_size, m.intermediate, c.arch.activation, dtype, c.arch.names));
 }
 
 at::Tensor SparseMoeImpl::forward(const at::Tensor& x) {
@@ -289,9 +289,9 @@ std::int64_t expected_padding_rows(std::int64_t routed, std::int64_t experts) {
 ActivationCost SparseMoeImpl::saved_activations(const ModelConfig& config, const ActivationShape& s) {
   const MoeArchitecture& m = config.arch.moe;
   const Term k = Term::num(m.top_k), E = Term::num(m.experts), Ie = Term::num(m.intermediate);
-  const char* gate = m.mixtral_names ? "w1" : "gate_proj";
-  const char* up = m.mixtral_names ? "w3" : "up_proj";
-  const char* down = m.mixtral_names ? "w2" : "down_proj";
+  const std::string& gate = config.arch.names.expert_gate;
+  const std::string& up = config.arch.names.expert_up;
+  const std::string& down = config.arch.names.expert_down;
   ActivationCost a;
   // The router: its input when its weight trains (projection_input of "gate"), the fp32
   // probabilities (softmax's output), the top-k indices (int64) and, renormalised, the k
@@ -305,7 +305,8 @@ ActivationCost SparseMoeImpl::saved_activations(const ModelConfig& config, const
   // row counts (reduced precision on CPU) add the expected padding at the mean load
   // (expected_padding_rows: about 3% of the rows on the bench shape, a 512-row mean load).
   const Term rows = k * s.n + (s.padded_expert_rows ? Term::num(expected_padding_rows(k.value() * s.n.value(), m.experts)) : Term());
-  const Term per_token = shared_projection_input(s, {gate, up}, s.H) + Term::num(2) * s.n * Ie * s.c + s.projection_input(down, Ie);
+  const Term per_token =
+      shared_projection_input(s, {gate.c_str(), up.c_str()}, s.H) + Term::num(2) * s.n * Ie * s.c + s.projection_input(down, Ie);
   const Term experts = per_token * rows / s.n;
   // The combine multiplies the expert outputs by their weights (both kept), and the gather,
   // reorder and scatter keep their int64 indices (order and token, k n each); the scatter

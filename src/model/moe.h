@@ -84,8 +84,8 @@ class RouterImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Router);
 
-// The experts are MLPs (model/llama.h) of the expert intermediate size, under their family's
-// names (MoeArchitecture::mixtral_names).
+// The experts are MLPs (model/mlp.h) of the expert intermediate size, under their family's
+// names (ModuleNames::expert_gate, expert_up, expert_down).
 class SparseMoeImpl : public torch::nn::Module {
  public:
   SparseMoeImpl(const ModelConfig& config, at::ScalarType dtype, std::int64_t layer, std::shared_ptr<RouterRecord> record);

@@ -1,6 +1,6 @@
 #include "model/parameter_shapes.h"
 
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace ctune::model {
 

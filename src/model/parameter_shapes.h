@@ -1,5 +1,5 @@
 // A model's parameters by name and shape, read from a built model (a shape-only one at planning:
-// model/llama.h constructed without weights read). The one count of a model's parameters
+// model/decoder.h constructed without weights read). The one count of a model's parameters
 // (`ctune info`, `init`, the plan's summary, the generation ledger) and what the training
 // ledger walks, so a family's extra norms or biases are counted because the model has them,
 // not because a formula remembered them.

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "quant/quantized_linear.h"
 
 namespace ctune::model {

@@ -90,8 +90,9 @@ std::optional<ExpertParam> expert_param(const std::string& name) {
   return p;
 }
 
-bool is_gate(const std::string& projection) { return projection == "gate_proj" || projection == "w1"; }
-bool is_up(const std::string& projection) { return projection == "up_proj" || projection == "w3"; }
+// An expert's projection by the family's names (the model's parameter names are the family's).
+bool is_gate(const ModelConfig& config, const std::string& projection) { return projection == config.arch.names.expert_gate; }
+bool is_up(const ModelConfig& config, const std::string& projection) { return projection == config.arch.names.expert_up; }
 
 // Where a parameter's values are in the checkpoint: a tensor, or rows of one expert's matrix in
 // a stacked tensor (gate: rows [0, I) of gate_up_proj[e], up: rows [I, 2 I), down: down_proj[e]).
@@ -117,10 +118,10 @@ Source find_source(const io::CheckpointReader& checkpoint, const ModelConfig& co
   if (expert->expert < 0) {
     src.name = base + "gate.weight";
     src.expected = sizes.vec();
-  } else if (is_gate(expert->projection) || is_up(expert->projection)) {
+  } else if (is_gate(config, expert->projection) || is_up(config, expert->projection)) {
     src.name = base + "experts.gate_up_proj";
     src.expected = {config.arch.moe.experts, 2 * sizes[0], sizes[1]};
-    src.row0 = is_up(expert->projection) ? sizes[0] : 0;
+    src.row0 = is_up(config, expert->projection) ? sizes[0] : 0;
   } else {
     src.name = base + "experts.down_proj";
     src.expected = {config.arch.moe.experts, sizes[0], sizes[1]};
@@ -178,10 +179,13 @@ std::string model_module_name(const ModelConfig& config, const std::string& chec
 
 std::string stacked_experts_module(const ModelConfig& config, const io::CheckpointReader& checkpoint) {
   if (config.arch.moe.experts == 0) return "";
+  // transformers v5 stacks the experts under the layer's MLP module (Mixtral's too: `mlp`); a
+  // checkpoint may also stack them under the family's sparse block (block_sparse_moe).
+  const ModuleNames& names = config.arch.names;
   for (const auto& [name, ref] : checkpoint.tensors()) {
     (void)ref;
-    for (const char* module : {"mlp", "block_sparse_moe"})
-      if (ends_with(name, std::string(".") + module + ".experts.gate_up_proj")) return module;
+    for (const std::string& module : {names.mlp, names.sparse_mlp})
+      if (ends_with(name, "." + module + ".experts.gate_up_proj")) return module;
   }
   return "";
 }
@@ -325,10 +329,10 @@ std::vector<std::pair<std::string, at::Tensor>> checkpoint_state_dict(CausalLM& 
     const std::string base = expert->layer + config.stacked_experts + ".";
     if (expert->expert < 0) {
       out.emplace_back(base + "gate.weight", t);
-    } else if (is_gate(expert->projection)) {
+    } else if (is_gate(config, expert->projection)) {
       gate_up[base].push_back(t);
       if (expert->expert == 0) out.emplace_back(base + "experts.gate_up_proj", at::Tensor());
-    } else if (is_up(expert->projection)) {
+    } else if (is_up(config, expert->projection)) {
       gate_up[base].back() = at::cat({gate_up[base].back(), t});
     } else {
       down[base].push_back(t);

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "io/hf_checkpoint.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace ctune::model {
 

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "peft/lora.h"
 
 namespace ctune::peft {

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "model/recompute.h"
 #include "peft/lora.h"
 #include "quant/quantized_linear.h"

@@ -27,7 +27,7 @@
 #include "io/hf_checkpoint.h"
 #include "io/tensor_io.h"
 #include "model/moe.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "model/parameter_shapes.h"
 #include "model/weights.h"
 #include "margins.h"

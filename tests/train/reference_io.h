@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/json.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/step/loss.h"
 #include "train/step/objective.h"
 

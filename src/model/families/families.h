@@ -1,23 +1,12 @@
-// The families the registry lists, one file each (model/family.h).
+// What family files share (model/family.h): config.json readers several families use, and the
+// parts of GGUF forms that two families have in common. Each family itself is declared where
+// the registry lists it (families/registry.cpp).
 #pragma once
 
 #include "model/config.h"
 #include "model/family.h"
 
 namespace ctune::model::families {
-
-const Family& llama();
-const Family& mistral();
-const Family& qwen2();
-const Family& qwen3();
-const Family& smollm3();
-
-const Family& gemma2();
-const Family& gemma3_text();
-const Family& gemma3();  // the multimodal wrapper, read as its text model
-const Family& phi3();
-const Family& mixtral();
-const Family& qwen3_moe();
 
 // config.json's activation key (`fallback` when absent) as an Activation; refuses others.
 Activation read_activation(const Json& json, const std::string& where, const char* key, const char* fallback);
@@ -33,6 +22,27 @@ std::optional<std::vector<bool>> read_layer_types(const Json& json, const std::s
 void parse_gemma_keys(const Json& json, const std::string& where, ModelConfig& config);
 // The decoder layer's tensors as llama.cpp's gemma2/gemma3 name them (families/gemma2.cpp).
 std::vector<std::pair<std::string, std::string>> gemma_gguf_layer_tensors();
+// What llama.cpp's gemma2 and gemma3 fix from the shape (families/gemma2.cpp): the sliding
+// layer pattern (layer i slides when i % pattern < pattern - 1) and the queries' scale (the
+// 27B models, `big_layers` layers, scale by hidden / heads, the others by head_dim).
+struct LlamaCppGemma {
+  const char* architecture;
+  std::int64_t pattern;
+  std::int64_t big_layers;
+  double scale(const ModelConfig& config) const;
+  std::vector<std::int64_t> windows(std::int64_t layers, std::int64_t window) const;
+};
+// The refusals gemma2 and gemma3 share: biases, an untied head, a scale or sliding layers that
+// llama.cpp would derive otherwise; and llama3 rope scaling.
+void check_gemma_gguf(const ModelConfig& config, const LlamaCppGemma& gemma);
+void refuse_gemma_rope_freqs(const ModelConfig& config, const LlamaCppGemma& gemma);
+// The keys both write (the window, the soft-caps that are set) and read back, with the caps
+// and the window a file without them implies.
+void write_gemma_gguf(GgufKeyWriter& writer, const ModelConfig& config);
+void read_gemma_gguf(const GgufKeys& keys, ModelConfig& config, const LlamaCppGemma& gemma, double attn_cap, double final_cap,
+                     std::int64_t default_window);
+// llama.cpp's qwen3 and qwen3moe refuse projection biases and llama3 rope (families/qwen3.cpp).
+void check_qwen3_gguf(const ModelConfig& config, const std::string& architecture);
 // sliding_window (4096 when absent, none when null) on the `sliding` layers (families/gemma2.cpp).
 std::vector<std::int64_t> gemma_layer_windows(const Json& json, const std::string& where, const std::vector<bool>& sliding);
 // A soft-cap key: its value, 0 when null (no cap), `fallback` when absent.

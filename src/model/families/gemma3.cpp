@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "model/config.h"
 #include "model/families/families.h"
+#include "model/families/gguf_keys.h"
 
 namespace ctune::model::families {
 
@@ -91,6 +92,26 @@ Json gemma3_text_config(const Json& j, const std::string& where) {
   return text;
 }
 
+constexpr LlamaCppGemma kGemma3{"gemma3", 6, 62};
+
+// llama.cpp's gemma3: no attention soft-cap, the local layers' RoPE fixed.
+void check_gguf(const ModelConfig& c) {
+  check_gemma_gguf(c, kGemma3);
+  const std::string what = gguf_refusal(c);
+  if (c.arch.attn_softcap > 0) throw UnsupportedError(what + "attention soft-caps have no gemma3 GGUF form");
+  const auto& local = c.arch.local_rope;
+  if (!local || local->type != "default" || local->theta != 10000.0)
+    throw UnsupportedError(what + "llama.cpp's gemma3 fixes the local layers' RoPE at theta 10000, unscaled");
+  refuse_gemma_rope_freqs(c, kGemma3);
+}
+
+void read_gguf(const GgufKeys& keys, ModelConfig& c) {
+  read_gemma_gguf(keys, c, kGemma3, 0.0, keys.number_or("final_logit_softcapping", 0.0), 0);
+  if (c.arch.layer_windows.empty()) return;
+  c.arch.local_rope = RopeConfig{};  // theta 10000, unscaled
+  for (const auto w : c.arch.layer_windows) c.arch.local_rope_layers.push_back(w > 0);
+}
+
 }  // namespace
 
 const Family& gemma3() {
@@ -106,9 +127,16 @@ const Family& gemma3() {
 }
 
 const Family& gemma3_text() {
-  auto tensors = gemma_gguf_layer_tensors();
-  tensors.insert(tensors.end(), {{"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"}});
-  static const Family f{"gemma3_text", {"gemma3_text"}, 131072, 256, parse, {"gemma3", false, tensors, true}, 1000000.0, true};
+  static const Family f = [] {
+    auto tensors = gemma_gguf_layer_tensors();
+    tensors.insert(tensors.end(), {{"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"}});
+    Family g{"gemma3_text", {"gemma3_text"}, 131072, 256, parse, {"gemma3", false, tensors, true}, 1000000.0, true};
+    g.gguf.windows = GgufForm::Windows::carried;
+    g.gguf.check = check_gguf;
+    g.gguf.write_keys = write_gemma_gguf;
+    g.gguf.read_keys = read_gguf;
+    return g;
+  }();
   return f;
 }
 

@@ -2,8 +2,11 @@
 // and a sparse MLP on every layer: `block_sparse_moe` with a router `gate` over
 // num_local_experts (8) SwiGLU experts w1 (gate), w3 (up), w2 (down) of intermediate_size,
 // num_experts_per_tok (2) per token, their weights always renormalised (MixtralSparseMoeBlock).
+// GGUF: llama.cpp reads Mixtral as `llama` with experts (convert_hf_to_gguf's MixtralModel), each
+// expert feed_forward_length wide.
 #include "model/config.h"
 #include "model/families/families.h"
+#include "model/families/gguf_keys.h"
 
 namespace ctune::model::families {
 
@@ -14,17 +17,25 @@ void parse(const Json& j, const std::string& where, ModelConfig& c) {
     c.arch.layer_windows.assign(static_cast<std::size_t>(c.num_hidden_layers), *window);
   c.arch.moe.intermediate = c.intermediate_size;
   c.arch.moe.normalize_top_k = true;
-  c.arch.moe.mixtral_names = true;
   parse_moe_keys(j, where, "num_local_experts", 8, 2, c);
 }
+
+void check_gguf(const ModelConfig& c) { check_gguf_experts(c, "llama"); }
 }  // namespace
 
 const Family& mixtral() {
-  // GGUF: llama.cpp reads Mixtral as `llama` with expert tensors (convert_hf_to_gguf's MixtralModel).
-  auto tensors = llama_gguf_layer_tensors();
-  tensors.emplace_back("block_sparse_moe.gate", "ffn_gate_inp");
-  static const Family f{"mixtral", {"mixtral"}, 131072, std::nullopt, parse,
-                        {"llama", true, tensors, false, "block_sparse_moe.experts", gguf_expert_tensors("w1", "w3", "w2")}, 1e6};
+  static const Family f = [] {
+    auto tensors = llama_gguf_layer_tensors();
+    tensors.emplace_back("block_sparse_moe.gate", "ffn_gate_inp");
+    Family m{"mixtral", {"mixtral"}, 131072, std::nullopt, parse, {"llama", true, tensors}, 1e6};
+    m.names.sparse_mlp = "block_sparse_moe";  // block_sparse_moe.{gate, experts.N.{w1, w3, w2}}
+    m.names.expert_gate = "w1";
+    m.names.expert_up = "w3";
+    m.names.expert_down = "w2";
+    m.gguf.experts = true;
+    m.gguf.check = check_gguf;
+    return m;
+  }();
   return f;
 }
 

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "model/config.h"
 #include "model/families/families.h"
+#include "model/families/gguf_keys.h"
 
 namespace ctune::model::families {
 
@@ -36,13 +37,33 @@ void parse(const Json& j, const std::string& where, ModelConfig& c) {
   parse_moe_keys(j, where, "num_experts", 128, 8, c);
   if (m.experts == 0) m.sparse_layers.assign(m.sparse_layers.size(), false);
 }
+
+// llama.cpp's qwen3moe: Qwen3's attention, every layer sparse, the experts' own width.
+void check_gguf(const ModelConfig& c) {
+  check_gguf_experts(c, "qwen3moe");
+  check_qwen3_gguf(c, "qwen3moe");
+}
+
+void write_gguf(GgufKeyWriter& w, const ModelConfig& c) {
+  if (c.arch.moe.experts > 0) w.u32("expert_feed_forward_length", c.arch.moe.intermediate);
+}
+
+void read_gguf(const GgufKeys& keys, ModelConfig& c) {
+  if (c.arch.moe.experts > 0) c.arch.moe.intermediate = keys.integer("expert_feed_forward_length");
+}
 }  // namespace
 
 const Family& qwen3_moe() {
-  auto tensors = llama_gguf_layer_tensors();
-  tensors.insert(tensors.end(), {{"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"}, {"mlp.gate", "ffn_gate_inp"}});
-  static const Family f{"qwen3_moe", {"qwen3_moe"}, 32768, std::nullopt, parse,
-                        {"qwen3moe", false, tensors, false, "mlp.experts", gguf_expert_tensors("gate_proj", "up_proj", "down_proj")}};
+  static const Family f = [] {
+    auto tensors = llama_gguf_layer_tensors();
+    tensors.insert(tensors.end(), {{"self_attn.q_norm", "attn_q_norm"}, {"self_attn.k_norm", "attn_k_norm"}, {"mlp.gate", "ffn_gate_inp"}});
+    Family q{"qwen3_moe", {"qwen3_moe"}, 32768, std::nullopt, parse, {"qwen3moe", false, tensors}};
+    q.gguf.experts = true;
+    q.gguf.check = check_gguf;
+    q.gguf.write_keys = write_gguf;
+    q.gguf.read_keys = read_gguf;
+    return q;
+  }();
   return f;
 }
 

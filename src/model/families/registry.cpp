@@ -1,4 +1,5 @@
-// The registry: one line per family (model/family.h). Adding a family adds its file and a line.
+// The registry: one line per family (model/family.h). Adding a family adds its file (which
+// the build picks up: src/model/CMakeLists.txt) and its line here, declaration and entry.
 #include <algorithm>
 
 #include "core/error.h"
@@ -6,6 +7,20 @@
 #include "model/family.h"
 
 namespace ctune::model {
+
+namespace families {
+const Family& llama();
+const Family& mistral();
+const Family& qwen2();
+const Family& qwen3();
+const Family& smollm3();
+const Family& gemma2();
+const Family& gemma3_text();
+const Family& gemma3();  // the multimodal wrapper, read as its text model
+const Family& phi3();
+const Family& mixtral();
+const Family& qwen3_moe();
+}  // namespace families
 
 const std::vector<const Family*>& all_families() {
   static const std::vector<const Family*> all = {
@@ -35,7 +50,7 @@ const Family& family_for_model_type(const std::string& model_type, const std::st
 
 const Family* family_for_gguf_architecture(const std::string& architecture, bool experts) {
   for (const Family* f : all_families())
-    if (!f->gguf.architecture.empty() && f->gguf.architecture == architecture && f->gguf.experts_module.empty() != experts)
+    if (!f->gguf.architecture.empty() && f->gguf.architecture == architecture && f->gguf.experts == experts)
       return f;
   return nullptr;
 }
@@ -48,9 +63,8 @@ std::vector<std::pair<std::string, std::string>> llama_gguf_layer_tensors() {
   };
 }
 
-std::vector<std::pair<std::string, std::string>> gguf_expert_tensors(const std::string& gate, const std::string& up,
-                                                                     const std::string& down) {
-  return {{gate, "ffn_gate_exps"}, {up, "ffn_up_exps"}, {down, "ffn_down_exps"}};
+std::vector<std::pair<std::string, std::string>> gguf_expert_tensors(const ModuleNames& names) {
+  return {{names.expert_gate, "ffn_gate_exps"}, {names.expert_up, "ffn_up_exps"}, {names.expert_down, "ffn_down_exps"}};
 }
 
 }  // namespace ctune::model

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "model/config.h"
 #include "model/families/families.h"
+#include "model/families/gguf_keys.h"
 
 namespace ctune::model::families {
 
@@ -42,10 +43,37 @@ void parse(const Json& j, const std::string& where, ModelConfig& c) {
   }
   c.arch.layer_windows = sliding_layer_windows(j, where, *sliding);
 }
+
+// llama.cpp's smollm3 fixes the NoPE layers at every 4th (layer i rotates when (i + 1) % 4 != 0)
+// and loads no o_proj or MLP biases and no rope_freqs.
+std::vector<bool> llama_cpp_rope_layers(std::int64_t layers) {
+  std::vector<bool> rope(static_cast<std::size_t>(layers));
+  for (std::int64_t i = 0; i < layers; ++i) rope[static_cast<std::size_t>(i)] = (i + 1) % 4 != 0;
+  return rope;
+}
+
+void check_gguf(const ModelConfig& c) {
+  const std::string what = gguf_refusal(c);
+  std::vector<bool> rope;
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) rope.push_back(c.arch.rope(i));
+  if (rope != llama_cpp_rope_layers(c.num_hidden_layers))
+    throw UnsupportedError(what + "no_rope_layers has no smollm3 GGUF form (llama.cpp's smollm3 skips RoPE on every 4th layer, "
+                           "no_rope_layer_interval 4)");
+  if (c.rope.type != "default" && c.rope.type != "linear")
+    throw UnsupportedError(what + c.rope.type + " rope scaling has no smollm3 GGUF form (expected none or linear)");
+  if (c.arch.o_bias || c.arch.mlp_bias) throw UnsupportedError(what + "o_proj/MLP biases have no smollm3 GGUF form");
+}
+
+void read_gguf(const GgufKeys&, ModelConfig& c) { c.arch.rope_layers = llama_cpp_rope_layers(c.num_hidden_layers); }
 }  // namespace
 
 const Family& smollm3() {
-  static const Family f{"smollm3", {"smollm3"}, 32768, std::nullopt, parse, {"smollm3", true, llama_gguf_layer_tensors()}, 2000000.0, true};
+  static const Family f = [] {
+    Family s{"smollm3", {"smollm3"}, 32768, std::nullopt, parse, {"smollm3", true, llama_gguf_layer_tensors()}, 2000000.0, true};
+    s.gguf.check = check_gguf;
+    s.gguf.read_keys = read_gguf;
+    return s;
+  }();
   return f;
 }
 

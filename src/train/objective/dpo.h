@@ -11,7 +11,7 @@
 // policy with a reference, live or precomputed.
 #pragma once
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/objective/kind.h"
 #include "train/objective/reference_table.h"
 #include "train/step/objective.h"

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/objective/kind.h"
 #include "train/objective/reward_spec.h"
 #include "train/step/objective.h"

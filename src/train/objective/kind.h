@@ -19,7 +19,7 @@
 #include "core/recipe.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "train/objective/reference_table.h"
 #include "train/step/objective.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/step/loss.h"
 
 namespace ctune::train {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/objective/kind.h"
 #include "train/objective/reference_table.h"
 #include "train/step/objective.h"

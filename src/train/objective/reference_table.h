@@ -14,7 +14,7 @@
 #include <ATen/ATen.h>
 
 #include "core/progress.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/step/loss.h"
 
 namespace ctune::train {

@@ -26,7 +26,7 @@
 
 #include "core/json.h"
 #include "data/sampler.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "tokenizer/tokenizer.h"
 #include "train/objective/grpo.h"
 #include "train/objective/rewards.h"

@@ -7,7 +7,7 @@
 // (train/objective/kind.h) is in simpo.cpp.
 #pragma once
 
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/objective/kind.h"
 #include "train/step/objective.h"
 

@@ -1,6 +1,6 @@
 // The generation view of the memory ledger (`ctune estimate --generate`): what `ctune generate`
 // holds for a batch of prompts, docs/formats.md "Memory of generation".
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "ops/attention.h"
 #include "ops/attention_tiled.h"
 #include "train/observe/memory_ledger.h"

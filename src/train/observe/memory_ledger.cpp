@@ -6,7 +6,7 @@
 
 #include "core/term.h"
 #include "model/activation_cost.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "model/quantize.h"
 #include "ops/attention.h"
 #include "ops/attention_tiled.h"

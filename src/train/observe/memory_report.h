@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "core/json.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/observe/memory_ledger.h"
 #include "train/observe/metrics.h"
 #include "train/step/optimizer.h"

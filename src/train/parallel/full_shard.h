@@ -29,7 +29,7 @@
 #include <torch/csrc/autograd/function.h>
 
 #include "distributed/comm.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "model/param_scopes.h"
 #include "train/parallel/zero.h"
 #include "train/step/optimizer.h"

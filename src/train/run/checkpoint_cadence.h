@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "distributed/comm.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/parallel/data_parallel.h"
 #include "train/run/run_plan.h"
 #include "train/state/checkpoint.h"

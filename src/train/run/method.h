@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/method_names.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "peft/lora.h"
 #include "peft/model_spec.h"
 

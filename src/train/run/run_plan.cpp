@@ -16,7 +16,7 @@
 #include "data/batch.h"
 #include "data/sampler.h"
 #include "io/hf_checkpoint.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "model/moe.h"
 #include "model/quantize.h"
 #include "model/weights.h"

@@ -21,7 +21,7 @@
 #include "io/file.h"
 #include "io/manifest.h"
 #include "io/run_dir.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/run/method.h"
 #include "train/state/sharded_checkpoint.h"
 #include "train/step/grad_scaler.h"

@@ -23,7 +23,7 @@
 
 #include "io/hf_checkpoint.h"
 #include "io/safetensors.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace ctune::train {
 

@@ -10,7 +10,7 @@
 #include <ATen/ATen.h>
 
 #include "data/example.h"  // data::kIgnoreIndex marks the positions that are not targets
-#include "model/llama.h"
+#include "model/decoder.h"
 
 namespace ctune::train {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/json.h"
-#include "model/llama.h"
+#include "model/decoder.h"
 #include "train/observe/metrics.h"
 #include "train/observe/profiler.h"
 #include "train/step/grad_scaler.h"

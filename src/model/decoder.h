@@ -1,4 +1,4 @@
-// The Llama-family decoder (Llama 2/3, Mistral, Qwen2, SmolLM, TinyLlama) as torch::nn
+// The shared decoder every family builds (model/family.h: what varies is data) as torch::nn
 // modules whose parameter names are exactly Hugging Face's (model.layers.0.self_attn.q_proj.weight),
 // so checkpoints map one to one.
 #pragma once
@@ -55,7 +55,7 @@ struct ForwardInputs {
 // Pre-norm block: h = x + attn(norm(x)); out = h + mlp(norm(h)). With sandwich norms
 // (Gemma): h = x + post_attention_layernorm(attn(input_layernorm(x))),
 // out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))). On a sparse layer
-// (MoeArchitecture) the MLP is a SparseMoe, registered as `mlp` or Mixtral's `block_sparse_moe`.
+// (MoeArchitecture) the MLP is a SparseMoe; both register under the family's names (ModuleNames).
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const ModelConfig& config, at::ScalarType dtype, std::int64_t layer = 0,

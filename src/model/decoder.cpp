@@ -1,4 +1,4 @@
-#include "model/llama.h"
+#include "model/decoder.h"
 
 #include <algorithm>
 
@@ -19,9 +19,9 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, at::ScalarType dtype, s
                                    std::shared_ptr<RouterRecord> record) {
   self_attn = register_module("self_attn", Attention(c, dtype));
   if (c.arch.moe.sparse(layer)) {
-    moe = register_module(c.arch.moe.mixtral_names ? "block_sparse_moe" : "mlp", SparseMoe(c, dtype, layer, std::move(record)));
+    moe = register_module(c.arch.names.sparse_mlp, SparseMoe(c, dtype, layer, std::move(record)));
   } else {
-    mlp = register_module("mlp", MLP(c, dtype));
+    mlp = register_module(c.arch.names.mlp, MLP(c, dtype));
   }
   input_layernorm = register_module("input_layernorm", config_norm(c, c.hidden_size, dtype));
   post_attention_layernorm = register_module("post_attention_layernorm", config_norm(c, c.hidden_size, dtype));
