@@ -37,7 +37,12 @@ void print_first_example(const train::RunPlan& plan) {
   const data::RecordFormatter formatter(d, *tokenizer, data::read_chat_template(d.tokenizer_dir));
   data::RecordReader reader(d.train);
   data::Record rec;
-  if (!reader.next(rec)) return;
+  try {
+    if (!reader.next(rec)) return;
+  } catch (const FormatError& e) {  // a line data.on_error: skip drops unread (longer than a record may be)
+    std::cout << "# first example: not read (" << e.what() << ")\n";
+    return;
+  }
   data::Rendered r;
   try {
     r = formatter.render(rec.value, rec.where);

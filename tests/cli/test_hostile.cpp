@@ -299,6 +299,20 @@ TEST_F(Hostile, ADanglingLinkAsOutputDirIsRefusedWithOneLine) {
   EXPECT_FALSE(fs::exists(kDir / "run-gone"));
 }
 
+// A first line longer than a record may be (16 MiB) under data.on_error: skip: the plan skips
+// and counts it, and validate's first example, which read it again, ended the command with the
+// reader's error (exit 1) after printing the plan. Now it says the example was not read.
+TEST_F(Hostile, ValidateSkipsAnUnreadableFirstRecordAsTheRunDoes) {
+  const fs::path data = kDir / "long-first.jsonl";
+  write(data, "{\"instruction\": \"" + std::string(17 << 20, 'x') + "\", \"output\": \"y\"}\n" + slurp(kDir / "train.jsonl"));
+  const auto r = ctune({"validate", (kDir / "lora.yaml").string(), "output_dir=" + (kDir / "long-first").string(), "data.train=" + data.string(), "data.on_error=skip"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("1 malformed records skipped"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# first example: not read ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# ok"), std::string::npos) << r.out;
+  fs::remove(data);
+}
+
 // Issue 70: 16384 experts on each of 1024 layers (552 bytes) passed every check; `estimate`
 // died by SIGSEGV at 5.3 GB and `init` with std::bad_alloc. Refused in one line before any
 // module is built: under an address space of 4 GB, which building them would exceed.
