@@ -317,12 +317,17 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
 
 // Logits and loss buffers: the largest moment is the loss's backward. Chunked, the rows per
 // chunk are the loss's own choice (train/step/chunked_loss.h).
+// The rows of one chunk of the chunked loss (the head's GEMMs run on as many at a time).
+Term loss_rows(const Shape& s, Symbols& sym) {
+  return sym("rows", std::min<std::int64_t>(s.n.value(), default_chunk_rows(s.V.value(), s.c.value())));
+}
+
 Term loss_line(const LedgerInputs& in, const Shape& s, Symbols& sym, Ledger& led) {
   const ModuleTraining head = in.method->module("lm_head");
   const bool head_trains = head.weight_trains || head.adapter_rank > 0;
   const Term VH = s.V * s.H;
   if (in.chunked_loss && head.adapter_rank == 0) {
-    const Term rows = sym("rows", std::min<std::int64_t>(s.n.value(), default_chunk_rows(s.V.value(), s.c.value())));
+    const Term rows = loss_rows(s, sym);
     // A chunk's logits and their gradient in the matmul dtype; the weight cast to it once for all
     // chunks when stored wider (fp32 masters); the head's fp32 gradient accumulator, and, when
     // the matmul dtype is narrower and its GEMM cannot write fp32, one chunk's share of it in
@@ -398,9 +403,7 @@ Term gemm_workspace_line(const LedgerInputs& in, const Shape& s, Symbols& sym, L
   const Term G = sym("G", ops::kGemmBlockElements);
   const Term q = sym("nh", cfg.num_attention_heads) * sym("d", cfg.head_dim), kv = sym("nkv", cfg.num_key_value_heads) * sym("d", cfg.head_dim);
   const ModuleTraining head = in.method->module("lm_head");
-  const Term rows = in.chunked_loss && head.adapter_rank == 0
-                        ? sym("rows", std::min<std::int64_t>(s.n.value(), default_chunk_rows(s.V.value(), s.c.value())))
-                        : s.n;
+  const Term rows = in.chunked_loss && head.adapter_rank == 0 ? loss_rows(s, sym) : s.n;
   std::vector<Gemm> gemms = {{"the head's forward", rows, s.H, s.V}, {"the head's input gradient", rows, s.V, s.H}};
   if (head.weight_trains) gemms.push_back({"the head's weight gradient", s.V, rows, s.H});
   bool projections_train = false;
