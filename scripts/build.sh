@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
+# ccache (CMakeLists.txt) keys compilations by paths relative to the checkout, so a fresh clone
+# elsewhere (CI's) reuses what an earlier build of the same sources compiled.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 shift || true
 GENERATOR=()
 command -v ninja >/dev/null 2>&1 && GENERATOR=(-G Ninja)
