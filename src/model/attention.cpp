@@ -17,7 +17,8 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, at::ScalarType dtype)
       num_kv_heads(c.num_key_value_heads),
       head_dim(c.head_dim),
       scale(c.attention_scale()),
-      softcap(c.arch.attn_softcap) {
+      softcap(c.arch.attn_softcap),
+      output_gate(c.arch.attn_output_gate) {
   if (c.arch.fused_qkv) {
     qkv_proj = register_module("qkv_proj", projection_linear(c, "qkv_proj", dtype));
   } else {
@@ -49,12 +50,18 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
                                   const at::Tensor& mask, LayerCache* cache) {
   const auto B = x.size(0), T = x.size(1);
   const auto nq = num_heads * head_dim, nkv = num_kv_heads * head_dim;
-  at::Tensor q, k, v;
+  at::Tensor q, k, v, gate;
   if (qkv_proj) {  // [q; k; v] rows, split in the math only
     auto qkv = qkv_proj->forward(x);
     q = qkv.narrow(-1, 0, nq).reshape({B, T, num_heads, head_dim});
     k = qkv.narrow(-1, nq, nkv).reshape({B, T, num_kv_heads, head_dim});
     v = qkv.narrow(-1, nq + nkv, nkv).reshape({B, T, num_kv_heads, head_dim});
+  } else if (output_gate) {  // per head: head_dim query rows, then head_dim gate rows
+    auto qg = q_proj->forward(x).view({B, T, num_heads, 2 * head_dim});
+    q = qg.narrow(-1, 0, head_dim);
+    gate = qg.narrow(-1, head_dim, head_dim).reshape({B, T, nq});
+    k = k_proj->forward(x).view({B, T, num_kv_heads, head_dim});
+    v = v_proj->forward(x).view({B, T, num_kv_heads, head_dim});
   } else {
     q = q_proj->forward(x).view({B, T, num_heads, head_dim});
     k = k_proj->forward(x).view({B, T, num_kv_heads, head_dim});
@@ -78,6 +85,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   // caps them); each KV head serves num_heads / num_kv_heads query heads.
   auto out = ops::attention_core(q, k, v, mask, scale, kernel, softcap);  // [B, nh, T, d]
   out = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});
+  if (gate.defined()) out = out * at::sigmoid(gate);
   return o_proj->forward(out);
 }
 
@@ -113,10 +121,13 @@ ActivationCost AttentionImpl::saved_activations(const ModelConfig& config, const
   // k, v repeated to every query head.
   const Term core = s.blocked ? n * (s.nh + Term::num(2) * s.nkv) * s.d * c + Term::num(4) * n * s.nh : Term::num(3) * n * s.nh * s.d * c;
   const Term o_in = s.projection_input("o_proj", s.nh * s.d);
-  a.saved = qkv + qk_norm + a.scores + core + o_in;
+  // The output gate's product keeps both factors: the attention output and sigmoid(gate).
+  const Term gated = arch.attn_output_gate ? Term::num(2) * n * s.nh * s.d * c : Term();
+  a.saved = qkv + qk_norm + a.scores + core + gated + o_in;
   a.parts = {"q/k/v inputs"};
   if (arch.qk_norm) a.parts.push_back("q/k norms");
   a.parts.push_back(s.blocked ? "q, k, v (blocked attention keeps no scores)" : "scores, mask, q, k, v");
+  if (arch.attn_output_gate) a.parts.push_back("output gate");
   a.parts.push_back("o input");
   return a;
 }

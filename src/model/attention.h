@@ -1,7 +1,8 @@
 // Grouped-query self-attention, configured by the Architecture (model/config.h): q/k/v/o
 // projections with optional biases, optional per-head RMSNorm of q and k (Qwen3, Gemma 3),
 // rotary embeddings on q and k, each KV head shared by kv_groups consecutive query heads, the
-// scores' scale and soft-cap (Gemma), causal + padding + window mask, softmax in fp32.
+// scores' scale and soft-cap (Gemma), causal + padding + window mask, softmax in fp32, and
+// Qwen3.5's output gate.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -18,8 +19,11 @@ namespace ctune::model {
 // [B, nkv, capacity, d] (KV heads only, after RoPE), allocated at the first step in the
 // projections' dtype on their device and filled up to `length`. Appending writes in place, so
 // a step costs its own tokens, not a copy of everything before them.
+// A Gated DeltaNet layer (model/gated_deltanet.h) keeps instead its convolution's last K-1
+// inputs [B, C, K-1] and its fp32 recurrent state [B, Hv, Dk, Dv]: the same size at every length.
 struct LayerCache {
   at::Tensor k, v;
+  at::Tensor conv_state, recurrent_state;  // a DeltaNet layer's
   std::int64_t length = 0;
   std::int64_t capacity = 0;
   // Writes [B, nkv, T, d] at positions length .. length + T - 1 and returns every position's
@@ -47,6 +51,7 @@ class AttentionImpl : public torch::nn::Module {
   Linear qkv_proj{nullptr};  // Architecture::fused_qkv: [q; k; v] rows, instead of the three
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Architecture::qk_norm only
   bool use_rope = true;                       // Architecture::rope(layer): false in a NoPE layer
+  bool output_gate = false;                   // Architecture::attn_output_gate
 };
 TORCH_MODULE(Attention);
 

@@ -183,7 +183,7 @@ std::vector<std::int64_t> parse_eos(const Json& j, const std::string& where) {
 
 ProjectionShape ModelConfig::projection(const std::string& name) const {
   const std::int64_t H = hidden_size, q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
-  if (name == "q_proj") return {H, q, arch.qkv_bias};
+  if (name == "q_proj") return {H, arch.attn_output_gate ? 2 * q : q, arch.qkv_bias};
   if (name == "k_proj" || name == "v_proj") return {H, kv, arch.qkv_bias};
   if (name == "o_proj") return {q, H, arch.o_bias};
   if (name == "gate_proj" || name == "up_proj") return {H, intermediate_size, arch.mlp_bias};
@@ -221,6 +221,14 @@ static void finish_longrope(const Json& j, const std::string& where, ModelConfig
                       std::to_string(pairs) + "), found " + std::to_string(r.short_factor.size()) + " and " +
                       std::to_string(r.long_factor.size()));
   }
+}
+
+void set_partial_rotary(ModelConfig& c, double factor, const std::string& where) {
+  const auto rot = static_cast<std::int64_t>(static_cast<double>(c.head_dim) * factor);
+  if (!(factor > 0 && factor <= 1) || rot < 2 || rot % 2 != 0)
+    throw ConfigError(where + ": partial_rotary_factor " + std::to_string(factor) + " must leave an even number of rotated "
+                      "dimensions in (0, head_dim " + std::to_string(c.head_dim) + "], found " + std::to_string(rot));
+  c.rope.partial_rotary_factor = factor;
 }
 
 double ModelConfig::attention_scale() const {
@@ -286,11 +294,7 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
     if (!family.partial_rotary)
       throw UnsupportedError(where + ": partial_rotary_factor " + std::to_string(*prf) + " is not supported for model_type " +
                              c.model_type + " (expected 1.0)");
-    const auto rot = static_cast<std::int64_t>(static_cast<double>(c.head_dim) * *prf);
-    if (!(*prf > 0 && *prf <= 1) || rot < 2 || rot % 2 != 0)
-      throw ConfigError(where + ": partial_rotary_factor " + std::to_string(*prf) + " must leave an even number of rotated "
-                        "dimensions in (0, head_dim " + std::to_string(c.head_dim) + "], found " + std::to_string(rot));
-    c.rope.partial_rotary_factor = *prf;
+    set_partial_rotary(c, *prf, where);
   }
   if (c.rope.type == "longrope") finish_longrope(j, where, c);
   c.tie_word_embeddings = json_bool(j, "tie_word_embeddings", where).value_or(family.default_tied);
@@ -327,6 +331,8 @@ ModelConfig load_model_config(const std::filesystem::path& model_dir) {
   const auto path = model_dir / "config.json";
   return parse_model_config(read_json_file(path), path.string());
 }
+
+bool LinearAttention::any() const { return std::find(layers.begin(), layers.end(), true) != layers.end(); }
 
 std::optional<std::int64_t> Architecture::sliding_window() const {
   const auto largest = std::max_element(layer_windows.begin(), layer_windows.end());

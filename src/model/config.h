@@ -63,6 +63,20 @@ struct MoeArchitecture {
   }
 };
 
+// Gated DeltaNet layers (Qwen3.5: model/gated_deltanet.h, docs/families.md#gated-deltanet): a
+// gated linear recurrence in place of attention on the layers marked in `layers`. Query/key
+// heads of key_dim, value heads of value_dim (each query/key head serves value_heads /
+// key_heads consecutive value heads), a depthwise causal convolution of conv_kernel taps.
+struct LinearAttention {
+  std::int64_t key_heads = 0, value_heads = 0, key_dim = 0, value_dim = 0, conv_kernel = 4;
+  std::vector<bool> layers;  // per layer: layer_types "linear_attention"; empty: none
+
+  bool layer(std::int64_t i) const { return i < static_cast<std::int64_t>(layers.size()) && layers[static_cast<std::size_t>(i)]; }
+  bool any() const;
+  // The convolved channels: queries, keys and values ([q; k; v] rows of in_proj_qkv).
+  std::int64_t conv_channels() const { return 2 * key_heads * key_dim + value_heads * value_dim; }
+};
+
 // What varies between families, as data the shared blocks read (docs/families.md).
 struct Architecture {
   bool qkv_bias = false;  // biases on q/k/v_proj
@@ -99,6 +113,10 @@ struct Architecture {
   // final logits; 0: none (Gemma 2: attn_logit_softcapping, final_logit_softcapping).
   double attn_softcap = 0;
   double final_softcap = 0;
+  // q_proj emits, per head, the query and then a gate of head_dim each; the attention output is
+  // multiplied by sigmoid(gate) before o_proj (Qwen3.5).
+  bool attn_output_gate = false;
+  LinearAttention linear;
   MoeArchitecture moe;
   ModuleNames names;
 
@@ -159,6 +177,10 @@ struct ModelConfig {
 // rope_parameters beside it), with `default_theta` when no theta is given; refuses rope types
 // ctune does not implement.
 RopeConfig parse_rope(const Json& json, const std::string& where, double default_theta);
+
+// Rotates only the leading head_dim * factor dimensions of each head; refuses a factor that
+// leaves no even count of them in (0, head_dim].
+void set_partial_rotary(ModelConfig& config, double factor, const std::string& where);
 
 // config.json's sliding_window: positive, or nullopt when absent or null.
 std::optional<std::int64_t> read_sliding_window(const Json& json, const std::string& where);

@@ -17,7 +17,11 @@ namespace ctune::model {
 
 DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, at::ScalarType dtype, std::int64_t layer,
                                    std::shared_ptr<RouterRecord> record) {
-  self_attn = register_module("self_attn", Attention(c, dtype));
+  if (c.arch.linear.layer(layer)) {
+    linear_attn = register_module("linear_attn", GatedDeltaNet(c, dtype));
+  } else {
+    self_attn = register_module("self_attn", Attention(c, dtype));
+  }
   if (c.arch.moe.sparse(layer)) {
     moe = register_module(c.arch.names.sparse_mlp, SparseMoe(c, dtype, layer, std::move(record)));
   } else {
@@ -31,29 +35,31 @@ DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c, at::ScalarType dtype, s
   }
 }
 
-at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                     const at::Tensor& mask, LayerCache* cache) {
+at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const LayerInputs& in, LayerCache* cache) {
   if (recompute && !cache && is_training() && at::GradMode::is_enabled()) {
     // The layer outlives the backward pass (it belongs to the model being trained).
-    return checkpointed_block([this, cos, sin, mask](const at::Tensor& h) { return forward_block(h, cos, sin, mask); }, x);
+    return checkpointed_block([this, in](const at::Tensor& h) { return forward_block(h, in); }, x);
   }
-  return forward_block(x, cos, sin, mask, cache);
+  return forward_block(x, in, cache);
 }
 
-at::Tensor DecoderLayerImpl::forward_block(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                           const at::Tensor& mask, LayerCache* cache) {
+at::Tensor DecoderLayerImpl::forward_block(const at::Tensor& x, const LayerInputs& in, LayerCache* cache) {
   const auto feed_forward = [this](const at::Tensor& h) { return moe ? moe->forward(h) : mlp->forward(h); };
+  const auto mix = [&](const at::Tensor& h) {
+    return linear_attn ? linear_attn->forward(h, in.starts, in.token_mask, cache) : self_attn->forward(h, in.cos, in.sin, in.mask, cache);
+  };
   if (pre_feedforward_layernorm) {
-    auto h = x + post_attention_layernorm->forward(self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache));
+    auto h = x + post_attention_layernorm->forward(mix(input_layernorm->forward(x)));
     return h + post_feedforward_layernorm->forward(feed_forward(pre_feedforward_layernorm->forward(h)));
   }
-  auto h = x + self_attn->forward(input_layernorm->forward(x), cos, sin, mask, cache);
+  auto h = x + mix(input_layernorm->forward(x));
   return h + feed_forward(post_attention_layernorm->forward(h));
 }
 
 ActivationCost DecoderLayerImpl::saved_activations(const ModelConfig& config, const ActivationShape& s, std::int64_t layer) {
   const int norms = config.arch.sandwich_norms ? 4 : 2;  // Gemma's two more, over attention's and the MLP's outputs
-  const ActivationCost attn = AttentionImpl::saved_activations(config, s);
+  const ActivationCost attn = config.arch.linear.layer(layer) ? GatedDeltaNetImpl::saved_activations(config, s)
+                                                              : AttentionImpl::saved_activations(config, s);
   const ActivationCost mlp =
       config.arch.moe.sparse(layer) ? SparseMoeImpl::saved_activations(config, s) : MLPImpl::saved_activations(config, s);
   ActivationCost a;
@@ -82,7 +88,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, at::ScalarType dtype) {
   if (c.arch.moe.experts > 0) router_record = std::make_shared<RouterRecord>();
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     DecoderLayer layer(c, dtype, i, router_record);
-    layer->self_attn->use_rope = c.arch.rope(i);
+    if (layer->self_attn) layer->self_attn->use_rope = c.arch.rope(i);
     layers->push_back(layer);
   }
   norm = register_module("norm", config_norm(c, c.hidden_size, dtype));
@@ -98,6 +104,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, at::ScalarType dtype) {
     local_rope_layers.push_back(c.arch.local_rope_layer(i));
   }
   embed_scale = c.arch.embed_scale;
+  linear_layers = c.arch.linear.any();
 }
 
 at::Tensor DecoderImpl::forward(const ForwardInputs& in) {
@@ -132,17 +139,41 @@ at::Tensor DecoderImpl::forward(const ForwardInputs& in) {
     }
     return it->second;
   };
+  const LayerInputs recurrent = linear_layers ? recurrent_inputs(in, T) : LayerInputs{};
   for (std::size_t i = 0; i < layers->size(); ++i) {
     const auto scope = static_cast<std::int64_t>(i);
     ops::set_memory_phase_layer(scope);
-    const at::Tensor& mask = mask_for(i < windows.size() ? windows[i] : 0);
+    auto* layer = layers[i]->as<DecoderLayer>();
+    LayerInputs layer_in = recurrent;
+    if (layer->self_attn) {
+      const bool local = i < local_rope_layers.size() && local_rope_layers[i];
+      layer_in.cos = local ? local_cos : cos;
+      layer_in.sin = local ? local_sin : sin;
+      layer_in.mask = mask_for(i < windows.size() ? windows[i] : 0);
+    }
     x = scopes->enter(scope, x);
-    const bool local = i < local_rope_layers.size() && local_rope_layers[i];
-    x = scopes->leave(scope, layers[i]->as<DecoderLayer>()->forward(x, local ? local_cos : cos, local ? local_sin : sin, mask,
-                                                                    in.cache ? &in.cache->layers[i] : nullptr));
+    x = scopes->leave(scope, layer->forward(x, layer_in, in.cache ? &in.cache->layers[i] : nullptr));
   }
   ops::set_memory_phase_layer(ops::kPhaseHead);
   return norm->forward(scopes->enter(ParamScopes::kHead, x));
+}
+
+// A packed row's documents start where its segment id changes; padding is segment 0, or 0 in
+// the attention mask (its last T columns: this forward's tokens).
+LayerInputs DecoderImpl::recurrent_inputs(const ForwardInputs& in, std::int64_t T) {
+  if (in.prefix_ids.defined())
+    throw UnsupportedError("a shared prompt packed before its completions (prefix_ids) cannot feed Gated DeltaNet layers: "
+                           "their state runs through the row in order (expected one completion per prompt row)");
+  LayerInputs out;
+  if (in.segment_ids.defined()) {
+    const at::Tensor& seg = in.segment_ids;
+    out.starts = at::ones_like(seg, seg.options().dtype(at::kBool));
+    if (T > 1) out.starts.narrow(1, 1, T - 1).copy_(seg.narrow(1, 1, T - 1) != seg.narrow(1, 0, T - 1));
+    out.token_mask = seg != 0;
+  } else if (in.attention_mask.defined()) {
+    out.token_mask = in.attention_mask.narrow(1, in.attention_mask.size(1) - T, T) != 0;
+  }
+  return out;
 }
 
 CausalLMImpl::CausalLMImpl(ModelConfig config, at::ScalarType dtype) : config_(std::move(config)) {
@@ -193,7 +224,7 @@ void CausalLMImpl::set_recompute(const RecomputePolicy& policy) {
   for (std::size_t i = 0; i < model->layers->size(); ++i) {
     auto layer = model->layers[i]->as<DecoderLayer>();
     layer->recompute = policy.recompute_block(static_cast<std::int64_t>(i));
-    layer->self_attn->kernel = policy.attention_kernel();
+    if (layer->self_attn) layer->self_attn->kernel = policy.attention_kernel();
   }
 }
 
@@ -217,15 +248,27 @@ Term KVCache::bytes(const Term& layers, const Term& kv_heads, const Term& head_d
   return Term::num(2) * layers * kv_heads * head_dim * positions * rows * element;
 }
 
+Term KVCache::model_bytes(const ModelConfig& config, const Term& layers, const Term& kv_heads, const Term& head_dim,
+                          const Term& positions, const Term& rows, const Term& element) {
+  const auto& linear = config.arch.linear;
+  const auto recurrent = static_cast<std::int64_t>(std::count(linear.layers.begin(), linear.layers.end(), true));
+  if (recurrent == 0) return bytes(layers, kv_heads, head_dim, positions, rows, element);
+  return bytes(layers - Term::num(recurrent), kv_heads, head_dim, positions, rows, element) +
+         Term::num(recurrent) * rows * GatedDeltaNetImpl::state_bytes(linear, element);
+}
+
 std::int64_t CausalLMImpl::cache_bytes(std::int64_t rows, std::int64_t positions) const {
   const at::ScalarType dtype = compute_dtype_ != at::ScalarType::Undefined ? compute_dtype_ : model->embed_tokens->weight.scalar_type();
-  return KVCache::bytes(Term::num(config_.num_hidden_layers), Term::num(config_.num_key_value_heads), Term::num(config_.head_dim),
-                        Term::num(positions), Term::num(rows), Term::num(static_cast<std::int64_t>(c10::elementSize(dtype))))
+  return KVCache::model_bytes(config_, Term::num(config_.num_hidden_layers), Term::num(config_.num_key_value_heads),
+                              Term::num(config_.head_dim), Term::num(positions), Term::num(rows),
+                              Term::num(static_cast<std::int64_t>(c10::elementSize(dtype))))
       .value();
 }
 
 void KVCache::select_rows(const at::Tensor& rows) {
   for (auto& layer : layers) {
+    for (auto* state : {&layer.conv_state, &layer.recurrent_state})
+      if (state->defined()) *state = state->index_select(0, rows);
     if (!layer.k.defined()) continue;
     for (auto* buffer : {&layer.k, &layer.v}) {
       if (rows.numel() == buffer->size(0)) {

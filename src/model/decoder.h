@@ -13,6 +13,7 @@
 #include "model/activation_cost.h"
 #include "model/attention.h"
 #include "model/config.h"
+#include "model/gated_deltanet.h"
 #include "model/layers.h"
 #include "model/mlp.h"
 #include "model/moe.h"
@@ -28,6 +29,11 @@ struct KVCache {
   // (train/observe/memory_ledger.h) and CausalLM::cache_bytes evaluates.
   static Term bytes(const Term& layers, const Term& kv_heads, const Term& head_dim, const Term& positions, const Term& rows,
                     const Term& element);
+  // The whole cache of `config`'s model, its L layers given as `layers`: K and V of the attention
+  // layers, and each Gated DeltaNet layer's fixed state (GatedDeltaNetImpl::state_bytes), which
+  // does not grow with the positions.
+  static Term model_bytes(const ModelConfig& config, const Term& layers, const Term& kv_heads, const Term& head_dim,
+                          const Term& positions, const Term& rows, const Term& element);
 
   std::vector<LayerCache> layers;
   std::int64_t length() const { return layers.empty() ? 0 : layers[0].length; }
@@ -52,7 +58,17 @@ struct ForwardInputs {
   KVCache* cache = nullptr;   // appended to when given
 };
 
-// Pre-norm block: h = x + attn(norm(x)); out = h + mlp(norm(h)). With sandwich norms
+// What each layer of one forward reads besides its input.
+struct LayerInputs {
+  at::Tensor cos, sin;  // RoPE's, [B, T, rotary dim] (the layer's own under local RoPE)
+  at::Tensor mask;      // [B, 1, T, T_past + T] bool, true = may attend (the layer's window)
+  // Gated DeltaNet layers: [B, T] bool, true at a packed document's first token (undefined: one
+  // document per row); and [B, T], 0 on padding (undefined: none).
+  at::Tensor starts, token_mask;
+};
+
+// Pre-norm block: h = x + attn(norm(x)); out = h + mlp(norm(h)). A Gated DeltaNet layer
+// (Architecture::linear) mixes tokens with linear_attn instead of self_attn. With sandwich norms
 // (Gemma): h = x + post_attention_layernorm(attn(input_layernorm(x))),
 // out = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h))). On a sparse layer
 // (MoeArchitecture) the MLP is a SparseMoe; both register under the family's names (ModuleNames).
@@ -61,16 +77,15 @@ class DecoderLayerImpl : public torch::nn::Module {
   DecoderLayerImpl(const ModelConfig& config, at::ScalarType dtype, std::int64_t layer = 0,
                    std::shared_ptr<RouterRecord> record = nullptr);
   // With recompute set (and training, no cache), only x is kept for backward (recompute.h).
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
-                     LayerCache* cache = nullptr);
-  at::Tensor forward_block(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask,
-                           LayerCache* cache = nullptr);
+  at::Tensor forward(const at::Tensor& x, const LayerInputs& in, LayerCache* cache = nullptr);
+  at::Tensor forward_block(const at::Tensor& x, const LayerInputs& in, LayerCache* cache = nullptr);
   // What forward_block keeps for backward without recompute: its norms, attention and MLP
   // (layer `layer`'s: dense or sparse).
   static ActivationCost saved_activations(const ModelConfig& config, const ActivationShape& shape, std::int64_t layer = 0);
 
   bool recompute = false;
-  Attention self_attn{nullptr};
+  Attention self_attn{nullptr};           // an attention layer's
+  GatedDeltaNet linear_attn{nullptr};     // a Gated DeltaNet layer's
   MLP mlp{nullptr};        // a dense layer's
   SparseMoe moe{nullptr};  // a sparse layer's
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -87,6 +102,8 @@ class DecoderImpl : public torch::nn::Module {
   // What a forward keeps outside its layers: the final norm's, the head's input, and under
   // blocked attention the masks (one per window its layers use, shared by the layers).
   static Term saved_outside_layers(const ModelConfig& config, const ActivationShape& shape);
+  // The Gated DeltaNet layers' inputs: where packed documents start, which tokens are padding.
+  static LayerInputs recurrent_inputs(const ForwardInputs& in, std::int64_t T);
 
   Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
@@ -105,6 +122,7 @@ class DecoderImpl : public torch::nn::Module {
   std::vector<bool> local_rope_layers;
   std::vector<std::int64_t> windows;  // per layer, Architecture::layer_windows (0: global)
   bool embed_scale = false;           // Architecture::embed_scale
+  bool linear_layers = false;         // some layer is a Gated DeltaNet (Architecture::linear)
   // The sparse layers' routing figures of the last training forward (null without MoE layers).
   std::shared_ptr<RouterRecord> router_record;
 };
@@ -127,7 +145,8 @@ class CausalLMImpl : public torch::nn::Module {
   // buffers are allocated by the first forward that uses it.
   KVCache new_cache(std::int64_t capacity) const;
   // What that cache's buffers take for `rows` sequences of `positions` each: K and V of every
-  // layer's KV heads, in the dtype the projections compute in.
+  // attention layer's KV heads, in the dtype the projections compute in, and each Gated
+  // DeltaNet layer's state (GatedDeltaNetImpl::state_bytes).
   std::int64_t cache_bytes(std::int64_t rows, std::int64_t positions) const;
   // Which layers recompute activations in backward (memory.activation_checkpointing).
   void set_recompute(const RecomputePolicy& policy);

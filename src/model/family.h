@@ -84,6 +84,9 @@ struct Family {
   std::optional<Wrapper> wrapper{};     // set for a multimodal wrapper (then parse is unused)
   bool partial_rotary = false;          // honours partial_rotary_factor (else refuses one != 1)
   ModuleNames names{};                  // its module names, copied into Architecture::names
+  // Tensors its checkpoints carry that are not the causal LM (Qwen3.5's multi-token-prediction
+  // head, mtp.*): not loaded, counted in the loader's note.
+  std::vector<std::string> ignored_prefixes{};
 };
 
 // The family reading `model_type`; UnsupportedError (naming every supported type) when none does.

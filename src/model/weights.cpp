@@ -142,6 +142,8 @@ std::vector<std::string> head_prefixes(const Wrapper& w) {
 // duplicate, a wrapper's vision tower.
 bool ignored_tensor(const ModelConfig& config, const std::string& name) {
   if (config.tie_word_embeddings && name == "lm_head.weight") return true;  // HF ignores it too
+  for (const auto& prefix : family_for_model_type(config.model_type, "model_type").ignored_prefixes)
+    if (starts_with(name, prefix)) return true;
   if (const Wrapper* w = wrapper_of(config)) {
     for (const auto& head : w->head_names)
       if (config.tie_word_embeddings && name == head) return true;
@@ -220,9 +222,9 @@ void check_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
     unexpected.push_back(name + " in " + ref.file->path().filename().string());
   }
   if (foreign > 0) {
-    spdlog::info("{}: {} tensors of the {} checkpoint are not its text model (vision tower, projector) and are not "
-                 "loaded; ctune trains and writes the text model",
-                 checkpoint.dir().string(), foreign, config.wrapper_type);
+    spdlog::info("{}: {} tensors of the {} checkpoint are not its causal language model (vision tower, projector, "
+                 "multi-token prediction) and are not loaded; ctune trains and writes the language model",
+                 checkpoint.dir().string(), foreign, config.wrapper_type.empty() ? config.model_type : config.wrapper_type);
   }
   if (missing.empty() && unexpected.empty() && misshapen.empty()) return;
   std::string msg = checkpoint.dir().string() + ": checkpoint does not match config.json:";
@@ -381,7 +383,15 @@ void init_weights(CausalLM& model, std::uint64_t seed) {
     if (is_adapter_parameter(name)) continue;
     const bool norm = ends_with(name, "norm.weight");
     const bool bias = ends_with(name, ".bias");
-    if (norm) {
+    if (ends_with(name, "linear_attn.norm.weight") || ends_with(name, ".dt_bias")) {
+      p.fill_(1.0);  // the DeltaNet's gated norm scales by w, not 1 + w; dt_bias as transformers
+    } else if (ends_with(name, ".A_log")) {
+      // A = exp(A_log) uniform in [0.01, 16], as transformers initialises it: per-token decays
+      // from about 0.99 (long memory) to about 1e-9 (none).
+      auto a = at::empty(p.sizes(), at::TensorOptions().dtype(at::kFloat));
+      a.uniform_(0.01, 16.0, gen);
+      p.copy_(a.log());
+    } else if (norm) {
       p.fill_(model->config().arch.norm_offset ? 0.0 : 1.0);  // a (1 + w) norm starts at w = 0
     } else if (bias) {
       p.zero_();

@@ -20,6 +20,8 @@ const Family& gemma3();  // the multimodal wrapper, read as its text model
 const Family& phi3();
 const Family& mixtral();
 const Family& qwen3_moe();
+const Family& qwen3_5_text();
+const Family& qwen3_5();  // the multimodal wrapper, read as its text model
 }  // namespace families
 
 const std::vector<const Family*>& all_families() {
@@ -35,6 +37,8 @@ const std::vector<const Family*>& all_families() {
       &families::phi3(),
       &families::mixtral(),
       &families::qwen3_moe(),
+      &families::qwen3_5_text(),
+      &families::qwen3_5(),
   };
   return all;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "core/error.h"
 #include "ops/attention.h"
 #include "ops/device.h"
 
@@ -35,6 +36,14 @@ RowShape shared_shape(const std::vector<std::int64_t>& prompt_lengths, const std
 }
 
 bool share_prompts_here(const std::string& mode, const model::ModelConfig& config, RowShape separate, RowShape shared) {
+  if (config.arch.linear.any()) {
+    // A DeltaNet's state runs through a row in order: a completion cannot continue a prompt
+    // copy that other completions follow (docs/families.md#gated-deltanet).
+    if (mode == "always")
+      throw ConfigError("objective.share_prompt: \"always\" is not possible for model_type " + config.model_type +
+                        ", whose Gated DeltaNet layers read each row in order (expected auto or never)");
+    return false;
+  }
   if (mode == "always") return true;
   if (mode == "never") return false;
   return layout_cost(config, shared) < layout_cost(config, separate);

@@ -49,7 +49,7 @@ Ledger estimate_generation_memory(const GenerationLedgerInputs& in) {
                                                  {"th", "threads"}, {"parameters", "weights"}});
   const Term weights = count * s;
   led.lines.push_back({"weights", weights.value(), weights.text(), "an adapter applied at run time adds its own, small"});
-  const Term kv = model::KVCache::bytes(L, nkv, d, P + N, B, s);
+  const Term kv = model::KVCache::model_bytes(c, L, nkv, d, P + N, B, s);
   led.lines.push_back({"kv_cache", kv.value(), kv.text(), "K and V, preallocated, KV heads only"});
   const PromptPass pass{.prompts = B, .logit_rows = B, .P = P, .H = H, .I = I, .V = V, .nh = nh, .nkv = nkv, .d = d, .c = s, .threads = th, .tiled = tiled};
   const Term prefill = prompt_pass_bytes(pass);

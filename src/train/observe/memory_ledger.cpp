@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <map>
 #include <sstream>
 
 #include "core/term.h"
@@ -241,6 +243,42 @@ struct ActivationTerms {
   Term kept_by_layers;  // of the total, what the decoder layers keep (no final norm, loss input or workspace)
 };
 
+// The layers of one kind (dense or sparse MLP; attention or Gated DeltaNet): what one saves,
+// how many there are and how many of them recompute, and the symbol counting the rest.
+struct LayerKind {
+  model::ActivationCost cost;
+  std::int64_t layers = 0, recomputed = 0;
+  std::string name, symbol;
+};
+
+std::vector<LayerKind> layer_kinds(const LedgerInputs& in, const model::ActivationShape& shape) {
+  const auto& arch = in.config.arch;
+  const auto L = in.config.num_hidden_layers;
+  bool sparse_mixed = false, linear_mixed = false;
+  for (std::int64_t l = 1; l < L; ++l) {
+    sparse_mixed |= arch.moe.sparse(l) != arch.moe.sparse(0);
+    linear_mixed |= arch.linear.layer(l) != arch.linear.layer(0);
+  }
+  // Sparse before dense, DeltaNet before attention: the ledger's terms in a fixed order.
+  std::map<std::pair<bool, bool>, LayerKind, std::greater<>> by_key;
+  for (std::int64_t l = 0; l < L; ++l) {
+    const std::pair<bool, bool> key{arch.moe.sparse(l), arch.linear.layer(l)};
+    auto it = by_key.find(key);
+    if (it == by_key.end()) {
+      LayerKind kind{model::DecoderLayerImpl::saved_activations(in.config, shape, l)};
+      kind.symbol = std::string("L") + (sparse_mixed ? (key.first ? "s" : "d") : "") + (linear_mixed ? (key.second ? "g" : "a") : "");
+      kind.name = std::string(sparse_mixed ? (key.first ? "sparse" : "dense") : "") + (sparse_mixed && linear_mixed ? " " : "") +
+                  (linear_mixed ? (key.second ? "DeltaNet" : "attention") : "");
+      it = by_key.emplace(key, std::move(kind)).first;
+    }
+    ++it->second.layers;
+    it->second.recomputed += in.recompute.recompute_block(l);
+  }
+  std::vector<LayerKind> kinds;
+  for (auto& [key, kind] : by_key) kinds.push_back(std::move(kind));
+  return kinds;
+}
+
 ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols& sym, Ledger& led) {
   const Method& method = *in.method;
   model::ActivationShape shape = s;
@@ -261,48 +299,44 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
     }
     return b;
   };
-  // A model with experts may mix dense and sparse layers (Qwen3-MoE's mlp_only_layers): each
-  // kind states its own saving, counted over the layers of that kind.
-  const auto& moe = in.config.arch.moe;
-  std::int64_t sparse = 0, sparse_recomputed = 0, recomputing = 0, first_sparse = -1, first_dense = -1;
-  for (std::int64_t l = 0; l < s.L.value(); ++l) {
-    const bool r = in.recompute.recompute_block(l);
-    recomputing += r;
-    if (moe.sparse(l)) {
-      ++sparse;
-      sparse_recomputed += r;
-      if (first_sparse < 0) first_sparse = l;
-    } else if (first_dense < 0) {
-      first_dense = l;
-    }
+  // Layers of different kinds save different amounts: a model with experts may mix dense and
+  // sparse MLPs (Qwen3-MoE's mlp_only_layers), a hybrid attention and Gated DeltaNet layers
+  // (Qwen3.5). Each kind states its own saving, counted over the layers of that kind.
+  const std::vector<LayerKind> kinds = layer_kinds(in, shape);
+  std::size_t largest = 0;
+  std::int64_t recomputing = 0;
+  for (std::size_t k = 0; k < kinds.size(); ++k) {
+    recomputing += kinds[k].recomputed;
+    if (kinds[k].cost.saved.value() > kinds[largest].cost.saved.value()) largest = k;
   }
-  const bool mixed = sparse > 0 && sparse < s.L.value();
-  const model::ActivationCost layer = model::DecoderLayerImpl::saved_activations(in.config, shape, first_sparse >= 0 ? first_sparse : 0);
-  const model::ActivationCost dense_layer = mixed ? model::DecoderLayerImpl::saved_activations(in.config, shape, first_dense) : layer;
+  const model::ActivationCost& layer = kinds[largest].cost;
   ActivationTerms a;
   a.scores = layer.scores;
-  a.layer = layer.saved;  // the largest layer's (a sparse one's, when there are both)
+  a.layer = layer.saved;  // the largest kind's
   led.activations_per_layer = a.layer.value();
 
   const Term Lr = sym("Lr", recomputing);
   const bool selective = in.recompute.attention_kernel() == ops::AttentionKernel::recomputed && recomputing == 0;
-  const Term per_sparse = selective ? a.layer - a.scores : a.layer;
-  const Term per_dense = selective ? dense_layer.saved - dense_layer.scores : dense_layer.saved;
+  const auto kept_by = [&](const model::ActivationCost& c) { return selective ? c.saved - c.scores : c.saved; };
   Term kept;
-  if (mixed) {
-    const Term Ls = sym("Ls", sparse - sparse_recomputed), Ld = sym("Ld", s.L.value() - sparse - (recomputing - sparse_recomputed));
-    kept = Ls * per_sparse + Ld * per_dense + (recomputing > 0 ? Lr * s.r * s.n * s.H : Term());
-    if (recomputing > 0) a.recomputed_transient = a.layer;
+  std::string others;
+  if (kinds.size() > 1) {
+    for (std::size_t k = 0; k < kinds.size(); ++k) {
+      const LayerKind& kind = kinds[k];
+      kept += sym(kind.symbol, kind.layers - kind.recomputed) * kept_by(kind.cost);
+      if (k != largest) others += "; " + kind.symbol + " " + kind.name + " layers keep " + format_mb(kind.cost.saved.value());
+    }
+    if (recomputing > 0) kept += Lr * s.r * s.n * s.H;
   } else if (recomputing > 0) {
     kept = (s.L - Lr) * a.layer + Lr * s.r * s.n * s.H;  // a recomputed layer keeps only its input
-    a.recomputed_transient = a.layer;
   } else {
-    kept = s.L * per_sparse;
+    kept = s.L * kept_by(layer);
   }
+  if (recomputing > 0) a.recomputed_transient = a.layer;
   a.kept_by_layers = kept;
   a.total = kept + model::DecoderImpl::saved_outside_layers(in.config, shape) + layer.workspace;
-  std::string note = (mixed ? "per sparse layer (Ls of them; Ld dense layers keep " + format_mb(dense_layer.saved.value()) + ") "
-                            : std::string("per layer ")) +
+  std::string note = (kinds.size() > 1 ? "per " + kinds[largest].name + " layer (" + kinds[largest].symbol + " of them" + others + ") "
+                                       : std::string("per layer ")) +
                      format_mb(a.layer.value()) + ": ";
   for (std::size_t i = 0; i < layer.parts.size(); ++i) note += (i ? ", " : "") + layer.parts[i];
   if (recomputing > 0) {
@@ -359,13 +393,13 @@ struct RolloutTerms {
   Term generation, kept;
 };
 RolloutTerms rollout_lines(const LedgerInputs& in, const Shape& s, const Term& gathered_whole, Symbols& sym, Ledger& led) {
-  const Term kv_training = model::KVCache::bytes(s.L, s.nkv, s.d, s.T, s.B, s.c);
+  const Term kv_training = model::KVCache::model_bytes(in.config, s.L, s.nkv, s.d, s.T, s.B, s.c);
   if (in.generated_rows == 0) {
     led.lines.push_back({"KV cache", 0, "0", "none in training (generation at this batch and length: " + kv_training.text() + " = " + format_mb(kv_training.value()) + ")"});
     return {};
   }
   const Term G = sym("Bg", in.generated_rows), N = sym("Nnew", in.new_tokens), P = sym("Tp", in.prompt_tokens);
-  const Term kv = model::KVCache::bytes(s.L, s.nkv, s.d, P + N, G, s.c);
+  const Term kv = model::KVCache::model_bytes(in.config, s.L, s.nkv, s.d, P + N, G, s.c);
   led.lines.push_back({"KV cache", kv.value(), kv.text(),
                        "the rollout's generation: Bg sequences sampled together, prompt and new tokens, KV heads only (freed before the step's forward)"});
   const Term four = Term::num(4);
