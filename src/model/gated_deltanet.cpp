@@ -48,8 +48,9 @@ at::Tensor GatedDeltaNetImpl::forward(const at::Tensor& x_in, const at::Tensor& 
   const at::Tensor k = mixed.narrow(-1, kq, kq).view({B, T, dims.key_heads, dims.key_dim});
   const at::Tensor v = mixed.narrow(-1, 2 * kq, vd).view({B, T, dims.value_heads, dims.value_dim});
   const at::Tensor beta = at::sigmoid(b);
-  // In fp32 whatever the dtype: exp(A_log) of a half-precision A_log may overflow.
-  const at::Tensor g = -at::exp(A_log.to(at::kFloat)) * at::softplus(a.to(at::kFloat) + dt_bias.to(at::kFloat));
+  // In fp32 at least (float64 stays float64): exp(A_log) of a half-precision A_log may overflow.
+  const at::ScalarType wide = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor g = -at::exp(A_log.to(wide)) * at::softplus(a.to(wide) + dt_bias.to(wide));
   auto result = ops::gated_delta_rule(q, k, v, g, beta, starts, state, /*want_state=*/cache != nullptr);
   if (cache) {
     cache->conv_state = ops::conv_state_after(qkv, conv_state, dims.conv_kernel);
@@ -59,8 +60,7 @@ at::Tensor GatedDeltaNetImpl::forward(const at::Tensor& x_in, const at::Tensor& 
   // Each head's output normalised (times w), then gated by silu(z) in fp32, as Qwen3_5RMSNormGated.
   const at::Tensor o = result.out;  // [B, T, Hv, Dv]
   const at::Tensor normed = norm->forward(o);
-  const at::Tensor gated = (normed.to(at::kFloat) * at::silu(z.view({B, T, dims.value_heads, dims.value_dim}).to(at::kFloat)))
-                               .to(o.scalar_type());
+  const at::Tensor gated = (normed.to(wide) * at::silu(z.view({B, T, dims.value_heads, dims.value_dim}).to(wide))).to(o.scalar_type());
   return out_proj->forward(gated.reshape({B, T, vd}));
 }
 

@@ -4,7 +4,8 @@
 //   - "linear_attention": a Gated DeltaNet (model/gated_deltanet.h) sized by linear_num_key_heads,
 //     linear_num_value_heads, linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim;
 //   - "full_attention": Qwen3's attention (q/k norms over head_dim) with a per-head output gate
-//     (q_proj emits query and gate per head; o_proj(attn * sigmoid(gate))) and partial rotary
+//     (attn_output_gate, true when absent: q_proj emits query and gate per head;
+//     o_proj(attn * sigmoid(gate))) and partial rotary
 //     (partial_rotary_factor, 0.25 when absent, in rope_parameters or at the top level).
 // Every RMSNorm scales by (1 + w) in fp32 (Qwen3_5RMSNorm), the q/k norms too; the DeltaNet's
 // own gated norm scales by w. head_dim 256 and an untied head by default.
@@ -80,7 +81,7 @@ void parse(const Json& j, const std::string& where, ModelConfig& c) {
   c.arch.mlp_bias = false;         // Qwen3_5MLP has no biases and no mlp_bias key
   c.arch.qk_norm = true;
   c.arch.norm_offset = true;
-  c.arch.attn_output_gate = true;
+  c.arch.attn_output_gate = json_bool(j, "attn_output_gate", where).value_or(true);  // released configs: true
   read_partial_rotary(j, where, c);
   read_linear_attention(j, where, c);
   if (const auto d = json_number(j, "attention_dropout", where); d && *d != 0.0)
