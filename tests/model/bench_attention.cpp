@@ -10,33 +10,17 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <vector>
 
+#include "bench_timing.h"
 #include "ops/attention.h"
 
-namespace {
-
-double median_ms(const std::function<void()>& fn, int reps) {
-  fn();
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    fn();
-    auto t1 = std::chrono::steady_clock::now();
-    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-std::int64_t arg(int argc, char** argv, int i, std::int64_t fallback) { return argc > i ? std::atoll(argv[i]) : fallback; }
-
-}  // namespace
+using ctune::bench::arg;
+using ctune::bench::median_ms;
 
 int main(int argc, char** argv) {
   const auto threads = arg(argc, argv, 1, 2), B = arg(argc, argv, 2, 4), h = arg(argc, argv, 3, 9),
