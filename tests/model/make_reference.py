@@ -5,8 +5,8 @@ per-token NLL / argmax a Hugging Face-equivalent forward gives for them.
 Written directly against PyTorch (python3-torch from Debian), following the computation in
 transformers' modeling_llama.py / modeling_qwen2.py / modeling_qwen3.py / modeling_smollm3.py /
 modeling_gemma2.py / modeling_gemma3.py / modeling_mixtral.py / modeling_qwen3_moe.py (see docs/formats.md#forward-computation and
-docs/families.md), with its own
-safetensors writer. It shares no code with ctune. The forward runs in float64 on the stored
+docs/families.md), and modeling_qwen3_5.py / modeling_qwen3_5_moe.py in qwen3_5_reference.py (Gated
+DeltaNet computed token by token), with its own safetensors writer. It shares no code with ctune. The forward runs in float64 on the stored
 (possibly bf16-rounded) weights; RoPE frequencies are computed in fp32 as HF does.
 
 Usage: make_reference.py OUT_DIR
@@ -14,7 +14,10 @@ Writes OUT_DIR/<name>/ (config.json + safetensors) and OUT_DIR/<name>.reference.
 {"ids": [...], "nll": [...], "argmax": [...], "min_margin": float, "nll_fp32_noise": float}: the
 last is how far float32 rounding alone moves these NLLs (largest |dNLL|, tests/fp32_noise.py).
 For the BEAM_CASES also OUT_DIR/<name>.beam.json: beam searches (beam_reference.py) over
-BEAM_PROMPTS for each of BEAM_SETTINGS, in float64.
+BEAM_PROMPTS for each of BEAM_SETTINGS, in float64. For the Qwen3.5 cases also
+OUT_DIR/<name>.packing.json: {"ids", "lengths": [100, 156], "documents": [{"ids", "nll"}, ...],
+"nll_fp32_noise"}: the sequence cut into two documents, each one's per-token NLL scored alone (what
+the two packed in one row must give).
 """
 import json
 import math
@@ -27,6 +30,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from fp32_noise import fp32_noise, max_abs, relative_norm  # noqa: E402
 from beam_reference import beam_search  # noqa: E402
+import qwen3_5_reference as qwen3_5  # noqa: E402
 
 SEQ_LEN = 160
 MARGIN = 1e-4  # top-1 vs top-2 logit gap required at every position (keeps argmax well defined)
@@ -182,9 +186,56 @@ CASES = {
                                    num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
                                    norm_topk_prob=True, tie_word_embeddings=False, torch_dtype="float32",
                                    _stacked=True),
+    # Qwen3.5 (qwen3_5_reference.py; keys as the released config.json files carry them, on top of
+    # its RELEASED). Text layout (Qwen3_5ForCausalLM): three Gated DeltaNet layers then one gated
+    # full-attention layer, given as layer_types; each q/k head serves 2 value heads, Dk 16 != Dv
+    # 24; partial rotary 0.25 of head_dim 32; untied, fp32.
+    "qwen3_5_text_fp32": dict(model_type="qwen3_5_text", architectures=["Qwen3_5ForCausalLM"], num_hidden_layers=4,
+                              layer_types=["linear_attention"] * 3 + ["full_attention"], full_attention_interval=4,
+                              intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                              linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+                              linear_value_head_dim=24, linear_conv_kernel_dim=4, tie_word_embeddings=False,
+                              dtype="float32",
+                              rope_parameters={"mrope_interleaved": True, "mrope_section": [2, 1, 1],
+                                               "partial_rotary_factor": 0.25, "rope_theta": 10000000,
+                                               "rope_type": "default"},
+                              _seq_len=256),
+    # The multimodal wrapper the released checkpoints use (Qwen3_5ForConditionalGeneration, as
+    # Qwen3.5-0.8B): text config under text_config without layer_types (full_attention_interval 2:
+    # layers 1 and 3 full), tensors under model.language_model. beside vision and MTP tensors;
+    # Hv = Hk as the 0.8B, MQA, partial rotary 0.5, tied, bf16.
+    "qwen3_5_tied_bf16": dict(model_type="qwen3_5_text", num_hidden_layers=4, full_attention_interval=2,
+                              intermediate_size=96, num_attention_heads=4, num_key_value_heads=1, head_dim=32,
+                              linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
+                              linear_value_head_dim=16, linear_conv_kernel_dim=4, tie_word_embeddings=True,
+                              dtype="bfloat16",
+                              rope_parameters={"mrope_interleaved": True, "mrope_section": [4, 2, 2],
+                                               "partial_rotary_factor": 0.5, "rope_theta": 10000000,
+                                               "rope_type": "default"},
+                              _seq_len=256, _wrapper="qwen3_5"),
+    # Qwen3.5-MoE text (Qwen3_5MoeForCausalLM): every layer routed (8 experts, top 2, always
+    # renormalised) plus the sigmoid-gated shared expert, experts stacked as the Hub's
+    # checkpoints store them; layer_types (full attention at layer 1) that full_attention_interval
+    # (also present, 4) would not give; one q/k head for 2 value heads; conv kernel 3; untied, fp32.
+    "qwen3_5_moe_fp32": dict(model_type="qwen3_5_moe_text", architectures=["Qwen3_5MoeForCausalLM"],
+                             num_hidden_layers=4, layer_types=["linear_attention", "full_attention", "linear_attention",
+                                                               "linear_attention"],
+                             full_attention_interval=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                             linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=16,
+                             linear_value_head_dim=16, linear_conv_kernel_dim=3, num_experts=8, num_experts_per_tok=2,
+                             moe_intermediate_size=32, shared_expert_intermediate_size=48, output_router_logits=False,
+                             router_aux_loss_coef=0.001, tie_word_embeddings=False, dtype="float32",
+                             rope_parameters={"mrope_interleaved": True, "mrope_section": [1, 1, 0],
+                                              "partial_rotary_factor": 0.25, "rope_theta": 10000000,
+                                              "rope_type": "default"},
+                             _seq_len=256),
 }
 
-MOE = ("mixtral", "qwen3_moe")
+# Qwen3.5 cases also get OUT_DIR/<name>.packing.json: the sequence split into two documents at
+# PACK_SPLIT (mid-way through the second 64-token chunk), each document's NLL scored alone.
+PACK_SPLIT = 100
+
+MOE = ("mixtral", "qwen3_moe", "qwen3_5_moe_text")
 ROUTE_MARGIN = 1e-5
 
 GEMMA = ("gemma2", "gemma3_text")
@@ -272,6 +323,9 @@ def moe_layout(cfg):
     """(experts, k, expert intermediate, renormalise, per-layer sparse, module, expert names):
     MixtralConfig's and Qwen3MoeConfig's defaults, Qwen3MoeDecoderLayer's sparse-layer rule."""
     L = cfg["num_hidden_layers"]
+    if cfg["model_type"] == "qwen3_5_moe_text":  # every layer sparse, always renormalised
+        E, k, I = qwen3_5.moe_layout(cfg)
+        return E, k, I, True, [True] * L, "mlp", None
     if cfg["model_type"] == "mixtral":
         return (cfg.get("num_local_experts", 8), cfg.get("num_experts_per_tok", 2), cfg["intermediate_size"], True,
                 [True] * L, "block_sparse_moe", ("w1", "w3", "w2"))
@@ -288,6 +342,8 @@ def tied(cfg):
 
 
 def config_for(case):
+    if case["model_type"] in qwen3_5.TEXT_TYPES:
+        return qwen3_5.text_config(case)
     cfg = dict(BASE)
     cfg.update({k: v for k, v in case.items() if not k.startswith("_")})
     return cfg
@@ -349,6 +405,8 @@ def tensor_shapes(cfg):
 
 def random_weights(cfg, gen, dtype):
     """Weights large enough that logits spread well (std ~1), rounded to the storage dtype."""
+    if cfg["model_type"] in qwen3_5.TEXT_TYPES:
+        return qwen3_5.random_weights(cfg, gen, dtype)
     weights = {}
     offset = 0.0 if cfg["model_type"] in GEMMA else 1.0  # Gemma's norms scale by 1 + w
     for name, shape in tensor_shapes(cfg):
@@ -508,6 +566,8 @@ def forward(cfg, w, ids, dtype=torch.float64, stats=None):
     """Logits [T, V] in `dtype` (float64; float32 for the noise runs) for one sequence. `stats`,
     when given, receives the MoE routing's smallest k-th/(k+1)-th probability gap and each sparse
     layer's router logits."""
+    if cfg["model_type"] in qwen3_5.TEXT_TYPES:
+        return qwen3_5.forward(cfg, w, ids, dtype, stats)
     W = {k: v.to(dtype) for k, v in w.items()}
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     nkv = cfg.get("num_key_value_heads", nh)
@@ -688,9 +748,12 @@ def write_beam_fixture(path, cfg, weights):
 def main():
     out_root = sys.argv[1]
     os.makedirs(out_root, exist_ok=True)
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    threads = max(1, os.cpu_count() or 1)
     for seed, (name, case) in enumerate(CASES.items()):
         cfg = config_for(case)
+        # Qwen3.5's per-token recurrence is thousands of tiny ops, forward and backward (the MoE
+        # aux-loss gradients): one intra-op thread, as more only spin (qwen3_5_reference.forward).
+        torch.set_num_threads(1 if cfg["model_type"] in qwen3_5.TEXT_TYPES else threads)
         dtype = TORCH_DTYPE[cfg.get("torch_dtype", cfg.get("dtype"))]
         gen = torch.Generator().manual_seed(1000 + seed)
         weights = random_weights(cfg, gen, dtype)
@@ -713,7 +776,9 @@ def main():
             lp = torch.log_softmax(forward(cfg, t, ids, torch.get_default_dtype()), dim=-1)
             return {"nll": -lp[torch.arange(seq_len - 1), torch.tensor(ids[1:])]}
         noise = fp32_noise(nll_of, {k: v.to(torch.float64) for k, v in weights.items()}, max_abs)["nll"]
-        if case.get("_wrapper"):
+        if case.get("_wrapper") == "qwen3_5":
+            write_checkpoint(os.path.join(out_root, name), *qwen3_5.wrap(cfg, weights), 1)
+        elif case.get("_wrapper"):
             write_checkpoint(os.path.join(out_root, name), *wrap(cfg, weights, case["_wrapper"]), 1)
         elif case.get("_stacked"):
             write_checkpoint(os.path.join(out_root, name), cfg, stack_experts(cfg, weights), 1)
@@ -725,6 +790,10 @@ def main():
             reference.update(aux_reference(cfg, weights, ids))
         with open(os.path.join(out_root, name + ".reference.json"), "w") as f:
             json.dump(reference, f)
+        if cfg["model_type"] in qwen3_5.TEXT_TYPES:
+            packing = qwen3_5.packing_reference(cfg, weights, ids, PACK_SPLIT, fp32_noise, max_abs)
+            with open(os.path.join(out_root, name + ".packing.json"), "w") as f:
+                json.dump(packing, f)
         if name in BEAM_CASES:
             write_beam_fixture(os.path.join(out_root, name + ".beam.json"), cfg, weights)
         print(f"{name}: {len(weights)} tensors, {dtype}, mean nll {sum(nll) / len(nll):.4f}, min margin {margin:.2e}, "

@@ -215,13 +215,25 @@ CASES = [
 ]
 
 # Extra template variables (apply_chat_template's **kwargs). Qwen3's template reads
-# enable_thinking; the construct templates read it too.
+# enable_thinking; the construct templates read it too. Qwen3.8's also reads preserve_thinking
+# (earlier answers keep their <think> block unless it is false) and reasoning_effort (xhigh by
+# default, medium, low; anything else refused).
 KWARG_CASES = [
     ("enable_thinking false", [u("Solve 12*12.")], None, {"enable_thinking": False}),
     ("enable_thinking false after history", [u("Hi"), a("Hello", reasoning_content="greet"), u("12*12?")], None,
      {"enable_thinking": False}),
     ("enable_thinking true", [u("Solve 12*12."), a("144")], None, {"enable_thinking": True}),
     ("kwargs with tools", [u("Weather in Kyiv?")], [WEATHER], {"enable_thinking": False}),
+    ("preserve_thinking false", [u("First?"), a("One.", reasoning_content="think one"), u("Second?"),
+                                 a("Two.", reasoning_content="think two")], None, {"preserve_thinking": False}),
+    ("preserve_thinking true", [u("First?"), a("One.", reasoning_content="think one"), u("Second?"),
+                                a("Two.", reasoning_content="think two")], None, {"preserve_thinking": True}),
+    ("reasoning_effort low with system", [s("Be brief."), u("Why is the sky blue?"),
+                                          a("Rayleigh scattering.", reasoning_content="short")], None,
+     {"reasoning_effort": "low"}),
+    ("reasoning_effort medium", [u("Why is the sky blue?"), a("Rayleigh scattering.")], None,
+     {"reasoning_effort": "medium"}),
+    ("reasoning_effort high", [u("Why?")], None, {"reasoning_effort": "high"}),
 ]
 
 

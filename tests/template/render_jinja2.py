@@ -17,6 +17,8 @@ Templates:
                                        that tokenizer_config.json's special tokens
   llama2                               tests/data/llama2_chat_template.jinja, llama2's special tokens
   chatml chatml_default_system         tests/data/chatml*_template.jinja, eos_token "<|im_end|>"
+  qwen3_5 qwen3_8                      models/*.jinja: released chat_template.jinja files (their SHA-256
+                                       checked), eos_token "<|im_end|>", pad_token "<|endoftext|>"
 
 strftime_now is frozen at 2026-01-15 12:34:56 (taken as UTC; transformers calls datetime.now(), a
 naive local time) so renders are reproducible; the C++ tests use the same instant.
@@ -33,6 +35,7 @@ All offsets are UTF-8 byte offsets into "text". See README.md for the mask defin
 import copy
 import datetime
 import glob
+import hashlib
 import json
 import os
 import re
@@ -54,6 +57,12 @@ NOW = datetime.datetime(2026, 1, 15, 12, 34, 56)
 NOW_TEXT = "2026-01-15T12:34:56Z"
 TOKENIZER_VERSION = "3.7.2"
 REAL = ["gemma3", "qwen3", "llama3", "llama3_1", "deepseek_v3"]
+# Released templates without an npm tokenizer package, committed byte for byte (no final newline)
+# and checked against the SHA-256 their public copies state: Qwen3.5's (Qwen3.5-35B-A3B's
+# chat_template.jinja: earlier answers lose their thinking) and Qwen3.8's (the same family's, with
+# reasoning_effort, and preserve_thinking: thinking kept in history unless it is false).
+MODEL_FILES = [("qwen3_5", "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715"),
+               ("qwen3_8", "c3cf9e34abf4f9e36c2d72165aa9c132d3e2a725b6c2586aaa3a8af9d7a81041")]
 # The same test transformers' apply_chat_template uses to decide whether a template tracks generation.
 GENERATION_TAG = re.compile(r"\{\%-?\s*generation\s*-?\%\}")
 # Private-use characters: json.dumps(ensure_ascii=False), i.e. tojson, prints them raw.
@@ -402,6 +411,14 @@ def load_templates(cache):
                        ("chatml_default_system", "chatml_default_system_template.jinja")]:
         variables = {"eos_token": "<|im_end|>"}
         templates[name] = {"source": read(os.path.join(DATA, file)), "variables": variables, "tokenizer": None,
+                           "end_of_turn": end_of_turn_tokens(variables, None)}
+    for name, sha in MODEL_FILES:
+        with open(os.path.join(HERE, "models", name + ".jinja"), "rb") as f:
+            raw = f.read()
+        if hashlib.sha256(raw).hexdigest() != sha:
+            raise SystemExit(f"models/{name}.jinja is not the released template (SHA-256 {sha} expected)")
+        variables = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+        templates[name] = {"source": raw.decode("utf-8"), "variables": variables, "tokenizer": None,
                            "end_of_turn": end_of_turn_tokens(variables, None)}
     return templates
 
