@@ -51,6 +51,9 @@ int run_info(const InfoOptions& o) {
   char rope[128];
   std::snprintf(rope, sizeof(rope), "%s, theta %g", c.rope.type.c_str(), c.rope.theta);
   if (c.rope.type != "default") std::snprintf(rope + std::strlen(rope), sizeof(rope) - std::strlen(rope), ", factor %g", c.rope.factor);
+  if (c.rope.partial_rotary_factor != 1.0)
+    std::snprintf(rope + std::strlen(rope), sizeof(rope) - std::strlen(rope), ", on %lld of %lld dims per head",
+                  (long long)c.rope.rotary_dim(c.head_dim), (long long)c.head_dim);
 
   if (o.json) {
     Json dtypes = Json::object();
@@ -80,6 +83,13 @@ int run_info(const InfoOptions& o) {
   std::printf("%-22s %lld query / %lld key-value heads, head_dim %lld%s%s\n", "attention", (long long)c.num_attention_heads,
               (long long)c.num_key_value_heads, (long long)c.head_dim,
               c.arch.qkv_bias ? ", q/k/v bias" : "", c.arch.qk_norm ? ", q/k norm" : "");
+  if (const auto& l = c.arch.linear; l.any()) {
+    const auto n = std::count(l.layers.begin(), l.layers.end(), true);
+    std::printf("%-22s %lld of %lld layers: %lld query-key / %lld value heads of %lld / %lld, conv %lld%s\n", "gated deltanet",
+                (long long)n, (long long)c.num_hidden_layers, (long long)l.key_heads, (long long)l.value_heads,
+                (long long)l.key_dim, (long long)l.value_dim, (long long)l.conv_kernel,
+                c.arch.attn_output_gate ? "; attention output gated" : "");
+  }
   if (const auto window = c.arch.sliding_window()) {
     const auto windowed = std::count_if(c.arch.layer_windows.begin(), c.arch.layer_windows.end(), [](std::int64_t w) { return w > 0; });
     std::printf("%-22s %lld positions on %lld of %lld layers\n", "sliding window", (long long)*window, (long long)windowed,

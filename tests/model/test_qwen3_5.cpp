@@ -213,3 +213,25 @@ TEST(Qwen35, BadConfigsAreRefusedByName) {
   rope["rope_parameters"] = Json::parse(R"({"rope_type": "yarn", "factor": 4.0})");
   EXPECT_NE(refusal(rope).find("rope type \"yarn\" is not supported"), std::string::npos) << refusal(rope);
 }
+
+// No position sees a later token: changing the last tokens of a row leaves every earlier
+// position's logits as they were, packed or not, in one sequence and in a padded batch.
+TEST(Qwen35, LaterTokensChangeNoEarlierLogit) {
+  auto lm = model::load_causal_lm(kModels / "qwen3_5_text_fp32", at::kFloat);
+  at::NoGradGuard no_grad;
+  const std::int64_t T = 150, keep = 97;
+  auto ids = at::randint(0, 300, {2, T}, at::kLong);
+  auto changed = ids.clone();
+  changed.narrow(1, keep, T - keep).random_(0, 300);
+  const auto before = lm->forward(ids).narrow(1, 0, keep);
+  const auto after = lm->forward(changed).narrow(1, 0, keep);
+  EXPECT_EQ((before - after).abs().max().item<double>(), 0.0);
+  model::ForwardInputs in;
+  in.segment_ids = at::cat({at::full({2, 60}, 1, at::kLong), at::full({2, T - 60}, 2, at::kLong)}, 1);
+  in.position_ids = at::cat({at::arange(60, at::kLong), at::arange(T - 60, at::kLong)}).unsqueeze(0).expand({2, T});
+  in.input_ids = ids;
+  const auto packed_before = lm->logits(in).narrow(1, 0, keep);
+  in.input_ids = changed;
+  const auto packed_after = lm->logits(in).narrow(1, 0, keep);
+  EXPECT_EQ((packed_before - packed_after).abs().max().item<double>(), 0.0);
+}
