@@ -70,16 +70,17 @@ ActivationCost GatedDeltaNetImpl::saved_activations(const ModelConfig& config, c
   const Term Hv = Term::num(l.value_heads), four = Term::num(4);
   ActivationCost a;
   const Term inputs = shared_projection_input(s, {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"}, s.H);
-  // The convolution keeps its input; the recurrence its q, k, v (the convolution's output),
-  // fp32 g and beta, and one fp32 state per chunk of 64 tokens (ops/gated_delta.h).
+  // The convolution keeps its input; the recurrence its q, k, v (the convolution's output) and
+  // fp32 g and beta, and recomputes the rest in backward (ops/gated_delta.h).
   const Term conv = s.n * C * s.c;
-  const Term chunk_states = s.B * Term::ceil_div(s.T, Term::num(64)) * Hv * Term::num(l.key_dim * l.value_dim) * four;
-  const Term rule = s.n * C * s.c + Term::num(2) * four * s.n * Hv + chunk_states;
-  // The gated norm keeps its input and z; out_proj its input.
-  const Term gate = RMSNormImpl::saved_activations(s.n * Hv, Term::num(l.value_dim), s.c) + s.n * V * s.c;
+  const Term rule = s.n * C * s.c + Term::num(2) * four * s.n * Hv;
+  // The gated norm keeps its input o and z; the fp32 product keeps both factors (the normalised
+  // o and silu(z)), silu its input; out_proj its input.
+  const Term gate = RMSNormImpl::saved_activations(s.n * Hv, Term::num(l.value_dim), s.c) + s.n * V * s.c +
+                    Term::num(2) * four * s.n * V;
   const Term o_in = s.projection_input("out_proj", V);
   a.saved = inputs + conv + rule + gate + o_in;
-  a.parts = {"DeltaNet projections' input", "convolution", "q, k, v, g, beta, chunk states", "gated norm", "out_proj input"};
+  a.parts = {"DeltaNet projections' input", "convolution", "q, k, v, g, beta", "gated norm", "out_proj input"};
   return a;
 }
 
