@@ -348,6 +348,19 @@ TEST_F(Checkpoints, KilledMoeLoraRunResumesBitIdentical) {
   EXPECT_NE(html.find("balanced (1/32)"), std::string::npos);
 }
 
+// Qwen3.5 (recipes/models/qwen3.5-tiny.json: three Gated DeltaNet layers and one output-gated
+// attention layer), LoRA on the DeltaNet's projections (in_proj_qkv, in_proj_z, out_proj) and
+// the attention's q/v, blocks recomputed in backward, bf16 compute: killed and resumed, the
+// uninterrupted run.
+TEST_F(Checkpoints, KilledQwen35LoraRunResumesBitIdentical) {
+  const fs::path model = kDir / "qwen3.5-model";
+  const auto init = ctune({"init", "--config", CTUNE_SOURCE_DIR "/recipes/models/qwen3.5-tiny.json", "--out", model.string(),
+                           "--tokenizer", "byte", "--seed", "8"});
+  ASSERT_EQ(init.status, 0) << init.err;
+  kill_and_resume_is_exact("lora", "precision: bf16\nmemory: {activation_checkpointing: full}\n", "qwen3.5-lora", model,
+                           ", target_modules: [q_proj, v_proj, in_proj_qkv, in_proj_z, out_proj]");
+}
+
 // Mixtral (recipes/models/mixtral-tiny.json: 8 experts, 2 per token, every layer sparse),
 // LoRA by Mixtral's expert names (w1, w2, w3) and on the attention, bf16 compute, the aux loss
 // at the config's 0.02: killed and resumed, the uninterrupted run.
