@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <sstream>
 
 namespace ctune {
@@ -48,9 +49,10 @@ KeySpec planned(KeySpec spec) {
   return spec;
 }
 
-std::vector<KeySpec> build_schema() {
+// The run, the model and the data.
+std::vector<KeySpec> run_and_data_keys() {
   using T = KeyType;
-  std::vector<KeySpec> s = {
+  return {
       may_change_on_resume({"output_dir", T::Path, "null", "Run directory: resolved recipe, metrics.jsonl, train.log, checkpoints", {}, {}, {}, false, true}),
       {"seed", T::Int, "42", "Seed for initialisation, data order and dropout", {}, 0, 9.2e18},
       {"device", T::String, "cpu", "Where the model and batches live: cpu, or cuda (needs a CUDA build of LibTorch)",
@@ -105,7 +107,13 @@ std::vector<KeySpec> build_schema() {
       {"data.shuffle", T::Bool, "true", "Shuffle training examples each epoch (deterministic from seed)"},
       {"data.on_error", T::String, "error", "A malformed example stops the run, or is skipped and counted", {"error", "skip"}},
       {"data.add_eos", T::Bool, "true", "text format: append the eos token to each document"},
+  };
+}
 
+// The training method, the optimizer and its schedule.
+std::vector<KeySpec> method_keys() {
+  using T = KeyType;
+  return {
       planned({"peft.method", T::String, "none", "none = full fine-tuning; lora = LoRA adapters on a frozen base", recipe_method_names()}),
       {"peft.rank", T::Int, "8", "LoRA rank r", {}, 1, 4096},
       {"peft.alpha", T::Float, "16.0", "LoRA alpha (scale alpha/r, or alpha/sqrt(r) with rslora)", {}, 1e-9, 1e9},
@@ -128,7 +136,13 @@ std::vector<KeySpec> build_schema() {
       {"scheduler.name", T::String, "cosine", "Learning-rate schedule after warmup", {"constant", "linear", "cosine"}},
       {"scheduler.warmup_steps", T::Int, "0", "Linear warmup from 0 over this many steps", {}, 0, 1e9},
       {"scheduler.min_lr_ratio", T::Float, "0.0", "linear/cosine: final lr as a share of the peak", {}, 0.0, 1.0},
+  };
+}
 
+// The loop: batches, steps, evaluation, loss scaling, attention memory, experts' losses.
+std::vector<KeySpec> training_keys() {
+  using T = KeyType;
+  return {
       planned({"training.batch_size", T::Int, "4", "Sequences per micro-batch (auto: the planner's, keeping training.global_batch_size)", {}, 1, 65536}),
       {"training.global_batch_size", T::Int, "null",
        "With training.batch_size: auto, the sequences per optimizer step over all ranks that the planner keeps "
@@ -159,6 +173,13 @@ std::vector<KeySpec> build_schema() {
       {"moe.router_z_loss_coef", T::Float, "0.0",
        "Weight of the routers' z-loss (ST-MoE: mean squared logsumexp of the router logits) on a model with experts (0: off)",
        {}, 0.0, 1e6},
+  };
+}
+
+// What a step minimises, and each objective's own keys (docs/objectives.md).
+std::vector<KeySpec> objective_keys() {
+  using T = KeyType;
+  return {
       {"objective.name", T::String, "sft",
        "What training minimises: sft (next-token loss on the trained tokens), dpo, simpo or orpo (preference pairs, data.format: preference), "
        "grpo (online RL from prompts, data.format: prompt, and reward.*)",
@@ -208,6 +229,13 @@ std::vector<KeySpec> build_schema() {
        "grpo: a reward.command that crashes, hangs or prints no number: fail (end the step, the default) or zero (score 0, count it, restart it)",
        {"fail", "zero"}, {}, {}, true}),
       owned_by({"grpo"}, {"reward.length", T::Map, "null", "grpo: DAPO's overlong penalty, 0 to -1 over the `cache` tokens before `max_tokens`; {max_tokens, cache, weight}", {}, {}, {}, true}),
+  };
+}
+
+// Memory, checkpoints, distribution and logging.
+std::vector<KeySpec> runtime_keys() {
+  using T = KeyType;
+  return {
       may_change_on_resume({"logging.samples_every_n_steps", T::Int, "0", "grpo: write a few prompts with their completions and rewards to samples.jsonl every N steps (0: never)", {}, 0, 1e12}),
       planned({"memory.chunked_loss", T::Bool, "true", "Project to the vocabulary a chunk of positions at a time (no full logits)"}),
       planned({"memory.quantize_base", T::String, kQuantNone, "Frozen base weights in int8 or nf4 (LoRA only)", {kQuantNone, kQuantInt8, kQuantNf4}}),
@@ -244,6 +272,15 @@ std::vector<KeySpec> build_schema() {
       may_change_on_resume({"logging.profile", T::Bool, "false",
        "Time each step by category (metrics.jsonl profile_ms, a table in the log, steps 2-3 as a Chrome trace in output_dir/profile.trace.json)"}),
   };
+}
+
+// Every recipe key, in the order the docs list them.
+std::vector<KeySpec> build_schema() {
+  std::vector<KeySpec> s;
+  for (const auto part : {run_and_data_keys, method_keys, training_keys, objective_keys, runtime_keys}) {
+    auto keys = part();
+    s.insert(s.end(), std::make_move_iterator(keys.begin()), std::make_move_iterator(keys.end()));
+  }
   return s;
 }
 
