@@ -265,7 +265,8 @@ std::vector<LayerKind> layer_kinds(const LedgerInputs& in, const model::Activati
     const std::pair<bool, bool> key{arch.moe.sparse(l), arch.linear.layer(l)};
     auto it = by_key.find(key);
     if (it == by_key.end()) {
-      LayerKind kind{model::DecoderLayerImpl::saved_activations(in.config, shape, l)};
+      LayerKind kind;
+      kind.cost = model::DecoderLayerImpl::saved_activations(in.config, shape, l);
       kind.symbol = std::string("L") + (sparse_mixed ? (key.first ? "s" : "d") : "") + (linear_mixed ? (key.second ? "g" : "a") : "");
       kind.name = std::string(sparse_mixed ? (key.first ? "sparse" : "dense") : "") + (sparse_mixed && linear_mixed ? " " : "") +
                   (linear_mixed ? (key.second ? "DeltaNet" : "attention") : "");
@@ -508,28 +509,29 @@ std::string symbol_table(const std::vector<std::pair<std::string, std::int64_t>>
   return out;
 }
 
-Ledger estimate_memory(const LedgerInputs& in) {
-  Ledger led;
-  Symbols sym;
-  const Shape s = shape_symbols(in, sym);
-  const StateTerms st = state_lines(in, sym, led);
-  const ActivationTerms act = activation_lines(in, s, sym, led);
-  const Term copies = compute_copy_line(in, s, sym, led);
-  const Term loss = loss_line(in, s, sym, led);
-  const Term tied = tied_gradient_line(in, st, s, sym, led);
-  const Term gemm_copies = gemm_workspace_line(in, s, sym, led);
-  const RolloutTerms rollout = rollout_lines(in, s, st.sharded_params ? st.whole_weights - st.unsharded : Term(), sym, led);
-  const Term runtime = sym("runtime", in.runtime_bytes);
-  led.lines.push_back({"runtime", in.runtime_bytes, runtime.text(), "this process before training: LibTorch, tokenizer, datasets"});
-  const Term step_runtime = in.step_runtime_bytes > 0 ? sym("Rs", in.step_runtime_bytes) : Term();
+// The process's own memory beside the step's tensors: the runtime before training, what a step
+// adds outside them, and oneDNN's kernel cache.
+struct RuntimeTerms {
+  Term runtime, step, kernels;
+};
+RuntimeTerms runtime_lines(const LedgerInputs& in, Symbols& sym, Ledger& led) {
+  RuntimeTerms t;
+  t.runtime = sym("runtime", in.runtime_bytes);
+  led.lines.push_back({"runtime", in.runtime_bytes, t.runtime.text(), "this process before training: LibTorch, tokenizer, datasets"});
+  t.step = in.step_runtime_bytes > 0 ? sym("Rs", in.step_runtime_bytes) : Term();
   if (in.step_runtime_bytes > 0)
-    led.lines.push_back({"step runtime", in.step_runtime_bytes, step_runtime.text(),
+    led.lines.push_back({"step runtime", in.step_runtime_bytes, t.step.text(),
                          "what a step adds outside its tensors: its kernels' code paged in at their first call, the runtimes' scratch outside "
                          "the tensor pool (15 MB + 1.5 MB a thread, measured: ops/threads.h)"});
-  const Term kernels = in.kernel_cache_bytes > 0 ? sym("Kc", in.kernel_cache_bytes) : Term();
+  t.kernels = in.kernel_cache_bytes > 0 ? sym("Kc", in.kernel_cache_bytes) : Term();
   if (in.kernel_cache_bytes > 0)
-    led.lines.push_back({"kernel cache", in.kernel_cache_bytes, kernels.text(),
+    led.lines.push_back({"kernel cache", in.kernel_cache_bytes, t.kernels.text(),
                          "oneDNN's compiled bf16 GEMM kernels at its cache's capacity: routed row counts change every step (ops/compute.h)"});
+  return t;
+}
+
+// A preference objective's frozen reference copy; zero without one.
+Term reference_line(const LedgerInputs& in, const StateTerms& st, Symbols& sym, Ledger& led) {
   // The reference copy is sharded as the policy (its parts gathered while its forward computes, at
   // most one part whole: the policy's gathered term covers it, before the policy's activations
   // exist); its quantised projections stay whole.
@@ -541,6 +543,46 @@ Ledger estimate_memory(const LedgerInputs& in) {
                          std::string("the preference objective's frozen reference: model.path as stored") +
                              (st.sharded_params ? ", sharded as the policy" + std::string(in.reference.quantised > 0 ? " (Uref: its quantised projections, whole)" : "") : "")});
   }
+  return reference;
+}
+
+// The peak's formula in words, as the ledger prints it.
+std::string peak_formula_text(const LedgerInputs& in, bool sharded, bool scatters, const Term& copies, const Term& gemm_copies) {
+  const std::string saved = copies.value() > 0 ? "activations + compute copies" : "activations";
+  const std::string kernel_text = in.kernel_cache_bytes > 0 ? " + kernel cache" : "";
+  const std::string step_text = in.step_runtime_bytes > 0 ? " + step runtime" : "";
+  const std::string rollout_kept = std::string(in.generated_rows > 0 ? " + rollout batches" : "") + (gemm_copies.value() > 0 ? " + fp32 GEMM copies" : "");
+  if (sharded) {
+    return "max(weights + gradients + optimizer state (shards)" + rollout_kept + " + max(" + saved + " + loss buffers + gathered" +
+           " + gathered grads, gathered + gathered grads + what the layers keep + one recomputed layer, optimizer-step temporaries" +
+           std::string(in.generated_rows > 0 ? ", KV cache + generation prefill + the whole weights gathered" : "") + "), " +
+           "weights + optimizer state (shards) + the whole weights" +
+           (in.sharded_checkpoints ? " gathered for the result" : " and optimizer state gathered for a checkpoint") +
+           ") + allocator + runtime" + step_text + kernel_text;
+  }
+  return "weights + optimizer state" + rollout_kept + " + max(" + saved + " + loss buffers" +
+         std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
+         ", gradients + what the layers keep + one recomputed layer + its output's gradient, gradients + tied gradients" +
+         std::string(in.all_reduced_gradients ? ", gradients + their flat fp32 copy all-reduced" : "") +
+         std::string(scatters ? ", gradients + the largest bucket reduce-scattered (flat, received, summed)" : "") +
+         ", gradients + optimizer-step temporaries" +
+         std::string(in.optimizer_shards > 1 && !in.sharded_checkpoints ? ", the whole optimizer state gathered for a checkpoint" : "") +
+         std::string(in.generated_rows > 0 ? ", KV cache + generation prefill" : "") + ") + allocator + runtime" + step_text + kernel_text;
+}
+
+Ledger estimate_memory(const LedgerInputs& in) {
+  Ledger led;
+  Symbols sym;
+  const Shape s = shape_symbols(in, sym);
+  const StateTerms st = state_lines(in, sym, led);
+  const ActivationTerms act = activation_lines(in, s, sym, led);
+  const Term copies = compute_copy_line(in, s, sym, led);
+  const Term loss = loss_line(in, s, sym, led);
+  const Term tied = tied_gradient_line(in, st, s, sym, led);
+  const Term gemm_copies = gemm_workspace_line(in, s, sym, led);
+  const RolloutTerms rollout = rollout_lines(in, s, st.sharded_params ? st.whole_weights - st.unsharded : Term(), sym, led);
+  const RuntimeTerms rt = runtime_lines(in, sym, led);
+  const Term reference = reference_line(in, st, sym, led);
 
   // The peak: what is always there, plus the largest of the step's moments, plus what the
   // allocator holds on to. Under full_shard the sharded gradients stay through the step and
@@ -614,34 +656,14 @@ Ledger estimate_memory(const LedgerInputs& in) {
                        in.exact_allocator ? "memory.allocator: exact returns freed blocks at once"
                                           : "the tensor pool's bound: it returns free ranges before it holds more than its live peak plus 1/" +
                                                 std::to_string(ops::kPoolSlackDivisor) + " (memory.allocator: exact makes it 0)"});
-  const Term peak = live + reserve + runtime + step_runtime + kernels;
+  const Term peak = live + reserve + rt.runtime + rt.step + rt.kernels;
   led.peak_bytes = peak.value();
   for (const auto& l : led.lines)
     if (l.pool == "host") led.host_bytes += l.bytes;
   led.state_bytes = (st.weights + st.gathered + st.grads + st.gathered_grads + st.optimizer).value();
   led.trainable_parameters = st.trainable.value();
   led.optimizer_bytes_per_parameter = st.opt_per_param;
-  const std::string saved = copies.value() > 0 ? "activations + compute copies" : "activations";
-  const std::string kernel_text = in.kernel_cache_bytes > 0 ? " + kernel cache" : "";
-  const std::string step_text = in.step_runtime_bytes > 0 ? " + step runtime" : "";
-  const std::string rollout_kept = std::string(in.generated_rows > 0 ? " + rollout batches" : "") + (gemm_copies.value() > 0 ? " + fp32 GEMM copies" : "");
-  if (sharded) {
-    led.peak_formula = "max(weights + gradients + optimizer state (shards)" + rollout_kept + " + max(" + saved + " + loss buffers + gathered" +
-                       " + gathered grads, gathered + gathered grads + what the layers keep + one recomputed layer, optimizer-step temporaries" +
-                       std::string(in.generated_rows > 0 ? ", KV cache + generation prefill + the whole weights gathered" : "") + "), " +
-                       "weights + optimizer state (shards) + the whole weights" +
-                       (in.sharded_checkpoints ? " gathered for the result" : " and optimizer state gathered for a checkpoint") +
-                       ") + allocator + runtime" + step_text + kernel_text;
-  } else {
-    led.peak_formula = "weights + optimizer state" + rollout_kept + " + max(" + saved + " + loss buffers" +
-                       std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
-                       ", gradients + what the layers keep + one recomputed layer + its output's gradient, gradients + tied gradients" +
-                       std::string(in.all_reduced_gradients ? ", gradients + their flat fp32 copy all-reduced" : "") +
-                       std::string(scatters ? ", gradients + the largest bucket reduce-scattered (flat, received, summed)" : "") +
-                       ", gradients + optimizer-step temporaries" +
-                       std::string(in.optimizer_shards > 1 && !in.sharded_checkpoints ? ", the whole optimizer state gathered for a checkpoint" : "") +
-                       std::string(in.generated_rows > 0 ? ", KV cache + generation prefill" : "") + ") + allocator + runtime" + step_text + kernel_text;
-  }
+  led.peak_formula = peak_formula_text(in, sharded, scatters, copies, gemm_copies);
   led.symbol_values = sym.values;
   led.symbols = symbol_table(led.symbol_values, training_symbol_meanings(in.seq_len_from_data));
   return led;
