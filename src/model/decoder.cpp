@@ -158,8 +158,8 @@ at::Tensor DecoderImpl::forward(const ForwardInputs& in) {
   return norm->forward(scopes->enter(ParamScopes::kHead, x));
 }
 
-// A packed row's documents start where its segment id changes; padding is segment 0, or 0 in
-// the attention mask (its last T columns: this forward's tokens).
+// A packed row's documents start where its segment id changes; without segments, padding is 0
+// in the attention mask (its last T columns: this forward's tokens), zeroed by the DeltaNet.
 LayerInputs DecoderImpl::recurrent_inputs(const ForwardInputs& in, std::int64_t T) {
   if (in.prefix_ids.defined())
     throw UnsupportedError("a shared prompt packed before its completions (prefix_ids) cannot feed Gated DeltaNet layers: "
@@ -169,7 +169,8 @@ LayerInputs DecoderImpl::recurrent_inputs(const ForwardInputs& in, std::int64_t 
     const at::Tensor& seg = in.segment_ids;
     out.starts = at::ones_like(seg, seg.options().dtype(at::kBool));
     if (T > 1) out.starts.narrow(1, 1, T - 1).copy_(seg.narrow(1, 1, T - 1) != seg.narrow(1, 0, T - 1));
-    out.token_mask = seg != 0;
+    // Padding (segment 0) follows a packed row's documents and starts its own: it reaches no
+    // real token, so its inputs need no zeroing pass.
   } else if (in.attention_mask.defined()) {
     out.token_mask = in.attention_mask.narrow(1, in.attention_mask.size(1) - T, T) != 0;
   }

@@ -47,6 +47,9 @@ void check_qwen3_gguf(const ModelConfig& config, const std::string& architecture
 std::vector<std::int64_t> gemma_layer_windows(const Json& json, const std::string& where, const std::vector<bool>& sliding);
 // A soft-cap key: its value, 0 when null (no cap), `fallback` when absent.
 double read_softcap(const Json& json, const std::string& where, const char* key, double fallback);
+// A multimodal wrapper's own keys its text model needs when the text part has none (dtype,
+// token ids, tied head, initializer range), copied into `text` (families/wrapper_keys.cpp).
+void inherit_wrapper_keys(const Json& wrapper, Json& text);
 // The MoE keys Mixtral and Qwen3-MoE share (families/moe_keys.cpp): the expert count under
 // `experts_key`, num_experts_per_tok, router_aux_loss_coef; refuses router_jitter_noise. Call
 // after setting moe.intermediate (and moe.sparse_layers, else every layer is sparse).

@@ -83,10 +83,7 @@ Json gemma3_text_config(const Json& j, const std::string& where) {
   for (auto it = defaults.begin(); it != defaults.end(); ++it)
     if (!text.contains(it.key())) text[it.key()] = it.value();
   // The wrapper's own keys the text model needs when its part has none.
-  for (const char* key : {"torch_dtype", "dtype", "bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings",
-                          "initializer_range"}) {
-    if (!text.contains(key) && j.contains(key)) text[key] = j[key];
-  }
+  inherit_wrapper_keys(j, text);
   text["model_type"] = "gemma3_text";
   text["architectures"] = Json::array({"Gemma3ForCausalLM"});
   return text;

@@ -98,10 +98,7 @@ Json text_config(const Json& j, const std::string& where) {
   Json text = *it;
   if (const auto type = json_string(text, "model_type", where + ": text_config"); type && *type != "qwen3_5_text")
     throw UnsupportedError(where + ": text_config model_type \"" + *type + "\" is not supported (expected qwen3_5_text)");
-  for (const char* key : {"torch_dtype", "dtype", "bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings",
-                          "initializer_range"}) {
-    if (!text.contains(key) && j.contains(key)) text[key] = j[key];
-  }
+  inherit_wrapper_keys(j, text);
   text["model_type"] = "qwen3_5_text";
   text["architectures"] = Json::array({"Qwen3_5ForCausalLM"});
   return text;
