@@ -38,6 +38,12 @@ struct ActivationCost {
   Term saved;      // kept per layer from forward to backward
   Term scores;     // of which the attention scores (what selective recompute drops)
   Term workspace;  // transient, one at a time (blocked attention's block)
+  // Transient in the layer's backward only (the DeltaNet's recomputed chunks): it stands beside
+  // what the layers before it keep, not beside the loss buffers.
+  Term backward_workspace;
+  // Of `saved`, what the layer's backward frees before it reaches its mixer (the MLP's saving
+  // and the norm before it): gone when the backward workspace is needed.
+  Term freed_before_mixer;
   std::vector<std::string> parts;
 };
 

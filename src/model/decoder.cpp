@@ -68,6 +68,8 @@ ActivationCost DecoderLayerImpl::saved_activations(const ModelConfig& config, co
   if (config.arch.sandwich_norms) a.saved += Term::num(2) * RMSNormImpl::saved_activations(s.n, s.H, s.c);
   a.scores = attn.scores;
   a.workspace = attn.workspace;
+  a.backward_workspace = attn.backward_workspace;
+  a.freed_before_mixer = RMSNormImpl::saved_activations(s.n, s.H, s.r) + mlp.saved;
   a.parts = {std::to_string(norms) + " norms"};
   a.parts.insert(a.parts.end(), attn.parts.begin(), attn.parts.end());
   a.parts.insert(a.parts.end(), mlp.parts.begin(), mlp.parts.end());

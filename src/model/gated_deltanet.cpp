@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+
 #include "ops/gated_delta.h"
 
 namespace ctune::model {
@@ -81,6 +83,10 @@ ActivationCost GatedDeltaNetImpl::saved_activations(const ModelConfig& config, c
   const Term o_in = s.projection_input("out_proj", V);
   a.saved = inputs + conv + rule + gate + o_in;
   a.parts = {"DeltaNet projections' input", "convolution", "q, k, v, g, beta", "gated norm", "out_proj input"};
+  // The delta rule's backward recomputes its chunk quantities: transient, one layer at a time.
+  const auto per_token_head = static_cast<std::int64_t>(
+      std::ceil(ops::gated_delta_backward_elements(l.key_heads, l.value_heads, l.key_dim, l.value_dim)));
+  a.backward_workspace = four * s.n * Hv * Term::num(per_token_head);
   return a;
 }
 

@@ -281,6 +281,13 @@ GatedDeltaResult recurrent(const at::Tensor& q, const at::Tensor& k, const at::T
 
 }  // namespace
 
+double gated_delta_backward_elements(std::int64_t key_heads, std::int64_t value_heads, std::int64_t key_dim, std::int64_t value_dim,
+                                     std::int64_t chunk) {
+  const double Dk = static_cast<double>(key_dim), Dv = static_cast<double>(value_dim), C = static_cast<double>(chunk);
+  const double rho = static_cast<double>(key_heads) / static_cast<double>(value_heads);
+  return 2 * rho * Dk + 12 * Dk + 9 * Dv + 11 * C + 3 * Dk * Dv / C + 10;
+}
+
 GatedDeltaResult gated_delta_rule(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
                                   const at::Tensor& beta, const at::Tensor& starts, const at::Tensor& initial_state,
                                   bool want_state, std::int64_t chunk) {

@@ -240,6 +240,10 @@ Term tied_gradient_line(const LedgerInputs& in, const StateTerms& st, const Shap
 // per-layer accounting (docs/formats.md#memory-formulas).
 struct ActivationTerms {
   Term total, scores, layer, recomputed_transient;
+  Term backward_workspace;  // the largest layer kind's backward workspace (model/activation_cost.h)
+  // What the layers keep when the last layer with a backward workspace runs its backward: the
+  // layers after it are through backward, and it has freed its MLP's saving.
+  Term kept_at_workspace;
   Term kept_by_layers;  // of the total, what the decoder layers keep (no final norm, loss input or workspace)
 };
 
@@ -248,8 +252,21 @@ struct ActivationTerms {
 struct LayerKind {
   model::ActivationCost cost;
   std::int64_t layers = 0, recomputed = 0;
+  std::int64_t kept_after_workspace = 0;  // its layers that keep everything, after the last with a backward workspace
   std::string name, symbol;
 };
+
+// Whether backward runs through `layer`: some parameter at or below it trains (its weight or an
+// adapter), or the embedding does. Above the first such layer nothing asks for a gradient.
+bool backward_reaches(const LedgerInputs& in, std::int64_t layer) {
+  for (const auto& p : in.parameters) {
+    const std::int64_t l = p.layer();
+    if (l > layer || (l < 0 && p.module() != "embed_tokens")) continue;
+    const ModuleTraining t = in.method->module(p.module());
+    if (t.weight_trains || t.adapter_rank > 0) return true;
+  }
+  return false;
+}
 
 std::vector<LayerKind> layer_kinds(const LedgerInputs& in, const model::ActivationShape& shape) {
   const auto& arch = in.config.arch;
@@ -275,6 +292,15 @@ std::vector<LayerKind> layer_kinds(const LedgerInputs& in, const model::Activati
     ++it->second.layers;
     it->second.recomputed += in.recompute.recompute_block(l);
   }
+  std::int64_t last = -1;  // the last layer whose backward needs a workspace (a DeltaNet's)
+  for (std::int64_t l = 0; l < L; ++l)
+    if (arch.linear.layer(l)) last = l;
+  for (std::int64_t l = last + 1; last >= 0 && l < L; ++l)
+    if (!in.recompute.recompute_block(l)) ++by_key[{arch.moe.sparse(l), arch.linear.layer(l)}].kept_after_workspace;
+  // No DeltaNet backward runs when nothing at or below the last one trains (LoRA on the
+  // attention of a model whose only attention layers come last).
+  if (last >= 0 && !backward_reaches(in, last))
+    for (auto& [key, kind] : by_key) kind.cost.backward_workspace = Term();
   std::vector<LayerKind> kinds;
   for (auto& [key, kind] : by_key) kinds.push_back(std::move(kind));
   return kinds;
@@ -335,7 +361,20 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
   }
   if (recomputing > 0) a.recomputed_transient = a.layer;
   a.kept_by_layers = kept;
-  a.total = kept + model::DecoderImpl::saved_outside_layers(in.config, shape) + layer.workspace;
+  // One layer's transient workspace at a time: the largest of any kind's.
+  Term workspace = layer.workspace;
+  for (const LayerKind& kind : kinds) {
+    if (kind.cost.workspace.value() > workspace.value()) workspace = kind.cost.workspace;
+    if (kind.cost.backward_workspace.value() > a.backward_workspace.value()) a.backward_workspace = kind.cost.backward_workspace;
+  }
+  a.total = kept + model::DecoderImpl::saved_outside_layers(in.config, shape) + workspace;
+  if (a.backward_workspace.value() > 0) {
+    a.kept_at_workspace = kept;
+    for (const LayerKind& kind : kinds) {
+      if (kind.kept_after_workspace > 0) a.kept_at_workspace = a.kept_at_workspace - Term::num(kind.kept_after_workspace) * kept_by(kind.cost);
+      if (kind.cost.backward_workspace.value() > 0 && kind.layers > kind.recomputed) a.kept_at_workspace = a.kept_at_workspace - kind.cost.freed_before_mixer;
+    }
+  }
   std::string note = (kinds.size() > 1 ? "per " + kinds[largest].name + " layer (" + kinds[largest].symbol + " of them" + others + ") "
                                        : std::string("per layer ")) +
                      format_mb(a.layer.value()) + ": ";
@@ -547,7 +586,8 @@ Term reference_line(const LedgerInputs& in, const StateTerms& st, Symbols& sym, 
 }
 
 // The peak's formula in words, as the ledger prints it.
-std::string peak_formula_text(const LedgerInputs& in, bool sharded, bool scatters, const Term& copies, const Term& gemm_copies) {
+std::string peak_formula_text(const LedgerInputs& in, bool sharded, bool scatters, const Term& copies, const Term& gemm_copies,
+                              bool layer_workspace) {
   const std::string saved = copies.value() > 0 ? "activations + compute copies" : "activations";
   const std::string kernel_text = in.kernel_cache_bytes > 0 ? " + kernel cache" : "";
   const std::string step_text = in.step_runtime_bytes > 0 ? " + step runtime" : "";
@@ -562,7 +602,9 @@ std::string peak_formula_text(const LedgerInputs& in, bool sharded, bool scatter
   }
   return "weights + optimizer state" + rollout_kept + " + max(" + saved + " + loss buffers" +
          std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
-         ", gradients + what the layers keep + one recomputed layer + its output's gradient, gradients + tied gradients" +
+         ", gradients + what the layers keep + one recomputed layer + its output's gradient" +
+         std::string(layer_workspace ? ", gradients + what the layers up to the last DeltaNet layer keep + its backward workspace + its output's gradient" : "") +
+         ", gradients + tied gradients" +
          std::string(in.all_reduced_gradients ? ", gradients + their flat fp32 copy all-reduced" : "") +
          std::string(scatters ? ", gradients + the largest bucket reduce-scattered (flat, received, summed)" : "") +
          ", gradients + optimizer-step temporaries" +
@@ -598,8 +640,14 @@ Ledger estimate_memory(const LedgerInputs& in) {
   // recomputed run (hidden 512, 8 layers, LoRA on all projections, packed 4 x 256: measured
   // 360 MB against 316 MB predicted without it).
   const Term recomputing_layer = act.recomputed_transient.value() > 0
-                                     ? step_grads + act.kept_by_layers + act.recomputed_transient + s.r * s.n * s.H
+                                     ? step_grads + act.kept_by_layers + act.recomputed_transient + act.backward_workspace + s.r * s.n * s.H
                                      : Term();
+  // A layer whose backward recomputes inside itself (the DeltaNet's chunks: ops/gated_delta.h)
+  // holds that workspace beside what the layers up to it keep and the residual stream's
+  // gradient; the loss buffers are gone by then. The last such layer sees the most.
+  const Term layer_backward = act.backward_workspace.value() > 0 && act.recomputed_transient.value() == 0
+                                  ? step_grads + act.kept_at_workspace + act.backward_workspace + s.r * s.n * s.H
+                                  : Term();
   // The recomputed layer is gone by the time the embedding's gradient comes.
   const Term backward_end = step_grads + tied;
   // no_shard's reduction: the gradients and their flat fp32 copy, all-reduced, then copied back.
@@ -626,10 +674,12 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const Term between_steps = st.weights + st.optimizer + reference + checkpoint_gather;
   // A GEMM's fp32 copies stand beside whichever moment is the largest (each moment has GEMMs).
   const Term during_step = base + gemm_copies +
-                           Term::max({backward_start, recomputing_layer, backward_end, all_reduce, reduce_scatter, optimizer_step, rollout.generation});
+                           Term::max({backward_start, recomputing_layer, layer_backward, backward_end, all_reduce, reduce_scatter, optimizer_step,
+                                      rollout.generation});
   const Term live = Term::max({during_step, between_steps});
   const std::pair<const char*, Term> moments[] = {{"the start of backward (saved activations and loss buffers)", backward_start},
                                                    {"a recomputed layer's backward (what the layers keep, its activations)", recomputing_layer},
+                                                   {"the last DeltaNet layer's backward (what the layers up to it keep, its recomputed chunks)", layer_backward},
                                                    {"the end of backward (gradients)", backward_end},
                                                    {"the gradients' all-reduce", all_reduce},
                                                    {"the gradients' reduce-scatter", reduce_scatter},
@@ -663,7 +713,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
   led.state_bytes = (st.weights + st.gathered + st.grads + st.gathered_grads + st.optimizer).value();
   led.trainable_parameters = st.trainable.value();
   led.optimizer_bytes_per_parameter = st.opt_per_param;
-  led.peak_formula = peak_formula_text(in, sharded, scatters, copies, gemm_copies);
+  led.peak_formula = peak_formula_text(in, sharded, scatters, copies, gemm_copies, layer_backward.value() > 0);
   led.symbol_values = sym.values;
   led.symbols = symbol_table(led.symbol_values, training_symbol_meanings(in.seq_len_from_data));
   return led;
