@@ -78,8 +78,9 @@ int run_info(const InfoOptions& o) {
   }
   std::printf("%-22s %s%s\n", "model_type", c.model_type.c_str(),
               c.wrapper_type.empty() ? "" : (" (the text model of a " + c.wrapper_type + " checkpoint; other parts not loaded)").c_str());
-  std::printf("%-22s %lld layers, hidden %lld, intermediate %lld\n", "architecture", (long long)c.num_hidden_layers,
-              (long long)c.hidden_size, (long long)c.intermediate_size);
+  const std::string intermediate = c.intermediate_size > 0 ? "intermediate " + std::to_string(c.intermediate_size) : "no dense MLP";
+  std::printf("%-22s %lld layers, hidden %lld, %s\n", "architecture", (long long)c.num_hidden_layers, (long long)c.hidden_size,
+              intermediate.c_str());
   std::printf("%-22s %lld query / %lld key-value heads, head_dim %lld%s%s\n", "attention", (long long)c.num_attention_heads,
               (long long)c.num_key_value_heads, (long long)c.head_dim,
               c.arch.qkv_bias ? ", q/k/v bias" : "", c.arch.qk_norm ? ", q/k norm" : "");
@@ -89,6 +90,13 @@ int run_info(const InfoOptions& o) {
                 (long long)n, (long long)c.num_hidden_layers, (long long)l.key_heads, (long long)l.value_heads,
                 (long long)l.key_dim, (long long)l.value_dim, (long long)l.conv_kernel,
                 c.arch.attn_output_gate ? "; attention output gated" : "");
+  }
+  if (const auto& m = c.arch.moe; m.experts > 0) {
+    const auto sparse = std::count(m.sparse_layers.begin(), m.sparse_layers.end(), true);
+    std::printf("%-22s %lld on %lld of %lld layers, %lld per token%s, %lld wide%s\n", "experts", (long long)m.experts,
+                (long long)sparse, (long long)c.num_hidden_layers, (long long)m.top_k, m.normalize_top_k ? " (renormalised)" : "",
+                (long long)m.intermediate,
+                m.shared_intermediate > 0 ? ("; a shared expert " + std::to_string(m.shared_intermediate) + " wide, sigmoid-gated").c_str() : "");
   }
   if (const auto window = c.arch.sliding_window()) {
     const auto windowed = std::count_if(c.arch.layer_windows.begin(), c.arch.layer_windows.end(), [](std::int64_t w) { return w > 0; });

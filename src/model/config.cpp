@@ -231,6 +231,10 @@ void set_partial_rotary(ModelConfig& c, double factor, const std::string& where)
   c.rope.partial_rotary_factor = factor;
 }
 
+std::int64_t ModelConfig::mlp_width() const {
+  return intermediate_size > 0 || arch.moe.experts == 0 ? intermediate_size : arch.moe.token_width();
+}
+
 double ModelConfig::attention_scale() const {
   return 1.0 / std::sqrt(arch.query_pre_attn_scalar ? *arch.query_pre_attn_scalar : static_cast<double>(head_dim));
 }
@@ -251,7 +255,8 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
 
   c.vocab_size = require_positive(j, "vocab_size", where);
   c.hidden_size = require_positive(j, "hidden_size", where);
-  c.intermediate_size = require_positive(j, "intermediate_size", where);
+  c.intermediate_size = family.no_dense_mlp ? json_int(j, "intermediate_size", where).value_or(0)
+                                            : require_positive(j, "intermediate_size", where);
   c.num_hidden_layers = require_positive(j, "num_hidden_layers", where);
   // Each layer is a few modules, and some walks over them are not linear (`ctune info` took 16 s
   // at 4096 tiny layers); 2^24 tiny layers held 22 GB after two minutes of `init`. Released
@@ -300,6 +305,9 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   c.tie_word_embeddings = json_bool(j, "tie_word_embeddings", where).value_or(family.default_tied);
   c.arch.names = family.names;
   family.parse(j, where, c);
+  for (std::int64_t layer = 0; layer < c.num_hidden_layers && c.intermediate_size <= 0; ++layer)
+    if (!c.arch.moe.sparse(layer))
+      throw ConfigError(where + ": layer " + std::to_string(layer) + " has a dense MLP, which needs a positive \"intermediate_size\"");
   require_finite_rope(c.rope, c.head_dim, where);  // after the family: Gemma 3 reads its ropes itself
   if (c.arch.local_rope) require_finite_rope(*c.arch.local_rope, c.head_dim, where + ": the sliding layers' rope");
   require_few_expert_modules(c, where);
@@ -317,8 +325,9 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
                         static_cast<double>(c.num_hidden_layers) *
                             (4.0 * static_cast<double>(c.hidden_size) * static_cast<double>(c.num_attention_heads * c.head_dim) +
                              3.0 * static_cast<double>(c.hidden_size) * static_cast<double>(c.intermediate_size) +
-                             3.0 * static_cast<double>(c.hidden_size) * static_cast<double>(c.arch.moe.intermediate) *
-                                 static_cast<double>(c.arch.moe.experts));
+                             3.0 * static_cast<double>(c.hidden_size) *
+                                 (static_cast<double>(c.arch.moe.intermediate) * static_cast<double>(c.arch.moe.experts) +
+                                  static_cast<double>(c.arch.moe.shared_intermediate)));
   if (params > 1099511627776.0) {
     throw ConfigError(where + ": the sizes describe about " + std::to_string(static_cast<long long>(params / 1e9)) +
                       " billion parameters, past any model ctune can load (check hidden_size, intermediate_size, "

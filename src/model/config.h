@@ -57,10 +57,15 @@ struct MoeArchitecture {
   // Per layer, whether its MLP is the sparse block (else a dense MLP of intermediate_size).
   std::vector<bool> sparse_layers;
   double router_aux_loss_coef = 0;  // config.json's; the recipe's moe.aux_loss_coef defaults to it
+  // A shared expert beside the routed ones (Qwen3.5-MoE: shared_expert_intermediate_size), a
+  // SwiGLU every token runs, scaled by sigmoid(shared_expert_gate x); 0: none.
+  std::int64_t shared_intermediate = 0;
 
   bool sparse(std::int64_t layer) const {
     return experts > 0 && layer < static_cast<std::int64_t>(sparse_layers.size()) && sparse_layers[static_cast<std::size_t>(layer)];
   }
+  // The MLP width one token runs through on a sparse layer: k experts and the shared one.
+  std::int64_t token_width() const { return top_k * intermediate + shared_intermediate; }
 };
 
 // Gated DeltaNet layers (Qwen3.5: model/gated_deltanet.h, docs/families.md#gated-deltanet): a
@@ -171,6 +176,9 @@ struct ModelConfig {
   ProjectionShape projection(const std::string& name) const;
   // The attention scores' scale: query_pre_attn_scalar^-0.5 when the family sets it, else head_dim^-0.5.
   double attention_scale() const;
+  // The MLP width a token runs through: intermediate_size, or on a model whose every layer is
+  // sparse (no intermediate_size), the routed experts' and the shared expert's.
+  std::int64_t mlp_width() const;
 };
 
 // A rope section as config.json spells it (rope_theta at the top, rope_scaling or

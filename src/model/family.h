@@ -87,6 +87,8 @@ struct Family {
   // Tensors its checkpoints carry that are not the causal LM (Qwen3.5's multi-token-prediction
   // head, mtp.*): not loaded, counted in the loader's note.
   std::vector<std::string> ignored_prefixes{};
+  // Every layer is sparse (Qwen3.5-MoE): config.json has no intermediate_size (then 0).
+  bool no_dense_mlp = false;
 };
 
 // The family reading `model_type`; UnsupportedError (naming every supported type) when none does.

@@ -163,9 +163,23 @@ SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, at::ScalarType dtype, std::in
   experts = register_module("experts", torch::nn::ModuleList());
   for (std::int64_t e = 0; e < m.experts; ++e)
     experts->push_back(MLP(c.hidden_size, m.intermediate, c.arch.activation, dtype, c.arch.names));
+  if (m.shared_intermediate > 0) {
+    ModuleNames dense = c.arch.names;  // the shared expert's projections carry the dense MLP's names
+    dense.expert_gate = dense.gate;
+    dense.expert_up = dense.up;
+    dense.expert_down = dense.down;
+    shared_expert = register_module(c.arch.names.shared_expert, MLP(c.hidden_size, m.shared_intermediate, c.arch.activation, dtype, dense));
+    shared_expert_gate = register_module(c.arch.names.shared_expert_gate, Linear(c.hidden_size, 1, false, dtype));
+  }
 }
 
 at::Tensor SparseMoeImpl::forward(const at::Tensor& x) {
+  const auto routed = forward_routed(x);
+  if (!shared_expert) return routed;
+  return routed + at::sigmoid(shared_expert_gate->forward(x)) * shared_expert->forward(x);
+}
+
+at::Tensor SparseMoeImpl::forward_routed(const at::Tensor& x) {
   const auto H = x.size(-1);
   const auto flat = x.reshape({-1, H});
   const auto N = flat.size(0);
@@ -314,6 +328,15 @@ ActivationCost SparseMoeImpl::saved_activations(const ModelConfig& config, const
   const Term combine = rows * s.H * s.c + rows * s.c + Term::num(16) * k * s.n;
   a.saved = router + experts + combine;
   a.parts = {"router (fp32 probabilities, top-k)", "k routed rows through SwiGLU experts (I_e)", "combine (k n H)"};
+  if (m.shared_intermediate > 0) {
+    // The shared expert keeps what a dense MLP of its width keeps; its gate its input, and the
+    // product sigmoid(gate) · out both factors (the [n, 1] sigmoid and the [n, H] output).
+    const ModuleNames& n = config.arch.names;
+    const Term S = Term::num(m.shared_intermediate);
+    a.saved += shared_projection_input(s, {n.gate.c_str(), n.up.c_str(), n.shared_expert_gate.c_str()}, s.H) +
+               Term::num(2) * s.n * S * s.c + s.projection_input(n.down, S) + s.n * (s.H + Term::num(1)) * s.c;
+    a.parts.push_back("shared expert (I_s) and its gate");
+  }
   return a;
 }
 

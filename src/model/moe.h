@@ -15,6 +15,7 @@
 #include "model/activation_cost.h"
 #include "model/config.h"
 #include "model/layers.h"
+#include "model/mlp.h"
 
 namespace ctune::model {
 
@@ -85,7 +86,9 @@ class RouterImpl : public torch::nn::Module {
 TORCH_MODULE(Router);
 
 // The experts are MLPs (model/mlp.h) of the expert intermediate size, under their family's
-// names (ModuleNames::expert_gate, expert_up, expert_down).
+// names (ModuleNames::expert_gate, expert_up, expert_down). With a shared expert
+// (MoeArchitecture::shared_intermediate) every token also runs it, scaled by
+// sigmoid(shared_expert_gate x), a [1, H] projection (Qwen3.5-MoE).
 class SparseMoeImpl : public torch::nn::Module {
  public:
   SparseMoeImpl(const ModelConfig& config, at::ScalarType dtype, std::int64_t layer, std::shared_ptr<RouterRecord> record);
@@ -96,6 +99,8 @@ class SparseMoeImpl : public torch::nn::Module {
 
   Router gate{nullptr};
   torch::nn::ModuleList experts{nullptr};
+  MLP shared_expert{nullptr};         // with a shared expert
+  Linear shared_expert_gate{nullptr};
   std::int64_t top_k = 0;
   bool normalize = true;
   std::int64_t layer = 0;
@@ -106,6 +111,8 @@ class SparseMoeImpl : public torch::nn::Module {
   RowPadding row_padding = RowPadding::kAuto;
 
  private:
+  // The routed experts' weighted sum (what forward adds the shared expert to).
+  at::Tensor forward_routed(const at::Tensor& x);
   // Each expert's MLP over its slice of `rows` (sizes[e] rows; empty experts skipped), stacked.
   at::Tensor run_experts(const std::vector<at::Tensor>& rows, const std::vector<std::int64_t>& sizes);
 };

@@ -127,7 +127,7 @@ Source find_source(const io::CheckpointReader& checkpoint, const ModelConfig& co
     src.expected = {config.arch.moe.experts, sizes[0], sizes[1]};
   }
   src.expert = expert->expert;
-  src.ref = checkpoint.find(src.name);
+  src.ref = find_tensor(checkpoint, config, src.name);  // under a wrapper's prefix too
   return src;
 }
 

@@ -286,6 +286,13 @@ TEST_F(Checkpoints, KilledFullRunResumesBitIdentical) { kill_and_resume_is_exact
 
 // Every training step of `run` records the aux loss (and the z-loss when it trains) and, per
 // sparse layer, each of the `experts` experts' share of the routed tokens.
+// A random model of recipes/models/<config> with the byte tokenizer, in kDir/<dir>; the `ctune
+// init` run's result.
+ctune::testing::Run init_tiny(const std::string& config, const fs::path& out, const std::string& seed) {
+  return ctune({"init", "--config", std::string(CTUNE_SOURCE_DIR) + "/recipes/models/" + config, "--out", out.string(), "--tokenizer",
+                "byte", "--seed", seed});
+}
+
 void expect_moe_metrics(const fs::path& run, std::size_t sparse_layers, std::size_t experts, bool z_loss) {
   std::ifstream in(run / "metrics.jsonl");
   std::size_t steps = 0;
@@ -315,8 +322,7 @@ void expect_moe_metrics(const fs::path& run, std::size_t sparse_layers, std::siz
 // merged model has them.
 TEST_F(Checkpoints, KilledMoeLoraRunResumesBitIdentical) {
   const fs::path moe = kDir / "moe-model";
-  const auto init = ctune({"init", "--config", CTUNE_SOURCE_DIR "/recipes/models/qwen3-moe-tiny.json", "--out", moe.string(),
-                           "--tokenizer", "byte", "--seed", "3"});
+  const auto init = init_tiny("qwen3-moe-tiny.json", moe, "3");
   ASSERT_EQ(init.status, 0) << init.err;
   kill_and_resume_is_exact("lora", "memory: {activation_checkpointing: full}\nmoe: {aux_loss_coef: 0.05, router_z_loss_coef: 0.01}\n",
                            "moe-lora", moe, ", train_router: true");
@@ -354,11 +360,25 @@ TEST_F(Checkpoints, KilledMoeLoraRunResumesBitIdentical) {
 // uninterrupted run.
 TEST_F(Checkpoints, KilledQwen35LoraRunResumesBitIdentical) {
   const fs::path model = kDir / "qwen3.5-model";
-  const auto init = ctune({"init", "--config", CTUNE_SOURCE_DIR "/recipes/models/qwen3.5-tiny.json", "--out", model.string(),
-                           "--tokenizer", "byte", "--seed", "8"});
+  const auto init = init_tiny("qwen3.5-tiny.json", model, "8");
   ASSERT_EQ(init.status, 0) << init.err;
   kill_and_resume_is_exact("lora", "precision: bf16\nmemory: {activation_checkpointing: full}\n", "qwen3.5-lora", model,
                            ", target_modules: [q_proj, v_proj, in_proj_qkv, in_proj_z, out_proj]");
+}
+
+// Qwen3.5-MoE (recipes/models/qwen3.5-moe-tiny.json: three Gated DeltaNet layers and one
+// gated attention layer, each with a sparse block of 8 experts, 2 per token, and a sigmoid-gated
+// shared expert), LoRA on the DeltaNet's qkv projection, the attention's queries, every expert's
+// and the shared expert's projections (one name serves both) and the shared expert's gate,
+// bf16 compute, the aux loss at the config's 0.001: killed and resumed, the uninterrupted run,
+// with the aux loss and each layer's expert load on every step.
+TEST_F(Checkpoints, KilledQwen35MoeLoraRunResumesBitIdentical) {
+  const fs::path model = kDir / "qwen3.5-moe-model";
+  const auto init = init_tiny("qwen3.5-moe-tiny.json", model, "9");
+  ASSERT_EQ(init.status, 0) << init.err;
+  kill_and_resume_is_exact("lora", "precision: bf16\n", "qwen3.5-moe-lora", model,
+                           ", target_modules: [q_proj, in_proj_qkv, gate_proj, up_proj, down_proj, shared_expert_gate]");
+  expect_moe_metrics(kDir / "qwen3.5-moe-lora-reference", 4, 8, /*z_loss=*/false);
 }
 
 // Mixtral (recipes/models/mixtral-tiny.json: 8 experts, 2 per token, every layer sparse),
@@ -366,8 +386,7 @@ TEST_F(Checkpoints, KilledQwen35LoraRunResumesBitIdentical) {
 // at the config's 0.02: killed and resumed, the uninterrupted run.
 TEST_F(Checkpoints, KilledMixtralLoraRunResumesBitIdentical) {
   const fs::path moe = kDir / "mixtral-model";
-  const auto init = ctune({"init", "--config", CTUNE_SOURCE_DIR "/recipes/models/mixtral-tiny.json", "--out", moe.string(),
-                           "--tokenizer", "byte", "--seed", "6"});
+  const auto init = init_tiny("mixtral-tiny.json", moe, "6");
   ASSERT_EQ(init.status, 0) << init.err;
   kill_and_resume_is_exact("lora", "precision: bf16\n", "mixtral-lora", moe, ", target_modules: [q_proj, v_proj, w1, w2, w3]");
   expect_moe_metrics(kDir / "mixtral-lora-reference", 4, 8, /*z_loss=*/false);
@@ -513,6 +532,28 @@ std::string grpo_recipe(const std::string& more, bool eval = false) {
   std::string text = recipe("lora", kDir / "model", "", data) + more;
   if (!eval) text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
   return text;
+}
+
+// A Gated DeltaNet reads each row in order, so a completion cannot continue a shared prompt copy
+// (docs/families.md#gated-deltanet): "always" is refused alike by validate, estimate and train,
+// before anything is trained; "auto" plans separate rows.
+TEST_F(Checkpoints, AlwaysSharedPromptsAreRefusedForADeltaNetModelByEveryCommand) {
+  const fs::path model = kDir / "qwen3.5-share-model";
+  const auto init = init_tiny("qwen3.5-tiny.json", model, "8");
+  ASSERT_EQ(init.status, 0) << init.err;
+  const fs::path recipe_path = kDir / "grpo-qwen3.5.yaml", run = kDir / "grpo-qwen3.5";
+  std::string text = recipe("lora", model, "", write_prompt_data());
+  text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
+  write(recipe_path, text + "objective: {name: grpo, num_generations: 4, max_new_tokens: 6}\nreward: {contains: {field: answer}}\n");
+  for (const std::string command : {"validate", "estimate", "train"}) {
+    auto r = ctune({command, recipe_path.string(), "output_dir=" + run.string(), "objective.share_prompt=always"});
+    EXPECT_NE(r.status, 0) << command;
+    EXPECT_NE(r.err.find("objective.share_prompt: \"always\" is not possible for model_type qwen3_5_text"), std::string::npos)
+        << command << ": " << r.err;
+    EXPECT_FALSE(fs::exists(run / "metrics.jsonl")) << command;
+  }
+  auto planned = ctune({"validate", recipe_path.string(), "output_dir=" + run.string(), "objective.share_prompt=auto"});
+  EXPECT_EQ(planned.status, 0) << planned.err;
 }
 
 std::vector<std::string> grpo_trajectory(const fs::path& run) {
@@ -934,8 +975,7 @@ TEST_F(Checkpoints, ProfileAccountsForTheStepAndWritesATrace) {
 // core's own GEMMs are in the attention category, not in projection_gemm_gflop.
 TEST_F(Checkpoints, MoeStepExecutesTheRoutedFlops) {
   const fs::path moe = kDir / "moe-flops-model";
-  const auto init = ctune({"init", "--config", CTUNE_SOURCE_DIR "/recipes/models/qwen3-moe-tiny.json", "--out", moe.string(),
-                           "--tokenizer", "byte", "--seed", "4"});
+  const auto init = init_tiny("qwen3-moe-tiny.json", moe, "4");
   ASSERT_EQ(init.status, 0) << init.err;
   const fs::path recipe_path = kDir / "moe-flops.yaml";
   write(recipe_path, recipe("full", moe) + "logging: {profile: true}\n");

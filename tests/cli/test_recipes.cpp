@@ -305,6 +305,27 @@ TEST_F(Recipes, EstimateFromConfigAlone) {
   EXPECT_NE(run.err.find("no model.safetensors"), std::string::npos) << run.err;
 }
 
+// The shipped Qwen3.5-35B-A3B config (recipes/models/qwen3.5-35b-a3b.json, the multimodal
+// wrapper; Qwen3_5MoeTextConfig's defaults are this model's) planned from config.json alone: the
+// frozen bf16 bytes are those of every tensor transformers' Qwen3_5MoeForCausalLM has, counted
+// by hand from its shapes (H 2048, V 248320, 40 layers of which 10 full attention; E 256 experts
+// of 512, a shared expert of 512; DeltaNet 16 q/k heads and 32 value heads of 128, conv 4):
+//   30 DeltaNet mixers x 33,718,464 + 10 attention mixers x 27,263,488
+//   + 40 x (sparse block 808,978,432 + 2 norms 4,096) + embeddings and head 2 x 508,559,360 + norm 2,048
+//   = 34,660,610,688 parameters (about 3.45B of them active per token).
+TEST_F(Recipes, EstimateQwen35MoeFromConfigAlone) {
+  const fs::path dir = kDir / "config-only-qwen3.5-35b";
+  fs::create_directories(dir);
+  fs::copy_file(fs::path(CTUNE_SOURCE_DIR) / "recipes/models/qwen3.5-35b-a3b.json", dir / "config.json",
+                fs::copy_options::overwrite_existing);
+  const std::string recipe = std::string(CTUNE_SOURCE_DIR) + "/recipes/qwen3.5-0.8b-lora.yaml";
+  const auto r = ctune({"estimate", recipe, "model.path=" + dir.string(), "peft.target_modules=[q_proj,v_proj]", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["symbol_values"]["F"].get<std::int64_t>(), 2 * std::int64_t{34660610688});
+  EXPECT_EQ(j["symbol_values"]["I"].get<std::int64_t>(), 0);  // no dense MLP
+}
+
 // `ctune estimate`: the ledger's lines with their formulas, and a peak that is at least their
 // persistent part; what each technique moves, moves the line it should.
 // A preference objective's ledger: two rows per pair, and under full fine-tuning the frozen

@@ -229,6 +229,21 @@ CASES = {
                                               "partial_rotary_factor": 0.25, "rope_theta": 10000000,
                                               "rope_type": "default"},
                              _seq_len=256),
+    # The MoE wrapper as Qwen3.5-35B-A3B is released (Qwen3_5MoeForConditionalGeneration): text
+    # config under text_config without layer_types (interval 2), tensors under
+    # model.language_model. beside vision and MTP tensors; MQA, Hv = Hk, 4 experts of which 2,
+    # a shared expert wider than each, untied, bf16.
+    "qwen3_5_moe_wrapper_bf16": dict(model_type="qwen3_5_moe_text", num_hidden_layers=4, full_attention_interval=2,
+                                     num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+                                     linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=16,
+                                     linear_value_head_dim=16, linear_conv_kernel_dim=4, num_experts=4,
+                                     num_experts_per_tok=2, moe_intermediate_size=16,
+                                     shared_expert_intermediate_size=40, router_aux_loss_coef=0.001,
+                                     tie_word_embeddings=False, dtype="bfloat16",
+                                     rope_parameters={"mrope_interleaved": True, "mrope_section": [2, 1, 1],
+                                                      "partial_rotary_factor": 0.25, "rope_theta": 10000000,
+                                                      "rope_type": "default"},
+                                     _seq_len=256, _wrapper="qwen3_5"),
 }
 
 # Qwen3.5 cases also get OUT_DIR/<name>.packing.json: the sequence split into two documents at

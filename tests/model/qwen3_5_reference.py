@@ -320,19 +320,22 @@ def _forward(cfg, w, ids, dtype, stats):
 
 
 def wrap(cfg, weights):
-    """The checkpoint as Qwen3_5ForConditionalGeneration saves it: config.json with the text
+    """The checkpoint as Qwen3_5ForConditionalGeneration (Qwen3_5MoeForConditionalGeneration)
+    saves it: config.json with the text
     config under text_config (dtype and tie_word_embeddings at both levels, as released), a
     vision_config, the multimodal token ids; the text tensors under model.language_model., the
     head (when untied) as lm_head.weight, and tensors ctune must ignore: two of the vision
     tower's (model.visual.) and two of the multi-token-prediction head's (mtp.)."""
     H = cfg["hidden_size"]
     text = dict(cfg)
-    outer = {"architectures": ["Qwen3_5ForConditionalGeneration"], "dtype": cfg["dtype"], "image_token_id": 296,
-             "language_model_only": False, "model_type": "qwen3_5", "text_config": text,
+    wrapper = "qwen3_5_moe" if moe(cfg) else "qwen3_5"
+    architecture = "Qwen3_5MoeForConditionalGeneration" if moe(cfg) else "Qwen3_5ForConditionalGeneration"
+    outer = {"architectures": [architecture], "dtype": cfg["dtype"], "image_token_id": 296,
+             "language_model_only": False, "model_type": wrapper, "text_config": text,
              "tie_word_embeddings": tied(cfg), "transformers_version": "5.2.0", "video_token_id": 297,
              "vision_config": {"deepstack_visual_indexes": [], "depth": 1, "hidden_act": "gelu_pytorch_tanh",
                                "hidden_size": 16, "in_channels": 3, "initializer_range": 0.02,
-                               "intermediate_size": 32, "model_type": "qwen3_5", "num_heads": 2,
+                               "intermediate_size": 32, "model_type": wrapper, "num_heads": 2,
                                "num_position_embeddings": 16, "out_hidden_size": H, "patch_size": 2,
                                "spatial_merge_size": 2, "temporal_patch_size": 2},
              "vision_end_token_id": 295, "vision_start_token_id": 294}

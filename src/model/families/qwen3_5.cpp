@@ -15,6 +15,11 @@
 // `qwen3_5` (Qwen3_5ForConditionalGeneration, the layout released checkpoints use) is read as
 // its text model: text_config, tensors under model.language_model.; the vision tower
 // (model.visual.) and the multi-token-prediction head (mtp.) are not loaded.
+// The MoE variant (`qwen3_5_moe_text`, wrapper `qwen3_5_moe`; modeling_qwen3_5_moe.py,
+// Qwen3_5MoeTextConfig) has the same two mixers; every layer's MLP is sparse: a softmax router
+// over num_experts (256), num_experts_per_tok (8) chosen and always renormalised, experts of
+// moe_intermediate_size (512), and a shared expert of shared_expert_intermediate_size (512)
+// scaled by sigmoid(shared_expert_gate x). It has no intermediate_size.
 #include "core/error.h"
 #include "model/config.h"
 #include "model/families/families.h"
@@ -76,7 +81,7 @@ void read_partial_rotary(const Json& j, const std::string& where, ModelConfig& c
   set_partial_rotary(c, factor.value_or(0.25), where);
 }
 
-void parse(const Json& j, const std::string& where, ModelConfig& c) {
+void parse_text(const Json& j, const std::string& where, ModelConfig& c) {
   parse_llama_keys(j, where, c);  // hidden_act; attention_bias puts biases on q/k/v/o
   c.arch.mlp_bias = false;         // Qwen3_5MLP has no biases and no mlp_bias key
   c.arch.qk_norm = true;
@@ -88,27 +93,49 @@ void parse(const Json& j, const std::string& where, ModelConfig& c) {
     throw UnsupportedError(where + ": attention_dropout " + std::to_string(*d) + " is not supported (expected 0.0)");
 }
 
-// The text model's config from a qwen3_5 wrapper: text_config, with the wrapper's keys the
-// text part leaves out.
-Json text_config(const Json& j, const std::string& where) {
+void parse_moe(const Json& j, const std::string& where, ModelConfig& c) {
+  parse_text(j, where, c);
+  MoeArchitecture& m = c.arch.moe;
+  m.intermediate = positive(j, "moe_intermediate_size", where, 512);
+  m.shared_intermediate = positive(j, "shared_expert_intermediate_size", where, 512);
+  m.normalize_top_k = true;  // Qwen3_5MoeTopKRouter renormalises whatever norm_topk_prob says
+  parse_moe_keys(j, where, "num_experts", 256, 8, c);
+  if (m.experts == 0) throw ConfigError(where + ": \"num_experts\" must be positive for " + c.model_type + ", found 0");
+}
+
+// A wrapper's text config (`text_type` its model_type), with the wrapper's keys the text part
+// leaves out.
+Json wrapped_text_config(const Json& j, const std::string& where, const std::string& text_type, const char* architecture) {
   const auto it = j.find("text_config");
   if (it == j.end() || !it->is_object())
-    throw ConfigError(where + ": a qwen3_5 checkpoint needs \"text_config\" (an object), found " +
+    throw ConfigError(where + ": a " + j.value("model_type", std::string()) + " checkpoint needs \"text_config\" (an object), found " +
                       (it == j.end() ? std::string("none") : json_type_name(*it)));
   Json text = *it;
-  if (const auto type = json_string(text, "model_type", where + ": text_config"); type && *type != "qwen3_5_text")
-    throw UnsupportedError(where + ": text_config model_type \"" + *type + "\" is not supported (expected qwen3_5_text)");
+  if (const auto type = json_string(text, "model_type", where + ": text_config"); type && *type != text_type)
+    throw UnsupportedError(where + ": text_config model_type \"" + *type + "\" is not supported (expected " + text_type + ")");
   inherit_wrapper_keys(j, text);
-  text["model_type"] = "qwen3_5_text";
-  text["architectures"] = Json::array({"Qwen3_5ForCausalLM"});
+  text["model_type"] = text_type;
+  text["architectures"] = Json::array({architecture});
   return text;
+}
+
+Json text_config(const Json& j, const std::string& where) { return wrapped_text_config(j, where, "qwen3_5_text", "Qwen3_5ForCausalLM"); }
+
+Json moe_text_config(const Json& j, const std::string& where) {
+  return wrapped_text_config(j, where, "qwen3_5_moe_text", "Qwen3_5MoeForCausalLM");
+}
+
+// The wrapper's layout: text tensors under model.language_model., the vision tower and the
+// multi-token-prediction head ignored.
+Wrapper wrapper(Json (*config)(const Json&, const std::string&)) {
+  return Wrapper{config, {"model.language_model."}, {"lm_head.weight"}, {"model.visual.", "mtp."}};
 }
 
 }  // namespace
 
 const Family& qwen3_5_text() {
   static const Family f = [] {
-    Family q{"qwen3_5_text", {"qwen3_5_text"}, 32768, 256, parse};
+    Family q{"qwen3_5_text", {"qwen3_5_text"}, 32768, 256, parse_text};
     q.partial_rotary = true;
     q.ignored_prefixes = {"mtp."};
     return q;
@@ -119,7 +146,27 @@ const Family& qwen3_5_text() {
 const Family& qwen3_5() {
   static const Family f = [] {
     Family w{"qwen3_5", {"qwen3_5"}};
-    w.wrapper = Wrapper{text_config, {"model.language_model."}, {"lm_head.weight"}, {"model.visual.", "mtp."}};
+    w.wrapper = wrapper(text_config);
+    return w;
+  }();
+  return f;
+}
+
+const Family& qwen3_5_moe_text() {
+  static const Family f = [] {
+    Family q{"qwen3_5_moe_text", {"qwen3_5_moe_text"}, 32768, 256, parse_moe};
+    q.partial_rotary = true;
+    q.ignored_prefixes = {"mtp."};
+    q.no_dense_mlp = true;
+    return q;
+  }();
+  return f;
+}
+
+const Family& qwen3_5_moe() {
+  static const Family f = [] {
+    Family w{"qwen3_5_moe", {"qwen3_5_moe"}};
+    w.wrapper = wrapper(moe_text_config);
     return w;
   }();
   return f;

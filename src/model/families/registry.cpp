@@ -22,6 +22,8 @@ const Family& mixtral();
 const Family& qwen3_moe();
 const Family& qwen3_5_text();
 const Family& qwen3_5();  // the multimodal wrapper, read as its text model
+const Family& qwen3_5_moe_text();
+const Family& qwen3_5_moe();  // the multimodal wrapper, read as its text model
 }  // namespace families
 
 const std::vector<const Family*>& all_families() {
@@ -39,6 +41,8 @@ const std::vector<const Family*>& all_families() {
       &families::qwen3_moe(),
       &families::qwen3_5_text(),
       &families::qwen3_5(),
+      &families::qwen3_5_moe_text(),
+      &families::qwen3_5_moe(),
   };
   return all;
 }

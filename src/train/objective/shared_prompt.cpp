@@ -12,8 +12,7 @@ namespace ctune::train {
 double layout_cost(const model::ModelConfig& c, RowShape shape) {
   const double H = static_cast<double>(c.hidden_size), d = static_cast<double>(c.head_dim);
   const double nh = static_cast<double>(c.num_attention_heads), nkv = static_cast<double>(c.num_key_value_heads);
-  const double I = c.arch.moe.experts > 0 ? static_cast<double>(c.arch.moe.top_k * c.arch.moe.intermediate)
-                                          : static_cast<double>(c.intermediate_size);
+  const double I = static_cast<double>(c.arch.moe.experts > 0 ? c.arch.moe.token_width() : c.intermediate_size);
   const double per_token = H * (nh + 2 * nkv) * d + nh * d * H + 3 * H * I;  // q, k, v, o, the MLP
   const double per_pair = 2 * nh * d;                                        // q kᵀ and p v
   double pairs = 0;
@@ -35,15 +34,17 @@ RowShape shared_shape(const std::vector<std::int64_t>& prompt_lengths, const std
   return s;
 }
 
+void check_share_prompt(const std::string& mode, const model::ModelConfig& config) {
+  // A DeltaNet's state runs through a row in order: a completion cannot continue a prompt
+  // copy that other completions follow (docs/families.md#gated-deltanet).
+  if (config.arch.linear.any() && mode == "always")
+    throw ConfigError("objective.share_prompt: \"always\" is not possible for model_type " + config.model_type +
+                      ", whose Gated DeltaNet layers read each row in order (expected auto or never)");
+}
+
 bool share_prompts_here(const std::string& mode, const model::ModelConfig& config, RowShape separate, RowShape shared) {
-  if (config.arch.linear.any()) {
-    // A DeltaNet's state runs through a row in order: a completion cannot continue a prompt
-    // copy that other completions follow (docs/families.md#gated-deltanet).
-    if (mode == "always")
-      throw ConfigError("objective.share_prompt: \"always\" is not possible for model_type " + config.model_type +
-                        ", whose Gated DeltaNet layers read each row in order (expected auto or never)");
-    return false;
-  }
+  check_share_prompt(mode, config);
+  if (config.arch.linear.any()) return false;
   if (mode == "always") return true;
   if (mode == "never") return false;
   return layout_cost(config, shared) < layout_cost(config, separate);

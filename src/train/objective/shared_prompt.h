@@ -33,6 +33,10 @@ double layout_cost(const model::ModelConfig& config, RowShape shape);
 RowShape shared_shape(const std::vector<std::int64_t>& prompt_lengths, const std::vector<std::int64_t>& completion_lengths,
                       std::int64_t group);
 
+// Refuses objective.share_prompt "always" where the model cannot share (a Gated DeltaNet): at
+// planning time, so validate, estimate and train answer alike.
+void check_share_prompt(const std::string& mode, const model::ModelConfig& config);
+
 // objective.share_prompt: always, never, or auto (when the shared layout's cost is lower).
 bool share_prompts_here(const std::string& mode, const model::ModelConfig& config, RowShape separate, RowShape shared);
 

@@ -39,7 +39,7 @@ Ledger estimate_generation_memory(const GenerationLedgerInputs& in) {
     return Term::sym(name, value);
   };
   const Term B = sym("B", in.batch), P = sym("P", in.prompt_tokens), N = sym("N", in.new_tokens), H = sym("H", c.hidden_size),
-             I = sym("I", c.intermediate_size), L = sym("L", c.num_hidden_layers), V = sym("V", c.vocab_size),
+             I = sym("I", c.mlp_width()), L = sym("L", c.num_hidden_layers), V = sym("V", c.vocab_size),
              nh = sym("nh", c.num_attention_heads), nkv = sym("nkv", c.num_key_value_heads), d = sym("d", c.head_dim),
              s = sym("s", static_cast<std::int64_t>(c10::elementSize(in.storage_dtype))),
              th = tiled ? sym("th", in.threads) : Term(), count = sym("parameters", in.parameters);

@@ -102,7 +102,7 @@ StepTime estimate_step_time(const LedgerInputs& in, const distributed::World& wo
   // three passes over a layer's activations per token; the loss: three passes over a chunk's
   // logits (six when the full logits are kept: log-softmax, its gradient, the casts).
   const double r = in.storage_dtype == at::kFloat ? 4.0 : 2.0;
-  const double H = static_cast<double>(cfg.hidden_size), I = static_cast<double>(cfg.intermediate_size);
+  const double H = static_cast<double>(cfg.hidden_size), I = static_cast<double>(cfg.mlp_width());
   const double qkv = static_cast<double>((cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim);
   const double elementwise_bytes = 3.0 * n * L * r * (12.0 * H + 4.0 * I + 2.0 * qkv) * (1.0 + recompute_share);
   const double loss_bytes = (in.chunked_loss ? 3.0 : 6.0) * n * static_cast<double>(cfg.vocab_size) * 4.0;

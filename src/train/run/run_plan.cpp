@@ -270,6 +270,7 @@ void plan_objective(RunPlan& p) {
   check_data_format(r, kind, /*mine=*/false);
   p.objective = ObjectiveOptions(kind.name, kind.parse ? kind.parse(r) : nullptr);
   check_data_format(r, kind, /*mine=*/true);
+  if (const auto generation = p.objective.generation()) check_share_prompt(generation->share_prompt, p.model_config);
   const std::string reference_quantize = r.get_optional_string("objective.reference_quantize").value_or(kQuantNone);
   if (reference_quantize != kQuantNone) {
     if (p.method->freezes_base())
