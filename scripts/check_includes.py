@@ -15,6 +15,8 @@ import os
 import re
 import sys
 
+from check_report import report
+
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -78,14 +80,9 @@ def main():
             if state.get(f) is None:
                 visit(f, [])
 
-    for p in problems:
-        print(p)
     edges = sum(len(v) for v in graph.values())  # between modules
-    if problems:
-        print(f"include rules: {len(problems)} violation(s) in {len(files)} files")
-        return 1
-    print(f"include rules: {len(files)} files, {len(graph)} modules, {edges} module includes: no upward include, no cycle inside a folder")
-    return 0
+    return report(problems, f"include rules: {len(problems)} violation(s) in {len(files)} files",
+                  f"include rules: {len(files)} files, {len(graph)} modules, {edges} module includes: no upward include, no cycle inside a folder")
 
 
 if __name__ == "__main__":

@@ -64,17 +64,72 @@ class Hypotheses {
   double worst_ = 1e9;
 };
 
+// The options beam search refuses before it looks at the prompts.
+void check_beam_options(const GenerateOptions& o) {
+  if (o.num_beams < 1) throw ConfigError("num_beams: expected >= 1, found " + std::to_string(o.num_beams));
+  if (o.sampling.do_sample) {
+    throw ConfigError("beam search samples nothing: sampling with num_beams > 1 (beam sampling) is not implemented; "
+                      "use --temperature 0 with --num-beams, or --num-beams 1 to sample");
+  }
+}
+
+// `logp` [rows, V] with the repetition penalty and the no-repeat n-grams of each row's tokens
+// `seq` applied.
+at::Tensor penalised(const at::Tensor& logp, const std::vector<std::vector<std::int64_t>>& seq, const SamplingOptions& penalties) {
+  std::vector<at::Tensor> processed;
+  for (std::int64_t r = 0; r < logp.size(0); ++r) processed.push_back(process_logits(logp[r], seq[static_cast<std::size_t>(r)], penalties));
+  return at::stack(processed);
+}
+
+// Prompts still running when the tokens run out: their beams (row k * nb + j is beam j of
+// live[k]) join the hypotheses as they stand.
+void add_running_beams(const std::vector<std::vector<std::int64_t>>& prompts, const std::vector<std::int64_t>& live,
+                       const std::vector<bool>& done, const std::vector<std::vector<std::int64_t>>& seq, const std::vector<double>& sums,
+                       std::int64_t nb, std::vector<Hypotheses>& hyps) {
+  for (std::size_t k = 0; k < live.size(); ++k) {
+    const auto bi = static_cast<std::size_t>(live[k]);
+    if (done[bi]) continue;
+    const auto prompt_len = static_cast<std::ptrdiff_t>(prompts[bi].size());
+    for (std::int64_t j = 0; j < nb; ++j) {
+      const auto r = static_cast<std::size_t>(static_cast<std::int64_t>(k) * nb + j);
+      hyps[bi].add({seq[r].begin() + prompt_len, seq[r].end()}, sums[r], static_cast<std::int64_t>(seq[r].size()) - prompt_len, false);
+    }
+  }
+}
+
+// Every prompt's nb beams as the prompt itself (rows b * nb + j), with their running sums of
+// log-probabilities: only the first beam may expand at first (the others start at -1e9), so the
+// first step's candidates are distinct.
+void start_beams(const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t nb, std::vector<std::vector<std::int64_t>>& seq,
+                 std::vector<double>& sums) {
+  const auto B = static_cast<std::int64_t>(prompts.size());
+  sums.assign(static_cast<std::size_t>(B * nb), -1e9);
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t j = 0; j < nb; ++j) seq.push_back(prompts[static_cast<std::size_t>(b)]);
+    sums[static_cast<std::size_t>(b * nb)] = 0;
+  }
+}
+
+// The rows (this step's numbering) and the prompts that go on: those of the prompts not done.
+std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> going_on(const std::vector<std::int64_t>& live, const std::vector<bool>& done,
+                                                                         std::int64_t nb) {
+  std::vector<std::int64_t> kept, next_live;
+  for (std::size_t k = 0; k < live.size(); ++k) {
+    const auto b = live[k];
+    if (done[static_cast<std::size_t>(b)]) continue;
+    next_live.push_back(b);
+    for (std::int64_t j = 0; j < nb; ++j) kept.push_back(static_cast<std::int64_t>(k) * nb + j);
+  }
+  return {kept, next_live};
+}
+
 }  // namespace
 
 std::vector<Generation> beam_search(model::CausalLM& lm, const std::vector<std::vector<std::int64_t>>& prompts,
                                     const GenerateOptions& o, GenerateStats* stats) {
   const auto B = static_cast<std::int64_t>(prompts.size());
   const auto nb = o.num_beams;
-  if (nb < 1) throw ConfigError("num_beams: expected >= 1, found " + std::to_string(nb));
-  if (o.sampling.do_sample) {
-    throw ConfigError("beam search samples nothing: sampling with num_beams > 1 (beam sampling) is not implemented; "
-                      "use --temperature 0 with --num-beams, or --num-beams 1 to sample");
-  }
+  check_beam_options(o);
   std::vector<Generation> out(prompts.size());
   if (B == 0) return out;
   check_prompts(lm, prompts, o.max_new_tokens);
@@ -95,17 +150,13 @@ std::vector<Generation> beam_search(model::CausalLM& lm, const std::vector<std::
   at::Tensor mask = batch.attention_mask;  // the rows of the prompts still running
 
   // Row k * nb + j is beam j of live[k], the k-th prompt still running: its tokens (prompt +
-  // generated) and running sum of log-probabilities. All beams start as the prompt; only the
-  // first may expand at first, so the first step's candidates are distinct. A prompt whose
-  // hypotheses are done leaves the batch: its rows stop computing.
+  // generated) and running sum of log-probabilities (start_beams). A prompt whose hypotheses
+  // are done leaves the batch: its rows stop computing.
   std::vector<std::int64_t> live(static_cast<std::size_t>(B));
   std::iota(live.begin(), live.end(), 0);
   std::vector<std::vector<std::int64_t>> seq;
-  std::vector<double> sums(static_cast<std::size_t>(B * nb), -1e9);
-  for (std::int64_t b = 0; b < B; ++b) {
-    for (std::int64_t j = 0; j < nb; ++j) seq.push_back(prompts[static_cast<std::size_t>(b)]);
-    sums[static_cast<std::size_t>(b * nb)] = 0;
-  }
+  std::vector<double> sums;
+  start_beams(prompts, nb, seq, sums);
   std::vector<Hypotheses> hyps(prompts.size(), Hypotheses(o));
   std::vector<bool> done(prompts.size(), false);
   // Enough candidates that num_beams of them are not eos even when every eos id ranks high.
@@ -120,11 +171,7 @@ std::vector<Generation> beam_search(model::CausalLM& lm, const std::vector<std::
     const auto logits = last_logits(lm, in);
     check_logits(logits);
     auto logp = at::log_softmax(logits, -1);  // [rows, V]
-    if (penalise) {
-      std::vector<at::Tensor> processed;
-      for (std::int64_t r = 0; r < rows; ++r) processed.push_back(process_logits(logp[r], seq[static_cast<std::size_t>(r)], penalties));
-      logp = at::stack(processed);
-    }
+    if (penalise) logp = penalised(logp, seq, penalties);
     auto total = (logp.to(at::kDouble) + at::tensor(sums, at::kDouble).unsqueeze(1)).view({L, nb * V});
     auto [top, index] = total.topk(keep, /*dim=*/1, /*largest=*/true, /*sorted=*/true);
     const auto top_a = top.accessor<double, 2>();
@@ -161,13 +208,7 @@ std::vector<Generation> beam_search(model::CausalLM& lm, const std::vector<std::
 
     // The beams move: each row of a prompt still running takes its source's tokens and cache,
     // plus its new token.
-    std::vector<std::int64_t> kept, next_live;  // rows (this step's numbering) and prompts that go on
-    for (std::int64_t k = 0; k < L; ++k) {
-      const auto b = live[static_cast<std::size_t>(k)];
-      if (done[static_cast<std::size_t>(b)]) continue;
-      next_live.push_back(b);
-      for (std::int64_t j = 0; j < nb; ++j) kept.push_back(k * nb + j);
-    }
+    auto [kept, next_live] = going_on(live, done, nb);
     if (next_live.empty()) break;
     std::vector<std::vector<std::int64_t>> next_seq;
     std::vector<double> kept_sums;
@@ -192,16 +233,7 @@ std::vector<Generation> beam_search(model::CausalLM& lm, const std::vector<std::
   }
   s.decode_s = seconds_since(t0);
 
-  // Prompts still running: their beams join the hypotheses as they stand.
-  for (std::size_t k = 0; k < live.size(); ++k) {
-    const auto bi = static_cast<std::size_t>(live[k]);
-    if (done[bi]) continue;
-    const auto prompt_len = static_cast<std::ptrdiff_t>(prompts[bi].size());
-    for (std::int64_t j = 0; j < nb; ++j) {
-      const auto r = static_cast<std::size_t>(static_cast<std::int64_t>(k) * nb + j);
-      hyps[bi].add({seq[r].begin() + prompt_len, seq[r].end()}, sums[r], static_cast<std::int64_t>(seq[r].size()) - prompt_len, false);
-    }
-  }
+  add_running_beams(prompts, live, done, seq, sums, nb, hyps);
   for (std::size_t bi = 0; bi < prompts.size(); ++bi) out[bi] = hyps[bi].best();
   if (was_training) lm->train();
   return out;

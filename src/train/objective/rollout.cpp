@@ -20,16 +20,6 @@
 namespace ctune::train {
 namespace {
 
-// One sampled completion and what it scored.
-struct Sample {
-  std::int64_t example = 0;               // the prompt's example
-  std::vector<std::int64_t> completion;   // trained tokens: the generated ids and the stop id that ended them
-  std::string text;                       // decoded, cut before a stop string
-  std::string stop_reason;
-  std::vector<double> scores;             // per reward function
-  double reward = 0;
-};
-
 double mean_of(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
@@ -42,27 +32,6 @@ double std_of(const std::vector<double>& v) {  // Bessel-corrected, as torch.std
   double s = 0;
   for (double x : v) s += (x - m) * (x - m);
   return std::sqrt(s / static_cast<double>(v.size() - 1));
-}
-
-// A line about the first of this rank's groups whose rewards overflow their spread (finite
-// answers near +-1e300: the mean or the variance is not finite, and the advantages are 0 or not
-// finite, which ends as a group without signal or a skipped step), or "". `rewards`, `advantages`: the whole
-// generation batch's rows; `streams`: this rank's samples' rows in it.
-std::string overflow_note(const std::vector<double>& rewards, const double* advantages, std::int64_t G, const std::vector<std::uint64_t>& streams,
-                          const std::vector<Sample>& samples, const data::Examples& examples) {
-  for (std::size_t i = 0; i < samples.size(); i += static_cast<std::size_t>(G)) {
-    const auto first = static_cast<std::ptrdiff_t>(streams[i]);
-    const std::vector<double> group(rewards.begin() + first, rewards.begin() + first + G);
-    bool overflows = !std::isfinite(mean_of(group)) || !std::isfinite(std_of(group));
-    for (std::int64_t g = 0; g < G; ++g) overflows = overflows || !std::isfinite(advantages[first + g]);
-    if (!overflows) continue;
-    std::string values;
-    for (const double r : group) values += fmt::format("{}{:g}", values.empty() ? "" : ", ", r);
-    return fmt::format("rewards: the group of data.train record {} ({}) overflows its spread (its mean or standard deviation is not "
-                       "finite): its advantages are 0 or not finite, so it teaches nothing; keep rewards well inside +-1e150 (warned once)",
-                       (*examples)[static_cast<std::size_t>(samples[i].example)].record + 1, values);
-  }
-  return "";
 }
 
 }  // namespace
@@ -106,35 +75,87 @@ TensorBatch RolloutSource::next() {
   return batches_[next_++];
 }
 
-void RolloutSource::generate_batch() {
-  const GrpoOptions& o = options_.objective;
-  const std::int64_t G = o.num_generations;
-  const auto start = std::chrono::steady_clock::now();
+// One sampled completion and what it scored.
+struct RolloutSource::Sample {
+  std::int64_t example = 0;               // the prompt's example
+  std::vector<std::int64_t> completion;   // trained tokens: the generated ids and the stop id that ended them
+  std::string text;                       // decoded, cut before a stop string
+  std::string stop_reason;
+  std::vector<double> scores;             // per reward function
+  double reward = 0;
+};
 
-  // 1. The generation batch's prompts: grad_accum global prompt batches, this rank's share of
-  //    each (whole prompts), each prompt G times; every copy's sampling stream is its row in the
-  //    whole generation batch.
+// The generation batch's prompts: grad_accum global prompt batches, this rank's share of each
+// (whole prompts), each prompt G times; every copy's sampling stream is its row in the whole
+// generation batch.
+struct RolloutSource::Prompts {
   std::vector<std::vector<std::int64_t>> group_examples;  // per prompt batch, this rank's examples
-  std::vector<std::vector<std::int64_t>> inputs;
-  std::vector<std::uint64_t> streams;
-  std::size_t global_rows = 0;
+  std::vector<std::vector<std::int64_t>> inputs;          // per copy, its prompt's ids
+  std::vector<std::uint64_t> streams;                     // per copy, its row in the whole generation batch
+  std::size_t global_rows = 0;                            // the whole generation batch's rows (every rank's)
+};
+
+// The whole generation batch's per-row figures, each rank filling its rows, summed over the
+// ranks: per row its reward, each reward function's score, its length and whether the limit
+// cut it.
+struct RolloutSource::RewardTable {
+  std::size_t rows = 0, functions = 0;
+  std::vector<double> values;  // [rows, width()]
+
+  std::size_t width() const { return functions + 3; }
+  double* row(std::size_t r) { return values.data() + r * width(); }
+  std::vector<double> column(std::size_t c) const {
+    std::vector<double> v(rows);
+    for (std::size_t i = 0; i < rows; ++i) v[i] = values[i * width() + c];
+    return v;
+  }
+  std::vector<double> rewards() const { return column(0); }
+  std::vector<double> scores(std::size_t f) const { return column(1 + f); }
+  std::vector<double> lengths() const { return column(functions + 1); }
+  std::vector<double> truncated() const { return column(functions + 2); }
+};
+
+void RolloutSource::generate_batch() {
+  const auto start = std::chrono::steady_clock::now();
+  const Prompts prompts = take_prompts();                   // 1.
+  std::vector<Sample> samples = sample(prompts);            // 2.
+  const double generation_s = seconds_since(start);
+  const auto score_start = std::chrono::steady_clock::now();
+  const std::vector<std::string> prompt_texts = score(prompts, samples);  // 3.
+  const RewardTable table = reward_table(prompts, samples);
+  const std::vector<double> row_advantages = rank_advantages(table, prompts, samples);
+  make_batches(prompts, samples, row_advantages);           // 4.
+  keep_logps();                                             // 5.
+  const double scoring_s = seconds_since(score_start);
+  report(table, samples, generation_s, scoring_s);          // 6.
+  keep_samples(prompt_texts, samples, row_advantages);
+}
+
+// 1. The generation batch's prompts (Prompts).
+RolloutSource::Prompts RolloutSource::take_prompts() {
+  const std::int64_t G = options_.objective.num_generations;
+  Prompts p;
   for (std::int64_t k = 0; k < options_.grad_accum; ++k) {
     const std::vector<std::int64_t> all = prompts_.next().examples;
     const auto n = static_cast<std::int64_t>(all.size());
     const auto begin = n * options_.rank / options_.ranks, end = n * (options_.rank + 1) / options_.ranks;
-    auto& mine = group_examples.emplace_back(all.begin() + begin, all.begin() + end);
+    auto& mine = p.group_examples.emplace_back(all.begin() + begin, all.begin() + end);
     for (std::size_t j = 0; j < mine.size(); ++j) {
       const auto& ids = (*examples_)[static_cast<std::size_t>(mine[j])].ids;
       for (std::int64_t g = 0; g < G; ++g) {
-        inputs.emplace_back(ids.begin(), ids.end());
-        streams.push_back(global_rows + static_cast<std::size_t>((begin + static_cast<std::int64_t>(j)) * G + g));
+        p.inputs.emplace_back(ids.begin(), ids.end());
+        p.streams.push_back(p.global_rows + static_cast<std::size_t>((begin + static_cast<std::int64_t>(j)) * G + g));
       }
     }
-    global_rows += static_cast<std::size_t>(n * G);
+    p.global_rows += static_cast<std::size_t>(n * G);
   }
+  return p;
+}
 
-  // 2. Sampled from the current policy, in one batch (what `ctune generate` samples for these
-  //    prompts with this seed).
+// 2. Sampled from the current policy, in one batch (what `ctune generate` samples for these
+//    prompts with this seed).
+std::vector<RolloutSource::Sample> RolloutSource::sample(const Prompts& prompts) {
+  const GrpoOptions& o = options_.objective;
   infer::BatchedGeneration bg;
   bg.options.max_new_tokens = o.max_new_tokens;
   bg.options.sampling.do_sample = true;
@@ -143,14 +164,14 @@ void RolloutSource::generate_batch() {
   bg.options.sampling.top_p = o.top_p;
   bg.options.stop_ids = options_.stop_ids;
   bg.options.seed = last_seed_ = generation_seed(options_.seed, generation_++);
-  bg.options.streams = streams;
-  bg.batch = std::max<std::size_t>(1, inputs.size());
+  bg.options.streams = prompts.streams;
+  bg.batch = std::max<std::size_t>(1, prompts.inputs.size());
   bg.stops = o.stop;
   bg.decode = [this](const std::vector<std::int64_t>& ids) { return decode(ids); };
   bg.progress = false;
-  std::vector<Sample> samples(inputs.size());
-  auto sample = [&] {
-    infer::generate_in_batches(policy_, inputs, bg, {}, [&](const infer::PromptResult& r) {
+  std::vector<Sample> samples(prompts.inputs.size());
+  auto run = [&] {
+    infer::generate_in_batches(policy_, prompts.inputs, bg, {}, [&](const infer::PromptResult& r) {
       Sample& s = samples[r.prompt];
       s.completion = r.generation.ids;
       if (r.generation.stop_reason == "eos") s.completion.push_back(r.generation.stop_id);
@@ -159,17 +180,20 @@ void RolloutSource::generate_batch() {
     });
   };
   if (options_.with_whole_model) {
-    options_.with_whole_model(sample);
+    options_.with_whole_model(run);
   } else {
-    sample();
+    run();
   }
-  const double generation_s = seconds_since(start);
+  return samples;
+}
 
-  // 3. Rewards, summed with their weights.
-  const auto score_start = std::chrono::steady_clock::now();
-  std::vector<std::string> prompt_texts;  // per group, as the rewards and samples.jsonl see it
+// 3. Each sample's rewards, summed with their weights. Returns each group's prompt as the
+//    rewards and samples.jsonl see it.
+std::vector<std::string> RolloutSource::score(const Prompts& prompts, std::vector<Sample>& samples) {
+  const std::int64_t G = options_.objective.num_generations;
+  std::vector<std::string> prompt_texts;
   std::size_t row = 0;
-  for (const auto& batch : group_examples) {
+  for (const auto& batch : prompts.group_examples) {
     for (const std::int64_t e : batch) {
       const auto& example = (*examples_)[static_cast<std::size_t>(e)];
       const OrderedJson& fields = (*records_)[static_cast<std::size_t>(example.record)];
@@ -186,40 +210,73 @@ void RolloutSource::generate_batch() {
       }
     }
   }
+  return prompt_texts;
+}
 
-  //    The whole generation batch's per-row figures (reward, each function's score, length,
-  //    cut by the limit), each rank filling its rows, summed over the ranks.
-  const std::size_t F = rewards_.size(), width = F + 3;
-  std::vector<double> table(global_rows * width, 0.0);
+//    The whole generation batch's figures (RewardTable): each rank fills its rows, the rest are
+//    zeros, so the sum over the ranks is exact.
+RolloutSource::RewardTable RolloutSource::reward_table(const Prompts& prompts, const std::vector<Sample>& samples) const {
+  RewardTable table;
+  table.rows = prompts.global_rows;
+  table.functions = rewards_.size();
+  table.values.assign(table.rows * table.width(), 0.0);
+  const std::size_t F = table.functions;
   for (std::size_t i = 0; i < samples.size(); ++i) {
-    double* at = table.data() + streams[i] * width;
+    double* at = table.row(prompts.streams[i]);
     at[0] = samples[i].reward;
     for (std::size_t f = 0; f < F; ++f) at[1 + f] = samples[i].scores[f];
     at[F + 1] = static_cast<double>(samples[i].completion.size());
     at[F + 2] = samples[i].stop_reason == "length" ? 1.0 : 0.0;
   }
-  if (options_.sync && options_.ranks > 1) options_.sync->sum(table);
-  auto column = [&](std::size_t c) {
-    std::vector<double> v(global_rows);
-    for (std::size_t i = 0; i < global_rows; ++i) v[i] = table[i * width + c];
-    return v;
-  };
-  const std::vector<double> totals = column(0);
-  const at::Tensor all_advantages = group_advantages(at::tensor(totals, at::kDouble), G, o.scale_rewards).contiguous();
+  if (options_.sync && options_.ranks > 1) options_.sync->sum(table.values);
+  return table;
+}
+
+//    This rank's samples' advantages within their groups, from the whole batch's rewards (so
+//    scale_rewards: batch is the global one); a group whose rewards overflow is warned of once.
+std::vector<double> RolloutSource::rank_advantages(const RewardTable& table, const Prompts& prompts, const std::vector<Sample>& samples) {
+  const GrpoOptions& o = options_.objective;
+  const std::vector<double> totals = table.rewards();
+  const at::Tensor all_advantages = group_advantages(at::tensor(totals, at::kDouble), o.num_generations, o.scale_rewards).contiguous();
   const double* all = all_advantages.data_ptr<double>();
   std::vector<double> advantages(samples.size());
-  for (std::size_t i = 0; i < samples.size(); ++i) advantages[i] = all[streams[i]];
+  for (std::size_t i = 0; i < samples.size(); ++i) advantages[i] = all[prompts.streams[i]];
   if (!warned_overflow_) {
-    const std::string note = overflow_note(totals, all, G, streams, samples, examples_);
+    const std::string note = overflow_note(totals, all, prompts.streams, samples);
     if (!note.empty()) spdlog::warn("{}", note);
     warned_overflow_ = !note.empty();
   }
+  return advantages;
+}
 
-  // 4. One training batch per prompt batch: prompt + completion, right-padded (an idle batch
-  //    for a rank without prompts in it).
+// A line about the first of this rank's groups whose rewards overflow their spread (finite
+// answers near +-1e300: the mean or the variance is not finite, and the advantages are 0 or not
+// finite, which ends as a group without signal or a skipped step), or "". `rewards`, `advantages`: the whole
+// generation batch's rows; `streams`: this rank's samples' rows in it.
+std::string RolloutSource::overflow_note(const std::vector<double>& rewards, const double* advantages, const std::vector<std::uint64_t>& streams,
+                                         const std::vector<Sample>& samples) const {
+  const std::int64_t G = options_.objective.num_generations;
+  for (std::size_t i = 0; i < samples.size(); i += static_cast<std::size_t>(G)) {
+    const auto first = static_cast<std::ptrdiff_t>(streams[i]);
+    const std::vector<double> group(rewards.begin() + first, rewards.begin() + first + G);
+    bool overflows = !std::isfinite(mean_of(group)) || !std::isfinite(std_of(group));
+    for (std::int64_t g = 0; g < G; ++g) overflows = overflows || !std::isfinite(advantages[first + g]);
+    if (!overflows) continue;
+    std::string values;
+    for (const double r : group) values += fmt::format("{}{:g}", values.empty() ? "" : ", ", r);
+    return fmt::format("rewards: the group of data.train record {} ({}) overflows its spread (its mean or standard deviation is not "
+                       "finite): its advantages are 0 or not finite, so it teaches nothing; keep rewards well inside +-1e150 (warned once)",
+                       (*examples_)[static_cast<std::size_t>(samples[i].example)].record + 1, values);
+  }
+  return "";
+}
+
+// 4. One training batch per prompt batch (an idle batch for a rank without prompts in it).
+void RolloutSource::make_batches(const Prompts& prompts, const std::vector<Sample>& samples, const std::vector<double>& advantages) {
+  const std::int64_t G = options_.objective.num_generations;
   batches_.clear();
-  row = 0;
-  for (const auto& batch : group_examples) {
+  std::size_t row = 0;
+  for (const auto& batch : prompts.group_examples) {
     const auto rows = static_cast<std::int64_t>(batch.size()) * G;
     if (rows == 0) {
       TensorBatch idle = idle_batch();
@@ -227,68 +284,71 @@ void RolloutSource::generate_batch() {
       batches_.push_back(std::move(idle));
       continue;
     }
-    std::int64_t length = 1;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const auto& s = samples[row + static_cast<std::size_t>(r)];
-      length = std::max<std::int64_t>(length, static_cast<std::int64_t>((*examples_)[static_cast<std::size_t>(s.example)].ids.size() +
-                                                                         s.completion.size()));
-    }
-    // Laid out as the data layer lays out a batch, and made tensors by its to_tensors.
-    data::Batch b;
-    b.rows = rows, b.length = length, b.rows_per_group = G;
-    b.input_ids.assign(static_cast<std::size_t>(rows * length), options_.pad_id);
-    b.labels.assign(b.input_ids.size(), data::kIgnoreIndex);
-    b.position_ids.assign(b.input_ids.size(), 0);
-    b.segment_ids.assign(b.input_ids.size(), 0);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const auto& s = samples[row + static_cast<std::size_t>(r)];
-      const auto& prompt = (*examples_)[static_cast<std::size_t>(s.example)].ids;
-      const bool trained = !(o.mask_truncated && s.stop_reason == "length");
-      std::size_t at = static_cast<std::size_t>(r * length);
-      std::int64_t p = 0;
-      for (const auto id : prompt) b.input_ids[at] = id, b.position_ids[at] = p++, b.segment_ids[at] = 1, ++at;
-      for (const auto id : s.completion) {
-        b.input_ids[at] = id, b.position_ids[at] = p++, b.segment_ids[at] = 1;
-        if (trained) b.labels[at] = id;
-        ++at;
-      }
-      b.examples.push_back(s.example);
-    }
-    TensorBatch t = to_tensors(b, options_.device);
-    t.advantages = at::tensor(std::vector<double>(advantages.begin() + static_cast<std::ptrdiff_t>(row),
-                                                  advantages.begin() + static_cast<std::ptrdiff_t>(row) + rows),
-                              at::kDouble);
-    //    A group as one row after one copy of its prompt, where that is cheaper (shared_prompt.h).
-    std::vector<std::int64_t> prompt_lengths, completion_lengths;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const auto& s = samples[row + static_cast<std::size_t>(r)];
-      if (r % G == 0) prompt_lengths.push_back(static_cast<std::int64_t>((*examples_)[static_cast<std::size_t>(s.example)].ids.size()));
-      completion_lengths.push_back(static_cast<std::int64_t>(s.completion.size()));
-    }
-    if (share_prompts_here(o.share_prompt, policy_->config(), {rows, length}, shared_shape(prompt_lengths, completion_lengths, G)))
-      t = share_prompts(t, prompt_lengths, G, options_.pad_id);
-    batches_.push_back(std::move(t));
+    batches_.push_back(training_batch(samples.data() + row, rows, advantages.data() + row));
     row += static_cast<std::size_t>(rows);
   }
+}
 
-  // 5. The log-probabilities the loss compares with, without gradients: the sampling policy's
-  //    when its batches serve several passes, the reference's when beta > 0. Every rank runs
-  //    as many forwards (idle batches too: under full_shard they gather).
-  {
-    at::NoGradGuard no_grad;
-    const bool was_training = policy_->is_training();
-    policy_->eval();
-    for (auto& t : batches_) {
-      if (o.num_iterations > 1) t.old_logps = token_logps(policy_, policy_hidden(policy_, t), t.labels, o.temperature).token;
-      if (o.beta > 0) t.ref_logps = reference_token_logps(policy_, reference_, t, o.temperature);
+//    `n` samples (whole groups) as one batch: prompt + completion, right-padded, laid out as the
+//    data layer lays out a batch and made tensors by its to_tensors.
+TensorBatch RolloutSource::training_batch(const Sample* rows, std::int64_t n, const double* advantages) const {
+  const GrpoOptions& o = options_.objective;
+  const std::int64_t G = o.num_generations;
+  auto prompt_of = [&](const Sample& s) -> const auto& { return (*examples_)[static_cast<std::size_t>(s.example)].ids; };
+  std::int64_t length = 1;
+  for (std::int64_t r = 0; r < n; ++r)
+    length = std::max<std::int64_t>(length, static_cast<std::int64_t>(prompt_of(rows[r]).size() + rows[r].completion.size()));
+  data::Batch b;
+  b.rows = n, b.length = length, b.rows_per_group = G;
+  b.input_ids.assign(static_cast<std::size_t>(n * length), options_.pad_id);
+  b.labels.assign(b.input_ids.size(), data::kIgnoreIndex);
+  b.position_ids.assign(b.input_ids.size(), 0);
+  b.segment_ids.assign(b.input_ids.size(), 0);
+  for (std::int64_t r = 0; r < n; ++r) {
+    const Sample& s = rows[r];
+    const bool trained = !(o.mask_truncated && s.stop_reason == "length");
+    std::size_t at = static_cast<std::size_t>(r * length);
+    std::int64_t p = 0;
+    for (const auto id : prompt_of(s)) b.input_ids[at] = id, b.position_ids[at] = p++, b.segment_ids[at] = 1, ++at;
+    for (const auto id : s.completion) {
+      b.input_ids[at] = id, b.position_ids[at] = p++, b.segment_ids[at] = 1;
+      if (trained) b.labels[at] = id;
+      ++at;
     }
-    if (was_training) policy_->train();
+    b.examples.push_back(s.example);
   }
-  const double scoring_s = seconds_since(score_start);
+  TensorBatch t = to_tensors(b, options_.device);
+  t.advantages = at::tensor(std::vector<double>(advantages, advantages + n), at::kDouble);
+  //    A group as one row after one copy of its prompt, where that is cheaper (shared_prompt.h).
+  std::vector<std::int64_t> prompt_lengths, completion_lengths;
+  for (std::int64_t r = 0; r < n; ++r) {
+    if (r % G == 0) prompt_lengths.push_back(static_cast<std::int64_t>(prompt_of(rows[r]).size()));
+    completion_lengths.push_back(static_cast<std::int64_t>(rows[r].completion.size()));
+  }
+  if (share_prompts_here(o.share_prompt, policy_->config(), {n, length}, shared_shape(prompt_lengths, completion_lengths, G)))
+    t = share_prompts(t, prompt_lengths, G, options_.pad_id);
+  return t;
+}
 
-  // 6. What the step reports (TRL's names; the whole batch's, this rank's generation time) and
-  //    this rank's samples kept for samples.jsonl.
-  const std::vector<double> lengths = column(F + 1), truncated = column(F + 2);
+// 5. The log-probabilities the loss compares with, without gradients: the sampling policy's
+//    when its batches serve several passes, the reference's when beta > 0. Every rank runs as
+//    many forwards (idle batches too: under full_shard they gather).
+void RolloutSource::keep_logps() {
+  const GrpoOptions& o = options_.objective;
+  at::NoGradGuard no_grad;
+  const bool was_training = policy_->is_training();
+  policy_->eval();
+  for (auto& t : batches_) {
+    if (o.num_iterations > 1) t.old_logps = token_logps(policy_, policy_hidden(policy_, t), t.labels, o.temperature).token;
+    if (o.beta > 0) t.ref_logps = reference_token_logps(policy_, reference_, t, o.temperature);
+  }
+  if (was_training) policy_->train();
+}
+
+// 6. What the step reports (TRL's names; the whole batch's, this rank's generation time).
+void RolloutSource::report(const RewardTable& table, const std::vector<Sample>& samples, double generation_s, double scoring_s) {
+  const std::int64_t G = options_.objective.num_generations;
+  const std::vector<double> totals = table.rewards(), lengths = table.lengths(), truncated = table.truncated();
   std::int64_t completion_tokens = 0;
   for (const auto& s : samples) completion_tokens += static_cast<std::int64_t>(s.completion.size());
   std::vector<double> group_std;
@@ -299,8 +359,8 @@ void RolloutSource::generate_batch() {
     zero_std += group_std.back() == 0.0 ? 1.0 : 0.0;
   }
   figures_ = {{"reward", mean_of(totals)}, {"reward_std", mean_of(group_std)}};
-  for (std::size_t f = 0; f < F; ++f) {
-    const std::vector<double> v = column(1 + f);
+  for (std::size_t f = 0; f < rewards_.size(); ++f) {
+    const std::vector<double> v = table.scores(f);
     figures_.emplace_back("rewards/" + rewards_[f]->name() + "/mean", mean_of(v));
     figures_.emplace_back("rewards/" + rewards_[f]->name() + "/std", std_of(v));
   }
@@ -313,15 +373,20 @@ void RolloutSource::generate_batch() {
   figures_.emplace_back("time/generation_s", generation_s);
   figures_.emplace_back("time/generation_tokens_per_s", static_cast<double>(completion_tokens) / std::max(1e-9, generation_s));
   figures_.emplace_back("time/scoring_s", scoring_s);
+}
 
+//    This rank's samples, kept for samples.jsonl.
+void RolloutSource::keep_samples(const std::vector<std::string>& prompt_texts, const std::vector<Sample>& samples,
+                                 const std::vector<double>& advantages) {
+  const std::int64_t G = options_.objective.num_generations;
   samples_ = Json::array();
-  row = 0;
+  std::size_t row = 0;
   for (const auto& prompt : prompt_texts) {
     Json group = {{"prompt", prompt}, {"completions", Json::array()}};
     for (std::int64_t g = 0; g < G; ++g, ++row) {
       const Sample& s = samples[row];
       Json scores = Json::object();
-      for (std::size_t f = 0; f < F; ++f) scores[rewards_[f]->name()] = s.scores[f];
+      for (std::size_t f = 0; f < rewards_.size(); ++f) scores[rewards_[f]->name()] = s.scores[f];
       group["completions"].push_back({{"text", s.text},
                                       {"reward", s.reward},
                                       {"advantage", advantages[row]},

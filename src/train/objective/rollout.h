@@ -70,7 +70,24 @@ class RolloutSource : public BatchSource {
   static std::uint64_t generation_seed(std::uint64_t seed, std::int64_t index);
 
  private:
+  // generate_batch's parts (rollout.cpp), in its order.
+  struct Sample;       // one sampled completion and what it scored
+  struct Prompts;      // the generation batch's prompts: this rank's, each G times
+  struct RewardTable;  // the whole generation batch's per-row rewards, scores and lengths
   void generate_batch();
+  Prompts take_prompts();
+  std::vector<Sample> sample(const Prompts& prompts);
+  std::vector<std::string> score(const Prompts& prompts, std::vector<Sample>& samples);
+  RewardTable reward_table(const Prompts& prompts, const std::vector<Sample>& samples) const;
+  std::vector<double> rank_advantages(const RewardTable& table, const Prompts& prompts, const std::vector<Sample>& samples);
+  std::string overflow_note(const std::vector<double>& rewards, const double* advantages, const std::vector<std::uint64_t>& streams,
+                            const std::vector<Sample>& samples) const;
+  void make_batches(const Prompts& prompts, const std::vector<Sample>& samples, const std::vector<double>& advantages);
+  TensorBatch training_batch(const Sample* rows, std::int64_t n, const double* advantages) const;
+  void keep_logps();
+  void report(const RewardTable& table, const std::vector<Sample>& samples, double generation_s, double scoring_s);
+  void keep_samples(const std::vector<std::string>& prompt_texts, const std::vector<Sample>& samples,
+                    const std::vector<double>& advantages);
   std::string decode(const std::vector<std::int64_t>& ids) const;
 
   model::CausalLM policy_, reference_;

@@ -115,6 +115,70 @@ Techniques without(Techniques t, const std::string& key) {
   return t;
 }
 
+// The overrides of one plan of the recipe its candidates share (plan_techniques): its auto keys
+// at values any combination can take.
+std::vector<std::string> probe_overrides(const Recipe& recipe, const Domains& d) {
+  std::vector<std::string> probe;
+  if (recipe.is_auto("precision")) probe.push_back("precision=bf16");
+  if (recipe.is_auto("peft.method")) probe.push_back("peft.method=lora");
+  if (recipe.is_auto("memory.quantize_base")) probe.push_back("memory.quantize_base=none");
+  if (recipe.is_auto("memory.activation_checkpointing")) probe.push_back("memory.activation_checkpointing=none");
+  if (recipe.is_auto("training.batch_size")) {
+    probe.push_back("training.batch_size=" + std::to_string(d.batches.back().first));
+    probe.push_back("training.grad_accum=1");
+  }
+  if (recipe.is_auto("memory.chunked_loss")) probe.push_back("memory.chunked_loss=true");
+  if (recipe.is_auto("distributed.strategy")) probe.push_back("distributed.strategy=no_shard");
+  if (recipe.is_auto("distributed.cpu_offload")) probe.push_back("distributed.cpu_offload=false");
+  return probe;
+}
+
+// The fastest candidate that fits; near-ties to the fewest techniques in the field's order.
+std::optional<std::size_t> choose(const std::vector<Candidate>& candidates) {
+  std::optional<std::size_t> chosen;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const Candidate& c = candidates[i];
+    if (!c.fits) continue;
+    if (!chosen) {
+      chosen = i;
+      continue;
+    }
+    const Candidate& best = candidates[*chosen];
+    if (c.time.tokens_per_second() >= 0.98 * best.time.tokens_per_second() &&
+        intrusiveness(c.techniques) < intrusiveness(best.techniques))
+      chosen = i;
+  }
+  return chosen;
+}
+
+// Why nothing fits in `budget`: below the model's own weights, or the smallest peak reachable
+// and what sets it.
+std::string nothing_fits(const std::vector<Candidate>& candidates, const std::vector<std::string>& auto_keys, std::int64_t budget) {
+  const auto smallest = std::min_element(candidates.begin(), candidates.end(),
+                                         [](const Candidate& a, const Candidate& b) { return a.ledger.peak_bytes < b.ledger.peak_bytes; });
+  const auto& lines = smallest->ledger.lines;
+  const auto dominant = std::max_element(lines.begin(), lines.end(), [](const LedgerLine& a, const LedgerLine& b) {
+    return a.name != "peak" && (b.name == "peak" || a.bytes < b.bytes);
+  });
+  std::int64_t least_weights = smallest->ledger.peak_bytes;
+  for (const auto& c : candidates)
+    for (const auto& l : c.ledger.lines)
+      if (l.name == "weights") least_weights = std::min(least_weights, l.bytes);
+  std::ostringstream s;
+  if (budget < least_weights) {
+    s << "--budget " << format_mb(budget) << " is below the model's own weights: " << format_mb(least_weights) << " at the least, before anything trains";
+  } else {
+    s << "nothing fits in " << format_mb(budget) << " per device: the smallest peak reachable is " << format_mb(smallest->ledger.peak_bytes) << " (";
+    for (std::size_t k = 0; k < auto_keys.size(); ++k) s << (k ? ", " : "") << auto_keys[k] << " " << value_of(smallest->techniques, auto_keys[k]);
+    s << "), and its largest line is `" << dominant->name << "` (" << format_mb(dominant->bytes) << ")";
+    // A gather between steps sets the same peak whatever the step's switches.
+    if (smallest->ledger.peak_between_steps)
+      s << "; that peak is " << smallest->ledger.peak_moment << " (" << format_mb(smallest->ledger.peak_moment_bytes)
+        << " beside the shards), which no switch of the step moves";
+  }
+  return s.str();
+}
+
 }  // namespace
 
 PlanResult plan_techniques(const Recipe& recipe, const distributed::World& world, std::int64_t budget,
@@ -128,18 +192,7 @@ PlanResult plan_techniques(const Recipe& recipe, const distributed::World& world
   // One plan of the recipe, its auto keys at values any combination shares (LoRA when the
   // method is the planner's, so that its targets are resolved once): the model, tokenizer and
   // data are read once, and each candidate changes only the techniques (run_plan.h).
-  std::vector<std::string> probe;
-  if (recipe.is_auto("precision")) probe.push_back("precision=bf16");
-  if (recipe.is_auto("peft.method")) probe.push_back("peft.method=lora");
-  if (recipe.is_auto("memory.quantize_base")) probe.push_back("memory.quantize_base=none");
-  if (recipe.is_auto("memory.activation_checkpointing")) probe.push_back("memory.activation_checkpointing=none");
-  if (recipe.is_auto("training.batch_size")) {
-    probe.push_back("training.batch_size=" + std::to_string(d.batches.back().first));
-    probe.push_back("training.grad_accum=1");
-  }
-  if (recipe.is_auto("memory.chunked_loss")) probe.push_back("memory.chunked_loss=true");
-  if (recipe.is_auto("distributed.strategy")) probe.push_back("distributed.strategy=no_shard");
-  if (recipe.is_auto("distributed.cpu_offload")) probe.push_back("distributed.cpu_offload=false");
+  std::vector<std::string> probe = probe_overrides(recipe, d);
   auto with = [&](const std::vector<std::string>& overrides) {
     return recipe.with(overrides);
   };
@@ -196,47 +249,11 @@ PlanResult plan_techniques(const Recipe& recipe, const distributed::World& world
   std::stable_sort(out.candidates.begin(), out.candidates.end(),
                    [](const Candidate& a, const Candidate& b) { return a.time.tokens_per_second() > b.time.tokens_per_second(); });
 
-  // The fastest that fits; near-ties to the fewest techniques in the field's order.
-  for (std::size_t i = 0; i < out.candidates.size(); ++i) {
-    const Candidate& c = out.candidates[i];
-    if (!c.fits) continue;
-    if (!out.chosen) {
-      out.chosen = i;
-      continue;
-    }
-    const Candidate& best = out.candidates[*out.chosen];
-    if (c.time.tokens_per_second() >= 0.98 * best.time.tokens_per_second() &&
-        intrusiveness(c.techniques) < intrusiveness(best.techniques))
-      out.chosen = i;
-  }
-
+  out.chosen = choose(out.candidates);
   if (!out.chosen) {
-    const auto smallest = std::min_element(out.candidates.begin(), out.candidates.end(),
-                                           [](const Candidate& a, const Candidate& b) { return a.ledger.peak_bytes < b.ledger.peak_bytes; });
-    const auto& lines = smallest->ledger.lines;
-    const auto dominant = std::max_element(lines.begin(), lines.end(), [](const LedgerLine& a, const LedgerLine& b) {
-      return a.name != "peak" && (b.name == "peak" || a.bytes < b.bytes);
-    });
-    std::int64_t least_weights = smallest->ledger.peak_bytes;
-    for (const auto& c : out.candidates)
-      for (const auto& l : c.ledger.lines)
-        if (l.name == "weights") least_weights = std::min(least_weights, l.bytes);
-    std::ostringstream s;
-    if (budget < least_weights) {
-      s << "--budget " << format_mb(budget) << " is below the model's own weights: " << format_mb(least_weights) << " at the least, before anything trains";
-    } else {
-      s << "nothing fits in " << format_mb(budget) << " per device: the smallest peak reachable is " << format_mb(smallest->ledger.peak_bytes) << " (";
-      for (std::size_t k = 0; k < out.auto_keys.size(); ++k) s << (k ? ", " : "") << out.auto_keys[k] << " " << value_of(smallest->techniques, out.auto_keys[k]);
-      s << "), and its largest line is `" << dominant->name << "` (" << format_mb(dominant->bytes) << ")";
-      // A gather between steps sets the same peak whatever the step's switches.
-      if (smallest->ledger.peak_between_steps)
-        s << "; that peak is " << smallest->ledger.peak_moment << " (" << format_mb(smallest->ledger.peak_moment_bytes)
-          << " beside the shards), which no switch of the step moves";
-    }
-    out.nothing_fits = s.str();
+    out.nothing_fits = nothing_fits(out.candidates, out.auto_keys, budget);
     return out;
   }
-
   // Why: each switch of the chosen plan against the same plan without it.
   const Candidate& chosen = out.candidates[*out.chosen];
   const Techniques& t = chosen.techniques;

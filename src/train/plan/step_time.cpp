@@ -61,6 +61,66 @@ TokenFlops token_flops(const LedgerInputs& in) {
   return f;
 }
 
+// Bytes per element of the activations (fp32, or bf16/fp16).
+double storage_bytes(const LedgerInputs& in) { return in.storage_dtype == at::kFloat ? 4.0 : 2.0; }
+
+// The elements the optimizer updates: the weights that train and LoRA's A and B.
+double trainable_elements(const LedgerInputs& in) {
+  double trainable = 0;
+  for (const auto& p : in.parameters) {
+    const ModuleTraining t = in.method->module(p.module());
+    if (t.weight_trains) trainable += static_cast<double>(p.numel());
+    if (t.adapter_rank > 0 && p.is_weight() && p.sizes.size() == 2) trainable += static_cast<double>(t.adapter_rank * (p.sizes[0] + p.sizes[1]));
+  }
+  return trainable;
+}
+
+// Collectives: per call a fixed cost, and the ring volume per rank ((N - 1)/N of the tensor;
+// twice for an all-reduce) at the rate measured through the run's own Gloo collectives
+// (distributed/collective_rates.h), between two ranks; more ranks of one machine share it.
+StepTime::Line collectives_line(const LedgerInputs& in, const distributed::World& world, const distributed::CollectiveRates& c,
+                                double trainable, bool shared_cores) {
+  const double accum = static_cast<double>(in.grad_accum);
+  const double L = static_cast<double>(in.config.num_hidden_layers);
+  const double r = storage_bytes(in);
+  const double N = static_cast<double>(world.size);
+  const double P = static_cast<double>(std::max<std::int64_t>(1, in.parameter_shards));
+  const double ring = (N - 1.0) / N, ring_p = (P - 1.0) / P;
+  const double grads = 4.0 * trainable;
+  double stored = 0, trained_tensors = 0;
+  bool frozen_weights = false;
+  for (const auto& p : in.parameters) {
+    const ModuleTraining t = in.method->module(p.module());
+    stored += static_cast<double>(p.numel()) * (t.weight_trains ? 4.0 : r);
+    trained_tensors += (t.weight_trains ? 1.0 : 0.0) + (t.adapter_rank > 0 && p.is_weight() ? 2.0 : 0.0);
+    frozen_weights = frozen_weights || !t.weight_trains;
+  }
+  double seconds = 0;
+  std::string what;
+  if (in.parameter_shards > 1) {
+    // Per micro-batch: every part (embedding, blocks, head) gathered for forward and again for
+    // backward, a flat each for its trained and its frozen weights; each trained tensor's
+    // gradient reduce-scattered as backward completes it; across nodes (hybrid) the shards'
+    // gradients all-reduced.
+    const double gathers = 2.0 * (L + 2.0) * (frozen_weights && trainable > 0 ? 2.0 : 1.0);
+    seconds = accum * (c.all_gather.seconds(gathers, 2.0 * ring_p * stored) + c.reduce_scatter.seconds(trained_tensors, ring_p * grads));
+    if (P < N) seconds += accum * c.all_reduce.seconds(trained_tensors, 2.0 * (N / P - 1.0) / (N / P) * grads / P);
+    what = "per micro-batch: parts gathered forward and backward, each trained tensor's gradient reduce-scattered";
+  } else if (in.optimizer_shards > 1) {
+    // Its buckets (train/parallel/zero.h): reduce-scattered, then all-gathered updated.
+    const double buckets = std::max(1.0, std::ceil(trainable / static_cast<double>(kBucketElements)));
+    seconds = c.reduce_scatter.seconds(buckets, ring * grads) + c.all_gather.seconds(buckets, ring * 4.0 * trainable);
+    what = std::to_string(kBucketElements * 4 / (1024 * 1024)) + " MiB buckets of gradients reduce-scattered, updated weights all-gathered";
+  } else {
+    seconds = c.all_reduce.seconds(2.0, 2.0 * ring * grads);
+    what = "the gradients all-reduced as one flat tensor";
+  }
+  const double local = shared_cores ? std::max(1.0, static_cast<double>(world.local_size) / 2.0) : 1.0;
+  return {"collectives", seconds * local,
+          what + " / per-call cost and rate measured through Gloo between two ranks" +
+              (c.all_gather.bytes_per_second > 0 ? "" : " (not measured on this machine: counted as free)")};
+}
+
 std::string seconds_text(double s) {
   char buf[32];
   std::snprintf(buf, sizeof buf, s < 1 ? "%.1f ms" : "%.2f s", s < 1 ? s * 1e3 : s);
@@ -101,7 +161,7 @@ StepTime estimate_step_time(const LedgerInputs& in, const distributed::World& wo
   // Element-wise work (norms, RoPE, the GLU, residual adds, casts), forward and backward: about
   // three passes over a layer's activations per token; the loss: three passes over a chunk's
   // logits (six when the full logits are kept: log-softmax, its gradient, the casts).
-  const double r = in.storage_dtype == at::kFloat ? 4.0 : 2.0;
+  const double r = storage_bytes(in);
   const double H = static_cast<double>(cfg.hidden_size), I = static_cast<double>(cfg.mlp_width());
   const double qkv = static_cast<double>((cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim);
   const double elementwise_bytes = 3.0 * n * L * r * (12.0 * H + 4.0 * I + 2.0 * qkv) * (1.0 + recompute_share);
@@ -129,58 +189,12 @@ StepTime estimate_step_time(const LedgerInputs& in, const distributed::World& wo
   }
   // The optimizer: one pass over this rank's share of the trainable state (fp32 weight,
   // gradient, two moments; read and written).
-  double trainable = 0;
-  for (const auto& p : in.parameters) {
-    const ModuleTraining t = in.method->module(p.module());
-    if (t.weight_trains) trainable += static_cast<double>(p.numel());
-    if (t.adapter_rank > 0 && p.is_weight() && p.sizes.size() == 2) trainable += static_cast<double>(t.adapter_rank * (p.sizes[0] + p.sizes[1]));
-  }
+  const double trainable = trainable_elements(in);
   const double shards = static_cast<double>(std::max<std::int64_t>(1, in.optimizer_shards));
   const double state_bytes = (in.optimizer == "adamw" ? 16.0 : 12.0) * 2.0 * trainable / shards;
   st.lines.push_back({"optimizer", state_bytes / bandwidth, "2 x (weight + gradient + state) bytes of this rank's share / copy bandwidth"});
 
-  // Collectives: per call a fixed cost, and the ring volume per rank ((N - 1)/N of the tensor;
-  // twice for an all-reduce) at the rate measured through the run's own Gloo collectives
-  // (distributed/collective_rates.h), between two ranks; more ranks of one machine share it.
-  if (world.size > 1) {
-    const auto& c = rates.collectives;
-    const double N = static_cast<double>(world.size);
-    const double P = static_cast<double>(std::max<std::int64_t>(1, in.parameter_shards));
-    const double ring = (N - 1.0) / N, ring_p = (P - 1.0) / P;
-    const double grads = 4.0 * trainable;
-    double stored = 0, trained_tensors = 0;
-    bool frozen_weights = false;
-    for (const auto& p : in.parameters) {
-      const ModuleTraining t = in.method->module(p.module());
-      stored += static_cast<double>(p.numel()) * (t.weight_trains ? 4.0 : r);
-      trained_tensors += (t.weight_trains ? 1.0 : 0.0) + (t.adapter_rank > 0 && p.is_weight() ? 2.0 : 0.0);
-      frozen_weights = frozen_weights || !t.weight_trains;
-    }
-    double seconds = 0;
-    std::string what;
-    if (in.parameter_shards > 1) {
-      // Per micro-batch: every part (embedding, blocks, head) gathered for forward and again for
-      // backward, a flat each for its trained and its frozen weights; each trained tensor's
-      // gradient reduce-scattered as backward completes it; across nodes (hybrid) the shards'
-      // gradients all-reduced.
-      const double gathers = 2.0 * (L + 2.0) * (frozen_weights && trainable > 0 ? 2.0 : 1.0);
-      seconds = accum * (c.all_gather.seconds(gathers, 2.0 * ring_p * stored) + c.reduce_scatter.seconds(trained_tensors, ring_p * grads));
-      if (P < N) seconds += accum * c.all_reduce.seconds(trained_tensors, 2.0 * (N / P - 1.0) / (N / P) * grads / P);
-      what = "per micro-batch: parts gathered forward and backward, each trained tensor's gradient reduce-scattered";
-    } else if (in.optimizer_shards > 1) {
-      // Its buckets (train/parallel/zero.h): reduce-scattered, then all-gathered updated.
-      const double buckets = std::max(1.0, std::ceil(trainable / static_cast<double>(kBucketElements)));
-      seconds = c.reduce_scatter.seconds(buckets, ring * grads) + c.all_gather.seconds(buckets, ring * 4.0 * trainable);
-      what = std::to_string(kBucketElements * 4 / (1024 * 1024)) + " MiB buckets of gradients reduce-scattered, updated weights all-gathered";
-    } else {
-      seconds = c.all_reduce.seconds(2.0, 2.0 * ring * grads);
-      what = "the gradients all-reduced as one flat tensor";
-    }
-    const double local = shared_cores ? std::max(1.0, static_cast<double>(world.local_size) / 2.0) : 1.0;
-    st.lines.push_back({"collectives", seconds * local,
-                        what + " / per-call cost and rate measured through Gloo between two ranks" +
-                            (c.all_gather.bytes_per_second > 0 ? "" : " (not measured on this machine: counted as free)")});
-  }
+  if (world.size > 1) st.lines.push_back(collectives_line(in, world, rates.collectives, trainable, shared_cores));
   if (in.cpu_offload) {
     double stored = 0;
     for (const auto& p : in.parameters) stored += static_cast<double>(p.numel()) * 4.0;

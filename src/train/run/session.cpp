@@ -46,6 +46,25 @@ void log_to_run_dir(const fs::path& dir) {
   spdlog::default_logger()->flush_on(spdlog::level::info);
 }
 
+void log_trainable(const peft::LoraSummary& counts) {
+  spdlog::info("trainable parameters {} of {} ({:.4f}%)", counts.trainable, counts.total,
+               100.0 * static_cast<double>(counts.trainable) / static_cast<double>(std::max<std::int64_t>(1, counts.total)));
+}
+
+// The parameters that train, by name, for the optimizer's groups.
+std::vector<std::pair<std::string, at::Tensor>> trainable_parameters(model::CausalLM& lm) {
+  std::vector<std::pair<std::string, at::Tensor>> trainable;
+  for (const auto& item : lm->named_parameters(true))
+    if (item.value().requires_grad()) trainable.emplace_back(item.key(), item.value());
+  return trainable;
+}
+
+void log_done(const TrainResult& result) {
+  if (result.skipped_steps > 0) spdlog::info("{} steps were skipped (non-finite loss or gradients)", result.skipped_steps);
+  spdlog::info("done: {} steps in {:.1f} s, last loss {:.4f}{}", result.steps, result.seconds, result.last_loss,
+               result.final_eval_loss ? fmt::format(", eval loss {:.4f}", *result.final_eval_loss) : std::string());
+}
+
 // Each line of `text`, the last one included whether or not a newline ends it.
 void log_lines(const std::string& text) {
   std::size_t pos = 0;
@@ -320,13 +339,9 @@ TrainResult Session::run_steps() {
   const auto counts = plan.method->make_trainable(lm);
   if (from_shards) ShardedState(*resume.dir).load_weights_into(lm);
   spdlog::debug("resident {:.1f} MB after the model is built", static_cast<double>(ops::resident_bytes()) / 1e6);
-  spdlog::info("trainable parameters {} of {} ({:.4f}%)", counts.trainable, counts.total,
-               100.0 * static_cast<double>(counts.trainable) / static_cast<double>(std::max<std::int64_t>(1, counts.total)));
+  log_trainable(counts);
   //    The optimizer and how the ranks agree each step follow distributed.strategy.
-  std::vector<std::pair<std::string, at::Tensor>> trainable;
-  for (const auto& item : lm->named_parameters(true))
-    if (item.value().requires_grad()) trainable.emplace_back(item.key(), item.value());
-  auto parallel = make_data_parallel(plan.distributed, lm, make_param_groups(trainable, plan.optimizer), plan.optimizer, comm_);
+  auto parallel = make_data_parallel(plan.distributed, lm, make_param_groups(trainable_parameters(lm), plan.optimizer), plan.optimizer, comm_);
   auto& optimizer = parallel.optimizer;
   loading.reset();
 
@@ -346,33 +361,19 @@ TrainResult Session::run_steps() {
   const auto rows = own_source ? nullptr : std::make_unique<RankRows>(sampler, comm_.rank(), comm_.size(), plan.device);
   BatchSource& source = own_source ? *own_source : static_cast<BatchSource&>(*rows);
   spdlog::debug("resident {:.1f} MB with optimizer and data", static_cast<double>(ops::resident_bytes()) / 1e6);
-  std::vector<TensorBatch> eval;
   const auto eval_source = kind.eval_source ? kind.eval_source(*plan.objective.own, *context) : nullptr;
-  if (!kind.eval_source) {
-    eval = rank_share(all_batches(data::sequential_plan(*plan.datasets.eval, data::batch_options(plan.data, *plan.tokenizer)),
-                                  plan.eval_batches, plan.device, /*eval_split=*/true),
-                      comm_.rank(), comm_.size());
-  }
+  std::vector<TensorBatch> eval = kind.eval_source ? std::vector<TensorBatch>() : fixed_eval_batches();
 
   // 5. Where the checkpoint left off: step, optimizer, loss scale, data cursor, RNG.
   GradScaler scaler(plan.loss_scaling);
-  if (resume.state) {
-    plan.trainer.first_step = resume.state->step;
-    optimizer->load_state(resume.state->optimizer);
-    if (resume.state->scaler) scaler.load_state(*resume.state->scaler);
-    sampler.restore(resume.state->sampler);
-    restore_rng(resume.state->rng);
-    spdlog::info("resumed from {} at step {}", resume.dir->string(), resume.state->step);
-  }
+  if (resume.state) restore_state(resume, *optimizer, scaler, sampler);
 
   // 6. Train (metrics are rank 0's), checkpointing on cadence, at a stop and at the end.
   CheckpointManager checkpoints(plan.output_dir, plan.checkpoint.keep_last);
   if (resume.dir) checkpoints.protect(*resume.dir);
   if (writer()) checkpoints.apply_retention();
   const WeightFiles files = weight_files(plan);
-  CheckpointSources sources{lm, plan.method.get(), files, {}, &sampler, plan.recipe_yaml(), &scaler, inputs, nullptr, {}, {}};
-  sources.source = own_source.get();  // several ranks: each rank's batches, gathered for the checkpoint
-  sources.programs = programs;
+  CheckpointSources sources = checkpoint_sources(lm, files, sampler, scaler, inputs, programs, own_source.get());
   CheckpointCadence cadence(plan, checkpoints, sources, parallel, lm, comm_, resume.state ? resume.state->step : -1);
   std::optional<MetricsLog> metrics;
   if (writer()) metrics.emplace(plan.output_dir, plan.tensorboard);
@@ -398,16 +399,7 @@ TrainResult Session::run_steps() {
     profiler.emplace(plan.output_dir / io::kProfileTrace, first, 2);
     trainer.profiler = &*profiler;
   }
-  trainer.on_stop = [&](std::int64_t step, int signal) {
-    // Stopped by a signal after `step` (every rank after the same one): save it, so --resume
-    // continues exactly here.
-    cadence.ensure(step);
-    const std::string line = signal_name(signal) + " after step " + std::to_string(step) + " of " +
-                             std::to_string(plan.trainer.max_steps) + ": checkpoint " +
-                             CheckpointManager::dir_for(plan.output_dir, step).string() + " written; continue with --resume";
-    spdlog::warn("stopped by {}", line);
-    throw StoppedError(signal, line);
-  };
+  trainer.on_stop = [&](std::int64_t step, int signal) { stop_after(cadence, step, signal); };
   ops::release_free_memory();  // what loading freed goes back: the pool's bound is the step's (ops/tensor_pool.h)
   const auto start_bytes = ops::memory_now(plan.device);
   ops::reset_peak_memory(plan.device);  // the measured peak is training's, not loading's
@@ -419,11 +411,7 @@ TrainResult Session::run_steps() {
   }
   std::optional<Json> memory_record;
   if (metrics) memory_record = report_memory(ledger, start_bytes, meter, plan.device);
-  if (plan.world.distributed()) {
-    const double waited = comm_.seconds_communicating() - communicating_before;
-    spdlog::info("communication: rank 0 spent {:.2f} s of {:.2f} s training in collectives ({:.1f}%)", waited, result.seconds,
-                 100.0 * waited / std::max(1e-9, result.seconds));
-  }
+  log_communication(communicating_before, result);
   refuse_if_nothing_learned(result);
   {
     const ops::MemoryPhase phase("checkpoint");
@@ -434,10 +422,62 @@ TrainResult Session::run_steps() {
   write_result(lm, parallel, files);
   report_run_peak(ledger, memory_record, metrics ? &*metrics : nullptr);
   cadence.write_report();
-  if (result.skipped_steps > 0) spdlog::info("{} steps were skipped (non-finite loss or gradients)", result.skipped_steps);
-  spdlog::info("done: {} steps in {:.1f} s, last loss {:.4f}{}", result.steps, result.seconds, result.last_loss,
-               result.final_eval_loss ? fmt::format(", eval loss {:.4f}", *result.final_eval_loss) : std::string());
+  log_done(result);
   return result;
+}
+
+// The eval split's batches, this rank's share, made once (an objective without an eval source
+// of its own evaluates on these).
+std::vector<TensorBatch> Session::fixed_eval_batches() const {
+  return rank_share(all_batches(data::sequential_plan(*plan_.datasets.eval, data::batch_options(plan_.data, *plan_.tokenizer)),
+                                plan_.eval_batches, plan_.device, /*eval_split=*/true),
+                    comm_.rank(), comm_.size());
+}
+
+// What the checkpoint resumed from holds, put back; the trainer starts after its step.
+void Session::restore_state(const ResumePoint& resume, Optimizer& optimizer, GradScaler& scaler, data::Sampler& sampler) {
+  plan_.trainer.first_step = resume.state->step;
+  optimizer.load_state(resume.state->optimizer);
+  if (resume.state->scaler) scaler.load_state(*resume.state->scaler);
+  sampler.restore(resume.state->sampler);
+  restore_rng(resume.state->rng);
+  spdlog::info("resumed from {} at step {}", resume.dir->string(), resume.state->step);
+}
+
+// What the run's checkpoints are written from; the optimizer's and batch source's state are
+// taken at each checkpoint (train/run/checkpoint_cadence.h).
+CheckpointSources Session::checkpoint_sources(model::CausalLM& lm, const WeightFiles& files, const data::Sampler& sampler,
+                                              const GradScaler& scaler, const Json& inputs, const Json& programs,
+                                              const BatchSource* own_source) const {
+  CheckpointSources sources;
+  sources.model = lm;
+  sources.method = plan_.method.get();
+  sources.files = files;
+  sources.sampler = &sampler;
+  sources.recipe_yaml = plan_.recipe_yaml();
+  sources.scaler = &scaler;
+  sources.inputs = inputs;
+  sources.source = own_source;  // several ranks: each rank's batches, gathered for the checkpoint
+  sources.programs = programs;
+  return sources;
+}
+
+// Stopped by a signal after `step` (every rank after the same one): save it, so --resume
+// continues exactly here.
+void Session::stop_after(CheckpointCadence& cadence, std::int64_t step, int signal) const {
+  cadence.ensure(step);
+  const std::string line = signal_name(signal) + " after step " + std::to_string(step) + " of " + std::to_string(plan_.trainer.max_steps) +
+                           ": checkpoint " + CheckpointManager::dir_for(plan_.output_dir, step).string() + " written; continue with --resume";
+  spdlog::warn("stopped by {}", line);
+  throw StoppedError(signal, line);
+}
+
+// Several ranks: rank 0's time in collectives while training.
+void Session::log_communication(double seconds_before, const TrainResult& result) const {
+  if (!plan_.world.distributed()) return;
+  const double waited = comm_.seconds_communicating() - seconds_before;
+  spdlog::info("communication: rank 0 spent {:.2f} s of {:.2f} s training in collectives ({:.1f}%)", waited, result.seconds,
+               100.0 * waited / std::max(1e-9, result.seconds));
 }
 
 // What an objective's own batch and eval sources draw on (train/objective/kind.h): the run's

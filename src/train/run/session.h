@@ -32,6 +32,8 @@
 
 namespace ctune::train {
 
+class CheckpointCadence;
+
 struct SessionOptions {
   bool overwrite = false;              // replace the results of an earlier run in output_dir
   bool resume = false;                 // continue the run in output_dir
@@ -63,6 +65,13 @@ class Session {
     std::optional<TrainingState> state;        // what it holds
   };
   TrainResult run_steps();
+  // Parts of run_steps(), in its order.
+  std::vector<TensorBatch> fixed_eval_batches() const;
+  void restore_state(const ResumePoint& resume, Optimizer& optimizer, GradScaler& scaler, data::Sampler& sampler);
+  CheckpointSources checkpoint_sources(model::CausalLM& lm, const WeightFiles& files, const data::Sampler& sampler, const GradScaler& scaler,
+                                       const Json& inputs, const Json& programs, const BatchSource* own_source) const;
+  [[noreturn]] void stop_after(CheckpointCadence& cadence, std::int64_t step, int signal) const;
+  void log_communication(double seconds_before, const TrainResult& result) const;
   void start_process() const;
   void refuse_what_cannot_fit(const Ledger& ledger) const;
   void hold_to_address_space(OutOfMemoryFacts& facts) const;

@@ -107,6 +107,11 @@ class Trainer {
           TrainerOptions options, MetricsLog* metrics);
 
   TrainResult run();
+  // A step's figures (trainer.cpp): what it counts before any forward (its normalisers), what
+  // its forwards sum, each summed over the ranks in one all-reduce; what its update did.
+  struct StepCounts;
+  struct StepSums;
+  struct StepUpdate;
   // The objective over the eval batches (each rank's share, combined over ranks); `stage`
   // shows its progress.
   EvalMetrics evaluate(std::int64_t step, Stage* stage = nullptr);
@@ -132,6 +137,12 @@ class Trainer {
   EvalSource* eval_source = nullptr;
 
  private:
+  // Steps 1 to 4 of run(), in its order.
+  StepCounts next_micro_batches(std::vector<TensorBatch>& micro);
+  StepSums forward_backward(const std::vector<TensorBatch>& micro, const StepCounts& counts, std::int64_t step, GradScaler& scaler);
+  StepUpdate update_weights(std::int64_t step, double loss, GradScaler& scaler);
+  StepMetrics step_record(std::int64_t step, double loss, const StepCounts& counts, StepSums& sums, const StepUpdate& update,
+                          std::chrono::steady_clock::time_point step_start, std::chrono::steady_clock::time_point start);
   // Step 4 of run(): the step's speed, memory and times into `m`.
   void measure(StepMetrics& m, std::int64_t input_tokens, std::chrono::steady_clock::time_point step_start,
                std::chrono::steady_clock::time_point start);
