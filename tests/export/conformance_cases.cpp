@@ -43,6 +43,8 @@ const std::vector<ConformanceCase>& conformance_cases() {
     add({"mixtral_experts_f32", "mixtral_byte", "", "mixtral_byte.f32.gguf", "", "f32", false});
     add({"mixtral_merged_lora_experts", "mixtral_byte", "mixtral_byte_lora", "mixtral_byte_merged.f32.gguf", "", "f32", false});
     add({"mixtral_gguf_lora_experts", "mixtral_byte", "mixtral_byte_lora", "mixtral_byte.f32.gguf", "mixtral_byte_lora.gguf", "f32", false});
+    add({"qwen35_hybrid_deltanet_f32", "qwen35_byte", "", "qwen35_byte.f32.gguf", "", "f32", false});
+    add({"qwen35_gguf_lora_deltanet", "qwen35_byte", "qwen35_byte_lora", "qwen35_byte.f32.gguf", "qwen35_byte_lora.gguf", "f32", false});
     return c;
   }();
   return cases;
