@@ -56,7 +56,9 @@ model::CausalLM load_gguf_model(const io::GgufFile& file) {
     const auto& [name, param] = source.parts.front();
     const io::GgufTensorInfo* info = h.find_tensor(source.gguf);
     if (!info) throw FormatError(where + ": missing tensor " + source.gguf + " (for " + name + ")");
-    std::vector<std::int64_t> expected = param.sizes().vec();
+    const std::vector<model::GgufChange> changes = gguf_changes(config, name);
+    std::vector<std::int64_t> expected =
+        apply_changes(at::empty(param.sizes(), param.options().device(at::kMeta)), changes).sizes().vec();
     if (source.stacked) expected.insert(expected.begin(), static_cast<std::int64_t>(source.parts.size()));
     if (info->shape() != expected)
       throw FormatError(where + ": tensor " + info->name + " has shape " + shape_text(info->shape()) + " (expected " +
@@ -64,6 +66,7 @@ model::CausalLM load_gguf_model(const io::GgufFile& file) {
     at::Tensor value = decode_tensor(file, *info);
     if (const char p = qk_projection(name); p && permuted) value = unpermute_qk_rows(value, qk_heads(config, p));
     if (gguf_shifts_norm(config, name)) value = value - 1;
+    value = undo_changes(value, changes);
     for (std::size_t e = 0; e < source.parts.size(); ++e)
       source.parts[e].second.copy_(source.stacked ? value[static_cast<std::int64_t>(e)] : value);
     used.insert(info->name);
@@ -123,6 +126,10 @@ std::size_t apply_gguf_lora(model::CausalLM& lm, const io::GgufFile& adapter) {
                         (target.stacked ? " of each of " + std::to_string(experts) + " experts" : std::string()));
     const std::string& hf = target.parts.front().first;
     if (const char p = qk_projection(hf); p && gguf_permutes_qk(config)) b = unpermute_qk_rows(b[0], qk_heads(config, p)).unsqueeze(0);
+    if (const LoraChanges changes = lora_changes(gguf_changes(config, hf), hf); !target.stacked) {
+      a = undo_changes(a[0], changes.a).unsqueeze(0);
+      b = undo_changes(b[0], changes.b).unsqueeze(0);
+    }
     const double scale = alpha != 0 ? alpha / static_cast<double>(a.size(1)) : 1.0;
     for (std::int64_t e = 0; e < experts; ++e) {
       at::Tensor part = target.parts[static_cast<std::size_t>(e)].second;

@@ -1,6 +1,7 @@
 // LoRA adapter export (docs/formats.md#gguf-lora-adapters): general.type "adapter", adapter.type "lora",
 // adapter.lora.alpha, and per adapted weight <gguf name>.lora_a (PyTorch [r, in], ne [in, r]) and
-// <gguf name>.lora_b ([out, r], ne [r, out]; rows permuted like the weight for llama q/k); a
+// <gguf name>.lora_b ([out, r], ne [r, out]; rows permuted like the weight for llama q/k, and
+// reordered like the weight's rows (B) or columns (A) where the family's GGUF form does); a
 // sparse layer's experts' pairs stacked like their weights ([experts, r, in], [experts, out, r]).
 // llama.cpp scales by alpha / rank; alpha is written as scale * rank so rsLoRA's alpha / sqrt(r)
 // comes out right too.
@@ -77,6 +78,9 @@ GgufExportReport export_gguf_lora(const GgufExportOptions& o) {
   for (LoraPair& p : lora_pairs(lm)) {
     if (const char proj = qk_projection(p.module + ".weight"); proj && gguf_permutes_qk(config))
       p.b = permute_qk_rows(p.b, proj == 'q' ? config.num_attention_heads : config.num_key_value_heads);
+    const LoraChanges changes = lora_changes(gguf_changes(config, p.module + ".weight"), p.module + ".weight");
+    p.a = apply_changes(p.a, changes.a);
+    p.b = apply_changes(p.b, changes.b);
     as.emplace_back(p.module + ".weight", p.a);
     bs.emplace_back(p.module + ".weight", p.b);
   }

@@ -56,15 +56,17 @@ void add_model_tensors(io::GgufWriter& writer, model::CausalLM& lm, io::GgmlType
       writer.add_tensor(source.gguf, stored, dims, [source, stored] { return encode_tensor(source.value().detach(), stored); });
       continue;
     }
-    // Permuted and shifted as they are written, so that no copy outlives its tensor's turn.
+    // Permuted, changed and shifted as they are written, so that no copy outlives its tensor's turn.
     const at::Tensor t = first.detach();
     const char projection = permute ? qk_projection(name) : 0;
     const std::int64_t heads = projection == 'q' ? c.num_attention_heads : c.num_key_value_heads;
     const bool shift = gguf_shifts_norm(c, name);  // 1-D, so stored F32: the shift is exact to fp32 rounding
-    const io::GgmlType stored = storage_type(t, type);
+    const std::vector<model::GgufChange> changes = gguf_changes(c, name);
+    const io::GgmlType stored = gguf_storage_type(c, name, t, type);
     fallback += stored != type && t.dim() == 2;
-    writer.add_tensor(source.gguf, stored, ggml_dims(t), [t, projection, heads, shift, stored] {
-      at::Tensor v = projection ? permute_qk_rows(t, heads) : t;
+    const at::Tensor shape = apply_changes(at::empty(t.sizes(), t.options().device(at::kMeta)), changes);
+    writer.add_tensor(source.gguf, stored, ggml_dims(shape), [t, projection, heads, shift, changes, stored] {
+      at::Tensor v = apply_changes(projection ? permute_qk_rows(t, heads) : t, changes);
       return encode_tensor(shift ? v + 1 : v, stored);
     });
   }
@@ -81,12 +83,16 @@ void add_model_tensors(io::GgufWriter& writer, model::CausalLM& lm, io::GgmlType
 // Replaces every weight of `lm` by the values its stored form reads back as: the model a rounded
 // export must reproduce exactly. Done on the unpermuted weights, which gives the same values:
 // the Q/K permutation moves whole rows, and F16/BF16 round each value and Q8_0 each block of 32
-// along a row on their own.
+// along a row on their own. A family's changes (which may move columns, and so Q8_0's blocks)
+// are applied before the rounding and undone after it.
 void round_like_export(model::CausalLM& lm, io::GgmlType type) {
   at::NoGradGuard no_grad;
+  const auto& c = lm->config();
   for (auto& [name, tensor] : model::hf_state_dict(lm)) {
-    const io::GgmlType stored = storage_type(tensor, type);
-    if (stored != io::GgmlType::F32) tensor.copy_(round_trip(tensor, stored));
+    const io::GgmlType stored = gguf_storage_type(c, name, tensor, type);
+    if (stored == io::GgmlType::F32) continue;
+    const std::vector<model::GgufChange> changes = gguf_changes(c, name);
+    tensor.copy_(undo_changes(round_trip(apply_changes(tensor, changes), stored), changes));
   }
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "export/gguf_tensors.h"
 #include "model/family.h"
 
 namespace ctune::exporter {
@@ -41,6 +42,10 @@ std::optional<std::pair<std::string, std::string>> split_layer(const std::string
   return std::make_pair(index, name.substr(dot + 1));
 }
 
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 // "weight" / "bias" suffix of "<module>.<suffix>".
 std::optional<std::pair<std::string, std::string>> split_param(const std::string& rest) {
   const auto dot = rest.rfind('.');
@@ -63,9 +68,30 @@ std::string gguf_architecture(const model::ModelConfig& config) { return gguf_fo
 bool gguf_permutes_qk(const model::ModelConfig& config) { return family_of(config).gguf.permuted_qk; }
 
 bool gguf_shifts_norm(const model::ModelConfig& config, const std::string& hf_name) {
-  static const std::string suffix = "norm.weight";
-  return family_of(config).gguf.norm_plus_one && hf_name.size() >= suffix.size() &&
-         hf_name.compare(hf_name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const model::GgufForm& form = family_of(config).gguf;
+  if (!form.norm_plus_one || !ends_with(hf_name, "norm.weight")) return false;
+  const auto layer = split_layer(hf_name, "model.layers.");
+  for (const std::string& plain : form.plain_norms)
+    if (layer && layer->second == plain + ".weight") return false;
+  return true;
+}
+
+std::vector<model::GgufChange> gguf_changes(const model::ModelConfig& config, const std::string& hf_name) {
+  const model::GgufForm& form = family_of(config).gguf;
+  const auto layer = split_layer(hf_name, "model.layers.");
+  std::vector<model::GgufChange> out;
+  if (!form.changes || !layer) return out;
+  for (model::GgufChange& change : form.changes(config))
+    if (change.param == layer->second) out.push_back(std::move(change));
+  return out;
+}
+
+io::GgmlType gguf_storage_type(const model::ModelConfig& config, const std::string& hf_name, const at::Tensor& tensor,
+                               io::GgmlType requested) {
+  const auto layer = split_layer(hf_name, "model.layers.");
+  for (const std::string& param : family_of(config).gguf.f32_parameters)
+    if (layer && layer->second == param) return io::GgmlType::F32;
+  return storage_type(tensor, requested);
 }
 
 std::optional<std::string> gguf_tensor_name(const model::ModelConfig& config, const std::string& hf_name) {
@@ -73,6 +99,8 @@ std::optional<std::string> gguf_tensor_name(const model::ModelConfig& config, co
     if (hf == hf_name) return gguf;
   auto layer = split_layer(hf_name, "model.layers.");
   if (!layer) return std::nullopt;
+  for (const auto& [hf, gguf] : family_of(config).gguf.layer_parameters)
+    if (hf == layer->second) return "blk." + layer->first + "." + gguf;
   auto param = split_param(layer->second);
   if (!param) return std::nullopt;
   for (const auto& [hf, gguf] : layer_names(config))
@@ -85,6 +113,8 @@ std::optional<std::string> hf_tensor_name(const model::ModelConfig& config, cons
     if (gguf == gguf_name) return hf;
   auto layer = split_layer(gguf_name, "blk.");
   if (!layer) return std::nullopt;
+  for (const auto& [hf, gguf] : family_of(config).gguf.layer_parameters)
+    if (gguf == layer->second) return "model.layers." + layer->first + "." + hf;
   auto param = split_param(layer->second);
   if (!param) return std::nullopt;
   for (const auto& [hf, gguf] : layer_names(config))

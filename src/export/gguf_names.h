@@ -1,6 +1,7 @@
 // Tensor names between Hugging Face checkpoints and GGUF (llama.cpp's names): token_embd,
 // output_norm, output, and per layer blk.N.<name>.{weight, bias} from the family's table
-// (model/family.h: attn_norm, attn_q, ... ffn_down, and e.g. Qwen3's attn_q_norm); plus the
+// (model/family.h: attn_norm, attn_q, ... ffn_down, and e.g. Qwen3's attn_q_norm; parameters
+// that are not a module's, e.g. Qwen3.5's blk.N.ssm_a, by the family's own table); plus the
 // architecture name llama.cpp knows a config by. Facts: docs/formats.md#gguf-tensor-names.
 #pragma once
 
@@ -12,6 +13,7 @@
 
 #include <ATen/ATen.h>
 
+#include "io/gguf_types.h"
 #include "model/config.h"
 #include "model/families/gguf_keys.h"
 #include "model/family.h"
@@ -32,6 +34,14 @@ std::string gguf_architecture(const model::ModelConfig& config);
 bool gguf_permutes_qk(const model::ModelConfig& config);
 // Whether the HF tensor `hf_name` is an RMSNorm weight the GGUF file stores as 1 + w (Gemma).
 bool gguf_shifts_norm(const model::ModelConfig& config, const std::string& hf_name);
+
+// The changes the converter makes to the HF tensor `hf_name` (model/family.h's GgufChange), in
+// the order export applies them; empty for most tensors.
+std::vector<model::GgufChange> gguf_changes(const model::ModelConfig& config, const std::string& hf_name);
+// The ggml type the HF tensor `hf_name` is stored as for `--type requested`: F32 for the
+// family's f32_parameters, else storage_type's choice (gguf_tensors.h).
+io::GgmlType gguf_storage_type(const model::ModelConfig& config, const std::string& hf_name, const at::Tensor& tensor,
+                               io::GgmlType requested);
 
 // "model.layers.3.self_attn.q_proj.weight" -> "blk.3.attn_q.weight" in the config's family;
 // nullopt for a name with no GGUF counterpart.

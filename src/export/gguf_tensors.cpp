@@ -26,7 +26,54 @@ at::Tensor float_tensor(const std::vector<float>& values, const std::vector<std:
   return out;
 }
 
+// tile_heads on the slice it names, forward (grouped -> tiled) or back.
+at::Tensor tile_heads(const at::Tensor& t, const model::GgufChange& c, bool forward) {
+  const std::int64_t n = c.groups * c.per_group * c.width;
+  TORCH_CHECK(c.dim >= 0 && c.dim < t.dim() && c.offset >= 0 && c.offset + n == t.size(c.dim), "tile_heads of ", c.param,
+              ": ", c.groups, " x ", c.per_group, " x ", c.width, " from ", c.offset, " does not end dimension ", c.dim,
+              " of ", t.sizes());
+  std::vector<std::int64_t> view = t.sizes().vec();
+  view[static_cast<std::size_t>(c.dim)] = forward ? c.groups : c.per_group;
+  view.insert(view.begin() + c.dim + 1, {forward ? c.per_group : c.groups, c.width});
+  const at::Tensor part = t.narrow(c.dim, c.offset, n).reshape(view).transpose(c.dim, c.dim + 1);
+  std::vector<std::int64_t> flat = t.sizes().vec();
+  flat[static_cast<std::size_t>(c.dim)] = n;
+  return at::cat({t.narrow(c.dim, 0, c.offset), part.reshape(flat)}, c.dim);
+}
+
+at::Tensor change(const at::Tensor& t, const model::GgufChange& c, bool forward) {
+  using Kind = model::GgufChange::Kind;
+  switch (c.kind) {
+    case Kind::negative_exp: return forward ? -t.exp() : (-t).log();
+    case Kind::drop_dim1: return forward ? t.squeeze(1) : t.unsqueeze(1);
+    case Kind::tile_heads: return tile_heads(t, c, forward);
+  }
+  return t;
+}
+
 }  // namespace
+
+at::Tensor apply_changes(const at::Tensor& tensor, const std::vector<model::GgufChange>& changes) {
+  at::Tensor t = tensor;
+  for (const auto& c : changes) t = change(t, c, true);
+  return changes.empty() ? t : t.contiguous();
+}
+
+at::Tensor undo_changes(const at::Tensor& tensor, const std::vector<model::GgufChange>& changes) {
+  at::Tensor t = tensor;
+  for (auto it = changes.rbegin(); it != changes.rend(); ++it) t = change(t, *it, false);
+  return changes.empty() ? t : t.contiguous();
+}
+
+LoraChanges lora_changes(const std::vector<model::GgufChange>& weight_changes, const std::string& weight) {
+  LoraChanges out;
+  for (const auto& c : weight_changes) {
+    if (c.kind != model::GgufChange::Kind::tile_heads || c.dim > 1)
+      throw UnsupportedError(weight + ": a LoRA adapter of a weight whose values GGUF changes has no GGUF LoRA form");
+    (c.dim == 0 ? out.b : out.a).push_back(c);
+  }
+  return out;
+}
 
 at::Tensor permute_qk_rows(const at::Tensor& rows, std::int64_t heads) {
   return swap_halves(rows, heads, true);

@@ -7,7 +7,8 @@
 // (2i, 2i+1). permute_qk_rows views the rows as [heads, 2, d/2, ...], swaps axes 1 and 2 and
 // flattens back, so row 2i of a head holds HF row i and row 2i+1 holds HF row i + d/2. Weights,
 // biases and LoRA B matrices (output rows) all go through it; qwen2 uses NEOX (rotate-half) RoPE
-// in llama.cpp and is not permuted.
+// in llama.cpp and is not permuted. Other architectures' value changes (Qwen3.5's -exp(A_log),
+// its DeltaNet heads tiled) are the family's GgufChange list, applied by apply_changes.
 #pragma once
 
 #include <cstdint>
@@ -16,12 +17,27 @@
 #include <ATen/ATen.h>
 
 #include "io/gguf.h"
+#include "model/family.h"
 
 namespace ctune::exporter {
 
 // rows: [heads * head_dim, ...] -> the same shape, rows reordered. unpermute is the inverse.
 at::Tensor permute_qk_rows(const at::Tensor& rows, std::int64_t heads);
 at::Tensor unpermute_qk_rows(const at::Tensor& rows, std::int64_t heads);
+
+// A parameter's values as the converter writes them: `changes` (model/family.h's GgufChange,
+// from gguf_changes) applied in order; undo_changes is the inverse, in reverse order. Shapes
+// change with drop_dim1 only. A meta tensor gives the stored shape without the values.
+at::Tensor apply_changes(const at::Tensor& tensor, const std::vector<model::GgufChange>& changes);
+at::Tensor undo_changes(const at::Tensor& tensor, const std::vector<model::GgufChange>& changes);
+
+// A LoRA pair's share of its weight's changes: those along the weight's rows (dim 0) reorder
+// B's rows, those along its columns (dim 1) A's columns. UnsupportedError naming `weight` for a
+// change of values or shape, which no adapted (Linear) weight has.
+struct LoraChanges {
+  std::vector<model::GgufChange> a, b;
+};
+LoraChanges lora_changes(const std::vector<model::GgufChange>& weight_changes, const std::string& weight);
 
 // The ggml type a model tensor is stored as for `--type requested`: 1-D tensors (norms, biases,
 // rope_freqs) stay F32, as llama.cpp expects; 2-D weights take the requested type, except that

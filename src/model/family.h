@@ -21,6 +21,23 @@ struct ModelConfig;
 class GgufKeys;       // model/families/gguf_keys.h
 class GgufKeyWriter;  // model/families/gguf_keys.h
 
+// A change llama.cpp's converter makes to one per-layer parameter's values or shape beyond its
+// name (Qwen3.5's DeltaNet). Torch-free: export applies a parameter's changes in order (the
+// arithmetic is export/gguf_tensors.cpp's) and the read-back undoes them in reverse.
+struct GgufChange {
+  enum class Kind {
+    negative_exp,  // w -> -exp(w) (A_log -> ssm_a)
+    drop_dim1,     // [C, 1, K] -> [C, K] (a depthwise convolution's weight)
+    // Along `dim`, the groups * per_group * width entries from `offset`, seen as
+    // [groups, per_group, width], reordered to [per_group, groups, width]: heads grouped by the
+    // key head they share become tiled, the order ggml's broadcast repeats key heads in.
+    tile_heads,
+  };
+  std::string param;  // its path in a layer: "linear_attn.A_log", "linear_attn.out_proj.weight"
+  Kind kind = Kind::negative_exp;
+  std::int64_t dim = 0, offset = 0, groups = 0, per_group = 0, width = 0;  // tile_heads
+};
+
 // llama.cpp's reader of one architecture: the data it needs (names, row order, experts) and the
 // hooks for the keys only this architecture has. export/gguf_metadata.cpp writes and reads the
 // keys every architecture has and calls these for the rest (docs/formats.md#gguf-model-keys).
@@ -53,6 +70,18 @@ struct GgufForm {
   // Reads them back into `config`, whose shared keys and tensor-implied flags are already read;
   // sets what llama.cpp fixes for this architecture. nullptr: nothing more.
   void (*read_keys)(const GgufKeys& keys, ModelConfig& config) = nullptr;
+  // With norm_plus_one: the norms stored as w, paths in a layer (Qwen3.5's linear_attn.norm
+  // scales by w where its other norms scale by 1 + w).
+  std::vector<std::string> plain_norms{};
+  // Per-layer parameters that are not a module's weight or bias: path in the layer -> GGUF name
+  // in the block, suffix included ("linear_attn.A_log" -> "ssm_a", "linear_attn.dt_bias" ->
+  // "ssm_dt.bias").
+  std::vector<std::pair<std::string, std::string>> layer_parameters{};
+  // Per-layer parameters stored F32 whatever the requested type (paths in a layer): llama.cpp
+  // reads them with F32-only operations (ggml_ssm_conv's kernel).
+  std::vector<std::string> f32_parameters{};
+  // The changes the converter makes to this config's parameters (GgufChange); nullptr: none.
+  std::vector<GgufChange> (*changes)(const ModelConfig& config) = nullptr;
 };
 
 // A multimodal checkpoint whose text model ctune trains (Gemma 3's Gemma3ForConditionalGeneration):

@@ -8,6 +8,8 @@
 //   Gemma F32 files     spread 1.5e-3 to 3.4e-3 against references with ggml's f16-table GELU
 //                       (tolerance 0.034 to 0.070: their float32 noise includes table flips);
 //                       1.3e-2 against the exact GELU
+//   Qwen3.5 F32 file    (Gated DeltaNet; its float32 noise is ~10x Llama's) spread 1.7e-4,
+//                       tolerance 2.8e-3 (node-llama-cpp 3.22.1: 6.2e-4)
 // Greedy continuations must match for all 40 tokens in every case.
 #include "conformance_cases.h"
 
@@ -43,6 +45,7 @@ const std::vector<ConformanceCase>& conformance_cases() {
     add({"mixtral_experts_f32", "mixtral_byte", "", "mixtral_byte.f32.gguf", "", "f32", false});
     add({"mixtral_merged_lora_experts", "mixtral_byte", "mixtral_byte_lora", "mixtral_byte_merged.f32.gguf", "", "f32", false});
     add({"mixtral_gguf_lora_experts", "mixtral_byte", "mixtral_byte_lora", "mixtral_byte.f32.gguf", "mixtral_byte_lora.gguf", "f32", false});
+    add({"qwen35_hybrid_deltanet_f32", "qwen35_byte", "", "qwen35_byte.f32.gguf", "", "f32", false});
     return c;
   }();
   return cases;

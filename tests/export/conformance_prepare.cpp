@@ -143,6 +143,10 @@ void make_models(const fs::path& cases) {
   mixtral.extra = {{"num_local_experts", 4}, {"num_experts_per_tok", 2}};
   make_model(cases / "mixtral_byte", mixtral, "byte", 31);
 
+  // Qwen3.5 (llama.cpp's qwen35): Gated DeltaNet layers, value heads reordered in the file, a
+  // gated full-attention layer with partial RoPE, (1 + w) norms but the DeltaNet's (tiny_qwen35).
+  make_model(cases / "qwen35_byte", tiny_qwen35(), "byte", 34);
+
   make_adapter(cases / "llama_byte", cases / "llama_byte_lora",
                {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}, 21);
   make_adapter(cases / "qwen2_byte", cases / "qwen2_byte_lora", {"q_proj", "k_proj", "v_proj", "o_proj", "lm_head"},
@@ -172,7 +176,7 @@ void export_models(const fs::path& cases, std::string& log) {
     run_export({"--model", d + "llama_byte", "--out", d + "llama_byte." + type + ".gguf", "--type", type}, log);
   for (const char* m :
        {"mistral_linear", "llama3_rope", "qwen2_qwen3tok", "llama_spm", "llama2_json", "qwen2_byte", "qwen3_qwen3tok", "qwen3_byte",
-        "gemma2_byte", "gemma3_byte", "phi3_byte", "smollm3_byte", "qwen3moe_byte", "mixtral_byte"})
+        "gemma2_byte", "gemma3_byte", "phi3_byte", "smollm3_byte", "qwen3moe_byte", "mixtral_byte", "qwen35_byte"})
     run_export({"--model", d + m, "--format", "gguf", "--out", d + m + ".f32.gguf"}, log);
   run_export({"--model", d + "llama_byte", "--adapter", d + "llama_byte_lora", "--out", d + "llama_byte_merged.f32.gguf"}, log);
   run_export({"--model", d + "llama_byte", "--adapter", d + "llama_byte_lora", "--format", "gguf-lora", "--out",

@@ -7,7 +7,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include "core/error.h"
+#include "export/gguf_tensors.h"
 #include "io/hf_checkpoint.h"
+#include "io/safetensors.h"
+#include "io/tensor_io.h"
 #include "model/weights.h"
 #include "peft/adapter_io.h"
 #include "peft/lora.h"
@@ -76,6 +80,66 @@ void randomize(const std::vector<std::pair<std::string, at::Tensor>>& params, st
 }
 
 }  // namespace
+
+TinyConfig tiny_qwen35() {
+  TinyConfig q;
+  q.model_type = "qwen3_5_text";
+  q.layers = 4;
+  q.head_dim = 16;
+  q.tie = true;
+  q.extra = {{"linear_num_key_heads", 2},  {"linear_num_value_heads", 4}, {"linear_key_head_dim", 16},
+             {"linear_value_head_dim", 16}, {"linear_conv_kernel_dim", 4}, {"full_attention_interval", 4},
+             {"partial_rotary_factor", 0.5}};
+  return q;
+}
+
+at::Tensor hf_tensor(const fs::path& dir, const std::string& name, const std::string& file) {
+  auto f = io::SafetensorsFile::open(dir / file);
+  const io::TensorInfo* info = f->header().find(name);
+  EXPECT_NE(info, nullptr) << name;
+  return info ? io::load_tensor(*f, *info, at::kFloat).clone() : at::Tensor();
+}
+
+at::Tensor gguf_tensor(const io::GgufFile& f, const std::string& name) {
+  const io::GgufTensorInfo* info = f.header().find_tensor(name);
+  EXPECT_NE(info, nullptr) << name;
+  return info ? decode_tensor(f, *info) : at::Tensor();
+}
+
+GgufExportReport export_model(const fs::path& model, const fs::path& out, const std::string& type, const fs::path& adapter) {
+  GgufExportOptions o;
+  o.model_dir = model;
+  o.adapter_dir = adapter;
+  o.out = out;
+  o.type = parse_gguf_type(type, "--type");
+  o.overwrite = true;
+  return export_gguf_model(o);
+}
+
+GgufExportReport export_adapter(const fs::path& model, const fs::path& adapter, const fs::path& out) {
+  GgufExportOptions o;
+  o.model_dir = model;
+  o.adapter_dir = adapter;
+  o.out = out;
+  o.overwrite = true;
+  return export_gguf_lora(o);
+}
+
+void expect_export_refusals(const fs::path& dir, const TinyConfig& base,
+                            const std::vector<std::tuple<std::string, Json, std::string>>& cases, std::uint64_t seed) {
+  for (const auto& [key, value, says] : cases) {
+    TinyConfig refused = base;
+    refused.extra[key] = value;
+    make_model(dir / "r", refused, "byte", seed);
+    try {
+      export_model(dir / "r", dir / "r.gguf", "f32");
+      ADD_FAILURE() << key << ": exported";
+    } catch (const UnsupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(dir / "r.gguf")) << key;
+  }
+}
 
 void make_model(const fs::path& dir, const TinyConfig& c, const std::string& tokenizer, std::uint64_t seed) {
   const Json json = config_json(c);

@@ -9,9 +9,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include <ATen/ATen.h>
+
 #include "core/json.h"
+#include "export/gguf_export.h"
+#include "io/gguf.h"
 
 namespace ctune::exporter::test {
 
@@ -42,10 +47,32 @@ struct TinyConfig {
 };
 Json config_json(const TinyConfig& c);
 
+// Qwen3.5 dense (qwen3_5_text) at test size: 4 layers (3 Gated DeltaNet, then gated full
+// attention), 2 key heads shared by 4 value heads (so GGUF reorders the value heads), head_dim
+// 16 with half of it rotating, tied.
+TinyConfig tiny_qwen35();
+
 // Writes a random model into `dir` (replaced): config.json, model.safetensors and the tokenizer
 // ("byte" for ctune's byte tokenizer, or a directory to copy tokenizer files from).
 void make_model(const std::filesystem::path& dir, const TinyConfig& config, const std::string& tokenizer,
                 std::uint64_t seed);
+
+// The HF tensor `name` of the model in `dir` (from `file`), fp32; the GGUF tensor `name` of `f`
+// decoded to fp32 in PyTorch order. A missing one fails the test and gives an undefined tensor.
+at::Tensor hf_tensor(const std::filesystem::path& dir, const std::string& name, const std::string& file = "model.safetensors");
+at::Tensor gguf_tensor(const io::GgufFile& f, const std::string& name);
+
+// `ctune export --format gguf` of `model` (into `out`, replaced) as `type`, with an optional
+// adapter merged first.
+GgufExportReport export_model(const std::filesystem::path& model, const std::filesystem::path& out, const std::string& type,
+                              const std::filesystem::path& adapter = {});
+// `ctune export --format gguf-lora` of the adapter in `adapter` (for `model`) into `out`, F32.
+GgufExportReport export_adapter(const std::filesystem::path& model, const std::filesystem::path& adapter,
+                                const std::filesystem::path& out);
+// Each (key, value, what the refusal says) set on `base` makes a model (in dir/r) whose F32
+// export is refused with an UnsupportedError saying so, before any file is written.
+void expect_export_refusals(const std::filesystem::path& dir, const TinyConfig& base,
+                            const std::vector<std::tuple<std::string, Json, std::string>>& cases, std::uint64_t seed);
 
 // A PEFT adapter on `targets` with random A and B (rank 4, alpha 8), saved into `adapter_dir`.
 void make_adapter(const std::filesystem::path& model_dir, const std::filesystem::path& adapter_dir,

@@ -20,7 +20,6 @@
 #include "export_test_support.h"
 #include "io/file.h"
 #include "io/gguf.h"
-#include "io/safetensors.h"
 #include "io/tensor_io.h"
 #include "model/weights.h"
 #include "peft/adapter_io.h"
@@ -31,31 +30,6 @@
 namespace ctune::exporter::test {
 namespace {
 namespace fs = std::filesystem;
-
-// The HF tensor `name` of the model in `dir`, fp32.
-at::Tensor hf_tensor(const fs::path& dir, const std::string& name, const std::string& file = "model.safetensors") {
-  auto f = io::SafetensorsFile::open(dir / file);
-  const io::TensorInfo* info = f->header().find(name);
-  EXPECT_NE(info, nullptr) << name;
-  return io::load_tensor(*f, *info, at::kFloat).clone();
-}
-
-at::Tensor gguf_tensor(const io::GgufFile& f, const std::string& name) {
-  const io::GgufTensorInfo* info = f.header().find_tensor(name);
-  EXPECT_NE(info, nullptr) << name;
-  return info ? decode_tensor(f, *info) : at::Tensor();
-}
-
-GgufExportReport export_model(const fs::path& model, const fs::path& out, const std::string& type,
-                              const fs::path& adapter = {}) {
-  GgufExportOptions o;
-  o.model_dir = model;
-  o.adapter_dir = adapter;
-  o.out = out;
-  o.type = parse_gguf_type(type, "--type");
-  o.overwrite = true;
-  return export_gguf_model(o);
-}
 
 TEST(GgufExportFiles, LlamaMetadataTensorsAndPermutation) {
   const fs::path dir = fresh_dir("files-llama");
@@ -316,19 +290,8 @@ TEST(GgufExportFiles, ExpertsStackedPerProjection) {
   EXPECT_THROW(export_gguf_lora(lora), UnsupportedError);
   EXPECT_FALSE(fs::exists(dir / "routers.gguf"));
 
-  for (const auto& [key, value, says] : std::vector<std::tuple<std::string, Json, std::string>>{
-           {"norm_topk_prob", false, "norm_topk_prob false"}, {"mlp_only_layers", Json::array({1}), "dense layer 1"}}) {
-    TinyConfig refused = moe;
-    refused.extra[key] = value;
-    make_model(dir / "r", refused, "byte", 41);
-    try {
-      export_model(dir / "r", dir / "r.gguf", "f32");
-      ADD_FAILURE() << key << ": exported";
-    } catch (const UnsupportedError& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
-    }
-    EXPECT_FALSE(fs::exists(dir / "r.gguf")) << key;
-  }
+  expect_export_refusals(dir, moe, {{"norm_topk_prob", false, "norm_topk_prob false"}, {"mlp_only_layers", Json::array({1}), "dense layer 1"}},
+                         41);
 }
 
 TEST(GgufExportFiles, FailedCheckLeavesNoFile) {

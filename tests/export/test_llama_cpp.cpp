@@ -443,6 +443,21 @@ TEST(LlamaCppControls, MixtralExpertsPerTokenMatter) {
   }, "mixtral case with one expert per token", 0.1);
 }
 
+// llama.cpp repeats the DeltaNet's key heads tiled (ggml_repeat), transformers grouped, so the
+// file's value heads are reordered. ctune with its value heads moved the other way (what
+// llama.cpp would compute from a file without the reorder) is far from llama.cpp.
+TEST(LlamaCppControls, Qwen35ValueHeadOrderMatters) {
+  expect_control_far("qwen35_hybrid_deltanet_f32", "qwen35_byte", [](model::CausalLM& lm) {
+    at::NoGradGuard no_grad;
+    for (auto& [name, p] : model::hf_state_dict(lm)) {
+      std::vector<model::GgufChange> tiles;
+      for (const auto& change : gguf_changes(lm->config(), name))
+        if (change.kind == model::GgufChange::Kind::tile_heads) tiles.push_back(change);
+      p.copy_(undo_changes(p, tiles));
+    }
+  }, "qwen35 case with the value heads in transformers' order", 0.1);
+}
+
 }  // namespace
 }  // namespace ctune::exporter::test
 

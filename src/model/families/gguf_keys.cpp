@@ -44,6 +44,10 @@ void GgufKeyWriter::string(const std::string& key, std::string value) {
   writer_.set(prefix_ + key, io::GgufValue::string(std::move(value)));
 }
 
+void GgufKeyWriter::i32_array(const std::string& key, const std::vector<std::int32_t>& values) {
+  writer_.set(prefix_ + key, io::GgufValue::i32_array(values));
+}
+
 std::string gguf_refusal(const ModelConfig& c) { return "model_type " + c.model_type + ": "; }
 
 void check_gguf_experts(const ModelConfig& c, const std::string& arch) {
@@ -63,6 +67,14 @@ void refuse_rope_freqs(const ModelConfig& c, const std::string& arch) {
   if (c.rope.type == "llama3")
     throw UnsupportedError(gguf_refusal(c) + "llama3 rope scaling has no " + arch +
                            " GGUF form (llama.cpp reads rope_freqs for llama only)");
+}
+
+void read_rotary_dimension(const GgufKeys& keys, ModelConfig& c) {
+  const std::int64_t rotary = keys.integer_or("rope.dimension_count", c.head_dim);
+  if (rotary <= 0 || rotary > c.head_dim || rotary % 2)
+    throw FormatError(keys.at("rope.dimension_count") + ": " + std::to_string(rotary) + " (expected an even count up to " +
+                      std::to_string(c.head_dim) + ")");
+  c.rope.partial_rotary_factor = static_cast<double>(rotary) / static_cast<double>(c.head_dim);
 }
 
 }  // namespace ctune::model

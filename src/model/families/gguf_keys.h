@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "io/gguf.h"
 #include "io/gguf_writer.h"
@@ -45,6 +46,7 @@ class GgufKeyWriter {
   void u32(const std::string& key, std::int64_t value);
   void f32(const std::string& key, double value);
   void string(const std::string& key, std::string value);
+  void i32_array(const std::string& key, const std::vector<std::int32_t>& values);
 
  private:
   io::GgufWriter& writer_;
@@ -57,6 +59,9 @@ std::string gguf_refusal(const ModelConfig& config);
 // over all experts, the chosen k weights always renormalised (build_moe_ffn with norm_w).
 // Refuses any other mixture; nothing for a dense config.
 void check_gguf_experts(const ModelConfig& config, const std::string& architecture);
+// The rotary fraction of each head from rope.dimension_count (the whole head when absent), as
+// partial_rotary_factor; FormatError unless an even count up to head_dim.
+void read_rotary_dimension(const GgufKeys& keys, ModelConfig& config);
 // llama.cpp reads rope_freqs (llama3 rope scaling) for `llama` only.
 void refuse_rope_freqs(const ModelConfig& config, const std::string& architecture);
 

@@ -54,11 +54,7 @@ void write_gguf(GgufKeyWriter& w, const ModelConfig& c) { w.u32("attention.slidi
 
 void read_gguf(const GgufKeys& keys, ModelConfig& c) {
   c.arch.fused_qkv = c.arch.fused_gate_up = true;
-  const std::int64_t rotary = keys.integer_or("rope.dimension_count", c.head_dim);
-  if (rotary <= 0 || rotary > c.head_dim || rotary % 2)
-    throw FormatError(keys.at("rope.dimension_count") + ": " + std::to_string(rotary) + " (expected an even count up to " +
-                      std::to_string(c.head_dim) + ")");
-  c.rope.partial_rotary_factor = static_cast<double>(rotary) / static_cast<double>(c.head_dim);
+  read_rotary_dimension(keys, c);
   if (const std::int64_t window = keys.integer_or("attention.sliding_window", 0); window > 0)
     c.arch.layer_windows.assign(static_cast<std::size_t>(c.num_hidden_layers), window);
   if (keys.has_tensor(kRopeFactorsLongName)) {  // the factors are read with the tensors (export/gguf_import.cpp)

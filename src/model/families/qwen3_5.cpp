@@ -20,9 +20,12 @@
 // over num_experts (256), num_experts_per_tok (8) chosen and always renormalised, experts of
 // moe_intermediate_size (512), and a shared expert of shared_expert_intermediate_size (512)
 // scaled by sigmoid(shared_expert_gate x). It has no intermediate_size.
+// GGUF: llama.cpp's qwen35 (src/models/qwen35.cpp, convert_hf_to_gguf's Qwen3_5TextModel),
+// docs/formats.md#qwen35-dense-qwen35.
 #include "core/error.h"
 #include "model/config.h"
 #include "model/families/families.h"
+#include "model/families/gguf_keys.h"
 
 namespace ctune::model::families {
 
@@ -131,11 +134,147 @@ Wrapper wrapper(Json (*config)(const Json&, const std::string&)) {
   return Wrapper{config, {"model.language_model."}, {"lm_head.weight"}, {"model.visual.", "mtp."}};
 }
 
+// --- GGUF: llama.cpp's qwen35 ---
+
+// The interval n with layer i full attention exactly when (i + 1) % n == 0 (the only layer
+// pattern llama.cpp's converter writes: full_attention_interval); nullopt when none fits.
+std::optional<std::int64_t> full_attention_interval(const ModelConfig& c) {
+  for (std::int64_t n = 1; n <= c.num_hidden_layers + 1; ++n) {
+    bool fits = true;
+    for (std::int64_t i = 0; i < c.num_hidden_layers && fits; ++i) fits = c.arch.linear.layer(i) == ((i + 1) % n != 0);
+    if (fits) return n;
+  }
+  return std::nullopt;
+}
+
+// rope.dimension_sections: llama.cpp rotates qwen35's queries and keys by interleaved
+// multi-section RoPE, rotary pair p taking the temporal, height or width position by p % 3 while
+// p % sum < 3 x that section (else a fourth position, 0 for text). For text the three are the
+// token's position, so any sections that give every pair one of them rotate as ctune does; these
+// split the pairs as Qwen3.5's [11, 11, 10] splits its 32 (the converter copies mrope_section,
+// which ctune does not keep). ggml needs the sum at most head_dim.
+std::vector<std::int32_t> rope_sections(const ModelConfig& c) {
+  const auto pairs = static_cast<std::int32_t>(c.rope.rotary_dim(c.head_dim) / 2);
+  const std::int32_t t = (pairs + 2) / 3, h = (pairs - t + 1) / 2;
+  return {t, h, pairs - t - h, 0};
+}
+
+void check_gguf(const ModelConfig& c) {
+  const std::string what = gguf_refusal(c);
+  if (c.arch.qkv_bias || c.arch.o_bias || c.arch.mlp_bias)
+    throw UnsupportedError(what + "attention_bias has no qwen35 GGUF form (llama.cpp's qwen35 has no projection biases)");
+  if (!c.arch.attn_output_gate)
+    throw UnsupportedError(what + "attn_output_gate false has no qwen35 GGUF form (llama.cpp's q_proj always carries the gate)");
+  if (c.rope.type != "default")
+    throw UnsupportedError(what + c.rope.type + " rope scaling has no qwen35 GGUF form in ctune (expected none)");
+  const LinearAttention& l = c.arch.linear;
+  if (l.key_dim != l.value_dim)
+    throw UnsupportedError(what + "linear_key_head_dim " + std::to_string(l.key_dim) + " != linear_value_head_dim " +
+                           std::to_string(l.value_dim) + " has no qwen35 GGUF form (llama.cpp sizes both by ssm.state_size)");
+  if (!full_attention_interval(c))
+    throw UnsupportedError(what + "layer_types has no qwen35 GGUF form (llama.cpp's converter writes full_attention_interval: "
+                           "layer i full attention exactly when (i + 1) % n == 0)");
+}
+
+void write_gguf(GgufKeyWriter& w, const ModelConfig& c) {
+  const LinearAttention& l = c.arch.linear;
+  w.u32("ssm.conv_kernel", l.conv_kernel);
+  w.u32("ssm.state_size", l.key_dim);
+  w.u32("ssm.group_count", l.key_heads);
+  w.u32("ssm.time_step_rank", l.value_heads);
+  w.u32("ssm.inner_size", l.value_dim * l.value_heads);
+  w.u32("full_attention_interval", *full_attention_interval(c));
+  w.i32_array("rope.dimension_sections", rope_sections(c));
+}
+
+// Per layer whether it is linear attention: attention.recurrent_layers when the file has it
+// (what llama.cpp reads first), else full_attention_interval (4 when absent).
+std::vector<bool> read_linear_layers(const GgufKeys& keys, std::int64_t layers) {
+  std::vector<bool> linear;
+  if (const io::GgufValue* v = keys.find("attention.recurrent_layers")) {
+    if (!v->is_array() || static_cast<std::int64_t>(v->size()) != layers)
+      throw FormatError(keys.at("attention.recurrent_layers") + ": " + v->describe() + " (expected one entry per layer, " +
+                        std::to_string(layers) + ")");
+    for (std::size_t i = 0; i < v->size(); ++i) linear.push_back(v->bool_at(i, keys.at("attention.recurrent_layers")));
+    return linear;
+  }
+  const std::int64_t interval = keys.integer_or("full_attention_interval", 4);
+  if (interval <= 0) throw FormatError(keys.at("full_attention_interval") + ": " + std::to_string(interval) + " (expected >= 1)");
+  for (std::int64_t i = 0; i < layers; ++i) linear.push_back((i + 1) % interval != 0);
+  return linear;
+}
+
+void read_gguf(const GgufKeys& keys, ModelConfig& c) {
+  c.arch.qk_norm = c.arch.norm_offset = c.arch.attn_output_gate = true;
+  read_rotary_dimension(keys, c);
+  LinearAttention& l = c.arch.linear;
+  l.conv_kernel = keys.integer("ssm.conv_kernel");
+  l.key_dim = keys.integer("ssm.state_size");
+  l.key_heads = keys.integer("ssm.group_count");
+  l.value_heads = keys.integer("ssm.time_step_rank");
+  const std::int64_t inner = keys.integer("ssm.inner_size");
+  if (l.conv_kernel <= 0 || l.key_dim <= 0 || l.key_heads <= 0 || l.value_heads <= 0 || l.value_heads % l.key_heads ||
+      inner <= 0 || inner % l.value_heads)
+    throw FormatError(keys.where() + ": ssm.* keys: kernel " + std::to_string(l.conv_kernel) + ", state " +
+                      std::to_string(l.key_dim) + ", " + std::to_string(l.key_heads) + " key and " +
+                      std::to_string(l.value_heads) + " value heads, inner size " + std::to_string(inner) +
+                      " are not a Gated DeltaNet");
+  l.value_dim = inner / l.value_heads;
+  l.layers = read_linear_layers(keys, c.num_hidden_layers);
+}
+
+// The converter reorders the value heads of the DeltaNet's per-value-head tensors from grouped
+// by key head (transformers' repeat_interleave of the key heads) to tiled (ggml's repeat), and
+// stores -exp(A_log) and the convolution as [channels, kernel].
+std::vector<GgufChange> gguf_changes(const ModelConfig& c) {
+  using Kind = GgufChange::Kind;
+  const LinearAttention& l = c.arch.linear;
+  std::vector<GgufChange> out = {{"linear_attn.A_log", Kind::negative_exp}, {"linear_attn.conv1d.weight", Kind::drop_dim1}};
+  if (l.key_heads <= 0 || l.value_heads == l.key_heads) return out;  // one value head per key head: nothing to reorder
+  const std::int64_t per_key = l.value_heads / l.key_heads, qk_rows = 2 * l.key_heads * l.key_dim;
+  auto tile = [&](const char* param, std::int64_t dim, std::int64_t offset, std::int64_t width) {
+    out.push_back({param, Kind::tile_heads, dim, offset, l.key_heads, per_key, width});
+  };
+  tile("linear_attn.in_proj_qkv.weight", 0, qk_rows, l.value_dim);
+  tile("linear_attn.conv1d.weight", 0, qk_rows, l.value_dim);
+  tile("linear_attn.in_proj_z.weight", 0, 0, l.value_dim);
+  tile("linear_attn.in_proj_b.weight", 0, 0, 1);
+  tile("linear_attn.in_proj_a.weight", 0, 0, 1);
+  tile("linear_attn.dt_bias", 0, 0, 1);
+  tile("linear_attn.A_log", 0, 0, 1);
+  tile("linear_attn.out_proj.weight", 1, 0, l.value_dim);
+  return out;
+}
+
+GgufForm gguf_form() {
+  auto tensors = llama_gguf_layer_tensors();
+  for (auto& [hf, gguf] : tensors)
+    if (hf == "post_attention_layernorm") gguf = "post_attention_norm";  // before the MLP, as llama.cpp's qwen35 names it
+  tensors.insert(tensors.end(), {{"self_attn.q_norm", "attn_q_norm"},
+                                 {"self_attn.k_norm", "attn_k_norm"},
+                                 {"linear_attn.in_proj_qkv", "attn_qkv"},
+                                 {"linear_attn.in_proj_z", "attn_gate"},
+                                 {"linear_attn.in_proj_b", "ssm_beta"},
+                                 {"linear_attn.in_proj_a", "ssm_alpha"},
+                                 {"linear_attn.conv1d", "ssm_conv1d"},
+                                 {"linear_attn.norm", "ssm_norm"},
+                                 {"linear_attn.out_proj", "ssm_out"}});
+  GgufForm g{"qwen35", false, tensors, /*norm_plus_one=*/true};
+  g.plain_norms = {"linear_attn.norm"};
+  g.layer_parameters = {{"linear_attn.A_log", "ssm_a"}, {"linear_attn.dt_bias", "ssm_dt.bias"}};
+  g.f32_parameters = {"linear_attn.conv1d.weight"};
+  g.changes = gguf_changes;
+  g.check = check_gguf;
+  g.write_keys = write_gguf;
+  g.read_keys = read_gguf;
+  return g;
+}
+
 }  // namespace
 
 const Family& qwen3_5_text() {
   static const Family f = [] {
-    Family q{"qwen3_5_text", {"qwen3_5_text"}, 32768, 256, parse_text};
+    Family q{"qwen3_5_text", {"qwen3_5_text"}, 32768, 256, parse_text, gguf_form()};
     q.partial_rotary = true;
     q.ignored_prefixes = {"mtp."};
     return q;
