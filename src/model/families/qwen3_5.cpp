@@ -22,6 +22,8 @@
 // scaled by sigmoid(shared_expert_gate x). It has no intermediate_size.
 // GGUF: llama.cpp's qwen35 (src/models/qwen35.cpp, convert_hf_to_gguf's Qwen3_5TextModel),
 // docs/formats.md#qwen35-dense-qwen35.
+#include <utility>
+
 #include "core/error.h"
 #include "model/config.h"
 #include "model/families/families.h"
@@ -270,15 +272,19 @@ GgufForm gguf_form() {
   return g;
 }
 
+// What the dense and MoE text families share: 32768 positions and head_dim 256 by default,
+// partial rotary, the multi-token-prediction head ignored.
+Family text_family(const std::string& type, void (*parse)(const Json&, const std::string&, ModelConfig&), GgufForm gguf) {
+  Family q{type, {type}, 32768, 256, parse, std::move(gguf)};
+  q.partial_rotary = true;
+  q.ignored_prefixes = {"mtp."};
+  return q;
+}
+
 }  // namespace
 
 const Family& qwen3_5_text() {
-  static const Family f = [] {
-    Family q{"qwen3_5_text", {"qwen3_5_text"}, 32768, 256, parse_text, gguf_form()};
-    q.partial_rotary = true;
-    q.ignored_prefixes = {"mtp."};
-    return q;
-  }();
+  static const Family f = text_family("qwen3_5_text", parse_text, gguf_form());
   return f;
 }
 
@@ -293,9 +299,7 @@ const Family& qwen3_5() {
 
 const Family& qwen3_5_moe_text() {
   static const Family f = [] {
-    Family q{"qwen3_5_moe_text", {"qwen3_5_moe_text"}, 32768, 256, parse_moe};
-    q.partial_rotary = true;
-    q.ignored_prefixes = {"mtp."};
+    Family q = text_family("qwen3_5_moe_text", parse_moe, GgufForm{});
     q.no_dense_mlp = true;
     return q;
   }();
