@@ -35,6 +35,11 @@
 # against transformers' expert loop (bench_eager.py SparseMoe; the lean peer runs the same loop);
 # both sides add 0.001 times the load-balancing loss. Its MFU counts the routed FLOPs only (k of
 # E experts per token).
+# Qwen3.5 (issue 65): 0.8B's proportions at hidden 512, 8 layers (6 Gated DeltaNet with 4 key and
+# 8 value heads of 128, 2 gated full attention with 4/2 heads of 128, a quarter rotated), LoRA on
+# q, v, in_proj_qkv and out_proj; both peers run transformers' torch fallbacks for the DeltaNet
+# (its chunk loop: bench_eager.py GatedDeltaNet). Its MFU also counts the chunked rule's FLOPs
+# (deltanet_flops_per_token below).
 # DPO (issue 30): the smol shape, 2 pairs of 512-token rows (a 128-token prompt shared, two
 # responses), LoRA bf16 (the reference is the base, adapters off) and full bf16 (a frozen copy),
 # against TRL's DPOTrainer step (bench_eager.py dpo_loss); tokens count both rows of a pair and the
@@ -95,6 +100,17 @@ qwen3moe = dict(model_type="qwen3_moe", vocab_size=49152, hidden_size=512, inter
                 rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=False, torch_dtype="float32",
                 bos_token_id=256, eos_token_id=257)
 json.dump(qwen3moe, open(f"{out}/qwen3moe.json", "w"), indent=1)
+# Qwen3.5-0.8B's layer at a smaller width and depth: 6 DeltaNet layers and 2 gated full-attention
+# layers (heads of 128, a quarter rotated), value heads twice the key heads, as in the 4B and 9B.
+qwen35 = dict(model_type="qwen3_5_text", vocab_size=49152, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=128, attn_output_gate=True,
+              linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=128, linear_value_head_dim=128,
+              linear_conv_kernel_dim=4, full_attention_interval=4,
+              layer_types=["full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(8)],
+              rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+              max_position_embeddings=4096, rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=False,
+              torch_dtype="float32", bos_token_id=256, eos_token_id=257)
+json.dump(qwen35, open(f"{out}/qwen35.json", "w"), indent=1)
 with open(f"{out}/pairs.jsonl", "w") as f:  # DPO rows: byte tokens, bos + 127 + 383 + eos = 512 per row
     text = " ".join(stories)
     for i in range(200):
@@ -105,7 +121,7 @@ with open(f"{out}/doc_lengths.txt", "w") as f:  # the packed rows' documents, fo
     f.write(" ".join(str(len(s.encode()) + 2) for s in stories[:4000]))
 PY
 cp recipes/models/tiny-llama.json "$OUT/tiny.json"
-for m in smol tiny qwen3 gemma2 gemma3_text phi3 smollm3 qwen3moe; do
+for m in smol tiny qwen3 gemma2 gemma3_text phi3 smollm3 qwen3moe qwen35; do
   [[ -f $OUT/$m/config.json ]] ||
     $CTUNE init --config "$OUT/$m.json" --out "$OUT/$m" --tokenizer byte --seed 0 --dtype fp32 >/dev/null
 done
@@ -131,6 +147,9 @@ GRID=(
   "smollm3 lora bf16|smollm3|lora|bf16|512|4|no"
   "qwen3moe lora bf16|qwen3moe|lora|bf16|512|4|no"
   "qwen3moe full fp32|qwen3moe|full|fp32|512|4|no"
+  "qwen35 lora bf16|qwen35|lora|bf16|512|4|no"
+  "qwen35 lora fp32|qwen35|lora|fp32|512|4|no"
+  "qwen35 full fp32|qwen35|full|fp32|512|4|no"
   "smol dpo lora bf16|smol|lora|bf16|512|2|no|dpo"
   "smol dpo full bf16|smol|full|bf16|512|2|no|dpo"
 )
@@ -141,6 +160,7 @@ ctune_row() {  # name model method precision seq batch packed objective -> one J
   [[ $8 == dpo ]] && data=$OUT/pairs.jsonl format=preference
   [[ $3 == lora ]] && peft=lora
   [[ $2 == phi3 ]] && targets=qkv_proj  # Phi-3's fused projection, as PEFT names it
+  [[ $2 == qwen35 ]] && targets="q_proj, v_proj, in_proj_qkv, out_proj"  # and the DeltaNet's input and output
   rm -rf "$run"
   cat >"$OUT/recipe.yaml" <<YAML
 output_dir: $run
@@ -239,10 +259,37 @@ for line in open(f"{out}/results.jsonl"):
     elif "peer_allocator" in j: allocators.append(j["peer_allocator"])
     else: rows.setdefault(j["name"], []).append(j)
 
+def deltanet_flops_per_token(cfg, seq):
+    """A Qwen3.5 model's DeltaNet layers per token: (projections' weights, the chunked rule's
+    forward FLOPs). Per value head, in chunks of C = 64 counted as full squares (as attention is
+    counted without a causal discount): q k^T and (beta k) k^T 2 x 2 C Dk, the two triangular
+    solves 2 C (Dk + Dv), the intra-chunk product with the new values 2 C Dv, and the three
+    products with the [Dk, Dv] state (the old state read by the keys and by the queries, the
+    update) 3 x 2 Dk Dv."""
+    H, Hk, Hv = cfg["hidden_size"], cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    Dk, Dv, C = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], min(64, seq)
+    K, Vd = Hk * Dk, Hv * Dv
+    n = sum(t == "linear_attention" for t in cfg["layer_types"])
+    weights = H * (2 * K + Vd) + H * Vd + 2 * H * Hv + Vd * H
+    rule = Hv * (4 * C * Dk + 2 * C * (Dk + Dv) + 2 * C * Dv + 6 * Dk * Dv)
+    return n * weights, n * rule
+
+
 def model_flops_per_token(cfg, method, seq, objective):
     H, I, L, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"], cfg["vocab_size"]
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     d = cfg.get("head_dim") or H // nh
+    if cfg.get("model_type") == "qwen3_5_text":  # gated full attention (q_proj twice as wide), DeltaNet layers
+        La = sum(t == "full_attention" for t in cfg["layer_types"])
+        gdn_weights, rule = deltanet_flops_per_token(cfg, seq)
+        n = La * (H * nh * d * 3 + H * nkv * d * 2) + L * 3 * H * I + gdn_weights + H * V
+        per_layer_lora = [8 * (H + 2 * nh * d) + 8 * (H + nkv * d)] * La + \
+            [8 * (H + 2 * cfg["linear_num_key_heads"] * cfg["linear_key_head_dim"] + cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"])
+             + 8 * (cfg["linear_num_value_heads"] * cfg["linear_value_head_dim"] + H)] * (L - La)
+        trainable = sum(per_layer_lora) if method == "lora" else n
+        if method == "lora":
+            n += trainable
+        return 2 * n + 2 * n + 2 * trainable + 3 * (La * 4 * seq * nh * d + rule)
     if cfg.get("model_type") == "qwen3_moe":  # every layer sparse here: k routed experts and the router
         I = cfg["num_experts_per_tok"] * cfg["moe_intermediate_size"]
         n = L * (H * nh * d * 2 + H * nkv * d * 2 + 3 * H * I + H * cfg["num_experts"]) + H * V

@@ -20,6 +20,12 @@ block as transformers' Qwen3MoeSparseMoeBlock writes it (a softmax router in fp3
 loop over the experts that were hit, each taking its tokens through torch.where on a one-hot
 mask and adding its weighted output back with index_add_), and add router_aux_loss_coef times
 load_balancing_loss_func (output_router_logits on), as ctune adds it by default.
+Qwen3.5 (qwen3_5_text) as modeling_qwen3_5.py writes it without the fla and causal-conv1d
+kernels: where layer_types says linear_attention, Qwen3_5GatedDeltaNet on transformers' torch
+fallbacks (F.conv1d for the causal convolution, torch_chunk_gated_delta_rule's loop over chunks
+of 64: GatedDeltaNet and chunk_gated_delta_rule below); elsewhere attention whose q_proj also
+emits a sigmoid output gate per head; (1 + w) norms, partial rotary. LoRA also goes on a DeltaNet
+layer's in_proj_qkv and out_proj.
 
 Modes (one JSON line on stdout each):
   bench_eager.py step --config CONFIG.json --method lora|full --precision fp32|bf16
@@ -51,11 +57,17 @@ class Family:
         t = c.get("model_type", "llama")
         L = c["num_hidden_layers"]
         gemma = t in ("gemma2", "gemma3_text")
-        self.qk_norm = t in ("qwen3", "gemma3_text")
-        self.gemma = gemma  # (1 + w) fp32 norms, sandwich norms, GeGLU, sqrt(H) embedding scale
+        qwen35 = t == "qwen3_5_text"
+        self.qk_norm = t in ("qwen3", "gemma3_text", "qwen3_5_text")
+        self.gemma = gemma  # sandwich norms, GeGLU, sqrt(H) embedding scale
+        self.offset_norm = gemma or qwen35  # (1 + w) norms in fp32
+        self.out_gate = qwen35 and c.get("attn_output_gate", True)  # q_proj also emits a sigmoid gate per head
+        # Qwen3.5: Gated DeltaNet layers where layer_types says linear_attention.
+        self.linear = [kind == "linear_attention" for kind in c["layer_types"]] if qwen35 else [False] * L
         self.fused = t == "phi3"
         self.d = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-        self.rotary = int(self.d * c.get("partial_rotary_factor", 1.0))
+        rope = c.get("rope_parameters") or {}
+        self.rotary = int(self.d * rope.get("partial_rotary_factor", c.get("partial_rotary_factor", 1.0)))
         self.scale = c.get("query_pre_attn_scalar", self.d) ** -0.5 if gemma else self.d ** -0.5
         self.attn_cap = c.get("attn_logit_softcapping") if t == "gemma2" else None
         self.final_cap = c.get("final_logit_softcapping") if t == "gemma2" else None
@@ -70,7 +82,7 @@ class Family:
         else:
             self.windows = [None] * L
         self.rope = [(i + 1) % c.get("no_rope_layer_interval", 4) != 0 if t == "smollm3" else True for i in range(L)]
-        theta = c.get("rope_theta", 10000.0)
+        theta = rope.get("rope_theta", c.get("rope_theta", 10000.0))
         self.theta = [c.get("rope_local_base_freq", 10000.0) if t == "gemma3_text" and self.windows[i] else theta for i in range(L)]
         # Experts: (count, per token, intermediate, renormalise) and the sparse layers.
         self.moe, self.sparse = None, [False] * L
@@ -83,6 +95,13 @@ class Family:
             self.moe = (c.get("num_local_experts", 8), c.get("num_experts_per_tok", 2), c["intermediate_size"], True)
             self.sparse = [True] * L
         self.aux_coef = c.get("router_aux_loss_coef", 0.001)
+
+    def lora_targets(self, i):
+        """The projections a LoRA run adapts in layer i, PEFT's names: q and v (Phi-3: its fused
+        qkv_proj); a DeltaNet layer's input and output projections (in_proj_qkv, out_proj)."""
+        if self.linear[i]:
+            return ("in_proj_qkv", "out_proj")
+        return ("qkv_proj",) if self.fused else ("q_proj", "v_proj")
 
 
 class RMSNorm(nn.Module):
@@ -148,13 +167,13 @@ class Attention(nn.Module):
         if f.fused:
             self.qkv_proj = nn.Linear(H, (self.nh + 2 * self.nkv) * self.d, bias=False)
         else:
-            self.q_proj = nn.Linear(H, self.nh * self.d, bias=False)
+            self.q_proj = nn.Linear(H, self.nh * self.d * (2 if f.out_gate else 1), bias=False)
             self.k_proj = nn.Linear(H, self.nkv * self.d, bias=False)
             self.v_proj = nn.Linear(H, self.nkv * self.d, bias=False)
         self.o_proj = nn.Linear(self.nh * self.d, H, bias=False)
         if f.qk_norm:
-            self.q_norm = RMSNorm(self.d, c["rms_norm_eps"], f.gemma)
-            self.k_norm = RMSNorm(self.d, c["rms_norm_eps"], f.gemma)
+            self.q_norm = RMSNorm(self.d, c["rms_norm_eps"], f.offset_norm)
+            self.k_norm = RMSNorm(self.d, c["rms_norm_eps"], f.offset_norm)
 
     def forward(self, x, cos, sin, mask):
         B, T, _ = x.shape
@@ -162,7 +181,9 @@ class Attention(nn.Module):
             q, k, v = self.qkv_proj(x).split([self.nh * self.d, self.nkv * self.d, self.nkv * self.d], dim=-1)
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q = q.view(B, T, self.nh, self.d).transpose(1, 2)
+        if self.f.out_gate:  # per head: d query dimensions, then d gate dimensions
+            q, gate = q.view(B, T, self.nh, 2 * self.d).chunk(2, dim=-1)
+        q = q.reshape(B, T, self.nh, self.d).transpose(1, 2)
         k = k.view(B, T, self.nkv, self.d).transpose(1, 2)
         v = v.view(B, T, self.nkv, self.d).transpose(1, 2)
         if self.f.qk_norm:
@@ -177,6 +198,8 @@ class Attention(nn.Module):
             scores = torch.tanh(scores / self.f.attn_cap) * self.f.attn_cap
         probs = F.softmax(scores + mask, dim=-1, dtype=torch.float32).to(q.dtype)
         out = torch.matmul(probs, v).transpose(1, 2).reshape(B, T, self.nh * self.d)
+        if self.f.out_gate:
+            out = out * torch.sigmoid(gate.reshape(B, T, self.nh * self.d))
         return self.o_proj(out)
 
 
@@ -254,28 +277,134 @@ def load_balancing_loss(gate_logits, E, k):
     return torch.sum(tokens_per_expert * prob_per_expert.unsqueeze(0)) * E
 
 
+def l2norm(x, eps=1e-6):
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, C=64):
+    """The gated delta rule in chunks of C, as transformers' torch_chunk_gated_delta_rule computes
+    it without the fla kernels: q, k, v [B, T, heads, d], g (log decay) and beta [B, T, Hv]; in
+    fp32, q and k L2-normalised, the queries scaled by d^-1/2, the sequence padded to chunks; per
+    chunk the unit lower-triangular system (I + tril(diag(beta) K K^T . decay)) solved for the new
+    values and the decayed keys, then a Python loop over the chunks carries the [Dk, Dv] state."""
+    dtype = q.dtype
+    B, T, Hk, Dk = k.shape
+    Hv, Dv = v.shape[-2:]
+    if Hk != Hv:  # each query/key head serves Hv / Hk consecutive value heads
+        q, k = q.repeat_interleave(Hv // Hk, dim=2), k.repeat_interleave(Hv // Hk, dim=2)
+    q, k, v, beta, g = (x.transpose(1, 2).to(torch.float32, memory_format=torch.contiguous_format) for x in (q, k, v, beta, g))
+    q, k = l2norm(q), l2norm(k)
+    q = q * Dk ** -0.5
+    pad = (C - T % C) % C
+    q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+    beta, g = F.pad(beta, (0, pad)), F.pad(g, (0, pad))
+    n = (T + pad) // C
+    kb, vb = k * beta[..., None], v * beta[..., None]
+    q, k, kb, vb = (x.reshape(B, Hv, n, C, x.size(-1)) for x in (q, k, kb, vb))
+    g = g.reshape(B, Hv, n, C).cumsum(-1)  # log decay from the chunk's start
+    future = torch.ones(C, C, dtype=torch.bool).triu(1)
+    decay = (g[..., :, None] - g[..., None, :]).masked_fill(future, float("-inf")).exp()
+    system = (kb @ k.transpose(-1, -2)) * decay
+    intra = (q @ k.transpose(-1, -2)) * decay
+    u = torch.linalg.solve_triangular(system, vb, upper=False, unitriangular=True)
+    w = torch.linalg.solve_triangular(system, kb * g.exp()[..., None], upper=False, unitriangular=True)
+    state = torch.zeros(B, Hv, Dk, Dv)
+    out = torch.zeros_like(u)
+    q = q * g.exp()[..., None]
+    k = k * (g[..., -1:] - g).exp()[..., None]
+    carry = g[..., -1].exp()[..., None, None]
+    for i in range(n):
+        v_new = u[:, :, i] - w[:, :, i] @ state
+        out[:, :, i] = q[:, :, i] @ state + intra[:, :, i] @ v_new
+        state = state * carry[:, :, i] + k[:, :, i].transpose(-1, -2) @ v_new
+    return out.reshape(B, Hv, -1, Dv)[:, :, :T].transpose(1, 2).to(dtype, memory_format=torch.contiguous_format)
+
+
+class GatedRMSNorm(nn.Module):
+    """Qwen3_5RMSNormGated: w * norm(x), then times silu(z) in fp32."""
+
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x, z):
+        dtype = x.dtype
+        x = x.float()
+        x = self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)).to(dtype)
+        return (x * F.silu(z.float())).to(dtype)
+
+
+class GatedDeltaNet(nn.Module):
+    """Qwen3_5GatedDeltaNet on transformers' torch fallbacks (no causal-conv1d or fla kernels):
+    in_proj_qkv through a depthwise causal conv1d and SiLU, beta = sigmoid(b),
+    g = -exp(A_log) softplus(a + dt_bias) in fp32, the chunked rule above, the gated norm with
+    z, out_proj. `linear(n_in, n_out)` makes the projections (each peer's own Linear)."""
+
+    def __init__(self, c, linear=None):
+        super().__init__()
+        linear = linear or (lambda n_in, n_out: nn.Linear(n_in, n_out, bias=False))
+        H, self.hv = c["hidden_size"], c["linear_num_value_heads"]
+        self.dk, self.dv = c["linear_key_head_dim"], c["linear_value_head_dim"]
+        self.K, self.V = c["linear_num_key_heads"] * self.dk, self.hv * self.dv
+        width, kernel = 2 * self.K + self.V, c["linear_conv_kernel_dim"]
+        self.in_proj_qkv = linear(H, width)
+        self.in_proj_z = linear(H, self.V)
+        self.in_proj_b = linear(H, self.hv)
+        self.in_proj_a = linear(H, self.hv)
+        self.conv1d = nn.Conv1d(width, width, kernel, groups=width, padding=kernel - 1, bias=False)
+        self.dt_bias = nn.Parameter(torch.ones(self.hv))
+        self.A_log = nn.Parameter(torch.zeros(self.hv))
+        self.norm = GatedRMSNorm(self.dv, c["rms_norm_eps"])
+        self.out_proj = linear(self.V, H)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        qkv = self.in_proj_qkv(x).transpose(1, 2)
+        z, b, a = self.in_proj_z(x), self.in_proj_b(x), self.in_proj_a(x)
+        w = self.conv1d.weight
+        qkv = F.silu(F.conv1d(qkv.to(w.dtype), w, padding=w.size(-1) - 1, groups=qkv.size(1))[..., :T]).to(qkv.dtype)
+        q, k, v = qkv.transpose(1, 2).split([self.K, self.K, self.V], dim=-1)
+        q, k, v = q.reshape(B, T, -1, self.dk), k.reshape(B, T, -1, self.dk), v.reshape(B, T, -1, self.dv)
+        beta = b.sigmoid()
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
+        out = chunk_gated_delta_rule(q, k, v, g, beta)
+        out = self.norm(out.reshape(-1, self.dv), z.reshape(-1, self.dv))
+        return self.out_proj(out.reshape(B, T, -1))
+
+
 class Layer(nn.Module):
-    """Pre-norm block (sandwich norms for Gemma) over the given attention, MLP and norm classes
-    (this file's, or bench_eager_lean.py's)."""
+    """Pre-norm block (sandwich norms for Gemma) over the given attention, MLP, norm and linear
+    classes (this file's, or bench_eager_lean.py's); a Gated DeltaNet where f.linear says."""
 
     def __init__(self, c, f, i, parts=None):
         super().__init__()
-        attention, mlp, norm = parts or (Attention, MLP, RMSNorm)
+        attention, mlp, norm, linear = parts or (Attention, MLP, RMSNorm, None)
         H, eps = c["hidden_size"], c["rms_norm_eps"]
-        self.self_attn = attention(c, f, i)
+        self.linear = f.linear[i]
+        if self.linear:
+            self.linear_attn = GatedDeltaNet(c, linear)
+        else:
+            self.self_attn = attention(c, f, i)
         self.mlp = SparseMoe(c, f) if f.sparse[i] else mlp(c, f)
-        self.input_layernorm = norm(H, eps, f.gemma)
-        self.post_attention_layernorm = norm(H, eps, f.gemma)
+        self.input_layernorm = norm(H, eps, f.offset_norm)
+        self.post_attention_layernorm = norm(H, eps, f.offset_norm)
         self.sandwich = f.gemma
         if f.gemma:
             self.pre_feedforward_layernorm = norm(H, eps, True)
             self.post_feedforward_layernorm = norm(H, eps, True)
 
+    def mixer(self):
+        return self.linear_attn if self.linear else self.self_attn
+
+    def mix(self, x, cos, sin, mask):
+        return self.linear_attn(x) if self.linear else self.self_attn(x, cos, sin, mask)
+
     def forward(self, x, cos, sin, mask):
         if self.sandwich:
-            x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos, sin, mask))
+            x = x + self.post_attention_layernorm(self.mix(self.input_layernorm(x), cos, sin, mask))
             return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
+        x = x + self.mix(self.input_layernorm(x), cos, sin, mask)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -286,7 +415,7 @@ class Llama(nn.Module):
         f = self.f = Family(c)
         self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
         self.layers = nn.ModuleList(Layer(c, f, i) for i in range(c["num_hidden_layers"]))
-        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"], f.gemma)
+        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"], f.offset_norm)
         self.lm_head = nn.Linear(c["hidden_size"], c["vocab_size"], bias=False)
         if c.get("tie_word_embeddings"):
             self.lm_head.weight = self.embed_tokens.weight
@@ -399,10 +528,10 @@ def step_mode(a):
         model.requires_grad_(False)
         if bf16:
             model.to(torch.bfloat16)
-        for layer in model.layers:
-            attn = layer.self_attn
-            for name in ("qkv_proj",) if model.f.fused else ("q_proj", "v_proj"):
-                setattr(attn, name, LoraLinear(getattr(attn, name), a.rank, 2 * a.rank))
+        for i, layer in enumerate(model.layers):
+            mixer = layer.mixer()
+            for name in model.f.lora_targets(i):
+                setattr(mixer, name, LoraLinear(getattr(mixer, name), a.rank, 2 * a.rank))
     dpo = a.objective == "dpo"
     # DPO under full fine-tuning: TRL's ref_model, a frozen copy loaded like the policy.
     reference = copy.deepcopy(model).requires_grad_(False) if dpo and a.method == "full" else None

@@ -16,7 +16,9 @@ extra casts (issue 33):
   - DPO (--objective dpo): bench_eager.py's step, with each token's log-probability taken by the
     fused cross-entropy kernel (fused_log_softmax).
 The families change the decoder as in bench_eager.py (its Family class, the one description of
-what a model_type changes), and so do the rows, the timing and the output line.
+what a model_type changes), and so do the rows, the timing and the output line. Qwen3.5's
+DeltaNet layers run bench_eager.py's GatedDeltaNet (transformers' chunk loop; there is no leaner
+eager form of the rule) on this file's Linear.
 
   bench_eager_lean.py step --config CONFIG.json --method lora|full --precision fp32|bf16
                            --seq T --batch B --steps N [--doc-lengths FILE]
@@ -88,13 +90,13 @@ class Attention(nn.Module):
         if f.fused:
             self.qkv_proj = Linear(H, (self.nh + 2 * self.nkv) * self.d)
         else:
-            self.q_proj = Linear(H, self.nh * self.d)
+            self.q_proj = Linear(H, self.nh * self.d * (2 if f.out_gate else 1))
             self.k_proj = Linear(H, self.nkv * self.d)
             self.v_proj = Linear(H, self.nkv * self.d)
         self.o_proj = Linear(self.nh * self.d, H)
         if f.qk_norm:
-            self.q_norm = RMSNorm(self.d, c["rms_norm_eps"], f.gemma)
-            self.k_norm = RMSNorm(self.d, c["rms_norm_eps"], f.gemma)
+            self.q_norm = RMSNorm(self.d, c["rms_norm_eps"], f.offset_norm)
+            self.k_norm = RMSNorm(self.d, c["rms_norm_eps"], f.offset_norm)
 
     def forward(self, x, cos, sin, mask):
         B, T, _ = x.shape
@@ -103,7 +105,9 @@ class Attention(nn.Module):
             q, k, v = self.qkv_proj(x).split([nh * d, nkv * d, nkv * d], dim=-1)
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
-        q, k, v = q.view(B, T, nh, d), k.view(B, T, nkv, d), v.view(B, T, nkv, d)
+        if self.f.out_gate:  # per head: d query dimensions, then d gate dimensions
+            q, gate = q.view(B, T, nh, 2 * d).chunk(2, dim=-1)
+        q, k, v = q.reshape(B, T, nh, d), k.view(B, T, nkv, d), v.view(B, T, nkv, d)
         if self.f.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -116,8 +120,10 @@ class Attention(nn.Module):
             scores = torch.tanh(scores / self.f.attn_cap) * self.f.attn_cap
         # Out of place: an in-place op on a view of the matmul's output costs autograd a copy of it.
         probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1, dtype=torch.float32).to(v.dtype)
-        out = torch.matmul(probs.view(B, nkv, g * T, T), v).view(B, nh, T, d)
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, nh * d))
+        out = torch.matmul(probs.view(B, nkv, g * T, T), v).view(B, nh, T, d).transpose(1, 2).reshape(B, T, nh * d)
+        if self.f.out_gate:
+            out = out * torch.sigmoid(gate.reshape(B, T, nh * d))
+        return self.o_proj(out)
 
 
 class MLP(nn.Module):
@@ -147,8 +153,8 @@ class Model(nn.Module):
         self.c, f = c, Family(c)
         self.f = f
         self.embed_tokens = nn.Embedding(c["vocab_size"], c["hidden_size"])
-        self.layers = nn.ModuleList(Layer(c, f, i, (Attention, MLP, RMSNorm)) for i in range(c["num_hidden_layers"]))
-        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"], f.gemma)
+        self.layers = nn.ModuleList(Layer(c, f, i, (Attention, MLP, RMSNorm, Linear)) for i in range(c["num_hidden_layers"]))
+        self.norm = RMSNorm(c["hidden_size"], c["rms_norm_eps"], f.offset_norm)
         self.lm_head = Linear(c["hidden_size"], c["vocab_size"])
         if c.get("tie_word_embeddings"):
             self.lm_head.weight = self.embed_tokens.weight
@@ -197,9 +203,9 @@ def step_mode(a):
     if a.method == "lora":
         model.requires_grad_(False)
         model.to(dtype)  # the frozen base in the compute dtype
-        for layer in model.layers:
-            for name in ("qkv_proj",) if model.f.fused else ("q_proj", "v_proj"):
-                getattr(layer.self_attn, name).add_lora(a.rank, 2 * a.rank)
+        for i, layer in enumerate(model.layers):
+            for name in model.f.lora_targets(i):
+                getattr(layer.mixer(), name).add_lora(a.rank, 2 * a.rank)
     dpo = a.objective == "dpo"
     reference = copy.deepcopy(model).requires_grad_(False) if dpo and a.method == "full" else None
     trainable = [p for p in model.parameters() if p.requires_grad]

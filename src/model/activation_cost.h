@@ -26,7 +26,8 @@ struct ActivationShape {
   bool padded_expert_rows = false;  // routed row counts padded (model/moe.h pads_expert_rows)
   Term block_rows;       // blocked attention's query rows per block (bq)
   bool tiled_attention = false;  // the blocked kernel runs tiled (ops/attention_tiled.h)
-  Term threads;                  // tiled: threads, each with its own tiles (th)
+  bool gated_delta_kernel = false;  // the DeltaNet's rule runs its per-head kernel (ops/gated_delta.h)
+  Term threads;                  // tiled or that kernel: threads, each with its own scratch (th)
   // Bytes the named projection keeps of its [n, in_dim] input for backward: its weight's
   // gradient reads it when the weight trains, its adapter keeps its (dropped-out) input and its
   // rank-r intermediate.

@@ -66,6 +66,23 @@ at::Tensor GatedDeltaNetImpl::forward(const at::Tensor& x_in, const at::Tensor& 
   return out_proj->forward(gated.reshape({B, T, vd}));
 }
 
+namespace {
+
+// The delta rule's backward recomputes its chunk quantities, transient, one layer at a time
+// (ops/gated_delta.h): the per-head kernel's larger moment (its scratch per thread beside what it
+// holds per token and head, or the query norm's gradient after it), else the batched form's.
+Term backward_workspace(const LinearAttention& l, const ActivationShape& s) {
+  const Term Hv = Term::num(l.value_heads), four = Term::num(4);
+  const auto ceil = [](double x) { return Term::num(static_cast<std::int64_t>(std::ceil(x))); };
+  if (!s.gated_delta_kernel)
+    return four * s.n * Hv * ceil(ops::gated_delta_backward_elements(l.key_heads, l.value_heads, l.key_dim, l.value_dim));
+  const auto w = ops::gated_delta_kernel_backward(l.key_heads, l.value_heads, l.key_dim, l.value_dim, s.T.value(), s.c.value() < 4);
+  const Term during = four * s.n * Hv * ceil(w.during) + four * Term::min({s.threads, s.B * Hv}) * Term::num(w.scratch_per_thread);
+  return Term::max({four * s.n * Hv * ceil(w.after), during});
+}
+
+}  // namespace
+
 ActivationCost GatedDeltaNetImpl::saved_activations(const ModelConfig& config, const ActivationShape& s) {
   const LinearAttention& l = config.arch.linear;
   const Term C = Term::num(l.conv_channels()), V = Term::num(l.value_heads * l.value_dim);
@@ -83,10 +100,7 @@ ActivationCost GatedDeltaNetImpl::saved_activations(const ModelConfig& config, c
   const Term o_in = s.projection_input("out_proj", V);
   a.saved = inputs + conv + rule + gate + o_in;
   a.parts = {"DeltaNet projections' input", "convolution", "q, k, v, g, beta", "gated norm", "out_proj input"};
-  // The delta rule's backward recomputes its chunk quantities: transient, one layer at a time.
-  const auto per_token_head = static_cast<std::int64_t>(
-      std::ceil(ops::gated_delta_backward_elements(l.key_heads, l.value_heads, l.key_dim, l.value_dim)));
-  a.backward_workspace = four * s.n * Hv * Term::num(per_token_head);
+  a.backward_workspace = backward_workspace(l, s);
   return a;
 }
 

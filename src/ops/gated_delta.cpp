@@ -7,11 +7,13 @@
 #include <ATen/record_function.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <tuple>
 #include <vector>
 
+#include "ops/gated_delta_cpu.h"
 #include "ops/profile_regions.h"
 
 namespace ctune::ops {
@@ -160,11 +162,70 @@ at::Tensor initial_or_zeros(const at::Tensor& initial_state, const Shape& s, con
   return initial_state.to(opt.dtype());
 }
 
+// The per-head CPU kernel's inputs (ops/gated_delta_cpu.h), and the unit rows and rsqrt factors
+// the backward's L2 norm needs.
+struct Fused {
+  gated_delta_cpu::Inputs in;
+  at::Tensor nq, rq, nk, rk;
+};
+
+Fused fused_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g, const at::Tensor& beta,
+                   const at::Tensor& starts, const at::Tensor& initial_state, std::int64_t chunk) {
+  const Shape s = shape_of(q, v, chunk);
+  Fused f;
+  std::tie(f.nq, f.rq) = l2norm(q.to(at::kFloat));
+  std::tie(f.nk, f.rk) = l2norm(k.to(at::kFloat));
+  f.in.q = (f.nq * (1.0 / std::sqrt(static_cast<double>(s.Dk)))).contiguous();
+  f.in.k = f.nk.contiguous();
+  f.in.v = v.to(at::kFloat);
+  if (f.in.v.stride(3) != 1) f.in.v = f.in.v.contiguous();
+  f.in.g = g.to(at::kFloat).contiguous();
+  f.in.beta = beta.to(at::kFloat).contiguous();
+  if (present(starts)) f.in.starts = starts.to(at::kBool).contiguous();
+  if (present(initial_state)) f.in.state = initial_or_zeros(initial_state, s, f.in.v.options()).contiguous();
+  f.in.chunk = chunk;
+  return f;
+}
+
+variable_list fused_backward(const variable_list& saved, std::int64_t chunk, const variable_list& grad) {
+  const auto &q_in = saved[0], &k_in = saved[1], &v_in = saved[2], &g_in = saved[3], &beta_in = saved[4];
+  const Fused f = fused_inputs(q_in, k_in, v_in, g_in, beta_in, saved[5], saved[6], chunk);
+  const Shape s = shape_of(q_in, v_in, chunk);
+  const auto dout = grad[0].defined() ? grad[0].to(at::kFloat).contiguous() : at::zeros({s.B, s.T, s.Hv, s.Dv}, f.in.v.options());
+  const auto dstate = grad[1].defined() ? grad[1].to(at::kFloat).contiguous() : at::Tensor();
+  auto r = gated_delta_cpu::backward(f.in, dout, dstate);
+  // One input's gradient at a time, each kernel output released once read.
+  auto dq = l2norm_backward(f.nq, f.rq, to_key_heads(r.dq, s) * (1.0 / std::sqrt(static_cast<double>(s.Dk)))).to(q_in.scalar_type());
+  r.dq.reset();
+  auto dk = l2norm_backward(f.nk, f.rk, to_key_heads(r.dk, s)).to(k_in.scalar_type());
+  r.dk.reset();
+  return {dq,
+          dk,
+          r.dv.to(v_in.scalar_type()),
+          r.dg.to(g_in.scalar_type()),
+          r.dbeta.to(beta_in.scalar_type()),
+          at::Tensor(),
+          at::Tensor(),
+          at::Tensor()};
+}
+
+std::atomic<bool> g_kernel_on{true};
+
+bool kernel_serves(const at::Tensor& q, const at::Tensor& v) {
+  return g_kernel_on.load() && gated_delta_cpu::serves(v.device(), shape_of(q, v, 1).acc);
+}
+
 struct GatedDeltaFunction : public torch::autograd::Function<GatedDeltaFunction> {
   // Returns {out [B, T, Hv, Dv] in v's dtype, final state [B, Hv, Dk, Dv] in the accumulation dtype}.
   static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                const at::Tensor& g, const at::Tensor& beta, const at::Tensor& starts, const at::Tensor& initial_state,
                                std::int64_t chunk) {
+    ctx->save_for_backward({q, k, v, g, beta, starts, initial_state});
+    ctx->saved_data["chunk"] = chunk;
+    if (kernel_serves(q, v)) {
+      const auto f = gated_delta_cpu::forward(fused_inputs(q, k, v, g, beta, starts, initial_state, chunk).in);
+      return {f.out.to(v.scalar_type()), f.state};
+    }
     const Chunks c = prepare(q, k, v, g, beta, starts, chunk);
     const Shape& s = c.s;
     auto [S_all, U] = scan_forward(c, initial_or_zeros(initial_state, s, c.v.options()));
@@ -172,13 +233,13 @@ struct GatedDeltaFunction : public torch::autograd::Function<GatedDeltaFunction>
     auto out = at::matmul(c.P, U);
     heads(heads(out)).baddbmm_(heads(heads(c.q * c.gamma.unsqueeze(-1))), heads(heads(S_all.narrow(0, 0, s.N))));
     // Backward recomputes everything from the inputs (ops/gated_delta.h).
-    ctx->save_for_backward({q, k, v, g, beta, starts, initial_state});
-    ctx->saved_data["chunk"] = chunk;
     return {from_chunks(out, s).to(v.scalar_type()), S_all[s.N]};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad) {
     const auto saved = ctx->get_saved_variables();
+    if (kernel_serves(saved[0], saved[2]))
+      return fused_backward(saved, ctx->saved_data["chunk"].toInt(), grad);
     const auto &q_in = saved[0], &k_in = saved[1], &v_in = saved[2], &g_in = saved[3], &beta_in = saved[4];
     const Chunks c = prepare(q_in, k_in, v_in, g_in, beta_in, saved[5], ctx->saved_data["chunk"].toInt());
     const Shape& s = c.s;
@@ -280,6 +341,27 @@ GatedDeltaResult recurrent(const at::Tensor& q, const at::Tensor& k, const at::T
 }
 
 }  // namespace
+
+bool gated_delta_kernel_applies(at::Device device) { return g_kernel_on.load() && gated_delta_cpu::serves(device, at::kFloat); }
+
+void use_gated_delta_kernel(bool on) { g_kernel_on = on; }
+
+GatedDeltaKernelBackward gated_delta_kernel_backward(std::int64_t key_heads, std::int64_t value_heads, std::int64_t key_dim,
+                                                     std::int64_t value_dim, std::int64_t tokens, bool sixteen_bit, std::int64_t chunk) {
+  const double Dk = static_cast<double>(key_dim), Dv = static_cast<double>(value_dim);
+  const double rho = static_cast<double>(key_heads) / static_cast<double>(value_heads);
+  const double repeated = key_heads < value_heads ? 1 : 0;
+  // Given: nq, nk, q̂ (rho Dk each) and the two rsqrt factors; the kernel's dq, dk (Dk each), dv,
+  // dg, dbeta. 16-bit inputs: fp32 v and beta.
+  const double held = 3 * rho * Dk + 2 * rho + 2 * Dk + Dv + 2 + (sixteen_bit ? Dv + 1 : 0);
+  GatedDeltaKernelBackward w;
+  w.during = held;
+  // The query's gradient: dq summed over its value heads (when repeated), scaled, and the L2
+  // norm's four [.., Dk] temporaries and one sum, all alive until the norm returns.
+  w.after = held + (repeated + 1) * rho * Dk + 4 * rho * Dk + rho;
+  w.scratch_per_thread = gated_delta_cpu::backward_scratch_elements(tokens, key_dim, value_dim, chunk);
+  return w;
+}
 
 double gated_delta_backward_elements(std::int64_t key_heads, std::int64_t value_heads, std::int64_t key_dim, std::int64_t value_dim,
                                      std::int64_t chunk) {

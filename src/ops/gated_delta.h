@@ -65,8 +65,31 @@ GatedDeltaResult gated_delta_rule(const at::Tensor& q, const at::Tensor& k, cons
                                   const at::Tensor& beta, const at::Tensor& starts, const at::Tensor& initial_state,
                                   bool want_state, std::int64_t chunk = kGatedDeltaChunk);
 
-// What the backward holds at its peak beyond its inputs, in accumulation-dtype elements per
-// token and value head (times B T Hv, the tokens padded to whole chunks): the recomputed chunk
+// On the CPU in fp32, with oneDNN's GEMM, the rule runs as one kernel per (row, value head)
+// (ops/gated_delta_cpu.h); float64, other devices and builds without oneDNN run the batched
+// form below. `use_gated_delta_kernel(false)` makes every call take the batched form (tests and
+// benchmarks compare the two).
+bool gated_delta_kernel_applies(at::Device device);
+void use_gated_delta_kernel(bool on);
+
+// What the kernel's backward holds beyond what it was given, in fp32 elements, at its two
+// moments: while the kernel runs, per token and value head `during` (the unit q and k rows and
+// their factors, the scaled queries, the kernel's five gradients) beside each thread's
+// `scratch_per_thread` (one head's chunk quantities and carried states: ops/gated_delta_cpu.h);
+// then, per token and value head, `after`, while the query's L2 norm takes its gradient (the
+// same, less the scratch, plus the key-head sum and the norm's temporaries). 16-bit inputs add
+// their fp32 copies of v and beta. Counted from the code and checked against the tensor pool's
+// live peak (GatedDelta.BackwardWorkspaceIsWhatTheLedgerStates).
+struct GatedDeltaKernelBackward {
+  double during = 0, after = 0;
+  std::int64_t scratch_per_thread = 0;
+};
+GatedDeltaKernelBackward gated_delta_kernel_backward(std::int64_t key_heads, std::int64_t value_heads, std::int64_t key_dim,
+                                                     std::int64_t value_dim, std::int64_t tokens, bool sixteen_bit,
+                                                     std::int64_t chunk = kGatedDeltaChunk);
+
+// What the batched form's backward holds at its peak beyond its inputs, in accumulation-dtype
+// elements per token and value head (times B T Hv, the tokens padded to whole chunks): the recomputed chunk
 // quantities (q̂, k̂ and the key-head unit rows, v, [W | Kc], diag(w) k̂, the [C, C] D, Z, P, A),
 // the states carried in and their gradients (three [Dk, Dv] per chunk), and the gradients of
 // every product while they are combined, all alive until it returns:

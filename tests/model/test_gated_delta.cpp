@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <array>
@@ -236,15 +237,28 @@ std::vector<at::Tensor> outputs_and_grads(const Run& run, const std::vector<at::
 
 const char* kNames[] = {"out", "state", "dq", "dk", "dv", "dg", "dbeta"};
 
-TEST(GatedDelta, Fp32GradientsMatchTheFloat64Recurrence) {
-  const std::int64_t B = 2, T = 37, Hk = 2, Hv = 4, Dk = 8, Dv = 6;
+// On the CPU the fp32 call runs the per-head kernel (ops/gated_delta_cpu.h); a second shape
+// with the model's chunk and wider heads runs its GEMMs at their usual sizes.
+struct Fp32Case {
+  std::int64_t B, T, Hk, Hv, Dk, Dv, chunk;
+  std::vector<std::vector<std::int64_t>> starts;
+};
+
+class GatedDeltaFp32 : public ::testing::TestWithParam<Fp32Case> {};
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GatedDeltaFp32,
+                         ::testing::Values(Fp32Case{2, 37, 2, 4, 8, 6, 16, {{10, 32}, {16}}},
+                                           Fp32Case{1, 150, 1, 2, 64, 32, ops::kGatedDeltaChunk, {{70}}}));
+
+TEST_P(GatedDeltaFp32, GradientsMatchTheFloat64Recurrence) {
+  const auto [B, T, Hk, Hv, Dk, Dv, chunk, starts_list] = GetParam();
   const Inputs in = make_inputs(B, T, Hk, Hv, Dk, Dv, 5, at::kFloat);
-  const auto starts = starts_at(B, T, {{10, 32}, {16}});
+  const auto starts = starts_at(B, T, starts_list);
   at::manual_seed(21);
   const auto w_out = at::randn({B, T, Hv, Dv}, at::kDouble), w_state = at::randn({B, Hv, Dk, Dv}, at::kDouble);
   auto ours = outputs_and_grads(
       [&](const std::vector<at::Tensor>& x) {
-        const auto r = ops::gated_delta_rule(x[0], x[1], x[2], x[3], x[4], starts, in.state, true, 16);
+        const auto r = ops::gated_delta_rule(x[0], x[1], x[2], x[3], x[4], starts, in.state, true, chunk);
         return Recurrence{r.out, r.state};
       },
       in.list(), w_out, w_state);
@@ -414,33 +428,54 @@ TEST(GatedDelta, RecurrentPathMatchesTheChunkedPathWithStarts) {
   EXPECT_TRUE(within("state: max |recurrent - chunked| / max", max_rel(step.state, chunked.state), 1e-10));
 }
 
-// The backward's peak beyond what it was given is what the memory ledger states for it
-// (ops::gated_delta_backward_elements): the tensor pool's live peak during backward, less what
-// was live before, per token and value head, on the quickstart's shape and three others (Hk <
-// Hv, Dk != Dv, T not a multiple of the chunk). The count is of the code's tensors; what the pool
-// does not see (blocks under 256 KiB, kept by glibc) and its page rounding make the few percent.
+// The backward's peak beyond what it was given is what the memory ledger states for it: the
+// tensor pool's live peak during backward, less what was live before, on the quickstart's shape
+// and three others (Hk < Hv, Dk != Dv, T not a multiple of the chunk), for the per-head kernel
+// (ops::gated_delta_kernel_backward: the larger of its two moments, the scratch counted for the
+// threads that run) and the batched form (ops::gated_delta_backward_elements, per padded token
+// and value head). The counts are of the code's tensors; what the pool does not see (blocks under
+// 256 KiB, kept by glibc) and its page rounding make the few percent.
+double measured_backward_bytes(std::int64_t B, std::int64_t T, std::int64_t Hk, std::int64_t Hv, std::int64_t Dk, std::int64_t Dv) {
+  ops::TensorPoolScope pool;
+  auto q = at::randn({B, T, Hk, Dk}).requires_grad_(true), k = at::randn({B, T, Hk, Dk}).requires_grad_(true);
+  auto v = at::randn({B, T, Hv, Dv}).requires_grad_(true);
+  auto g = (-at::softplus(at::randn({B, T, Hv})) * 0.5).detach().requires_grad_(true);
+  auto beta = at::sigmoid(at::randn({B, T, Hv})).detach().requires_grad_(true);
+  const auto grad = at::randn({B, T, Hv, Dv});
+  const auto r = ops::gated_delta_rule(q, k, v, g, beta, {}, {}, false);
+  ops::release_free_memory();  // the peak restarts from what is live now
+  const auto before = ops::tensor_pool_stats().live_bytes;
+  const auto grads = torch::autograd::grad({r.out}, {q, k, v, g, beta}, {grad});
+  return static_cast<double>(ops::tensor_pool_stats().peak_live_bytes - before);
+}
+
 TEST(GatedDelta, BackwardWorkspaceIsWhatTheLedgerStates) {
   const std::vector<std::array<std::int64_t, 6>> shapes = {
       {16, 256, 4, 8, 32, 32}, {2, 256, 2, 8, 64, 32}, {2, 512, 4, 4, 32, 128}, {3, 400, 4, 8, 32, 32}};
-  for (const auto& [B, T, Hk, Hv, Dk, Dv] : shapes) {
-    ops::TensorPoolScope pool;
-    auto q = at::randn({B, T, Hk, Dk}).requires_grad_(true), k = at::randn({B, T, Hk, Dk}).requires_grad_(true);
-    auto v = at::randn({B, T, Hv, Dv}).requires_grad_(true);
-    auto g = (-at::softplus(at::randn({B, T, Hv})) * 0.5).detach().requires_grad_(true);
-    auto beta = at::sigmoid(at::randn({B, T, Hv})).detach().requires_grad_(true);
-    const auto grad = at::randn({B, T, Hv, Dv});
-    const auto r = ops::gated_delta_rule(q, k, v, g, beta, {}, {}, false);
-    ops::release_free_memory();  // the peak restarts from what is live now
-    const auto before = ops::tensor_pool_stats().live_bytes;
-    const auto grads = torch::autograd::grad({r.out}, {q, k, v, g, beta}, {grad});
-    const std::int64_t padded = (T + ops::kGatedDeltaChunk - 1) / ops::kGatedDeltaChunk * ops::kGatedDeltaChunk;
-    const double measured = static_cast<double>(ops::tensor_pool_stats().peak_live_bytes - before) / 4.0 / static_cast<double>(B * padded * Hv);
-    const double stated = ops::gated_delta_backward_elements(Hk, Hv, Dk, Dv);
-    const std::string name = "B " + std::to_string(B) + " T " + std::to_string(T) + " Hk " + std::to_string(Hk) + " Hv " +
-                             std::to_string(Hv) + " Dk " + std::to_string(Dk) + " Dv " + std::to_string(Dv);
-    EXPECT_TRUE(within(name + ": |measured / stated - 1| (elements per token and value head)", std::abs(measured / stated - 1.0), 0.05))
-        << "measured " << measured << ", stated " << stated;
+  const bool kernel = ops::gated_delta_kernel_applies(at::kCPU);
+  for (const bool batched : {false, true}) {
+    if (!batched && !kernel) continue;  // a build without oneDNN runs the batched form only
+    ops::use_gated_delta_kernel(!batched);
+    for (const auto& [B, T, Hk, Hv, Dk, Dv] : shapes) {
+      const double measured = measured_backward_bytes(B, T, Hk, Hv, Dk, Dv);
+      const double n_heads = static_cast<double>(B * T * Hv);
+      double stated = 0;
+      if (batched) {
+        const std::int64_t padded = (T + ops::kGatedDeltaChunk - 1) / ops::kGatedDeltaChunk * ops::kGatedDeltaChunk;
+        stated = 4.0 * static_cast<double>(B * padded * Hv) * ops::gated_delta_backward_elements(Hk, Hv, Dk, Dv);
+      } else {
+        const auto w = ops::gated_delta_kernel_backward(Hk, Hv, Dk, Dv, T, false);
+        const double threads = static_cast<double>(std::min<std::int64_t>(at::get_num_threads(), B * Hv));
+        stated = 4.0 * std::max(n_heads * w.after, n_heads * w.during + threads * static_cast<double>(w.scratch_per_thread));
+      }
+      const std::string name = std::string(batched ? "batched" : "kernel") + ", B " + std::to_string(B) + " T " + std::to_string(T) +
+                               " Hk " + std::to_string(Hk) + " Hv " + std::to_string(Hv) + " Dk " + std::to_string(Dk) + " Dv " +
+                               std::to_string(Dv);
+      EXPECT_TRUE(within(name + ": |measured / stated - 1|", std::abs(measured / stated - 1.0), 0.05))
+          << "measured " << measured << " bytes, stated " << stated;
+    }
   }
+  ops::use_gated_delta_kernel(true);
 }
 
 }  // namespace

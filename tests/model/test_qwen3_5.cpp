@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -222,6 +223,30 @@ TEST(Qwen35, BadConfigsAreRefusedByName) {
   Json rope = tiny_config();
   rope["rope_parameters"] = Json::parse(R"({"rope_type": "yarn", "factor": 4.0})");
   EXPECT_NE(refusal(rope).find("rope type \"yarn\" is not supported"), std::string::npos) << refusal(rope);
+}
+
+// The MoE variant's own keys: the experts' and the shared expert's widths, the expert count and
+// the experts per token, each refused by name with what was found.
+TEST(Qwen35, BadMoeConfigsAreRefusedByName) {
+  const auto moe = [] {
+    Json j = tiny_config();
+    j["model_type"] = "qwen3_5_moe_text";
+    j.erase("intermediate_size");
+    j["num_experts"] = 8, j["num_experts_per_tok"] = 2, j["moe_intermediate_size"] = 32, j["shared_expert_intermediate_size"] = 48;
+    return j;
+  };
+  EXPECT_EQ(refusal(moe()), "");
+  const std::vector<std::pair<std::function<void(Json&)>, std::string>> cases = {
+      {[](Json& j) { j["moe_intermediate_size"] = 0; }, "\"moe_intermediate_size\" must be in 1..65536, found 0"},
+      {[](Json& j) { j["shared_expert_intermediate_size"] = -4; }, "\"shared_expert_intermediate_size\" must be in 1..65536, found -4"},
+      {[](Json& j) { j["num_experts"] = 0; }, "\"num_experts\" must be positive for qwen3_5_moe_text, found 0"},
+      {[](Json& j) { j["num_experts_per_tok"] = 9; }, "\"num_experts_per_tok\" must be between 1 and num_experts (8)"},
+  };
+  for (const auto& [change, expected] : cases) {
+    Json j = moe();
+    change(j);
+    EXPECT_NE(refusal(j).find(expected), std::string::npos) << "expected \"" << expected << "\" in: " << refusal(j);
+  }
 }
 
 // No position sees a later token: changing the last tokens of a row leaves every earlier

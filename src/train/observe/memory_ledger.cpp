@@ -277,14 +277,21 @@ std::vector<LayerKind> layer_kinds(const LedgerInputs& in, const model::Activati
     linear_mixed |= arch.linear.layer(l) != arch.linear.layer(0);
   }
   // Sparse before dense, DeltaNet before attention: the ledger's terms in a fixed order.
+  // Below the first layer backward reaches no input and no weight asks for a gradient: those
+  // layers keep nothing (their operations record no graph). When it reaches none (only the head
+  // trains), every layer is counted, an overcount.
+  std::int64_t first = 0;
+  while (first < L && !backward_reaches(in, first)) ++first;
+  if (first == L) first = 0;
   std::map<std::pair<bool, bool>, LayerKind, std::greater<>> by_key;
-  for (std::int64_t l = 0; l < L; ++l) {
+  for (std::int64_t l = first; l < L; ++l) {
     const std::pair<bool, bool> key{arch.moe.sparse(l), arch.linear.layer(l)};
     auto it = by_key.find(key);
     if (it == by_key.end()) {
       LayerKind kind;
       kind.cost = model::DecoderLayerImpl::saved_activations(in.config, shape, l);
       kind.symbol = std::string("L") + (sparse_mixed ? (key.first ? "s" : "d") : "") + (linear_mixed ? (key.second ? "g" : "a") : "");
+      if (kind.symbol == "L" && first > 0) kind.symbol = "Lb";  // the layers backward reaches
       kind.name = std::string(sparse_mixed ? (key.first ? "sparse" : "dense") : "") + (sparse_mixed && linear_mixed ? " " : "") +
                   (linear_mixed ? (key.second ? "DeltaNet" : "attention") : "");
       it = by_key.emplace(key, std::move(kind)).first;
@@ -296,7 +303,7 @@ std::vector<LayerKind> layer_kinds(const LedgerInputs& in, const model::Activati
   for (std::int64_t l = 0; l < L; ++l)
     if (arch.linear.layer(l)) last = l;
   for (std::int64_t l = last + 1; last >= 0 && l < L; ++l)
-    if (!in.recompute.recompute_block(l)) ++by_key[{arch.moe.sparse(l), arch.linear.layer(l)}].kept_after_workspace;
+    if (!in.recompute.recompute_block(l) && l >= first) ++by_key[{arch.moe.sparse(l), arch.linear.layer(l)}].kept_after_workspace;
   // No DeltaNet backward runs when nothing at or below the last one trains (LoRA on the
   // attention of a model whose only attention layers come last).
   if (last >= 0 && !backward_reaches(in, last))
@@ -314,7 +321,8 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
   shape.padded_expert_rows = in.padded_expert_rows;
   shape.tiled_attention = in.recompute.blocked_attention && in.tiled_attention;
   shape.block_rows = sym("bq", std::min<std::int64_t>(shape.tiled_attention ? ops::kTileQueries : ops::kBlockQueries, s.T.value()));
-  if (shape.tiled_attention) shape.threads = sym("th", in.threads);
+  shape.gated_delta_kernel = in.gated_delta_kernel;
+  if (shape.tiled_attention || shape.gated_delta_kernel) shape.threads = sym("th", in.threads);
   shape.projection_input = [&](const std::string& name, const Term& in_dim) {
     // The base keeps its input when its weight trains; an adapter keeps its (dropped-out) input,
     // which without dropout is the very tensor the base sees; and its rank-r intermediate.
@@ -347,7 +355,7 @@ ActivationTerms activation_lines(const LedgerInputs& in, const Shape& s, Symbols
   const auto kept_by = [&](const model::ActivationCost& c) { return selective ? c.saved - c.scores : c.saved; };
   Term kept;
   std::string others;
-  if (kinds.size() > 1) {
+  if (kinds.size() > 1 || kinds[0].layers != in.config.num_hidden_layers) {
     for (std::size_t k = 0; k < kinds.size(); ++k) {
       const LayerKind& kind = kinds[k];
       kept += sym(kind.symbol, kind.layers - kind.recomputed) * kept_by(kind.cost);
@@ -513,7 +521,9 @@ SymbolMeanings training_symbol_meanings(bool seq_len_from_data) {
           {"runtime", "bytes before training"}, {"Kc", "compiled GEMM kernels cached"}, {"live", "live bytes at the peak"}, {"bq", "attention block query rows"},
           {"Lr", "layers that recompute"}, {"Nc", "weights kept in the compute dtype"}, {"Wref", "bytes of the reference copy"}, {"Uref", "bytes of its quantised projections"},
           {"Bg", "sequences generated together"}, {"Nnew", "new tokens at most"}, {"Tp", "the longest prompt"}, {"Bp", "distinct prompts generated for"},
-          {"Bk", "training rows kept through the generation batch's steps"}, {"th", "threads, each with its own attention tiles"},
+          {"Bk", "training rows kept through the generation batch's steps"}, {"th", "threads, each with its own attention tiles or DeltaNet scratch"},
+          {"Lb", "layers backward reaches (below the first that trains, none is kept)"}, {"Lg", "DeltaNet layers backward reaches"},
+          {"La", "attention layers backward reaches"}, {"Ls", "sparse-MLP layers backward reaches"}, {"Ld", "dense-MLP layers backward reaches"},
           {"G", "elements of an fp32 GEMM operand or result tile at most"}};
 }
 

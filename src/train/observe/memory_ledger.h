@@ -75,6 +75,9 @@ struct LedgerInputs {
   // The blocked attention runs tiled (ops/attention_tiled.h tiled_attention_applies), with one
   // scratch set of tiles per thread.
   bool tiled_attention = false;
+  // The Gated DeltaNet's rule runs as its per-head CPU kernel (ops/gated_delta.h
+  // gated_delta_kernel_applies), with one scratch per thread.
+  bool gated_delta_kernel = false;
   std::int64_t threads = 1;
   // A preference objective under full fine-tuning: the frozen reference copy's weights (LoRA's
   // reference is the policy with its adapters off: 0), sharded as the policy's are; its

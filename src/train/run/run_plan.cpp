@@ -25,6 +25,7 @@
 #include "ops/cpu_gemm.h"
 #include "ops/device.h"
 #include "ops/fused_optimizer.h"
+#include "ops/gated_delta.h"
 #include "ops/threads.h"
 #include "peft/adapter_io.h"
 #include "tokenizer/load.h"
@@ -536,6 +537,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
   const auto attention_dtype = p.compute_dtype != at::kFloat ? p.compute_dtype : p.model_dtype;
   in.threads = p.threads;
   in.fp32_weight_grads = ops::cpu_gemm::fp32_weight_grads(p.device, p.compute_dtype);
+  in.gated_delta_kernel = p.model_config.arch.linear.any() && ops::gated_delta_kernel_applies(p.device);
   in.tiled_attention = ops::tiled_attention_applies(p.device, attention_dtype, in.batch_size * p.model_config.num_key_value_heads, p.threads);
   in.tiled_prefill = in.recompute.blocked_attention &&
                      ops::tiled_attention_applies(p.device, attention_dtype, in.generated_prompts * p.model_config.num_key_value_heads, p.threads);
