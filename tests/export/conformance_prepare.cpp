@@ -159,6 +159,11 @@ void make_models(const fs::path& cases) {
   make_adapter(cases / "phi3_byte", cases / "phi3_byte_lora", {"all-linear", "lm_head"}, 29);
   make_adapter(cases / "qwen3moe_byte", cases / "qwen3moe_byte_lora", {"all-linear", "lm_head"}, 32);  // experts included
   make_adapter(cases / "mixtral_byte", cases / "mixtral_byte_lora", {"q_proj", "v_proj", "w1", "w2", "w3"}, 33);
+  // Qwen3.5: every Linear, the DeltaNet's in_proj_qkv/z/b/a and out_proj included (their value-head
+  // rows or columns reordered in the file like the weights'); the MoE's experts, shared expert,
+  // its gate and the untied head too.
+  make_adapter(cases / "qwen35_byte", cases / "qwen35_byte_lora", {"all-linear"}, 36);
+  make_adapter(cases / "qwen35moe_byte", cases / "qwen35moe_byte_lora", {"all-linear", "lm_head"}, 37);
 }
 
 // Runs `ctune export`, appending its report to the log; throws when it fails.
@@ -193,7 +198,7 @@ void export_models(const fs::path& cases, std::string& log) {
               d + "gemma3_byte_lora.gguf"}, log);
   run_export({"--model", d + "phi3_byte", "--adapter", d + "phi3_byte_lora", "--format", "gguf-lora", "--out",
               d + "phi3_byte_lora.gguf"}, log);
-  for (const char* m : {"qwen3moe_byte", "mixtral_byte"}) {
+  for (const char* m : {"qwen3moe_byte", "mixtral_byte", "qwen35_byte", "qwen35moe_byte"}) {
     run_export({"--model", d + m, "--adapter", d + m + "_lora", "--format", "gguf-lora", "--out", d + m + "_lora.gguf"}, log);
   }
   run_export({"--model", d + "mixtral_byte", "--adapter", d + "mixtral_byte_lora", "--out", d + "mixtral_byte_merged.f32.gguf"},

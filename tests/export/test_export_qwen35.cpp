@@ -8,6 +8,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <iostream>
+
 
 #include "core/error.h"
 #include "export/gguf_export.h"
@@ -15,6 +18,7 @@
 #include "export/gguf_metadata.h"
 #include "export/gguf_names.h"
 #include "export/gguf_tensors.h"
+#include "export/self_check.h"
 #include "export_test_support.h"
 #include "io/gguf.h"
 #include "model/weights.h"
@@ -179,6 +183,42 @@ TEST(Qwen35Gguf, RefusesWhatQwen35CannotExpress) {
        {"linear_value_head_dim", 8, "linear_key_head_dim 16 != linear_value_head_dim 8"},
        {"attention_bias", true, "attention_bias"}},
       53);
+}
+
+// The self-check's tolerance past kNllTolerance is kNoiseFactor times the noise the hook
+// measures, asked for only then; a wrong file (a difference of 0.5) still fails.
+TEST(Qwen35Gguf, SelfCheckToleranceFollowsTheMeasuredNoise) {
+  const infer::ScoreResult source{{1.0, 2.0}, {0, 0, 0}};
+  int asked = 0;
+  auto noise = [&] {
+    ++asked;
+    return 1e-4;
+  };
+  auto none = [] { return infer::ScoreResult{}; };
+  const CheckResult close = check_export(source, infer::ScoreResult{{1.00005, 2.0}, {0, 0, 0}}, io::GgmlType::F32, none, noise, "t");
+  EXPECT_EQ(asked, 0);
+  EXPECT_EQ(close.tolerance, kNllTolerance);
+  const CheckResult noisy = check_export(source, infer::ScoreResult{{1.0005, 2.0}, {0, 0, 0}}, io::GgmlType::F32, none, noise, "t");
+  EXPECT_EQ(asked, 1);
+  EXPECT_DOUBLE_EQ(noisy.tolerance, kNoiseFactor * 1e-4);
+  EXPECT_DOUBLE_EQ(noisy.noise, 1e-4);
+  EXPECT_THROW(check_export(source, infer::ScoreResult{{1.5, 2.0}, {0, 0, 0}}, io::GgmlType::F32, none, noise, "t"), SelfCheckError);
+}
+
+// A GGUF LoRA adapter on every Linear of the DeltaNet model (the conformance case's): the
+// reference runs it unmerged, the file's model merged, one float32 noise sample apart; the
+// noise is measured, and the difference is within kNoiseFactor times it.
+TEST(Qwen35Gguf, LoraExportPassesTheSelfCheckWithinTheModelsNoise) {
+  const fs::path dir = fresh_dir("qwen35-lora");
+  make_model(dir / "m", tiny_qwen35(), "byte", 34);
+  make_adapter(dir / "m", dir / "a", {"all-linear"}, 36);
+  const auto report = export_adapter(dir / "m", dir / "a", dir / "a.gguf");
+  EXPECT_TRUE(ctune::test::within("qwen35 LoRA self-check: max |dNLL|", report.check.max_diff, report.check.tolerance));
+  std::cout << "[info] qwen35 LoRA self-check: noise " << report.check.noise << ", tolerance " << report.check.tolerance << std::endl;
+  EXPECT_EQ(report.check.tolerance, report.check.noise > 0 ? std::max(kNllTolerance, kNoiseFactor * report.check.noise) : kNllTolerance);
+  auto f = io::GgufFile::open(dir / "a.gguf");
+  EXPECT_NE(f->header().find_tensor("blk.0.attn_qkv.weight.lora_a"), nullptr);
+  EXPECT_NE(f->header().find_tensor("blk.0.ssm_out.weight.lora_b"), nullptr);
 }
 
 // --- Qwen3.5-MoE as llama.cpp's qwen35moe ---
