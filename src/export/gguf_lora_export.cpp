@@ -113,7 +113,7 @@ GgufExportReport export_gguf_lora(const GgufExportOptions& o) {
         p.b.copy_(round_trip(p.b, o.type));
       }
       return infer::score_tokens(lm, probe, "self-check probe");
-    }, what);
+    }, [&] { return probe_fp32_noise(base_model, probe, exported); }, what);
   });
   std::error_code ec;
   report.bytes = fs::file_size(o.out, ec);

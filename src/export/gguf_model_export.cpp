@@ -154,7 +154,8 @@ GgufExportReport export_gguf_model(const GgufExportOptions& o) {
     release_weights(lm);
     auto rebuilt = load_gguf_model(*io::GgufFile::open(file));
     const infer::ScoreResult exported = infer::score_tokens(rebuilt, probe, "self-check probe");
-    return check_export(source, exported, o.type, [&] { return *rounded; }, what);
+    return check_export(source, exported, o.type, [&] { return *rounded; },
+                        [&] { return probe_fp32_noise(rebuilt, probe, exported); }, what);
   });
   std::error_code ec;
   report.bytes = fs::file_size(o.out, ec);

@@ -9,7 +9,11 @@
 //                       (tolerance 0.034 to 0.070: their float32 noise includes table flips);
 //                       1.3e-2 against the exact GELU
 //   Qwen3.5 F32 file    (Gated DeltaNet; its float32 noise is ~10x Llama's) spread 1.46e-4,
-//                       tolerance 2.55e-3 (node-llama-cpp 3.21.1; 3.22.1 on an earlier model: 6.2e-4)
+//                       tolerance 2.55e-3 (node-llama-cpp 3.21.1; 3.22.1: 8.1e-4)
+//   Qwen3.5-MoE F32     spread 2.06e-4, tolerance 4.72e-3 (3.21.1; 3.22.1: 6.9e-4)
+//   Qwen3.5 GGUF LoRA   spread 2.13e-4 (tolerance 3.67e-3), MoE 3.53e-4 (9.3e-3), 3.21.1; their
+//                       export self-checks (unmerged vs merged) 1.7e-4 and 2.4e-4, past 1e-4,
+//                       within 8x the models' measured float32 noise (1.2e-4, 3.4e-4)
 // Greedy continuations must match for all 40 tokens in every case.
 #include "conformance_cases.h"
 
@@ -46,6 +50,10 @@ const std::vector<ConformanceCase>& conformance_cases() {
     add({"mixtral_merged_lora_experts", "mixtral_byte", "mixtral_byte_lora", "mixtral_byte_merged.f32.gguf", "", "f32", false});
     add({"mixtral_gguf_lora_experts", "mixtral_byte", "mixtral_byte_lora", "mixtral_byte.f32.gguf", "mixtral_byte_lora.gguf", "f32", false});
     add({"qwen35_hybrid_deltanet_f32", "qwen35_byte", "", "qwen35_byte.f32.gguf", "", "f32", false});
+    add({"qwen35_gguf_lora", "qwen35_byte", "qwen35_byte_lora", "qwen35_byte.f32.gguf", "qwen35_byte_lora.gguf", "f32", false});
+    add({"qwen35moe_experts_f32", "qwen35moe_byte", "", "qwen35moe_byte.f32.gguf", "", "f32", false});
+    add({"qwen35moe_gguf_lora_experts", "qwen35moe_byte", "qwen35moe_byte_lora", "qwen35moe_byte.f32.gguf", "qwen35moe_byte_lora.gguf",
+         "f32", false});
     return c;
   }();
   return cases;

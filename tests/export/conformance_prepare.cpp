@@ -146,6 +146,9 @@ void make_models(const fs::path& cases) {
   // Qwen3.5 (llama.cpp's qwen35): Gated DeltaNet layers, value heads reordered in the file, a
   // gated full-attention layer with partial RoPE, (1 + w) norms but the DeltaNet's (tiny_qwen35).
   make_model(cases / "qwen35_byte", tiny_qwen35(), "byte", 34);
+  // Qwen3.5-MoE (llama.cpp's qwen35moe): DeltaNet and gated attention layers alternating, each with
+  // 8 experts (2 per token, renormalised) and a sigmoid-gated shared expert, untied (tiny_qwen35_moe).
+  make_model(cases / "qwen35moe_byte", tiny_qwen35_moe(), "byte", 35);
 
   make_adapter(cases / "llama_byte", cases / "llama_byte_lora",
                {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head"}, 21);
@@ -156,6 +159,11 @@ void make_models(const fs::path& cases) {
   make_adapter(cases / "phi3_byte", cases / "phi3_byte_lora", {"all-linear", "lm_head"}, 29);
   make_adapter(cases / "qwen3moe_byte", cases / "qwen3moe_byte_lora", {"all-linear", "lm_head"}, 32);  // experts included
   make_adapter(cases / "mixtral_byte", cases / "mixtral_byte_lora", {"q_proj", "v_proj", "w1", "w2", "w3"}, 33);
+  // Qwen3.5: every Linear, the DeltaNet's in_proj_qkv/z/b/a and out_proj included (their value-head
+  // rows or columns reordered in the file like the weights'); the MoE's experts, shared expert,
+  // its gate and the untied head too.
+  make_adapter(cases / "qwen35_byte", cases / "qwen35_byte_lora", {"all-linear"}, 36);
+  make_adapter(cases / "qwen35moe_byte", cases / "qwen35moe_byte_lora", {"all-linear", "lm_head"}, 37);
 }
 
 // Runs `ctune export`, appending its report to the log; throws when it fails.
@@ -176,7 +184,8 @@ void export_models(const fs::path& cases, std::string& log) {
     run_export({"--model", d + "llama_byte", "--out", d + "llama_byte." + type + ".gguf", "--type", type}, log);
   for (const char* m :
        {"mistral_linear", "llama3_rope", "qwen2_qwen3tok", "llama_spm", "llama2_json", "qwen2_byte", "qwen3_qwen3tok", "qwen3_byte",
-        "gemma2_byte", "gemma3_byte", "phi3_byte", "smollm3_byte", "qwen3moe_byte", "mixtral_byte", "qwen35_byte"})
+        "gemma2_byte", "gemma3_byte", "phi3_byte", "smollm3_byte", "qwen3moe_byte", "mixtral_byte", "qwen35_byte",
+        "qwen35moe_byte"})
     run_export({"--model", d + m, "--format", "gguf", "--out", d + m + ".f32.gguf"}, log);
   run_export({"--model", d + "llama_byte", "--adapter", d + "llama_byte_lora", "--out", d + "llama_byte_merged.f32.gguf"}, log);
   run_export({"--model", d + "llama_byte", "--adapter", d + "llama_byte_lora", "--format", "gguf-lora", "--out",
@@ -189,7 +198,7 @@ void export_models(const fs::path& cases, std::string& log) {
               d + "gemma3_byte_lora.gguf"}, log);
   run_export({"--model", d + "phi3_byte", "--adapter", d + "phi3_byte_lora", "--format", "gguf-lora", "--out",
               d + "phi3_byte_lora.gguf"}, log);
-  for (const char* m : {"qwen3moe_byte", "mixtral_byte"}) {
+  for (const char* m : {"qwen3moe_byte", "mixtral_byte", "qwen35_byte", "qwen35moe_byte"}) {
     run_export({"--model", d + m, "--adapter", d + m + "_lora", "--format", "gguf-lora", "--out", d + m + "_lora.gguf"}, log);
   }
   run_export({"--model", d + "mixtral_byte", "--adapter", d + "mixtral_byte_lora", "--out", d + "mixtral_byte_merged.f32.gguf"},

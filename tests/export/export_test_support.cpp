@@ -93,6 +93,18 @@ TinyConfig tiny_qwen35() {
   return q;
 }
 
+TinyConfig tiny_qwen35_moe() {
+  TinyConfig q = tiny_qwen35();
+  q.model_type = "qwen3_5_moe_text";
+  q.tie = false;
+  q.extra["full_attention_interval"] = 2;
+  q.extra["num_experts"] = 8;
+  q.extra["num_experts_per_tok"] = 2;
+  q.extra["moe_intermediate_size"] = 32;
+  q.extra["shared_expert_intermediate_size"] = 48;
+  return q;
+}
+
 at::Tensor hf_tensor(const fs::path& dir, const std::string& name, const std::string& file) {
   auto f = io::SafetensorsFile::open(dir / file);
   const io::TensorInfo* info = f->header().find(name);

@@ -52,6 +52,11 @@ Json config_json(const TinyConfig& c);
 // 16 with half of it rotating, tied.
 TinyConfig tiny_qwen35();
 
+// Qwen3.5-MoE (qwen3_5_moe_text) at the same size, untied: layers alternate Gated DeltaNet and
+// gated full attention (full_attention_interval 2), each with a sparse MLP of 8 experts of 32, 2
+// per token, and a sigmoid-gated shared expert of 48.
+TinyConfig tiny_qwen35_moe();
+
 // Writes a random model into `dir` (replaced): config.json, model.safetensors and the tokenizer
 // ("byte" for ctune's byte tokenizer, or a directory to copy tokenizer files from).
 void make_model(const std::filesystem::path& dir, const TinyConfig& config, const std::string& tokenizer,

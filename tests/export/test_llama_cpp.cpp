@@ -458,6 +458,14 @@ TEST(LlamaCppControls, Qwen35ValueHeadOrderMatters) {
   }, "qwen35 case with the value heads in transformers' order", 0.1);
 }
 
+// llama.cpp's qwen35moe adds the sigmoid-gated shared expert to the routed experts' sum, as ctune
+// does: ctune without it is far from llama.cpp.
+TEST(LlamaCppControls, Qwen35MoeSharedExpertMatters) {
+  expect_control_far("qwen35moe_experts_f32", "qwen35moe_byte", [](model::CausalLM& lm) {
+    for_each_moe(lm, [](model::SparseMoeImpl& moe) { moe.shared_expert = model::MLP(nullptr); });
+  }, "qwen35moe case without the shared expert", 0.1);
+}
+
 }  // namespace
 }  // namespace ctune::exporter::test
 

@@ -21,7 +21,10 @@
 // moe_intermediate_size (512), and a shared expert of shared_expert_intermediate_size (512)
 // scaled by sigmoid(shared_expert_gate x). It has no intermediate_size.
 // GGUF: llama.cpp's qwen35 (src/models/qwen35.cpp, convert_hf_to_gguf's Qwen3_5TextModel),
-// docs/formats.md#qwen35-dense-qwen35.
+// docs/formats.md#qwen35-dense-qwen35; the MoE variant as its qwen35moe (src/models/qwen35moe.cpp,
+// Qwen3_5MoeTextModel): the same layers and keys, with Qwen2-MoE's routed and shared experts,
+// docs/formats.md#qwen35-moe-qwen35moe.
+#include <algorithm>
 #include <utility>
 
 #include "core/error.h"
@@ -161,22 +164,27 @@ std::vector<std::int32_t> rope_sections(const ModelConfig& c) {
   return {t, h, pairs - t - h, 0};
 }
 
-void check_gguf(const ModelConfig& c) {
-  const std::string what = gguf_refusal(c);
+// What llama.cpp's qwen35 and qwen35moe (`arch`) cannot express: they share the layers.
+void check_hybrid_gguf(const ModelConfig& c, const std::string& arch) {
+  const std::string what = gguf_refusal(c), no_form = " has no " + arch + " GGUF form";
   if (c.arch.qkv_bias || c.arch.o_bias || c.arch.mlp_bias)
-    throw UnsupportedError(what + "attention_bias has no qwen35 GGUF form (llama.cpp's qwen35 has no projection biases)");
+    throw UnsupportedError(what + "attention_bias" + no_form + " (llama.cpp's " + arch + " has no projection biases)");
+  if (c.arch.activation != Activation::silu)
+    throw UnsupportedError(what + "hidden_act other than silu" + no_form + " (llama.cpp's " + arch + " uses SiLU)");
   if (!c.arch.attn_output_gate)
-    throw UnsupportedError(what + "attn_output_gate false has no qwen35 GGUF form (llama.cpp's q_proj always carries the gate)");
+    throw UnsupportedError(what + "attn_output_gate false" + no_form + " (llama.cpp's q_proj always carries the gate)");
   if (c.rope.type != "default")
-    throw UnsupportedError(what + c.rope.type + " rope scaling has no qwen35 GGUF form in ctune (expected none)");
+    throw UnsupportedError(what + c.rope.type + " rope scaling" + no_form + " in ctune (expected none)");
   const LinearAttention& l = c.arch.linear;
   if (l.key_dim != l.value_dim)
     throw UnsupportedError(what + "linear_key_head_dim " + std::to_string(l.key_dim) + " != linear_value_head_dim " +
-                           std::to_string(l.value_dim) + " has no qwen35 GGUF form (llama.cpp sizes both by ssm.state_size)");
+                           std::to_string(l.value_dim) + no_form + " (llama.cpp sizes both by ssm.state_size)");
   if (!full_attention_interval(c))
-    throw UnsupportedError(what + "layer_types has no qwen35 GGUF form (llama.cpp's converter writes full_attention_interval: "
+    throw UnsupportedError(what + "layer_types" + no_form + " (llama.cpp's converter writes full_attention_interval: "
                            "layer i full attention exactly when (i + 1) % n == 0)");
 }
+
+void check_gguf(const ModelConfig& c) { check_hybrid_gguf(c, "qwen35"); }
 
 void write_gguf(GgufKeyWriter& w, const ModelConfig& c) {
   const LinearAttention& l = c.arch.linear;
@@ -272,6 +280,60 @@ GgufForm gguf_form() {
   return g;
 }
 
+// --- GGUF: llama.cpp's qwen35moe ---
+
+// qwen35's refusals, and what its mixture fixes: every layer sparse (Qwen3.5-MoE's are), the
+// chosen weights renormalised (Qwen3.5-MoE always does), and a shared expert, whose tensors its
+// loader requires.
+void check_moe_gguf(const ModelConfig& c) {
+  check_hybrid_gguf(c, "qwen35moe");
+  check_gguf_experts(c, "qwen35moe");
+  if (c.arch.moe.shared_intermediate <= 0)
+    throw UnsupportedError(gguf_refusal(c) + "shared_expert_intermediate_size 0 has no qwen35moe GGUF form (llama.cpp's "
+                           "qwen35moe requires the shared expert's tensors)");
+}
+
+void write_moe_gguf(GgufKeyWriter& w, const ModelConfig& c) {
+  write_gguf(w, c);
+  w.u32("expert_feed_forward_length", c.arch.moe.intermediate);
+  w.u32("expert_shared_feed_forward_length", c.arch.moe.shared_intermediate);
+}
+
+// The experts' widths with llama.cpp's fallbacks: feed_forward_length / expert_used_count for the
+// routed experts, feed_forward_length for the shared one.
+void read_moe_gguf(const GgufKeys& keys, ModelConfig& c) {
+  read_gguf(keys, c);
+  MoeArchitecture& m = c.arch.moe;
+  m.intermediate = keys.integer_or("expert_feed_forward_length", m.top_k > 0 ? c.intermediate_size / m.top_k : 0);
+  m.shared_intermediate = keys.integer_or("expert_shared_feed_forward_length", c.intermediate_size);
+  if (m.shared_intermediate <= 0)
+    throw FormatError(keys.at("expert_shared_feed_forward_length") + ": " + std::to_string(m.shared_intermediate) +
+                      " (expected the shared expert's width, >= 1)");
+}
+
+// qwen35's tensors without the dense MLP's, plus Qwen2-MoE's names for the router
+// (ffn_gate_inp), the shared expert (ffn_{gate,up,down}_shexp) and its gate (ffn_gate_inp_shexp,
+// [1, H]: ne [H, 1], which llama.cpp's loader takes for its [H]); the routed experts are
+// stacked (GgufForm::experts).
+GgufForm moe_gguf_form() {
+  GgufForm g = gguf_form();
+  const ModuleNames n;
+  const std::string dense = n.mlp + ".", sparse = n.sparse_mlp + ".", shared = sparse + n.shared_expert + ".";
+  auto& t = g.layer_tensors;
+  t.erase(std::remove_if(t.begin(), t.end(), [&](const auto& p) { return p.first.compare(0, dense.size(), dense) == 0; }), t.end());
+  t.insert(t.end(), {{sparse + "gate", "ffn_gate_inp"},
+                     {shared + n.gate, "ffn_gate_shexp"},
+                     {shared + n.up, "ffn_up_shexp"},
+                     {shared + n.down, "ffn_down_shexp"},
+                     {sparse + n.shared_expert_gate, "ffn_gate_inp_shexp"}});
+  g.architecture = "qwen35moe";
+  g.experts = true;
+  g.check = check_moe_gguf;
+  g.write_keys = write_moe_gguf;
+  g.read_keys = read_moe_gguf;
+  return g;
+}
+
 // What the dense and MoE text families share: 32768 positions and head_dim 256 by default,
 // partial rotary, the multi-token-prediction head ignored.
 Family text_family(const std::string& type, void (*parse)(const Json&, const std::string&, ModelConfig&), GgufForm gguf) {
@@ -299,7 +361,7 @@ const Family& qwen3_5() {
 
 const Family& qwen3_5_moe_text() {
   static const Family f = [] {
-    Family q = text_family("qwen3_5_moe_text", parse_moe, GgufForm{});
+    Family q = text_family("qwen3_5_moe_text", parse_moe, moe_gguf_form());
     q.no_dense_mlp = true;
     return q;
   }();
