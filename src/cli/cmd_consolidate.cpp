@@ -38,7 +38,7 @@ struct ConsolidateOptions {
 std::vector<std::pair<std::string, at::Tensor>> read_back(MethodKind method, const fs::path& dir) {
   if (method == MethodKind::full) {
     auto lm = model::load_causal_lm(dir, at::kFloat);
-    return model::hf_state_dict(lm);
+    return model::checkpoint_state_dict(lm);  // the layout written (fused projections fused)
   }
   peft::read_adapter_config(dir);  // every setting one that loads
   const fs::path config = dir / peft::kAdapterConfig;

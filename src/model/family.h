@@ -99,6 +99,22 @@ struct Wrapper {
   std::vector<std::string> ignored_prefixes{};  // tensors that are not the text model's
 };
 
+// One checkpoint tensor of a decoder layer that holds several of the model's parameters, their
+// rows interleaved by group (Qwen3-Next's linear_attn.in_proj_qkvz: per key head its q, k, v and
+// z rows). Seen as [groups, Σ rows, ...], a piece is `rows` consecutive rows of every group; a
+// parameter is its pieces in the order listed, each piece's groups one after the other. The
+// loader gathers each parameter's rows out of the tensor and the writer interleaves them back:
+// the same bytes (model/weights.h).
+struct FusedTensor {
+  struct Piece {
+    std::string param;  // path in the layer: "linear_attn.in_proj_qkv.weight"
+    std::int64_t rows = 0;  // per group
+  };
+  std::string name;  // path in the layer: "linear_attn.in_proj_qkvz.weight"
+  std::int64_t groups = 1;
+  std::vector<Piece> pieces{};  // in each group's row order
+};
+
 struct Family {
   std::string name;                      // the model_type this file reads: "qwen3"
   std::vector<std::string> model_types{};  // every config.json model_type it reads
@@ -116,8 +132,12 @@ struct Family {
   // Tensors its checkpoints carry that are not the causal LM (Qwen3.5's multi-token-prediction
   // head, mtp.*): not loaded, counted in the loader's note.
   std::vector<std::string> ignored_prefixes{};
-  // Every layer is sparse (Qwen3.5-MoE): config.json has no intermediate_size (then 0).
+  // Every layer may be sparse (Qwen3.5-MoE, Qwen3-Next): config.json need not have
+  // intermediate_size (then 0, unless the family's parse sizes its dense layers).
   bool no_dense_mlp = false;
+  // Parameters its checkpoints store fused (FusedTensor), in the layers that have them; nullptr:
+  // every parameter is a tensor of its own.
+  std::vector<FusedTensor> (*fused_tensors)(const ModelConfig& config) = nullptr;
 };
 
 // The family reading `model_type`; UnsupportedError (naming every supported type) when none does.

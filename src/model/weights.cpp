@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <ATen/core/grad_mode.h>
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -94,19 +95,125 @@ std::optional<ExpertParam> expert_param(const std::string& name) {
 bool is_gate(const ModelConfig& config, const std::string& projection) { return projection == config.arch.names.expert_gate; }
 bool is_up(const ModelConfig& config, const std::string& projection) { return projection == config.arch.names.expert_up; }
 
-// Where a parameter's values are in the checkpoint: a tensor, or rows of one expert's matrix in
-// a stacked tensor (gate: rows [0, I) of gate_up_proj[e], up: rows [I, 2 I), down: down_proj[e]).
+// A parameter stored inside a layer's fused checkpoint tensor (Family::fused_tensors).
+struct FusedSource {
+  std::string layer;   // "model.layers.3."
+  std::string tensor;  // the checkpoint tensor's full name
+  const FusedTensor* spec = nullptr;
+  std::vector<std::size_t> pieces;  // the spec's pieces that make this parameter, in order
+};
+
+// The family's fused tensors for this config, and which parameters they hold.
+class FusedLayout {
+ public:
+  explicit FusedLayout(const ModelConfig& config) {
+    const Family& family = family_for_model_type(config.model_type, "model_type");
+    if (family.fused_tensors) specs_ = family.fused_tensors(config);
+  }
+  bool empty() const { return specs_.empty(); }
+
+  std::optional<FusedSource> of(const std::string& param) const {
+    const auto layer = layer_prefix(param);
+    if (!layer) return std::nullopt;
+    const std::string rest = param.substr(layer->size());
+    for (const FusedTensor& spec : specs_) {
+      FusedSource s{*layer, *layer + spec.name, &spec, {}};
+      for (std::size_t i = 0; i < spec.pieces.size(); ++i)
+        if (spec.pieces[i].param == rest) s.pieces.push_back(i);
+      if (!s.pieces.empty()) return s;
+    }
+    return std::nullopt;
+  }
+  // Whether a checkpoint tensor is one of the fused ones (read, then copied apart).
+  bool holds(const std::string& tensor) const {
+    for (const FusedTensor& spec : specs_)
+      if (ends_with(tensor, "." + spec.name)) return true;
+    return false;
+  }
+
+ private:
+  static std::optional<std::string> layer_prefix(const std::string& name) {
+    static const std::string prefix = "model.layers.";
+    if (!starts_with(name, prefix)) return std::nullopt;
+    const auto end = name.find('.', prefix.size());
+    if (end == std::string::npos) return std::nullopt;
+    return name.substr(0, end + 1);
+  }
+  std::vector<FusedTensor> specs_;
+};
+
+std::int64_t group_rows(const FusedTensor& f) {
+  std::int64_t rows = 0;
+  for (const auto& piece : f.pieces) rows += piece.rows;
+  return rows;
+}
+
+// The fused tensor's shape for a parameter of `sizes` inside it: [groups * Σ rows, sizes[1:]...].
+std::vector<std::int64_t> fused_shape(const FusedTensor& f, at::IntArrayRef sizes) {
+  std::vector<std::int64_t> shape = sizes.vec();
+  shape[0] = f.groups * group_rows(f);
+  return shape;
+}
+
+// The parameter's rows gathered out of its fused tensor (a new tensor).
+at::Tensor gather_fused(const at::Tensor& fused, const FusedSource& s) {
+  const FusedTensor& f = *s.spec;
+  std::vector<std::int64_t> grouped = fused.sizes().vec();
+  grouped[0] = group_rows(f);
+  grouped.insert(grouped.begin(), f.groups);
+  const at::Tensor view = fused.reshape(grouped);
+  std::vector<at::Tensor> parts;
+  for (const std::size_t i : s.pieces) {
+    std::int64_t offset = 0;
+    for (std::size_t j = 0; j < i; ++j) offset += f.pieces[j].rows;
+    std::vector<std::int64_t> flat = fused.sizes().vec();
+    flat[0] = f.groups * f.pieces[i].rows;
+    parts.push_back(view.narrow(1, offset, f.pieces[i].rows).reshape(flat));
+  }
+  return at::cat(parts).contiguous();
+}
+
+// The fused tensor of `layer` from its parameters' values (`params`: full name -> tensor): each
+// piece's rows of every group, interleaved back group by group.
+at::Tensor fuse(const std::string& layer, const FusedTensor& f, const std::map<std::string, at::Tensor>& params) {
+  std::map<std::string, std::int64_t> taken;  // rows of each parameter already placed
+  std::vector<at::Tensor> parts;
+  std::vector<std::int64_t> flat;
+  for (const auto& piece : f.pieces) {
+    const at::Tensor& t = params.at(layer + piece.param);
+    std::vector<std::int64_t> grouped = t.sizes().vec();
+    grouped[0] = piece.rows;
+    grouped.insert(grouped.begin(), f.groups);
+    std::int64_t& start = taken[piece.param];
+    parts.push_back(t.narrow(0, start, f.groups * piece.rows).reshape(grouped));
+    start += f.groups * piece.rows;
+    flat = fused_shape(f, t.sizes());
+  }
+  return at::cat(parts, 1).reshape(flat);
+}
+
+// Where a parameter's values are in the checkpoint: a tensor, rows of one expert's matrix in a
+// stacked tensor (gate: rows [0, I) of gate_up_proj[e], up: rows [I, 2 I), down: down_proj[e]),
+// or rows gathered out of a fused tensor.
 struct Source {
   const io::TensorRef* ref = nullptr;
   std::string name;  // the checkpoint tensor's
   std::int64_t expert = -1;
   std::int64_t row0 = 0;
   std::vector<std::int64_t> expected;  // the checkpoint tensor's shape this parameter implies
+  std::optional<FusedSource> fused;
 };
 
 Source find_source(const io::CheckpointReader& checkpoint, const ModelConfig& config, const std::string& stacked,
-                   const std::string& name, at::IntArrayRef sizes) {
+                   const FusedLayout& fused, const std::string& name, at::IntArrayRef sizes) {
   Source src;
+  if (auto f = fused.of(name)) {
+    src.name = f->tensor;
+    src.expected = fused_shape(*f->spec, sizes);
+    src.fused = std::move(f);
+    src.ref = find_tensor(checkpoint, config, src.name);
+    return src;
+  }
   const auto expert = stacked.empty() ? std::nullopt : expert_param(name);
   if (!expert) {
     src.ref = find_tensor(checkpoint, config, name);
@@ -192,18 +299,34 @@ std::string stacked_experts_module(const ModelConfig& config, const io::Checkpoi
   return "";
 }
 
+std::vector<std::string> fused_modules(const ModelConfig& config) {
+  std::vector<std::string> out;
+  const Family& family = family_for_model_type(config.model_type, "model_type");
+  if (!family.fused_tensors) return out;
+  for (const FusedTensor& f : family.fused_tensors(config)) {
+    for (const auto& piece : f.pieces) {
+      std::string module = piece.param.substr(0, piece.param.rfind('.'));  // drop ".weight"
+      module = module.substr(module.rfind('.') + 1);
+      if (std::find(out.begin(), out.end(), module) == out.end()) out.push_back(module);
+    }
+  }
+  return out;
+}
+
 void check_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
   std::vector<std::string> missing, unexpected, misshapen;
   std::set<std::string> used;
   const ModelConfig& config = model->config();
   std::set<std::string> misshapen_seen;
   const std::string stacked = stacked_experts_module(config, checkpoint);
+  const FusedLayout fused(config);
   for (auto& item : model->named_parameters(/*recurse=*/true)) {
     const std::string& name = item.key();
     if (is_adapter_parameter(name)) continue;
-    const Source src = find_source(checkpoint, config, stacked, name, item.value().sizes());
+    const Source src = find_source(checkpoint, config, stacked, fused, name, item.value().sizes());
     if (!src.ref) {
-      if (used.insert(src.name).second || src.expert < 0) missing.push_back(src.name);
+      // A stacked or fused tensor is reported once, whatever number of parameters it holds.
+      if (used.insert(src.name).second || (src.expert < 0 && !src.fused)) missing.push_back(src.name);
       continue;
     }
     used.insert(src.ref->info->name);
@@ -240,22 +363,29 @@ void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
   std::vector<at::Tensor> params;
   std::vector<Source> sources;
   const std::string stacked = stacked_experts_module(model->config(), checkpoint);
+  const FusedLayout fused(model->config());
   for (auto& item : model->named_parameters(/*recurse=*/true)) {
     if (is_adapter_parameter(item.key())) continue;
     params.push_back(item.value());
-    sources.push_back(find_source(checkpoint, model->config(), stacked, item.key(), item.value().sizes()));
+    sources.push_back(find_source(checkpoint, model->config(), stacked, fused, item.key(), item.value().sizes()));
   }
   Stage stage("loading " + checkpoint.dir().string(), static_cast<std::int64_t>(params.size()), "tensors");
-  // A stacked tensor is read once; each expert's parameter is a view of its rows.
-  std::map<std::string, at::Tensor> read_stacked;
+  // A stacked or fused tensor is read once; each expert's parameter is a view of its rows, each
+  // fused parameter a copy of its rows.
+  std::map<std::string, at::Tensor> read_shared;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const Source& src = sources[i];
-    if (src.expert < 0) {
+    if (src.expert < 0 && !src.fused) {
       params[i].set_data(io::load_tensor(*src.ref->file, *src.ref->info, params[i].scalar_type()));
+      stage.advance(1, static_cast<std::uint64_t>(params[i].nbytes()));
+      continue;
+    }
+    auto it = read_shared.find(src.name);
+    if (it == read_shared.end())
+      it = read_shared.emplace(src.name, io::load_tensor(*src.ref->file, *src.ref->info, params[i].scalar_type())).first;
+    if (src.fused) {
+      params[i].set_data(gather_fused(it->second, *src.fused));
     } else {
-      auto it = read_stacked.find(src.name);
-      if (it == read_stacked.end())
-        it = read_stacked.emplace(src.name, io::load_tensor(*src.ref->file, *src.ref->info, params[i].scalar_type())).first;
       params[i].set_data(it->second[src.expert].narrow(0, src.row0, params[i].size(0)));
     }
     stage.advance(1, static_cast<std::uint64_t>(params[i].nbytes()));
@@ -266,13 +396,14 @@ void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
 LoadFootprint load_footprint(const ModelConfig& config, const io::CheckpointReader& checkpoint, at::ScalarType dtype) {
   LoadFootprint f;
   const auto element = static_cast<std::int64_t>(c10::elementSize(dtype));
+  const FusedLayout fused(config);
   for (const auto& [name, ref] : checkpoint.tensors()) {
     if (ignorable(name) || ignored_tensor(config, name)) continue;  // not the model's: never read
     const auto bytes = static_cast<std::int64_t>(ref.info->numel()) * element;
     f.reserved += bytes;
     f.largest = std::max(f.largest, bytes);
     ++f.tensors;
-    if (!io::borrows(*ref.file, *ref.info, dtype)) {
+    if (!io::borrows(*ref.file, *ref.info, dtype) || fused.holds(name)) {  // a fused tensor's rows are copied apart
       f.converted += bytes;
       ++f.converted_tensors;
       f.stored = dtype_to_hf(io::to_scalar_type(ref.info->dtype, ref.file->path().string()));
@@ -314,9 +445,29 @@ std::vector<std::pair<std::string, at::Tensor>> hf_state_dict(CausalLM& model) {
   return out;
 }
 
+std::vector<std::pair<std::string, at::Tensor>> fuse_parameters(const ModelConfig& config,
+                                                                 std::vector<std::pair<std::string, at::Tensor>> state) {
+  const FusedLayout layout(config);
+  if (layout.empty()) return state;
+  std::map<std::string, at::Tensor> parts;
+  for (const auto& [name, t] : state)
+    if (layout.of(name)) parts.emplace(name, t);
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  std::set<std::string> written;
+  for (auto& [name, t] : state) {
+    const auto fused = layout.of(name);
+    if (!fused) {
+      out.emplace_back(name, t);
+    } else if (written.insert(fused->tensor).second) {
+      out.emplace_back(fused->tensor, fuse(fused->layer, *fused->spec, parts));
+    }
+  }
+  return out;
+}
+
 std::vector<std::pair<std::string, at::Tensor>> checkpoint_state_dict(CausalLM& model) {
-  auto state = hf_state_dict(model);
   const ModelConfig& config = model->config();
+  auto state = fuse_parameters(config, hf_state_dict(model));
   if (config.stacked_experts.empty()) return state;
   // Per sparse layer: the router renamed under the stacked module, the experts' tensors
   // replaced (where the first expert's gate was) by the two stacked ones.

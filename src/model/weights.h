@@ -40,6 +40,10 @@ std::string describe_conversion(const LoadFootprint& f, at::ScalarType dtype);
 // Reading follows the checkpoint; ModelConfig::stacked_experts says how to write.
 std::string stacked_experts_module(const ModelConfig& config, const io::CheckpointReader& checkpoint);
 
+// The modules (leaf names: "in_proj_qkv") whose weights the family's checkpoints store inside a
+// fused tensor (Family::fused_tensors); empty for most families.
+std::vector<std::string> fused_modules(const ModelConfig& config);
+
 // Checks that the checkpoint holds exactly the model's tensors with the model's shapes;
 // throws ShapeError listing every missing, unexpected and wrongly shaped tensor.
 void check_weights(CausalLM& model, const io::CheckpointReader& checkpoint);
@@ -51,9 +55,15 @@ void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint);
 // The tensors HF would save, in state-dict order (lm_head.weight omitted when tied), one per
 // parameter (a sparse layer's experts one module each).
 std::vector<std::pair<std::string, at::Tensor>> hf_state_dict(CausalLM& model);
-// hf_state_dict in the layout the model's checkpoint had: with ModelConfig::stacked_experts,
-// each sparse layer's experts stacked back into gate_up_proj and down_proj (new tensors).
+// hf_state_dict in the layout the model's checkpoint had: the family's fused tensors
+// (Family::fused_tensors: Qwen3-Next's in_proj_qkvz, in_proj_ba) interleaved back from the
+// parameters the loader split them into, and with ModelConfig::stacked_experts each sparse
+// layer's experts stacked back into gate_up_proj and down_proj (new tensors).
 std::vector<std::pair<std::string, at::Tensor>> checkpoint_state_dict(CausalLM& model);
+// `state` (the model's parameters by name, as hf_state_dict) with each layer's fused parameters
+// replaced, where the first of them was, by the checkpoint tensor that holds them (a new tensor).
+std::vector<std::pair<std::string, at::Tensor>> fuse_parameters(const ModelConfig& config,
+                                                                 std::vector<std::pair<std::string, at::Tensor>> state);
 
 // Module names as the checkpoint's own transformers class spells them, for files keyed by
 // module (PEFT adapters): the model's name, or for a multimodal wrapper's text model its place

@@ -7,8 +7,10 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/progress.h"
 #include "model/moe.h"
+#include "model/weights.h"
 #include "ops/compute.h"
 
 namespace ctune::peft {
@@ -93,11 +95,25 @@ std::vector<std::string> resolve_targets(model::CausalLM& lm, const std::vector<
   auto add = [&](const std::string& t) {
     if (std::find(out.begin(), out.end(), t) == out.end()) out.push_back(t);
   };
+  // Projections the checkpoint stores fused (Qwen3-Next's in_proj_qkvz): PEFT names the fused
+  // module, so an adapter on one of its parts would have no PEFT form.
+  const auto fused = model::fused_modules(lm->config());
+  auto is_fused = [&](const std::string& t) { return std::find(fused.begin(), fused.end(), t) != fused.end(); };
   for (const auto& t : targets) {
     if (t == "all-linear") {
       for (const auto& name : linear)
-        if (name != "lm_head") add(name);
+        if (name != "lm_head" && !is_fused(name)) add(name);
+      std::string left_out;
+      for (const auto& name : fused) left_out += (left_out.empty() ? "" : ", ") + name;
+      if (!left_out.empty())
+        spdlog::info("peft.target_modules: all-linear leaves out {} ({} checkpoints store them fused: no PEFT form)", left_out,
+                     lm->config().model_type);
       continue;
+    }
+    if (is_fused(t)) {
+      throw UnsupportedError("peft.target_modules: \"" + t + "\" is stored fused with other projections in " +
+                             lm->config().model_type + " checkpoints, so its adapter would have no PEFT form "
+                             "(expected another Linear layer, e.g. out_proj or the attention and MLP projections)");
     }
     if (t == "lm_head" && lm->config().tie_word_embeddings) {
       throw ConfigError("peft.target_modules: lm_head is tied to the input embeddings in this model "

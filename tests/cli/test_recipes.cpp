@@ -305,6 +305,22 @@ TEST_F(Recipes, EstimateFromConfigAlone) {
   EXPECT_NE(run.err.find("no model.safetensors"), std::string::npos) << run.err;
 }
 
+namespace {
+// `ctune estimate` of the 0.8B LoRA recipe (LoRA on q and v) on a shipped config alone
+// (recipes/models/<file>): the frozen bf16 bytes F and the dense MLP width I.
+void expect_estimate_from_config(const std::string& file, std::int64_t frozen_bytes, std::int64_t intermediate) {
+  const fs::path dir = kDir / ("config-only-" + file);
+  fs::create_directories(dir);
+  fs::copy_file(fs::path(CTUNE_SOURCE_DIR) / "recipes/models" / file, dir / "config.json", fs::copy_options::overwrite_existing);
+  const std::string recipe = std::string(CTUNE_SOURCE_DIR) + "/recipes/qwen3.5-0.8b-lora.yaml";
+  const auto r = ctune({"estimate", recipe, "model.path=" + dir.string(), "peft.target_modules=[q_proj,v_proj]", "--json"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["symbol_values"]["F"].get<std::int64_t>(), frozen_bytes) << file;
+  EXPECT_EQ(j["symbol_values"]["I"].get<std::int64_t>(), intermediate) << file;
+}
+}  // namespace
+
 // The shipped Qwen3.5-35B-A3B config (recipes/models/qwen3.5-35b-a3b.json, the multimodal
 // wrapper; Qwen3_5MoeTextConfig's defaults are this model's) planned from config.json alone: the
 // frozen bf16 bytes are those of every tensor transformers' Qwen3_5MoeForCausalLM has, counted
@@ -312,18 +328,21 @@ TEST_F(Recipes, EstimateFromConfigAlone) {
 // of 512, a shared expert of 512; DeltaNet 16 q/k heads and 32 value heads of 128, conv 4):
 //   30 DeltaNet mixers x 33,718,464 + 10 attention mixers x 27,263,488
 //   + 40 x (sparse block 808,978,432 + 2 norms 4,096) + embeddings and head 2 x 508,559,360 + norm 2,048
-//   = 34,660,610,688 parameters (about 3.45B of them active per token).
+//   = 34,660,610,688 parameters (about 3.45B of them active per token). No dense MLP: I = 0.
 TEST_F(Recipes, EstimateQwen35MoeFromConfigAlone) {
-  const fs::path dir = kDir / "config-only-qwen3.5-35b";
-  fs::create_directories(dir);
-  fs::copy_file(fs::path(CTUNE_SOURCE_DIR) / "recipes/models/qwen3.5-35b-a3b.json", dir / "config.json",
-                fs::copy_options::overwrite_existing);
-  const std::string recipe = std::string(CTUNE_SOURCE_DIR) + "/recipes/qwen3.5-0.8b-lora.yaml";
-  const auto r = ctune({"estimate", recipe, "model.path=" + dir.string(), "peft.target_modules=[q_proj,v_proj]", "--json"});
-  ASSERT_EQ(r.status, 0) << r.err;
-  const Json j = Json::parse(r.out);
-  EXPECT_EQ(j["symbol_values"]["F"].get<std::int64_t>(), 2 * std::int64_t{34660610688});
-  EXPECT_EQ(j["symbol_values"]["I"].get<std::int64_t>(), 0);  // no dense MLP
+  expect_estimate_from_config("qwen3.5-35b-a3b.json", 2 * std::int64_t{34660610688}, 0);
+}
+
+// The shipped Qwen3-Next-80B-A3B config (recipes/models/qwen3-next-80b-a3b.json, Qwen3NextConfig's
+// defaults) the same way, counted by hand from the shapes of Qwen3NextForCausalLM (H 2048,
+// V 151936, 48 layers of which 12 full attention, every MLP sparse: E 512 experts of 512 and a
+// shared expert of 512; the mixers as Qwen3.5-35B-A3B's, the fused in_proj_qkvz and in_proj_ba
+// holding the same rows as in_proj_qkv, in_proj_z, in_proj_b and in_proj_a):
+//   36 DeltaNet mixers x 33,718,464 + 12 attention mixers x 27,263,488
+//   + 48 x (sparse block 1,614,809,088 + 2 norms 4,096) + embeddings and head 2 x 311,164,928 + norm 2,048
+//   = 79,674,391,296 parameters. Every layer sparse: I = 0 (its intermediate_size sizes nothing).
+TEST_F(Recipes, EstimateQwen3NextFromConfigAlone) {
+  expect_estimate_from_config("qwen3-next-80b-a3b.json", 2 * std::int64_t{79674391296}, 0);
 }
 
 // `ctune estimate`: the ledger's lines with their formulas, and a peak that is at least their

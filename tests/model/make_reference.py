@@ -5,8 +5,8 @@ per-token NLL / argmax a Hugging Face-equivalent forward gives for them.
 Written directly against PyTorch (python3-torch from Debian), following the computation in
 transformers' modeling_llama.py / modeling_qwen2.py / modeling_qwen3.py / modeling_smollm3.py /
 modeling_gemma2.py / modeling_gemma3.py / modeling_mixtral.py / modeling_qwen3_moe.py (see docs/formats.md#forward-computation and
-docs/families.md), and modeling_qwen3_5.py / modeling_qwen3_5_moe.py in qwen3_5_reference.py (Gated
-DeltaNet computed token by token), with its own safetensors writer. It shares no code with ctune. The forward runs in float64 on the stored
+docs/families.md), and modeling_qwen3_5.py / modeling_qwen3_5_moe.py / modeling_qwen3_next.py in
+qwen3_5_reference.py (Gated DeltaNet computed token by token), with its own safetensors writer. It shares no code with ctune. The forward runs in float64 on the stored
 (possibly bf16-rounded) weights; RoPE frequencies are computed in fp32 as HF does.
 
 Usage: make_reference.py OUT_DIR
@@ -14,7 +14,7 @@ Writes OUT_DIR/<name>/ (config.json + safetensors) and OUT_DIR/<name>.reference.
 {"ids": [...], "nll": [...], "argmax": [...], "min_margin": float, "nll_fp32_noise": float}: the
 last is how far float32 rounding alone moves these NLLs (largest |dNLL|, tests/fp32_noise.py).
 For the BEAM_CASES also OUT_DIR/<name>.beam.json: beam searches (beam_reference.py) over
-BEAM_PROMPTS for each of BEAM_SETTINGS, in float64. For the Qwen3.5 cases also
+BEAM_PROMPTS for each of BEAM_SETTINGS, in float64. For the Qwen3.5 and Qwen3-Next cases also
 OUT_DIR/<name>.packing.json: {"ids", "lengths": [100, 156], "documents": [{"ids", "nll"}, ...],
 "nll_fp32_noise"}: the sequence cut into two documents, each one's per-token NLL scored alone (what
 the two packed in one row must give).
@@ -244,13 +244,28 @@ CASES = {
                                                       "partial_rotary_factor": 0.25, "rope_theta": 10000000,
                                                       "rope_type": "default"},
                                      _seq_len=256, _wrapper="qwen3_5"),
+    # Qwen3-Next (Qwen3NextForCausalLM, qwen3_5_reference.py): keys as Qwen3-Next-80B-A3B's
+    # config.json carries them (v4 spelling: rope_theta and partial_rotary_factor at the top),
+    # the DeltaNet's projections fused per key head (in_proj_qkvz, in_proj_ba) with 2 key heads of
+    # 2 value heads each and Dk 16 != Dv 24 (so a wrong grouping cannot pass), layers linear /
+    # full / linear / full (full_attention_interval 2), sparse MLPs on layers 0, 1 and 3 and a
+    # dense one on layer 2 (mlp_only_layers), norm_topk_prob false (Qwen3.5-MoE always
+    # renormalises), one module per expert as the release stores them; untied, fp32.
+    "qwen3_next_fp32": dict(model_type="qwen3_next", architectures=["Qwen3NextForCausalLM"], num_hidden_layers=4,
+                            full_attention_interval=2, decoder_sparse_step=1, mlp_only_layers=[2], intermediate_size=96,
+                            num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_key_heads=2,
+                            linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=24,
+                            linear_conv_kernel_dim=4, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                            shared_expert_intermediate_size=48, norm_topk_prob=False, router_aux_loss_coef=0.001,
+                            partial_rotary_factor=0.25, rope_theta=10000000, tie_word_embeddings=False,
+                            torch_dtype="float32", _seq_len=256),
 }
 
-# Qwen3.5 cases also get OUT_DIR/<name>.packing.json: the sequence split into two documents at
+# Qwen3.5 and Qwen3-Next cases also get OUT_DIR/<name>.packing.json: the sequence split into two documents at
 # PACK_SPLIT (mid-way through the second 64-token chunk), each document's NLL scored alone.
 PACK_SPLIT = 100
 
-MOE = ("mixtral", "qwen3_moe", "qwen3_5_moe_text")
+MOE = ("mixtral", "qwen3_moe", "qwen3_5_moe_text", "qwen3_next")
 ROUTE_MARGIN = 1e-5
 
 GEMMA = ("gemma2", "gemma3_text")
@@ -338,9 +353,9 @@ def moe_layout(cfg):
     """(experts, k, expert intermediate, renormalise, per-layer sparse, module, expert names):
     MixtralConfig's and Qwen3MoeConfig's defaults, Qwen3MoeDecoderLayer's sparse-layer rule."""
     L = cfg["num_hidden_layers"]
-    if cfg["model_type"] == "qwen3_5_moe_text":  # every layer sparse, always renormalised
+    if cfg["model_type"] in ("qwen3_5_moe_text", "qwen3_next"):  # qwen3_5_reference.py's rules
         E, k, I = qwen3_5.moe_layout(cfg)
-        return E, k, I, True, [True] * L, "mlp", None
+        return E, k, I, qwen3_5.renormalise(cfg), qwen3_5.sparse_layers(cfg), "mlp", None
     if cfg["model_type"] == "mixtral":
         return (cfg.get("num_local_experts", 8), cfg.get("num_experts_per_tok", 2), cfg["intermediate_size"], True,
                 [True] * L, "block_sparse_moe", ("w1", "w3", "w2"))

@@ -1,7 +1,8 @@
-"""Independent reference for the Qwen3.5 family (dense and MoE, 3.5 / 3.6 / 3.8 share it): config.json
-key sets as the released checkpoints carry them, tensor names and shapes, random weights, and a
-float64 forward written from transformers' modeling_qwen3_5.py / modeling_qwen3_5_moe.py. Used
-by make_reference.py; shares no code with ctune.
+"""Independent reference for the Qwen3.5 family (dense and MoE, 3.5 / 3.6 / 3.8 share it) and
+Qwen3-Next: config.json key sets as the released checkpoints carry them, tensor names and shapes,
+random weights, and a float64 forward written from transformers' modeling_qwen3_5.py /
+modeling_qwen3_5_moe.py / modeling_qwen3_next.py. Used by make_reference.py; shares no code with
+ctune.
 
 A decoder layer is a token mixer plus a SwiGLU MLP (or, in the MoE variant, a routed block with a
 sigmoid-gated shared expert), each behind a pre-norm and a residual. The mixer is one of:
@@ -22,6 +23,18 @@ computed token by token here (never chunked), so it checks ctune's chunked form 
 
 Text-only positions make Qwen3.5's interleaved M-RoPE (mrope_section) plain RoPE: the temporal,
 height and width position rows are all arange(T).
+
+Qwen3-Next (Qwen3NextForCausalLM) has the same mixers and norms. What differs:
+- its checkpoints hold the DeltaNet's input projections fused, rows grouped per key head
+  (Qwen3NextGatedDeltaNet.fix_query_key_value_ordering): in_proj_qkvz is, for each of the Hk
+  groups, [q (Dk) | k (Dk) | v (r Dv) | z (r Dv)] rows with r = Hv / Hk, and in_proj_ba
+  [b (r) | a (r)]; the value heads of group g are g r .. g r + r - 1;
+- by Qwen3NextDecoderLayer's rule a layer's MLP is the sparse block when num_experts > 0, the
+  layer is not in mlp_only_layers and (layer + 1) % decoder_sparse_step == 0, else a dense
+  SwiGLU of intermediate_size; the router renormalises its top k only under norm_topk_prob;
+- its released checkpoints (transformers 4.57) store one module per expert
+  (mlp.experts.N.{gate,up,down}_proj.weight), and its config the v4 spelling (rope_theta,
+  partial_rotary_factor at the top, rope_scaling null).
 """
 import math
 
@@ -31,7 +44,7 @@ import torch
 # released checkpoints use (Qwen3_5ForConditionalGeneration: text fields under text_config,
 # tensors under model.language_model., vision tower and MTP head beside them), and the MoE text
 # model (Qwen3_5MoeForCausalLM).
-TEXT_TYPES = ("qwen3_5_text", "qwen3_5_moe_text")
+TEXT_TYPES = ("qwen3_5_text", "qwen3_5_moe_text", "qwen3_next")
 
 # Keys every released Qwen3.5 text config carries (Qwen3.5-27B / 35B-A3B / Qwen3.6 config.json),
 # at the values they all share; each case sets its dimensions on top.
@@ -41,14 +54,28 @@ RELEASED = dict(attention_bias=False, attention_dropout=0.0, attn_output_gate=Tr
                 rms_norm_eps=1e-6, use_cache=True, vocab_size=300, hidden_size=64, eos_token_id=2)
 
 
+# Keys the released Qwen3-Next config.json files carry (Qwen3-Next-80B-A3B, transformers 4.57),
+# at the values they share; partial_rotary_factor and rope_theta at the top level.
+NEXT_RELEASED = dict(attention_bias=False, attention_dropout=0.0, bos_token_id=1, eos_token_id=2, hidden_act="silu",
+                     initializer_range=0.02, max_position_embeddings=512, output_router_logits=False,
+                     rms_norm_eps=1e-6, rope_scaling=None, use_cache=True, use_sliding_window=False, vocab_size=300,
+                     hidden_size=64)
+
+
+def next_type(cfg):
+    return cfg["model_type"] == "qwen3_next"
+
+
 def text_config(case):
-    """The text model's config.json (flat), from a case's keys: RELEASED, then the case, with
-    partial_rotary_factor written both at the top and in rope_parameters as the releases do."""
-    cfg = dict(RELEASED)
+    """The text model's config.json (flat), from a case's keys: RELEASED (NEXT_RELEASED), then the
+    case; Qwen3.5's partial_rotary_factor written both at the top and in rope_parameters as its
+    releases do."""
+    cfg = dict(NEXT_RELEASED if next_type(case) else RELEASED)
     cfg.update({k: v for k, v in case.items() if not k.startswith("_")})
-    rope = cfg.setdefault("rope_parameters", {})
-    if "partial_rotary_factor" in rope:
-        cfg["partial_rotary_factor"] = rope["partial_rotary_factor"]
+    if not next_type(cfg):
+        rope = cfg.setdefault("rope_parameters", {})
+        if "partial_rotary_factor" in rope:
+            cfg["partial_rotary_factor"] = rope["partial_rotary_factor"]
     return dict(sorted(cfg.items()))
 
 
@@ -62,9 +89,9 @@ def layer_types(cfg):
 
 
 def dims(cfg):
-    """Shape facts with Qwen3_5TextConfig's defaults."""
+    """Shape facts with Qwen3_5TextConfig's (Qwen3NextConfig's) defaults."""
     return dict(H=cfg["hidden_size"], V=cfg["vocab_size"], nh=cfg.get("num_attention_heads", 16),
-                nkv=cfg.get("num_key_value_heads", 4), d=cfg.get("head_dim", 256),
+                nkv=cfg.get("num_key_value_heads", 2 if next_type(cfg) else 4), d=cfg.get("head_dim", 256),
                 Hk=cfg.get("linear_num_key_heads", 16), Hv=cfg.get("linear_num_value_heads", 32),
                 Dk=cfg.get("linear_key_head_dim", 128), Dv=cfg.get("linear_value_head_dim", 128),
                 K=cfg.get("linear_conv_kernel_dim", 4))
@@ -79,13 +106,35 @@ def rotary_dim(cfg):
 
 
 def moe(cfg):
-    return cfg["model_type"] == "qwen3_5_moe_text"
+    return cfg["model_type"] in ("qwen3_5_moe_text", "qwen3_next")
 
 
 def moe_layout(cfg):
-    """(experts, k, expert intermediate): Qwen3_5MoeTextConfig's defaults. Every layer is
-    sparse, the top-k probabilities are always renormalised (no norm_topk_prob key)."""
+    """(experts, k, expert intermediate): Qwen3_5MoeTextConfig's (Qwen3NextConfig's) defaults."""
+    if next_type(cfg):
+        return cfg.get("num_experts", 512), cfg.get("num_experts_per_tok", 10), cfg.get("moe_intermediate_size", 512)
     return cfg.get("num_experts", 256), cfg.get("num_experts_per_tok", 8), cfg.get("moe_intermediate_size", 512)
+
+
+def sparse_layers(cfg):
+    """Per layer whether its MLP is the sparse block: every layer of Qwen3.5-MoE, none of dense
+    Qwen3.5; Qwen3NextDecoderLayer's rule for Qwen3-Next."""
+    L = cfg["num_hidden_layers"]
+    if not next_type(cfg):
+        return [moe(cfg)] * L
+    E = moe_layout(cfg)[0]
+    only = cfg.get("mlp_only_layers") or []
+    step = cfg.get("decoder_sparse_step", 1)
+    return [i not in only and E > 0 and (i + 1) % step == 0 for i in range(L)]
+
+
+def renormalise(cfg):
+    """Qwen3.5-MoE's router always renormalises its top k; Qwen3-Next's under norm_topk_prob."""
+    return cfg.get("norm_topk_prob", True) if next_type(cfg) else True
+
+
+def dense_intermediate(cfg):
+    return cfg.get("intermediate_size", 5632 if next_type(cfg) else 12288)
 
 
 def tied(cfg):
@@ -95,7 +144,8 @@ def tied(cfg):
 def tensor_shapes(cfg):
     """Names and shapes as Qwen3_5ForCausalLM / Qwen3_5MoeForCausalLM save them (the Hub's
     stacked expert layout: mlp.experts.gate_up_proj [E, 2 I, H] with the gate rows first,
-    mlp.experts.down_proj [E, H, I], no `.weight` suffix)."""
+    mlp.experts.down_proj [E, H, I], no `.weight` suffix), and as the released Qwen3-Next
+    checkpoints hold them (fused in_proj_qkvz / in_proj_ba, one module per expert)."""
     x = dims(cfg)
     H, V, nh, nkv, d = x["H"], x["V"], x["nh"], x["nkv"], x["d"]
     key, value = x["Hk"] * x["Dk"], x["Hv"] * x["Dv"]
@@ -103,11 +153,15 @@ def tensor_shapes(cfg):
     for i, kind in enumerate(layer_types(cfg)):
         p = f"model.layers.{i}."
         if kind == "linear_attention":
-            out += [(p + "linear_attn.in_proj_qkv.weight", (2 * key + value, H)),
-                    (p + "linear_attn.in_proj_z.weight", (value, H)),
-                    (p + "linear_attn.in_proj_b.weight", (x["Hv"], H)),
-                    (p + "linear_attn.in_proj_a.weight", (x["Hv"], H)),
-                    (p + "linear_attn.conv1d.weight", (2 * key + value, 1, x["K"])),
+            if next_type(cfg):
+                out += [(p + "linear_attn.in_proj_qkvz.weight", (2 * key + 2 * value, H)),
+                        (p + "linear_attn.in_proj_ba.weight", (2 * x["Hv"], H))]
+            else:
+                out += [(p + "linear_attn.in_proj_qkv.weight", (2 * key + value, H)),
+                        (p + "linear_attn.in_proj_z.weight", (value, H)),
+                        (p + "linear_attn.in_proj_b.weight", (x["Hv"], H)),
+                        (p + "linear_attn.in_proj_a.weight", (x["Hv"], H))]
+            out += [(p + "linear_attn.conv1d.weight", (2 * key + value, 1, x["K"])),
                     (p + "linear_attn.dt_bias", (x["Hv"],)),
                     (p + "linear_attn.A_log", (x["Hv"],)),
                     (p + "linear_attn.norm.weight", (x["Dv"],)),
@@ -118,15 +172,20 @@ def tensor_shapes(cfg):
                     (p + "self_attn.q_norm.weight", (d,)), (p + "self_attn.k_norm.weight", (d,))]
         else:
             raise ValueError(f"layer {i}: unknown layer type {kind!r}")
-        if moe(cfg):
+        if sparse_layers(cfg)[i]:
             E, _, I = moe_layout(cfg)
             S = cfg.get("shared_expert_intermediate_size", 512)
-            out += [(p + "mlp.gate.weight", (E, H)), (p + "mlp.experts.gate_up_proj", (E, 2 * I, H)),
-                    (p + "mlp.experts.down_proj", (E, H, I)),
-                    (p + "mlp.shared_expert.gate_proj.weight", (S, H)), (p + "mlp.shared_expert.up_proj.weight", (S, H)),
+            out += [(p + "mlp.gate.weight", (E, H))]
+            if next_type(cfg):
+                for e in range(E):
+                    out += [(p + f"mlp.experts.{e}.gate_proj.weight", (I, H)), (p + f"mlp.experts.{e}.up_proj.weight", (I, H)),
+                            (p + f"mlp.experts.{e}.down_proj.weight", (H, I))]
+            else:
+                out += [(p + "mlp.experts.gate_up_proj", (E, 2 * I, H)), (p + "mlp.experts.down_proj", (E, H, I))]
+            out += [(p + "mlp.shared_expert.gate_proj.weight", (S, H)), (p + "mlp.shared_expert.up_proj.weight", (S, H)),
                     (p + "mlp.shared_expert.down_proj.weight", (H, S)), (p + "mlp.shared_expert_gate.weight", (1, H))]
         else:
-            I = cfg.get("intermediate_size", 12288)
+            I = dense_intermediate(cfg)
             out += [(p + "mlp.gate_proj.weight", (I, H)), (p + "mlp.up_proj.weight", (I, H)),
                     (p + "mlp.down_proj.weight", (H, I))]
         out += [(p + "input_layernorm.weight", (H,)), (p + "post_attention_layernorm.weight", (H,))]
@@ -196,18 +255,35 @@ def delta_rule(q, k, v, g, beta):
     return torch.stack(out)
 
 
+def projections(cfg, W, p, h):
+    """The mixer's inputs: the convolution's channels [q (Hk Dk) | k (Hk Dk) | v (Hv Dv)] [T, C],
+    z [T, Hv, Dv], b and a [T, Hv]. Qwen3.5 has a projection for each; Qwen3-Next fuses them,
+    its rows per key head (fix_query_key_value_ordering), and concatenates q, k, v per kind."""
+    x = dims(cfg)
+    T = h.shape[0]
+    Hk, Hv, Dk, Dv = x["Hk"], x["Hv"], x["Dk"], x["Dv"]
+    if not next_type(cfg):
+        return (h @ W[p + "in_proj_qkv.weight"].T, (h @ W[p + "in_proj_z.weight"].T).reshape(T, Hv, Dv),
+                h @ W[p + "in_proj_b.weight"].T, h @ W[p + "in_proj_a.weight"].T)
+    r = Hv // Hk
+    qkvz = (h @ W[p + "in_proj_qkvz.weight"].T).reshape(T, Hk, 2 * Dk + 2 * r * Dv)
+    ba = (h @ W[p + "in_proj_ba.weight"].T).reshape(T, Hk, 2 * r)
+    q, k, v, z = qkvz.split([Dk, Dk, r * Dv, r * Dv], dim=-1)
+    b, a = ba.split([r, r], dim=-1)
+    mixed = torch.cat((q.reshape(T, Hk * Dk), k.reshape(T, Hk * Dk), v.reshape(T, Hv * Dv)), dim=-1)
+    return mixed, z.reshape(T, Hv, Dv), b.reshape(T, Hv), a.reshape(T, Hv)
+
+
 def gated_deltanet(cfg, W, p, h):
     """One linear-attention mixer. h [T, H] -> [T, H]."""
     x = dims(cfg)
     T = h.shape[0]
     Hk, Hv, Dk, Dv = x["Hk"], x["Hv"], x["Dk"], x["Dv"]
-    mixed = h @ W[p + "in_proj_qkv.weight"].T
+    mixed, z, b, a = projections(cfg, W, p, h)
     mixed = torch.nn.functional.silu(causal_depthwise_conv(mixed, W[p + "conv1d.weight"]))
     q, k, v = mixed.split([Hk * Dk, Hk * Dk, Hv * Dv], dim=-1)
     q, k, v = q.reshape(T, Hk, Dk), k.reshape(T, Hk, Dk), v.reshape(T, Hv, Dv)
-    z = (h @ W[p + "in_proj_z.weight"].T).reshape(T, Hv, Dv)
-    beta = torch.sigmoid(h @ W[p + "in_proj_b.weight"].T)                            # [T, Hv]
-    a = h @ W[p + "in_proj_a.weight"].T
+    beta = torch.sigmoid(b)                                                          # [T, Hv]
     g = -torch.exp(W[p + "A_log"]) * torch.nn.functional.softplus(a + W[p + "dt_bias"])  # [T, Hv], <= 0
     q = l2_normalise(q) * Dk ** -0.5
     k = l2_normalise(k)
@@ -257,9 +333,19 @@ def swiglu(x, gate, up, down):
     return (torch.nn.functional.silu(x @ gate.T) * (x @ up.T)) @ down.T
 
 
+def expert(W, p, e, I):
+    """Expert e's (gate, up, down) from the stacked tensors or its own module."""
+    if p + "mlp.experts.gate_up_proj" in W:
+        gate_up, down = W[p + "mlp.experts.gate_up_proj"], W[p + "mlp.experts.down_proj"]
+        return gate_up[e, :I], gate_up[e, I:], down[e]
+    m = p + f"mlp.experts.{e}."
+    return W[m + "gate_proj.weight"], W[m + "up_proj.weight"], W[m + "down_proj.weight"]
+
+
 def sparse_moe(cfg, W, p, h, stats):
-    """Qwen3_5MoeSparseMoeBlock: softmax router, top-k, renormalised; each expert's SwiGLU from
-    its slice of the stacked tensors; plus sigmoid(shared_expert_gate h) times the shared expert."""
+    """Qwen3_5MoeSparseMoeBlock / Qwen3NextSparseMoeBlock: softmax router, top-k, renormalised
+    (Qwen3-Next: under norm_topk_prob); each expert's SwiGLU; plus sigmoid(shared_expert_gate h)
+    times the shared expert."""
     E, k, I = moe_layout(cfg)
     logits = h @ W[p + "mlp.gate.weight"].T
     probs = torch.softmax(logits, dim=-1)
@@ -269,14 +355,14 @@ def sparse_moe(cfg, W, p, h, stats):
         if k < E:
             stats["route_margin"] = min(stats.get("route_margin", 1.0), (ranked[:, k - 1] - ranked[:, k]).min().item())
         stats.setdefault("router_logits", []).append(logits)
-    top = top / top.sum(dim=-1, keepdim=True)
+    if renormalise(cfg):
+        top = top / top.sum(dim=-1, keepdim=True)
     out = torch.zeros_like(h)
-    gate_up, down = W[p + "mlp.experts.gate_up_proj"], W[p + "mlp.experts.down_proj"]
     for e in range(E):
         rows, slot = torch.where(idx == e)
         if rows.numel() == 0:
             continue
-        y = swiglu(h[rows], gate_up[e, :I], gate_up[e, I:], down[e])
+        y = swiglu(h[rows], *expert(W, p, e, I))
         out = out.index_add(0, rows, y * top[rows, slot, None])
     s = p + "mlp.shared_expert."
     shared = swiglu(h, W[s + "gate_proj.weight"], W[s + "up_proj.weight"], W[s + "down_proj.weight"])
@@ -302,6 +388,7 @@ def _forward(cfg, w, ids, dtype, stats):
     T = len(ids)
     cos, sin = rope_tables(cfg, T, dtype)
     x = W["model.embed_tokens.weight"][torch.tensor(ids)]
+    sparse = sparse_layers(cfg)
     for i, kind in enumerate(layer_types(cfg)):
         p = f"model.layers.{i}."
         h = rms_1p(x, W[p + "input_layernorm.weight"], eps)
@@ -310,7 +397,7 @@ def _forward(cfg, w, ids, dtype, stats):
         else:
             x = x + gated_attention(cfg, W, p + "self_attn.", h, cos, sin)
         h = rms_1p(x, W[p + "post_attention_layernorm.weight"], eps)
-        if moe(cfg):
+        if sparse[i]:
             x = x + sparse_moe(cfg, W, p, h, stats)
         else:
             x = x + swiglu(h, W[p + "mlp.gate_proj.weight"], W[p + "mlp.up_proj.weight"], W[p + "mlp.down_proj.weight"])

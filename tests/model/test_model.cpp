@@ -65,7 +65,7 @@ const std::vector<std::string> kCases = {"llama_mha_fp32",      "llama_gqa_tied_
                                          "mixtral_untied_fp32", "mixtral_window_tied_bf16", "qwen3_moe_dense_tied_bf16",
                                          "qwen3_moe_norm_step_untied_fp32", "qwen3_moe_stacked_fp32",
                                          "qwen3_5_text_fp32",   "qwen3_5_tied_bf16",    "qwen3_5_moe_fp32",
-                                         "qwen3_5_moe_wrapper_bf16"};
+                                         "qwen3_5_moe_wrapper_bf16", "qwen3_next_fp32"};
 
 class ReferenceCase : public ::testing::TestWithParam<std::string> {};
 
@@ -194,7 +194,8 @@ TEST(Model, ExpertsAreWrittenInTheLayoutRead) {
 // (make_reference.py aux_reference): within the float32 noise of each, and the losses within
 // 1e-6 relative.
 TEST(Model, RouterAuxAndZLossesMatchReference) {
-  for (const std::string name : {"mixtral_window_tied_bf16", "qwen3_moe_dense_tied_bf16", "qwen3_moe_norm_step_untied_fp32"}) {
+  for (const std::string name :
+       {"mixtral_window_tied_bf16", "qwen3_moe_dense_tied_bf16", "qwen3_moe_norm_step_untied_fp32", "qwen3_next_fp32"}) {
     const Json j = read_json_file(kModels / (name + ".reference.json"));
     for (const std::string loss : {"aux", "z"}) {
       auto lm = model::load_causal_lm(kModels / name, at::kFloat);

@@ -1,8 +1,9 @@
-// Qwen3.5's hybrid decoder beyond the reference cases of test_model.cpp (which compare each
-// checkpoint's per-token NLL with make_reference.py's per-token recurrence): packed documents
-// give each document's loss and gradients as trained alone, incremental decoding with the
-// DeltaNet state gives the full forward's logits, left padding changes nothing, and the config
-// refusals name the key.
+// Qwen3.5's hybrid decoder (and Qwen3-Next's, on the same blocks) beyond the reference cases of
+// test_model.cpp (which compare each checkpoint's per-token NLL with make_reference.py's
+// per-token recurrence): packed documents give each document's loss and gradients as trained
+// alone, incremental decoding with the DeltaNet state gives the full forward's logits, left
+// padding changes nothing, Qwen3-Next's fused projections load and save byte for byte, and the
+// config refusals name the key.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -17,8 +18,12 @@
 
 #include "core/error.h"
 #include "core/json.h"
+#include "io/hf_checkpoint.h"
+#include "io/tensor_io.h"
 #include "model/decoder.h"
+#include "model/gated_deltanet.h"
 #include "model/weights.h"
+#include "peft/lora.h"
 #include "margins.h"
 
 namespace fs = std::filesystem;
@@ -76,7 +81,7 @@ double max_diff(const at::Tensor& x, const std::vector<double>& ref) {
 }
 
 const std::vector<std::string> kQwen35Cases = {"qwen3_5_text_fp32", "qwen3_5_tied_bf16", "qwen3_5_moe_fp32",
-                                               "qwen3_5_moe_wrapper_bf16"};
+                                               "qwen3_5_moe_wrapper_bf16", "qwen3_next_fp32"};
 
 }  // namespace
 
@@ -131,7 +136,8 @@ void expect_packed_gradients_as_alone(const std::string& name) {
 // themselves) stands far above rounding (the sums differ only in order, ~1e-16 relative per
 // term over a few hundred tokens).
 TEST(Qwen35, PackedGradientsEqualEachDocumentAlone) {
-  for (const std::string name : {"qwen3_5_text_fp32", "qwen3_5_moe_fp32"}) expect_packed_gradients_as_alone(name);
+  for (const std::string name : {"qwen3_5_text_fp32", "qwen3_5_moe_fp32", "qwen3_next_fp32"})
+    expect_packed_gradients_as_alone(name);
 }
 
 // Prefill then one token at a time with the cache (conv and recurrent states in the DeltaNet
@@ -269,4 +275,116 @@ TEST(Qwen35, LaterTokensChangeNoEarlierLogit) {
   in.input_ids = changed;
   const auto packed_after = lm->logits(in).narrow(1, 0, keep);
   EXPECT_EQ((packed_before - packed_after).abs().max().item<double>(), 0.0);
+}
+
+// Qwen3-Next's checkpoint holds the DeltaNet's input projections fused, rows grouped per key
+// head g: in_proj_qkvz [q_g (Dk) | k_g (Dk) | v_g (r Dv) | z_g (r Dv)] and in_proj_ba
+// [b_g (r) | a_g (r)], r = Hv / Hk (transformers' fix_query_key_value_ordering). Loaded, each
+// split projection holds exactly its rows; saved, every tensor of the file (the fused ones,
+// experts one module each, everything else) comes back under its name with the same bytes, and
+// no split name is written.
+TEST(Qwen3Next, FusedProjectionsLoadSplitAndSaveByteForByte) {
+  const std::string name = "qwen3_next_fp32";
+  auto lm = model::load_causal_lm(kModels / name, at::kFloat);
+  const model::LinearAttention& l = lm->config().arch.linear;
+  ASSERT_EQ(l.key_heads, 2);
+  ASSERT_EQ(l.value_heads, 4);
+  const std::int64_t r = l.value_heads / l.key_heads, Dk = l.key_dim, Dv = l.value_dim;
+  io::CheckpointReader before(kModels / name);
+  auto stored = [&](io::CheckpointReader& c, const std::string& tensor) {
+    const auto* ref = c.find(tensor);
+    EXPECT_NE(ref, nullptr) << tensor;
+    return ref ? io::load_tensor(*ref->file, *ref->info, io::to_scalar_type(ref->info->dtype, tensor)) : at::Tensor();
+  };
+  const auto qkvz = stored(before, "model.layers.0.linear_attn.in_proj_qkvz.weight").view({l.key_heads, -1, 64});
+  const auto ba = stored(before, "model.layers.0.linear_attn.in_proj_ba.weight").view({l.key_heads, -1, 64});
+  auto rows = [](const at::Tensor& grouped, std::int64_t from, std::int64_t n) { return grouped.narrow(1, from, n).reshape({-1, 64}); };
+  const auto& layer = lm->model->layers[0]->as<model::DecoderLayer>()->linear_attn;
+  ASSERT_TRUE(layer);
+  EXPECT_TRUE(at::equal(layer->in_proj_qkv->weight, at::cat({rows(qkvz, 0, Dk), rows(qkvz, Dk, Dk), rows(qkvz, 2 * Dk, r * Dv)})));
+  EXPECT_TRUE(at::equal(layer->in_proj_z->weight, rows(qkvz, 2 * Dk + r * Dv, r * Dv)));
+  EXPECT_TRUE(at::equal(layer->in_proj_b->weight, rows(ba, 0, r)));
+  EXPECT_TRUE(at::equal(layer->in_proj_a->weight, rows(ba, r, r)));
+
+  const fs::path out = fs::path(CTUNE_TEST_DATA_DIR) / ("rewritten_" + name);
+  model::SaveOptions opts;
+  opts.overwrite = true;
+  model::save_causal_lm(lm, out, opts);
+  io::CheckpointReader after(out);
+  EXPECT_EQ(after.tensors().size(), before.tensors().size());
+  for (const auto& [tensor, ref] : after.tensors()) {
+    EXPECT_EQ(tensor.find("in_proj_qkv."), std::string::npos) << tensor;
+    EXPECT_NE(before.find(tensor), nullptr) << tensor << " written but not in the original";
+  }
+  for (const auto& [tensor, ref] : before.tensors()) {
+    const auto got = stored(after, tensor), want = stored(before, tensor);
+    ASSERT_TRUE(got.defined()) << tensor;
+    EXPECT_EQ(got.scalar_type(), want.scalar_type()) << tensor;
+    EXPECT_TRUE(at::equal(got, want)) << tensor;
+  }
+  const Json config = read_json_file(out / "config.json");
+  EXPECT_EQ(config["model_type"], "qwen3_next");
+  EXPECT_EQ(config["mlp_only_layers"], Json::array({2}));
+}
+
+namespace {
+Json tiny_next_config() {
+  return Json::parse(R"({"model_type": "qwen3_next", "vocab_size": 300, "hidden_size": 64, "intermediate_size": 96,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 24,
+    "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 48})");
+}
+}  // namespace
+
+// Qwen3NextConfig's defaults and Qwen3NextDecoderLayer's MLP rule; refusals name the key.
+TEST(Qwen3Next, ConfigDefaultsAndRefusals) {
+  Json j = tiny_next_config();
+  j["decoder_sparse_step"] = 2;
+  j["mlp_only_layers"] = Json::array({3});
+  auto c = model::parse_model_config(j, "config.json");
+  EXPECT_EQ(c.arch.linear.layers, (std::vector<bool>{true, true, true, false}));  // full_attention_interval 4
+  EXPECT_EQ(c.arch.moe.sparse_layers, (std::vector<bool>{false, true, false, false}));
+  EXPECT_TRUE(c.arch.moe.normalize_top_k);  // norm_topk_prob true when absent
+  EXPECT_EQ(c.arch.moe.shared_intermediate, 48);
+  EXPECT_EQ(c.intermediate_size, 96);
+  EXPECT_DOUBLE_EQ(c.rope.partial_rotary_factor, 0.25);
+  EXPECT_TRUE(c.arch.norm_offset && c.arch.attn_output_gate && c.arch.qk_norm);
+  EXPECT_EQ(c.head_dim, 32);
+
+  Json all_sparse = tiny_next_config();
+  all_sparse.erase("intermediate_size");
+  all_sparse["norm_topk_prob"] = false;
+  c = model::parse_model_config(all_sparse, "config.json");
+  EXPECT_EQ(c.intermediate_size, 0);  // no dense layer: nothing to size
+  EXPECT_FALSE(c.arch.moe.normalize_top_k);
+  Json dense_default = all_sparse;
+  dense_default["mlp_only_layers"] = Json::array({0});
+  EXPECT_EQ(model::parse_model_config(dense_default, "config.json").intermediate_size, 5632);  // Qwen3NextConfig's
+
+  Json ungated = tiny_next_config();
+  ungated["attn_output_gate"] = false;
+  EXPECT_NE(refusal(ungated).find("attn_output_gate false is not supported for qwen3_next"), std::string::npos) << refusal(ungated);
+  Json bad_layer = tiny_next_config();
+  bad_layer["mlp_only_layers"] = Json::array({4});
+  EXPECT_NE(refusal(bad_layer).find("\"mlp_only_layers\" entries must be layer indices 0..3, found 4"), std::string::npos)
+      << refusal(bad_layer);
+  Json bad_step = tiny_next_config();
+  bad_step["decoder_sparse_step"] = 0;
+  EXPECT_NE(refusal(bad_step).find("\"decoder_sparse_step\" must be >= 1, found 0"), std::string::npos) << refusal(bad_step);
+}
+
+// PEFT names Qwen3-Next's fused in_proj_qkvz / in_proj_ba: an adapter on the split parts would
+// have no PEFT form, so naming one is refused and all-linear leaves them out.
+TEST(Qwen3Next, LoraOnFusedPartsIsRefused) {
+  auto lm = model::load_causal_lm(kModels / "qwen3_next_fp32", at::kFloat);
+  try {
+    peft::resolve_targets(lm, {"in_proj_qkv"});
+    ADD_FAILURE() << "in_proj_qkv accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"in_proj_qkv\" is stored fused"), std::string::npos) << e.what();
+  }
+  const auto all = peft::resolve_targets(lm, {"all-linear"});
+  for (const char* part : {"in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a"})
+    EXPECT_EQ(std::find(all.begin(), all.end(), part), all.end()) << part;
+  EXPECT_NE(std::find(all.begin(), all.end(), "out_proj"), all.end());
 }

@@ -55,6 +55,9 @@ void inherit_wrapper_keys(const Json& wrapper, Json& text);
 // after setting moe.intermediate (and moe.sparse_layers, else every layer is sparse).
 void parse_moe_keys(const Json& json, const std::string& where, const char* experts_key, std::int64_t default_experts,
                     std::int64_t default_top_k, ModelConfig& config);
+// Per layer whether its MLP is sparse by Qwen3MoeDecoderLayer's rule (Qwen3-Next's too): every
+// decoder_sparse_step-th (1) layer, except those mlp_only_layers ([]) lists (families/moe_keys.cpp).
+std::vector<bool> read_sparse_layers(const Json& json, const std::string& where, std::int64_t layers);
 // sliding_window on the `sliding` layers, when use_sliding_window and a window is set; else none.
 std::vector<std::int64_t> sliding_layer_windows(const Json& json, const std::string& where, const std::vector<bool>& sliding);
 

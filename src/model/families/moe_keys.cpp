@@ -1,5 +1,5 @@
-// The mixture-of-experts keys Mixtral and Qwen3-MoE share (num_experts_per_tok,
-// router_aux_loss_coef) and the checks every MoE configuration gets.
+// The mixture-of-experts keys Mixtral, Qwen3-MoE and Qwen3-Next share (num_experts_per_tok,
+// router_aux_loss_coef; Qwen's sparse-layer rule) and the checks every MoE configuration gets.
 #include <algorithm>
 
 #include "core/error.h"
@@ -7,6 +7,24 @@
 #include "model/families/families.h"
 
 namespace ctune::model::families {
+
+std::vector<bool> read_sparse_layers(const Json& j, const std::string& where, std::int64_t layers) {
+  const std::int64_t step = json_int(j, "decoder_sparse_step", where).value_or(1);
+  if (step < 1) throw ConfigError(where + ": \"decoder_sparse_step\" must be >= 1, found " + std::to_string(step));
+  std::vector<bool> sparse(static_cast<std::size_t>(layers), false);
+  for (std::int64_t i = 0; i < layers; ++i) sparse[static_cast<std::size_t>(i)] = (i + 1) % step == 0;
+  const auto it = j.find("mlp_only_layers");
+  if (it == j.end() || it->is_null()) return sparse;
+  if (!it->is_array()) throw ConfigError(where + ": \"mlp_only_layers\" must be a list of layer indices, found " + it->dump());
+  for (const Json& layer : *it) {
+    if (!layer.is_number_integer() || layer.get<std::int64_t>() < 0 || layer.get<std::int64_t>() >= layers) {
+      throw ConfigError(where + ": \"mlp_only_layers\" entries must be layer indices 0.." + std::to_string(layers - 1) +
+                        ", found " + layer.dump());
+    }
+    sparse[static_cast<std::size_t>(layer.get<std::int64_t>())] = false;
+  }
+  return sparse;
+}
 
 void parse_moe_keys(const Json& j, const std::string& where, const char* experts_key, std::int64_t default_experts,
                     std::int64_t default_top_k, ModelConfig& c) {

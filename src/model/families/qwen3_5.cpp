@@ -20,10 +20,19 @@
 // over num_experts (256), num_experts_per_tok (8) chosen and always renormalised, experts of
 // moe_intermediate_size (512), and a shared expert of shared_expert_intermediate_size (512)
 // scaled by sigmoid(shared_expert_gate x). It has no intermediate_size.
+// Qwen3-Next (`qwen3_next`; modeling_qwen3_next.py, Qwen3NextConfig) is the same two mixers and
+// norms (attention always gated: an attn_output_gate false is refused) with Qwen3-MoE's MLP
+// choice: by decoder_sparse_step (1) and mlp_only_layers ([]) a layer's MLP is the sparse block
+// (num_experts 512, num_experts_per_tok 10, moe_intermediate_size 512, renormalised only with
+// norm_topk_prob (true), the sigmoid-gated shared expert of shared_expert_intermediate_size 512)
+// or a dense SwiGLU of intermediate_size (5632). Its checkpoints store the DeltaNet's input
+// projections fused, rows grouped by key head (next_fused_tensors); the loader splits them into
+// the block's in_proj_qkv / in_proj_z / in_proj_b / in_proj_a and the writer fuses them back.
+// use_sliding_window / sliding_window are read by no Qwen3-Next module and are ignored as there.
 // GGUF: llama.cpp's qwen35 (src/models/qwen35.cpp, convert_hf_to_gguf's Qwen3_5TextModel),
 // docs/formats.md#qwen35-dense-qwen35; the MoE variant as its qwen35moe (src/models/qwen35moe.cpp,
 // Qwen3_5MoeTextModel): the same layers and keys, with Qwen2-MoE's routed and shared experts,
-// docs/formats.md#qwen35-moe-qwen35moe.
+// docs/formats.md#qwen35-moe-qwen35moe; none yet for Qwen3-Next.
 #include <algorithm>
 #include <utility>
 
@@ -109,6 +118,43 @@ void parse_moe(const Json& j, const std::string& where, ModelConfig& c) {
   m.normalize_top_k = true;  // Qwen3_5MoeTopKRouter renormalises whatever norm_topk_prob says
   parse_moe_keys(j, where, "num_experts", 256, 8, c);
   if (m.experts == 0) throw ConfigError(where + ": \"num_experts\" must be positive for " + c.model_type + ", found 0");
+}
+
+void parse_next(const Json& j, const std::string& where, ModelConfig& c) {
+  parse_text(j, where, c);
+  if (!c.arch.attn_output_gate)
+    throw UnsupportedError(where + ": attn_output_gate false is not supported for qwen3_next (expected true or absent: "
+                           "Qwen3NextAttention always gates its output)");
+  MoeArchitecture& m = c.arch.moe;
+  m.intermediate = positive(j, "moe_intermediate_size", where, 512);
+  m.normalize_top_k = json_bool(j, "norm_topk_prob", where).value_or(true);
+  m.sparse_layers = read_sparse_layers(j, where, c.num_hidden_layers);
+  parse_moe_keys(j, where, "num_experts", 512, 10, c);
+  if (m.experts == 0) m.sparse_layers.assign(m.sparse_layers.size(), false);
+  if (m.experts > 0) m.shared_intermediate = positive(j, "shared_expert_intermediate_size", where, 512);
+  // intermediate_size sizes the dense layers' MLP only (5632 when absent); with every layer
+  // sparse it sizes nothing and is kept 0, as for Qwen3.5-MoE.
+  bool dense = false;
+  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) dense = dense || !m.sparse(i);
+  if (!dense) c.intermediate_size = 0;
+  else if (!j.contains("intermediate_size")) c.intermediate_size = 5632;
+}
+
+// Qwen3-Next's fused projections (Qwen3NextGatedDeltaNet.fix_query_key_value_ordering): per key
+// head g, in_proj_qkvz holds q_g (Dk rows), k_g (Dk rows), then the v and the z of its Hv / Hk
+// value heads (Hv / Hk x Dv rows each); in_proj_ba holds the b then the a of those value heads.
+// The block's in_proj_qkv is [every q_g; every k_g; every v_g], in_proj_z every z_g, in_proj_b
+// and in_proj_a every b_g and a_g: the order the convolution's channels and the heads take.
+std::vector<FusedTensor> next_fused_tensors(const ModelConfig& c) {
+  const LinearAttention& l = c.arch.linear;
+  const std::int64_t per_key = l.value_heads / l.key_heads;
+  const std::string qkv = "linear_attn.in_proj_qkv.weight";
+  return {{"linear_attn.in_proj_qkvz.weight",
+           l.key_heads,
+           {{qkv, l.key_dim}, {qkv, l.key_dim}, {qkv, per_key * l.value_dim}, {"linear_attn.in_proj_z.weight", per_key * l.value_dim}}},
+          {"linear_attn.in_proj_ba.weight",
+           l.key_heads,
+           {{"linear_attn.in_proj_b.weight", per_key}, {"linear_attn.in_proj_a.weight", per_key}}}};
 }
 
 // A wrapper's text config (`text_type` its model_type), with the wrapper's keys the text part
@@ -373,6 +419,16 @@ const Family& qwen3_5_moe() {
     Family w{"qwen3_5_moe", {"qwen3_5_moe"}};
     w.wrapper = wrapper(moe_text_config);
     return w;
+  }();
+  return f;
+}
+
+const Family& qwen3_next() {
+  static const Family f = [] {
+    Family q = text_family("qwen3_next", parse_next, GgufForm{});
+    q.no_dense_mlp = true;  // intermediate_size optional: parse_next sizes the dense layers
+    q.fused_tensors = next_fused_tensors;
+    return q;
   }();
   return f;
 }

@@ -20,20 +20,7 @@ void parse(const Json& j, const std::string& where, ModelConfig& c) {
   MoeArchitecture& m = c.arch.moe;
   m.intermediate = json_int(j, "moe_intermediate_size", where).value_or(768);
   m.normalize_top_k = json_bool(j, "norm_topk_prob", where).value_or(false);
-  const std::int64_t step = json_int(j, "decoder_sparse_step", where).value_or(1);
-  if (step < 1) throw ConfigError(where + ": \"decoder_sparse_step\" must be >= 1, found " + std::to_string(step));
-  m.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), false);
-  for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) m.sparse_layers[static_cast<std::size_t>(i)] = (i + 1) % step == 0;
-  if (const auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
-    if (!it->is_array()) throw ConfigError(where + ": \"mlp_only_layers\" must be a list of layer indices, found " + it->dump());
-    for (const Json& layer : *it) {
-      if (!layer.is_number_integer() || layer.get<std::int64_t>() < 0 || layer.get<std::int64_t>() >= c.num_hidden_layers) {
-        throw ConfigError(where + ": \"mlp_only_layers\" entries must be layer indices 0.." +
-                          std::to_string(c.num_hidden_layers - 1) + ", found " + layer.dump());
-      }
-      m.sparse_layers[static_cast<std::size_t>(layer.get<std::int64_t>())] = false;
-    }
-  }
+  m.sparse_layers = read_sparse_layers(j, where, c.num_hidden_layers);
   parse_moe_keys(j, where, "num_experts", 128, 8, c);
   if (m.experts == 0) m.sparse_layers.assign(m.sparse_layers.size(), false);
 }

@@ -24,6 +24,7 @@ const Family& qwen3_5_text();
 const Family& qwen3_5();  // the multimodal wrapper, read as its text model
 const Family& qwen3_5_moe_text();
 const Family& qwen3_5_moe();  // the multimodal wrapper, read as its text model
+const Family& qwen3_next();
 }  // namespace families
 
 const std::vector<const Family*>& all_families() {
@@ -43,6 +44,7 @@ const std::vector<const Family*>& all_families() {
       &families::qwen3_5(),
       &families::qwen3_5_moe_text(),
       &families::qwen3_5_moe(),
+      &families::qwen3_next(),
   };
   return all;
 }

@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "io/tensor_io.h"
 #include "model/config.h"
+#include "model/weights.h"
 
 namespace ctune::train {
 namespace fs = std::filesystem;
@@ -347,6 +348,9 @@ Consolidated consolidate_checkpoint(const fs::path& checkpoint, const fs::path& 
   }
   const MethodNames* method = find_method(out.method);
   if (method == nullptr) throw FormatError(state_path.string() + ": unknown \"method\" \"" + out.method + "\" (expected full or lora)");
+  // The shards hold the model's parameters; a full model is written in its checkpoint's layout
+  // (Qwen3-Next's fused projections fused back; config.json is among rank 0's files).
+  if (method->kind == MethodKind::full) out.tensors = model::fuse_parameters(model::load_model_config(dir), std::move(out.tensors));
   write_weight_tensors(method->kind, method->kind == MethodKind::lora ? base_model_config(checkpoint) : model::ModelConfig{},
                        out.tensors, dir, max_shard_bytes);
   return out;
