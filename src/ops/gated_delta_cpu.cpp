@@ -24,14 +24,19 @@ struct Geometry {
   std::int64_t B, T, Hk, Hv, r, Dk, Dv, W, C, N;
 };
 
-Geometry geometry_of(const Inputs& in) {
+// The chunking of T tokens of heads of Dk and Dv (the scratch sizes need no more).
+Geometry geometry_for(std::int64_t T, std::int64_t Dk, std::int64_t Dv, std::int64_t chunk) {
   Geometry G{};
-  G.B = in.q.size(0), G.T = in.q.size(1), G.Hk = in.q.size(2), G.Dk = in.q.size(3);
-  G.Hv = in.v.size(2), G.Dv = in.v.size(3);
+  G.T = T, G.Dk = Dk, G.Dv = Dv, G.W = Dk + Dv;
+  G.C = std::min(chunk, T);
+  G.N = (T + G.C - 1) / G.C;
+  return G;
+}
+
+Geometry geometry_of(const Inputs& in) {
+  Geometry G = geometry_for(in.q.size(1), in.q.size(3), in.v.size(3), in.chunk);
+  G.B = in.q.size(0), G.Hk = in.q.size(2), G.Hv = in.v.size(2);
   G.r = G.Hv / G.Hk;
-  G.W = G.Dv + G.Dk;
-  G.C = std::min(in.chunk, G.T);
-  G.N = (G.T + G.C - 1) / G.C;
   return G;
 }
 
@@ -231,14 +236,6 @@ struct BackwardWork {
     dS = a.take(G.Dk * G.Dv), dgamma = a.take(C), dcs = a.take(C), dg = a.take(C), dbeta = a.take(C);
   }
 };
-
-Geometry geometry_for(std::int64_t T, std::int64_t Dk, std::int64_t Dv, std::int64_t chunk) {
-  Geometry G{};
-  G.T = T, G.Dk = Dk, G.Dv = Dv, G.W = Dk + Dv;
-  G.C = std::min(chunk, T);
-  G.N = (T + G.C - 1) / G.C;
-  return G;
-}
 
 std::int64_t backward_elements(const Geometry& G) {
   Arena a;
