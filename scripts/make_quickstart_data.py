@@ -10,6 +10,9 @@
   pref_train.jsonl / pref_eval.jsonl     the task as preference pairs for DPO (TRL's conversational
                                          form): the right answer chosen, a plausible wrong one
                                          rejected; the eval pairs are the task's 200 held-out sentences
+  kto_train.jsonl / kto_eval.jsonl       the same pairs unpaired for KTO (TRL's unpaired preference
+                                         format: each chosen completion labelled true, each rejected
+                                         one false), shuffled
   grpo_train.jsonl                       the task's training sentences as prompts for GRPO (a user
                                          turn, and the answer in a field the reward reads)
 
@@ -100,6 +103,18 @@ def pairs(rng, rows):
              "rejected": [{"role": "assistant", "content": wrong_answer(rng, r["output"])}]} for r in rows]
 
 
+def unpaired(rng, pair_rows):
+    """The pairs as TRL's unpaired preference format (its unpair_preference_dataset): each pair's
+    chosen completion labelled true and its rejected one false, shuffled, because KTO pairs each
+    record with its neighbours in the file's order for its KL rows (ctune reads the file in order)."""
+    rows = []
+    for p in pair_rows:
+        rows.append({"prompt": p["prompt"], "completion": p["chosen"], "label": True})
+        rows.append({"prompt": p["prompt"], "completion": p["rejected"], "label": False})
+    rng.shuffle(rows)
+    return rows
+
+
 def write(path, rows):
     with open(path, "w", encoding="utf-8") as f:
         for r in rows:
@@ -117,8 +132,13 @@ def main():
     write(os.path.join(out, "task_train.jsonl"), rows[200:])
     # Its own generator, so the files above stay byte for byte what they were.
     prng = random.Random(2027)
-    write(os.path.join(out, "pref_eval.jsonl"), pairs(prng, rows[:200]))
-    write(os.path.join(out, "pref_train.jsonl"), pairs(prng, rows[200:1400]))
+    pref_eval, pref_train = pairs(prng, rows[:200]), pairs(prng, rows[200:1400])
+    write(os.path.join(out, "pref_eval.jsonl"), pref_eval)
+    write(os.path.join(out, "pref_train.jsonl"), pref_train)
+    # The same pairs unpaired for KTO, from a generator of their own.
+    krng = random.Random(2028)
+    write(os.path.join(out, "kto_eval.jsonl"), unpaired(krng, pref_eval))
+    write(os.path.join(out, "kto_train.jsonl"), unpaired(krng, pref_train))
     write(os.path.join(out, "grpo_train.jsonl"),
           [{"prompt": [{"role": "user", "content": r["instruction"]}], "answer": r["output"]} for r in rows[200:]])
 

@@ -67,8 +67,9 @@ std::vector<KeySpec> run_and_data_keys() {
       may_change_on_resume({"data.eval", T::Path, "null", "Evaluation data (or use data.eval_fraction)", {}, {}, {}, true}),
       {"data.eval_fraction", T::Float, "0.0", "Share of the training data held out for evaluation", {}, 0.0, 0.9},
       {"data.format", T::String, "instruct",
-       "Example format (preference: prompt, chosen, rejected pairs for objective.name dpo; prompt: prompts and reward fields for grpo)",
-       {"instruct", "chat", "text", "preference", "prompt"}},
+       "Example format (preference: prompt, chosen, rejected pairs for objective.name dpo; unpaired_preference: prompt, completion, label "
+       "for kto; prompt: prompts and reward fields for grpo)",
+       {"instruct", "chat", "text", "preference", "unpaired_preference", "prompt"}},
       {"data.columns.instruction", T::String, "instruction", "instruct: column holding the instruction"},
       {"data.columns.input", T::String, "input", "instruct: column holding the optional input"},
       {"data.columns.output", T::String, "output", "instruct: column holding the response"},
@@ -77,6 +78,8 @@ std::vector<KeySpec> run_and_data_keys() {
       {"data.columns.prompt", T::String, "prompt", "preference: column holding the prompt (a string or a list of messages)"},
       {"data.columns.chosen", T::String, "chosen", "preference: column holding the preferred response"},
       {"data.columns.rejected", T::String, "rejected", "preference: column holding the other response"},
+      {"data.columns.completion", T::String, "completion", "unpaired_preference: column holding the response (a string or a list of messages)"},
+      {"data.columns.label", T::String, "label", "unpaired_preference: column holding the response's label, true (desirable) or false"},
       {"data.chat_format", T::String, "auto",
        "Chat rendering: auto (the tokenizer's own chat_template when it has one, else plain), template (that template, "
        "required), or a native renderer",
@@ -182,20 +185,25 @@ std::vector<KeySpec> objective_keys() {
   return {
       {"objective.name", T::String, "sft",
        "What training minimises: sft (next-token loss on the trained tokens), dpo, simpo or orpo (preference pairs, data.format: preference), "
-       "grpo (online RL from prompts, data.format: prompt, and reward.*)",
-       {"sft", "dpo", "simpo", "orpo", "grpo"}},
+       "kto (labelled completions, data.format: unpaired_preference), grpo (online RL from prompts, data.format: prompt, and reward.*)",
+       {"sft", "dpo", "simpo", "orpo", "kto", "grpo"}},
       owned_by({"dpo"}, {"objective.loss_type", T::String, "null", "dpo: sigmoid (DPO; the default), ipo or hinge", {"sigmoid", "ipo", "hinge"}, {}, {}, true}),
-      owned_by({"dpo", "simpo", "orpo", "grpo"}, {"objective.beta", T::Float, "null",
-       "dpo: how strongly the policy is held to the reference; simpo: the reward scale; orpo: the odds-ratio term's weight lambda (default 0.1, as TRL's); "
+      owned_by({"dpo", "simpo", "orpo", "kto", "grpo"}, {"objective.beta", T::Float, "null",
+       "dpo, kto: how strongly the policy is held to the reference; simpo: the reward scale; orpo: the odds-ratio term's weight lambda (default 0.1, as TRL's); "
        "grpo: the KL penalty's weight (default 0: no reference)", {}, 0.0, 1e6, true}),
       owned_by({"dpo", "simpo"}, {"objective.label_smoothing", T::Float, "null",
        "dpo sigmoid, simpo: the share of pairs assumed mislabelled (conservative DPO; default 0)", {}, 0.0, 0.4999, true}),
-      owned_by({"dpo"}, {"objective.precompute_reference", T::Bool, "null",
-       "dpo: compute the reference's log-probabilities once before training and keep them with the run (no reference forward, "
+      owned_by({"dpo", "kto"}, {"objective.precompute_reference", T::Bool, "null",
+       "dpo, kto: compute the reference's log-probabilities once before training and keep them with the run (no reference forward, "
        "and under full fine-tuning no reference copy, while training; default false)", {}, {}, {}, true}),
-      owned_by({"dpo"}, {"objective.reference_quantize", T::String, "null",
-       "dpo with full fine-tuning: the frozen reference copy's projections stored in int8 or nf4 (memory.int8_*/nf4_* settings; default none)",
+      owned_by({"dpo", "kto"}, {"objective.reference_quantize", T::String, "null",
+       "dpo, kto with full fine-tuning: the frozen reference copy's projections stored in int8 or nf4 (memory.int8_*/nf4_* settings; default none)",
        {kQuantNone, kQuantInt8, kQuantNf4}, {}, {}, true}),
+      // kto (docs/objectives.md#kto); TRL's KTOConfig defaults.
+      owned_by({"kto"}, {"objective.desirable_weight", T::Float, "null",
+       "kto: the weight of a desirable completion's loss (default 1; raise it when desirable completions are fewer)", {}, 1e-6, 1e6, true}),
+      owned_by({"kto"}, {"objective.undesirable_weight", T::Float, "null",
+       "kto: the weight of an undesirable completion's loss (default 1)", {}, 1e-6, 1e6, true}),
       owned_by({"simpo"}, {"objective.gamma", T::Float, "null", "simpo: the target reward margin gamma (default 0.5, TRL's simpo_gamma)", {}, 0.0, 1e6, true}),
       // grpo (docs/objectives.md#grpo); TRL's GRPOConfig defaults.
       owned_by({"grpo"}, {"objective.num_generations", T::Int, "null", "grpo: completions sampled per prompt, a group (default 8)", {}, 1, 1e6, true}),

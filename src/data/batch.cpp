@@ -27,6 +27,7 @@ Batch Batch::slice_rows(std::int64_t begin, std::int64_t end) const {
   out.segment_ids.assign(segment_ids.begin() + from, segment_ids.begin() + to);
   out.rows_per_group = rows_per_group;
   if (!examples.empty()) out.examples.assign(examples.begin() + begin, examples.begin() + end);
+  if (!desirable.empty()) out.desirable.assign(desirable.begin() + begin, desirable.begin() + end);
   return out;
 }
 
@@ -163,8 +164,10 @@ Batch BatchPlan::batch(std::int64_t index) const {
   Batch b;
   b.rows = last_row - first_row;
   b.rows_per_group = options_.rows_per_group;
-  for (std::int64_t r = first_row; r < last_row; ++r)
+  for (std::int64_t r = first_row; r < last_row; ++r) {
     b.examples.push_back(options_.packing ? -1 : piece(row_begin_[static_cast<std::size_t>(r)]).example);
+    b.desirable.push_back(options_.packing ? std::int8_t{-1} : (*examples_)[static_cast<std::size_t>(b.examples.back())].desirable);
+  }
   if (options_.packing) {
     b.length = options_.max_seq_len;
   } else {

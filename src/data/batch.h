@@ -35,6 +35,8 @@ struct Batch {
   std::int64_t rows_per_group = 1;
   // Per row, the index of its example in the plan's examples; -1 for a packed row.
   std::vector<std::int64_t> examples;
+  // Per row, its example's Example::desirable (unpaired records; -1 elsewhere and when packed).
+  std::vector<std::int8_t> desirable;
   // The loss's token count: pairs (t, t+1) inside a row with labels[t + 1] != -100.
   std::int64_t target_tokens() const;
   // Rows [begin, end) as a batch of their own (a rank's share of a global batch).

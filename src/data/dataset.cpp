@@ -8,6 +8,7 @@
 #include "core/progress.h"
 #include "data/example_builder.h"
 #include "data/formatter.h"
+#include "data/kl_rows.h"
 #include "data/records.h"
 #include "data/shuffle.h"
 
@@ -69,6 +70,10 @@ std::vector<BuildResult> build_record(const Record& rec, const DataOptions& opti
   std::vector<BuildResult> out;
   if (options.format == DataFormat::preference) {
     for (const Rendered& r : formatter.render_pair(rec.value, rec.where)) out.push_back(build(r));
+  } else if (options.format == DataFormat::unpaired_preference) {
+    const Unpaired u = formatter.render_unpaired(rec.value, rec.where);
+    out.push_back(build(u.rendered));
+    out.back().example.desirable = u.desirable ? 1 : 0;  // its KL row comes with the split (with_kl_rows)
   } else {
     out.push_back(build(formatter.render(rec.value, rec.where)));
   }
@@ -132,17 +137,21 @@ Built build_file(const std::filesystem::path& path, const DataOptions& options, 
 }
 
 // Moves the examples of one split out of `built` and counts them into `stats`: all of them when
-// `in_eval` is null, else those whose record's in_eval flag equals `want_eval`.
-std::vector<Example> take(Built& built, LoadStats& stats, const std::vector<char>* in_eval, bool want_eval) {
+// `in_eval` is null, else those whose record's in_eval flag equals `want_eval`. Unpaired records
+// get their KL rows here, built within the split (kl_rows.h).
+std::vector<Example> take(Built& built, LoadStats& stats, const std::vector<char>* in_eval, bool want_eval, const DataOptions& options) {
   auto selected = [&](std::int64_t record) {
     return !in_eval || (*in_eval)[static_cast<std::size_t>(record)] == static_cast<char>(want_eval);
   };
   std::vector<Example> out;
   for (Example& e : built.examples) {
-    if (!selected(e.record)) continue;
+    if (selected(e.record)) out.push_back(std::move(e));
+  }
+  if (options.format == DataFormat::unpaired_preference)
+    out = with_kl_rows(std::move(out), options.batch_size, options.max_seq_len, options.truncation);
+  for (const Example& e : out) {
     stats.tokens += static_cast<std::int64_t>(e.ids.size());
     stats.target_tokens += std::count_if(e.labels.begin(), e.labels.end(), [](std::int32_t l) { return l != kIgnoreIndex; });
-    out.push_back(std::move(e));
   }
   stats.examples = static_cast<std::int64_t>(out.size());
   stats.dropped = std::count_if(built.dropped_records.begin(), built.dropped_records.end(), selected);
@@ -200,13 +209,13 @@ Datasets load_datasets(const DataOptions& options, const tok::Tokenizer& tokeniz
     ds.eval_stats.file = ds.train_stats.file;
     ds.eval_stats.records = n_eval;
     ds.train_stats.records = n - n_eval;
-    ds.eval = std::make_shared<const std::vector<Example>>(take(train, ds.eval_stats, &in_eval, true));
-    ds.train = std::make_shared<const std::vector<Example>>(take(train, ds.train_stats, &in_eval, false));
+    ds.eval = std::make_shared<const std::vector<Example>>(take(train, ds.eval_stats, &in_eval, true, options));
+    ds.train = std::make_shared<const std::vector<Example>>(take(train, ds.train_stats, &in_eval, false, options));
     if (ds.eval->empty())
       throw ConfigError("data.eval_fraction: the eval split of " + options.train.string() +
                         " is empty: " + summary(ds.eval_stats, options));
   } else {
-    ds.train = std::make_shared<const std::vector<Example>>(take(train, ds.train_stats, nullptr, false));
+    ds.train = std::make_shared<const std::vector<Example>>(take(train, ds.train_stats, nullptr, false, options));
     if (!options.eval.empty() && options.eval == options.train) {
       // Evaluating on the training file (`ctune eval --data FILE` names it as both): the same
       // examples, built once.
@@ -217,7 +226,7 @@ Datasets load_datasets(const DataOptions& options, const tok::Tokenizer& tokeniz
     } else if (!options.eval.empty()) {
       Built eval = build_file(options.eval, options, formatter, builder, ds.eval_stats);
       ds.eval_records = records(eval);
-      ds.eval = std::make_shared<const std::vector<Example>>(take(eval, ds.eval_stats, nullptr, false));
+      ds.eval = std::make_shared<const std::vector<Example>>(take(eval, ds.eval_stats, nullptr, false, options));
       ds.eval_stats.straddles = eval.straddles;
       if (ds.eval->empty())
         throw ConfigError(options.eval.string() + ": no eval examples (" + summary(ds.eval_stats, options) + ")");

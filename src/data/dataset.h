@@ -33,7 +33,7 @@ struct LoadStats {
   std::int64_t truncated = 0;  // records with an example cut to data.max_seq_len
   std::int64_t too_long = 0;   // records left out as longer than data.max_seq_len (data.truncation: drop)
   std::int64_t identical = 0;  // preference pairs left out: chosen and rejected are the same tokens
-  std::int64_t examples = 0;   // examples kept (two per preference pair)
+  std::int64_t examples = 0;   // examples kept (two per preference pair, and per unpaired record with its KL row)
   std::int64_t tokens = 0;     // tokens of the kept examples
   std::int64_t target_tokens = 0;  // labels != -100 among them
   std::int64_t straddles = 0;      // mask boundaries that fell inside a token (see example_builder.h)

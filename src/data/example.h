@@ -17,6 +17,9 @@ struct Example {
   std::vector<std::int32_t> ids;
   std::vector<std::int32_t> labels;  // same length as ids
   std::int64_t record = 0;           // index of its record among the file's valid records
+  // data.format unpaired_preference: 1 for a desirable completion, 0 for an undesirable one; -1
+  // for every other example (the KL rows of unpaired records included).
+  std::int8_t desirable = -1;
 };
 
 }  // namespace ctune::data

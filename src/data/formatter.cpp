@@ -27,6 +27,7 @@ RecordFormatter::RecordFormatter(const DataOptions& options, const tok::Tokenize
     instruct_ = chat_template && !chat_template->empty() ? InstructTemplate::chat : InstructTemplate::alpaca;
   // Preference records may be conversations: the chat format is resolved for them too.
   const bool uses_chat = format_ == DataFormat::chat || format_ == DataFormat::preference || format_ == DataFormat::prompt ||
+                         format_ == DataFormat::unpaired_preference ||
                          (format_ == DataFormat::instruct && instruct_ == InstructTemplate::chat);
   // A chosen template (data.chat_template) is what auto renders, even when the tokenizer has none.
   const bool chosen = options.chat_format == ChatFormat::automatic && !options.chat_template.empty();
@@ -38,7 +39,8 @@ RecordFormatter::RecordFormatter(const DataOptions& options, const tok::Tokenize
   // Formats that end a response with eos cannot teach the model to stop without one.
   const bool needs_eos = (format_ == DataFormat::instruct && instruct_ == InstructTemplate::alpaca) ||
                          (uses_chat && (chat_.format == ChatFormat::plain || chat_.format == ChatFormat::llama2)) ||
-                         (format_ == DataFormat::text && add_eos_) || format_ == DataFormat::preference;
+                         (format_ == DataFormat::text && add_eos_) || format_ == DataFormat::preference ||
+                         format_ == DataFormat::unpaired_preference;
   if (needs_eos && !tokens_.eos)
     throw ConfigError("the tokenizer has no eos token, which data.format " + to_string(format_) +
                       (uses_chat ? " with chat format " + to_string(chat_.format) : std::string()) +
@@ -74,12 +76,18 @@ Rendered RecordFormatter::render(const OrderedJson& record, const std::string& w
       return render_prompt(record, columns_, ChatRendering{chat_, tokens_, template_ ? &*template_ : nullptr}, where);
     case DataFormat::preference:
       throw std::logic_error("RecordFormatter::render: a preference record renders as a pair (render_pair)");
+    case DataFormat::unpaired_preference:
+      throw std::logic_error("RecordFormatter::render: an unpaired record renders with its label (render_unpaired)");
   }
   throw ConfigError("data.format: unknown value");
 }
 
 std::array<Rendered, 2> RecordFormatter::render_pair(const OrderedJson& record, const std::string& where) const {
   return render_preference(record, columns_, ChatRendering{chat_, tokens_, template_ ? &*template_ : nullptr}, where);
+}
+
+Unpaired RecordFormatter::render_unpaired(const OrderedJson& record, const std::string& where) const {
+  return data::render_unpaired(record, columns_, ChatRendering{chat_, tokens_, template_ ? &*template_ : nullptr}, where);
 }
 
 }  // namespace ctune::data

@@ -12,6 +12,7 @@
 #include "data/chat_format.h"
 #include "data/chat_template.h"
 #include "data/options.h"
+#include "data/preference.h"
 #include "data/rendered.h"
 #include "tokenizer/tokenizer.h"
 
@@ -31,6 +32,8 @@ class RecordFormatter {
   Rendered render(const OrderedJson& record, const std::string& where) const;
   // data.format preference: {prompt + chosen, prompt + rejected} (preference.h).
   std::array<Rendered, 2> render_pair(const OrderedJson& record, const std::string& where) const;
+  // data.format unpaired_preference: prompt + completion and the label (preference.h).
+  Unpaired render_unpaired(const OrderedJson& record, const std::string& where) const;
 
   // What auto resolved to: the chat format used for chat records and for instruct records
   // rendered as chat.

@@ -30,7 +30,7 @@ std::string enum_name(E value, const std::pair<const char*, E> (&table)[N]) {
 
 const std::pair<const char*, DataFormat> kFormats[] = {
     {"instruct", DataFormat::instruct}, {"chat", DataFormat::chat}, {"text", DataFormat::text},
-    {"preference", DataFormat::preference},
+    {"preference", DataFormat::preference}, {"unpaired_preference", DataFormat::unpaired_preference},
     {"prompt", DataFormat::prompt}};
 const std::pair<const char*, ChatFormat> kChatFormats[] = {
     {"auto", ChatFormat::automatic}, {"template", ChatFormat::model_template}, {"llama3", ChatFormat::llama3}, {"chatml", ChatFormat::chatml},
@@ -58,7 +58,9 @@ OnError parse_on_error(std::string_view value, std::string_view key) {
 
 Truncation parse_truncation(std::string_view value, std::string_view key) { return parse_enum(value, key, kTruncations); }
 
-std::int64_t examples_per_record(DataFormat format) { return format == DataFormat::preference ? 2 : 1; }
+std::int64_t examples_per_record(DataFormat format) {
+  return format == DataFormat::preference || format == DataFormat::unpaired_preference ? 2 : 1;
+}
 
 std::string to_string(DataFormat value) { return enum_name(value, kFormats); }
 std::string to_string(ChatFormat value) { return enum_name(value, kChatFormats); }
@@ -78,6 +80,8 @@ void validate(const DataOptions& o) {
     throw ConfigError("data.max_seq_len: expected at least 2, found " + std::to_string(o.max_seq_len));
   if (o.format == DataFormat::preference && o.packing)
     throw ConfigError("data.packing: preference pairs are scored as whole sequences, one per row; set data.packing: false");
+  if (o.format == DataFormat::unpaired_preference && o.packing)
+    throw ConfigError("data.packing: unpaired completions are scored as whole sequences, one per row; set data.packing: false");
   if (o.format == DataFormat::prompt && o.packing)
     throw ConfigError("data.packing: prompts are generated from one per row; set data.packing: false");
   if (o.batch_size < 1)
@@ -85,7 +89,8 @@ void validate(const DataOptions& o) {
   const std::pair<const char*, const std::string*> columns[] = {
       {"instruction", &o.columns.instruction}, {"input", &o.columns.input},   {"output", &o.columns.output},
       {"messages", &o.columns.messages},       {"text", &o.columns.text},     {"tools", &o.columns.tools},
-      {"prompt", &o.columns.prompt},           {"chosen", &o.columns.chosen}, {"rejected", &o.columns.rejected}};
+      {"prompt", &o.columns.prompt},           {"chosen", &o.columns.chosen}, {"rejected", &o.columns.rejected},
+      {"completion", &o.columns.completion},   {"label", &o.columns.label}};
   for (const auto& [name, value] : columns)
     if (value->empty()) throw ConfigError(std::string("data.columns.") + name + ": empty column name");
 }

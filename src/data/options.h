@@ -23,13 +23,17 @@ enum class DataFormat {
   // gives two examples, prompt + chosen then prompt + rejected, the prompt not trained
   // (docs/objectives.md#preference-data).
   preference,
+  // prompt, completion, label (true: desirable): TRL's unpaired preference format, strings or
+  // chat messages as preference's. Each record gives two examples, prompt + completion and the
+  // KL row (its prompt + another record's completion, docs/objectives.md#kto), for KTO.
+  unpaired_preference,
   // A prompt (a string, or chat messages rendered with the generation prompt) and any other
   // fields, for online RL (objective.name: grpo): nothing is trained from the record itself; the
   // fields reach the reward functions (docs/objectives.md#grpo).
   prompt,
 };
 
-// Examples one record gives: 2 for preference pairs, else 1 (they stay together: a group).
+// Examples one record gives: 2 for preference pairs and unpaired records (with its KL row), else 1 (they stay together: a group).
 std::int64_t examples_per_record(DataFormat format);
 
 // What happens to an example longer than data.max_seq_len (for a pair: either of its sequences).
@@ -62,6 +66,8 @@ struct Columns {
   std::string prompt = "prompt";      // preference
   std::string chosen = "chosen";      // preference: the preferred response
   std::string rejected = "rejected";  // preference: the other one
+  std::string completion = "completion";  // unpaired_preference: the response
+  std::string label = "label";            // unpaired_preference: true (desirable) or false
 };
 
 struct DataOptions {

@@ -83,55 +83,89 @@ Rendered render_prompt(const OrderedJson& record, const Columns& columns, const 
   return render_conversation(prompt, true, chat, where);
 }
 
+namespace {
+
+// A record's prompt, read once for each of its responses: a string (the standard form) or a
+// conversation with its rendering (generation prompt included) for the conversational form.
+struct Prompt {
+  bool conversational = false;
+  std::string text;     // the standard form's prompt
+  Conversation conv;    // the conversational form's messages
+  std::string rendered; // and their rendering with the generation prompt
+};
+
+Prompt read_prompt(const OrderedJson& record, const Columns& columns, const ChatRendering& chat, const std::string& where) {
+  auto it = record.find(columns.prompt);
+  if (it == record.end()) throw FormatError(where + ": missing key \"" + columns.prompt + "\" (data.columns.prompt)");
+  Prompt p;
+  if (it->is_string()) {
+    p.text = it->get<std::string>();
+    if (p.text.empty()) throw FormatError(where + ": " + columns.prompt + " is empty");
+    return p;
+  }
+  if (!it->is_array())
+    throw FormatError(where + ": key \"" + columns.prompt + "\" expected a string or a list of messages, found " + json_type_name(*it) +
+                      " (data.columns.prompt)");
+  p.conversational = true;
+  p.conv = parse_conversation(record, columns.prompt, where);
+  p.rendered = render_conversation(p.conv, true, chat, where).str();
+  return p;
+}
+
+// prompt + the response in record[column] (`option` names the recipe key of the column).
+Rendered with_response(const Prompt& prompt, const OrderedJson& record, const std::string& column, const char* option,
+                       const ChatRendering& chat, const std::string& where) {
+  if (!prompt.conversational) {
+    const std::string response = *string_column(record, column, option, where, true);
+    if (response.empty()) throw FormatError(where + ": " + column + " is empty (a response needs at least one token)");
+    return standard(prompt.text, response, chat.tokens);
+  }
+  auto it = record.find(column);
+  if (it == record.end()) throw FormatError(where + ": missing key \"" + column + "\" (" + option + ")");
+  Conversation conv = prompt.conv;
+  if (it->is_string()) {
+    if (it->get_ref<const std::string&>().empty())
+      throw FormatError(where + ": " + column + " is empty (a response needs at least one token)");
+    conv.push_back({Role::assistant, it->get<std::string>()});
+  } else if (it->is_array()) {
+    for (Message& m : parse_conversation(record, column, where)) {
+      if (m.content.empty()) throw FormatError(where + ": " + column + " has an empty message (a response needs at least one token)");
+      conv.push_back(std::move(m));
+    }
+  } else {
+    throw FormatError(where + ": key \"" + column + "\" expected a string or a list of messages, found " + json_type_name(*it) + " (" +
+                      option + ")");
+  }
+  const Rendered full = render_conversation(conv, false, chat, where);
+  const std::string text = full.str();
+  if (text.compare(0, prompt.rendered.size(), prompt.rendered) != 0 || text.size() == prompt.rendered.size())
+    throw FormatError(where + ": the chat format renders the prompt differently inside prompt + " + column +
+                      " (the response cannot be told from the prompt); use the standard form (strings) for this record");
+  return split_at_prompt(full, prompt.rendered.size(), where);
+}
+
+}  // namespace
+
 std::array<Rendered, 2> render_preference(const OrderedJson& record, const Columns& columns, const ChatRendering& chat,
                                           const std::string& where) {
-  auto prompt_it = record.find(columns.prompt);
-  if (prompt_it == record.end())
-    throw FormatError(where + ": missing key \"" + columns.prompt + "\" (data.columns.prompt)");
-  const std::pair<const std::string*, const char*> responses[] = {{&columns.chosen, "data.columns.chosen"},
-                                                                   {&columns.rejected, "data.columns.rejected"}};
-  std::array<Rendered, 2> out;
-  if (prompt_it->is_string()) {
-    const std::string prompt = prompt_it->get<std::string>();
-    if (prompt.empty()) throw FormatError(where + ": " + columns.prompt + " is empty");
-    for (std::size_t k = 0; k < 2; ++k) {
-      const auto& [column, option] = responses[k];
-      const std::string response = *string_column(record, *column, option, where, true);
-      if (response.empty()) throw FormatError(where + ": " + *column + " is empty (a response needs at least one token)");
-      out[k] = standard(prompt, response, chat.tokens);
-    }
-    return out;
+  const Prompt prompt = read_prompt(record, columns, chat, where);
+  return {with_response(prompt, record, columns.chosen, "data.columns.chosen", chat, where),
+          with_response(prompt, record, columns.rejected, "data.columns.rejected", chat, where)};
+}
+
+Unpaired render_unpaired(const OrderedJson& record, const Columns& columns, const ChatRendering& chat, const std::string& where) {
+  const Prompt prompt = read_prompt(record, columns, chat, where);
+  Unpaired out;
+  out.rendered = with_response(prompt, record, columns.completion, "data.columns.completion", chat, where);
+  auto it = record.find(columns.label);
+  if (it == record.end()) throw FormatError(where + ": missing key \"" + columns.label + "\" (data.columns.label)");
+  if (!it->is_boolean()) {
+    std::string shown = it->dump();
+    if (shown.size() > 40) shown = shown.substr(0, 37) + "...";
+    throw FormatError(where + ": key \"" + columns.label + "\" expected true or false, found " + json_type_name(*it) + " " + shown +
+                      " (data.columns.label)");
   }
-  if (!prompt_it->is_array())
-    throw FormatError(where + ": key \"" + columns.prompt + "\" expected a string or a list of messages, found " +
-                      json_type_name(*prompt_it) + " (data.columns.prompt)");
-  const Conversation prompt = parse_conversation(record, columns.prompt, where);
-  const std::string prompt_text = render_conversation(prompt, true, chat, where).str();
-  for (std::size_t k = 0; k < 2; ++k) {
-    const auto& [column, option] = responses[k];
-    auto it = record.find(*column);
-    if (it == record.end()) throw FormatError(where + ": missing key \"" + *column + "\" (" + option + ")");
-    Conversation conv = prompt;
-    if (it->is_string()) {
-      if (it->get_ref<const std::string&>().empty())
-        throw FormatError(where + ": " + *column + " is empty (a response needs at least one token)");
-      conv.push_back({Role::assistant, it->get<std::string>()});
-    } else if (it->is_array()) {
-      for (Message& m : parse_conversation(record, *column, where)) {
-        if (m.content.empty()) throw FormatError(where + ": " + *column + " has an empty message (a response needs at least one token)");
-        conv.push_back(std::move(m));
-      }
-    } else {
-      throw FormatError(where + ": key \"" + *column + "\" expected a string or a list of messages, found " +
-                        json_type_name(*it) + " (" + option + ")");
-    }
-    const Rendered full = render_conversation(conv, false, chat, where);
-    const std::string text = full.str();
-    if (text.compare(0, prompt_text.size(), prompt_text) != 0 || text.size() == prompt_text.size())
-      throw FormatError(where + ": the chat format renders the prompt differently inside prompt + " + *column +
-                        " (the response cannot be told from the prompt); use the standard form (strings) for this record");
-    out[k] = split_at_prompt(full, prompt_text.size(), where);
-  }
+  out.desirable = it->get<bool>();
   return out;
 }
 

@@ -1,5 +1,6 @@
 // Preference records (data.format: preference) as two rendered examples, prompt + chosen and
-// prompt + rejected, with the prompt untrained and the whole response (its end-of-turn or eos
+// prompt + rejected, and unpaired ones (data.format: unpaired_preference) as one, prompt +
+// completion, with the prompt untrained and the whole response (its end-of-turn or eos
 // token included) trained: the response's log-probability given the prompt is what preference
 // objectives compare. Two forms, as TRL accepts them (docs/objectives.md#preference-data):
 //   standard:        {"prompt": "...", "chosen": "...", "rejected": "..."}: the texts concatenated,
@@ -37,6 +38,18 @@ struct ChatRendering {
 // differently inside the whole conversation.
 std::array<Rendered, 2> render_preference(const OrderedJson& record, const Columns& columns, const ChatRendering& chat,
                                           const std::string& where);
+
+// data.format unpaired_preference (KTO, docs/objectives.md#unpaired-preference-data): a record
+// with a prompt, one completion and a boolean label (TRL's unpaired preference format), in the
+// same two forms as a preference record; prompt + completion rendered as prompt + chosen is.
+struct Unpaired {
+  Rendered rendered;
+  bool desirable = false;  // the record's label
+};
+// FormatError naming `where` and the column for a missing or mistyped field (a label that is not
+// true or false included), an empty prompt or completion, or a prompt the chat format renders
+// differently inside the whole conversation.
+Unpaired render_unpaired(const OrderedJson& record, const Columns& columns, const ChatRendering& chat, const std::string& where);
 
 // data.format prompt (online RL, docs/objectives.md#grpo): the record's prompt alone, nothing
 // trained: a string as [bos] text (TRL's standard form), a list of messages rendered with the

@@ -43,6 +43,7 @@ std::uint64_t fingerprint(const std::vector<Example>& examples) {
     mix(e.ids.size());
     for (std::int32_t id : e.ids) mix(static_cast<std::uint32_t>(id));
     for (std::int32_t l : e.labels) mix(static_cast<std::uint32_t>(l));
+    if (e.desirable >= 0) mix(static_cast<std::uint64_t>(e.desirable) + 0x100);  // unpaired records' labels (none elsewhere: unchanged)
   }
   return h;
 }

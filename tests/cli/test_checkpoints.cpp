@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iomanip>
 #include <set>
 #include <sstream>
@@ -409,8 +410,11 @@ std::string write_preference_data() {
          ", format: preference, chat_format: plain, max_seq_len: 64}";
 }
 
-// Every step and eval of a DPO run records TRL's reward metrics.
-void expect_dpo_metrics(const fs::path& run) {
+// Calls `check(record, prefix)` for every step ("") and eval ("eval_") record of `run`, after
+// checking that each holds the reward figures `keys` and that its margin is chosen minus
+// rejected; a run of 12 steps and 3 evals.
+void for_each_reward_record(const fs::path& run, const std::vector<std::string>& keys,
+                            const std::function<void(const Json&, const std::string&)>& check) {
   std::ifstream in(run / "metrics.jsonl");
   std::size_t steps = 0, evals = 0;
   for (std::string line; std::getline(in, line);) {
@@ -418,19 +422,26 @@ void expect_dpo_metrics(const fs::path& run) {
     const std::string prefix = j.contains("loss") ? "" : j.contains("eval_loss") ? "eval_" : "-";
     if (prefix == "-") continue;
     (prefix.empty() ? steps : evals) += 1;
-    for (const char* key : {"rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "logps/chosen", "logps/rejected"})
-      EXPECT_TRUE(j.contains(prefix + key)) << key << " missing: " << line;
-    const double accuracy = j[prefix + "rewards/accuracies"].get<double>();
-    EXPECT_GE(accuracy, 0.0);
-    EXPECT_LE(accuracy, 1.0);
-    // The margins are summed in fp32 like the rewards (at most 6 pairs a step): their difference
-    // is exact up to ~(6 + 2) u (|chosen| + |rejected|), u = 2^-24, under 1e-6 of them.
+    for (const std::string& key : keys) EXPECT_TRUE(j.contains(prefix + key)) << key << " missing: " << line;
+    // The margins are summed in fp32 like the rewards (at most 6 pairs or records a step): their
+    // difference is exact up to ~(6 + 2) u (|chosen| + |rejected|), u = 2^-24, under 1e-6 of them.
     const double chosen = j[prefix + "rewards/chosen"].get<double>(), rejected = j[prefix + "rewards/rejected"].get<double>();
     EXPECT_NEAR(j[prefix + "rewards/margins"].get<double>(), chosen - rejected, 1e-6 * (std::abs(chosen) + std::abs(rejected)) + 1e-12);
-    if (!prefix.empty()) EXPECT_FALSE(j.contains("eval_ppl")) << "a pair loss has no perplexity";
+    check(j, prefix);
   }
   EXPECT_EQ(steps, 12u);
   EXPECT_EQ(evals, 3u);
+}
+
+// Every step and eval of a DPO run records TRL's reward metrics.
+void expect_dpo_metrics(const fs::path& run) {
+  for_each_reward_record(run, {"rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "logps/chosen", "logps/rejected"},
+                         [](const Json& j, const std::string& prefix) {
+                           const double accuracy = j[prefix + "rewards/accuracies"].get<double>();
+                           EXPECT_GE(accuracy, 0.0);
+                           EXPECT_LE(accuracy, 1.0);
+                           if (!prefix.empty()) EXPECT_FALSE(j.contains("eval_ppl")) << "a pair loss has no perplexity";
+                         });
 }
 
 // DPO through the real binary, killed at six moments and resumed: the uninterrupted run, bit
@@ -506,6 +517,57 @@ TEST_F(Checkpoints, KilledDpoFullRunResumesBitIdentical) {
   kill_and_resume_is_exact("full", "objective: {name: dpo, loss_type: ipo, beta: 0.5}\n", "dpo-full", kDir / "model", "",
                            write_preference_data());
   expect_dpo_metrics(kDir / "dpo-full-reference");
+}
+
+// Unpaired records for KTO from the same task: even records the right sum (desirable), odd ones a
+// near miss (undesirable); training records as strings, eval records as chat messages. In file
+// order (KTO's KL rows pair neighbours: data.shuffle false). Returns the recipe's data map.
+std::string write_unpaired_data() {
+  std::string train, eval;
+  for (int i = 0; i < 60; ++i)
+    train += R"({"prompt": "Add )" + std::to_string(i) + R"( and 3 = ", "completion": ")" + std::to_string(i % 2 ? i + 4 + i % 3 : i + 3) +
+             R"(", "label": )" + (i % 2 ? "false" : "true") + "}\n";
+  for (int i = 0; i < 6; ++i)
+    eval += R"({"prompt": [{"role": "user", "content": "Add )" + std::to_string(i) + R"( and 5"}], "completion": [{"role": "assistant", "content": ")" +
+            std::to_string(i % 2 ? i + 7 : i + 5) + R"("}], "label": )" + (i % 2 ? "false" : "true") + "}\n";
+  write(kDir / "unpaired-train.jsonl", train);
+  write(kDir / "unpaired-eval.jsonl", eval);
+  return "{train: " + (kDir / "unpaired-train.jsonl").string() + ", eval: " + (kDir / "unpaired-eval.jsonl").string() +
+         ", format: unpaired_preference, chat_format: plain, max_seq_len: 64, shuffle: false}";
+}
+
+// Every step and eval of a KTO run records TRL's figures, its KL baseline clamped at 0. Returns
+// the training steps' reward margins in order.
+std::vector<double> expect_kto_metrics(const fs::path& run) {
+  std::vector<double> margins;
+  for_each_reward_record(run, {"rewards/chosen", "rewards/rejected", "rewards/margins", "logps/chosen", "logps/rejected", "kl"},
+                         [&](const Json& j, const std::string& prefix) {
+                           EXPECT_GE(j[prefix + "kl"].get<double>(), 0.0);
+                           if (prefix.empty()) margins.push_back(j["rewards/margins"].get<double>());
+                         });
+  return margins;
+}
+
+// KTO through the real binary, killed at six moments and resumed: the uninterrupted run, bit for
+// bit (records with their KL rows, 3 a micro-batch, accumulation 2). LoRA's reference is the
+// policy with its adapters off. At the first step the policy is the reference: TRL's closed form,
+// loss 1 - sigmoid(0) = 0.5 with both weights 1; the rewards separate as it trains.
+TEST_F(Checkpoints, KilledKtoLoraRunResumesBitIdentical) {
+  kill_and_resume_is_exact("lora", "objective: {name: kto, beta: 0.2}\n", "kto-lora", kDir / "model", "", write_unpaired_data());
+  const auto margins = expect_kto_metrics(kDir / "kto-lora-reference");
+  const auto first = losses(kDir / "kto-lora-reference").front();
+  // Six fp32 terms of 0.5 each: exact.
+  EXPECT_EQ(first, "step 1 loss 0.5") << first;
+  EXPECT_EQ(margins.front(), 0.0);
+  EXPECT_GT(margins.back(), 0.0) << "the desirable completions' rewards rise above the undesirable ones'";
+}
+// Full fine-tuning with the reference's log-probabilities precomputed (the KL rows' too): read
+// back by each resumed session.
+TEST_F(Checkpoints, KilledKtoFullPrecomputedRunResumesBitIdentical) {
+  kill_and_resume_is_exact("full", "objective: {name: kto, precompute_reference: true, desirable_weight: 1.2}\n", "kto-full-pre",
+                           kDir / "model", "", write_unpaired_data());
+  expect_kto_metrics(kDir / "kto-full-pre-reference");
+  EXPECT_TRUE(fs::exists(kDir / "kto-full-pre-killed" / "reference_logps.safetensors"));
 }
 
 // GRPO (online RL) through the real binary: every step samples its completions from the current

@@ -78,6 +78,8 @@ class Recipes : public ::testing::Test {
     write(kDir / "empty.jsonl", "\n\n");
     write(kDir / "broken.jsonl", instruct_rows(2) + "{\"instruction\": \"x\", \"output\": \n" + instruct_rows(2));
     write(kDir / "no-output.jsonl", R"({"instruction": "a", "answer": "b"})" "\n");
+    write(kDir / "all-true.jsonl", R"({"prompt": "a", "completion": "b", "label": true})" "\n" R"({"prompt": "c", "completion": "d", "label": true})" "\n");
+    write(kDir / "bad-label.jsonl", R"({"prompt": "a", "completion": "b", "label": true})" "\n" R"({"prompt": "c", "completion": "d", "label": "yes"})" "\n");
   }
   static void TearDownTestSuite() { fs::remove_all(kDir); }
 
@@ -171,6 +173,22 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
       {"reference_quantize_under_lora", replace(base, "format: instruct", "format: preference"),
        {"objective.name=dpo", "objective.reference_quantize=nf4"}, "under LoRA the reference is the base itself"},
       {"gamma_on_dpo", base, {"objective.name=dpo", "objective.gamma=1"}, "`objective.gamma`: belongs to objective.name: simpo; this recipe's objective is dpo"},
+      // kto (docs/objectives.md#kto): its data, TRL's sequential order and batches of two or more, both labels.
+      {"kto_without_unpaired", base, {"objective.name=kto", "data.shuffle=false"},
+       "`data.format`: objective.name kto learns from labelled completions: expected unpaired_preference, found instruct"},
+      {"unpaired_without_kto", replace(base, "format: instruct", "format: unpaired_preference"), {},
+       "`data.format`: labelled completions need objective.name kto; this recipe's objective is sft"},
+      {"kto_shuffled", base, {"objective.name=kto"}, "`data.shuffle`: objective.name kto estimates its KL baseline"},
+      {"kto_batch_of_one", base, {"objective.name=kto", "data.shuffle=false", "training.batch_size=1"},
+       "`training.batch_size`: objective.name kto needs at least 2 completions per batch for its KL baseline, found 1"},
+      {"kto_weight_on_dpo", base, {"objective.name=dpo", "objective.desirable_weight=2"},
+       "`objective.desirable_weight`: belongs to objective.name: kto; this recipe's objective is dpo"},
+      {"kto_one_class", replace(base, "format: instruct", "format: unpaired_preference"),
+       {"objective.name=kto", "data.shuffle=false", "data.train=" + d + "/all-true.jsonl", "data.eval=" + d + "/all-true.jsonl"},
+       "all-true.jsonl: every completion's label is true (data.columns.label); objective.name kto needs both desirable and undesirable completions"},
+      {"kto_bad_label", replace(base, "format: instruct", "format: unpaired_preference"),
+       {"objective.name=kto", "data.shuffle=false", "data.train=" + d + "/bad-label.jsonl", "data.eval=" + d + "/bad-label.jsonl"},
+       "bad-label.jsonl:2: key \"label\" expected true or false, found a string \"yes\" (data.columns.label)"},
       {"bad_truncation", base, {"data.truncation=middle"}, "`data.truncation` expected one of keep_start, keep_end, drop, error"},
       // The empty string is named, not "found a list" (an empty stop string would match before any token).
       {"empty_stop_string", base, {"objective.stop=[\"\"]"}, "`objective.stop` expected a list of strings or null, found the empty string \"\" at item 1"},

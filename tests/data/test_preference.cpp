@@ -2,7 +2,11 @@
 // add_bos): the standard and conversational forms give prompt + chosen then prompt + rejected
 // with only the response trained, pairs stay together through the eval split, shuffling and
 // batching, data.truncation's four rules, identical pairs dropped, and every malformed record
-// refused with one error naming the record and the field.
+// refused with one error naming the record and the field. Unpaired records (data.format:
+// unpaired_preference, KTO): both forms give prompt + completion with the label carried to the
+// batch; each record's KL row is its prompt with the previous record's completion in blocks of
+// the batch size, rotated as TRL's KTOTrainer rotates them, within each split; malformed records
+// are refused (or skipped) with one line naming the record and the field, expected vs found.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -32,8 +36,9 @@ class PreferenceTest : public ::testing::Test {
     return dir_ / name;
   }
   Datasets load() { return load_datasets(options_, byte_tokenizer()); }
-  std::string format_error(const std::string& line) {
-    options_.train = file("bad.jsonl", pair_line(0) + "\n" + line + "\n");
+  // The FormatError of `line`, the second record of a file whose first is `first`.
+  std::string format_error(const std::string& line, const std::string& first = pair_line(0)) {
+    options_.train = file("bad.jsonl", first + "\n" + line + "\n");
     try {
       load();
     } catch (const FormatError& e) {
@@ -170,12 +175,156 @@ TEST_F(PreferenceTest, MalformedRecordsNameTheRecordAndTheField) {
 TEST_F(PreferenceTest, PackingIsRefused) {
   options_.train = file("train.jsonl", pair_line(0) + "\n");
   options_.packing = true;
-  try {
-    load();
-    ADD_FAILURE() << "packing preference pairs must be refused";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("data.packing"), std::string::npos) << e.what();
+  for (DataFormat format : {DataFormat::preference, DataFormat::unpaired_preference}) {
+    options_.format = format;
+    try {
+      load();
+      ADD_FAILURE() << "packing " << to_string(format) << " records must be refused";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("data.packing"), std::string::npos) << e.what();
+    }
   }
+}
+
+
+std::string record(int k, bool label) {
+  return R"({"prompt": "Say )" + std::to_string(k) + R"(: ", "completion": "w)" + std::string(static_cast<std::size_t>(k % 3 + 1), 'o') +
+         std::to_string(k) + R"(", "label": )" + (label ? "true" : "false") + "}";
+}
+
+class UnpairedTest : public PreferenceTest {
+ protected:
+  void SetUp() override {
+    PreferenceTest::SetUp();
+    options_.format = DataFormat::unpaired_preference;
+    options_.shuffle = false;
+  }
+  // The untrained and the trained tokens of an example, decoded (eos as </s>).
+  static std::pair<std::string, std::string> parts(const Example& e) {
+    std::vector<std::int32_t> prompt, completion;
+    for (std::size_t t = 0; t < e.ids.size(); ++t) (e.labels[t] == kIgnoreIndex ? prompt : completion).push_back(e.ids[t]);
+    return {byte_tokenizer().decode(prompt, false), byte_tokenizer().decode(completion, false)};
+  }
+  std::string format_error(const std::string& line) { return PreferenceTest::format_error(line, record(0, true)); }
+};
+
+TEST_F(UnpairedTest, EachRecordIsItsCompletionThenItsKlRowRotatedWithinBlocksOfTheBatchSize) {
+  std::string lines;
+  for (int k = 0; k < 5; ++k) lines += record(k, k % 2 == 0) + "\n";
+  options_.train = file("train.jsonl", lines);
+  options_.batch_size = 3;  // blocks: records 0-2, then 3-4
+  const Datasets ds = load();
+  ASSERT_EQ(ds.train->size(), 10u);
+  EXPECT_EQ(ds.train_stats.records, 5);
+  EXPECT_EQ(ds.train_stats.examples, 10);
+  const auto& ex = *ds.train;
+  const std::vector<int> kl_source = {2, 0, 1, 4, 3};  // TRL: [y_last] + y[:-1] within each block
+  for (int k = 0; k < 5; ++k) {
+    const Example& own = ex[static_cast<std::size_t>(2 * k)];
+    const Example& kl = ex[static_cast<std::size_t>(2 * k + 1)];
+    const std::string prompt = "<s>Say " + std::to_string(k) + ": ";
+    EXPECT_EQ(parts(own).first, prompt);
+    EXPECT_EQ(parts(own).second, "w" + std::string(static_cast<std::size_t>(k % 3 + 1), 'o') + std::to_string(k) + "</s>");
+    EXPECT_EQ(parts(kl).first, prompt);
+    EXPECT_EQ(parts(kl).second, parts(ex[static_cast<std::size_t>(2 * kl_source[static_cast<std::size_t>(k)])]).second);
+    EXPECT_EQ(own.desirable, k % 2 == 0 ? 1 : 0);
+    EXPECT_EQ(kl.desirable, -1);
+    EXPECT_EQ(own.record, k);
+    EXPECT_EQ(kl.record, k);
+  }
+}
+
+TEST_F(UnpairedTest, ConversationalFormRendersTheCompletionAfterTheGenerationPrompt) {
+  options_.chat_format = ChatFormat::plain;  // the byte tokenizer has no chat template
+  options_.train = file("train.jsonl", R"({"prompt": [{"role": "user", "content": "Hi"}], "completion": [{"role": "assistant", "content": "Hello"}], "label": true})"
+                                       "\n"
+                                       R"({"prompt": [{"role": "user", "content": "Yo"}], "completion": "Go away", "label": false})"
+                                       "\n");
+  options_.batch_size = 2;
+  const Datasets ds = load();
+  ASSERT_EQ(ds.train->size(), 4u);
+  EXPECT_EQ(parts((*ds.train)[0]).second, " Hello</s>");
+  EXPECT_EQ(parts((*ds.train)[2]).second, " Go away</s>");
+  EXPECT_EQ(parts((*ds.train)[1]).second, " Go away</s>");  // record 0's KL row: record 1's completion
+  EXPECT_EQ(parts((*ds.train)[1]).first, parts((*ds.train)[0]).first);
+  EXPECT_EQ((*ds.train)[0].desirable, 1);
+  EXPECT_EQ((*ds.train)[2].desirable, 0);
+}
+
+TEST_F(UnpairedTest, BatchesAreBlocksAndCarryTheLabels) {
+  std::string lines;
+  for (int k = 0; k < 7; ++k) lines += record(k, k % 3 != 0) + "\n";
+  options_.train = file("train.jsonl", lines);
+  options_.eval_fraction = 0.3;
+  options_.seed = 5;
+  options_.batch_size = 2;
+  const Datasets ds = load();
+  // Each split pairs its own records: a KL row's completion is one of its split's.
+  for (const Examples* split : {&ds.train, &ds.eval}) {
+    ASSERT_EQ((*split)->size() % 2, 0u);
+    for (std::size_t i = 0; i < (*split)->size(); i += 2) {
+      EXPECT_EQ((**split)[i].record, (**split)[i + 1].record);
+      bool found = false;
+      for (std::size_t j = 0; j < (*split)->size(); j += 2) found = found || parts((**split)[j]).second == parts((**split)[i + 1]).second;
+      EXPECT_TRUE(found) << "KL row " << i + 1;
+    }
+  }
+  Sampler sampler(ds.train, sampler_options(options_, byte_tokenizer()));
+  const Batch batch = sampler.next();
+  ASSERT_EQ(batch.rows, 4);
+  EXPECT_EQ(batch.rows_per_group, 2);
+  ASSERT_EQ(batch.desirable.size(), 4u);
+  for (std::int64_t r = 0; r < batch.rows; ++r) {
+    const Example& e = (*ds.train)[static_cast<std::size_t>(batch.examples[static_cast<std::size_t>(r)])];
+    EXPECT_EQ(batch.desirable[static_cast<std::size_t>(r)], e.desirable);
+    EXPECT_EQ(r % 2 == 0, e.desirable >= 0) << r;
+  }
+  const Batch half = batch.slice_rows(2, 4);
+  EXPECT_EQ(half.desirable, std::vector<std::int8_t>(batch.desirable.begin() + 2, batch.desirable.end()));
+}
+
+TEST_F(UnpairedTest, KlRowsAreCutToTheLongestSequence) {
+  // Record 1's completion is long; record 0's KL row (prompt 0 + completion 1) is cut at its end,
+  // or at its start under keep_end.
+  options_.train = file("train.jsonl", record(0, true) + "\n" +
+                                           R"({"prompt": "Q", "completion": "a long, long completion", "label": false})" "\n");
+  options_.batch_size = 2;
+  const Datasets whole = load();
+  const Example full_kl = (*whole.train)[1];
+  options_.max_seq_len = static_cast<std::int64_t>(full_kl.ids.size()) - 3;
+  options_.truncation = Truncation::keep_start;
+  Datasets ds = load();
+  EXPECT_EQ((*ds.train)[1].ids, std::vector<std::int32_t>(full_kl.ids.begin(), full_kl.ids.end() - 3));
+  options_.truncation = Truncation::keep_end;
+  ds = load();
+  EXPECT_EQ((*ds.train)[1].ids, std::vector<std::int32_t>(full_kl.ids.begin() + 3, full_kl.ids.end()));
+}
+
+TEST_F(UnpairedTest, MalformedRecordsNameTheRecordAndTheField) {
+  const std::string missing = format_error(R"({"prompt": "p", "completion": "a"})");
+  EXPECT_NE(missing.find("bad.jsonl:2: missing key \"label\" (data.columns.label)"), std::string::npos) << missing;
+  const std::string text = format_error(R"({"prompt": "p", "completion": "a", "label": "yes"})");
+  EXPECT_NE(text.find("bad.jsonl:2: key \"label\" expected true or false, found a string \"yes\" (data.columns.label)"), std::string::npos) << text;
+  const std::string number = format_error(R"({"prompt": "p", "completion": "a", "label": 1})");
+  EXPECT_NE(number.find("bad.jsonl:2: key \"label\" expected true or false, found an integer 1"), std::string::npos) << number;
+  const std::string no_completion = format_error(R"({"prompt": "p", "label": true})");
+  EXPECT_NE(no_completion.find("bad.jsonl:2: missing key \"completion\" (data.columns.completion)"), std::string::npos) << no_completion;
+  EXPECT_NE(format_error(R"({"prompt": "p", "completion": "", "label": true})").find("bad.jsonl:2: completion is empty"), std::string::npos);
+  EXPECT_NE(format_error(R"({"prompt": "", "completion": "a", "label": true})").find("bad.jsonl:2: prompt is empty"), std::string::npos);
+  const std::string object = format_error(R"({"prompt": [{"role": "user", "content": "q"}], "completion": {"x": 1}, "label": true})");
+  EXPECT_NE(object.find("bad.jsonl:2: key \"completion\" expected a string or a list of messages, found"), std::string::npos) << object;
+}
+
+TEST_F(UnpairedTest, MalformedRecordsAreSkippedAndCountedUnderOnErrorSkip) {
+  options_.on_error = OnError::skip;
+  options_.batch_size = 2;
+  options_.train = file("train.jsonl", record(0, true) + "\n" + R"({"prompt": "p", "completion": "a", "label": "no"})" "\n" +
+                                           record(2, false) + "\n");
+  const Datasets ds = load();
+  EXPECT_EQ(ds.train_stats.skipped, 1);
+  EXPECT_EQ(ds.train->size(), 4u);
+  ASSERT_EQ(ds.train_stats.first_errors.size(), 1u);
+  EXPECT_NE(ds.train_stats.first_errors[0].find("train.jsonl:2: key \"label\" expected true or false"), std::string::npos);
 }
 
 }  // namespace

@@ -31,6 +31,7 @@ namespace ctune::train {
 enum class ObjectiveData {
   examples,  // instruct, chat, text: the examples' trained tokens
   pairs,     // preference: a chosen and a rejected response of one prompt
+  unpaired,  // unpaired_preference: one labelled completion of a prompt, and its KL row
   prompts,   // prompt: prompts whose completions the objective samples itself
 };
 
@@ -108,6 +109,10 @@ struct ObjectiveKind {
   void (*check_records)(const KindOptions& options, const data::Datasets& datasets) = nullptr;
   // The programs it runs beside itself, as checkpoints record them ({key: identity}); null: none.
   Json (*programs)(const KindOptions& options) = nullptr;
+  // Of the rows a record gives (data::examples_per_record), those whose activations the training
+  // forward keeps for backward: the memory ledger's rows. 0: every row. kto: 1 (its KL row is
+  // scored without gradients, as the reference's forward is).
+  std::int64_t gradient_rows_per_record = 0;
 };
 
 // A recipe's objective (RunPlan::objective): its kind and that kind's own options. Its

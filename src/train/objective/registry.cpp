@@ -14,6 +14,7 @@ const ObjectiveKind& sft_kind();
 const ObjectiveKind& dpo_kind();
 const ObjectiveKind& simpo_kind();
 const ObjectiveKind& orpo_kind();
+const ObjectiveKind& kto_kind();
 const ObjectiveKind& grpo_kind();
 
 namespace {
@@ -53,6 +54,7 @@ const std::vector<const ObjectiveKind*>& all_objective_kinds() {
         &dpo_kind(),
         &simpo_kind(),
         &orpo_kind(),
+        &kto_kind(),
         &grpo_kind(),
     };
     check_against_schema(kinds);

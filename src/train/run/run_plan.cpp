@@ -80,6 +80,8 @@ data::DataOptions data_options(const Recipe& r, const fs::path& tokenizer_dir) {
   d.columns.prompt = r.get_string("data.columns.prompt");
   d.columns.chosen = r.get_string("data.columns.chosen");
   d.columns.rejected = r.get_string("data.columns.rejected");
+  d.columns.completion = r.get_string("data.columns.completion");
+  d.columns.label = r.get_string("data.columns.label");
   d.truncation = data::parse_truncation(r.get_string("data.truncation"));
   d.chat_format = data::parse_chat_format(r.get_string("data.chat_format"));
   d.chat_template = r.get_optional_string("data.chat_template").value_or("");
@@ -251,10 +253,15 @@ void check_data_format(const Recipe& r, const ObjectiveKind& kind, bool mine) {
     if (kind.data != ObjectiveData::pairs && format == "preference")
       r.fail("data.format", "preference pairs need a preference objective (objective.name: " + objective_names(ObjectiveData::pairs) +
                                 "); this recipe's objective is " + name);
+    if (kind.data != ObjectiveData::unpaired && format == "unpaired_preference")
+      r.fail("data.format", "labelled completions need objective.name " + objective_names(ObjectiveData::unpaired) +
+                                "; this recipe's objective is " + name);
     return;
   }
   if (kind.data == ObjectiveData::pairs && format != "preference")
     r.fail("data.format", "objective.name " + name + " learns from preference pairs: expected preference, found " + format);
+  if (kind.data == ObjectiveData::unpaired && format != "unpaired_preference")
+    r.fail("data.format", "objective.name " + name + " learns from labelled completions: expected unpaired_preference, found " + format);
   if (kind.data == ObjectiveData::prompts && format != "prompt")
     r.fail("data.format", "objective.name " + name + " samples completions of prompts: expected prompt, found " + format);
   if (kind.data != ObjectiveData::prompts && format == "prompt")
@@ -299,11 +306,12 @@ void plan_data(RunPlan& p) {
   // Data errors name their own key or file:line; they only need the recipe in front.
   try {
     p.datasets = data::load_datasets(p.data, *p.tokenizer);
+    // What the objective asks of the records (grpo: the fields its reward functions read; kto:
+    // both labels).
+    if (const auto check = p.objective.kind->check_records) check(*p.objective.own, p.datasets);
   } catch (const Error& e) {
     throw ConfigError(r.source() + ": " + e.what());
   }
-  // What the objective asks of the records (grpo: the fields its reward functions read).
-  if (const auto check = p.objective.kind->check_records) check(*p.objective.own, p.datasets);
 }
 
 // Optimizer, schedule, step counts, evaluation, checkpoints.
@@ -453,11 +461,13 @@ data::SamplerOptions RunPlan::sampler_options() const {
   return options;
 }
 
-// The training rows one record gives: a preference pair's two, a generating objective's group
-// (grpo: num_generations).
+// The training rows one record gives whose activations backward needs (the ledger's B): a
+// preference pair's two, a generating objective's group (grpo: num_generations), fewer when the
+// objective scores some rows without gradients (kto: its KL rows).
 static std::int64_t rows_per_record(const RunPlan& p) {
   const auto generation = p.objective.generation();
-  return data::examples_per_record(p.data.format) * (generation ? generation->group : 1);
+  const std::int64_t stated = p.objective.kind->gradient_rows_per_record;
+  return (stated > 0 ? stated : data::examples_per_record(p.data.format)) * (generation ? generation->group : 1);
 }
 
 WeightFiles weight_files(const RunPlan& plan) { return {plan.model_dir, plan.tokenizer_dir, plan.checkpoint.shard_bytes}; }
@@ -605,9 +615,9 @@ std::string RunPlan::summary() const {
     << " tokens)\n";
   s << "method       " << method->describe() << "\n";
   const auto& ts = datasets.train_stats;
-  // A preference record is a pair of examples.
+  // A preference record is a pair of examples, an unpaired one a completion and its KL row.
   const std::int64_t per_record = data::examples_per_record(data.format);
-  const std::string unit = per_record == 2 ? " pairs" : " examples";
+  const std::string unit = data.format == data::DataFormat::unpaired_preference ? " labelled completions" : per_record == 2 ? " pairs" : " examples";
   auto count = [&](const data::Examples& ex) { return std::to_string(static_cast<std::int64_t>(ex->size()) / per_record) + unit; };
   s << "train data   " << ts.file << ": " << count(datasets.train) << ", " << ts.tokens << " tokens (" << ts.target_tokens << " trained)";
   if (ts.skipped) s << ", " << ts.skipped << " malformed records skipped";

@@ -592,7 +592,9 @@ std::shared_ptr<const ReferenceTable> Session::precomputed_reference(model::Caus
   parallel.shard_like_policy(reference);
   ReferenceTable table = compute_reference_table(lm, reference, train, n_train, eval, n_eval, &stage);
   table.fingerprint = fingerprint;
-  stage.finish("reference log-probabilities of " + std::to_string((n_train + n_eval) / 2) + " pairs in " + format_duration(stage.seconds()));
+  // Two rows a record: a pair's, or an unpaired completion and its KL row (kto).
+  stage.finish("reference log-probabilities of " + std::to_string((n_train + n_eval) / 2) +
+               (plan_.data.format == data::DataFormat::unpaired_preference ? " records" : " pairs") + " in " + format_duration(stage.seconds()));
   if (writer()) write_reference_table(path, table);
   comm_.barrier("waiting for rank 0 to write the reference log-probabilities");
   return std::make_shared<const ReferenceTable>(std::move(table));

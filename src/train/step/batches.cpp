@@ -14,6 +14,7 @@ TensorBatch to_tensors(const data::Batch& b, const at::Device& device) {
   t.target_tokens = b.target_tokens();
   t.rows_per_group = b.rows_per_group;
   t.examples = b.examples;
+  t.desirable = b.desirable;
   return t;
 }
 

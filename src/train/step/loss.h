@@ -24,6 +24,8 @@ struct TensorBatch {
   // what precomputed reference log-probabilities are looked up by (train/objective/reference_table.h).
   std::vector<std::int64_t> examples = {};
   bool eval_split = false;
+  // Per row, data::Batch::desirable: an unpaired record's label (1 desirable, 0 not), -1 elsewhere.
+  std::vector<std::int8_t> desirable = {};
   // Online RL (train/objective/rollout.h): per row its advantage ([B], float64), and per target
   // (in row-major order of the labels' targets, [N]) its log-probability under the policy that
   // generated it and under the reference; undefined when the objective does not need them.

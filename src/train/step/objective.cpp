@@ -40,8 +40,12 @@ double mean_loss(const ObjectiveSums& s) {
 
 std::vector<std::pair<std::string, double>> metric_means(const Objective& objective, const std::vector<double>& sums, double units,
                                                          double token_units) {
-  const auto names = objective.metric_names();
-  const auto per_token = objective.per_token_metrics();
+  return objective.means(sums, units, token_units);
+}
+
+std::vector<std::pair<std::string, double>> Objective::means(const std::vector<double>& sums, double units, double token_units) const {
+  const auto names = metric_names();
+  const auto per_token = per_token_metrics();
   std::vector<std::pair<std::string, double>> out;
   for (std::size_t i = 0; i < names.size() && i < sums.size(); ++i) {
     const double n = std::find(per_token.begin(), per_token.end(), names[i]) != per_token.end() ? token_units : units;

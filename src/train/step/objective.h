@@ -40,6 +40,12 @@ class Objective {
   // token units for the names per_token_metrics() lists.
   virtual std::vector<std::string> metric_names() const { return {}; }
   virtual std::vector<std::string> per_token_metrics() const { return {}; }
+  // The figures reported from the metrics' sums over a step or an eval split (ranks and
+  // micro-batches added): by default each sum over the units, or over the token units for the
+  // names per_token_metrics() lists. An objective whose figures are ratios of its own sums
+  // overrides it (KTO: a reward over the desirable completions only), and may leave a figure
+  // out (a sum that is only a denominator; a mean over no completion).
+  virtual std::vector<std::pair<std::string, double>> means(const std::vector<double>& sums, double units, double token_units) const;
   // Whether the loss is a mean token NLL (so a perplexity means something).
   virtual bool token_loss() const { return false; }
 };
