@@ -3,7 +3,10 @@
 
 1. No upward includes: a layer includes only layers below it. The order is the order in which
    src/CMakeLists.txt adds the layers (each built on those before it).
-2. No include cycles inside a folder: no two modules (a header with its .cpp) include each
+2. Rooms that stack: a layer whose CMakeLists.txt declares `set(CTUNE_ROOMS a b c ...)` (bottom
+   to top) keeps its folders ("rooms") in that order: a file includes only its own room and the
+   rooms before it, and every room of the layer is in the list (a new room must take a place).
+3. No include cycles inside a folder: no two modules (a header with its .cpp) include each
    other, directly or through a chain of modules of the same folder (a folder's files read as
    a stack, not a knot). zero.h including data_parallel.h while data_parallel.cpp includes
    zero.h is such a cycle.
@@ -23,6 +26,33 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 def layers(src):
     order = re.findall(r"^add_subdirectory\((\w+)\)", open(os.path.join(src, "CMakeLists.txt")).read(), re.M)
     return {name: rank for rank, name in enumerate(order)}
+
+
+def rooms(src, layer):
+    """The declared order of a layer's rooms, bottom first, or None when it declares none."""
+    path = os.path.join(src, layer, "CMakeLists.txt")
+    found = re.search(r"^set\(CTUNE_ROOMS\s+([^)]*)\)", open(path).read(), re.M) if os.path.exists(path) else None
+    return {name: rank for rank, name in enumerate(found.group(1).split())} if found else None
+
+
+def room_problems(src, rank, graph):
+    problems = []
+    for layer in rank:
+        order = rooms(src, layer)
+        if order is None:
+            continue
+        present = {d for d in os.listdir(os.path.join(src, layer)) if os.path.isdir(os.path.join(src, layer, d))}
+        for d in sorted(present - set(order)):
+            problems.append(f"room src/{layer}/{d} is not in {layer}'s CTUNE_ROOMS (src/{layer}/CMakeLists.txt)")
+        for f, includes in graph.items():
+            parts = f.split("/")
+            if parts[0] != layer or len(parts) < 3:
+                continue
+            for i in includes:
+                there = i.split("/")
+                if there[0] == layer and len(there) >= 3 and order.get(there[1], -1) > order.get(parts[1], -1):
+                    problems.append(f"upward include: src/{f} includes src/{i} ({layer}/{there[1]} is above {layer}/{parts[1]})")
+    return problems
 
 
 def sources(src):
@@ -48,6 +78,8 @@ def main():
             there = i.split("/")[0]
             if here in rank and there in rank and rank[there] > rank[here]:
                 problems.append(f"upward include: src/{f} includes src/{i} ({there} is above {here})")
+
+    problems += room_problems(src, rank, graph)
 
     # Cycles through modules of one folder: depth-first search on each folder's own subgraph of
     # modules (x.h and x.cpp are one node, x).
@@ -82,7 +114,7 @@ def main():
 
     edges = sum(len(v) for v in graph.values())  # between modules
     return report(problems, f"include rules: {len(problems)} violation(s) in {len(files)} files",
-                  f"include rules: {len(files)} files, {len(graph)} modules, {edges} module includes: no upward include, no cycle inside a folder")
+                  f"include rules: {len(files)} files, {len(graph)} modules, {edges} module includes: no upward include between layers or rooms, no cycle inside a folder")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,12 @@
 # Idempotent: packages already present are skipped by apt itself.
 set -euo pipefail
 
+# Debian 13 renamed some libraries for 64-bit time_t (the "t64" transition); the old name is only
+# a virtual package there, which dpkg-query never reports installed. scripts/check_libtorch2.sh
+# runs this script in a Debian 13 root.
+TCMALLOC_PACKAGE=libtcmalloc-minimal4
+apt-cache show libtcmalloc-minimal4t64 >/dev/null 2>&1 && TCMALLOC_PACKAGE=libtcmalloc-minimal4t64
+
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libgloo-dev libopenblas0-openmp libdnnl-dev
@@ -12,7 +18,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev
   libonig-dev libutf8proc-dev libxxhash-dev
   python3-torch python3-numpy python3-sentencepiece
-  libtcmalloc-minimal4  # scripts/bench.sh runs its PyTorch peers on tcmalloc
+  "$TCMALLOC_PACKAGE"  # scripts/bench.sh runs its PyTorch peers on tcmalloc
   python3-jinja2  # the chat-template tests' reference engine (tests/template)
   iproute2 procps  # ss and pgrep: scripts/fault_drill.sh watches a run's sockets and ranks
   chromium  # the run report is rendered headless in the tests (docs/report.md)

@@ -15,7 +15,7 @@
 #include "model/parameter_shapes.h"
 #include "model/decoder.h"
 #include "ops/memory.h"
-#include "train/observe/memory_ledger.h"
+#include "train/forecast/memory_ledger.h"
 #include "train/run/run_plan.h"
 
 namespace ctune::cli {

@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
 
 #include <ATen/record_function.h>
 #include <spdlog/spdlog.h>
@@ -99,6 +100,11 @@ Comm::Comm(const World& world, std::chrono::milliseconds timeout) : world_(world
       options.numWorkers = world.agent_store ? c10::nullopt : c10::optional<std::size_t>(world.size);
       options.waitWorkers = false;
       options.timeout = timeout;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+      // From 2.4 a TCPStore serves through libuv unless told otherwise, and LibTorch builds
+      // without libuv (Debian's) then refuse to start: the classic server, as 1.13 has (docs/build.md).
+      options.useLibUV = false;
+#endif
       store = c10::make_intrusive<c10d::TCPStore>(world.master_addr, options);
       if (world.rank == 0 && !world.keys_secret) {
         spdlog::warn("distributed: CTUNE_RUN_SECRET is not set: any host that reaches {}:{} can disturb this run's keys "

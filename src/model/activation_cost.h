@@ -2,7 +2,7 @@
 // each block beside its forward: AttentionImpl::saved_activations (attention.cpp),
 // MLPImpl::saved_activations and DecoderLayerImpl::saved_activations (llama.cpp), the layer's
 // norms being RMSNorm's (layers.cpp). The blocks read the Architecture; the memory ledger
-// (train/observe/memory_ledger.cpp) supplies the symbols and, through projection_input, what the
+// (train/forecast/memory_ledger.cpp) supplies the symbols and, through projection_input, what the
 // training method keeps of each projection's input, and knows no architecture itself.
 // Derivations: docs/formats.md#activations-per-layer.
 #pragma once

@@ -26,7 +26,7 @@ namespace ctune::model {
 struct KVCache {
   // Its bytes: K and V of each of `layers`, [rows, KV heads, positions, head dim] each, in
   // `element`-byte values; as a ledger term, which the memory ledgers print
-  // (train/observe/memory_ledger.h) and CausalLM::cache_bytes evaluates.
+  // (train/forecast/memory_ledger.h) and CausalLM::cache_bytes evaluates.
   static Term bytes(const Term& layers, const Term& kv_heads, const Term& head_dim, const Term& positions, const Term& rows,
                     const Term& element);
   // The whole cache of `config`'s model, its L layers given as `layers`: K and V of the attention

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -79,12 +80,29 @@ void gemm_into(std::int64_t m, std::int64_t d, std::int64_t n, const T* A, const
   }
 }
 
+// Tasks per thread so that each gets at least kMinThreadWork multiply-adds: a decoding step's
+// attention (one query per head over a short cache) runs on the calling thread, since waking a
+// second thread for a few microseconds of work costs more than it saves, and the woken thread
+// then spins where the decode's own workers run (docs/performance.md, "Beside a neighbour").
+constexpr std::int64_t kMinThreadWork = std::int64_t{1} << 19;
+
+std::int64_t forward_grain(const Call& c) {
+  std::int64_t cells = 0;
+  for (const Block& blk : c.blocks) cells += blk.m * blk.n;
+  const std::int64_t tasks = std::max<std::int64_t>(c.B * c.hkv * static_cast<std::int64_t>(c.blocks.size()), 1);
+  const std::int64_t per_task = std::max<std::int64_t>(c.B * c.hkv * cells * c.groups * c.d * 2 / tasks, 1);
+  return std::max<std::int64_t>(1, kMinThreadWork / per_task);
+}
+
 template <typename T>
 void forward_tiles(const Call& c, const T* q, const T* k, const T* v, T* out, float* lse) {
   const auto rows_fn = cpu_kernels().softmax_forward_f32_scores[elem_index(c10::CppTypeToScalarType<T>::value)];
   const auto nblk = static_cast<std::int64_t>(c.blocks.size());
   const auto d = c.d;
-  at::parallel_for(0, c.B * c.hkv * nblk, 1, [&](std::int64_t begin, std::int64_t end) {
+  const std::int64_t tasks = c.B * c.hkv * nblk, grain = forward_grain(c);
+  std::optional<cpu_gemm::OnThisThread> serial;
+  if (grain >= tasks) serial.emplace();
+  at::parallel_for(0, tasks, grain, [&](std::int64_t begin, std::int64_t end) {
     // o: the fp32 rows gemm_into rounds from (bf16 only; fp32 writes straight into out).
     constexpr bool narrow = !std::is_same_v<T, float>;
     std::vector<float> scores(static_cast<std::size_t>(c.max_m * c.max_n)), o(narrow ? static_cast<std::size_t>(c.max_m * d) : 0);

@@ -1,6 +1,5 @@
 #include "ops/compute.h"
 
-#include <ATen/Parallel.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <vector>
 
 #include "ops/cpu_features.h"
+#include "ops/row_product.h"
 
 namespace ctune::ops {
 
@@ -63,41 +63,15 @@ at::Tensor fp32(const at::Tensor& t) { return t.defined() ? t.to(at::kFloat) : t
 // head's weight gradient, [vocabulary, rows] · [rows, hidden], would otherwise convert its
 // [vocabulary, rows] operand whole: 400 MB on the SmolLM shape, past what the ledger counts.)
 // One row times a weight stored [N, K] row by row (b = wᵀ): each output an fp32 dot product read
-// straight from the 16-bit rows, one pass over the weight in its own bytes. Decoding one sequence
-// multiplies one row; widening the weight first moved 5x its bytes (bf16 decode at a third of
-// fp32's speed on the SmolLM shape).
+// straight from the 16-bit rows, one pass over the weight in its own bytes (row_product.h).
+// Decoding one sequence multiplies one row; widening the weight first moved 5x its bytes (bf16
+// decode at a third of fp32's speed on the SmolLM shape).
 bool is_row_times_weight(const at::Tensor& a, const at::Tensor& b) {
   return a.size(0) == 1 && b.scalar_type() == at::kBFloat16 && b.stride(0) == 1 && b.stride(1) == b.size(0) && b.size(0) > 0;
 }
 
-// bf16 is the upper half of an fp32: widened by a shift. Eight partial sums, which the compiler
-// vectorizes without reordering a single sum (this file has no `omp simd`; one sum compiled to a
-// scalar loop that took 70% of a decode step). Summed in fp32 in a fixed order.
-void dot_rows_bf16(const c10::BFloat16* w, std::int64_t K, std::int64_t N, const float* x, float* y) {
-  const auto* bits = reinterpret_cast<const std::uint16_t*>(w);
-  constexpr std::int64_t kLanes = 8;
-  at::parallel_for(0, N, 16, [&](std::int64_t begin, std::int64_t end) {
-    for (std::int64_t n = begin; n < end; ++n) {
-      const std::uint16_t* row = bits + n * K;
-      float lanes[kLanes] = {};
-      std::int64_t k = 0;
-      for (; k + kLanes <= K; k += kLanes)
-        for (std::int64_t j = 0; j < kLanes; ++j)
-          lanes[j] += __builtin_bit_cast(float, static_cast<std::uint32_t>(row[k + j]) << 16) * x[k + j];
-      float sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
-      for (; k < K; ++k) sum += __builtin_bit_cast(float, static_cast<std::uint32_t>(row[k]) << 16) * x[k];
-      y[n] += sum;
-    }
-  });
-}
-
 at::Tensor row_times_weight(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias) {
-  const std::int64_t K = b.size(0), N = b.size(1);
-  const auto x = fp32(a).contiguous();
-  auto y = at::zeros({N}, at::kFloat);
-  if (bias.defined()) y.copy_(bias);
-  dot_rows_bf16(b.data_ptr<c10::BFloat16>(), K, N, x.data_ptr<float>(), y.data_ptr<float>());
-  return y.unsqueeze(0).to(a.scalar_type());
+  return row_product(fp32(a).contiguous(), b.t(), bias).unsqueeze(0).to(a.scalar_type());
 }
 
 at::Tensor product_2d(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias) {
@@ -225,8 +199,12 @@ at::Tensor linear_in(const at::Tensor& x, const at::Tensor& weight, const at::Te
   }
   // One row (decoding one sequence): a matrix-vector product streams the weight once, where
   // BLAS gemm with a single row first packs a copy of the whole weight; measured about 2x on
-  // the decode step (docs/performance.md, "Decode against PyTorch eager").
+  // the decode step (docs/performance.md, "Decode against PyTorch eager"). fp32 takes
+  // row_product, whose caller does not wait for a descheduled thread ("Beside a neighbour").
   const auto& t = wc.scalar_type();
+  if (xc.dim() >= 1 && row_product_applies(xc.reshape({-1}), wc, bc)) {
+    return row_product(xc.reshape({-1}), wc, bc).view(with_last(xc.sizes(), wc.size(0)));
+  }
   if (xc.dim() >= 1 && xc.numel() == xc.size(-1) && xc.is_cpu() && (t == at::kFloat || t == at::kDouble) && xc.scalar_type() == t) {
     const auto v = xc.reshape({-1});
     const auto y = bc.defined() ? at::addmv(bc, wc, v) : at::mv(wc, v);

@@ -1,6 +1,7 @@
 #include "ops/cpu_gemm.h"
 
 #include <ATen/record_function.h>
+#include <omp.h>
 #include <c10/util/Exception.h>
 
 #include <vector>
@@ -111,5 +112,8 @@ bool weight_grad_fp32(at::Tensor& dw, const at::Tensor& dy, const at::Tensor& x,
        accumulate ? 1.f : 0.f, dw.data_ptr<float>(), in);
   return true;
 }
+
+OnThisThread::OnThisThread() : previous_(omp_get_max_threads()) { omp_set_num_threads(1); }
+OnThisThread::~OnThisThread() { omp_set_num_threads(previous_); }
 
 }  // namespace ctune::ops::cpu_gemm

@@ -49,4 +49,20 @@ bool fp32_weight_grads(at::Device device, at::ScalarType compute);
 // head's chunks (49152 rows of output) amortise them (docs/performance.md, "What is left").
 bool weight_grad_fp32(at::Tensor& dw, const at::Tensor& dy, const at::Tensor& x, bool accumulate);
 
+// While alive, the GEMMs this thread calls outside a parallel region run on it alone: oneDNN
+// spreads a GEMM over this thread's OpenMP thread count, which this sets to 1 (and restores).
+// For a kernel that runs its tasks on the calling thread (the tiled attention of a decoding
+// step): each tiny GEMM would otherwise open a parallel region of its own. ATen's parallel_for
+// reads the same count, so nothing inside should expect other threads.
+class OnThisThread {
+ public:
+  OnThisThread();
+  ~OnThisThread();
+  OnThisThread(const OnThisThread&) = delete;
+  OnThisThread& operator=(const OnThisThread&) = delete;
+
+ private:
+  int previous_;
+};
+
 }  // namespace ctune::ops::cpu_gemm

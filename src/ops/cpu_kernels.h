@@ -123,6 +123,18 @@ using ScaleCheckFn = bool (*)(void* x, double scale, bool apply, std::int64_t be
 // Σ x², accumulated in float64.
 using SumSquaresFn = double (*)(const void* x, std::int64_t begin, std::int64_t end);
 
+// ---- one row times a weight (row_product.h) ---------------------------------------------------
+// y[n - begin] = Σ_k w[n, k] x[k] for rows n in [begin, end) of w [N, K] (rows contiguous, the
+// table's type: fp32, or bf16 widened by a shift), x fp32 [K]: each row summed in fp32 in a fixed
+// order (kDotLanes partial sums, then a fixed tree), so a row's bits do not depend on which
+// thread computed it.
+struct DotRowsArgs {
+  const void* w;
+  std::int64_t K;
+  const float* x;
+};
+using DotRowsFn = void (*)(const DotRowsArgs&, std::int64_t begin, std::int64_t end, float* y);
+
 struct CpuKernels {
   const char* isa;  // "x86_64_v4", "x86_64_v3", "baseline"
   SoftmaxRowsFn softmax_forward[kElems];
@@ -141,6 +153,7 @@ struct CpuKernels {
   AdamWFn adamw[kElems];                     // fp32 and float64 only (null for the others)
   ScaleCheckFn scale_check[kElems];
   SumSquaresFn sum_squares[kElems];
+  DotRowsFn dot_rows[kElems];  // fp32 and bf16 only (null for the others)
 };
 
 // The table for the widest instruction set this CPU supports (chosen once), or the one a

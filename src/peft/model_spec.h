@@ -27,7 +27,7 @@ struct ModelSpec {
 
 // Loads the weights, attaches the adapter, quantises the base, moves the model to its device, sets
 // recomputation and the compute dtype, in that order. Nothing in the returned model trains (requires_grad is off everywhere):
-// a training method marks what does (train/run/method.h).
+// a training method marks what does (train/method/method.h).
 model::CausalLM build_model(const ModelSpec& spec);
 
 }  // namespace ctune::peft

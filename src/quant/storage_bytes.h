@@ -1,5 +1,5 @@
 // How many bytes a quantised weight takes as stored: the formats' arithmetic, in one place for
-// the quantisers (quant/) and the memory ledger (train/observe/memory_ledger.cpp). Formats in
+// the quantisers (quant/) and the memory ledger (train/forecast/memory_ledger.cpp). Formats in
 // docs/formats.md.
 #pragma once
 

@@ -754,7 +754,10 @@ TEST_F(Distributed, AStrangersKeysOnATorchrunStoreAreHarmless) {
 from datetime import timedelta
 import torch.distributed as dist
 port, key, value, ready = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
-store = dist.TCPStore("127.0.0.1", port, None, True, timedelta(seconds=60), wait_for_workers=False)
+try:  # torch >= 2.4 serves through libuv by default, which Debian's build lacks; 1.13 has no such argument
+    store = dist.TCPStore("127.0.0.1", port, None, True, timedelta(seconds=60), wait_for_workers=False, use_libuv=False)
+except TypeError:
+    store = dist.TCPStore("127.0.0.1", port, None, True, timedelta(seconds=60), wait_for_workers=False)
 store.set(key, value)
 open(ready, "w").close()
 for _ in range(1200):

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Fixture step: installs node-llama-cpp 3.21.1 (llama.cpp with a prebuilt CPU backend) into a
+# Fixture step: installs node-llama-cpp 3.22.1 (llama.cpp with a prebuilt CPU backend) into a
 # cache directory (argument 1) for the GGUF conformance tests; argument 2 names another version
-# (scripts/bench_decode.sh installs 3.22.1 into a cache of its own). Skips everything when the cache is
+# (scripts/bench_decode.sh installs the same version into a cache of its own). Skips everything when the cache is
 # complete, so only the first run needs the network. On x86-64 Linux only the linux-x64 backend
 # is installed (--omit=optional skips the CUDA/Vulkan/other-platform builds: 83 MB instead of
 # 730 MB); elsewhere npm picks the platform's prebuilt package itself.
 set -euo pipefail
 cache=${1:?usage: fetch_llama_cpp.sh CACHE_DIR [VERSION]}
-version=${2:-3.21.1}
+version=${2:-3.22.1}
 cache=$(realpath -m "$cache")  # the steps below change directory
 if [[ -f "$cache/.complete-$version" ]]; then
   echo "node-llama-cpp $version ready in $cache"

@@ -1,4 +1,4 @@
-// Runs GGUF files through llama.cpp (node-llama-cpp 3.21.1, prebuilt CPU backend) for the export
+// Runs GGUF files through llama.cpp (node-llama-cpp 3.22.1, prebuilt CPU backend) for the export
 // conformance tests. One Node process for every case, since loading the backend is the slow part.
 //
 //   node llama_cpp_eval.mjs NPM_CACHE JOBS.json RESULTS.json

@@ -1,5 +1,5 @@
 // llama.cpp conformance: every case of conformance_cases.cpp, exported by `ctune export` and run
-// through llama.cpp (node-llama-cpp 3.21.1) by the preparation step, must agree with ctune:
+// through llama.cpp (node-llama-cpp 3.22.1) by the preparation step, must agree with ctune:
 //   - llama.cpp's greedy continuation (its own temperature-0 sampler) equals ctune's greedy
 //     generation (infer::generate, KV cache) for all 40 tokens (at least 32 are required to exist);
 //   - at every step, llama.cpp's next-token log-probabilities agree with ctune's over the whole

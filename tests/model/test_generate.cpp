@@ -18,7 +18,7 @@
 #include "infer/generate.h"
 #include "model/parameter_shapes.h"
 #include "model/weights.h"
-#include "train/observe/memory_ledger.h"
+#include "train/forecast/memory_ledger.h"
 #include "margins.h"
 
 namespace fs = std::filesystem;

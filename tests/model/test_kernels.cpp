@@ -394,7 +394,7 @@ TEST(Kernels, GradientUnscaleCheckAndNormAgreeWithFloat64) {
 }  // namespace
 }  // namespace ctune
 
-// The machine's rates are measured from the tensor pool (train/plan/machine.cpp) before
+// The machine's rates are measured from the tensor pool (train/forecast/machine.cpp) before
 // `train --fit` chooses its allocator: the scope must hand back the allocator it replaced, and
 // a tensor made inside it must stay usable after it.
 TEST(TensorPool, AScopeRestoresTheAllocatorItReplaced) {

@@ -12,8 +12,8 @@
 
 #include "data/sampler.h"
 #include "distributed/comm.h"
+#include "train/method/distributed_plan.h"
 #include "train/parallel/replicated_sync.h"
-#include "train/run/distributed_plan.h"
 #include "train/state/sharded_checkpoint.h"
 #include "train/step/trainer.h"
 

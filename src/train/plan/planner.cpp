@@ -10,7 +10,7 @@
 #include "core/quant_names.h"
 #include "core/recipe_schema.h"
 #include "ops/memory.h"
-#include "train/run/method.h"
+#include "train/method/method.h"
 
 namespace ctune::train {
 

@@ -5,7 +5,7 @@
 // are searched over every combination that can run. A candidate fits when its predicted peak
 // plus kPlanHeadroom of it is within the budget: the ledger is held to under-predict by at
 // most 5% (scripts/bench_memory.sh), so a plan that fits on paper fits when it runs. Each candidate gets the memory ledger's
-// peak per device and the step-time model's tokens/s (train/plan/step_time.h); the plan is the
+// peak per device and the step-time model's tokens/s (train/forecast/step_time.h); the plan is the
 // fastest candidate that fits, near-ties (within 2%) going to the one that turns on fewer
 // techniques in the order the field applies them (mixed precision, LoRA, checkpointing, a
 // quantised base, offload; sharding first with several devices).
@@ -20,8 +20,8 @@
 #include "core/json.h"
 #include "core/recipe.h"
 #include "distributed/world.h"
-#include "train/observe/memory_ledger.h"
-#include "train/plan/step_time.h"
+#include "train/forecast/memory_ledger.h"
+#include "train/forecast/step_time.h"
 #include "train/run/run_plan.h"
 
 namespace ctune::train {

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "train/observe/memory_ledger.h"
+#include "train/forecast/memory_ledger.h"
 
 namespace ctune::train {
 

@@ -181,7 +181,7 @@ model::CausalLM plan_model(RunPlan& p) {
 // The method: what trains, and the dtype the weights are stored in for it; memory techniques.
 void plan_method(RunPlan& p, model::CausalLM& shape_only) {
   const Recipe& r = p.recipe;
-  //    One factory by name (train/run/method.h); the LoRA keys are read whatever the method, as
+  //    One factory by name (train/method/method.h); the LoRA keys are read whatever the method, as
   //    the schema has validated them.
   peft::LoraOptions lora;
   lora.rank = r.get_int("peft.rank");

@@ -23,11 +23,11 @@
 #include "peft/model_spec.h"
 #include "quant/quantized_linear.h"
 #include "tokenizer/tokenizer.h"
-#include "train/observe/memory_ledger.h"
-#include "train/run/distributed_plan.h"
+#include "train/forecast/disk_need.h"
+#include "train/forecast/memory_ledger.h"
+#include "train/method/distributed_plan.h"
+#include "train/method/method.h"
 #include "train/objective/objectives.h"
-#include "train/run/method.h"
-#include "train/state/disk_need.h"
 #include "train/step/grad_scaler.h"
 #include "train/step/optimizer.h"
 #include "train/step/trainer.h"
@@ -139,7 +139,7 @@ LedgerInputs ledger_inputs(const RunPlan& plan, std::int64_t runtime_bytes);
 // how large a shard may be.
 WeightFiles weight_files(const RunPlan& plan);
 
-// What the plan's run writes (train/state/disk_need.h): a checkpoint and the result, from the
+// What the plan's run writes (train/forecast/disk_need.h): a checkpoint and the result, from the
 // ledger's trainable count and optimizer state and the method's files beside the tensors; and
 // when it checkpoints and keeps, for a run from its start into an empty output_dir.
 RunWrites run_writes(const RunPlan& plan, const Ledger& ledger);

@@ -20,13 +20,13 @@
 #include "ops/memory_phase.h"
 #include "ops/tensor_pool.h"
 #include "ops/threads.h"
-#include "train/observe/memory_report.h"
-#include "train/observe/metrics.h"
+#include "train/forecast/disk_need.h"
+#include "train/forecast/memory_report.h"
 #include "train/objective/objectives.h"
 #include "train/objective/reward_command.h"
+#include "train/observe/metrics.h"
 #include "train/parallel/data_parallel.h"
 #include "train/run/checkpoint_cadence.h"
-#include "train/state/disk_need.h"
 #include "train/step/batches.h"
 
 namespace ctune::train {

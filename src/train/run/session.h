@@ -22,10 +22,10 @@
 
 #include "distributed/comm.h"
 #include "io/run_dir.h"
+#include "train/forecast/memory_ledger.h"
 #include "train/objective/kind.h"
-#include "train/parallel/data_parallel.h"
-#include "train/observe/memory_ledger.h"
 #include "train/observe/metrics.h"
+#include "train/parallel/data_parallel.h"
 #include "train/run/out_of_memory.h"
 #include "train/run/run_plan.h"
 #include "train/state/checkpoint.h"
@@ -76,7 +76,7 @@ class Session {
   void refuse_what_cannot_fit(const Ledger& ledger) const;
   void hold_to_address_space(OutOfMemoryFacts& facts) const;
   // Rank 0, before the run writes anything: its checkpoints and result past the disk's free
-  // space (train/state/disk_need.h). `resumed`: the step of the checkpoint resumed from (-1: none).
+  // space (train/forecast/disk_need.h). `resumed`: the step of the checkpoint resumed from (-1: none).
   // Returns the line the plan's summary gets.
   std::string refuse_what_cannot_be_written(std::int64_t resumed) const;
   ResumePoint open_run_dir(std::optional<io::DirLock>& lock, const Json& inputs, const Json& programs);

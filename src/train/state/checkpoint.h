@@ -22,7 +22,7 @@
 #include "io/manifest.h"
 #include "io/run_dir.h"
 #include "model/decoder.h"
-#include "train/run/method.h"
+#include "train/method/method.h"
 #include "train/state/sharded_checkpoint.h"
 #include "train/step/grad_scaler.h"
 #include "train/step/optimizer.h"

@@ -1,4 +1,4 @@
-#include "train/state/disk_need.h"
+#include "train/forecast/disk_need.h"
 
 #include <algorithm>
 #include <system_error>

@@ -4,15 +4,15 @@
 // windowed) context, the memory traffic of the element-wise work and the loss, the
 // dequantisation of an int8/nf4 base, the optimizer's pass over its state, the collectives of the
 // sharding strategy and offload's copies, each divided by a rate measured on this machine
-// (train/plan/machine.h). It ranks plans; it is not a profiler (logging.profile measures).
+// (train/forecast/machine.h). It ranks plans; it is not a profiler (logging.profile measures).
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "distributed/world.h"
-#include "train/observe/memory_ledger.h"
-#include "train/plan/machine.h"
+#include "train/forecast/machine.h"
+#include "train/forecast/memory_ledger.h"
 
 namespace ctune::train {
 

@@ -1,4 +1,4 @@
-#include "train/observe/memory_report.h"
+#include "train/forecast/memory_report.h"
 
 #include <unordered_set>
 

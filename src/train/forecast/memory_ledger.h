@@ -21,7 +21,7 @@
 #include "model/parameter_shapes.h"
 #include "model/recompute.h"
 #include "quant/quantized_linear.h"
-#include "train/run/method.h"
+#include "train/method/method.h"
 
 namespace ctune::train {
 
@@ -121,10 +121,10 @@ struct Ledger {
   std::string peak_formula;
   std::int64_t host_bytes = 0;  // of the peak, the host pool's lines (cpu_offload)
   // Parameters, gradients and optimizer state at their peak (weights, gathered, gradients,
-  // gathered grads and optimizer state together): what train/observe/memory_report.h measures.
+  // gathered grads and optimizer state together): what train/forecast/memory_report.h measures.
   std::int64_t state_bytes = 0;
   std::int64_t activations_per_layer = 0;  // saved per decoder layer without recompute
-  // What a checkpoint holds of the state, whole over every rank (train/state/disk_need.h): the
+  // What a checkpoint holds of the state, whole over every rank (train/forecast/disk_need.h): the
   // trainable parameters, each in fp32, and the optimizer's fp32 state, in bytes per parameter.
   std::int64_t trainable_parameters = 0;
   std::int64_t optimizer_bytes_per_parameter = 0;

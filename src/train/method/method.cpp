@@ -1,4 +1,4 @@
-#include "train/run/method.h"
+#include "train/method/method.h"
 
 #include <algorithm>
 

@@ -68,7 +68,7 @@ class Method {
   // adapter_config.json (a sharded checkpoint holds these; its tensors are in its shards).
   virtual void write_weight_metadata(const model::ModelConfig& config, const std::filesystem::path& dir,
                                      const WeightFiles& files) const = 0;
-  // The larger files of those (the tokenizer's), in bytes: what train/state/disk_need.h counts
+  // The larger files of those (the tokenizer's), in bytes: what train/forecast/disk_need.h counts
   // beside the tensors.
   virtual std::int64_t weight_metadata_bytes(const WeightFiles& files) const = 0;
   // The tensors of the weights, by the model's parameter names: every parameter of full

@@ -1,4 +1,4 @@
-#include "train/plan/step_time.h"
+#include "train/forecast/step_time.h"
 
 #include <algorithm>
 #include <cmath>

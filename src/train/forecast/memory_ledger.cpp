@@ -1,4 +1,4 @@
-#include "train/observe/memory_ledger.h"
+#include "train/forecast/memory_ledger.h"
 
 #include <algorithm>
 #include <cstdio>

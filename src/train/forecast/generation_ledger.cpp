@@ -3,7 +3,7 @@
 #include "model/decoder.h"
 #include "ops/attention.h"
 #include "ops/attention_tiled.h"
-#include "train/observe/memory_ledger.h"
+#include "train/forecast/memory_ledger.h"
 
 namespace ctune::train {
 

@@ -1,4 +1,4 @@
-#include "train/plan/machine.h"
+#include "train/forecast/machine.h"
 
 #include <ATen/Parallel.h>
 

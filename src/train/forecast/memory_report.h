@@ -1,5 +1,5 @@
 // What a run measured about its memory, next to what the ledger predicted
-// (train/observe/memory_ledger.h): the resident peak of the process, and the bytes of parameters,
+// (train/forecast/memory_ledger.h): the resident peak of the process, and the bytes of parameters,
 // gradients and optimizer state this rank held at their peak, measured by walking the tensors
 // themselves (so it shows whether sharding really divides them, apart from activations and the
 // heap). Reported in the log and as the last line of metrics.jsonl.
@@ -9,7 +9,7 @@
 
 #include "core/json.h"
 #include "model/decoder.h"
-#include "train/observe/memory_ledger.h"
+#include "train/forecast/memory_ledger.h"
 #include "train/observe/metrics.h"
 #include "train/step/optimizer.h"
 
