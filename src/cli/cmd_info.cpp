@@ -40,11 +40,17 @@ int run_info(const InfoOptions& o) {
   io::CheckpointReader checkpoint(o.dir);
   std::uint64_t params = 0, bytes = 0;
   std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by_dtype;  // dtype -> (params, bytes)
+  std::size_t mxfp4 = 0;
   for (const auto& [name, ref] : checkpoint.tensors()) {
-    auto& slot = by_dtype[io::dtype_name(ref.info->dtype)];
-    slot.first += ref.info->numel();
+    // MXFP4 (quant/mxfp4.h): a blocks byte holds two parameters; the scales hold none.
+    const bool blocks = name.size() > 7 && name.compare(name.size() - 7, 7, "_blocks") == 0;
+    const bool scales = name.size() > 7 && name.compare(name.size() - 7, 7, "_scales") == 0;
+    const std::uint64_t n = scales ? 0 : ref.info->numel() * (blocks ? 2 : 1);
+    mxfp4 += blocks ? 1 : 0;
+    auto& slot = by_dtype[blocks || scales ? "MXFP4" : io::dtype_name(ref.info->dtype)];
+    slot.first += n;
     slot.second += ref.info->nbytes();
-    params += ref.info->numel();
+    params += n;
     bytes += ref.info->nbytes();
   }
   const auto& c = config;
@@ -83,7 +89,8 @@ int run_info(const InfoOptions& o) {
               intermediate.c_str());
   std::printf("%-22s %lld query / %lld key-value heads, head_dim %lld%s%s\n", "attention", (long long)c.num_attention_heads,
               (long long)c.num_key_value_heads, (long long)c.head_dim,
-              c.arch.qkv_bias ? ", q/k/v bias" : "", c.arch.qk_norm ? ", q/k norm" : "");
+              c.arch.qkv_bias ? ", q/k/v bias" : "", c.arch.qk_norm ? (c.arch.attention_sinks ? ", q/k norm, sinks" : ", q/k norm")
+                                                                  : (c.arch.attention_sinks ? ", sinks" : ""));
   if (const auto& l = c.arch.linear; l.any()) {
     const auto n = std::count(l.layers.begin(), l.layers.end(), true);
     std::printf("%-22s %lld of %lld layers: %lld query-key / %lld value heads of %lld / %lld, conv %lld%s\n", "gated deltanet",
@@ -118,6 +125,7 @@ int run_info(const InfoOptions& o) {
   for (const auto& [name, v] : by_dtype) {
     std::printf("%-22s %llu parameters, %s\n", ("  " + name).c_str(), (unsigned long long)v.first, human_bytes(v.second).c_str());
   }
+  if (mxfp4 > 0) std::printf("%-22s %zu MXFP4 tensors, dequantised to the compute dtype at load\n", "quantised", mxfp4);
   const std::int64_t implied = model::parameter_count(model::parameter_shapes(c));
   if (static_cast<std::int64_t>(params) != implied) {
     std::printf("note: config.json implies %lld parameters; the files hold %llu\n", (long long)implied,

@@ -31,6 +31,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& c, at::ScalarType dtype)
     q_norm = register_module("q_norm", config_norm(c, c.head_dim, dtype));
     k_norm = register_module("k_norm", config_norm(c, c.head_dim, dtype));
   }
+  if (c.arch.attention_sinks) sinks = register_parameter("sinks", at::empty({num_heads}, at::TensorOptions().dtype(dtype)));
 }
 
 std::pair<at::Tensor, at::Tensor> LayerCache::append(const at::Tensor& k_new, const at::Tensor& v_new) {
@@ -83,7 +84,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   if (cache) std::tie(k, v) = cache->append(k, v);
   // softmax(q kᵀ · scale) v over [B, nh, T, T_past + T] scores (soft-capped when the family
   // caps them); each KV head serves num_heads / num_kv_heads query heads.
-  auto out = ops::attention_core(q, k, v, mask, scale, kernel, softcap);  // [B, nh, T, d]
+  auto out = ops::attention_core(q, k, v, mask, scale, kernel, softcap, sinks);  // [B, nh, T, d]
   out = out.transpose(1, 2).reshape({B, T, num_heads * head_dim});
   if (gate.defined()) out = out * at::sigmoid(gate);
   return o_proj->forward(out);
@@ -123,11 +124,15 @@ ActivationCost AttentionImpl::saved_activations(const ModelConfig& config, const
   const Term o_in = s.projection_input("o_proj", s.nh * s.d);
   // The output gate's product keeps both factors: the attention output and sigmoid(gate).
   const Term gated = arch.attn_output_gate ? Term::num(2) * n * s.nh * s.d * c : Term();
-  a.saved = qkv + qk_norm + a.scores + core + gated + o_in;
+  // Blocked attention with sinks keeps its output too (the sink's gradient reads dO · out);
+  // materialized, the sink is one more score column (within the scores' count's rounding).
+  const Term sinks = arch.attention_sinks && s.blocked ? n * s.nh * s.d * c : Term();
+  a.saved = qkv + qk_norm + a.scores + core + gated + sinks + o_in;
   a.parts = {"q/k/v inputs"};
   if (arch.qk_norm) a.parts.push_back("q/k norms");
   a.parts.push_back(s.blocked ? "q, k, v (blocked attention keeps no scores)" : "scores, mask, q, k, v");
   if (arch.attn_output_gate) a.parts.push_back("output gate");
+  if (arch.attention_sinks && s.blocked) a.parts.push_back("attention output (sinks)");
   a.parts.push_back("o input");
   return a;
 }

@@ -1,8 +1,8 @@
 // Grouped-query self-attention, configured by the Architecture (model/config.h): q/k/v/o
 // projections with optional biases, optional per-head RMSNorm of q and k (Qwen3, Gemma 3),
 // rotary embeddings on q and k, each KV head shared by kv_groups consecutive query heads, the
-// scores' scale and soft-cap (Gemma), causal + padding + window mask, softmax in fp32, and
-// Qwen3.5's output gate.
+// scores' scale and soft-cap (Gemma), causal + padding + window mask, softmax in fp32 (with
+// gpt-oss's per-head sink logit in its denominator), and Qwen3.5's output gate.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -52,6 +52,7 @@ class AttentionImpl : public torch::nn::Module {
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Architecture::qk_norm only
   bool use_rope = true;                       // Architecture::rope(layer): false in a NoPE layer
   bool output_gate = false;                   // Architecture::attn_output_gate
+  at::Tensor sinks;                           // Architecture::attention_sinks: [heads], else undefined
 };
 TORCH_MODULE(Attention);
 

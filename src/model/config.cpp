@@ -44,13 +44,13 @@ void require_finite_in_fp32(double derived, const std::string& where, const std:
 }
 
 // Each rope type's derived values (docs/formats.md#rope), bounded by the fastest base frequency
-// max_i θ^(−2i/d): 1, or θ^(−(d−2)/d) when θ < 1. dynamic and yarn are refused by parse_rope,
-// so they derive nothing here.
+// max_i θ^(−2i/d): 1, or θ^(−(d−2)/d) when θ < 1. dynamic is refused by parse_rope, so it
+// derives nothing here.
 void require_finite_rope(const RopeConfig& r, std::int64_t head_dim, const std::string& where) {
   const double d = static_cast<double>(r.rotary_dim(head_dim));
   const double fastest = std::max(1.0, std::pow(r.theta, -(d - 2) / d));
   require_finite_in_fp32(fastest, where, "rope_theta", number_text(r.theta), "the fastest rotary frequency theta^(-(d-2)/d)");
-  if (r.type == "linear" || r.type == "llama3")
+  if (r.type == "linear" || r.type == "llama3" || r.type == "yarn")
     require_finite_in_fp32(fastest / r.factor, where, "factor", number_text(r.factor), "the scaled frequency inv_freq / factor");
   if (r.type == "llama3") {
     const auto l0 = static_cast<double>(r.original_max_position);
@@ -68,6 +68,33 @@ void require_finite_rope(const RopeConfig& r, std::int64_t head_dim, const std::
     }
     require_finite_in_fp32(r.attention_factor, where, "attention_factor", number_text(r.attention_factor), "the scale of cos and sin");
   }
+  if (r.type == "yarn")
+    require_finite_in_fp32(r.attention_factor, where, "attention_factor", number_text(r.attention_factor), "the scale of cos and sin");
+}
+
+// yarn's keys (transformers' _compute_yarn_parameters); factor, original_max_position_embeddings
+// and attention_factor may be left to finish_yarn (0 here).
+void parse_yarn(const Json& s, const std::string& at, RopeConfig& rope) {
+  rope.factor = 0;
+  rope.attention_factor = 0;
+  rope.original_max_position = 0;
+  auto positive = [&](const char* key, double& out) {
+    if (auto v = json_number(s, key, at)) {
+      if (!(*v > 0) || !std::isfinite(*v)) throw ConfigError(at + ": \"" + key + "\" must be a positive number, found " + number_text(*v));
+      out = *v;
+    }
+  };
+  positive("factor", rope.factor);
+  positive("attention_factor", rope.attention_factor);
+  positive("beta_fast", rope.beta_fast);
+  positive("beta_slow", rope.beta_slow);
+  positive("mscale", rope.mscale);
+  positive("mscale_all_dim", rope.mscale_all_dim);
+  if (auto l0 = json_int(s, "original_max_position_embeddings", at)) {
+    if (*l0 <= 0) throw ConfigError(at + ": \"original_max_position_embeddings\" must be positive, found " + std::to_string(*l0));
+    rope.original_max_position = *l0;
+  }
+  rope.truncate = json_bool(s, "truncate", at).value_or(true);
 }
 
 // A sparse layer builds one module per expert (model/moe.h: an MLP of three projections), so the
@@ -91,7 +118,7 @@ void require_few_expert_modules(const ModelConfig& c, const std::string& where) 
 
 // Reads the rope section from either spelling. v5 puts everything in rope_parameters; v4 has
 // top-level rope_theta and an optional rope_scaling object.
-RopeConfig parse_rope(const Json& j, const std::string& where, double default_theta) {
+RopeConfig parse_rope(const Json& j, const std::string& where, double default_theta, bool yarn) {
   RopeConfig rope;
   rope.theta = default_theta;
   const Json* scaling = nullptr;
@@ -151,9 +178,11 @@ RopeConfig parse_rope(const Json& j, const std::string& where, double default_th
       rope.low_freq_factor = *lf;
       rope.high_freq_factor = *hf;
       rope.original_max_position = *l0;
+    } else if (rope.type == "yarn" && yarn) {
+      parse_yarn(*scaling, at, rope);
     } else if (rope.type != "default" && rope.type != "linear" && rope.type != "longrope") {
-      throw UnsupportedError(at + ": rope type \"" + rope.type +
-                             "\" is not supported (supported: default, linear, llama3, longrope)");
+      throw UnsupportedError(at + ": rope type \"" + rope.type + "\" is not supported (supported: default, linear, llama3, longrope" +
+                             (yarn ? ", yarn)" : ")"));
     }
   }
   if (!(rope.theta > 0) || !std::isfinite(rope.theta)) {
@@ -220,6 +249,21 @@ static void finish_longrope(const Json& j, const std::string& where, ModelConfig
     throw ConfigError(where + ": longrope short_factor and long_factor must have one entry per rotated pair (" +
                       std::to_string(pairs) + "), found " + std::to_string(r.short_factor.size()) + " and " +
                       std::to_string(r.long_factor.size()));
+  }
+}
+
+// transformers' _compute_yarn_parameters: the original context from the section, else
+// max_position_embeddings; factor, when absent, max_position_embeddings / original; the
+// attention factor, unless given, mscale(factor, mscale) / mscale(factor, mscale_all_dim) when
+// both are set, else mscale(factor), with mscale(s, m) = 0.1 m ln s + 1 for s > 1, else 1.
+static void finish_yarn(ModelConfig& c) {
+  RopeConfig& r = c.rope;
+  if (r.original_max_position <= 0) r.original_max_position = c.max_position_embeddings;
+  if (r.factor <= 0) r.factor = static_cast<double>(c.max_position_embeddings) / static_cast<double>(r.original_max_position);
+  auto mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  if (r.attention_factor <= 0) {
+    r.attention_factor = r.mscale > 0 && r.mscale_all_dim > 0 ? mscale(r.factor, r.mscale) / mscale(r.factor, r.mscale_all_dim)
+                                                              : mscale(r.factor, 1.0);
   }
 }
 
@@ -294,7 +338,7 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   }
   c.rms_norm_eps = json_number(j, "rms_norm_eps", where).value_or(1e-6);
   if (!(c.rms_norm_eps > 0)) throw ConfigError(where + ": rms_norm_eps must be positive, found " + std::to_string(c.rms_norm_eps));
-  c.rope = parse_rope(j, where, family.default_rope_theta);
+  c.rope = parse_rope(j, where, family.default_rope_theta, family.yarn);
   if (auto prf = json_number(j, "partial_rotary_factor", where); prf && *prf != 1.0) {
     if (!family.partial_rotary)
       throw UnsupportedError(where + ": partial_rotary_factor " + std::to_string(*prf) + " is not supported for model_type " +
@@ -304,7 +348,8 @@ ModelConfig parse_model_config(const Json& j, const std::string& where) {
   if (c.rope.type == "longrope") finish_longrope(j, where, c);
   c.tie_word_embeddings = json_bool(j, "tie_word_embeddings", where).value_or(family.default_tied);
   c.arch.names = family.names;
-  family.parse(j, where, c);
+  family.parse(j, where, c);  // may set the family's default rope (gpt-oss: yarn)
+  if (c.rope.type == "yarn") finish_yarn(c);
   for (std::int64_t layer = 0; layer < c.num_hidden_layers && c.intermediate_size <= 0; ++layer)
     if (!c.arch.moe.sparse(layer))
       throw ConfigError(where + ": layer " + std::to_string(layer) + " has a dense MLP, which needs a positive \"intermediate_size\"");

@@ -23,7 +23,7 @@ struct ProjectionShape {
 };
 
 struct RopeConfig {
-  std::string type = "default";  // default | linear | llama3 | longrope
+  std::string type = "default";  // default | linear | llama3 | longrope | yarn
   double theta = 10000.0;
   double factor = 1.0;                        // linear, llama3
   double low_freq_factor = 1.0;               // llama3
@@ -32,7 +32,15 @@ struct RopeConfig {
   // longrope (Phi-3): frequencies divided per dimension by short_factor, or by long_factor once a
   // forward's largest position reaches original_max_position; cos and sin times attention_factor.
   std::vector<double> short_factor, long_factor;
-  double attention_factor = 1.0;  // longrope: as given, or derived by parse_model_config
+  double attention_factor = 1.0;  // longrope, yarn: as given, or derived by parse_model_config
+  // yarn (gpt-oss; transformers' _compute_yarn_parameters): frequencies blended between θ^(-2i/d)
+  // and θ^(-2i/d) / factor by a ramp over the dimensions whose rotations in
+  // original_max_position fall between beta_fast and beta_slow (bounds floored and ceiled with
+  // `truncate`); cos and sin times attention_factor (default 0.1 ln factor + 1, or the ratio of
+  // the two with mscale / mscale_all_dim). docs/formats.md#rope.
+  double beta_fast = 32.0, beta_slow = 1.0;
+  bool truncate = true;
+  double mscale = 0, mscale_all_dim = 0;  // 0: absent
   // The leading fraction of each head that rotates (Phi-4-mini: 0.75); the rest passes through.
   double partial_rotary_factor = 1.0;
 
@@ -60,6 +68,14 @@ struct MoeArchitecture {
   // A shared expert beside the routed ones (Qwen3.5-MoE: shared_expert_intermediate_size), a
   // SwiGLU every token runs, scaled by sigmoid(shared_expert_gate x); 0: none.
   std::int64_t shared_intermediate = 0;
+
+  // gpt-oss: the router's logits x Wᵀ + b; and the experts kept as the checkpoint stacks them
+  // (model/moe.h, StackedExperts: gate_up_proj [E, H, 2 I] whose even columns are the gate's and
+  // odd ones the up projection's, down_proj [E, I, H], a bias for each), through a clamped
+  // SwiGLU: g = min(gate, limit), u = clamp(up, -limit, limit), (u + 1) · g · sigmoid(alpha g).
+  bool router_bias = false;
+  bool clamped_stacked_experts = false;
+  double swiglu_limit = 7.0, swiglu_alpha = 1.702;
 
   bool sparse(std::int64_t layer) const {
     return experts > 0 && layer < static_cast<std::int64_t>(sparse_layers.size()) && sparse_layers[static_cast<std::size_t>(layer)];
@@ -121,6 +137,12 @@ struct Architecture {
   // q_proj emits, per head, the query and then a gate of head_dim each; the attention output is
   // multiplied by sigmoid(gate) before o_proj (Qwen3.5).
   bool attn_output_gate = false;
+  // gpt-oss's attention sinks: a learned logit per query head (self_attn.sinks [heads]) in the
+  // denominator of every softmax of its attention (ops/attention.h).
+  bool attention_sinks = false;
+  // The RMSNorm's scale w · x̂ applied in fp32 before the cast back (gpt-oss keeps its norms
+  // in fp32: transformers' _keep_in_fp32_modules); else Llama's x̂ cast back, then times w.
+  bool norm_scale_fp32 = false;
   LinearAttention linear;
   MoeArchitecture moe;
   ModuleNames names;
@@ -183,8 +205,8 @@ struct ModelConfig {
 
 // A rope section as config.json spells it (rope_theta at the top, rope_scaling or
 // rope_parameters beside it), with `default_theta` when no theta is given; refuses rope types
-// ctune does not implement.
-RopeConfig parse_rope(const Json& json, const std::string& where, double default_theta);
+// ctune does not implement, and yarn unless the family reads it (`yarn`).
+RopeConfig parse_rope(const Json& json, const std::string& where, double default_theta, bool yarn = false);
 
 // Rotates only the leading head_dim * factor dimensions of each head; refuses a factor that
 // leaves no even count of them in (0, head_dim].

@@ -101,6 +101,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& c, at::ScalarType dtype) {
     long_from = c.rope.original_max_position;
     rope_scale = c.rope.attention_factor;
   }
+  if (c.rope.type == "yarn") rope_scale = c.rope.attention_factor;
   for (std::int64_t i = 0; i < c.num_hidden_layers; ++i) {
     windows.push_back(c.arch.window(i));
     local_rope_layers.push_back(c.arch.local_rope_layer(i));
@@ -236,6 +237,7 @@ void CausalLMImpl::set_compute_dtype(at::ScalarType dtype) {
   for (const auto& module : modules(/*include_self=*/false)) {
     if (auto* linear = dynamic_cast<LinearImpl*>(module.get())) linear->compute_dtype = dtype;
     if (auto* router = dynamic_cast<RouterImpl*>(module.get())) router->compute_dtype = dtype;
+    if (auto* experts = dynamic_cast<StackedExpertsImpl*>(module.get())) experts->compute_dtype = dtype;
   }
 }
 

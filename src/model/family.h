@@ -128,6 +128,7 @@ struct Family {
   bool default_tied = false;            // when config.json has no tie_word_embeddings
   std::optional<Wrapper> wrapper{};     // set for a multimodal wrapper (then parse is unused)
   bool partial_rotary = false;          // honours partial_rotary_factor (else refuses one != 1)
+  bool yarn = false;                    // reads rope type yarn (else refuses it)
   ModuleNames names{};                  // its module names, copied into Architecture::names
   // Tensors its checkpoints carry that are not the causal LM (Qwen3.5's multi-token-prediction
   // head, mtp.*): not loaded, counted in the loader's note.

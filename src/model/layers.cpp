@@ -36,11 +36,17 @@ EmbeddingImpl::EmbeddingImpl(std::int64_t n, std::int64_t dim, at::ScalarType dt
 
 at::Tensor EmbeddingImpl::forward(const at::Tensor& ids) { return at::embedding(weight, ids); }
 
-RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, at::ScalarType dtype, bool offset_) : eps(eps_), offset(offset_) {
+RMSNormImpl::RMSNormImpl(std::int64_t dim, double eps_, at::ScalarType dtype, bool offset_, bool scale_fp32_)
+    : eps(eps_), offset(offset_), scale_fp32(scale_fp32_) {
   weight = register_parameter("weight", at::empty({dim}, at::TensorOptions().dtype(dtype)));
 }
 
-at::Tensor RMSNormImpl::forward(const at::Tensor& x) { return ops::rms_norm(x, weight, eps, offset); }
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  // An fp32 input keeps x̂ in fp32 through the scale; the one cast back is the output's.
+  if (scale_fp32 && x.scalar_type() != at::kFloat && x.scalar_type() != at::kDouble)
+    return ops::rms_norm(x.to(at::kFloat), weight, eps, offset).to(x.scalar_type());
+  return ops::rms_norm(x, weight, eps, offset);
+}
 
 // The input, in its own dtype, and one fp32 statistic per row (ops/fused_norm.h).
 Term RMSNormImpl::saved_activations(const Term& rows, const Term& dim, const Term& bytes) { return bytes * rows * dim + Term::num(4) * rows; }
@@ -56,7 +62,7 @@ Term shared_projection_input(const ActivationShape& s, std::initializer_list<con
 }
 
 RMSNorm config_norm(const ModelConfig& config, std::int64_t dim, at::ScalarType dtype) {
-  return RMSNorm(dim, config.rms_norm_eps, dtype, config.arch.norm_offset);
+  return RMSNorm(dim, config.rms_norm_eps, dtype, config.arch.norm_offset, config.arch.norm_scale_fp32);
 }
 
 Linear projection_linear(const ModelConfig& config, const std::string& name, at::ScalarType dtype) {

@@ -74,16 +74,18 @@ TORCH_MODULE(Embedding);
 
 // RMSNorm as Hugging Face computes it: statistics in fp32, normalised value cast back to the
 // input dtype, then scaled by the weight. With `offset` (Gemma) the scale is (1 + w) and is
-// applied in fp32, before the cast back.
+// applied in fp32, before the cast back; with `scale_fp32` (gpt-oss) w is, and the result is
+// cast back to the input's dtype.
 class RMSNormImpl : public torch::nn::Module {
  public:
-  RMSNormImpl(std::int64_t dim, double eps, at::ScalarType dtype, bool offset = false);
+  RMSNormImpl(std::int64_t dim, double eps, at::ScalarType dtype, bool offset = false, bool scale_fp32 = false);
   at::Tensor forward(const at::Tensor& x);
   // Bytes kept for backward over [rows, dim] of `bytes` per element (model/activation_cost.h).
   static Term saved_activations(const Term& rows, const Term& dim, const Term& bytes);
 
   double eps;
   bool offset;
+  bool scale_fp32 = false;
   at::Tensor weight;
 };
 TORCH_MODULE(RMSNorm);

@@ -13,7 +13,8 @@ namespace ctune::model {
 struct ModuleNames {
   std::string mlp = "mlp";  // the dense MLP of a layer
   std::string gate = "gate_proj", up = "up_proj", down = "down_proj";  // its projections
-  std::string sparse_mlp = "mlp";  // a sparse layer's block: its router `gate`, its `experts.N`
+  std::string sparse_mlp = "mlp";  // a sparse layer's block: its `router`, its `experts.N`
+  std::string router = "gate";     // gpt-oss: "router"
   std::string expert_gate = "gate_proj", expert_up = "up_proj", expert_down = "down_proj";  // each expert's
   // A sparse block's shared expert (an MLP under the dense projection names) and its scalar
   // gate, where MoeArchitecture::shared_intermediate sets one (Qwen2-MoE's names, Qwen3.5-MoE's).

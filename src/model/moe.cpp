@@ -150,19 +150,24 @@ struct ScatterAddRows : public torch::autograd::Function<ScatterAddRows> {
 
 }  // namespace
 
-RouterImpl::RouterImpl(std::int64_t hidden, std::int64_t experts, at::ScalarType dtype) {
+RouterImpl::RouterImpl(std::int64_t hidden, std::int64_t experts, at::ScalarType dtype, bool with_bias) {
   weight = register_parameter("weight", at::empty({experts, hidden}, at::TensorOptions().dtype(dtype)));
+  if (with_bias) bias = register_parameter("bias", at::empty({experts}, at::TensorOptions().dtype(dtype)));
 }
 
-at::Tensor RouterImpl::forward(const at::Tensor& x) { return ops::linear_in(x, weight, {}, compute_dtype); }
+at::Tensor RouterImpl::forward(const at::Tensor& x) { return ops::linear_in(x, weight, bias, compute_dtype); }
 
 SparseMoeImpl::SparseMoeImpl(const ModelConfig& c, at::ScalarType dtype, std::int64_t layer_, std::shared_ptr<RouterRecord> record_)
     : top_k(c.arch.moe.top_k), normalize(c.arch.moe.normalize_top_k), layer(layer_), record(std::move(record_)) {
   const MoeArchitecture& m = c.arch.moe;
-  gate = register_module("gate", Router(c.hidden_size, m.experts, dtype));
-  experts = register_module("experts", torch::nn::ModuleList());
-  for (std::int64_t e = 0; e < m.experts; ++e)
-    experts->push_back(MLP(c.hidden_size, m.intermediate, c.arch.activation, dtype, c.arch.names));
+  gate = register_module(c.arch.names.router, Router(c.hidden_size, m.experts, dtype, m.router_bias));
+  if (m.clamped_stacked_experts) {
+    stacked_experts = register_module("experts", StackedExperts(c, dtype));
+  } else {
+    experts = register_module("experts", torch::nn::ModuleList());
+    for (std::int64_t e = 0; e < m.experts; ++e)
+      experts->push_back(MLP(c.hidden_size, m.intermediate, c.arch.activation, dtype, c.arch.names));
+  }
   if (m.shared_intermediate > 0) {
     ModuleNames dense = c.arch.names;  // the shared expert's projections carry the dense MLP's names
     dense.expert_gate = dense.gate;
@@ -183,7 +188,7 @@ at::Tensor SparseMoeImpl::forward_routed(const at::Tensor& x) {
   const auto H = x.size(-1);
   const auto flat = x.reshape({-1, H});
   const auto N = flat.size(0);
-  const auto E = static_cast<std::int64_t>(experts->size());
+  const auto E = stacked_experts ? stacked_experts->gate_up_proj.size(0) : static_cast<std::int64_t>(experts->size());
   if (N == 0) return at::zeros_like(x);
 
   // Routing in fp32 (transformers: softmax with dtype=float), the chosen weights renormalised
@@ -238,8 +243,8 @@ at::Tensor SparseMoeImpl::forward_routed(const at::Tensor& x) {
     return ScatterAddRows::apply(routed, token, N).reshape(x.sizes());
   }
   // Padded slices: slot i of expert e moves to i + (e's padded offset - its offset); the rows
-  // between read an appended zero row, whose expert output is exactly zero (no biases) and is
-  // added, with weight 0, to token 0. Their gradients are exact zeros too.
+  // between read an appended zero row, whose expert output (zero, or the biases' for gpt-oss)
+  // is added, with weight 0, to token 0. Their gradients are exact zeros too.
   std::vector<std::int64_t> shift(static_cast<std::size_t>(E));
   for (std::int64_t e = 0, off = 0, poff = 0; e < E; ++e) {
     shift[static_cast<std::size_t>(e)] = poff - off;
@@ -262,7 +267,8 @@ at::Tensor SparseMoeImpl::run_experts(const std::vector<at::Tensor>& rows, const
   std::vector<at::Tensor> outs;
   outs.reserve(rows.size());
   for (std::size_t e = 0; e < rows.size(); ++e)
-    if (sizes[e] > 0) outs.push_back(experts[e]->as<MLP>()->forward(rows[e]));
+    if (sizes[e] > 0)
+      outs.push_back(stacked_experts ? stacked_experts->forward(static_cast<std::int64_t>(e), rows[e]) : experts[e]->as<MLP>()->forward(rows[e]));
   return at::cat(outs);
 }
 
@@ -321,13 +327,15 @@ ActivationCost SparseMoeImpl::saved_activations(const ModelConfig& config, const
   const Term rows = k * s.n + (s.padded_expert_rows ? Term::num(expected_padding_rows(k.value() * s.n.value(), m.experts)) : Term());
   const Term per_token =
       shared_projection_input(s, {gate.c_str(), up.c_str()}, s.H) + Term::num(2) * s.n * Ie * s.c + s.projection_input(down, Ie);
-  const Term experts = per_token * rows / s.n;
+  const Term experts = m.clamped_stacked_experts ? StackedExpertsImpl::saved_per_row(s, s.H, Ie) * rows : per_token * rows / s.n;
   // The combine multiplies the expert outputs by their weights (both kept), and the gather,
   // reorder and scatter keep their int64 indices (order and token, k n each); the scatter
   // keeps only its index (ScatterAddRows).
   const Term combine = rows * s.H * s.c + rows * s.c + Term::num(16) * k * s.n;
   a.saved = router + experts + combine;
-  a.parts = {"router (fp32 probabilities, top-k)", "k routed rows through SwiGLU experts (I_e)", "combine (k n H)"};
+  a.parts = {"router (fp32 probabilities, top-k)",
+             m.clamped_stacked_experts ? "k routed rows through clamped SwiGLU experts (I_e)" : "k routed rows through SwiGLU experts (I_e)",
+             "combine (k n H)"};
   if (m.shared_intermediate > 0) {
     // The shared expert keeps what a dense MLP of its width keeps; its gate its input, and the
     // product sigmoid(gate) · out both factors (the [n, 1] sigmoid and the [n, H] output).

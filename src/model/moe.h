@@ -16,6 +16,7 @@
 #include "model/config.h"
 #include "model/layers.h"
 #include "model/mlp.h"
+#include "model/stacked_experts.h"
 
 namespace ctune::model {
 
@@ -70,14 +71,14 @@ struct RouterRecord {
   double z_grad_scale_ = 0;
 };
 
-// The router: logits = x Wᵀ, W [experts, hidden] (`gate.weight`). Not a Linear: never a LoRA
-// target and never quantised.
+// The router: logits = x Wᵀ (+ b), W [experts, hidden] (`gate.weight`; gpt-oss's `router.weight`
+// and `router.bias`). Not a Linear: never a LoRA target and never quantised.
 class RouterImpl : public torch::nn::Module {
  public:
-  RouterImpl(std::int64_t hidden, std::int64_t experts, at::ScalarType dtype);
+  RouterImpl(std::int64_t hidden, std::int64_t experts, at::ScalarType dtype, bool bias = false);
   at::Tensor forward(const at::Tensor& x);
 
-  at::Tensor weight;
+  at::Tensor weight, bias;
   at::ScalarType compute_dtype = at::ScalarType::Undefined;  // as LinearImpl's
   // Under LoRA, the router trains (in fp32) and is saved with the adapter: PEFT's
   // modules_to_save ["gate"] (peft.train_router; peft/lora.h).
@@ -88,7 +89,10 @@ TORCH_MODULE(Router);
 // The experts are MLPs (model/mlp.h) of the expert intermediate size, under their family's
 // names (ModuleNames::expert_gate, expert_up, expert_down). With a shared expert
 // (MoeArchitecture::shared_intermediate) every token also runs it, scaled by
-// sigmoid(shared_expert_gate x), a [1, H] projection (Qwen3.5-MoE).
+// sigmoid(shared_expert_gate x), a [1, H] projection (Qwen3.5-MoE). gpt-oss's experts are one
+// StackedExperts module instead (MoeArchitecture::clamped_stacked_experts, model/stacked_experts.h).
+// The router, registered under ModuleNames::router, softmaxes all E logits and renormalises the
+// top k: for gpt-oss, whose router softmaxes the k largest logits, that is the same weights.
 class SparseMoeImpl : public torch::nn::Module {
  public:
   SparseMoeImpl(const ModelConfig& config, at::ScalarType dtype, std::int64_t layer, std::shared_ptr<RouterRecord> record);
@@ -99,6 +103,7 @@ class SparseMoeImpl : public torch::nn::Module {
 
   Router gate{nullptr};
   torch::nn::ModuleList experts{nullptr};
+  StackedExperts stacked_experts{nullptr};  // instead of `experts` (gpt-oss)
   MLP shared_expert{nullptr};         // with a shared expert
   Linear shared_expert_gate{nullptr};
   std::int64_t top_k = 0;

@@ -1,13 +1,42 @@
 #include "model/rope.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ctune::model {
+
+namespace {
+
+// transformers' _compute_yarn_parameters, step for step (the same fp32 tensor operations, the
+// correction range in double as Python computes it): the dimensions that rotate fewer than
+// beta_slow times over the original context are interpolated (divided by factor), those that
+// rotate more than beta_fast times kept, and a linear ramp over the dimension index blends the
+// ones between.
+at::Tensor yarn_inv_freq(const RopeConfig& r, std::int64_t d) {
+  const auto fp32 = at::TensorOptions().dtype(at::kFloat);
+  const auto pos_freqs = at::pow(r.theta, at::arange(0, d, 2, fp32) / static_cast<double>(d));
+  const auto extrapolation = 1.0 / pos_freqs;
+  const auto interpolation = 1.0 / (r.factor * pos_freqs);
+  const double dim = static_cast<double>(d), original = static_cast<double>(r.original_max_position);
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(original / (rotations * 2 * M_PI)) / (2 * std::log(r.theta));
+  };
+  double low = correction_dim(r.beta_fast), high = correction_dim(r.beta_slow);
+  if (r.truncate) low = std::floor(low), high = std::ceil(high);
+  low = std::max(low, 0.0), high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;  // as transformers: no division by zero
+  const auto ramp = at::clamp((at::arange(d / 2, fp32) - low) / (high - low), 0, 1);
+  const auto extrapolation_factor = 1 - ramp;
+  return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
+}
+
+}  // namespace
 
 at::Tensor rope_inv_freq(const ModelConfig& config) { return rope_inv_freq(config.rope, config.head_dim); }
 
 at::Tensor rope_inv_freq(const RopeConfig& r, std::int64_t head_dim) {
   const auto d = r.rotary_dim(head_dim);  // partial rotary: only the leading dimensions rotate
+  if (r.type == "yarn") return yarn_inv_freq(r, d);
   // 1 / theta^(2i/d), computed as HF does (int64 arange -> float, pow in fp32).
   auto exponent = at::arange(0, d, 2, at::TensorOptions().dtype(at::kLong)).to(at::kFloat) / static_cast<double>(d);
   auto inv_freq = 1.0 / at::pow(r.theta, exponent);

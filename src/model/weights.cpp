@@ -17,6 +17,7 @@
 #include "io/tensor_io.h"
 #include "model/family.h"
 #include "ops/memory.h"
+#include "quant/mxfp4.h"
 
 namespace ctune::model {
 namespace fs = std::filesystem;
@@ -34,6 +35,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 bool ignorable(const std::string& name) { return ends_with(name, "rotary_emb.inv_freq"); }
+
+bool is_mxfp4_blocks(const std::string& name) { return ends_with(name, "_proj_blocks"); }
+bool is_mxfp4_scales(const std::string& name) { return ends_with(name, "_proj_scales"); }
 
 // Adapter parameters (LoRA's lora_A/lora_B) live beside the base weights in the module tree
 // but belong to adapter files, not to the model's checkpoint.
@@ -198,11 +202,49 @@ at::Tensor fuse(const std::string& layer, const FusedTensor& f, const std::map<s
 struct Source {
   const io::TensorRef* ref = nullptr;
   std::string name;  // the checkpoint tensor's
+  // MXFP4 (quant/mxfp4.h): `ref` is the parameter's _blocks tensor, this its _scales; `param`
+  // the parameter's own name, for messages.
+  const io::TensorRef* scales = nullptr;
+  bool mxfp4 = false;
+  std::string param;
   std::int64_t expert = -1;
   std::int64_t row0 = 0;
   std::vector<std::int64_t> expected;  // the checkpoint tensor's shape this parameter implies
   std::optional<FusedSource> fused;
 };
+
+// A stacked parameter [E, A, B] absent from the checkpoint but stored as MXFP4, as gpt-oss's
+// released experts are: name_blocks [E, B, A / 32, 16] and name_scales [E, B, A / 32].
+void find_mxfp4(const io::CheckpointReader& checkpoint, const ModelConfig& config, const std::string& name, at::IntArrayRef sizes,
+                Source& src) {
+  const auto* blocks = find_tensor(checkpoint, config, name + "_blocks");
+  const auto* scales = find_tensor(checkpoint, config, name + "_scales");
+  if ((!blocks && !scales) || sizes.size() != 3) return;
+  src.mxfp4 = true;
+  src.param = name;
+  src.name = name + "_blocks";
+  src.ref = blocks;
+  src.scales = scales;
+  src.expected = {sizes[0], sizes[2], sizes[1] / 32, 16};
+}
+
+// What check_weights reports of an MXFP4 source beyond its blocks' shape: missing scales, scales
+// that do not fit the blocks, a width MXFP4's 32-value runs cannot hold.
+void check_mxfp4(const Source& src, at::IntArrayRef sizes, std::set<std::string>& used, std::vector<std::string>& missing,
+                 std::vector<std::string>& misshapen) {
+  if (sizes[1] % 32 != 0)
+    misshapen.push_back(src.name + " (MXFP4 holds runs of 32 values; " + src.param + " has " + std::to_string(sizes[1]) + " rows)");
+  if (!src.scales) {
+    missing.push_back(src.param + "_scales");
+    return;
+  }
+  used.insert(src.scales->info->name);
+  const std::vector<std::int64_t> expected(src.expected.begin(), src.expected.end() - 1);
+  if (src.scales->info->shape != expected) {
+    misshapen.push_back(src.param + "_scales in " + src.scales->file->path().filename().string() + " (expected " +
+                        shape_text(expected) + " to match its blocks, found " + shape_text(src.scales->info->shape) + ")");
+  }
+}
 
 Source find_source(const io::CheckpointReader& checkpoint, const ModelConfig& config, const std::string& stacked,
                    const FusedLayout& fused, const std::string& name, at::IntArrayRef sizes) {
@@ -219,6 +261,7 @@ Source find_source(const io::CheckpointReader& checkpoint, const ModelConfig& co
     src.ref = find_tensor(checkpoint, config, name);
     src.name = name;
     src.expected = sizes.vec();
+    if (!src.ref) find_mxfp4(checkpoint, config, name, sizes, src);
     return src;
   }
   const std::string base = expert->layer + stacked + ".";
@@ -287,7 +330,8 @@ std::string model_module_name(const ModelConfig& config, const std::string& chec
 }
 
 std::string stacked_experts_module(const ModelConfig& config, const io::CheckpointReader& checkpoint) {
-  if (config.arch.moe.experts == 0) return "";
+  // gpt-oss's experts are stacked in the model itself (model/stacked_experts.h): plain tensors.
+  if (config.arch.moe.experts == 0 || config.arch.moe.clamped_stacked_experts) return "";
   // transformers v5 stacks the experts under the layer's MLP module (Mixtral's too: `mlp`); a
   // checkpoint may also stack them under the family's sparse block (block_sparse_moe).
   const ModuleNames& names = config.arch.names;
@@ -330,6 +374,7 @@ void check_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
       continue;
     }
     used.insert(src.ref->info->name);
+    if (src.mxfp4) check_mxfp4(src, item.value().sizes(), used, missing, misshapen);
     if (src.ref->info->shape != src.expected && misshapen_seen.insert(src.name).second) {
       misshapen.push_back(src.name + " in " + src.ref->file->path().filename().string() + " (expected " +
                           shape_text(src.expected) + ", found " + shape_text(src.ref->info->shape) + ")");
@@ -375,6 +420,13 @@ void load_weights(CausalLM& model, const io::CheckpointReader& checkpoint) {
   std::map<std::string, at::Tensor> read_shared;
   for (std::size_t i = 0; i < params.size(); ++i) {
     const Source& src = sources[i];
+    if (src.mxfp4) {
+      params[i].set_data(quant::dequantize_mxfp4(io::load_tensor(*src.ref->file, *src.ref->info, at::kByte),
+                                                 io::load_tensor(*src.scales->file, *src.scales->info, at::kByte),
+                                                 params[i].scalar_type(), src.param));
+      stage.advance(1, static_cast<std::uint64_t>(params[i].nbytes()));
+      continue;
+    }
     if (src.expert < 0 && !src.fused) {
       params[i].set_data(io::load_tensor(*src.ref->file, *src.ref->info, params[i].scalar_type()));
       stage.advance(1, static_cast<std::uint64_t>(params[i].nbytes()));
@@ -399,14 +451,17 @@ LoadFootprint load_footprint(const ModelConfig& config, const io::CheckpointRead
   const FusedLayout fused(config);
   for (const auto& [name, ref] : checkpoint.tensors()) {
     if (ignorable(name) || ignored_tensor(config, name)) continue;  // not the model's: never read
-    const auto bytes = static_cast<std::int64_t>(ref.info->numel()) * element;
+    if (is_mxfp4_scales(name)) continue;  // read with its blocks, into their tensor
+    // MXFP4 blocks hold two values a byte, dequantised into new memory (quant/mxfp4.h).
+    const bool mxfp4 = is_mxfp4_blocks(name);
+    const auto bytes = static_cast<std::int64_t>(ref.info->numel()) * element * (mxfp4 ? 2 : 1);
     f.reserved += bytes;
     f.largest = std::max(f.largest, bytes);
     ++f.tensors;
-    if (!io::borrows(*ref.file, *ref.info, dtype) || fused.holds(name)) {  // a fused tensor's rows are copied apart
+    if (mxfp4 || !io::borrows(*ref.file, *ref.info, dtype) || fused.holds(name)) {  // a fused tensor's rows are copied apart
       f.converted += bytes;
       ++f.converted_tensors;
-      f.stored = dtype_to_hf(io::to_scalar_type(ref.info->dtype, ref.file->path().string()));
+      f.stored = mxfp4 ? "MXFP4" : dtype_to_hf(io::to_scalar_type(ref.info->dtype, ref.file->path().string()));
     }
   }
   return f;
@@ -533,7 +588,9 @@ void init_weights(CausalLM& model, std::uint64_t seed) {
     at::Tensor& p = item.value();
     if (is_adapter_parameter(name)) continue;
     const bool norm = ends_with(name, "norm.weight");
-    const bool bias = ends_with(name, ".bias");
+    // gpt-oss's stacked experts' biases (experts.gate_up_proj_bias) start at 0 as every bias;
+    // its router's bias is drawn as a weight (GptOssPreTrainedModel._init_weights).
+    const bool bias = (ends_with(name, ".bias") || ends_with(name, "_bias")) && !ends_with(name, ".router.bias");
     if (ends_with(name, "linear_attn.norm.weight") || ends_with(name, ".dt_bias")) {
       p.fill_(1.0);  // the DeltaNet's gated norm scales by w, not 1 + w; dt_bias as transformers
     } else if (ends_with(name, ".A_log")) {

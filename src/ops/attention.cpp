@@ -48,42 +48,54 @@ at::Tensor repeat_kv(const at::Tensor& x, std::int64_t groups) {
 at::Tensor soft_cap(const at::Tensor& scores, double cap) { return cap > 0 ? tanh_any(scores / cap) * cap : scores; }
 
 at::Tensor materialized(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                        double scale, double softcap) {
+                        double scale, double softcap, const at::Tensor& sinks = {}) {
   const auto groups = q.size(1) / k.size(1);
   // Masked scores get the dtype's lowest value rather than -inf, so a fully masked row (a
   // padding query) gives finite uniform weights instead of NaN.
   auto scores = soft_cap(matmul_in(q, repeat_kv(k, groups).transpose(2, 3), q.scalar_type()) * scale, softcap);
   scores = scores.masked_fill(mask.logical_not(), at::Scalar(lowest_finite(scores.scalar_type())));
-  auto probs = at::softmax(scores, -1, softmax_dtype(scores)).to(q.scalar_type());
+  at::Tensor probs;
+  if (sinks.defined()) {
+    // The sink: one more logit per head in every row's softmax, dropped after it (it has no value).
+    const auto acc = softmax_dtype(scores);
+    const auto Tk = scores.size(3);
+    auto column = sinks.to(acc).view({1, -1, 1, 1}).expand({scores.size(0), scores.size(1), scores.size(2), 1});
+    probs = at::softmax(at::cat({scores.to(acc), column}, -1), -1).narrow(-1, 0, Tk).to(q.scalar_type());
+  } else {
+    probs = at::softmax(scores, -1, softmax_dtype(scores)).to(q.scalar_type());
+  }
   return matmul_in(probs, repeat_kv(v, groups), v.scalar_type());
 }
 
-// The recomputed kernel keeps only q, k, v and the mask for backward and runs `forward` without a graph.
-template <typename Forward>
-at::Tensor keep_inputs_and_run(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               const at::Tensor& mask, double scale, double softcap, Forward forward) {
-  ctx->saved_data["scale"] = scale;
-  ctx->saved_data["softcap"] = softcap;
-  ctx->save_for_backward({q, k, v, mask});
-  at::NoGradGuard no_grad;
-  return forward(q, k, v, mask, scale, softcap);
-}
+// Sinks travel through the autograd functions as an optional input: absent, it is no input at all.
+using OptionalSinks = c10::optional<at::Tensor>;
 
+OptionalSinks optional_sinks(const at::Tensor& sinks) { return sinks.defined() ? OptionalSinks(sinks) : c10::nullopt; }
+
+// The recomputed kernel keeps only q, k, v, the mask (and the sinks) for backward and runs the
+// materialized kernel without a graph.
 struct RecomputedAttention : public torch::autograd::Function<RecomputedAttention> {
-  static at::Tensor forward(AutogradContext* ctx, at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor mask, double scale,
-                            double softcap) {
-    return keep_inputs_and_run(ctx, q, k, v, mask, scale, softcap, materialized);
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor mask, OptionalSinks sinks,
+                            double scale, double softcap) {
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["softcap"] = softcap;
+    const at::Tensor s = sinks.value_or(at::Tensor());
+    ctx->save_for_backward({q, k, v, mask, s});
+    at::NoGradGuard no_grad;
+    return materialized(q, k, v, mask, scale, softcap, s);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     auto saved = ctx->get_saved_variables();
-    auto q = saved[0].detach().requires_grad_(true);
-    auto k = saved[1].detach().requires_grad_(true);
-    auto v = saved[2].detach().requires_grad_(true);
+    std::vector<at::Tensor> inputs;
+    for (int i : {0, 1, 2, 4})
+      if (saved[i].defined()) inputs.push_back(saved[i].detach().requires_grad_(true));
+    const at::Tensor sinks = saved[4].defined() ? inputs[3] : at::Tensor();
     at::AutoGradMode enable(true);
-    auto out = materialized(q, k, v, saved[3], ctx->saved_data["scale"].toDouble(), ctx->saved_data["softcap"].toDouble());
-    auto grads = torch::autograd::grad({out}, {q, k, v}, {grad_out[0]});
-    return {grads[0], grads[1], grads[2], at::Tensor(), at::Tensor(), at::Tensor()};
+    auto out = materialized(inputs[0], inputs[1], inputs[2], saved[3], ctx->saved_data["scale"].toDouble(),
+                            ctx->saved_data["softcap"].toDouble(), sinks);
+    auto grads = torch::autograd::grad({out}, inputs, {grad_out[0]});
+    return {grads[0], grads[1], grads[2], at::Tensor(), sinks.defined() ? grads[3] : at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -138,59 +150,93 @@ at::Tensor blocked_forward(const at::Tensor& q, const at::Tensor& k, const at::T
   return out;
 }
 
+// The blocked kernel's gradients from the saved log-sum-exp. Per block, with P the
+// probabilities recomputed from it and dO the output's gradient:
+//   dP = dO vᵀ, dS = P ⊙ (dP - rowsum(P ⊙ dP)), dq = scale dS k, dk += scale dSᵀ q, dv += Pᵀ dO.
+// With a soft-cap, Z = cap tanh(S / cap) feeds the softmax, so dS above is dZ and the score
+// gradient is dZ ⊙ (1 - tanh²(S / cap)). The element-wise part is one fused sweep per row.
+// dk and dv collect several blocks' shares, in fp32 (float64 for float64), rounded once.
+AttentionGrads blocked_backward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                                const at::Tensor& lse, const at::Tensor& grad_out, double scale, double softcap) {
+  const auto dtype = q.scalar_type();
+  const auto acc = softmax_dtype(q);
+  const auto h = q.size(1), d = q.size(3), hkv = k.size(1);
+  auto grad = grad_out.to(dtype);
+  auto dq = at::empty_like(q, at::MemoryFormat::Contiguous);
+  auto dk = at::zeros(k.sizes(), k.options().dtype(acc));
+  auto dv = at::zeros(v.sizes(), v.options().dtype(acc));
+  for (const Block& blk : plan_blocks(mask, q.size(0), q.size(2), k.size(2), kBlockQueries)) {
+    const BlockView x = view_block(blk, q, k, v, mask);
+    auto scores = matmul_in(x.q, x.k.transpose(2, 3), dtype);  // [nb, hkv, g m, n]
+    auto d_out = grad.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).reshape({blk.nb, hkv, x.groups * blk.m, d});
+    auto d_probs = matmul_in(d_out, x.v.transpose(2, 3), dtype);
+    auto block_lse = lse.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).contiguous();
+    at::Tensor probs, d_scores;
+    attention_softmax_backward(scores.view({-1, blk.n}), block_mask(x, blk), block_rows(blk, scale, softcap), block_lse.view({-1}),
+                               d_probs.view({-1, blk.n}), probs, d_scores);
+    probs = probs.view(scores.sizes());
+    d_scores = d_scores.view(scores.sizes());
+    dq.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).copy_(matmul_in(d_scores, x.k, dtype).view({blk.nb, h, blk.m, d}));
+    dk.narrow(0, blk.b0, blk.nb).narrow(2, blk.k0, blk.n).add_(matmul_in(d_scores.transpose(2, 3), x.q, dtype));
+    dv.narrow(0, blk.b0, blk.nb).narrow(2, blk.k0, blk.n).add_(matmul_in(probs.transpose(2, 3), d_out, dtype));
+  }
+  return {dq, dk.to(k.scalar_type()), dv.to(v.scalar_type())};
+}
+
+// The blocked kernel's forward, tiled where it applies; `lse` as blocked_forward's.
+at::Tensor blocked_or_tiled_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                                    double scale, double softcap, at::Tensor* lse) {
+  return tiled_attention_runs(q, k) ? tiled_attention_forward(q, k, v, mask, scale, softcap, lse)
+                                    : blocked_forward(q, k, v, mask, scale, softcap, lse);
+}
+
+// The sinkless output and log-sum-exp turned into the sink softmax's (ops/attention.h): each
+// row scaled by r = sigmoid(lse - s), and lse' = lse - log sigmoid(lse - s), the log-sum-exp
+// with the sink's term in it. A row with no allowed key (lse +inf) keeps r = 1, lse' = +inf.
+void apply_sinks(at::Tensor& out, at::Tensor& lse, const at::Tensor& sinks) {
+  const auto shifted = lse - sinks.to(lse.scalar_type()).view({1, -1, 1});
+  out = (out * at::sigmoid(shifted).unsqueeze(-1)).to(out.scalar_type());
+  lse = lse - at::log_sigmoid(shifted);
+}
+
+// ∂L/∂s_h = -Σ over rows of head h of e^{s_h - lse'} (dO · out): the sink's probability times
+// the row sum the softmax's backward subtracts (its own dP is 0: it has no value).
+at::Tensor sink_gradient(const at::Tensor& out, const at::Tensor& grad_out, const at::Tensor& lse, const at::Tensor& sinks) {
+  const auto acc = lse.scalar_type();
+  const auto dot = (grad_out.to(acc) * out.to(acc)).sum(-1);                   // [B, h, Tq]
+  const auto sink_prob = at::exp(sinks.to(acc).view({1, -1, 1}) - lse);        // [B, h, Tq]
+  return (-(sink_prob * dot)).sum(at::IntArrayRef{0, 2}).to(sinks.scalar_type());
+}
+
 struct BlockedAttention : public torch::autograd::Function<BlockedAttention> {
-  static at::Tensor forward(AutogradContext* ctx, at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor mask, double scale,
-                            double softcap) {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor q, at::Tensor k, at::Tensor v, at::Tensor mask, OptionalSinks sinks,
+                            double scale, double softcap) {
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["softcap"] = softcap;
     at::NoGradGuard no_grad;
     at::Tensor lse;
     const bool tiled = tiled_attention_runs(q, k);
     ctx->saved_data["tiled"] = tiled;
-    auto out = tiled ? tiled_attention_forward(q, k, v, mask, scale, softcap, &lse) : blocked_forward(q, k, v, mask, scale, softcap, &lse);
-    ctx->save_for_backward({q, k, v, mask, lse});
+    auto out = blocked_or_tiled_forward(q, k, v, mask, scale, softcap, &lse);
+    const at::Tensor s = sinks.value_or(at::Tensor());
+    if (s.defined()) apply_sinks(out, lse, s);
+    // With sinks the output is kept too: the sink's gradient needs dO · out per row.
+    ctx->save_for_backward({q, k, v, mask, lse, s.defined() ? out : at::Tensor(), s});
     return out;
   }
 
-  // Per block, with P the probabilities recomputed from the saved log-sum-exp and dO the
-  // output's gradient:
-  //   dP = dO vᵀ, dS = P ⊙ (dP - rowsum(P ⊙ dP)), dq = scale dS k, dk += scale dSᵀ q, dv += Pᵀ dO.
-  // With a soft-cap, Z = cap tanh(S / cap) feeds the softmax, so dS above is dZ and the score
-  // gradient is dZ ⊙ (1 - tanh²(S / cap)). The element-wise part is one fused sweep per row.
-  // dk and dv collect several blocks' shares, in fp32 (float64 for float64), rounded once.
+  // blocked_backward (or the tiled kernel's) from the saved log-sum-exp; with sinks that is
+  // lse', so the recomputed probabilities are the sink softmax's and so are dq, dk, dv.
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     at::NoGradGuard no_grad;
     auto saved = ctx->get_saved_variables();
-    const auto &q = saved[0], &k = saved[1], &v = saved[2], &mask = saved[3], &lse = saved[4];
+    const auto &q = saved[0], &k = saved[1], &v = saved[2], &mask = saved[3], &lse = saved[4], &out = saved[5], &sinks = saved[6];
     const double scale = ctx->saved_data["scale"].toDouble();
     const double softcap = ctx->saved_data["softcap"].toDouble();
-    if (ctx->saved_data["tiled"].toBool()) {
-      auto g = tiled_attention_backward(q, k, v, mask, lse, grad_out[0], scale, softcap);
-      return {g.dq, g.dk, g.dv, at::Tensor(), at::Tensor(), at::Tensor()};
-    }
-    const auto dtype = q.scalar_type();
-    const auto acc = softmax_dtype(q);
-    const auto h = q.size(1), d = q.size(3), hkv = k.size(1);
-    auto grad = grad_out[0].to(dtype);
-    auto dq = at::empty_like(q, at::MemoryFormat::Contiguous);
-    auto dk = at::zeros(k.sizes(), k.options().dtype(acc));
-    auto dv = at::zeros(v.sizes(), v.options().dtype(acc));
-    for (const Block& blk : plan_blocks(mask, q.size(0), q.size(2), k.size(2), kBlockQueries)) {
-      const BlockView x = view_block(blk, q, k, v, mask);
-      auto scores = matmul_in(x.q, x.k.transpose(2, 3), dtype);  // [nb, hkv, g m, n]
-      auto d_out = grad.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).reshape({blk.nb, hkv, x.groups * blk.m, d});
-      auto d_probs = matmul_in(d_out, x.v.transpose(2, 3), dtype);
-      auto block_lse = lse.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).contiguous();
-      at::Tensor probs, d_scores;
-      attention_softmax_backward(scores.view({-1, blk.n}), block_mask(x, blk), block_rows(blk, scale, softcap), block_lse.view({-1}),
-                                 d_probs.view({-1, blk.n}), probs, d_scores);
-      probs = probs.view(scores.sizes());
-      d_scores = d_scores.view(scores.sizes());
-      dq.narrow(0, blk.b0, blk.nb).narrow(2, blk.q0, blk.m).copy_(matmul_in(d_scores, x.k, dtype).view({blk.nb, h, blk.m, d}));
-      dk.narrow(0, blk.b0, blk.nb).narrow(2, blk.k0, blk.n).add_(matmul_in(d_scores.transpose(2, 3), x.q, dtype));
-      dv.narrow(0, blk.b0, blk.nb).narrow(2, blk.k0, blk.n).add_(matmul_in(probs.transpose(2, 3), d_out, dtype));
-    }
-    return {dq, dk.to(k.scalar_type()), dv.to(v.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
+    const auto g = ctx->saved_data["tiled"].toBool() ? tiled_attention_backward(q, k, v, mask, lse, grad_out[0], scale, softcap)
+                                                     : blocked_backward(q, k, v, mask, lse, grad_out[0], scale, softcap);
+    const at::Tensor d_sinks = sinks.defined() ? sink_gradient(out, grad_out[0], lse, sinks) : at::Tensor();
+    return {g.dq, g.dk, g.dv, at::Tensor(), d_sinks, at::Tensor(), at::Tensor()};
   }
 };
 
@@ -214,27 +260,33 @@ at::Tensor fused_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 #endif
 
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                          double scale, AttentionKernel kernel, double softcap) {
+                          double scale, AttentionKernel kernel, double softcap, const at::Tensor& sinks) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes() && q.size(0) == k.size(0) &&
                   q.size(3) == k.size(3) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
               "attention: q ", q.sizes(), " with k ", k.sizes(), " and v ", v.sizes(),
               " (need [B, h, Tq, d] and [B, hkv, Tk, d] with h a multiple of hkv)");
   TORCH_CHECK(q.scalar_type() == k.scalar_type() && k.scalar_type() == v.scalar_type(), "attention: q, k, v in one dtype, found ",
               q.scalar_type(), ", ", k.scalar_type(), ", ", v.scalar_type());
-  const bool grads = at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+  TORCH_CHECK(!sinks.defined() || (sinks.dim() == 1 && sinks.size(0) == q.size(1)), "attention: sinks ", sinks.sizes(),
+              " (need one per query head: [", q.size(1), "])");
+  const bool grads = at::GradMode::is_enabled() &&
+                     (q.requires_grad() || k.requires_grad() || v.requires_grad() || (sinks.defined() && sinks.requires_grad()));
   RECORD_USER_SCOPE(region::kAttention);
   switch (kernel) {
-    case AttentionKernel::blocked:
+    case AttentionKernel::blocked: {
 #if CTUNE_FUSED_ATTENTION
-      if (!q.device().is_cpu() && softcap == 0) return fused_attention(q, k, v, mask, scale);
+      if (!q.device().is_cpu() && softcap == 0 && !sinks.defined()) return fused_attention(q, k, v, mask, scale);
 #endif
-      if (grads) return BlockedAttention::apply(q, k, v, mask, scale, softcap);
-      return tiled_attention_runs(q, k) ? tiled_attention_forward(q, k, v, mask, scale, softcap, nullptr)
-                                        : blocked_forward(q, k, v, mask, scale, softcap);
+      if (grads) return BlockedAttention::apply(q, k, v, mask, optional_sinks(sinks), scale, softcap);
+      at::Tensor lse;
+      auto out = blocked_or_tiled_forward(q, k, v, mask, scale, softcap, sinks.defined() ? &lse : nullptr);
+      if (sinks.defined()) apply_sinks(out, lse, sinks);
+      return out;
+    }
     case AttentionKernel::recomputed:
-      if (grads) return RecomputedAttention::apply(q, k, v, mask, scale, softcap);
+      if (grads) return RecomputedAttention::apply(q, k, v, mask, optional_sinks(sinks), scale, softcap);
       [[fallthrough]];
-    default: return materialized(q, k, v, mask, scale, softcap);
+    default: return materialized(q, k, v, mask, scale, softcap, sinks);
   }
 }
 

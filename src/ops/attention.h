@@ -24,6 +24,14 @@
 // its ATen form: LibTorch's fused attention has no soft-cap.
 // Windows need no option: they are in the mask, so the blocked kernel skips the keys before a
 // block's earliest window as it skips the keys after the causal edge.
+// With `sinks` ([h], gpt-oss's attention sinks) each head's softmax has one more logit s_h in its
+// denominator, with no value: out_i = Σ_j e^{z_ij} v_j / (e^{s_h} + Σ_j e^{z_ij}). That is the
+// sinkless output times r_i = sigmoid(lse_i - s_h), lse_i the row's log-sum-exp, so every kernel
+// runs as it does without sinks and scales its rows by r. The blocked backward then needs only
+// the log-sum-exp with the sink in it, lse'_i = lse_i - log sigmoid(lse_i - s_h): the
+// probabilities it recomputes are the sink-scaled ones and its row sum Σ_j P'_ij dP'_ij is
+// dO_i · out_i, exactly the sink softmax's; and ∂L/∂s_h = -Σ_i e^{s_h - lse'_i} (dO_i · out_i)
+// (docs/families.md#attention-sinks). On a GPU the blocked kernel then runs its ATen form.
 // A query that may see no key at all (a padding row) gets finite, meaningless weights: uniform
 // over all keys (materialized) or over its block's keys (blocked); no loss reads it.
 #pragma once
@@ -39,8 +47,8 @@ enum class AttentionKernel { blocked, materialized, recomputed };
 inline constexpr std::int64_t kBlockQueries = 128;
 
 // q: [B, h, Tq, d], k/v: [B, hkv, Tk, d] with h % hkv == 0, mask: broadcastable to
-// [B, 1, Tq, Tk] (true: attend).
+// [B, 1, Tq, Tk] (true: attend), sinks: [h] or undefined (none).
 at::Tensor attention_core(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                          double scale, AttentionKernel kernel, double softcap = 0);
+                          double scale, AttentionKernel kernel, double softcap = 0, const at::Tensor& sinks = {});
 
 }  // namespace ctune::ops

@@ -363,6 +363,18 @@ TEST_F(Recipes, EstimateQwen3NextFromConfigAlone) {
   expect_estimate_from_config("qwen3-next-80b-a3b.json", 2 * std::int64_t{79674391296}, 0);
 }
 
+// The shipped gpt-oss-20b config (recipes/models/gpt-oss-20b.json, the release's config.json) the
+// same way, counted by hand from GptOssForCausalLM's shapes (H 2880, V 201088, 24 layers, 64
+// query and 8 KV heads of 64, E 32 experts of 2880):
+//   24 x (attention 26,550,144: q 11,800,576 + k, v 1,475,072 each + o 11,799,360 + sinks 64;
+//         sparse block 796,631,072: router 92,192 + gate_up_proj 530,841,600 + its bias 184,320
+//         + down_proj 265,420,800 + its bias 92,160; 2 norms 5,760)
+//   + embeddings and head 2 x 579,133,440 + norm 2,880 = 20,914,757,184 parameters, dense (the
+//   release's MXFP4 experts are dequantised at load). Every layer sparse: I = 0.
+TEST_F(Recipes, EstimateGptOss20bFromConfigAlone) {
+  expect_estimate_from_config("gpt-oss-20b.json", 2 * std::int64_t{20914757184}, 0);
+}
+
 // `ctune estimate`: the ledger's lines with their formulas, and a peak that is at least their
 // persistent part; what each technique moves, moves the line it should.
 // A preference objective's ledger: two rows per pair, and under full fine-tuning the frozen

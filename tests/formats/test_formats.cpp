@@ -238,7 +238,7 @@ TEST(Config, EachFamilyReadsItsOwnKeys) {
     model::parse_model_config(Json::parse(R"({"model_type":"gemma7"})"), "g");
     FAIL();
   } catch (const UnsupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("(supported: llama, mistral, qwen2, qwen3, smollm3, gemma2, gemma3_text, gemma3, phi3, mixtral, qwen3_moe, qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen3_next)"),
+    EXPECT_NE(std::string(e.what()).find("(supported: llama, mistral, qwen2, qwen3, smollm3, gemma2, gemma3_text, gemma3, phi3, mixtral, qwen3_moe, qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen3_next, gpt_oss)"),
               std::string::npos)
         << e.what();
   }

@@ -6,10 +6,11 @@ Written directly against PyTorch (python3-torch from Debian), following the comp
 transformers' modeling_llama.py / modeling_qwen2.py / modeling_qwen3.py / modeling_smollm3.py /
 modeling_gemma2.py / modeling_gemma3.py / modeling_mixtral.py / modeling_qwen3_moe.py (see docs/formats.md#forward-computation and
 docs/families.md), and modeling_qwen3_5.py / modeling_qwen3_5_moe.py / modeling_qwen3_next.py in
-qwen3_5_reference.py (Gated DeltaNet computed token by token), with its own safetensors writer. It shares no code with ctune. The forward runs in float64 on the stored
+qwen3_5_reference.py (Gated DeltaNet computed token by token), modeling_gpt_oss.py in
+gpt_oss_reference.py, with its own safetensors writer. It shares no code with ctune. The forward runs in float64 on the stored
 (possibly bf16-rounded) weights; RoPE frequencies are computed in fp32 as HF does.
 
-Usage: make_reference.py OUT_DIR
+Usage: make_reference.py OUT_DIR [CASE ...]   (every case when none is named)
 Writes OUT_DIR/<name>/ (config.json + safetensors) and OUT_DIR/<name>.reference.json with
 {"ids": [...], "nll": [...], "argmax": [...], "min_margin": float, "nll_fp32_noise": float}: the
 last is how far float32 rounding alone moves these NLLs (largest |dNLL|, tests/fp32_noise.py).
@@ -17,7 +18,11 @@ For the BEAM_CASES also OUT_DIR/<name>.beam.json: beam searches (beam_reference.
 BEAM_PROMPTS for each of BEAM_SETTINGS, in float64. For the Qwen3.5 and Qwen3-Next cases also
 OUT_DIR/<name>.packing.json: {"ids", "lengths": [100, 156], "documents": [{"ids", "nll"}, ...],
 "nll_fp32_noise"}: the sequence cut into two documents, each one's per-token NLL scored alone (what
-the two packed in one row must give).
+the two packed in one row must give). For the gpt-oss MXFP4 case also
+OUT_DIR/<name>.dequantised/model.safetensors: each expert matrix as the reference dequantises it
+(bf16); for the other gpt-oss case OUT_DIR/<name>.gradients/model.safetensors and
+<name>.gradients.json: float64 gradients of the mean NLL for full fine-tuning and for LoRA on
+attention, the adapters, and each one's fp32 noise.
 """
 import json
 import math
@@ -31,6 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from fp32_noise import fp32_noise, max_abs, relative_norm  # noqa: E402
 from beam_reference import beam_search  # noqa: E402
 import qwen3_5_reference as qwen3_5  # noqa: E402
+import gpt_oss_reference as gpt_oss  # noqa: E402
 
 SEQ_LEN = 160
 MARGIN = 1e-4  # top-1 vs top-2 logit gap required at every position (keeps argmax well defined)
@@ -259,6 +265,21 @@ CASES = {
                             shared_expert_intermediate_size=48, norm_topk_prob=False, router_aux_loss_coef=0.001,
                             partial_rotary_factor=0.25, rope_theta=10000000, tie_word_embeddings=False,
                             torch_dtype="float32", _seq_len=256),
+    # gpt-oss: 4 layers, sliding (window 48 < 256 tokens) on the even ones by default, sinks, YaRN
+    # (factor 8 over an original 64 positions, truncate false: a ramp of fractional bounds), 4
+    # experts of 32, 2 per token, swiglu_limit 1 so that both clamps bite; fp32.
+    "gpt_oss_fp32": dict(model_type="gpt_oss", num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                         intermediate_size=32, num_local_experts=4, num_experts_per_tok=2, swiglu_limit=1.0,
+                         rope_scaling=dict(rope_type="yarn", factor=8.0, beta_fast=32.0, beta_slow=1.0, truncate=False,
+                                           original_max_position_embeddings=64),
+                         torch_dtype="float32", _seq_len=256),
+    # The release's storage: bf16 with the experts in MXFP4 (quantization_config mxfp4), layer
+    # types listed, no rope section (GptOssConfig's default YaRN: factor 32 over 4096), experts
+    # of 64 (MXFP4 runs of 32 along both the hidden and the expert width).
+    "gpt_oss_mxfp4_bf16": dict(model_type="gpt_oss", num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1,
+                               intermediate_size=64, num_local_experts=4, num_experts_per_tok=2,
+                               layer_types=["sliding_attention", "full_attention", "full_attention", "sliding_attention"],
+                               torch_dtype="bfloat16", _mxfp4=True, _seq_len=256),
 }
 
 # Qwen3.5 and Qwen3-Next cases also get OUT_DIR/<name>.packing.json: the sequence split into two documents at
@@ -283,7 +304,7 @@ BEAM_SETTINGS = (
     dict(num_beams=5, length_penalty=1.0, early_stopping=False, max_new_tokens=16, eos=False),
 )
 
-ST_DTYPE = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+ST_DTYPE = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.uint8: "U8", torch.float64: "F64"}
 TORCH_DTYPE = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -374,6 +395,8 @@ def tied(cfg):
 def config_for(case):
     if case["model_type"] in qwen3_5.TEXT_TYPES:
         return qwen3_5.text_config(case)
+    if case["model_type"] in gpt_oss.TYPES:
+        return gpt_oss.config(case)
     cfg = dict(BASE)
     cfg.update({k: v for k, v in case.items() if not k.startswith("_")})
     return cfg
@@ -437,6 +460,8 @@ def random_weights(cfg, gen, dtype):
     """Weights large enough that logits spread well (std ~1), rounded to the storage dtype."""
     if cfg["model_type"] in qwen3_5.TEXT_TYPES:
         return qwen3_5.random_weights(cfg, gen, dtype)
+    if cfg["model_type"] in gpt_oss.TYPES:
+        return gpt_oss.random_weights(cfg, gen, dtype, mxfp4="quantization_config" in cfg)
     weights = {}
     offset = 0.0 if cfg["model_type"] in GEMMA else 1.0  # Gemma's norms scale by 1 + w
     for name, shape in tensor_shapes(cfg):
@@ -598,6 +623,8 @@ def forward(cfg, w, ids, dtype=torch.float64, stats=None):
     layer's router logits."""
     if cfg["model_type"] in qwen3_5.TEXT_TYPES:
         return qwen3_5.forward(cfg, w, ids, dtype, stats)
+    if cfg["model_type"] in gpt_oss.TYPES:
+        return gpt_oss.forward(cfg, w, ids, dtype, stats)
     W = {k: v.to(dtype) for k, v in w.items()}
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     nkv = cfg.get("num_key_value_heads", nh)
@@ -779,7 +806,10 @@ def main():
     out_root = sys.argv[1]
     os.makedirs(out_root, exist_ok=True)
     threads = max(1, os.cpu_count() or 1)
+    wanted = set(sys.argv[2:])
     for seed, (name, case) in enumerate(CASES.items()):
+        if wanted and name not in wanted:
+            continue
         cfg = config_for(case)
         # Qwen3.5's per-token recurrence is thousands of tiny ops, forward and backward (the MoE
         # aux-loss gradients): one intra-op thread, as more only spin (qwen3_5_reference.forward).
@@ -810,6 +840,18 @@ def main():
             write_checkpoint(os.path.join(out_root, name), *qwen3_5.wrap(cfg, weights), 1)
         elif case.get("_wrapper"):
             write_checkpoint(os.path.join(out_root, name), *wrap(cfg, weights, case["_wrapper"]), 1)
+        elif cfg["model_type"] in gpt_oss.TYPES:
+            write_checkpoint(os.path.join(out_root, name), cfg, gpt_oss.stored_tensors(weights), 1)
+            if gpt_oss.PACKED:
+                os.makedirs(os.path.join(out_root, name + ".dequantised"), exist_ok=True)
+                write_safetensors(os.path.join(out_root, name + ".dequantised", "model.safetensors"),
+                                  [(n[:-len("_blocks")], weights[n[:-len("_blocks")]]) for n in gpt_oss.PACKED if n.endswith("_blocks")])
+            else:
+                tensors, info = gpt_oss.gradient_reference(cfg, weights, ids, gen, fp32_noise, relative_norm)
+                os.makedirs(os.path.join(out_root, name + ".gradients"), exist_ok=True)
+                write_safetensors(os.path.join(out_root, name + ".gradients", "model.safetensors"), tensors)
+                with open(os.path.join(out_root, name + ".gradients.json"), "w") as f:
+                    json.dump(info, f)
         elif case.get("_stacked"):
             write_checkpoint(os.path.join(out_root, name), cfg, stack_experts(cfg, weights), 1)
         else:

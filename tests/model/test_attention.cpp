@@ -3,7 +3,10 @@
 // several blocks with a partial last one, packed documents, left padding, a KV cache's longer
 // keys, a sliding window) and grouped-query heads, with and without Gemma 2's soft-cap; the
 // tiled CPU form in fp32 and bf16 against float64; and the backward of the blocked and
-// recomputed kernels against finite differences, soft-capped too.
+// recomputed kernels against finite differences, soft-capped too. Attention sinks (gpt-oss):
+// every kernel against the materialized graph with the sink as one more softmax column, in
+// float64 on every mask, in fp32 and bf16 against float64, and the sink's gradient against
+// finite differences.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -51,32 +54,50 @@ std::vector<Case> cases() {
   return out;
 }
 
+// With sinks (ops/attention.h) the blocked kernel scales its sinkless rows and backs through the
+// log-sum-exp with the sink in it, while the materialized graph appends the sink as one more
+// softmax column and lets autograd differentiate it: the same output and gradients, the sinks'
+// too; the recomputed kernel replays the materialized graph; the no-grad forward is the
+// training one's.
 TEST(Attention, BlockedEqualsMaterialized) {
   at::manual_seed(3);
+  for (const bool with_sinks : {false, true})
   for (const double softcap : {0.0, 2.0})
   for (const Case& c : cases()) {
     const std::int64_t d = 8;
     auto q = at::randn({c.B, c.h, c.Tq, d}, at::kDouble).requires_grad_(true);
     auto k = at::randn({c.B, c.hkv, c.Tk, d}, at::kDouble).requires_grad_(true);
     auto v = at::randn({c.B, c.hkv, c.Tk, d}, at::kDouble).requires_grad_(true);
+    auto sinks = with_sinks ? at::randn({c.h}, at::kDouble).requires_grad_(true) : at::Tensor();
     auto weights = at::randn({c.B, c.h, c.Tq, d}, at::kDouble);
     // Padding queries (nothing to attend) differ by design and no loss reads them: compare
     // the rows that see at least one key.
     auto live = c.mask.expand({c.B, 1, c.Tq, c.Tk}).any(-1, /*keepdim=*/true).to(at::kDouble);
+    std::vector<at::Tensor> inputs = {q, k, v};
+    if (with_sinks) inputs.push_back(sinks);
     std::vector<at::Tensor> outs, grads;
-    for (auto kernel : {ops::AttentionKernel::materialized, ops::AttentionKernel::blocked}) {
-      auto out = ops::attention_core(q, k, v, c.mask, 0.35, kernel, softcap);
-      auto g = torch::autograd::grad({(out * weights * live).sum()}, {q, k, v});
+    for (auto kernel : {ops::AttentionKernel::materialized, ops::AttentionKernel::blocked, ops::AttentionKernel::recomputed}) {
+      auto out = ops::attention_core(q, k, v, c.mask, 0.35, kernel, softcap, sinks);
+      auto g = torch::autograd::grad({(out * weights * live).sum()}, inputs);
       outs.push_back(out * live);
       grads.insert(grads.end(), g.begin(), g.end());
     }
-    // float64 throughout: the two differ only in summation order (~1e-15 relative).
-    const std::string name = std::string(c.name) + (softcap > 0 ? " soft-capped" : "");
-    EXPECT_TRUE(within(name + ": output", (outs[0] - outs[1]).abs().max().item<double>(), 1e-12));
-    for (int i = 0; i < 3; ++i) {
-      EXPECT_TRUE(within(name + ": gradient " + "qkv"[i],
-                         (grads[i] - grads[i + 3]).abs().max().item<double>(), 1e-12));
+    {
+      at::NoGradGuard no_grad;
+      outs.push_back(ops::attention_core(q, k, v, c.mask, 0.35, ops::AttentionKernel::blocked, softcap, sinks) * live);
     }
+    // float64 throughout: the kernels differ only in summation order (~1e-15 relative).
+    const std::string name = std::string(c.name) + (softcap > 0 ? " soft-capped" : "") + (with_sinks ? " with sinks" : "");
+    const std::size_t n = inputs.size();
+    for (std::size_t kernel = 1; kernel <= 2; ++kernel) {
+      const std::string which = kernel == 1 ? ": blocked " : ": recomputed ";
+      EXPECT_TRUE(within(name + which + "output", (outs[0] - outs[kernel]).abs().max().item<double>(), 1e-12));
+      for (std::size_t i = 0; i < n; ++i) {
+        const char* what[] = {"dq", "dk", "dv", "dsinks"};
+        EXPECT_TRUE(within(name + which + what[i], (grads[i] - grads[n * kernel + i]).abs().max().item<double>(), 1e-12));
+      }
+    }
+    EXPECT_TRUE(within(name + ": blocked no-grad output", (outs[0] - outs[3]).abs().max().item<double>(), 1e-12));
   }
 }
 
@@ -90,6 +111,43 @@ TEST(Attention, BlockedNoGradForwardEqualsItsTrainingForward) {
   at::NoGradGuard no_grad;
   auto plain = ops::attention_core(q.detach(), k, v, c.mask, 0.25, ops::AttentionKernel::blocked);
   EXPECT_TRUE(at::equal(trained.detach(), plain));
+}
+
+// Sinks in fp32 and bf16 (the tiled kernel where it runs, ops/attention_tiled.h) against float64:
+// the error allowed as the tiled test's below, twice ATen's materialized graph's in the same
+// dtype plus one fp32 dot product's bound, for the output and every gradient, the sinks' too.
+TEST(Attention, SinksInReducedPrecisionAreAsCloseAsAten) {
+  at::manual_seed(14);
+  for (const auto dtype : {at::kFloat, at::kBFloat16})
+  for (const Case& c : cases()) {
+    const std::int64_t d = 64;
+    const double scale = 0.125, gamma_d = static_cast<double>(d) * std::ldexp(1.0, -24);
+    auto live = c.mask.expand({c.B, 1, c.Tq, c.Tk}).any(-1, /*keepdim=*/true).to(at::kDouble);
+    auto q = at::randn({c.B, c.h, c.Tq, d}, at::kDouble).to(dtype);
+    auto k = at::randn({c.B, c.hkv, c.Tk, d}, at::kDouble).to(dtype);
+    auto v = at::randn({c.B, c.hkv, c.Tk, d}, at::kDouble).to(dtype);
+    auto sinks = at::randn({c.h}, at::kDouble).to(dtype);
+    auto grad = (at::randn({c.B, c.h, c.Tq, d}, at::kDouble) * live).to(dtype);
+    auto run = [&](at::ScalarType as, ops::AttentionKernel kernel) {  // out, dq, dk, dv, dsinks
+      auto qa = q.to(as).requires_grad_(true), ka = k.to(as).requires_grad_(true), va = v.to(as).requires_grad_(true);
+      auto sa = sinks.to(as).requires_grad_(true);
+      auto out = ops::attention_core(qa, ka, va, c.mask, scale, kernel, 0, sa);
+      auto g = torch::autograd::grad({out}, {qa, ka, va, sa}, {grad.to(as)});
+      return std::vector<at::Tensor>{out.detach() * live, g[0], g[1], g[2], g[3]};
+    };
+    const auto ref = run(at::kDouble, ops::AttentionKernel::materialized);
+    const auto aten = run(dtype, ops::AttentionKernel::materialized);
+    const auto blocked = run(dtype, ops::AttentionKernel::blocked);
+    const std::string name = std::string(c.name) + (dtype == at::kFloat ? " fp32" : " bf16") + " with sinks";
+    const char* what[] = {"output", "dq", "dk", "dv", "dsinks"};
+    for (int i = 0; i < 5; ++i) {
+      const double err_aten = (aten[i].to(at::kDouble) - ref[i]).abs().max().item<double>();
+      const double err_blocked = (blocked[i].to(at::kDouble) - ref[i]).abs().max().item<double>();
+      const double floor = gamma_d * ref[i].abs().max().item<double>();
+      EXPECT_TRUE(within(name + ": " + what[i] + " |blocked - float64| (ATen's " + std::to_string(err_aten) + ")", err_blocked,
+                         2 * err_aten + floor));
+    }
+  }
 }
 
 // The tiled kernel (ops/attention_tiled.h: fp32 and bf16 on the CPU; bf16 tiles widened to fp32
@@ -147,6 +205,9 @@ class AttentionBackward : public ::testing::TestWithParam<ops::AttentionKernel> 
 
 TEST_P(AttentionBackward, MatchesFiniteDifferences) {
   // Scores scale·q·k ~ 0.7·N(0, 3): a cap of 1.5 bends most of them (tanh well past linear).
+  // Sinks of ~N(0, 1) take a share of every row comparable to its keys', so a wrong sink term
+  // (in any of dq, dk, dv or the sink's own gradient) is O(1).
+  for (const bool sinks : {false, true})
   for (const double softcap : {0.0, 1.5}) {
   at::manual_seed(8);
   const std::int64_t T = ops::kBlockQueries + 5, d = 3;
@@ -156,16 +217,23 @@ TEST_P(AttentionBackward, MatchesFiniteDifferences) {
   auto q = at::randn({1, 4, T, d}, at::kDouble).requires_grad_(true);
   auto k = at::randn({1, 2, T, d}, at::kDouble).requires_grad_(true);
   auto v = at::randn({1, 2, T, d}, at::kDouble).requires_grad_(true);
+  auto s = sinks ? at::randn({4}, at::kDouble).requires_grad_(true) : at::Tensor();
   auto weights = at::randn({1, 4, T, d}, at::kDouble);
   auto f = [&] {
-    return (ops::attention_core(q.detach(), k.detach(), v.detach(), mask, 0.7, GetParam(), softcap) * weights).sum().item<double>();
+    at::NoGradGuard no_grad;
+    return (ops::attention_core(q, k, v, mask, 0.7, GetParam(), softcap, s) * weights).sum().item<double>();
   };
-  (ops::attention_core(q, k, v, mask, 0.7, GetParam(), softcap) * weights).sum().backward();
-  // Every 7th element: all 3,000-odd would take seconds.
-  const double worst = worst_finite_difference(f, {q, k, v}, 7);
+  (ops::attention_core(q, k, v, mask, 0.7, GetParam(), softcap, s) * weights).sum().backward();
+  std::vector<at::Tensor> inputs = {q, k, v};
+  if (sinks) inputs.push_back(s);
+  // Every 7th element: all 3,000-odd would take seconds (the 4 sinks: 0 and 7 past the end, so
+  // the sink's own check is the stride-1 one below).
+  double worst = worst_finite_difference(f, inputs, 7);
+  if (sinks) worst = std::max(worst, worst_finite_difference(f, {s}, 1));
   // Central differences in float64, eps = 1e-6: truncation ~1e-12, rounding ~ u64 |f| / eps
   // ~ 1e-9 for |f| ~ 30; a wrong backward term is O(1).
-  EXPECT_TRUE(within("softcap " + std::to_string(softcap) + ": max |finite difference - gradient|", worst, 1e-7));
+  EXPECT_TRUE(within(std::string(sinks ? "sinks, " : "") + "softcap " + std::to_string(softcap) +
+                         ": max |finite difference - gradient|", worst, 1e-7));
   }
 }
 

@@ -65,7 +65,8 @@ const std::vector<std::string> kCases = {"llama_mha_fp32",      "llama_gqa_tied_
                                          "mixtral_untied_fp32", "mixtral_window_tied_bf16", "qwen3_moe_dense_tied_bf16",
                                          "qwen3_moe_norm_step_untied_fp32", "qwen3_moe_stacked_fp32",
                                          "qwen3_5_text_fp32",   "qwen3_5_tied_bf16",    "qwen3_5_moe_fp32",
-                                         "qwen3_5_moe_wrapper_bf16", "qwen3_next_fp32"};
+                                         "qwen3_5_moe_wrapper_bf16", "qwen3_next_fp32", "gpt_oss_fp32",
+                                         "gpt_oss_mxfp4_bf16"};
 
 class ReferenceCase : public ::testing::TestWithParam<std::string> {};
 

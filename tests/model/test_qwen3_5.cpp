@@ -24,6 +24,7 @@
 #include "model/gated_deltanet.h"
 #include "model/weights.h"
 #include "peft/lora.h"
+#include "cached_decode.h"
 #include "margins.h"
 
 namespace fs = std::filesystem;
@@ -147,23 +148,8 @@ TEST(Qwen35, IncrementalDecodingMatchesFullForward) {
   const auto [a, b] = read_packing("qwen3_5_text_fp32", &noise);
   (void)b;
   auto lm = model::load_causal_lm(kModels / "qwen3_5_text_fp32", at::kFloat);
-  at::NoGradGuard no_grad;
   const auto ids = ids_tensor(a.ids);
-  const auto T = ids.size(1), prefill = T - 24;
-  const auto full = lm->forward(ids);
-  auto cache = lm->new_cache(T);
-  model::ForwardInputs in;
-  in.input_ids = ids.narrow(1, 0, prefill);
-  in.cache = &cache;
-  std::vector<at::Tensor> steps = {lm->logits(in)};
-  for (std::int64_t t = prefill; t < T; ++t) {
-    in.input_ids = ids.narrow(1, t, 1);
-    steps.push_back(lm->logits(in));
-  }
-  EXPECT_EQ(cache.length(), T);
-  const double diff = (at::cat(steps, 1) - full).abs().max().item<double>();
-  const double scale = full.abs().max().item<double>();
-  EXPECT_TRUE(within("cached vs full logits, max |d| / max |logit|", diff / scale, 1e-5));
+  EXPECT_TRUE(within("cached vs full logits, max |d| / max |logit|", test::cached_decode_difference(lm, ids, ids.size(1) - 24), 1e-5));
 }
 
 // A left-padded row (attention mask 0 on the padding) gives the unpadded row's logits.

@@ -25,6 +25,7 @@ const Family& qwen3_5();  // the multimodal wrapper, read as its text model
 const Family& qwen3_5_moe_text();
 const Family& qwen3_5_moe();  // the multimodal wrapper, read as its text model
 const Family& qwen3_next();
+const Family& gpt_oss();
 }  // namespace families
 
 const std::vector<const Family*>& all_families() {
@@ -45,6 +46,7 @@ const std::vector<const Family*>& all_families() {
       &families::qwen3_5_moe_text(),
       &families::qwen3_5_moe(),
       &families::qwen3_next(),
+      &families::gpt_oss(),
   };
   return all;
 }
