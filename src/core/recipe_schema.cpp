@@ -187,7 +187,11 @@ std::vector<KeySpec> objective_keys() {
        "What training minimises: sft (next-token loss on the trained tokens), dpo, simpo or orpo (preference pairs, data.format: preference), "
        "kto (labelled completions, data.format: unpaired_preference), grpo (online RL from prompts, data.format: prompt, and reward.*)",
        {"sft", "dpo", "simpo", "orpo", "kto", "grpo"}},
-      owned_by({"dpo"}, {"objective.loss_type", T::String, "null", "dpo: sigmoid (DPO; the default), ipo or hinge", {"sigmoid", "ipo", "hinge"}, {}, {}, true}),
+      owned_by({"dpo", "grpo"}, {"objective.loss_type", T::String, "null",
+       "dpo: sigmoid (DPO; the default), ipo or hinge; grpo: how token losses are weighed and averaged, TRL's names: grpo (each completion's mean, "
+       "then over completions), bnpo (the micro-batch's token mean), dr_grpo (over rows x max_new_tokens), dapo (over the step's completion tokens; "
+       "the default) or cispo (clipped importance weights times the log-probability, over the step's tokens)",
+       {"sigmoid", "ipo", "hinge", "grpo", "bnpo", "dr_grpo", "dapo", "cispo"}, {}, {}, true}),
       owned_by({"dpo", "simpo", "orpo", "kto", "grpo"}, {"objective.beta", T::Float, "null",
        "dpo, kto: how strongly the policy is held to the reference; simpo: the reward scale; orpo: the odds-ratio term's weight lambda (default 0.1, as TRL's); "
        "grpo: the KL penalty's weight (default 0: no reference)", {}, 0.0, 1e6, true}),
@@ -213,14 +217,25 @@ std::vector<KeySpec> objective_keys() {
       owned_by({"grpo"}, {"objective.max_new_tokens", T::Int, "null", "grpo: the longest completion in tokens (default 256; TRL's max_completion_length)", {}, 1, 1e6, true}),
       owned_by({"grpo"}, {"objective.stop", T::StringList, "null", "grpo: text stop strings that end a completion (besides eos and the chat format's end of turn)", {}, {}, {}, true}),
       owned_by({"grpo"}, {"objective.epsilon", T::Float, "null", "grpo: the probability ratio's clip range below 1, and above unless epsilon_high (default 0.2)", {}, 0.0, 1.0, true}),
-      owned_by({"grpo"}, {"objective.epsilon_high", T::Float, "null", "grpo: the ratio's clip range above 1 (DAPO's clip-higher; default: epsilon)", {}, 0.0, 100, true}),
+      owned_by({"grpo"}, {"objective.epsilon_high", T::Float, "null",
+       "grpo: the ratio's clip range above 1 (DAPO's clip-higher; default: epsilon); loss_type cispo: the importance weight's cap (ScaleRL's epsilon_max, e.g. 5)",
+       {}, 0.0, 100, true}),
+      owned_by({"grpo"}, {"objective.importance_sampling_level", T::String, "null",
+       "grpo: the importance weight per token (the default) or per completion, exp of its tokens' mean log-ratio (sequence: GSPO)", {"token", "sequence"}, {}, {}, true}),
+      owned_by({"grpo"}, {"objective.delta", T::Float, "null",
+       "grpo: two-sided clipping, the unclipped importance weight capped at delta (INTELLECT-2; > 1 + epsilon_high; default: off)", {}, 1.0, 1e6, true}),
+      owned_by({"grpo"}, {"objective.top_entropy_quantile", T::Float, "null",
+       "grpo: train only the completion tokens whose entropy is in this top fraction of the micro-batch's (default 1: every token)", {}, 1e-6, 1.0, true}),
+      owned_by({"grpo"}, {"objective.multi_objective_aggregation", T::String, "null",
+       "grpo with several rewards: sum_then_normalize (weighted sum, then the advantages; the default) or normalize_then_sum (each reward normalised "
+       "in its group, the weighted sum normalised over the batch; scale_rewards does not apply)", {"sum_then_normalize", "normalize_then_sum"}, {}, {}, true}),
       owned_by({"grpo"}, {"objective.scale_rewards", T::String, "null", "grpo: advantages divided by the rewards' std within each group, over the batch, or not (default group)",
        {"group", "batch", "none"}, {}, {}, true}),
       owned_by({"grpo"}, {"objective.aggregation", T::String, "null",
-       "grpo: token losses averaged per sequence then over sequences (sequence: GRPO), over the step's tokens (token: DAPO, the default) "
-       "or divided by rows x max_new_tokens (fixed: Dr. GRPO)", {"sequence", "token", "fixed"}, {}, {}, true}),
+       "grpo: objective.loss_type's former name, read as it: sequence = grpo, token = dapo, fixed = dr_grpo", {"sequence", "token", "fixed"}, {}, {}, true}),
       owned_by({"grpo"}, {"objective.num_iterations", T::Int, "null", "grpo: optimisation steps per generation batch, the sampling policy's log-probabilities kept (default 1)", {}, 1, 1e4, true}),
-      owned_by({"grpo"}, {"objective.mask_truncated", T::Bool, "null", "grpo: completions cut by max_new_tokens train nothing (default false)", {}, {}, {}, true}),
+      owned_by({"grpo"}, {"objective.mask_truncated_completions", T::Bool, "null", "grpo: completions cut by max_new_tokens train nothing (default false)", {}, {}, {}, true}),
+      owned_by({"grpo"}, {"objective.mask_truncated", T::Bool, "null", "grpo: objective.mask_truncated_completions' former name, read as it", {}, {}, {}, true}),
       owned_by({"grpo"}, {"objective.share_prompt", T::String, "null",
        "grpo: train a group's completions in one row after one copy of their prompt (the same loss, the prompt's work done once): "
        "auto (when that costs less, the default), always or never", {"auto", "always", "never"}, {}, {}, true}),

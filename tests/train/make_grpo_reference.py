@@ -12,13 +12,21 @@ under the reference (ref):
   advantages  A = r - mean_group(r), divided by (std + 1e-4) with std the group's (group), the
               batch's (batch) or not at all (none); std with Bessel's correction (TRL's nanstd)
   logp        log_softmax(logits / temperature)[token]  (TRL divides the logits by the temperature)
-  ratio       exp(logp - old); old = logp.detach() when TRL computes none (num_iterations 1)
-  per token   -min(ratio A, clamp(ratio, 1 - eps_low, 1 + eps_high) A) + beta (exp(ref - logp) - (ref - logp) - 1)
-  loss        grpo: mean over rows of each row's token mean; dapo: sum / all completion tokens;
-              dr_grpo: sum / (rows x max_completion_length)
-and TRL's metrics, means over the completion tokens: kl, entropy (of softmax(logits / temperature)),
-clip_ratio/low_mean ((ratio < 1 - eps_low) & (A < 0)), clip_ratio/high_mean ((ratio > 1 + eps_high)
-& (A > 0)), clip_ratio/region_mean (either).
+  weight      w = exp(logp - old) per token (importance_sampling_level token), or per completion
+              exp(mean over its tokens of logp - old) (sequence, GSPO); old = logp.detach() when
+              TRL computes none (num_iterations 1)
+  per token   grpo, bnpo, dr_grpo, dapo: -min(min(w, delta) A, clamp(w, 1 - eps_low, 1 + eps_high) A)
+              cispo: -clamp(w, max=eps_high).detach() A logp
+              times the top-entropy mask (entropy >= its (1 - q) quantile over the completion
+              tokens) when top_entropy_quantile q < 1, plus beta (exp(ref - logp) - (ref - logp) - 1)
+  loss        grpo: mean over rows of each row's token mean; dapo, cispo: sum / all completion
+              tokens; dr_grpo: sum / (rows x max_completion_length); bnpo: each micro-batch's token
+              mean, averaged over the micro-batches (one group each here: the only loss type
+              whose value depends on the micro-batches)
+and TRL's metrics: kl and entropy (of softmax(logits / temperature)) per completion token;
+clip_ratio/low_mean ((w < 1 - eps_low) & (A < 0)), clip_ratio/high_mean ((w > 1 + eps_high) &
+(A > 0)), clip_ratio/region_mean (either), or cispo_clip_ratio ((w > eps_high) & (A > 0)), per
+completion token, or per completion at the sequence level.
 
 Cases: full fine-tuning (policy/ the base plus a perturbation, the reference the base model/) and
 LoRA (the base with adapters, r 4, alpha 8, on every linear layer and the head; the reference the
@@ -45,16 +53,30 @@ IGNORE = -100
 G = 3  # completions per prompt
 MAX_COMPLETION = 16
 REWARDS = [1.0, 0.0, 0.25, 2.0, 2.0, -1.0]  # two groups of three (no advantage exactly 0: its sign would be noise)
-# name: (kind, loss_type (TRL), aggregation (ctune), scale_rewards, beta, epsilon, epsilon_high, temperature, old given)
+# name: (kind, loss_type (TRL), aggregation (ctune before loss_type), scale_rewards, beta, epsilon, epsilon_high, temperature,
+#        old given) and the options beyond, as TRL names them
 CASES = {
-    "full_grpo_group_kl": ("full", "grpo", "sequence", "group", 0.04, 0.2, 0.2, 0.7, True),
-    "full_dapo_batch": ("full", "dapo", "token", "batch", 0.0, 0.2, 0.28, 1.0, True),
-    "full_drgrpo_none": ("full", "dr_grpo", "fixed", "none", 0.1, 0.2, 0.2, 0.9, True),
-    "full_dapo_on_policy": ("full", "dapo", "token", "group", 0.0, 0.2, 0.2, 1.0, False),
-    "lora_grpo_group_kl": ("lora", "grpo", "sequence", "group", 0.04, 0.2, 0.3, 0.8, True),
-    "lora_dapo_group": ("lora", "dapo", "token", "group", 0.0, 0.2, 0.2, 1.0, True),
+    "full_grpo_group_kl": ("full", "grpo", "sequence", "group", 0.04, 0.2, 0.2, 0.7, True, {}),
+    "full_dapo_batch": ("full", "dapo", "token", "batch", 0.0, 0.2, 0.28, 1.0, True, {}),
+    "full_drgrpo_none": ("full", "dr_grpo", "fixed", "none", 0.1, 0.2, 0.2, 0.9, True, {}),
+    "full_dapo_on_policy": ("full", "dapo", "token", "group", 0.0, 0.2, 0.2, 1.0, False, {}),
+    "lora_grpo_group_kl": ("lora", "grpo", "sequence", "group", 0.04, 0.2, 0.3, 0.8, True, {}),
+    "lora_dapo_group": ("lora", "dapo", "token", "group", 0.0, 0.2, 0.2, 1.0, True, {}),
+    # loss_type x importance_sampling_level: the rest of the ten
+    "full_bnpo_token": ("full", "bnpo", None, "group", 0.04, 0.2, 0.25, 0.9, True, {}),
+    "full_cispo_token": ("full", "cispo", None, "group", 0.0, 0.2, 1.15, 1.0, True, {}),
+    "full_grpo_sequence": ("full", "grpo", None, "group", 0.04, 0.1, 0.1, 0.8, True, {"importance_sampling_level": "sequence"}),
+    "full_bnpo_sequence": ("full", "bnpo", None, "batch", 0.0, 0.1, 0.12, 1.0, True, {"importance_sampling_level": "sequence"}),
+    "full_drgrpo_sequence": ("full", "dr_grpo", None, "group", 0.0, 0.1, 0.1, 1.0, True, {"importance_sampling_level": "sequence"}),
+    "full_dapo_sequence": ("full", "dapo", None, "group", 0.1, 0.1, 0.1, 0.9, True, {"importance_sampling_level": "sequence"}),
+    "full_cispo_sequence": ("full", "cispo", None, "group", 0.0, 0.2, 1.05, 1.0, True, {"importance_sampling_level": "sequence"}),
+    "lora_grpo_sequence": ("lora", "grpo", None, "group", 0.04, 0.1, 0.1, 0.8, True, {"importance_sampling_level": "sequence"}),
+    # two-sided clipping and the top-entropy tokens
+    "full_dapo_delta": ("full", "dapo", None, "group", 0.0, 0.2, 0.2, 1.0, True, {"delta": 1.25}),
+    "full_dapo_top_entropy": ("full", "dapo", None, "group", 0.04, 0.2, 0.2, 0.9, True, {"top_entropy_quantile": 0.4}),
+    "lora_cispo_top_entropy": ("lora", "cispo", None, "group", 0.0, 0.2, 1.1, 1.0, True, {"top_entropy_quantile": 0.25}),
 }
-METRICS = ["entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"]
+METRICS = ["kl", "entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "cispo_clip_ratio"]
 
 
 def make_batch(gen):
@@ -108,12 +130,26 @@ def per_token(W, lora, scale, batch, temperature):
     return logps, entropy, (labels != IGNORE).to(logits.dtype)
 
 
-def grpo_loss(logps, entropy, mask, old, ref, adv, loss_type, beta, eps_low, eps_high):
+def grpo_loss(logps, entropy, mask, old, ref, adv, loss_type, beta, eps_low, eps_high, extra):
     old = logps.detach() if old is None else old
-    coef_1 = torch.exp(logps - old)
-    coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
+    log_ratio = logps - old
+    sequence = extra.get("importance_sampling_level", "token") == "sequence"
+    if sequence:
+        log_w = ((log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    else:
+        log_w = log_ratio
+    coef_1 = torch.exp(log_w)
     a = adv.unsqueeze(1)
-    loss_t = -torch.min(coef_1 * a, coef_2 * a)
+    if loss_type == "cispo":
+        loss_t = -torch.clamp(coef_1, max=eps_high).detach() * a * logps
+    else:
+        coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
+        capped = torch.clamp(coef_1, max=extra["delta"]) if "delta" in extra else coef_1
+        loss_t = -torch.min(capped * a, coef_2 * a)
+    q = extra.get("top_entropy_quantile", 1.0)
+    if q < 1.0:
+        threshold = torch.quantile(entropy[mask.bool()], 1 - q)
+        loss_t = loss_t * ((entropy * mask >= threshold) & mask.bool()).to(mask.dtype)
     metrics = {}
     if beta != 0:
         kl = torch.exp(ref - logps) - (ref - logps) - 1
@@ -121,21 +157,30 @@ def grpo_loss(logps, entropy, mask, old, ref, adv, loss_type, beta, eps_low, eps
         metrics["kl"] = (kl * mask).sum() / mask.sum()
     if loss_type == "grpo":
         loss = ((loss_t * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-    elif loss_type == "dapo":
+    elif loss_type in ("dapo", "cispo"):
         loss = (loss_t * mask).sum() / mask.sum().clamp(min=1.0)
+    elif loss_type == "bnpo":  # micro-batches of one group each, averaged (gradient accumulation)
+        halves = [slice(g * G, (g + 1) * G) for g in range(mask.shape[0] // G)]
+        loss = sum((loss_t[h] * mask[h]).sum() / mask[h].sum().clamp(min=1.0) for h in halves) / len(halves)
     else:
         loss = (loss_t * mask).sum() / (loss_t.size(0) * MAX_COMPLETION)
-    low = ((coef_1 < 1 - eps_low) & (a < 0)).to(mask.dtype)
-    high = ((coef_1 > 1 + eps_high) & (a > 0)).to(mask.dtype)
-    region = ((low + high) > 0).to(mask.dtype)
-    mean = lambda x: (x * mask).sum() / mask.sum()  # noqa: E731
-    metrics.update({"entropy": mean(entropy), "clip_ratio/low_mean": mean(low), "clip_ratio/high_mean": mean(high),
-                    "clip_ratio/region_mean": mean(region)})
+
+    def clip_mean(flags):  # TRL's global_masked_mean: per completion when the weights are
+        flags = flags.to(mask.dtype)
+        return flags.mean() if sequence else (flags * mask).sum() / mask.sum()
+    if loss_type == "cispo":
+        metrics["cispo_clip_ratio"] = clip_mean((coef_1 > eps_high) & (a > 0))
+    else:
+        low = (coef_1 < 1 - eps_low) & (a < 0)
+        high = (coef_1 > 1 + eps_high) & (a > 0)
+        metrics.update({"clip_ratio/low_mean": clip_mean(low), "clip_ratio/high_mean": clip_mean(high),
+                        "clip_ratio/region_mean": clip_mean(low | high)})
+    metrics["entropy"] = (entropy * mask).sum() / mask.sum()
     return loss, {k: v.detach() for k, v in metrics.items()}
 
 
 def case_outputs(name, tensors, batch):
-    kind, loss_type, _, scale_rewards, beta, eps, eps_high, temperature, old_given = CASES[name]
+    kind, loss_type, _, scale_rewards, beta, eps, eps_high, temperature, old_given, extra = CASES[name]
     scale = R.ALPHA / R.RANK
     if kind == "full":
         base = {k[len("ref:"):]: v for k, v in tensors.items() if k.startswith("ref:")}
@@ -151,7 +196,7 @@ def case_outputs(name, tensors, batch):
     logps, entropy, mask = per_token(policy, lora, scale, batch, temperature)
     old = tensors["old_shift"] + logps.detach() if old_given else None  # the sampling policy: near this one
     adv = advantages(tensors["rewards"], scale_rewards)
-    loss, metrics = grpo_loss(logps, entropy, mask, old, ref, adv, loss_type, beta, eps, eps_high)
+    loss, metrics = grpo_loss(logps, entropy, mask, old, ref, adv, loss_type, beta, eps, eps_high, extra)
     grads = torch.autograd.grad(loss, list(trainable.values()))
     out = {k[len("w:"):] if k.startswith("w:") else k: g for k, g in zip(trainable.keys(), grads)}
     out["loss"] = loss.detach()
@@ -178,13 +223,13 @@ def main():
     inputs = {"full": {**{"w:" + k: v for k, v in policy.items()}, **{"ref:" + k: v for k, v in W.items()}, **common},
               "lora": {**W, **lora, **common}}
     for name, spec in CASES.items():
-        kind, loss_type, aggregation, scale_rewards, beta, eps, eps_high, temperature, old_given = spec
+        kind, loss_type, aggregation, scale_rewards, beta, eps, eps_high, temperature, old_given, extra = spec
         values = case_outputs(name, inputs[kind], batch)
-        names = ["loss"] + (["kl"] if beta != 0 else []) + METRICS
-        scalars = {k: values[k].item() for k in names}
-        expected[name] = dict(scalars, kind=kind, aggregation=aggregation, scale_rewards=scale_rewards, beta=beta, epsilon=eps,
-                              epsilon_high=eps_high, temperature=temperature, old_given=old_given, rewards=REWARDS,
-                              num_generations=G, max_new_tokens=MAX_COMPLETION, old=values["old"].tolist())
+        scalars = {k: values[k].item() for k in ["loss"] + sorted(k for k in values if k in METRICS)}
+        expected[name] = dict(scalars, kind=kind, loss_type=loss_type, aggregation=aggregation, scale_rewards=scale_rewards, beta=beta,
+                              epsilon=eps, epsilon_high=eps_high, temperature=temperature, old_given=old_given, rewards=REWARDS,
+                              num_generations=G, max_new_tokens=MAX_COMPLETION, old=values["old"].tolist(),
+                              micro_batches=2 if loss_type == "bnpo" else 1, **extra)
         R.write_safetensors(os.path.join(out, f"grads_{name}.safetensors"),
                             {k: v for k, v in values.items() if k not in scalars and k != "old"})
 

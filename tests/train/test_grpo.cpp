@@ -1,14 +1,17 @@
 // GRPO against an independent float64 reference written from TRL's GRPOTrainer
 // (make_grpo_reference.py): the advantages from fixed rewards, then the loss, TRL's metrics and
-// every trainable gradient for each aggregation (sequence: GRPO, token: DAPO, fixed: Dr. GRPO),
-// each reward scaling, with and without the KL penalty, clip-higher, a temperature, the old
+// every trainable gradient for each loss_type (grpo, bnpo, dr_grpo, dapo, cispo) at each
+// importance_sampling_level (token, sequence: GSPO), each reward scaling, with and without the KL
+// penalty, clip-higher, two-sided clipping (delta), the top-entropy tokens, a temperature, the old
 // log-probabilities given (num_iterations > 1) or the policy's own (on-policy), under full
 // fine-tuning (the reference a frozen copy) and LoRA (adapters off), each within kNoiseFactor
-// times that value's own float32 noise (noise.json).
+// times that value's own float32 noise (noise.json). bnpo's cases run as two micro-batches, the
+// one loss type whose value depends on them.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "core/error.h"
@@ -53,13 +56,25 @@ std::vector<std::int64_t> prompt_lengths_of(const at::Tensor& labels, std::int64
   return out;
 }
 
-// `shared`: the batch in the shared-prompt layout (train/objective/shared_prompt.h), the
-// reference's log-probabilities computed over it.
-void grpo_case(const std::string& name, bool shared = false) {
-  const Json expected = read_json_file(kRef / "expected.json").at(name);
-  const Json noise = read_json_file(kRef / "noise.json").at(name);
+// Rows [first, first + n) of `b` (a micro-batch of the step).
+train::TensorBatch rows_of(const train::TensorBatch& b, std::int64_t first, std::int64_t n) {
+  train::TensorBatch out;
+  out.input_ids = b.input_ids.narrow(0, first, n);
+  out.labels = b.labels.narrow(0, first, n);
+  out.position_ids = b.position_ids.narrow(0, first, n);
+  out.segment_ids = b.segment_ids.narrow(0, first, n);
+  out.target_tokens = (out.labels.narrow(1, 1, out.labels.size(1) - 1) != data::kIgnoreIndex).sum().item<std::int64_t>();
+  out.advantages = b.advantages.narrow(0, first, n);
+  out.rows_per_group = b.rows_per_group;
+  return out;
+}
+
+train::GrpoOptions options_of(const Json& expected) {
   train::GrpoOptions o;
-  o.aggregation = expected.at("aggregation").get<std::string>();
+  o.loss_type = expected.at("loss_type").get<std::string>();
+  o.importance_sampling_level = expected.value("importance_sampling_level", o.importance_sampling_level);
+  o.delta = expected.value("delta", o.delta);
+  o.top_entropy_quantile = expected.value("top_entropy_quantile", o.top_entropy_quantile);
   o.scale_rewards = expected.at("scale_rewards").get<std::string>();
   o.beta = expected.at("beta").get<double>();
   o.epsilon = expected.at("epsilon").get<double>();
@@ -67,31 +82,64 @@ void grpo_case(const std::string& name, bool shared = false) {
   o.temperature = expected.at("temperature").get<double>();
   o.num_generations = expected.at("num_generations").get<std::int64_t>();
   o.max_new_tokens = expected.at("max_new_tokens").get<std::int64_t>();
+  return o;
+}
+
+// `shared`: the batch in the shared-prompt layout (train/objective/shared_prompt.h), the
+// reference's log-probabilities computed over it. The step's micro-batches (expected.json's
+// micro_batches: 2 for bnpo) are groups of rows; their loss sums and units add up as the
+// trainer adds them.
+void grpo_case(const std::string& name, bool shared = false) {
+  const Json expected = read_json_file(kRef / "expected.json").at(name);
+  const Json noise = read_json_file(kRef / "noise.json").at(name);
+  const train::GrpoOptions o = options_of(expected);
 
   auto [policy, reference] = test::policy_and_reference(kRef, expected.at("kind").get<std::string>());
   train::TensorBatch batch = test::batch_from_json(read_json_file(kRef / "batch.json"));
   batch.rows_per_group = o.num_generations;
   batch.advantages = train::group_advantages(at::tensor(expected.at("rewards").get<std::vector<double>>(), at::kDouble),
                                              o.num_generations, o.scale_rewards);
-  if (expected.at("old_given").get<bool>()) batch.old_logps = at_targets(expected.at("old"), batch.labels);
-  if (shared) {
-    const auto rows = batch.input_ids.size(0), length = batch.input_ids.size(1);
-    batch = train::share_prompts(batch, prompt_lengths_of(batch.labels, o.num_generations), o.num_generations, 0);
-    ASSERT_EQ(batch.input_ids.size(0), rows / o.num_generations);
-    ASSERT_LT(batch.input_ids.numel(), rows * length);
-  }
-  if (o.beta > 0) batch.ref_logps = train::reference_token_logps(policy, reference, batch, o.temperature);
-
+  const bool old_given = expected.at("old_given").get<bool>();
+  const auto old = old_given ? at_targets(expected.at("old"), batch.labels) : at::Tensor();
+  const std::int64_t micro = expected.value("micro_batches", 1), rows = batch.input_ids.size(0);
   auto objective = train::make_objective(train::ObjectiveOptions("grpo", std::make_shared<train::GrpoOptions>(o)), /*chunked=*/true);
-  const double units = objective->units(batch), token_units = objective->token_units(batch);
+  std::vector<train::TensorBatch> parts;
+  std::int64_t old_at = 0;
+  for (std::int64_t m = 0; m < micro; ++m) {
+    train::TensorBatch part = micro == 1 ? batch : rows_of(batch, m * rows / micro, rows / micro);
+    if (old_given) part.old_logps = old.narrow(0, old_at, part.target_tokens);
+    old_at += part.target_tokens;
+    if (shared) {
+      const auto n = part.input_ids.size(0), length = part.input_ids.size(1);
+      part = train::share_prompts(part, prompt_lengths_of(part.labels, o.num_generations), o.num_generations, 0);
+      EXPECT_EQ(part.input_ids.size(0), n / o.num_generations);
+      EXPECT_LT(part.input_ids.numel(), n * length);
+    }
+    if (o.beta > 0) part.ref_logps = train::reference_token_logps(policy, reference, part, o.temperature);
+    parts.push_back(std::move(part));
+  }
+  double units = 0, token_units = 0;
+  for (const auto& part : parts) units += objective->units(part), token_units += objective->token_units(part);
   ASSERT_EQ(token_units, 47.0);  // the six completions' tokens
-  ASSERT_EQ(units, o.aggregation == "token" ? 47.0 : 6.0);
-  const auto terms = objective->forward(policy, batch);
-  const auto loss = terms.loss_sum / units;
-  loss.backward();
-
-  test::expect_objective_matches(kRef, name, policy, *objective, terms, units, token_units, loss.item<double>(), expected, noise);
+  const bool per_token = o.loss_type == "dapo" || o.loss_type == "cispo";
+  ASSERT_EQ(units, per_token ? 47.0 : 6.0);
+  train::ObjectiveTerms terms;
+  for (const auto& part : parts) {
+    auto t = objective->forward(policy, part);
+    (t.loss_sum / units).backward();
+    terms.loss_sum = terms.loss_sum.defined() ? terms.loss_sum + t.loss_sum.detach() : t.loss_sum.detach();
+    if (terms.metric_sums.empty()) terms.metric_sums.assign(t.metric_sums.size(), 0.0);
+    for (std::size_t i = 0; i < t.metric_sums.size(); ++i) terms.metric_sums[i] += t.metric_sums[i];
+  }
+  const double loss = terms.loss_sum.item<double>() / units;
+  test::expect_objective_matches(kRef, name, policy, *objective, terms, units, token_units, loss, expected, noise);
 }
+
+const char* const kCases[] = {"full_grpo_group_kl", "full_dapo_batch",     "full_drgrpo_none",     "full_dapo_on_policy",
+                              "lora_grpo_group_kl", "lora_dapo_group",     "full_bnpo_token",      "full_cispo_token",
+                              "full_grpo_sequence", "full_bnpo_sequence",  "full_drgrpo_sequence", "full_dapo_sequence",
+                              "full_cispo_sequence", "lora_grpo_sequence", "full_dapo_delta",      "full_dapo_top_entropy",
+                              "lora_cispo_top_entropy"};
 
 }  // namespace
 
@@ -101,10 +149,29 @@ TEST(GrpoReference, FullFixedUnscaledWithKl) { grpo_case("full_drgrpo_none"); }
 TEST(GrpoReference, FullTokenOnPolicy) { grpo_case("full_dapo_on_policy"); }
 TEST(GrpoReference, LoraSequenceGroupScaledWithKl) { grpo_case("lora_grpo_group_kl"); }
 TEST(GrpoReference, LoraTokenGroupScaled) { grpo_case("lora_dapo_group"); }
+// loss_type x importance_sampling_level, two-sided clipping and the top-entropy tokens.
+TEST(GrpoReference, BnpoOverTwoMicroBatches) {
+  grpo_case("full_bnpo_token");
+  grpo_case("full_bnpo_sequence");
+}
+TEST(GrpoReference, CispoClipsTheWeightsNotTheLoss) {
+  grpo_case("full_cispo_token");
+  grpo_case("full_cispo_sequence");
+}
+TEST(GrpoReference, SequenceLevelWeightsAsGspo) {
+  for (const char* name : {"full_grpo_sequence", "full_drgrpo_sequence", "full_dapo_sequence", "lora_grpo_sequence"}) {
+    SCOPED_TRACE(name);
+    grpo_case(name);
+  }
+}
+TEST(GrpoReference, DeltaCapsTheUnclippedWeight) { grpo_case("full_dapo_delta"); }
+TEST(GrpoReference, OnlyTheTopEntropyTokensTrain) {
+  grpo_case("full_dapo_top_entropy");
+  grpo_case("lora_cispo_top_entropy");
+}
 // The same cases with every group trained as one row after one copy of its prompt.
 TEST(GrpoReference, EveryCaseWithSharedPrompts) {
-  for (const char* name : {"full_grpo_group_kl", "full_dapo_batch", "full_drgrpo_none", "full_dapo_on_policy", "lora_grpo_group_kl",
-                           "lora_dapo_group"}) {
+  for (const char* name : kCases) {
     SCOPED_TRACE(name);
     grpo_case(name, /*shared=*/true);
   }
@@ -152,7 +219,7 @@ TEST(GrpoSharedPrompt, SeparateRowsAndSharedPromptsAgreeOnEveryFamily) {
     b.old_logps = -at::rand({b.target_tokens}, at::kDouble) * 4.0;  // ratios far from 1: both clip sides
     b.ref_logps = -at::rand({b.target_tokens}, at::kDouble) * 4.0;
     train::GrpoOptions o;
-    o.aggregation = "sequence";
+    o.loss_type = "grpo";
     o.num_generations = G;
     o.temperature = 0.7;
     o.beta = 0.04;
@@ -184,6 +251,18 @@ TEST(GrpoAdvantages, EqualRewardsGiveZero) {
   EXPECT_EQ(adv[0].item<double>(), 0.0);
   EXPECT_EQ(adv[2].item<double>(), 0.0);
   EXPECT_NEAR(adv[3].item<double>(), -1.0 / (1.0 + 1e-4), 1e-12);  // std of {0, 2, 1} is 1
+}
+
+// multi_objective_aggregation normalize_then_sum, derived by hand: two functions weighted 1 and 2,
+// two groups of two. Group 1: f1 {1, 0} normalises to +-a (a = 0.5 / (std 0.7071 + 1e-4)), f2
+// {0, 0} to 0; group 2: f1 {1, 1} to 0, f2 {1, 0} to +-a. Sums {a, -a, 2a, -2a}: mean 0, std
+// a sqrt(10 / 3), each divided by (std + 1e-4).
+TEST(GrpoAdvantages, NormalizeThenSumNormalisesEachRewardInItsGroupThenTheBatch) {
+  const auto scores = at::tensor({1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0}, at::kDouble).view({4, 2});
+  const auto adv = train::normalized_sum_advantages(scores, at::tensor({1.0, 2.0}, at::kDouble), 2);
+  const double a = 0.5 / (std::sqrt(0.5) + 1e-4), s = a * std::sqrt(10.0 / 3.0) + 1e-4;
+  const std::vector<double> want = {a / s, -a / s, 2 * a / s, -2 * a / s};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(adv[i].item<double>(), want[i], 1e-12) << i;
 }
 
 // The built-in rewards on the cases a user meets.

@@ -54,6 +54,8 @@ namespace {
 std::shared_ptr<const KindOptions> parse(const Recipe& r) {
   auto o = std::make_shared<DpoOptions>();
   o->loss_type = r.get_optional_string("objective.loss_type").value_or(o->loss_type);
+  if (o->loss_type != "sigmoid" && o->loss_type != "ipo" && o->loss_type != "hinge")  // the schema's list holds grpo's too
+    r.fail("objective.loss_type", "objective.name dpo expects sigmoid, ipo or hinge, found " + o->loss_type);
   o->beta = positive_beta(r, "dpo", o->beta);
   o->label_smoothing = r.get_optional_float("objective.label_smoothing").value_or(o->label_smoothing);
   o->precompute_reference = !r.is_null("objective.precompute_reference") && r.get_bool("objective.precompute_reference");

@@ -1,25 +1,32 @@
-// Group relative policy optimisation (Shao et al. 2024) with TRL's GRPOTrainer semantics
-// (docs/objectives.md#grpo): the loss of a batch of sampled completions, each row a prompt and one
-// of its completions (the completion's tokens the targets), with the row's advantage and, per
-// target, the log-probabilities of the policy that sampled it (old) and of the reference
-// (train/objective/rollout.h fills them). Per target token, with ratio = exp(logp - old):
-//   loss_t = -min(ratio A, clip(ratio, 1 - epsilon, 1 + epsilon_high) A) + beta k3_t,
-//   k3_t   = exp(ref - logp) - (ref - logp) - 1
-// aggregated as
-//   sequence  (GRPO)      mean over rows of each row's mean over its tokens   units: rows
-//   token     (DAPO)      sum over tokens / the step's completion tokens      units: tokens
-//   fixed     (Dr. GRPO)  sum over tokens / (rows x max_new_tokens)           units: rows
-// logp at the sampling temperature. Metrics per completion token: kl, entropy, clip_ratio/low_mean,
-// clip_ratio/high_mean, clip_ratio/region_mean (TRL's names). Its kind (train/objective/kind.h:
+// Group relative policy optimisation (Shao et al. 2024) and its 2025-26 variants with TRL 1.9's
+// GRPOTrainer semantics (docs/objectives.md#grpo): the loss of a batch of sampled completions, each
+// row a prompt and one of its completions (the completion's tokens the targets), with the row's
+// advantage and, per target, the log-probabilities of the policy that sampled it (old) and of the
+// reference (train/objective/rollout.h fills them). Per target token, with the importance weight
+// w = exp(logp - old) (importance_sampling_level token) or exp(mean over the completion of
+// logp - old) (sequence: GSPO):
+//   grpo family  loss_t = -min(min(w, delta) A, clip(w, 1 - epsilon, 1 + epsilon_high) A)
+//   cispo        loss_t = -sg(min(w, epsilon_high)) A logp
+// plus beta k3_t, k3_t = exp(ref - logp) - (ref - logp) - 1, and only on the tokens whose entropy
+// is in the top top_entropy_quantile of the micro-batch's, aggregated by loss_type as
+//   grpo     mean over rows of each row's mean over its tokens          units: rows
+//   bnpo     the micro-batch's token mean, per row                      units: rows
+//   dr_grpo  sum over tokens / (rows x max_new_tokens)                  units: rows
+//   dapo, cispo  sum over tokens / the step's completion tokens         units: tokens
+// logp at the sampling temperature. Metrics: kl, entropy per completion token; clip_ratio/low_mean,
+// clip_ratio/high_mean, clip_ratio/region_mean (cispo: cispo_clip_ratio) per token, or per
+// completion at the sequence level (TRL's names and means). Its kind (train/objective/kind.h:
 // its keys and reward.*, its batches sampled by train/objective/rollout.h) is in grpo_kind.cpp.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/decoder.h"
 #include "train/objective/kind.h"
+#include "train/objective/logps.h"
 #include "train/objective/reward_spec.h"
 #include "train/step/objective.h"
 
@@ -38,9 +45,13 @@ struct GrpoOptions : KindOptions {
   double epsilon = 0.2;                 // the ratio's clip below 1 (and above, unless epsilon_high)
   double epsilon_high = 0.0;            // 0: epsilon (DAPO's clip-higher when larger)
   std::string scale_rewards = "group";  // group | batch | none
-  std::string aggregation = "token";    // sequence (GRPO) | token (DAPO, TRL's default) | fixed (Dr. GRPO)
+  std::string loss_type = "dapo";       // grpo | dr_grpo | dapo (TRL's default) | bnpo | cispo
+  std::string importance_sampling_level = "token";  // token | sequence (GSPO)
+  double delta = 0.0;                   // 0: off; else the unclipped weight's cap (two-sided clipping)
+  double top_entropy_quantile = 1.0;    // train only the tokens in this top fraction of entropies
+  std::string multi_objective_aggregation = "sum_then_normalize";  // | normalize_then_sum
   std::int64_t num_iterations = 1;      // optimisation passes over one generation batch
-  bool mask_truncated = false;          // completions cut by max_new_tokens train nothing (DAPO)
+  bool mask_truncated_completions = false;  // completions cut by max_new_tokens train nothing (DAPO)
   std::string share_prompt = "auto";    // a group trained as one row after one prompt copy: auto | always | never
   std::vector<RewardSpec> rewards;      // summed with their weights
 };
@@ -49,6 +60,10 @@ struct GrpoOptions : KindOptions {
 // group's mean, divided by (std + 1e-4) where std is the group's (`group`), the whole batch's
 // (`batch`) or not at all (`none`); std with Bessel's correction, as TRL's nanstd. float64 [rows].
 at::Tensor group_advantages(const at::Tensor& rewards, std::int64_t group, const std::string& scale);
+// multi_objective_aggregation normalize_then_sum: each reward function's scores ([rows, F])
+// normalised within their groups (mean and std, + 1e-4), summed with `weights` [F], then the sums
+// normalised over the whole batch; scale_rewards does not apply (as TRL). float64 [rows].
+at::Tensor normalized_sum_advantages(const at::Tensor& scores, const at::Tensor& weights, std::int64_t group);
 
 class GrpoObjective : public Objective {
  public:
@@ -58,9 +73,12 @@ class GrpoObjective : public Objective {
   double token_units(const TensorBatch& batch) const override { return static_cast<double>(batch.target_tokens); }
   ObjectiveTerms forward(model::CausalLM& model, const TensorBatch& batch) override;
   std::vector<std::string> metric_names() const override;
-  std::vector<std::string> per_token_metrics() const override { return metric_names(); }
+  std::vector<std::pair<std::string, double>> means(const std::vector<double>& sums, double units, double token_units) const override;
 
  private:
+  std::vector<double> metric_sums(const at::Tensor& weight, const at::Tensor& adv, const at::Tensor& kl, const TokenLogps& lp,
+                                  const at::Tensor& tokens_per_row, double lo, double hi, double eps_high) const;
+
   GrpoOptions options_;
 };
 

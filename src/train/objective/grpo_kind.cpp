@@ -65,6 +65,37 @@ void read_rewards(const Recipe& r, GrpoOptions& o) {
   make_rewards(o.rewards, o.max_new_tokens);  // settings checked now, before any file is read
 }
 
+// Whether `former` or `now` is set; both set is refused. Keys renamed to TRL's names keep their
+// former names, so recipes and checkpoints written before still read (docs/objectives.md#grpo).
+bool former_name(const Recipe& r, const std::string& former, const std::string& now) {
+  if (!r.is_null(former) && !r.is_null(now)) r.fail(former, "is " + now + "'s former name; set only " + now);
+  return !r.is_null(former) || !r.is_null(now);
+}
+
+// loss_type (or its former name, aggregation), the importance weights and which tokens train.
+void read_loss_options(const Recipe& r, GrpoOptions& o) {
+  if (former_name(r, "objective.aggregation", "objective.loss_type")) {
+    if (r.is_null("objective.aggregation")) {
+      o.loss_type = r.get_string("objective.loss_type");
+    } else {
+      const std::string a = r.get_string("objective.aggregation");
+      o.loss_type = a == "sequence" ? "grpo" : a == "fixed" ? "dr_grpo" : "dapo";
+    }
+  }
+  if (o.loss_type != "grpo" && o.loss_type != "bnpo" && o.loss_type != "dr_grpo" && o.loss_type != "dapo" && o.loss_type != "cispo")
+    r.fail("objective.loss_type", "objective.name grpo expects grpo, bnpo, dr_grpo, dapo or cispo, found " + o.loss_type);
+  o.importance_sampling_level = r.get_optional_string("objective.importance_sampling_level").value_or(o.importance_sampling_level);
+  o.delta = r.get_optional_float("objective.delta").value_or(o.delta);
+  o.top_entropy_quantile = r.get_optional_float("objective.top_entropy_quantile").value_or(o.top_entropy_quantile);
+  o.multi_objective_aggregation = r.get_optional_string("objective.multi_objective_aggregation").value_or(o.multi_objective_aggregation);
+  // TRL would cap cispo's weights at epsilon (0.2) when epsilon_high is unset: a weight of at most
+  // 0.2 on every token, never what a user means; ctune asks for the cap.
+  if (o.loss_type == "cispo" && r.is_null("objective.epsilon_high"))
+    r.fail("objective.loss_type", "cispo caps the importance weights at objective.epsilon_high (ScaleRL's epsilon_max; 5 in its paper), which is not set");
+  if (o.loss_type == "cispo" && !r.is_null("objective.delta"))
+    r.fail("objective.delta", "applies to the clipped loss types (grpo, bnpo, dr_grpo, dapo), found loss_type cispo");
+}
+
 std::shared_ptr<const KindOptions> parse(const Recipe& r) {
   auto o = std::make_shared<GrpoOptions>();
   o->beta = r.get_optional_float("objective.beta").value_or(o->beta);
@@ -77,9 +108,10 @@ std::shared_ptr<const KindOptions> parse(const Recipe& r) {
   o->epsilon = r.get_optional_float("objective.epsilon").value_or(o->epsilon);
   o->epsilon_high = r.get_optional_float("objective.epsilon_high").value_or(o->epsilon_high);
   o->scale_rewards = r.get_optional_string("objective.scale_rewards").value_or(o->scale_rewards);
-  o->aggregation = r.get_optional_string("objective.aggregation").value_or(o->aggregation);
+  read_loss_options(r, *o);
   o->num_iterations = r.get_optional_int("objective.num_iterations").value_or(o->num_iterations);
-  o->mask_truncated = !r.is_null("objective.mask_truncated") && r.get_bool("objective.mask_truncated");
+  if (former_name(r, "objective.mask_truncated", "objective.mask_truncated_completions"))
+    o->mask_truncated_completions = r.get_bool(r.is_null("objective.mask_truncated") ? "objective.mask_truncated_completions" : "objective.mask_truncated");
   o->share_prompt = r.get_optional_string("objective.share_prompt").value_or(o->share_prompt);
   if (o->num_generations < 2) {
     r.fail("objective.num_generations",
@@ -100,7 +132,10 @@ std::shared_ptr<Objective> make(const KindOptions& options, ObjectiveContext /*c
 
 bool reference(const KindOptions& options) { return own(options).beta > 0; }
 
-std::string summary(const KindOptions& options) { return "beta " + summary_number(own(options).beta); }
+std::string summary(const KindOptions& options) {
+  const GrpoOptions& o = own(options);
+  return o.loss_type + (o.importance_sampling_level == "sequence" ? " (sequence weights)" : "") + ", beta " + summary_number(o.beta);
+}
 
 Generation generation(const KindOptions& options) {
   const GrpoOptions& o = own(options);

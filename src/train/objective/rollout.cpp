@@ -20,6 +20,13 @@
 namespace ctune::train {
 namespace {
 
+// The reward functions' weights, [F] float64.
+at::Tensor weights_of(const std::vector<std::unique_ptr<RewardFunction>>& rewards) {
+  std::vector<double> w;
+  for (const auto& f : rewards) w.push_back(f->weight());
+  return at::tensor(w, at::kDouble);
+}
+
 double mean_of(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
@@ -113,6 +120,11 @@ struct RolloutSource::RewardTable {
   std::vector<double> scores(std::size_t f) const { return column(1 + f); }
   std::vector<double> lengths() const { return column(functions + 1); }
   std::vector<double> truncated() const { return column(functions + 2); }
+  // Every function's scores, [rows, functions] float64.
+  at::Tensor score_matrix() const {
+    return at::tensor(values, at::kDouble).view({static_cast<std::int64_t>(rows), static_cast<std::int64_t>(width())})
+        .narrow(1, 1, static_cast<std::int64_t>(functions)).contiguous();
+  }
 };
 
 void RolloutSource::generate_batch() {
@@ -237,7 +249,10 @@ RolloutSource::RewardTable RolloutSource::reward_table(const Prompts& prompts, c
 std::vector<double> RolloutSource::rank_advantages(const RewardTable& table, const Prompts& prompts, const std::vector<Sample>& samples) {
   const GrpoOptions& o = options_.objective;
   const std::vector<double> totals = table.rewards();
-  const at::Tensor all_advantages = group_advantages(at::tensor(totals, at::kDouble), o.num_generations, o.scale_rewards).contiguous();
+  const at::Tensor all_advantages = (o.multi_objective_aggregation == "normalize_then_sum"
+                                         ? normalized_sum_advantages(table.score_matrix(), weights_of(rewards_), o.num_generations)
+                                         : group_advantages(at::tensor(totals, at::kDouble), o.num_generations, o.scale_rewards))
+                                        .contiguous();
   const double* all = all_advantages.data_ptr<double>();
   std::vector<double> advantages(samples.size());
   for (std::size_t i = 0; i < samples.size(); ++i) advantages[i] = all[prompts.streams[i]];
@@ -306,7 +321,7 @@ TensorBatch RolloutSource::training_batch(const Sample* rows, std::int64_t n, co
   b.segment_ids.assign(b.input_ids.size(), 0);
   for (std::int64_t r = 0; r < n; ++r) {
     const Sample& s = rows[r];
-    const bool trained = !(o.mask_truncated && s.stop_reason == "length");
+    const bool trained = !(o.mask_truncated_completions && s.stop_reason == "length");
     std::size_t at = static_cast<std::size_t>(r * length);
     std::int64_t p = 0;
     for (const auto id : prompt_of(s)) b.input_ids[at] = id, b.position_ids[at] = p++, b.segment_ids[at] = 1, ++at;
