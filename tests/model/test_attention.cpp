@@ -117,8 +117,12 @@ TEST(Attention, BlockedNoGradForwardEqualsItsTrainingForward) {
 // Per head, the bound on dsinks' error that the blocked backward's rounded output brings: it
 // takes each row's D_i = dO_i . O_i from the output in the input dtype (as FlashAttention's
 // backward does), where ATen's graph differentiates the softmax with the unrounded sum, so
-// dsinks = -sum_i p_i D_i (p_i the sink's probability) moves by at most
-// u sum_i p_i sum_d |dO_id| |O_id|, u the dtype's unit roundoff. float64 from the inputs.
+// dsinks = -sum_i p_i D_i (p_i the sink's probability) moves by sum_i,d p_i dO_id (O_id's rounding):
+// each rounding error is at most u |O_id| (u the dtype's unit roundoff) and of either sign, so
+// taken as uniform and independent the sum's standard deviation is
+// u / sqrt(3) sqrt(sum_i,d (p_i dO_id O_id)^2); the bound is six of them (the worst case, u sum
+// |p dO O|, is 200 times looser here and would pass a kernel off by a tenth). float64 from the
+// inputs.
 double rounded_output_bound(const at::Tensor& q, const at::Tensor& k, const at::Tensor& sinks, const at::Tensor& grad, const at::Tensor& out,
                             const at::Tensor& mask, const at::Tensor& live, double scale, double u) {
   const auto h = q.size(1);
@@ -127,8 +131,8 @@ double rounded_output_bound(const at::Tensor& q, const at::Tensor& k, const at::
   scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
   const auto sink = sinks.to(at::kDouble).view({1, h, 1, 1}).expand({scores.size(0), h, scores.size(2), 1});
   const auto p = at::exp(sink - at::logsumexp(at::cat({scores, sink}, -1), -1, true)) * live;
-  const auto rows = (grad.to(at::kDouble).abs() * out.abs()).sum(-1, true);
-  return u * (p * rows).sum({0, 2, 3}).max().item<double>();
+  const auto terms = p * grad.to(at::kDouble) * out;  // [B, h, Tq, d]
+  return 6.0 * u / std::sqrt(3.0) * terms.pow(2).sum({0, 2, 3}).sqrt().max().item<double>();
 }
 
 // Sinks in fp32 and bf16 (the tiled kernel where it runs, ops/attention_tiled.h) against float64:
