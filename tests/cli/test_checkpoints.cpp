@@ -698,6 +698,21 @@ TEST_F(Checkpoints, KilledGrpoLoraRunResumesBitIdentical) {
   EXPECT_EQ(ctune::testing::count_lines(ctune::testing::slurp(run / "samples.jsonl")), 6) << "samples.jsonl cut back to the checkpoint on resume";
 }
 
+// A run of `recipe_path` (num_iterations 2, 12 steps) into `run`, killed in steps 5 and 10 (inside
+// generation batches) and resumed each time, then to its end: its trajectory is `expected`.
+void kill_inside_batches_and_resume(const fs::path& recipe_path, const fs::path& run, const std::vector<std::string>& expected) {
+  bool resume = false;
+  for (const std::string kill : {"step:5:mid", "step:10:mid"}) {
+    auto r = train_with_kill(recipe_path, kill, resume, {"output_dir=" + run.string()});
+    EXPECT_EQ(r.status, 128 + 9) << kill << ": expected death by SIGKILL\n" << r.err;
+    resume = true;
+  }
+  auto last = train_with_kill(recipe_path, "", true, {"output_dir=" + run.string()});
+  ASSERT_EQ(last.status, 0) << last.err;
+  EXPECT_NE(last.err.find("resumed from"), std::string::npos);
+  EXPECT_EQ(grpo_trajectory(run), expected) << "resumed inside generation batches, the trajectory differs";
+}
+
 // num_iterations 2: each generation batch serves two steps with the sampling policy's
 // log-probabilities kept. A checkpoint inside a batch (steps 3 and 9 of the cadence every 3)
 // holds the batch (its rows, advantages, kept log-probabilities, figures and samples), so a run
@@ -720,17 +735,32 @@ TEST_F(Checkpoints, KilledGrpoRunResumesInsideAGenerationBatch) {
     if (j.contains("clip_ratio/region_mean")) clipped += j["clip_ratio/region_mean"].get<double>();
   }
   EXPECT_GT(clipped, 0.0) << "the second pass over a batch moves the ratio off 1";
-  bool resume = false;
-  for (const std::string kill : {"step:5:mid", "step:10:mid"}) {
-    auto r = train_with_kill(recipe_path, kill, resume, {"output_dir=" + run.string()});
-    EXPECT_EQ(r.status, 128 + 9) << kill << ": expected death by SIGKILL\n" << r.err;
-    resume = true;
-  }
-  auto last = train_with_kill(recipe_path, "", true, {"output_dir=" + run.string()});
-  ASSERT_EQ(last.status, 0) << last.err;
-  EXPECT_NE(last.err.find("resumed from"), std::string::npos);
-  EXPECT_EQ(grpo_trajectory(run), expected) << "resumed inside generation batches, the trajectory differs";
+  kill_inside_batches_and_resume(recipe_path, run, expected);
   EXPECT_EQ(ctune::testing::slurp(run / "samples.jsonl"), ctune::testing::slurp(reference / "samples.jsonl"));
+}
+
+// RLOO (objective.name rloo) through the binary: the KL penalty in the reward (each completion's
+// kept log-probabilities against the reference's), two passes per generation batch, killed inside
+// batches and resumed bit-identically; the second pass moves the sequence-level weight off 1.
+TEST_F(Checkpoints, KilledRlooRunResumesInsideAGenerationBatch) {
+  const fs::path recipe_path = kDir / "rloo.yaml";
+  write(recipe_path, grpo_recipe("objective: {name: rloo, num_generations: 4, max_new_tokens: 6, num_iterations: 2, epsilon: 0.002}\n"
+                                 "reward: {contains: {field: answer}, length: {max_tokens: 6, cache: 3, weight: 0.1}}\n"));
+  const fs::path reference = kDir / "rloo-reference", run = kDir / "rloo-killed";
+  auto ref = train_with_kill(recipe_path, "", false, {"output_dir=" + reference.string()});
+  ASSERT_EQ(ref.status, 0) << ref.err;
+  const auto expected = grpo_trajectory(reference);
+  ASSERT_EQ(expected.size(), 12u);
+  double clipped = 0, kl = 0;
+  std::ifstream in(reference / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (j.contains("clip_ratio/region_mean")) clipped += j["clip_ratio/region_mean"].get<double>();
+    if (j.contains("kl")) kl += std::abs(j["kl"].get<double>());
+  }
+  EXPECT_GT(clipped, 0.0) << "the second pass over a batch moves the weight off 1";
+  EXPECT_GT(kl, 0.0) << "beta 0.05 (RLOO's default) compares with the reference";
+  kill_inside_batches_and_resume(recipe_path, run, expected);
 }
 
 // Prompt sharing (docs/objectives.md#prompt-sharing) through the real binary: the same recipe with

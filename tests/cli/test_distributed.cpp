@@ -59,6 +59,35 @@ std::string recipe(const std::string& method, const fs::path& model = kDir / "mo
          "distributed: {timeout_s: 30}\n";
 }
 
+// Online RL on `n` prompts "Add i and 3 = " (answer i + 3) written to `file`: recipe(`method`)
+// with that data, no evaluation, and `objective` (its objective and reward lines) appended. The
+// rewards: the answer contained, and a format about half the random texts meet (a letter).
+std::string prompt_recipe(const std::string& method, const fs::path& file, int n, const std::string& objective) {
+  std::string prompts;
+  for (int i = 0; i < n; ++i) prompts += R"({"prompt": "Add )" + std::to_string(i) + R"( and 3 = ", "answer": ")" + std::to_string(i + 3) + "\"}\n";
+  write(file, prompts);
+  std::string text = recipe(method);
+  const auto data = text.find("data: {"), end = text.find("}\n", data);
+  text.replace(data, end + 2 - data, "data: {train: " + file.string() + ", format: prompt, chat_format: plain, max_seq_len: 64}\n");
+  text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
+  return text + objective + "reward: {contains: {field: answer}, format: {pattern: '[\\s\\S]*[a-z][\\s\\S]*'}}\n";
+}
+
+// Per step of `run` (its metrics.jsonl lines with a loss): "step N key value ...", the values as
+// written: figures that must be equal, not close.
+std::vector<std::string> step_figures(const fs::path& run, const std::vector<std::string>& keys) {
+  std::vector<std::string> out;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (!j.contains("loss")) continue;
+    std::string row = "step " + j["step"].dump();
+    for (const auto& key : keys) row += " " + key + " " + j[key].dump();
+    out.push_back(row);
+  }
+  return out;
+}
+
 class Distributed : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -280,6 +309,18 @@ TEST_F(Distributed, DpoPairsStayWholeAndRanksFollowOneProcess) {
   }
 }
 
+// Each step's gradient norm: the loss of an online RL step on fresh samples is near 0 (the
+// advantages are centred), its gradient is not.
+std::vector<Record> grad_norms(const fs::path& run) {
+  std::vector<Record> out;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (j.contains("loss")) out.push_back({"step " + j["step"].dump(), j["grad_norm"].get<double>(), j["grad_norm"].dump()});
+  }
+  return out;
+}
+
 // GRPO on several ranks: each rank samples, scores and trains whole groups (a prompt's
 // num_generations completions) of its share of the prompts, every completion drawn from the
 // sampling stream it has in one process, so the ranks sample what one process samples; rewards,
@@ -308,17 +349,6 @@ TEST_F(Distributed, GrpoGroupsStayWholeAndRanksFollowOneProcess) {
       if (!j.contains("loss")) continue;
       out.push_back("step " + j["step"].dump() + " reward " + j["reward"].dump() + " reward_std " + j["reward_std"].dump() + " length " +
                     j["completions/mean_length"].dump() + " format " + j["rewards/format/mean"].dump());
-    }
-    return out;
-  };
-  // The step's gradient norm: the loss of a GRPO step on fresh samples is near 0 (the advantages
-  // are centred), its gradient is not.
-  auto grad_norms = [](const fs::path& run) {
-    std::vector<Record> out;
-    std::ifstream in(run / "metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      const Json j = Json::parse(line);
-      if (j.contains("loss")) out.push_back({"step " + j["step"].dump(), j["grad_norm"].get<double>(), j["grad_norm"].dump()});
     }
     return out;
   };
@@ -358,27 +388,10 @@ TEST_F(Distributed, GrpoGroupsStayWholeAndRanksFollowOneProcess) {
 // the batch and follows the uninterrupted run (whole checkpoints under no_shard, sharded ones
 // under full_shard); one process cannot take the two ranks' parts: refused in one line.
 TEST_F(Distributed, GrpoResumesInsideAGenerationBatchOnTwoRanks) {
-  std::string prompts;
-  for (int i = 0; i < 14; ++i)
-    prompts += R"({"prompt": "Add )" + std::to_string(i) + R"( and 3 = ", "answer": ")" + std::to_string(i + 3) + "\"}\n";
-  write(kDir / "iter-prompts.jsonl", prompts);
-  std::string text = recipe("lora");
-  const auto data = text.find("data: {"), end = text.find("}\n", data);
-  text.replace(data, end + 2 - data, "data: {train: " + (kDir / "iter-prompts.jsonl").string() + ", format: prompt, chat_format: plain, max_seq_len: 64}\n");
-  text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
-  text += "objective: {name: grpo, num_generations: 4, max_new_tokens: 5, beta: 0.05, num_iterations: 2, epsilon: 0.002}\n"
-          "reward: {contains: {field: answer}, format: {pattern: '[\\s\\S]*[a-z][\\s\\S]*'}}\n";
   const std::string yaml = (kDir / "grpo-iterations.yaml").string();
-  write(yaml, text);
-  auto rewards = [](const fs::path& run) {
-    std::vector<std::string> out;
-    std::ifstream in(run / "metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      const Json j = Json::parse(line);
-      if (j.contains("loss")) out.push_back("step " + j["step"].dump() + " reward " + j["reward"].dump() + " clip " + j["clip_ratio/region_mean"].dump());
-    }
-    return out;
-  };
+  write(yaml, prompt_recipe("lora", kDir / "iter-prompts.jsonl", 14,
+                            "objective: {name: grpo, num_generations: 4, max_new_tokens: 5, beta: 0.05, num_iterations: 2, epsilon: 0.002}\n"));
+  auto rewards = [](const fs::path& run) { return step_figures(run, {"reward", "clip_ratio/region_mean"}); };
   for (const std::string strategy : {"no_shard", "full_shard"}) {
     const std::vector<std::string> common = {"--nproc", "2", "training.batch_size=1", "training.max_steps=8", "checkpoint.every_n_steps=3",
                                              "distributed.strategy=" + strategy};
@@ -407,6 +420,38 @@ TEST_F(Distributed, GrpoResumesInsideAGenerationBatchOnTwoRanks) {
     EXPECT_EQ(one.status, 1) << one.err;
     EXPECT_NE(one.err.find("split over 2 ranks; resume it with as many, found 1"), std::string::npos) << one.err;
   }
+}
+
+// RLOO on 2 ranks computes what one process does: each completion's KL penalty (its kept
+// log-probabilities against the reference's, on the rank that sampled it) is summed over the
+// ranks into the whole batch's rewards before the advantages, which normalize_advantages
+// standardises over the whole batch (a group's baselines alone stay on its rank), so the
+// advantages, hence the losses, are one process's.
+TEST_F(Distributed, RlooRanksFollowOneProcess) {
+  const std::string yaml = (kDir / "rloo.yaml").string();
+  write(yaml, prompt_recipe("full", kDir / "rloo-prompts.jsonl", 8,
+                            "objective: {name: rloo, num_generations: 4, max_new_tokens: 5, beta: 0.5, normalize_advantages: true}\n"));
+  auto rewards = [](const fs::path& run) { return step_figures(run, {"reward", "completions/mean_length"}); };
+  auto last_kl = [](const fs::path& run) {
+    double kl = 0;
+    std::ifstream in(run / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const Json j = Json::parse(line);
+      if (j.contains("kl")) kl = j["kl"].get<double>();
+    }
+    return kl;
+  };
+  const fs::path one = kDir / "rloo-one", two = kDir / "rloo-two";
+  const auto single = ctune({"train", yaml, "output_dir=" + one.string(), "training.batch_size=2", "training.max_steps=4", "optimizer.lr=0.01"});
+  ASSERT_EQ(single.status, 0) << single.err;
+  const auto ranks = ctune({"train", yaml, "output_dir=" + two.string(), "--nproc", "2", "training.batch_size=1", "training.max_steps=4",
+                            "optimizer.lr=0.01"});
+  ASSERT_EQ(ranks.status, 0) << ranks.err;
+  ASSERT_EQ(rewards(one).size(), 4u);
+  EXPECT_EQ(rewards(two), rewards(one)) << "the same completions and rewards";
+  EXPECT_TRUE(within("rloo x2 loss trajectory vs one process", max_difference(trajectory(two), trajectory(one)), kSameNumbers));
+  EXPECT_TRUE(within("rloo x2 gradient norms vs one process", max_difference(grad_norms(two), grad_norms(one)), kSameNumbers));
+  EXPECT_GT(std::abs(last_kl(one)), 1e-3) << "the penalty has something to move";
 }
 
 TEST_F(Distributed, HybridShardOnTwoSimulatedNodesComputesWhatFullShardDoes) {

@@ -33,6 +33,12 @@ LoRA (the base with adapters, r 4, alpha 8, on every linear layer and the head; 
 base, adapters off). Writes OUT_DIR/{model/, policy/, lora.safetensors, batch.json, expected.json,
 noise.json, grads_<case>.safetensors}; noise.json holds each value's float32 noise (fp32_noise.py).
 
+RLOO (TRL's RLOOTrainer, rloo_trainer.py: _generate_and_score_completions and _compute_loss):
+the reward less beta times the completion's summed first-order KL (old - ref), the leave-one-out
+baseline (the mean of the group's other rewards), optionally the advantages standardised over the
+batch; w = exp(sum over the completion of logp - old), -min(w A, clip(w) A) averaged over the
+completions; kl the per-token mean of old - ref, the clip ratios per completion.
+
 Usage: make_grpo_reference.py OUT_DIR
 """
 import json
@@ -75,6 +81,12 @@ CASES = {
     "full_dapo_delta": ("full", "dapo", None, "group", 0.0, 0.2, 0.2, 1.0, True, {"delta": 1.25}),
     "full_dapo_top_entropy": ("full", "dapo", None, "group", 0.04, 0.2, 0.2, 0.9, True, {"top_entropy_quantile": 0.4}),
     "lora_cispo_top_entropy": ("lora", "cispo", None, "group", 0.0, 0.2, 1.1, 1.0, True, {"top_entropy_quantile": 0.25}),
+}
+# RLOO (TRL's RLOOTrainer): name: (kind, beta, epsilon, epsilon_high, temperature, normalize_advantages)
+RLOO_CASES = {
+    "full_rloo_kl": ("full", 0.05, 0.2, 0.2, 1.0, False),
+    "full_rloo_normalized": ("full", 0.0, 0.2, 0.28, 0.8, True),
+    "lora_rloo_kl": ("lora", 0.1, 0.2, 0.2, 0.9, False),
 }
 METRICS = ["kl", "entropy", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "cispo_clip_ratio"]
 
@@ -179,8 +191,35 @@ def grpo_loss(logps, entropy, mask, old, ref, adv, loss_type, beta, eps_low, eps
     return loss, {k: v.detach() for k, v in metrics.items()}
 
 
+def rloo_loss(logps, entropy, mask, old, ref, rewards, beta, eps_low, eps_high, normalize):
+    """RLOOTrainer: the KL (first order, old - ref, summed per completion) taken from the reward,
+    the leave-one-out baseline, the sequence-level clipped surrogate averaged over completions."""
+    rewards = rewards.clone()
+    if beta != 0:
+        rewards = rewards - beta * ((old - ref) * mask).sum(-1)
+    grouped = rewards.view(-1, G)
+    baselines = ((grouped.sum(1, keepdim=True) - grouped) / (G - 1)).view(-1)
+    adv = rewards - baselines
+    if normalize:
+        adv = (adv - adv.mean()) / (nanstd(adv) + 1e-4)
+    coef_1 = torch.exp((logps * mask).sum(1) - (old * mask).sum(1))
+    coef_2 = torch.clamp(coef_1, 1 - eps_low, 1 + eps_high)
+    loss = (-torch.min(coef_1 * adv, coef_2 * adv)).mean()
+    low, high = (coef_1 < 1 - eps_low) & (adv < 0), (coef_1 > 1 + eps_high) & (adv > 0)
+    metrics = {"entropy": (entropy * mask).sum() / mask.sum(), "clip_ratio/low_mean": low.double().mean(),
+               "clip_ratio/high_mean": high.double().mean(), "clip_ratio/region_mean": (low | high).double().mean()}
+    if beta != 0:
+        metrics["kl"] = ((old - ref) * mask).sum() / mask.sum()
+    return loss, {k: v.detach() for k, v in metrics.items()}
+
+
 def case_outputs(name, tensors, batch):
-    kind, loss_type, _, scale_rewards, beta, eps, eps_high, temperature, old_given, extra = CASES[name]
+    rloo = name in RLOO_CASES
+    if rloo:
+        kind, beta, eps, eps_high, temperature, normalize = RLOO_CASES[name]
+        old_given = True
+    else:
+        kind, loss_type, _, scale_rewards, beta, eps, eps_high, temperature, old_given, extra = CASES[name]
     scale = R.ALPHA / R.RANK
     if kind == "full":
         base = {k[len("ref:"):]: v for k, v in tensors.items() if k.startswith("ref:")}
@@ -195,8 +234,11 @@ def case_outputs(name, tensors, batch):
         ref, _, _ = per_token(base, None, 0.0, batch, temperature)
     logps, entropy, mask = per_token(policy, lora, scale, batch, temperature)
     old = tensors["old_shift"] + logps.detach() if old_given else None  # the sampling policy: near this one
-    adv = advantages(tensors["rewards"], scale_rewards)
-    loss, metrics = grpo_loss(logps, entropy, mask, old, ref, adv, loss_type, beta, eps, eps_high, extra)
+    if rloo:
+        loss, metrics = rloo_loss(logps, entropy, mask, old, ref, tensors["rewards"], beta, eps, eps_high, normalize)
+    else:
+        adv = advantages(tensors["rewards"], scale_rewards)
+        loss, metrics = grpo_loss(logps, entropy, mask, old, ref, adv, loss_type, beta, eps, eps_high, extra)
     grads = torch.autograd.grad(loss, list(trainable.values()))
     out = {k[len("w:"):] if k.startswith("w:") else k: g for k, g in zip(trainable.keys(), grads)}
     out["loss"] = loss.detach()
@@ -222,14 +264,18 @@ def main():
     common = {"rewards": rewards, "old_shift": old_shift}
     inputs = {"full": {**{"w:" + k: v for k, v in policy.items()}, **{"ref:" + k: v for k, v in W.items()}, **common},
               "lora": {**W, **lora, **common}}
-    for name, spec in CASES.items():
-        kind, loss_type, aggregation, scale_rewards, beta, eps, eps_high, temperature, old_given, extra = spec
-        values = case_outputs(name, inputs[kind], batch)
+    for name in list(CASES) + list(RLOO_CASES):
+        values = case_outputs(name, inputs[CASES[name][0] if name in CASES else RLOO_CASES[name][0]], batch)
         scalars = {k: values[k].item() for k in ["loss"] + sorted(k for k in values if k in METRICS)}
-        expected[name] = dict(scalars, kind=kind, loss_type=loss_type, aggregation=aggregation, scale_rewards=scale_rewards, beta=beta,
-                              epsilon=eps, epsilon_high=eps_high, temperature=temperature, old_given=old_given, rewards=REWARDS,
-                              num_generations=G, max_new_tokens=MAX_COMPLETION, old=values["old"].tolist(),
-                              micro_batches=2 if loss_type == "bnpo" else 1, **extra)
+        if name in CASES:
+            kind, loss_type, aggregation, scale_rewards, beta, eps, eps_high, temperature, old_given, extra = CASES[name]
+            options = dict(loss_type=loss_type, aggregation=aggregation, scale_rewards=scale_rewards, old_given=old_given,
+                           micro_batches=2 if loss_type == "bnpo" else 1, **extra)
+        else:
+            kind, beta, eps, eps_high, temperature, normalize = RLOO_CASES[name]
+            options = dict(rloo=True, normalize_advantages=normalize, old_given=True, scale_rewards="group", loss_type="grpo")
+        expected[name] = dict(scalars, kind=kind, beta=beta, epsilon=eps, epsilon_high=eps_high, temperature=temperature,
+                              rewards=REWARDS, num_generations=G, max_new_tokens=MAX_COMPLETION, old=values["old"].tolist(), **options)
         R.write_safetensors(os.path.join(out, f"grads_{name}.safetensors"),
                             {k: v for k, v in values.items() if k not in scalars and k != "old"})
 

@@ -135,6 +135,52 @@ void grpo_case(const std::string& name, bool shared = false) {
   test::expect_objective_matches(kRef, name, policy, *objective, terms, units, token_units, loss, expected, noise);
 }
 
+// RLOO (make_grpo_reference.py's RLOO_CASES): the advantages as the rollout takes them (each
+// completion's summed old - ref from its reward, then leave_one_out_advantages), the loss, the
+// metrics and every gradient; optionally in the shared-prompt layout.
+void rloo_case(const std::string& name, bool shared = false) {
+  const Json expected = read_json_file(kRef / "expected.json").at(name);
+  const Json noise = read_json_file(kRef / "noise.json").at(name);
+  train::GrpoOptions o;
+  o.leave_one_out = true;
+  o.normalize_advantages = expected.at("normalize_advantages").get<bool>();
+  o.beta = expected.at("beta").get<double>();
+  o.epsilon = expected.at("epsilon").get<double>();
+  o.epsilon_high = expected.at("epsilon_high").get<double>();
+  o.temperature = expected.at("temperature").get<double>();
+  o.num_generations = expected.at("num_generations").get<std::int64_t>();
+
+  auto [policy, reference] = test::policy_and_reference(kRef, expected.at("kind").get<std::string>());
+  train::TensorBatch batch = test::batch_from_json(read_json_file(kRef / "batch.json"));
+  batch.rows_per_group = o.num_generations;
+  batch.old_logps = at_targets(expected.at("old"), batch.labels);
+  const auto rows = batch.input_ids.size(0);
+  auto rewards = at::tensor(expected.at("rewards").get<std::vector<double>>(), at::kDouble);
+  if (o.beta > 0) {
+    batch.ref_logps = train::reference_token_logps(policy, reference, batch, o.temperature);
+    // Each target's row, in at_targets' row-major order.
+    std::vector<std::int64_t> row_of;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t t = 1; t < batch.labels.size(1); ++t)
+        if (batch.labels[r][t].item<std::int64_t>() != data::kIgnoreIndex) row_of.push_back(r);
+    const auto kl = at::zeros({rows}, at::kDouble).index_add(0, at::tensor(row_of, at::kLong), (batch.old_logps - batch.ref_logps).to(at::kDouble));
+    rewards = rewards - o.beta * kl;
+  }
+  batch.advantages = train::leave_one_out_advantages(rewards, o.num_generations, o.normalize_advantages);
+  if (shared) {
+    batch = train::share_prompts(batch, prompt_lengths_of(batch.labels, o.num_generations), o.num_generations, 0);
+    if (o.beta > 0) batch.ref_logps = train::reference_token_logps(policy, reference, batch, o.temperature);
+  }
+  auto objective = train::make_objective(train::ObjectiveOptions("rloo", std::make_shared<train::GrpoOptions>(o)), /*chunked=*/true);
+  const double units = objective->units(batch), token_units = objective->token_units(batch);
+  ASSERT_EQ(units, 6.0);  // completions
+  ASSERT_EQ(token_units, 47.0);
+  const auto terms = objective->forward(policy, batch);
+  const auto loss = terms.loss_sum / units;
+  loss.backward();
+  test::expect_objective_matches(kRef, name, policy, *objective, terms, units, token_units, loss.item<double>(), expected, noise);
+}
+
 const char* const kCases[] = {"full_grpo_group_kl", "full_dapo_batch",     "full_drgrpo_none",     "full_dapo_on_policy",
                               "lora_grpo_group_kl", "lora_dapo_group",     "full_bnpo_token",      "full_cispo_token",
                               "full_grpo_sequence", "full_bnpo_sequence",  "full_drgrpo_sequence", "full_dapo_sequence",
@@ -169,6 +215,25 @@ TEST(GrpoReference, OnlyTheTopEntropyTokensTrain) {
   grpo_case("full_dapo_top_entropy");
   grpo_case("lora_cispo_top_entropy");
 }
+TEST(RlooReference, LeaveOneOutWithTheKlInTheReward) {
+  rloo_case("full_rloo_kl");
+  rloo_case("lora_rloo_kl");
+}
+TEST(RlooReference, NormalisedAdvantages) { rloo_case("full_rloo_normalized"); }
+TEST(RlooReference, EveryCaseWithSharedPrompts) {
+  for (const char* name : {"full_rloo_kl", "full_rloo_normalized", "lora_rloo_kl"}) {
+    SCOPED_TRACE(name);
+    rloo_case(name, /*shared=*/true);
+  }
+}
+// The leave-one-out baseline by hand: rewards {1, 0, 2} give advantages {1 - 1, 0 - 1.5, 2 - 0.5}.
+TEST(RlooAdvantages, EachBaselineIsItsSiblingsMean) {
+  const auto adv = train::leave_one_out_advantages(at::tensor({1.0, 0.0, 2.0}, at::kDouble), 3, false);
+  EXPECT_EQ(adv[0].item<double>(), 0.0);
+  EXPECT_EQ(adv[1].item<double>(), -1.5);
+  EXPECT_EQ(adv[2].item<double>(), 1.5);
+}
+
 // The same cases with every group trained as one row after one copy of its prompt.
 TEST(GrpoReference, EveryCaseWithSharedPrompts) {
   for (const char* name : kCases) {

@@ -38,6 +38,17 @@ at::Tensor normalized_sum_advantages(const at::Tensor& scores, const at::Tensor&
   return (sums - sums.mean()) / (batch_std + 1e-4);
 }
 
+at::Tensor leave_one_out_advantages(const at::Tensor& rewards, std::int64_t group, bool normalize) {
+  const auto r = rewards.to(at::kDouble);
+  const auto n = r.numel();
+  if (group < 2 || n % group != 0) throw std::logic_error("leave_one_out_advantages: rows are not whole groups of two or more");
+  const auto grouped = r.view({n / group, group});
+  const auto baseline = (grouped.sum(1, true) - grouped) / static_cast<double>(group - 1);
+  auto adv = (grouped - baseline).reshape({n});
+  if (normalize) adv = (adv - adv.mean()) / ((n > 1 ? adv.std(/*unbiased=*/true) : at::zeros({}, adv.options())) + 1e-4);
+  return adv;
+}
+
 namespace {
 
 bool per_token_units(const std::string& loss_type) { return loss_type == "dapo" || loss_type == "cispo"; }
@@ -61,14 +72,14 @@ GrpoObjective::GrpoObjective(const GrpoOptions& options) : options_(options) {
 }
 
 double GrpoObjective::units(const TensorBatch& batch) const {
-  if (per_token_units(options_.loss_type)) return static_cast<double>(batch.target_tokens);
+  if (!options_.leave_one_out && per_token_units(options_.loss_type)) return static_cast<double>(batch.target_tokens);
   // Rows: one advantage each (an idle batch has none, and no rows to count).
   return static_cast<double>(batch.advantages.size(0));
 }
 
 std::vector<std::string> GrpoObjective::metric_names() const {
   std::vector<std::string> names = {"entropy"};
-  if (options_.loss_type == "cispo")
+  if (options_.loss_type == "cispo" && !options_.leave_one_out)
     names.push_back("cispo_clip_ratio");
   else
     names.insert(names.end(), {"clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"});
@@ -81,7 +92,7 @@ std::vector<std::string> GrpoObjective::metric_names() const {
 // importance weights are per sequence (TRL's global_masked_mean of a [B, 1] tensor).
 std::vector<std::pair<std::string, double>> GrpoObjective::means(const std::vector<double>& sums, double /*units*/, double token_units) const {
   const auto names = metric_names();
-  const bool per_completion = options_.importance_sampling_level == "sequence";
+  const bool per_completion = options_.importance_sampling_level == "sequence" || options_.leave_one_out;
   std::vector<std::pair<std::string, double>> out;
   if (sums.size() < names.size()) return out;
   const double completions = sums.back();
@@ -96,6 +107,7 @@ std::vector<std::pair<std::string, double>> GrpoObjective::means(const std::vect
 ObjectiveTerms GrpoObjective::forward(model::CausalLM& policy, const TensorBatch& batch) {
   const TokenLogps lp =
       token_logps(policy, policy_hidden(policy, batch), batch.labels, options_.temperature, /*entropy=*/true, batch.sequence_ids);
+  if (options_.leave_one_out) return rloo_forward(lp, batch);
   const auto acc = lp.token.scalar_type();
   const auto rows = batch.advantages.size(0);  // sequences (a shared-prompt row holds a group)
   const auto per_row = [&](const at::Tensor& x) { return at::zeros({rows}, x.options()).index_add(0, lp.row, x); };
@@ -133,6 +145,35 @@ ObjectiveTerms GrpoObjective::forward(model::CausalLM& policy, const TensorBatch
     loss = per_token.sum();
   }
   return {loss, metric_sums(weight.detach(), adv, kl, lp, tokens_per_row, lo, hi, eps_high)};
+}
+
+// RLOO (TRL's RLOOTrainer._compute_loss): w = exp(sum over the completion of logp - old), the
+// clipped surrogate per completion, summed over completions (units: completions). The KL is in
+// the advantages already; its figure is the mean per token of old - ref (the first-order
+// estimate the penalty used).
+ObjectiveTerms GrpoObjective::rloo_forward(const TokenLogps& lp, const TensorBatch& batch) const {
+  const auto acc = lp.token.scalar_type();
+  const auto rows = batch.advantages.size(0);
+  const auto per_row = [&](const at::Tensor& x) { return at::zeros({rows}, x.options()).index_add(0, lp.row, x); };
+  const auto tokens_per_row = per_row(at::ones_like(lp.token).detach());
+  const auto old = batch.old_logps.defined() ? batch.old_logps.to(acc) : lp.token.detach();
+  const auto weight = at::exp(per_row(lp.token - old));
+  const auto adv = batch.advantages.to(acc);
+  const double lo = 1.0 - options_.epsilon, eps_high = options_.epsilon_high > 0 ? options_.epsilon_high : options_.epsilon, hi = 1.0 + eps_high;
+  // A completion without targets (mask_truncated_completions) has w = 1 and adds -A to the value,
+  // nothing to the gradient, as in TRL.
+  const auto loss = (-at::minimum(weight * adv, at::clamp(weight, lo, hi) * adv)).sum();
+  at::NoGradGuard no_grad;
+  std::vector<double> sums;
+  if (options_.beta > 0) sums.push_back((old - batch.ref_logps.to(acc)).sum().item<double>());
+  sums.push_back(lp.entropy.sum().item<double>());
+  const auto w = weight.detach();
+  const auto low = ((w < lo) & (adv < 0)).to(acc), high = ((w > hi) & (adv > 0)).to(acc);
+  sums.push_back(low.sum().item<double>());
+  sums.push_back(high.sum().item<double>());
+  sums.push_back((low + high).clamp_max(1.0).sum().item<double>());
+  sums.push_back(static_cast<double>((tokens_per_row > 0).sum().item<std::int64_t>()));
+  return {loss, sums};
 }
 
 std::vector<double> GrpoObjective::metric_sums(const at::Tensor& weight, const at::Tensor& adv, const at::Tensor& kl, const TokenLogps& lp,

@@ -52,6 +52,12 @@ struct GrpoOptions : KindOptions {
   std::string multi_objective_aggregation = "sum_then_normalize";  // | normalize_then_sum
   std::int64_t num_iterations = 1;      // optimisation passes over one generation batch
   bool mask_truncated_completions = false;  // completions cut by max_new_tokens train nothing (DAPO)
+  // objective.name rloo (TRL's RLOOTrainer; docs/objectives.md#rloo): the baseline each
+  // completion's group siblings' mean reward, beta's KL a penalty on the reward (not a loss
+  // term), one importance weight per completion from its summed log-ratio, the loss the mean
+  // over completions.
+  bool leave_one_out = false;
+  bool normalize_advantages = false;    // rloo: the advantages standardised over the batch
   std::string share_prompt = "auto";    // a group trained as one row after one prompt copy: auto | always | never
   std::vector<RewardSpec> rewards;      // summed with their weights
 };
@@ -65,10 +71,15 @@ at::Tensor group_advantages(const at::Tensor& rewards, std::int64_t group, const
 // normalised over the whole batch; scale_rewards does not apply (as TRL). float64 [rows].
 at::Tensor normalized_sum_advantages(const at::Tensor& scores, const at::Tensor& weights, std::int64_t group);
 
+// RLOO's advantages: each reward minus the mean of its group's other rewards, then, when
+// `normalize`, (a - mean) / (std + 1e-4) over the whole batch (std with Bessel's correction).
+// `rewards` already carry the KL penalty. float64 [rows].
+at::Tensor leave_one_out_advantages(const at::Tensor& rewards, std::int64_t group, bool normalize);
+
 class GrpoObjective : public Objective {
  public:
   explicit GrpoObjective(const GrpoOptions& options);
-  std::string name() const override { return "grpo"; }
+  std::string name() const override { return options_.leave_one_out ? "rloo" : "grpo"; }
   double units(const TensorBatch& batch) const override;
   double token_units(const TensorBatch& batch) const override { return static_cast<double>(batch.target_tokens); }
   ObjectiveTerms forward(model::CausalLM& model, const TensorBatch& batch) override;
@@ -76,6 +87,7 @@ class GrpoObjective : public Objective {
   std::vector<std::pair<std::string, double>> means(const std::vector<double>& sums, double units, double token_units) const override;
 
  private:
+  ObjectiveTerms rloo_forward(const TokenLogps& lp, const TensorBatch& batch) const;
   std::vector<double> metric_sums(const at::Tensor& weight, const at::Tensor& adv, const at::Tensor& kl, const TokenLogps& lp,
                                   const at::Tensor& tokens_per_row, double lo, double hi, double eps_high) const;
 

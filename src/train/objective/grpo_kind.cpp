@@ -1,4 +1,4 @@
-// objective.name grpo as a kind (train/objective/kind.h): its keys (objective.* and reward.*)
+// objective.name grpo and rloo as kinds (train/objective/kind.h): their keys (objective.* and reward.*)
 // into GrpoOptions, its loss (grpo.h), and its batches: completions it samples of the prompts
 // (rollout.h), for training and, anew at each evaluation, for the eval split (rollout_eval.h).
 // docs/objectives.md#grpo.
@@ -96,31 +96,46 @@ void read_loss_options(const Recipe& r, GrpoOptions& o) {
     r.fail("objective.delta", "applies to the clipped loss types (grpo, bnpo, dr_grpo, dapo), found loss_type cispo");
 }
 
+// The keys GRPO and RLOO share: sampling, clipping, passes, the trained completions, rewards.
+void read_shared(const Recipe& r, GrpoOptions& o) {
+  o.beta = r.get_optional_float("objective.beta").value_or(o.beta);
+  o.num_generations = r.get_optional_int("objective.num_generations").value_or(o.num_generations);
+  o.temperature = r.get_optional_float("objective.temperature").value_or(o.temperature);
+  o.top_p = r.get_optional_float("objective.top_p").value_or(o.top_p);
+  o.top_k = r.get_optional_int("objective.top_k").value_or(o.top_k);
+  o.max_new_tokens = r.get_optional_int("objective.max_new_tokens").value_or(o.max_new_tokens);
+  if (!r.is_null("objective.stop")) o.stop = r.get_strings("objective.stop");
+  o.epsilon = r.get_optional_float("objective.epsilon").value_or(o.epsilon);
+  o.epsilon_high = r.get_optional_float("objective.epsilon_high").value_or(o.epsilon_high);
+  o.num_iterations = r.get_optional_int("objective.num_iterations").value_or(o.num_iterations);
+  if (former_name(r, "objective.mask_truncated", "objective.mask_truncated_completions"))
+    o.mask_truncated_completions = r.get_bool(r.is_null("objective.mask_truncated") ? "objective.mask_truncated_completions" : "objective.mask_truncated");
+  o.share_prompt = r.get_optional_string("objective.share_prompt").value_or(o.share_prompt);
+  if (o.num_generations < 2) {
+    r.fail("objective.num_generations", "expected at least 2, found " + std::to_string(o.num_generations) +
+                                            ": a group of one has its own reward as the baseline, so every advantage is 0");
+  }
+  if (o.epsilon_high > 0 && o.epsilon_high < o.epsilon)
+    r.fail("objective.epsilon_high", "expected at least objective.epsilon (" + std::to_string(o.epsilon) + "), found " + std::to_string(o.epsilon_high));
+  read_rewards(r, o);
+}
+
 std::shared_ptr<const KindOptions> parse(const Recipe& r) {
   auto o = std::make_shared<GrpoOptions>();
-  o->beta = r.get_optional_float("objective.beta").value_or(o->beta);
-  o->num_generations = r.get_optional_int("objective.num_generations").value_or(o->num_generations);
-  o->temperature = r.get_optional_float("objective.temperature").value_or(o->temperature);
-  o->top_p = r.get_optional_float("objective.top_p").value_or(o->top_p);
-  o->top_k = r.get_optional_int("objective.top_k").value_or(o->top_k);
-  o->max_new_tokens = r.get_optional_int("objective.max_new_tokens").value_or(o->max_new_tokens);
-  if (!r.is_null("objective.stop")) o->stop = r.get_strings("objective.stop");
-  o->epsilon = r.get_optional_float("objective.epsilon").value_or(o->epsilon);
-  o->epsilon_high = r.get_optional_float("objective.epsilon_high").value_or(o->epsilon_high);
   o->scale_rewards = r.get_optional_string("objective.scale_rewards").value_or(o->scale_rewards);
   read_loss_options(r, *o);
-  o->num_iterations = r.get_optional_int("objective.num_iterations").value_or(o->num_iterations);
-  if (former_name(r, "objective.mask_truncated", "objective.mask_truncated_completions"))
-    o->mask_truncated_completions = r.get_bool(r.is_null("objective.mask_truncated") ? "objective.mask_truncated_completions" : "objective.mask_truncated");
-  o->share_prompt = r.get_optional_string("objective.share_prompt").value_or(o->share_prompt);
-  if (o->num_generations < 2) {
-    r.fail("objective.num_generations",
-           "expected at least 2, found " + std::to_string(o->num_generations) + ": a group of one has its own reward as the baseline, so every advantage is 0 (objective.scale_rewards " +
-               o->scale_rewards + ")");
-  }
-  if (o->epsilon_high > 0 && o->epsilon_high < o->epsilon)
-    r.fail("objective.epsilon_high", "expected at least objective.epsilon (" + std::to_string(o->epsilon) + "), found " + std::to_string(o->epsilon_high));
-  read_rewards(r, *o);
+  read_shared(r, *o);
+  return o;
+}
+
+// objective.name rloo: TRL 1.9's RLOOConfig defaults (beta 0.05, num_generations 2).
+std::shared_ptr<const KindOptions> parse_rloo(const Recipe& r) {
+  auto o = std::make_shared<GrpoOptions>();
+  o->leave_one_out = true;
+  o->beta = 0.05;
+  o->num_generations = 2;
+  o->normalize_advantages = !r.is_null("objective.normalize_advantages") && r.get_bool("objective.normalize_advantages");
+  read_shared(r, *o);
   return o;
 }
 
@@ -134,12 +149,13 @@ bool reference(const KindOptions& options) { return own(options).beta > 0; }
 
 std::string summary(const KindOptions& options) {
   const GrpoOptions& o = own(options);
+  if (o.leave_one_out) return std::string("leave-one-out") + (o.normalize_advantages ? ", normalised" : "") + ", beta " + summary_number(o.beta);
   return o.loss_type + (o.importance_sampling_level == "sequence" ? " (sequence weights)" : "") + ", beta " + summary_number(o.beta);
 }
 
 Generation generation(const KindOptions& options) {
   const GrpoOptions& o = own(options);
-  return {o.num_generations, o.max_new_tokens, (o.num_iterations > 1 ? 1 : 0) + (o.beta > 0 ? 1 : 0), o.share_prompt};
+  return {o.num_generations, o.max_new_tokens, (o.num_iterations > 1 || o.leave_one_out ? 1 : 0) + (o.beta > 0 ? 1 : 0), o.share_prompt};
 }
 
 // What the rollouts of training and of evaluation share: settings, ranks, stop ids.
@@ -214,6 +230,13 @@ Json programs(const KindOptions& options) {
 
 const ObjectiveKind& grpo_kind() {
   static const ObjectiveKind kind{"grpo",     ObjectiveData::prompts, parse,         make,    reference, nullptr, summary, generation,
+                                  batch_source, samples,                eval_source, check_records, programs};
+  return kind;
+}
+
+// RLOO shares GRPO's batches (rollout.h) and loss (grpo.h, GrpoOptions::leave_one_out).
+const ObjectiveKind& rloo_kind() {
+  static const ObjectiveKind kind{"rloo",     ObjectiveData::prompts, parse_rloo,    make,    reference, nullptr, summary, generation,
                                   batch_source, samples,                eval_source, check_records, programs};
   return kind;
 }

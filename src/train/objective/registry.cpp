@@ -16,6 +16,7 @@ const ObjectiveKind& simpo_kind();
 const ObjectiveKind& orpo_kind();
 const ObjectiveKind& kto_kind();
 const ObjectiveKind& grpo_kind();
+const ObjectiveKind& rloo_kind();  // beside grpo_kind, in grpo_kind.cpp
 
 namespace {
 
@@ -56,6 +57,7 @@ const std::vector<const ObjectiveKind*>& all_objective_kinds() {
         &orpo_kind(),
         &kto_kind(),
         &grpo_kind(),
+        &rloo_kind(),
     };
     check_against_schema(kinds);
     return kinds;

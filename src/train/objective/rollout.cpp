@@ -135,9 +135,10 @@ void RolloutSource::generate_batch() {
   const auto score_start = std::chrono::steady_clock::now();
   const std::vector<std::string> prompt_texts = score(prompts, samples);  // 3.
   const RewardTable table = reward_table(prompts, samples);
-  const std::vector<double> row_advantages = rank_advantages(table, prompts, samples);
-  make_batches(prompts, samples, row_advantages);           // 4.
-  keep_logps();                                             // 5.
+  make_batches(prompts, samples, std::vector<double>(samples.size(), 0.0));  // 4. (the advantages below)
+  const std::vector<double> kl = keep_logps(prompts);       // 5.
+  const std::vector<double> row_advantages = rank_advantages(table, kl, prompts, samples);
+  set_advantages(row_advantages);
   const double scoring_s = seconds_since(score_start);
   report(table, samples, generation_s, scoring_s);          // 6.
   keep_samples(prompt_texts, samples, row_advantages);
@@ -246,13 +247,21 @@ RolloutSource::RewardTable RolloutSource::reward_table(const Prompts& prompts, c
 
 //    This rank's samples' advantages within their groups, from the whole batch's rewards (so
 //    scale_rewards: batch is the global one); a group whose rewards overflow is warned of once.
-std::vector<double> RolloutSource::rank_advantages(const RewardTable& table, const Prompts& prompts, const std::vector<Sample>& samples) {
+//    RLOO: each reward less beta times its completion's KL (`kl`, the whole batch's), the
+//    baseline its siblings' mean.
+std::vector<double> RolloutSource::rank_advantages(const RewardTable& table, const std::vector<double>& kl, const Prompts& prompts,
+                                                   const std::vector<Sample>& samples) {
   const GrpoOptions& o = options_.objective;
-  const std::vector<double> totals = table.rewards();
-  const at::Tensor all_advantages = (o.multi_objective_aggregation == "normalize_then_sum"
-                                         ? normalized_sum_advantages(table.score_matrix(), weights_of(rewards_), o.num_generations)
-                                         : group_advantages(at::tensor(totals, at::kDouble), o.num_generations, o.scale_rewards))
-                                        .contiguous();
+  std::vector<double> totals = table.rewards();
+  at::Tensor all_advantages;
+  if (o.leave_one_out) {
+    for (std::size_t i = 0; i < kl.size(); ++i) totals[i] -= o.beta * kl[i];
+    all_advantages = leave_one_out_advantages(at::tensor(totals, at::kDouble), o.num_generations, o.normalize_advantages).contiguous();
+  } else if (o.multi_objective_aggregation == "normalize_then_sum") {
+    all_advantages = normalized_sum_advantages(table.score_matrix(), weights_of(rewards_), o.num_generations).contiguous();
+  } else {
+    all_advantages = group_advantages(at::tensor(totals, at::kDouble), o.num_generations, o.scale_rewards).contiguous();
+  }
   const double* all = all_advantages.data_ptr<double>();
   std::vector<double> advantages(samples.size());
   for (std::size_t i = 0; i < samples.size(); ++i) advantages[i] = all[prompts.streams[i]];
@@ -346,18 +355,44 @@ TensorBatch RolloutSource::training_batch(const Sample* rows, std::int64_t n, co
 }
 
 // 5. The log-probabilities the loss compares with, without gradients: the sampling policy's
-//    when its batches serve several passes, the reference's when beta > 0. Every rank runs as
-//    many forwards (idle batches too: under full_shard they gather).
-void RolloutSource::keep_logps() {
+//    when its batches serve several passes (and always under RLOO, as TRL's), the reference's
+//    when beta > 0. Every rank runs as many forwards (idle batches too: under full_shard they
+//    gather). Returns, for RLOO with beta > 0, each completion's KL (the sum over its tokens of
+//    old - ref, TRL's first-order estimate) by its row in the whole batch, summed over the
+//    ranks; else nothing.
+std::vector<double> RolloutSource::keep_logps(const Prompts& prompts) {
   const GrpoOptions& o = options_.objective;
+  const bool penalty = o.leave_one_out && o.beta > 0;
   at::NoGradGuard no_grad;
   const bool was_training = policy_->is_training();
   policy_->eval();
+  std::vector<double> kl(penalty ? prompts.global_rows : 0, 0.0);
+  std::size_t sample = 0;
   for (auto& t : batches_) {
-    if (o.num_iterations > 1) t.old_logps = token_logps(policy_, policy_hidden(policy_, t), t.labels, o.temperature).token;
+    TokenLogps old;
+    if (o.num_iterations > 1 || o.leave_one_out) {
+      old = token_logps(policy_, policy_hidden(policy_, t), t.labels, o.temperature, false, t.sequence_ids);
+      t.old_logps = old.token;
+    }
     if (o.beta > 0) t.ref_logps = reference_token_logps(policy_, reference_, t, o.temperature);
+    if (!penalty) continue;
+    const auto rows = t.advantages.size(0);
+    const auto per_row = at::zeros({rows}, old.token.options()).index_add(0, old.row, old.token - t.ref_logps).to(at::kDouble).contiguous();
+    for (std::int64_t r = 0; r < rows; ++r, ++sample) kl[prompts.streams[sample]] = per_row.data_ptr<double>()[r];
   }
   if (was_training) policy_->train();
+  if (penalty && options_.sync && options_.ranks > 1) options_.sync->sum(kl);
+  return kl;
+}
+
+//    Each training batch's advantages, its rows in the samples' order.
+void RolloutSource::set_advantages(const std::vector<double>& advantages) {
+  std::size_t at = 0;
+  for (auto& t : batches_) {
+    const auto rows = static_cast<std::size_t>(t.advantages.size(0));
+    t.advantages = at::tensor(std::vector<double>(advantages.begin() + at, advantages.begin() + at + rows), at::kDouble);
+    at += rows;
+  }
 }
 
 // 6. What the step reports (TRL's names; the whole batch's, this rank's generation time).

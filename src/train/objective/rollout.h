@@ -8,6 +8,8 @@
 // tokens (its stop token included, as Hugging Face's generate keeps eos) the targets. With
 // num_iterations > 1 the policy's log-probabilities at generation are kept (old_logps) and the
 // same batches serve num_iterations steps; with beta > 0 the reference's are computed then too.
+// objective.name rloo (GrpoOptions::leave_one_out) keeps old_logps always, and with beta > 0
+// takes each completion's KL from them into its reward before the leave-one-out advantages.
 //
 // Several ranks: each global prompt batch is split by prompts (a group is never split); each
 // rank samples, scores and trains its share, every prompt's copies drawing from the sampling
@@ -79,12 +81,14 @@ class RolloutSource : public BatchSource {
   std::vector<Sample> sample(const Prompts& prompts);
   std::vector<std::string> score(const Prompts& prompts, std::vector<Sample>& samples);
   RewardTable reward_table(const Prompts& prompts, const std::vector<Sample>& samples) const;
-  std::vector<double> rank_advantages(const RewardTable& table, const Prompts& prompts, const std::vector<Sample>& samples);
+  std::vector<double> rank_advantages(const RewardTable& table, const std::vector<double>& kl, const Prompts& prompts,
+                                      const std::vector<Sample>& samples);
   std::string overflow_note(const std::vector<double>& rewards, const double* advantages, const std::vector<std::uint64_t>& streams,
                             const std::vector<Sample>& samples) const;
   void make_batches(const Prompts& prompts, const std::vector<Sample>& samples, const std::vector<double>& advantages);
   TensorBatch training_batch(const Sample* rows, std::int64_t n, const double* advantages) const;
-  void keep_logps();
+  std::vector<double> keep_logps(const Prompts& prompts);
+  void set_advantages(const std::vector<double>& advantages);
   void report(const RewardTable& table, const std::vector<Sample>& samples, double generation_s, double scoring_s);
   void keep_samples(const std::vector<std::string>& prompt_texts, const std::vector<Sample>& samples,
                     const std::vector<double>& advantages);
