@@ -93,10 +93,10 @@ TEST(DpoReference, LoraOrpo) { dpo_case("lora", "orpo"); }
 TEST(ObjectiveKinds, RegistryAgreesWithTheSchema) {
   ASSERT_NO_THROW(train::all_objective_kinds());
   EXPECT_EQ(train::objective_names(train::ObjectiveData::pairs), "dpo, simpo or orpo");
-  EXPECT_EQ(train::objective_names(train::ObjectiveData::prompts), "grpo");
+  EXPECT_EQ(train::objective_names(train::ObjectiveData::prompts), "grpo or rloo");
   EXPECT_EQ(train::objective_names(train::ObjectiveData::unpaired), "kto");
   EXPECT_EQ(train::ObjectiveOptions().name(), "sft");
-  EXPECT_THROW(train::objective_kind("rloo"), ConfigError);
+  EXPECT_THROW(train::objective_kind("ppo"), ConfigError);
 }
 
 // Under LoRA the reference is the policy with its adapters off: bit for bit the base model's
