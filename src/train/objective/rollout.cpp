@@ -135,7 +135,7 @@ void RolloutSource::generate_batch() {
   const auto score_start = std::chrono::steady_clock::now();
   const std::vector<std::string> prompt_texts = score(prompts, samples);  // 3.
   const RewardTable table = reward_table(prompts, samples);
-  make_batches(prompts, samples, std::vector<double>(samples.size(), 0.0));  // 4. (the advantages below)
+  make_batches(prompts, samples);                           // 4. (their advantages after 5.)
   const std::vector<double> kl = keep_logps(prompts);       // 5.
   const std::vector<double> row_advantages = rank_advantages(table, kl, prompts, samples);
   set_advantages(row_advantages);
@@ -296,7 +296,7 @@ std::string RolloutSource::overflow_note(const std::vector<double>& rewards, con
 }
 
 // 4. One training batch per prompt batch (an idle batch for a rank without prompts in it).
-void RolloutSource::make_batches(const Prompts& prompts, const std::vector<Sample>& samples, const std::vector<double>& advantages) {
+void RolloutSource::make_batches(const Prompts& prompts, const std::vector<Sample>& samples) {
   const std::int64_t G = options_.objective.num_generations;
   batches_.clear();
   std::size_t row = 0;
@@ -308,14 +308,14 @@ void RolloutSource::make_batches(const Prompts& prompts, const std::vector<Sampl
       batches_.push_back(std::move(idle));
       continue;
     }
-    batches_.push_back(training_batch(samples.data() + row, rows, advantages.data() + row));
+    batches_.push_back(training_batch(samples.data() + row, rows));
     row += static_cast<std::size_t>(rows);
   }
 }
 
 //    `n` samples (whole groups) as one batch: prompt + completion, right-padded, laid out as the
 //    data layer lays out a batch and made tensors by its to_tensors.
-TensorBatch RolloutSource::training_batch(const Sample* rows, std::int64_t n, const double* advantages) const {
+TensorBatch RolloutSource::training_batch(const Sample* rows, std::int64_t n) const {
   const GrpoOptions& o = options_.objective;
   const std::int64_t G = o.num_generations;
   auto prompt_of = [&](const Sample& s) -> const auto& { return (*examples_)[static_cast<std::size_t>(s.example)].ids; };
@@ -342,7 +342,7 @@ TensorBatch RolloutSource::training_batch(const Sample* rows, std::int64_t n, co
     b.examples.push_back(s.example);
   }
   TensorBatch t = to_tensors(b, options_.device);
-  t.advantages = at::tensor(std::vector<double>(advantages, advantages + n), at::kDouble);
+  t.advantages = at::zeros({n}, at::kDouble);  // one per completion; set_advantages fills them
   //    A group as one row after one copy of its prompt, where that is cheaper (shared_prompt.h).
   std::vector<std::int64_t> prompt_lengths, completion_lengths;
   for (std::int64_t r = 0; r < n; ++r) {

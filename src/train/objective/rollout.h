@@ -85,8 +85,8 @@ class RolloutSource : public BatchSource {
                                       const std::vector<Sample>& samples);
   std::string overflow_note(const std::vector<double>& rewards, const double* advantages, const std::vector<std::uint64_t>& streams,
                             const std::vector<Sample>& samples) const;
-  void make_batches(const Prompts& prompts, const std::vector<Sample>& samples, const std::vector<double>& advantages);
-  TensorBatch training_batch(const Sample* rows, std::int64_t n, const double* advantages) const;
+  void make_batches(const Prompts& prompts, const std::vector<Sample>& samples);
+  TensorBatch training_batch(const Sample* rows, std::int64_t n) const;
   std::vector<double> keep_logps(const Prompts& prompts);
   void set_advantages(const std::vector<double>& advantages);
   void report(const RewardTable& table, const std::vector<Sample>& samples, double generation_s, double scoring_s);
