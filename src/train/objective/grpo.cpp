@@ -65,8 +65,7 @@ at::Tensor high_entropy_mask(const at::Tensor& entropy, double q) {
 
 GrpoObjective::GrpoObjective(const GrpoOptions& options) : options_(options) {
   const auto& t = options_.loss_type;
-  if (t != "grpo" && t != "dr_grpo" && t != "dapo" && t != "bnpo" && t != "cispo")
-    throw ConfigError("objective.loss_type: expected grpo, dr_grpo, dapo, bnpo or cispo, found " + t);
+  if (!is_grpo_loss_type(t)) throw ConfigError("objective.loss_type: expected grpo, bnpo, dr_grpo, dapo or cispo, found " + t);
   if (options_.importance_sampling_level != "token" && options_.importance_sampling_level != "sequence")
     throw ConfigError("objective.importance_sampling_level: expected token or sequence, found " + options_.importance_sampling_level);
 }

@@ -62,6 +62,11 @@ struct GrpoOptions : KindOptions {
   std::vector<RewardSpec> rewards;      // summed with their weights
 };
 
+// objective.loss_type's values under grpo (TRL's names), in the order the messages list them.
+inline bool is_grpo_loss_type(const std::string& t) {
+  return t == "grpo" || t == "bnpo" || t == "dr_grpo" || t == "dapo" || t == "cispo";
+}
+
 // Advantages from the summed rewards of consecutive groups of `group` rows: reward minus its
 // group's mean, divided by (std + 1e-4) where std is the group's (`group`), the whole batch's
 // (`batch`) or not at all (`none`); std with Bessel's correction, as TRL's nanstd. float64 [rows].

@@ -82,7 +82,7 @@ void read_loss_options(const Recipe& r, GrpoOptions& o) {
       o.loss_type = a == "sequence" ? "grpo" : a == "fixed" ? "dr_grpo" : "dapo";
     }
   }
-  if (o.loss_type != "grpo" && o.loss_type != "bnpo" && o.loss_type != "dr_grpo" && o.loss_type != "dapo" && o.loss_type != "cispo")
+  if (!is_grpo_loss_type(o.loss_type))
     r.fail("objective.loss_type", "objective.name grpo expects grpo, bnpo, dr_grpo, dapo or cispo, found " + o.loss_type);
   o.importance_sampling_level = r.get_optional_string("objective.importance_sampling_level").value_or(o.importance_sampling_level);
   o.delta = r.get_optional_float("objective.delta").value_or(o.delta);
