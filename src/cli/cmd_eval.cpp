@@ -121,7 +121,8 @@ int run_eval(EvalOptions o) {
   Stage stage("evaluating " + plan.datasets.eval_stats.file, static_cast<std::int64_t>(batches.size()), "batches");
   // The recipe's objective, as training evaluates it (a preference objective: its pair loss and
   // reward metrics against the same reference).
-  auto objective = train::make_objective(plan.objective, plan.trainer.chunked_loss, train::build_reference(plan));
+  auto objective = train::make_objective(plan.objective, plan.trainer.chunked_loss, train::build_reference(plan), nullptr,
+                                         train::build_teacher(plan));
   const auto eval = train::evaluate_objective(*objective, lm, batches, &stage);
   stage.finish();
   const double loss = train::mean_loss(eval);

@@ -184,14 +184,7 @@ int run_generate(GenerateCliOptions o) {
     chat.emplace(*tokenizer, tokenizer_dir, o.chat_format);
     for (const auto eot : chat->end_of_turn_ids()) add_stop(eot);  // the assistant's turn ends there
   }
-  // Ids past the tokenizer's vocabulary (embedding rows padded beyond it) decode to nothing, as
-  // in Hugging Face's tokenizers.
-  auto decode = [&](const std::vector<std::int64_t>& ids) {
-    std::vector<std::int32_t> known;
-    for (auto id : ids)
-      if (id < static_cast<std::int64_t>(tokenizer->vocab_size())) known.push_back(static_cast<std::int32_t>(id));
-    return tokenizer->decode(known, true);
-  };
+  auto decode = [&](const std::vector<std::int64_t>& ids) { return tok::decode_generated(*tokenizer, ids); };
   if (interactive) return chat_loop(lm, *chat, o, decode);
   std::vector<std::vector<std::int64_t>> prompts;
   for (const auto& t : texts) {

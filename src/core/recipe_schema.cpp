@@ -185,16 +185,18 @@ std::vector<KeySpec> objective_keys() {
   return {
       {"objective.name", T::String, "sft",
        "What training minimises: sft (next-token loss on the trained tokens), dpo, simpo or orpo (preference pairs, data.format: preference), "
-       "kto (labelled completions, data.format: unpaired_preference), grpo or rloo (online RL from prompts, data.format: prompt, and reward.*)",
-       {"sft", "dpo", "simpo", "orpo", "kto", "grpo", "rloo"}},
+       "kto (labelled completions, data.format: unpaired_preference), grpo or rloo (online RL from prompts, data.format: prompt, and reward.*), "
+       "distill (on-policy distillation from objective.teacher, instruct or chat data)",
+       {"sft", "dpo", "simpo", "orpo", "kto", "grpo", "rloo", "distill"}},
       owned_by({"dpo", "grpo"}, {"objective.loss_type", T::String, "null",
        "dpo: sigmoid (DPO; the default), ipo or hinge; grpo: how token losses are weighed and averaged, TRL's names: grpo (each completion's mean, "
        "then over completions), bnpo (the micro-batch's token mean), dr_grpo (over rows x max_new_tokens), dapo (over the step's completion tokens; "
        "the default) or cispo (clipped importance weights times the log-probability, over the step's tokens)",
        {"sigmoid", "ipo", "hinge", "grpo", "bnpo", "dr_grpo", "dapo", "cispo"}, {}, {}, true}),
-      owned_by({"dpo", "simpo", "orpo", "kto", "grpo", "rloo"}, {"objective.beta", T::Float, "null",
+      owned_by({"dpo", "simpo", "orpo", "kto", "grpo", "rloo", "distill"}, {"objective.beta", T::Float, "null",
        "dpo, kto: how strongly the policy is held to the reference; simpo: the reward scale; orpo: the odds-ratio term's weight lambda (default 0.1, as TRL's); "
-       "grpo: the KL penalty's weight (default 0: no reference); rloo: the weight of each completion's KL taken from its reward (default 0.05)", {}, 0.0, 1e6, true}),
+       "grpo: the KL penalty's weight (default 0: no reference); rloo: the weight of each completion's KL taken from its reward (default 0.05); "
+       "distill: the generalized JSD's interpolation in [0, 1], 0 forward KL, 1 reverse KL (default 0.5, as TRL's GKD)", {}, 0.0, 1e6, true}),
       owned_by({"dpo", "simpo"}, {"objective.label_smoothing", T::Float, "null",
        "dpo sigmoid, simpo: the share of pairs assumed mislabelled (conservative DPO; default 0)", {}, 0.0, 0.4999, true}),
       owned_by({"dpo", "kto"}, {"objective.precompute_reference", T::Bool, "null",
@@ -211,11 +213,11 @@ std::vector<KeySpec> objective_keys() {
       owned_by({"simpo"}, {"objective.gamma", T::Float, "null", "simpo: the target reward margin gamma (default 0.5, TRL's simpo_gamma)", {}, 0.0, 1e6, true}),
       // grpo (docs/objectives.md#grpo); TRL's GRPOConfig defaults.
       owned_by({"grpo", "rloo"}, {"objective.num_generations", T::Int, "null", "grpo, rloo: completions sampled per prompt, a group (default 8; rloo 2, as TRL's)", {}, 1, 1e6, true}),
-      owned_by({"grpo", "rloo"}, {"objective.temperature", T::Float, "null", "grpo, rloo: sampling temperature, also the scale of the trained log-probabilities (default 1)", {}, 1e-3, 100, true}),
-      owned_by({"grpo", "rloo"}, {"objective.top_p", T::Float, "null", "grpo, rloo: nucleus sampling's probability mass (default 1: off)", {}, 1e-6, 1.0, true}),
-      owned_by({"grpo", "rloo"}, {"objective.top_k", T::Int, "null", "grpo, rloo: sample among the k most likely tokens (default 0: off)", {}, 0, 1e9, true}),
-      owned_by({"grpo", "rloo"}, {"objective.max_new_tokens", T::Int, "null", "grpo, rloo: the longest completion in tokens (default 256; TRL's max_completion_length)", {}, 1, 1e6, true}),
-      owned_by({"grpo", "rloo"}, {"objective.stop", T::StringList, "null", "grpo, rloo: text stop strings that end a completion (besides eos and the chat format's end of turn)", {}, {}, {}, true}),
+      owned_by({"grpo", "rloo", "distill"}, {"objective.temperature", T::Float, "null", "grpo, rloo: sampling temperature, also the scale of the trained log-probabilities (default 1); distill: the samples' only (default 0.9)", {}, 1e-3, 100, true}),
+      owned_by({"grpo", "rloo", "distill"}, {"objective.top_p", T::Float, "null", "grpo, rloo, distill: nucleus sampling's probability mass (default 1: off)", {}, 1e-6, 1.0, true}),
+      owned_by({"grpo", "rloo", "distill"}, {"objective.top_k", T::Int, "null", "grpo, rloo, distill: sample among the k most likely tokens (default 0: off)", {}, 0, 1e9, true}),
+      owned_by({"grpo", "rloo", "distill"}, {"objective.max_new_tokens", T::Int, "null", "grpo, rloo: the longest completion in tokens (default 256; TRL's max_completion_length); distill: a sampled completion's (default 128)", {}, 1, 1e6, true}),
+      owned_by({"grpo", "rloo", "distill"}, {"objective.stop", T::StringList, "null", "grpo, rloo, distill: text stop strings that end a completion (besides eos and the chat format's end of turn)", {}, {}, {}, true}),
       owned_by({"grpo", "rloo"}, {"objective.epsilon", T::Float, "null", "grpo, rloo: the probability ratio's clip range below 1, and above unless epsilon_high (default 0.2)", {}, 0.0, 1.0, true}),
       owned_by({"grpo", "rloo"}, {"objective.epsilon_high", T::Float, "null",
        "grpo, rloo: the ratio's clip range above 1 (DAPO's clip-higher; default: epsilon); loss_type cispo: the importance weight's cap (ScaleRL's epsilon_max, e.g. 5)",
@@ -241,6 +243,17 @@ std::vector<KeySpec> objective_keys() {
       owned_by({"grpo", "rloo"}, {"objective.share_prompt", T::String, "null",
        "grpo, rloo: train a group's completions in one row after one copy of their prompt (the same loss, the prompt's work done once): "
        "auto (when that costs less, the default), always or never", {"auto", "always", "never"}, {}, {}, true}),
+      // distill (docs/objectives.md#distillation); TRL's GKDConfig defaults.
+      owned_by({"distill"}, {"objective.teacher.path", T::String, "null",
+       "distill: the teacher, a model directory (config.json, safetensors, tokenizer) with the run's tokenizer and vocabulary", {}, {}, {}, true}),
+      owned_by({"distill"}, {"objective.teacher.dtype", T::String, "null", "distill: the teacher's storage dtype (default model.dtype)",
+       {"fp32", "bf16", "fp16"}, {}, {}, true}),
+      owned_by({"distill"}, {"objective.teacher.quantize", T::String, "null",
+       "distill: the teacher's projections stored in int8 or nf4 (memory.int8_*/nf4_* settings; default none)", {kQuantNone, kQuantInt8, kQuantNf4}, {}, {}, true}),
+      owned_by({"distill"}, {"objective.lmbda", T::Float, "null",
+       "distill: the fraction of micro-batches whose completions the student samples itself (on-policy); the rest are the data's (default 0.5, TRL's)", {}, 0.0, 1.0, true}),
+      owned_by({"distill"}, {"objective.seq_kd", T::Bool, "null",
+       "distill: the micro-batches that are not on-policy take the teacher's sampled completions instead of the data's (sequence-level KD; default false)", {}, {}, {}, true}),
       owned_by({"grpo", "rloo"}, {"reward.exact", T::Map, "null", "grpo, rloo: 1 when the completion (trimmed) equals the record's `field`; {field, weight}", {}, {}, {}, true}),
       owned_by({"grpo", "rloo"}, {"reward.contains", T::Map, "null", "grpo, rloo: 1 when the completion contains the record's `field`; {field, weight}", {}, {}, {}, true}),
       owned_by({"grpo", "rloo"}, {"reward.regex", T::Map, "null", "grpo, rloo: 1 when the record's `field`, a regular expression, matches in the completion; {field, weight}", {}, {}, {}, true}),

@@ -216,6 +216,31 @@ std::string preference_section(const std::vector<const RunData*>& runs) {
   return h + "</div>\n";
 }
 
+// On-policy distillation (docs/objectives.md#distillation): per run the share of each step's
+// micro-batches the student sampled itself (smoothed), its samples' mean length, and the seconds
+// each step spent generating. The divergence itself is the loss plot's.
+std::string distill_section(const std::vector<const RunData*>& runs) {
+  std::vector<Series> share, length, time;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const RunData& r = *runs[i];
+    const Points on = objective_points(r.steps, "on_policy");
+    if (on.empty()) continue;
+    const std::string name = runs.size() > 1 ? label(r, i) + ": " : "", c = kColours[i % 8];
+    share.push_back({name + "on-policy share (smoothed)", c, downsample(smoothed(on))});
+    length.push_back({name + "mean length", c, downsample(objective_points(r.steps, "completions/mean_length"))});
+    time.push_back({name + "generation", c, downsample(objective_points(r.steps, "time/generation_s"))});
+  }
+  if (share.empty()) return "";
+  PlotOptions so, lo, to;
+  so.title = "on-policy micro-batches";
+  so.y_label = "share of the step's (objective.lmbda on average)";
+  lo.title = "sampled completion length";
+  lo.y_label = "tokens (on-policy steps)";
+  to.title = "generation time per step";
+  to.y_label = "s";
+  return "<h2>Distillation</h2>\n<div class=\"plots\">\n" + line_plot(share, so) + line_plot(length, lo) + line_plot(time, to) + "</div>\n";
+}
+
 // Online RL (GRPO, docs/objectives.md#grpo): per run the mean reward (total, per function, and
 // on the eval prompts when the run evaluates),
 // the completions' lengths and the share cut by max_new_tokens, the policy's KL to the reference
@@ -415,6 +440,7 @@ std::string render_report(const RunData& run, const std::vector<RunData>& others
   h += experts_section(runs);
   h += preference_section(runs);
   h += rl_section(runs);
+  h += distill_section(runs);
   h += profile_section(run);
   h += "<h2>Memory ledger</h2>\n" + ledger_table(run);
   h += "<h2>Recipe (resolved)</h2>\n<pre>" + html_escape(run.recipe_yaml.empty() ? "(no recipe.yaml)" : run.recipe_yaml) + "</pre>\n";

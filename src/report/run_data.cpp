@@ -109,9 +109,9 @@ void read_metrics(RunData& r) {
       }
       if (!j.contains("step") || !j["step"].is_number_integer()) throw FormatError("no integer \"step\"");
       // An objective's figures: the keys with a '/' (DPO's rewards/..., logps/...; GRPO's
-      // rewards/NAME/mean, completions/..., time/...) and GRPO's plain ones.
+      // rewards/NAME/mean, completions/..., time/...), GRPO's plain ones and distill's on_policy.
       auto objective = [&](const std::string& prefix) {
-        static const char* const kPlain[] = {"reward", "reward_std", "kl", "entropy", "frac_reward_zero_std"};
+        static const char* const kPlain[] = {"reward", "reward_std", "kl", "entropy", "frac_reward_zero_std", "on_policy"};
         std::map<std::string, double> out;
         for (const auto& [key, value] : j.items()) {
           const std::string name = key.substr(std::min(key.size(), prefix.size()));

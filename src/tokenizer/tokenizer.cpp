@@ -11,4 +11,11 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, bool add_spec
   return ids;
 }
 
+std::string decode_generated(const Tokenizer& tokenizer, const std::vector<std::int64_t>& ids) {
+  std::vector<std::int32_t> known;
+  for (const auto id : ids)
+    if (id >= 0 && id < static_cast<std::int64_t>(tokenizer.vocab_size())) known.push_back(static_cast<std::int32_t>(id));
+  return tokenizer.decode(known, true);
+}
+
 }  // namespace ctune::tok

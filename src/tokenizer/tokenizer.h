@@ -61,6 +61,11 @@ class Tokenizer {
 
 
 
+// Generated ids as text, special tokens skipped: ids past the tokenizer's vocabulary (embedding
+// rows padded beyond it, which a model may sample) decode to nothing, as in Hugging Face's
+// tokenizers.
+std::string decode_generated(const Tokenizer& tokenizer, const std::vector<std::int64_t>& ids);
+
 // Writes a byte-level BPE tokenizer.json with no merges (256 byte tokens + <s>, </s>) and its
 // tokenizer_config.json into `dir`: a lossless tokenizer for random-initialised models.
 void write_byte_tokenizer(const std::filesystem::path& dir);

@@ -570,6 +570,31 @@ TEST_F(Checkpoints, KilledKtoFullPrecomputedRunResumesBitIdentical) {
   EXPECT_TRUE(fs::exists(kDir / "kto-full-pre-killed" / "reference_logps.safetensors"));
 }
 
+// On-policy distillation (objective.name distill) through the binary: half of the micro-batches
+// (lmbda 0.5, drawn from the seed and the micro-batch's index in the run) are the LoRA student's
+// own samples scored against another random model of the same tokenizer, the rest the data's
+// completions. Killed inside a step, between steps and while a checkpoint is written, and
+// resumed each time, it reproduces the uninterrupted run bit for bit: the draws and the samples'
+// seeds follow the resumed step, the sampler's cursor is in the checkpoint.
+TEST_F(Checkpoints, KilledDistillLoraRunResumesBitIdentical) {
+  const fs::path teacher = kDir / "teacher";
+  ASSERT_EQ(ctune({"init", "--config", (kDir / "config.json").string(), "--out", teacher.string(), "--tokenizer", "byte", "--seed", "9"}).status, 0);
+  kill_and_resume_is_exact("lora", "objective: {name: distill, teacher: {path: " + teacher.string() + "}, max_new_tokens: 4}\n", "distill-lora");
+  double on = 0, steps = 0;
+  std::ifstream in(kDir / "distill-lora-reference" / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line);
+    if (!j.contains("on_policy")) continue;
+    on += j["on_policy"].get<double>(), steps += 1;
+  }
+  EXPECT_EQ(steps, 12);
+  EXPECT_GT(on, 0) << "some micro-batches are on-policy";
+  EXPECT_LT(on, steps) << "and some are the data's";
+  const fs::path out = kDir / "distill-report.html";
+  ASSERT_EQ(ctune({"report", (kDir / "distill-lora-reference").string(), "--out", out.string()}).status, 0);
+  EXPECT_NE(ctune::testing::slurp(out).find("<h2>Distillation</h2>"), std::string::npos) << "the report plots the on-policy share";
+}
+
 // GRPO (online RL) through the real binary: every step samples its completions from the current
 // policy, scores them and trains on them; killed inside a step, while a checkpoint is written and
 // between steps, and resumed each time, the run reproduces the uninterrupted one bit for bit

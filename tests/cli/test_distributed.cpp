@@ -454,6 +454,32 @@ TEST_F(Distributed, RlooRanksFollowOneProcess) {
   EXPECT_GT(std::abs(last_kl(one)), 1e-3) << "the penalty has something to move";
 }
 
+// On-policy distillation on 2 ranks computes what one process does, under no_shard and
+// full_shard (whose student is gathered whole for its generation): every micro-batch on-policy
+// (lmbda 1), each row's completion drawn from the stream of its row in the global batch, the
+// divergence summed over the step's completion tokens on every rank. The teacher (another random
+// model of the same tokenizer) is whole on each rank.
+TEST_F(Distributed, DistillRanksFollowOneProcess) {
+  const fs::path teacher = kDir / "teacher";
+  ASSERT_EQ(ctune({"init", "--config", (kDir / "config.json").string(), "--out", teacher.string(), "--tokenizer", "byte", "--seed", "9"}).status, 0);
+  const std::string yaml = (kDir / "distill.yaml").string();
+  write(yaml, recipe("full") + "objective: {name: distill, teacher: {path: " + teacher.string() + "}, lmbda: 1, max_new_tokens: 5}\n");
+  auto lengths = [](const fs::path& run) { return step_figures(run, {"completions/mean_length"}); };
+  const fs::path one = kDir / "distill-one";
+  const auto single = ctune({"train", yaml, "output_dir=" + one.string(), "training.max_steps=4"});
+  ASSERT_EQ(single.status, 0) << single.err;
+  ASSERT_EQ(trajectory(one).size(), 4u + 1u);
+  for (const std::string strategy : {"no_shard", "full_shard"}) {
+    const fs::path two = kDir / ("distill-two-" + strategy);
+    const auto ranks = ctune({"train", yaml, "output_dir=" + two.string(), "--nproc", "2", "training.batch_size=1", "training.max_steps=4",
+                              "distributed.strategy=" + strategy});
+    ASSERT_EQ(ranks.status, 0) << ranks.err;
+    EXPECT_EQ(lengths(two).size(), 4u);
+    EXPECT_TRUE(within("distill x2 " + strategy + " loss trajectory vs one process", max_difference(trajectory(two), trajectory(one)), kSameNumbers));
+    EXPECT_TRUE(within("distill x2 " + strategy + " gradient norms vs one process", max_difference(grad_norms(two), grad_norms(one)), kSameNumbers));
+  }
+}
+
 TEST_F(Distributed, HybridShardOnTwoSimulatedNodesComputesWhatFullShardDoes) {
   // 4 ranks as 2 nodes of 2 (LOCAL_WORLD_SIZE=2, started by hand as torchrun would): each node
   // shards the parameters over its 2 ranks, the nodes hold the same shards, and each reduced

@@ -78,6 +78,16 @@ class Recipes : public ::testing::Test {
     write(kDir / "empty.jsonl", "\n\n");
     write(kDir / "broken.jsonl", instruct_rows(2) + "{\"instruction\": \"x\", \"output\": \n" + instruct_rows(2));
     write(kDir / "no-output.jsonl", R"({"instruction": "a", "answer": "b"})" "\n");
+    // Teachers for objective.name distill: another random model of the same shape, the model
+    // without its tokenizer, and with two tokens' ids swapped in its tokenizer.
+    ASSERT_EQ(ctune({"init", "--config", (kDir / "config.json").string(), "--out", (kDir / "teacher").string(), "--tokenizer", "byte",
+                     "--seed", "7"}).status, 0);
+    fs::create_directories(kDir / "no-tokenizer");
+    for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(kDir / "model" / f, kDir / "no-tokenizer" / f);
+    fs::copy(kDir / "model", kDir / "other-tokenizer", fs::copy_options::recursive);
+    Json tokenizer = ctune::read_json_file(kDir / "other-tokenizer" / "tokenizer.json");
+    std::swap(tokenizer["model"]["vocab"]["!"], tokenizer["model"]["vocab"]["\""]);
+    write(kDir / "other-tokenizer" / "tokenizer.json", tokenizer.dump());
     write(kDir / "all-true.jsonl", R"({"prompt": "a", "completion": "b", "label": true})" "\n" R"({"prompt": "c", "completion": "d", "label": true})" "\n");
     write(kDir / "bad-label.jsonl", R"({"prompt": "a", "completion": "b", "label": true})" "\n" R"({"prompt": "c", "completion": "d", "label": "yes"})" "\n");
   }
@@ -160,7 +170,7 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
        "a quantised base is frozen, so it needs LoRA"},
       {"train_router_without_experts", base, {"peft.train_router=true"}, "model_type llama has no experts, so no router to train"},
       // Objectives: a key of another objective, data the objective cannot read, ranges.
-      {"objective_key_of_another", base, {"objective.beta=0.2"}, "`objective.beta`: belongs to objective.name: dpo, simpo, orpo, kto, grpo or rloo; this recipe's objective is sft"},
+      {"objective_key_of_another", base, {"objective.beta=0.2"}, "`objective.beta`: belongs to objective.name: dpo, simpo, orpo, kto, grpo, rloo or distill; this recipe's objective is sft"},
       {"dpo_without_pairs", base, {"objective.name=dpo"}, "`data.format`: objective.name dpo learns from preference pairs: expected preference, found instruct"},
       {"pairs_without_dpo", replace(base, "format: instruct", "format: preference"), {},
        "preference pairs need a preference objective (objective.name: dpo, simpo or orpo)"},
@@ -204,6 +214,19 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
       {"kto_bad_label", replace(base, "format: instruct", "format: unpaired_preference"),
        {"objective.name=kto", "data.shuffle=false", "data.train=" + d + "/bad-label.jsonl", "data.eval=" + d + "/bad-label.jsonl"},
        "bad-label.jsonl:2: key \"label\" expected true or false, found a string \"yes\" (data.columns.label)"},
+      // distill (docs/objectives.md#distillation): a teacher with the run's tokenizer and vocabulary, beta in [0, 1].
+      {"distill_without_teacher", base, {"objective.name=distill"}, "`objective.teacher.path`: objective.name distill needs a teacher"},
+      {"distill_other_vocabulary", base, {"objective.name=distill", "objective.teacher.path=" + d + "/small-vocab"},
+       "`objective.teacher.path`: the teacher's vocabulary has 200 rows (config.json vocab_size), the student's 320"},
+      {"distill_teacher_without_tokenizer", base, {"objective.name=distill", "objective.teacher.path=" + d + "/no-tokenizer"},
+       "the teacher has no tokenizer (tokenizer.json or tokenizer.model) to check against the run's"},
+      {"distill_other_tokenizer", base, {"objective.name=distill", "objective.teacher.path=" + d + "/other-tokenizer"},
+       "the teacher's tokenizer is not the run's (token 0 is "},
+      {"distill_beta_above_one", base, {"objective.name=distill", "objective.teacher.path=" + d + "/teacher", "objective.beta=1.5"},
+       "`objective.beta`: expected a number in [0, 1] for objective.name distill"},
+      {"distill_packed", base, {"objective.name=distill", "objective.teacher.path=" + d + "/teacher", "data.packing=true"},
+       "`data.packing`: objective.name distill scores each example on its own row"},
+      {"distill_key_on_sft", base, {"objective.lmbda=0.3"}, "`objective.lmbda`: belongs to objective.name: distill; this recipe's objective is sft"},
       {"bad_truncation", base, {"data.truncation=middle"}, "`data.truncation` expected one of keep_start, keep_end, drop, error"},
       // The empty string is named, not "found a list" (an empty stop string would match before any token).
       {"empty_stop_string", base, {"objective.stop=[\"\"]"}, "`objective.stop` expected a list of strings or null, found the empty string \"\" at item 1"},
@@ -388,6 +411,51 @@ TEST_F(Recipes, EstimateQwen3NextFromConfigAlone) {
 //   release's MXFP4 experts are dequantised at load). Every layer sparse: I = 0.
 TEST_F(Recipes, EstimateGptOss20bFromConfigAlone) {
   expect_estimate_from_config("gpt-oss-20b.json", 2 * std::int64_t{20914757184}, 0);
+}
+
+// objective.name distill through the binary (docs/objectives.md#distillation). A student
+// distilled from a copy of itself, every micro-batch on-policy (lmbda 1: its own samples): the
+// loss is 0 up to float32 rounding of the divergence's sum (below 1e-6 per token, as the
+// reference test measures it: tests/train/test_distill.cpp) and so is the gradient (below 1e-5;
+// towards another teacher it is above 1e-3). From another model the loss is positive and falls.
+// `estimate` counts the teacher's weights as stored: this fp32 model's, the same bytes as the
+// student's.
+TEST_F(Recipes, DistillFromItselfIsZeroAndFromAnotherTeacherFalls) {
+  const fs::path recipe = kDir / "distill.yaml";
+  write(recipe, base_recipe() + "objective: {name: distill, max_new_tokens: 4}\n");
+  auto steps_of = [](const fs::path& run) {
+    std::vector<Json> out;
+    std::ifstream in(run / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);)
+      if (const Json j = Json::parse(line); j.contains("loss") && j.contains("grad_norm")) out.push_back(j);
+    return out;
+  };
+  auto self = ctune({"train", recipe.string(), "output_dir=" + (kDir / "distill-self").string(), "peft.method=none",
+                     "objective.teacher.path=" + (kDir / "model").string(), "objective.lmbda=1"});
+  ASSERT_EQ(self.status, 0) << self.err;
+  const auto self_steps = steps_of(kDir / "distill-self");
+  ASSERT_EQ(self_steps.size(), 3u);
+  for (const auto& j : self_steps) {
+    EXPECT_TRUE(ctune::test::within("|loss| distilled from itself", std::abs(j["loss"].get<double>()), 1e-6));
+    EXPECT_TRUE(ctune::test::within("gradient norm distilled from itself", j["grad_norm"].get<double>(), 1e-5));
+    EXPECT_EQ(j["on_policy"].get<double>(), 1.0);
+    EXPECT_GT(j["completions/mean_length"].get<double>(), 0.0);
+  }
+  auto other = ctune({"train", recipe.string(), "output_dir=" + (kDir / "distill-other").string(), "peft.method=none",
+                      "objective.teacher.path=" + (kDir / "teacher").string(), "objective.lmbda=0", "training.max_steps=6", "optimizer.lr=1e-2"});
+  ASSERT_EQ(other.status, 0) << other.err;
+  const auto other_steps = steps_of(kDir / "distill-other");
+  ASSERT_EQ(other_steps.size(), 6u);
+  EXPECT_TRUE(ctune::test::beyond("grad_norm towards another teacher", other_steps.front()["grad_norm"].get<double>(), 1e-3));
+  EXPECT_LT(other_steps.back()["loss"].get<double>(), other_steps.front()["loss"].get<double>());
+
+  auto estimate = ctune({"estimate", recipe.string(), "peft.method=none", "objective.teacher.path=" + (kDir / "teacher").string(), "--json"});
+  ASSERT_EQ(estimate.status, 0) << estimate.err;
+  std::map<std::string, std::int64_t> lines;
+  const Json ledger = Json::parse(estimate.out);
+  for (const auto& l : ledger["lines"]) lines[l["name"].get<std::string>()] = l["bytes"].get<std::int64_t>();
+  ASSERT_EQ(lines.count("teacher"), 1u) << estimate.out;
+  EXPECT_EQ(lines.at("teacher"), lines.at("weights"));
 }
 
 // `ctune estimate`: the ledger's lines with their formulas, and a peak that is at least their

@@ -458,6 +458,7 @@ RolloutTerms rollout_lines(const LedgerInputs& in, const Shape& s, const Term& g
   led.lines.push_back({"generation prefill", prefill.value(), prefill.text(),
                        "the prompts' forward pass, once per distinct prompt (Bp): " + prompt_pass_note(pass) + "; the last logits of all Bg" +
                            std::string(gathered_whole.value() > 0 ? "; the whole policy gathered for it (sharded parameters)" : "")});
+  if (in.kept_rows == 0 && in.kept_logps == 0) return {kv + prefill + gathered_whole, Term()};  // sampled and trained at once (distill)
   const Term kept = sym("Bk", in.kept_rows) * s.T * Term::num(in.shared_prompt ? 40 : 28) +
                     (in.kept_logps > 0 ? Term::num(in.kept_logps) * G * N * four : Term());
   led.lines.push_back({"rollout batches", kept.value(), kept.text(),
@@ -520,6 +521,8 @@ SymbolMeanings training_symbol_meanings(bool seq_len_from_data) {
           {"Wpart", "bytes of the largest part whole"}, {"Nmax", "largest trainable parameter"}, {"Nb", "elements of the largest gradient bucket"}, {"Npart", "trainable parameters of the largest part"}, {"rows", "loss rows per chunk"},
           {"runtime", "bytes before training"}, {"Kc", "compiled GEMM kernels cached"}, {"live", "live bytes at the peak"}, {"bq", "attention block query rows"},
           {"Lr", "layers that recompute"}, {"Nc", "weights kept in the compute dtype"}, {"Wref", "bytes of the reference copy"}, {"Uref", "bytes of its quantised projections"},
+          {"Wteach", "bytes of the distillation teacher"}, {"Ht", "the teacher's hidden size"}, {"It", "the teacher's MLP width"},
+          {"rowsd", "divergence rows per chunk"},
           {"Bg", "sequences generated together"}, {"Nnew", "new tokens at most"}, {"Tp", "the longest prompt"}, {"Bp", "distinct prompts generated for"},
           {"Bk", "training rows kept through the generation batch's steps"}, {"th", "threads, each with its own attention tiles or DeltaNet scratch"},
           {"Lb", "layers backward reaches (below the first that trains, none is kept)"}, {"Lg", "DeltaNet layers backward reaches"},
@@ -595,22 +598,50 @@ Term reference_line(const LedgerInputs& in, const StateTerms& st, Symbols& sym, 
   return reference;
 }
 
+// A distilling objective's teacher: its weights, whole on every rank, and what its forward adds
+// to the start of backward (train/objective/distill.h: it runs after the student's forward, whose
+// activations are saved by then). Zero without one.
+struct TeacherTerms {
+  Term weights, forward;
+};
+TeacherTerms teacher_lines(const LedgerInputs& in, const Shape& s, Symbols& sym, Ledger& led) {
+  TeacherTerms t;
+  if (in.teacher.total == 0) return t;
+  t.weights = sym("Wteach", in.teacher.total);
+  led.lines.push_back({"teacher", t.weights.value(), t.weights.text(),
+                       "the distillation teacher's frozen weights (objective.teacher.path as stored, projections quantised when asked), whole on every rank"});
+  const Term Ht = sym("Ht", in.teacher_hidden), It = sym("It", in.teacher_intermediate);
+  // The divergence's chunks: two logits of 4 bytes or c a row (train/step/chunked_loss.cpp).
+  const Term rows = sym("rowsd", std::min<std::int64_t>(s.n.value(), default_chunk_rows(s.V.value(), 2 * std::max<std::int64_t>(4, s.c.value()))));
+  // Its forward without gradients: the residual stream and its normed copy, and a layer's
+  // largest transient, the MLP's three intermediates; then its final hidden states (at most
+  // every position's) and one chunk's divergence: both logits, their log-softmax, softmax,
+  // the mixture and the gradient, 8 fp32 [rows, V].
+  t.forward = Term::max({Term::num(2) * s.r * s.n * Ht + Term::num(3) * s.c * s.n * It, s.c * s.n * Ht + Term::num(32) * rows * s.V});
+  led.lines.push_back({"teacher forward", t.forward.value(), t.forward.text(),
+                       "the teacher's forward beside the student's saved activations: the larger of its residual stream and MLP, and its "
+                       "final hidden states with one chunk of the divergence (rowsd rows, 8 fp32 vocabulary rows each)"});
+  return t;
+}
+
 // The peak's formula in words, as the ledger prints it.
 std::string peak_formula_text(const LedgerInputs& in, bool sharded, bool scatters, const Term& copies, const Term& gemm_copies,
                               bool layer_workspace) {
   const std::string saved = copies.value() > 0 ? "activations + compute copies" : "activations";
   const std::string kernel_text = in.kernel_cache_bytes > 0 ? " + kernel cache" : "";
   const std::string step_text = in.step_runtime_bytes > 0 ? " + step runtime" : "";
-  const std::string rollout_kept = std::string(in.generated_rows > 0 ? " + rollout batches" : "") + (gemm_copies.value() > 0 ? " + fp32 GEMM copies" : "");
+  const std::string rollout_kept = std::string(in.reference.total > 0 ? " + reference" : "") + (in.teacher.total > 0 ? " + teacher" : "") +
+                                   (in.kept_rows > 0 ? " + rollout batches" : "") + (gemm_copies.value() > 0 ? " + fp32 GEMM copies" : "");
   if (sharded) {
-    return "max(weights + gradients + optimizer state (shards)" + rollout_kept + " + max(" + saved + " + loss buffers + gathered" +
+    return "max(weights + gradients + optimizer state (shards)" + rollout_kept + " + max(" + saved + " + loss buffers" +
+           std::string(in.teacher.total > 0 ? " + teacher forward" : "") + " + gathered" +
            " + gathered grads, gathered + gathered grads + what the layers keep + one recomputed layer, optimizer-step temporaries" +
            std::string(in.generated_rows > 0 ? ", KV cache + generation prefill + the whole weights gathered" : "") + "), " +
            "weights + optimizer state (shards) + the whole weights" +
            (in.sharded_checkpoints ? " gathered for the result" : " and optimizer state gathered for a checkpoint") +
            ") + allocator + runtime" + step_text + kernel_text;
   }
-  return "weights + optimizer state" + rollout_kept + " + max(" + saved + " + loss buffers" +
+  return "weights + optimizer state" + rollout_kept + " + max(" + saved + " + loss buffers" + std::string(in.teacher.total > 0 ? " + teacher forward" : "") +
          std::string(in.grad_accum > 1 ? " + gradients (accumulating)" : "") +
          ", gradients + what the layers keep + one recomputed layer + its output's gradient" +
          std::string(layer_workspace ? ", gradients + what the layers up to the last DeltaNet layer keep + its backward workspace + its output's gradient" : "") +
@@ -634,7 +665,8 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const Term gemm_copies = gemm_workspace_line(in, s, sym, led);
   const RolloutTerms rollout = rollout_lines(in, s, st.sharded_params ? st.whole_weights - st.unsharded : Term(), sym, led);
   const RuntimeTerms rt = runtime_lines(in, sym, led);
-  const Term reference = reference_line(in, st, sym, led);
+  const TeacherTerms teacher = teacher_lines(in, s, sym, led);
+  const Term reference = reference_line(in, st, sym, led) + teacher.weights;
 
   // The peak: what is always there, plus the largest of the step's moments, plus what the
   // allocator holds on to. Under full_shard the sharded gradients stay through the step and
@@ -642,7 +674,7 @@ Ledger estimate_memory(const LedgerInputs& in) {
   const bool sharded = st.sharded_params;
   const Term base = st.weights + st.optimizer + (sharded ? st.grads : Term()) + reference + rollout.kept;
   const Term step_grads = sharded ? st.gathered + st.gathered_grads : st.grads;
-  const Term backward_start = act.total + copies + loss + (sharded ? st.gathered + st.gathered_grads : (in.grad_accum > 1 ? st.grads : Term()));
+  const Term backward_start = act.total + copies + loss + teacher.forward + (sharded ? st.gathered + st.gathered_grads : (in.grad_accum > 1 ? st.grads : Term()));
   // A layer that recomputes runs its forward again inside backward: its activations stand beside
   // what every layer not yet through backward keeps (under full recompute their inputs, the last
   // layer's first) and the gradient of the residual stream coming into it. The layers kept

@@ -83,6 +83,10 @@ struct LedgerInputs {
   // reference is the policy with its adapters off: 0), sharded as the policy's are; its
   // quantised projections (objective.reference_quantize) are not sharded, as a quantised base's.
   FrozenCopyBytes reference;
+  // A distilling objective's teacher (objective.teacher): its weights as stored, whole on every
+  // rank (a frozen model of another shape is not sharded as the policy).
+  FrozenCopyBytes teacher;
+  std::int64_t teacher_hidden = 0, teacher_intermediate = 0;  // its hidden size and MLP width (ModelConfig::mlp_width)
   bool exact_allocator = false;    // memory.allocator: exact (no allocator reserve)
   // An objective that generates (grpo): the sequences one generation samples together
   // (grad_accum x batch_size prompts x num_generations on a rank; 0: none), their new tokens at

@@ -48,6 +48,18 @@ struct Generation {
   std::int64_t new_tokens = 0;        // the longest completion
   std::int64_t kept_logps = 0;        // per-token log-probabilities kept beside each row (old policy, reference)
   std::string share_prompt = "auto";  // train/objective/shared_prompt.h
+  // Sampled at each micro-batch and trained at once (distill), not a whole step's prompts
+  // before its first forward with the batches kept through the step (grpo).
+  bool per_micro_batch = false;
+};
+
+// A frozen model of its own an objective learns from (distill's teacher): where its weights are
+// and how to hold them. The plan builds it (train/run/run_plan.h build_teacher) with the run's
+// compute dtype and device, after checking that it reads the run's tokens.
+struct TeacherOptions {
+  std::string path;             // a Hugging Face model directory (config.json, safetensors, tokenizer)
+  std::string dtype;            // its weights' storage dtype; "": the run's model.dtype
+  std::string quantize = "none";  // none | int8 | nf4: its projections quantised
 };
 
 // What an objective is made with besides its options.
@@ -55,12 +67,14 @@ struct ObjectiveContext {
   bool chunked = true;                          // memory.chunked_loss
   model::CausalLM reference{nullptr};           // the frozen reference; null under LoRA (adapters off) or when none
   std::shared_ptr<const ReferenceTable> table;  // the reference's precomputed log-probabilities; null: none
+  model::CausalLM teacher{nullptr};             // the kind's teacher (ObjectiveKind::teacher); null: none
 };
 
 // What an objective's own batch and eval sources draw on; the session fills it.
 struct SourceContext {
   model::CausalLM policy{nullptr};
   model::CausalLM reference{nullptr};           // as ObjectiveContext::reference
+  model::CausalLM teacher{nullptr};             // as ObjectiveContext::teacher
   data::Sampler* sampler = nullptr;             // the training split in the run's order
   const data::Datasets* datasets = nullptr;
   const tok::Tokenizer* tokenizer = nullptr;
@@ -113,6 +127,8 @@ struct ObjectiveKind {
   // forward keeps for backward: the memory ledger's rows. 0: every row. kto: 1 (its KL row is
   // scored without gradients, as the reference's forward is).
   std::int64_t gradient_rows_per_record = 0;
+  // Set for an objective that learns from a teacher of its own: where it is; null: none.
+  const TeacherOptions* (*teacher)(const KindOptions& options) = nullptr;
 };
 
 // A recipe's objective (RunPlan::objective): its kind and that kind's own options. Its
@@ -129,6 +145,7 @@ struct ObjectiveOptions {
   bool needs_reference() const { return kind->reference && kind->reference(*own); }
   bool precomputes_reference() const { return kind->precomputed_reference && kind->precomputed_reference(*own); }
   std::optional<Generation> generation() const;
+  const TeacherOptions* teacher() const { return kind->teacher ? kind->teacher(*own) : nullptr; }
 };
 
 // objective.beta for the objectives that need it positive: the recipe's value, or `fallback`.

@@ -24,9 +24,10 @@ std::string objective_names(ObjectiveData data);
 // `reference`: the frozen model the policy is compared with; null under LoRA, where the policy
 // with its adapters off is the reference. `table`: the reference's precomputed log-probabilities
 // (objective.precompute_reference), used instead of any reference forward. `chunked`:
-// memory.chunked_loss (sft).
+// memory.chunked_loss (sft). `teacher`: the kind's teacher (distill), frozen; null: none.
 std::shared_ptr<Objective> make_objective(const ObjectiveOptions& options, bool chunked,
                                           model::CausalLM reference = model::CausalLM(nullptr),
-                                          std::shared_ptr<const ReferenceTable> table = nullptr);
+                                          std::shared_ptr<const ReferenceTable> table = nullptr,
+                                          model::CausalLM teacher = model::CausalLM(nullptr));
 
 }  // namespace ctune::train

@@ -17,6 +17,7 @@ const ObjectiveKind& orpo_kind();
 const ObjectiveKind& kto_kind();
 const ObjectiveKind& grpo_kind();
 const ObjectiveKind& rloo_kind();  // beside grpo_kind, in grpo_kind.cpp
+const ObjectiveKind& distill_kind();
 
 namespace {
 
@@ -58,6 +59,7 @@ const std::vector<const ObjectiveKind*>& all_objective_kinds() {
         &kto_kind(),
         &grpo_kind(),
         &rloo_kind(),
+        &distill_kind(),
     };
     check_against_schema(kinds);
     return kinds;
@@ -81,8 +83,8 @@ ObjectiveOptions::ObjectiveOptions(const std::string& name, std::shared_ptr<cons
     : kind(&objective_kind(name)), own(own ? std::move(own) : std::make_shared<const KindOptions>()) {}
 
 std::shared_ptr<Objective> make_objective(const ObjectiveOptions& options, bool chunked, model::CausalLM reference,
-                                          std::shared_ptr<const ReferenceTable> table) {
-  return options.kind->make(*options.own, {chunked, std::move(reference), std::move(table)});
+                                          std::shared_ptr<const ReferenceTable> table, model::CausalLM teacher) {
+  return options.kind->make(*options.own, {chunked, std::move(reference), std::move(table), std::move(teacher)});
 }
 
 }  // namespace ctune::train

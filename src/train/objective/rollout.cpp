@@ -64,12 +64,7 @@ RolloutSource::RolloutSource(model::CausalLM policy, model::CausalLM reference, 
   generation_ = options_.first_step / std::max<std::int64_t>(1, options_.objective.num_iterations);
 }
 
-std::string RolloutSource::decode(const std::vector<std::int64_t>& ids) const {
-  std::vector<std::int32_t> known;
-  for (auto id : ids)
-    if (id < static_cast<std::int64_t>(tokenizer_.vocab_size())) known.push_back(static_cast<std::int32_t>(id));
-  return tokenizer_.decode(known, true);
-}
+std::string RolloutSource::decode(const std::vector<std::int64_t>& ids) const { return tok::decode_generated(tokenizer_, ids); }
 
 TensorBatch RolloutSource::next() {
   if (next_ == batches_.size()) {
@@ -319,28 +314,19 @@ TensorBatch RolloutSource::training_batch(const Sample* rows, std::int64_t n) co
   const GrpoOptions& o = options_.objective;
   const std::int64_t G = o.num_generations;
   auto prompt_of = [&](const Sample& s) -> const auto& { return (*examples_)[static_cast<std::size_t>(s.example)].ids; };
-  std::int64_t length = 1;
-  for (std::int64_t r = 0; r < n; ++r)
-    length = std::max<std::int64_t>(length, static_cast<std::int64_t>(prompt_of(rows[r]).size() + rows[r].completion.size()));
-  data::Batch b;
-  b.rows = n, b.length = length, b.rows_per_group = G;
-  b.input_ids.assign(static_cast<std::size_t>(n * length), options_.pad_id);
-  b.labels.assign(b.input_ids.size(), data::kIgnoreIndex);
-  b.position_ids.assign(b.input_ids.size(), 0);
-  b.segment_ids.assign(b.input_ids.size(), 0);
+  std::vector<const std::vector<std::int32_t>*> prompts;
+  std::vector<std::vector<std::int64_t>> completions;
+  std::vector<bool> trained;
+  std::vector<std::int64_t> examples;
   for (std::int64_t r = 0; r < n; ++r) {
-    const Sample& s = rows[r];
-    const bool trained = !(o.mask_truncated_completions && s.stop_reason == "length");
-    std::size_t at = static_cast<std::size_t>(r * length);
-    std::int64_t p = 0;
-    for (const auto id : prompt_of(s)) b.input_ids[at] = id, b.position_ids[at] = p++, b.segment_ids[at] = 1, ++at;
-    for (const auto id : s.completion) {
-      b.input_ids[at] = id, b.position_ids[at] = p++, b.segment_ids[at] = 1;
-      if (trained) b.labels[at] = id;
-      ++at;
-    }
-    b.examples.push_back(s.example);
+    prompts.push_back(&prompt_of(rows[r]));
+    completions.push_back(rows[r].completion);
+    trained.push_back(!(o.mask_truncated_completions && rows[r].stop_reason == "length"));
+    examples.push_back(rows[r].example);
   }
+  data::Batch b = prompt_completion_rows(prompts, completions, trained, std::move(examples), options_.pad_id);
+  b.rows_per_group = G;
+  const std::int64_t length = b.length;
   TensorBatch t = to_tensors(b, options_.device);
   t.advantages = at::zeros({n}, at::kDouble);  // one per completion; set_advantages fills them
   //    A group as one row after one copy of its prompt, where that is cheaper (shared_prompt.h).

@@ -110,7 +110,7 @@ io::NamedPaths recipe_inputs(const Recipe& r) {
   io::NamedPaths inputs = {{"model.path", model},
                            {"tokenizer.path", r.is_null("tokenizer.path") ? model : r.get_string("tokenizer.path")},
                            {"data.train", r.get_string("data.train")}};
-  for (const char* key : {"data.eval", "peft.init_from"})
+  for (const char* key : {"data.eval", "peft.init_from", "objective.teacher.path"})
     if (auto path = r.get_optional_string(key)) inputs.emplace_back(key, *path);
   return inputs;
 }
@@ -269,6 +269,54 @@ void check_data_format(const Recipe& r, const ObjectiveKind& kind, bool mine) {
                               objective_names(ObjectiveData::prompts) + "); this recipe's objective is " + name);
 }
 
+// The teacher's tokenizer is the run's: the same vocabulary, id for id (the divergence compares
+// the two distributions token by token). Returns the first difference in words, or "".
+std::string tokenizer_difference(const tok::Tokenizer& run, const tok::Tokenizer& teacher) {
+  if (run.vocab_size() != teacher.vocab_size())
+    return "it has " + std::to_string(teacher.vocab_size()) + " tokens, the run's " + std::to_string(run.vocab_size());
+  for (std::size_t id = 0; id < run.vocab_size(); ++id) {
+    const auto i = static_cast<std::int32_t>(id);
+    if (run.id_to_token(i) != teacher.id_to_token(i))
+      return "token " + std::to_string(id) + " is \"" + teacher.id_to_token(i) + "\" there and \"" + run.id_to_token(i) + "\" in the run's";
+  }
+  return "";
+}
+
+// objective.teacher: its config and weights checked against the student's vocabulary and the
+// run's tokenizer (no weight is read), and how it is built.
+void plan_teacher(RunPlan& p, const TeacherOptions& t) {
+  const Recipe& r = p.recipe;
+  const std::string key = "objective.teacher.path";
+  RunPlan::Teacher teacher;
+  teacher.config = for_key(r, key, [&] { return model::load_model_config(t.path); });
+  if (teacher.config.vocab_size != p.model_config.vocab_size)
+    r.fail(key, "the teacher's vocabulary has " + std::to_string(teacher.config.vocab_size) + " rows (config.json vocab_size), the student's " +
+                    std::to_string(p.model_config.vocab_size) + ": distillation compares their next-token distributions token by token, so "
+                    "both need the same tokenizer and vocabulary");
+  teacher.spec.weights = t.path;
+  // A frozen model needs no fp32 master: under mixed precision it is stored in the compute dtype.
+  teacher.spec.storage_dtype = !t.dtype.empty() ? model::parse_dtype(t.dtype, "objective.teacher.dtype")
+                                                : (p.compute_dtype != at::kFloat ? p.compute_dtype : p.model_dtype);
+  teacher.spec.compute_dtype = p.compute_dtype;
+  teacher.spec.device = p.device;
+  if (t.quantize != kQuantNone) teacher.spec.quantize_base = quant_spec(r, "objective.teacher.quantize");
+  model::CausalLM shape_only(teacher.config, teacher.spec.storage_dtype);
+  teacher.parameters = model::parameter_shapes(*shape_only);
+  for_key(r, key, [&] {
+    io::CheckpointReader checkpoint(t.path);
+    model::check_weights(shape_only, checkpoint);
+  });
+  if (p.tokenizer) {
+    if (!tok::has_tokenizer(t.path))
+      r.fail(key, "the teacher has no tokenizer (tokenizer.json or tokenizer.model) to check against the run's: distillation needs the same one");
+    const auto theirs = for_key(r, key, [&] { return tok::load_tokenizer(t.path); });
+    const std::string difference = tokenizer_difference(*p.tokenizer, *theirs);
+    if (!difference.empty())
+      r.fail(key, "the teacher's tokenizer is not the run's (" + difference + "): distillation needs the same tokenizer");
+  }
+  p.teacher = std::move(teacher);
+}
+
 // The objective (objective.*): its kind (train/objective/kind.h), its keys, and what it asks of
 // the data and the method.
 void plan_objective(RunPlan& p) {
@@ -279,6 +327,7 @@ void plan_objective(RunPlan& p) {
   p.objective = ObjectiveOptions(kind.name, kind.parse ? kind.parse(r) : nullptr);
   check_data_format(r, kind, /*mine=*/true);
   if (const auto generation = p.objective.generation()) check_share_prompt(generation->share_prompt, p.model_config);
+  if (const TeacherOptions* teacher = p.objective.teacher()) plan_teacher(p, *teacher);
   const std::string reference_quantize = r.get_optional_string("objective.reference_quantize").value_or(kQuantNone);
   if (reference_quantize != kQuantNone) {
     if (p.method->freezes_base())
@@ -453,6 +502,14 @@ model::CausalLM build_reference(const RunPlan& plan) {
   return reference;
 }
 
+model::CausalLM build_teacher(const RunPlan& plan) {
+  if (!plan.teacher) return model::CausalLM(nullptr);
+  auto teacher = peft::build_model(plan.teacher->spec);
+  for (auto& p : teacher->parameters()) p.requires_grad_(false);
+  teacher->eval();
+  return teacher;
+}
+
 std::string RunPlan::recipe_yaml() const { return recipe.to_yaml(); }
 
 data::SamplerOptions RunPlan::sampler_options() const {
@@ -514,19 +571,24 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes) {
     const std::int64_t G = generation->group, prompt = in.seq_len, completion = generation->new_tokens;
     in.prompt_tokens = prompt;
     in.new_tokens = completion;
-    in.generated_rows = in.batch_size * p.trainer.grad_accum;
+    in.generated_rows = in.batch_size * (generation->per_micro_batch ? 1 : p.trainer.grad_accum);
     in.generated_prompts = in.generated_rows / G;
     in.kept_logps = generation->kept_logps;
     const RowShape separate{in.batch_size, prompt + completion}, shared{in.batch_size / G, prompt - 1 + G * (completion + 1)};
     in.shared_prompt = share_prompts_here(generation->share_prompt, p.model_config, separate, shared);
     in.batch_size = in.shared_prompt ? shared.rows : separate.rows;
     in.seq_len = in.shared_prompt ? shared.length : separate.length;
-    in.kept_rows = in.batch_size * p.trainer.grad_accum;
+    in.kept_rows = generation->per_micro_batch ? 0 : in.batch_size * p.trainer.grad_accum;
   }
   if (p.objective.needs_reference() && !p.method->freezes_base() && !p.objective.precomputes_reference()) {
     // The frozen copy is built as the policy's weights are stored (train/run/run_plan.h build_reference);
     // precomputed log-probabilities free it before training.
     in.reference = frozen_copy_bytes(p.parameters, p.model_dtype, p.reference_quantize);
+  }
+  if (p.teacher) {
+    in.teacher = frozen_copy_bytes(p.teacher->parameters, p.teacher->spec.storage_dtype, p.teacher->spec.quantize_base);
+    in.teacher_hidden = p.teacher->config.hidden_size;
+    in.teacher_intermediate = p.teacher->config.mlp_width();
   }
   in.grad_accum = p.trainer.grad_accum;
   in.optimizer = p.optimizer.name;
@@ -603,6 +665,7 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes, const T
   in.reference = {};
   if (p.objective.needs_reference() && !in.method->freezes_base() && !p.objective.precomputes_reference())
     in.reference = frozen_copy_bytes(p.parameters, in.storage_dtype, p.reference_quantize);
+  if (p.teacher) in.teacher = frozen_copy_bytes(p.teacher->parameters, p.teacher->spec.storage_dtype, p.teacher->spec.quantize_base);
   return in;
 }
 

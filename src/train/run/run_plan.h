@@ -81,6 +81,13 @@ struct RunPlan {
   TrainerOptions trainer;
   ObjectiveOptions objective;                 // objective.*: what the steps minimise (its kind and options)
   std::optional<quant::QuantSpec> reference_quantize;  // objective.reference_quantize (a full fine-tuning reference)
+  // objective.teacher (distill): the teacher as build_teacher builds it, its config and shapes.
+  struct Teacher {
+    peft::ModelSpec spec;
+    model::ModelConfig config;
+    std::vector<model::ParameterShape> parameters;
+  };
+  std::optional<Teacher> teacher;
   std::int64_t steps_per_epoch = 0;
   double packed_fill = 0;  // packing: document tokens over row capacity in the first epoch
   std::int64_t eval_batches = -1;  // -1: the whole eval split
@@ -130,6 +137,10 @@ model::CausalLM build_model(const RunPlan& plan, const std::filesystem::path& ch
 // when the objective needs none, and under LoRA, where the policy with its adapters off is the
 // reference (no second copy of the weights).
 model::CausalLM build_reference(const RunPlan& plan);
+
+// The objective's teacher (RunPlan::teacher: objective.teacher.path in its dtype, the run's
+// compute dtype and device), every parameter frozen, in eval mode; null when it has none.
+model::CausalLM build_teacher(const RunPlan& plan);
 
 // The memory ledger's inputs for this plan; `runtime_bytes` is the process's resident memory
 // before the model is built.

@@ -355,8 +355,11 @@ TrainResult Session::run_steps() {
   const ObjectiveKind& kind = *plan.objective.kind;
   auto reference = plan.objective.precomputes_reference() ? model::CausalLM(nullptr) : build_reference(plan);
   parallel.shard_like_policy(reference);
+  //    A distilling objective's teacher: whole on every rank (another model's shapes).
+  auto teacher = build_teacher(plan);
   std::optional<SourceContext> context;  // what the objective's own sources draw on
   if (kind.batch_source || kind.eval_source) context.emplace(source_context(lm, reference, sampler, resume, parallel));
+  if (context) context->teacher = teacher;
   const auto own_source = kind.batch_source ? kind.batch_source(*plan.objective.own, *context) : nullptr;
   const auto rows = own_source ? nullptr : std::make_unique<RankRows>(sampler, comm_.rank(), comm_.size(), plan.device);
   BatchSource& source = own_source ? *own_source : static_cast<BatchSource&>(*rows);
@@ -381,7 +384,7 @@ TrainResult Session::run_steps() {
   //    The objective; with precomputed reference log-probabilities no reference is kept.
   const auto table = plan.objective.precomputes_reference() ? precomputed_reference(lm, parallel, resume) : nullptr;
   if (table && writer()) sources.run_files = {io::manifest_entry(plan.output_dir, io::kReferenceLogps)};
-  trainer.objective = make_objective(plan.objective, plan.trainer.chunked_loss, reference, table);
+  trainer.objective = make_objective(plan.objective, plan.trainer.chunked_loss, reference, table, teacher);
   trainer.scaler = &scaler;
   trainer.step_sync = parallel.sync.get();
   trainer.eval_source = eval_source.get();

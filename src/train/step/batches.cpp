@@ -1,5 +1,7 @@
 #include "train/step/batches.h"
 
+#include <algorithm>
+
 #include "ops/device.h"
 
 namespace ctune::train {
@@ -26,6 +28,34 @@ std::vector<TensorBatch> all_batches(const data::BatchPlan& plan, std::int64_t l
     out.back().eval_split = eval_split;
   }
   return out;
+}
+
+data::Batch prompt_completion_rows(const std::vector<const std::vector<std::int32_t>*>& prompts,
+                                   const std::vector<std::vector<std::int64_t>>& completions, const std::vector<bool>& trained,
+                                   std::vector<std::int64_t> examples, std::int64_t pad_id) {
+  const auto n = static_cast<std::int64_t>(prompts.size());
+  std::int64_t length = 1;
+  for (std::int64_t r = 0; r < n; ++r)
+    length = std::max<std::int64_t>(length, static_cast<std::int64_t>(prompts[r]->size() + completions[r].size()));
+  data::Batch b;
+  b.rows = n, b.length = length;
+  b.input_ids.assign(static_cast<std::size_t>(n * length), pad_id);
+  b.labels.assign(b.input_ids.size(), data::kIgnoreIndex);
+  b.position_ids.assign(b.input_ids.size(), 0);
+  b.segment_ids.assign(b.input_ids.size(), 0);
+  for (std::int64_t r = 0; r < n; ++r) {
+    const bool learn = trained.empty() || trained[r];
+    auto at = static_cast<std::size_t>(r * length);
+    std::int64_t p = 0;
+    for (const auto id : *prompts[r]) b.input_ids[at] = id, b.position_ids[at] = p++, b.segment_ids[at] = 1, ++at;
+    for (const auto id : completions[r]) {
+      b.input_ids[at] = id, b.position_ids[at] = p++, b.segment_ids[at] = 1;
+      if (learn) b.labels[at] = id;
+      ++at;
+    }
+  }
+  b.examples = std::move(examples);
+  return b;
 }
 
 TensorBatch idle_batch() {

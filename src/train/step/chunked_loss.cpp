@@ -48,6 +48,59 @@ at::Tensor weight_in(const at::Tensor& weight, at::ScalarType cd) {
   return cd != at::ScalarType::Undefined ? weight.to(cd) : weight;
 }
 
+// A summed loss whose gradients forward takes (ChunkedCrossEntropy, ChunkedJsd): they wait in
+// `ctx` for the one number backward brings, the weight's to return in its own dtype.
+void keep_gradients(AutogradContext* ctx, const at::Tensor& grad_hidden, const at::Tensor& grad_weight, at::ScalarType weight_dtype) {
+  ctx->saved_data["grad_hidden"] = grad_hidden;
+  ctx->saved_data["grad_weight"] = grad_weight;
+  ctx->saved_data["weight_dtype"] = static_cast<std::int64_t>(weight_dtype);
+}
+
+// Their backward, run once: the gradients kept are scaled in place; `inputs`: the function's
+// forward arguments (hidden and weight first, the rest without gradients).
+variable_list scaled_gradients(AutogradContext* ctx, const variable_list& grad_out, std::size_t inputs) {
+  auto grad_hidden = ctx->saved_data["grad_hidden"].toTensor();
+  auto grad_weight = ctx->saved_data["grad_weight"].toTensor();
+  const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+  ctx->saved_data.clear();
+  const auto scale = grad_out[0].to(at::kDouble).item<double>();
+  if (grad_hidden.defined()) grad_hidden.mul_(scale);
+  if (grad_weight.defined()) grad_weight = grad_weight.mul_(scale).to(weight_dtype);
+  variable_list out(inputs);
+  out[0] = grad_hidden, out[1] = grad_weight;
+  return out;
+}
+
+// The forward of a summed loss over the head's logits, a chunk of rows at a time: `chunk_loss(start,
+// rows, logits, grad)` gives a chunk's loss sum from its logits (the matmul's dtype) and, when
+// gradients are needed, sets `grad` to its gradient with respect to them; the gradients of the
+// hidden states and of the head follow while the chunk exists, and wait in `ctx` for backward
+// (keep_gradients). The gradients' matmuls run in the compute dtype under mixed precision, as
+// autocast's backward would; without it, d hidden in the weight's dtype and d weight in fp32.
+template <typename ChunkLoss>
+at::Tensor sum_taking_gradients(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight, std::int64_t chunk,
+                                at::ScalarType cd, bool need_hidden, bool need_weight, ChunkLoss chunk_loss) {
+  at::NoGradGuard no_grad;
+  const auto acc = accumulate_type(hidden);
+  const auto gd = cd != at::ScalarType::Undefined ? cd : weight.scalar_type();
+  at::Tensor grad_hidden = need_hidden ? at::empty(hidden.sizes(), hidden.options()) : at::Tensor();
+  at::Tensor grad_weight = need_weight ? at::zeros(weight.sizes(), weight.options().dtype(acc)) : at::Tensor();
+  double total = 0;
+  const auto n = hidden.size(0);
+  const auto w = weight_in(weight, cd);
+  for (std::int64_t start = 0; start < n; start += chunk) {
+    const auto rows = std::min(chunk, n - start);
+    const auto h = hidden.narrow(0, start, rows);
+    at::Tensor grad;
+    total += chunk_loss(start, rows, ops::matmul_in(h, w.t(), cd), grad);  // [rows, V] logits, the matmul's dtype
+    if (!grad.defined()) continue;
+    if (need_hidden) grad_hidden.narrow(0, start, rows).copy_(ops::matmul_in(grad.to(gd), w, gd));
+    if (need_weight) add_weight_gradient(grad_weight, grad, h, cd != at::ScalarType::Undefined ? cd : acc);
+  }
+  keep_gradients(ctx, grad_hidden, grad_weight, weight.scalar_type());
+  return at::scalar_tensor(total, hidden.options().dtype(acc));
+}
+
 // The loss is a sum, so its gradient is known in forward up to the one number backward brings
 // (1 / target tokens, times the loss scale): each chunk's gradient is taken while its logits
 // exist, and backward only scales it. The head's projection runs once per chunk instead of
@@ -57,44 +110,17 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
   // caller, where the grad mode is known).
   static at::Tensor forward(AutogradContext* ctx, at::Tensor hidden, at::Tensor weight, at::Tensor targets, std::int64_t chunk,
                             std::int64_t compute, double softcap, bool need_hidden, bool need_weight) {
-    const auto cd = static_cast<at::ScalarType>(compute);
-    at::NoGradGuard no_grad;
-    const auto acc = accumulate_type(hidden);
-    // The gradients' matmuls run in the compute dtype under mixed precision, as autocast's
-    // backward would; without it, d hidden in the weight's dtype and d weight in fp32.
-    const auto gd = cd != at::ScalarType::Undefined ? cd : weight.scalar_type();
-    at::Tensor grad_hidden = need_hidden ? at::empty(hidden.sizes(), hidden.options()) : at::Tensor();
-    at::Tensor grad_weight = need_weight ? at::zeros(weight.sizes(), weight.options().dtype(acc)) : at::Tensor();
-    double total = 0;
-    const auto n = hidden.size(0);
-    const auto w = weight_in(weight, cd);
-    for (std::int64_t start = 0; start < n; start += chunk) {
-      const auto rows = std::min(chunk, n - start);
-      auto h = hidden.narrow(0, start, rows);
-      auto logits = ops::matmul_in(h, w.t(), cd);  // [rows, V], the matmul's dtype
-      at::Tensor loss, grad;
-      ops::cross_entropy_rows(logits, targets.narrow(0, start, rows), softcap, &loss, need_hidden || need_weight ? &grad : nullptr);
-      total += loss.sum().item<double>();
-      if (need_hidden) grad_hidden.narrow(0, start, rows).copy_(ops::matmul_in(grad, w, gd));
-      if (need_weight) add_weight_gradient(grad_weight, grad, h, cd != at::ScalarType::Undefined ? cd : acc);
-    }
-    ctx->saved_data["grad_hidden"] = grad_hidden;
-    ctx->saved_data["grad_weight"] = grad_weight;
-    ctx->saved_data["weight_dtype"] = static_cast<std::int64_t>(weight.scalar_type());
-    return at::scalar_tensor(total, hidden.options().dtype(acc));
+    const bool grads = need_hidden || need_weight;
+    return sum_taking_gradients(ctx, hidden, weight, chunk, static_cast<at::ScalarType>(compute), need_hidden, need_weight,
+                                [&](std::int64_t start, std::int64_t rows, const at::Tensor& logits, at::Tensor& grad) {
+                                  at::Tensor loss;
+                                  ops::cross_entropy_rows(logits, targets.narrow(0, start, rows), softcap, &loss, grads ? &grad : nullptr);
+                                  return loss.sum().item<double>();
+                                });
   }
 
   // The training loss's backward runs once: the gradients taken in forward are scaled in place.
-  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
-    auto grad_hidden = ctx->saved_data["grad_hidden"].toTensor();
-    auto grad_weight = ctx->saved_data["grad_weight"].toTensor();
-    const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
-    ctx->saved_data.clear();
-    const auto scale = grad_out[0].to(at::kDouble).item<double>();
-    if (grad_hidden.defined()) grad_hidden.mul_(scale);
-    if (grad_weight.defined()) grad_weight = grad_weight.mul_(scale).to(weight_dtype);
-    return {grad_hidden, grad_weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
-  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) { return scaled_gradients(ctx, grad_out, 8); }
 };
 
 // Per-row log-probabilities; backward recomputes each chunk's logits (see chunked_loss.h).
@@ -150,6 +176,27 @@ struct ChunkedTokenLogps : public torch::autograd::Function<ChunkedTokenLogps> {
   }
 };
 
+// The generalized JSD per chunk, its gradient taken with its logits as ChunkedCrossEntropy's;
+// the teacher's chunk comes from the caller (TeacherLogits) and has no gradient.
+struct ChunkedJsd : public torch::autograd::Function<ChunkedJsd> {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor hidden, at::Tensor weight, TeacherLogits teacher, double beta,
+                            std::int64_t chunk, std::int64_t compute, double softcap, bool need_hidden, bool need_weight) {
+    const bool grads = need_hidden || need_weight;
+    const auto acc = accumulate_type(hidden);
+    return sum_taking_gradients(ctx, hidden, weight, chunk, static_cast<at::ScalarType>(compute), need_hidden, need_weight,
+                                [&](std::int64_t start, std::int64_t rows, const at::Tensor& projected, at::Tensor& grad) {
+                                  auto logits = projected.to(acc);
+                                  if (softcap > 0) logits = at::tanh(logits / softcap) * softcap;
+                                  at::Tensor loss;
+                                  jsd_rows(logits, teacher(start, rows), beta, &loss, grads ? &grad : nullptr);
+                                  if (grad.defined() && softcap > 0) grad.mul_(1 - (logits / softcap).square());  // d cap(z) / dz
+                                  return loss.sum().item<double>();
+                                });
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) { return scaled_gradients(ctx, grad_out, 9); }
+};
+
 }  // namespace
 
 at::Tensor chunked_token_logps(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, std::int64_t chunk_rows,
@@ -159,6 +206,44 @@ at::Tensor chunked_token_logps(const at::Tensor& hidden, const at::Tensor& weigh
   const auto filled = at::empty({entropy ? hidden.size(0) : 0}, hidden.options().dtype(at::kDouble));
   if (entropy) *entropy = filled;
   return ChunkedTokenLogps::apply(hidden, weight, targets, chunk, static_cast<std::int64_t>(compute_dtype), softcap, filled);
+}
+
+// Per row, with s, t the log-softmax of student and teacher and p = exp(s), q = exp(t), the
+// gradient with respect to the student's logits z (ds_i/dz_j = delta_ij - p_j):
+//   beta 0   L = sum q (t - s)                  dL/dz = p - q
+//   beta 1   L = sum p (s - t)                  dL/dz = p (s - t - L)
+//   else     L = beta sum q (t - lm) + (1 - beta) sum p (s - lm), lm = log((1 - beta) p + beta q):
+//            the terms through lm cancel (sum over i of p_i (beta q_i + (1 - beta) p_i) / m_i = 1),
+//            leaving dL/dz = (1 - beta) p (e - sum p e), e = s - lm.
+void jsd_rows(const at::Tensor& student, const at::Tensor& teacher, double beta, at::Tensor* loss, at::Tensor* grad) {
+  const auto acc = student.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const auto s = at::log_softmax(student.to(acc), -1), t = at::log_softmax(teacher.to(acc), -1);
+  const auto p = s.exp();
+  if (beta == 0) {
+    const auto q = t.exp();
+    *loss = (q * (t - s)).sum(-1);
+    if (grad) *grad = p - q;
+  } else if (beta == 1) {
+    const auto d = s - t;
+    *loss = (p * d).sum(-1);
+    if (grad) *grad = p * (d - loss->unsqueeze(1));
+  } else {
+    const auto lm = at::logsumexp(at::stack({s + std::log1p(-beta), t + std::log(beta)}), 0);
+    const auto e = s - lm;
+    const auto pe = (p * e).sum(-1);
+    *loss = beta * (t.exp() * (t - lm)).sum(-1) + (1 - beta) * pe;
+    if (grad) *grad = (1 - beta) * p * (e - pe.unsqueeze(1));
+  }
+}
+
+at::Tensor chunked_jsd_sum(const at::Tensor& hidden, const at::Tensor& weight, const TeacherLogits& teacher_logits, double beta,
+                           std::int64_t chunk_rows, at::ScalarType compute_dtype, double softcap) {
+  const auto logit_type = compute_dtype != at::ScalarType::Undefined ? compute_dtype : weight.scalar_type();
+  // Two chunks of logits live at once (the student's and the teacher's), with their softmaxes.
+  const auto chunk = chunk_rows > 0 ? chunk_rows : default_chunk_rows(weight.size(0), 2 * std::max<std::int64_t>(4, at::elementSize(logit_type)));
+  const bool grads = at::GradMode::is_enabled();
+  return ChunkedJsd::apply(hidden, weight, teacher_logits, beta, chunk, static_cast<std::int64_t>(compute_dtype), softcap,
+                           grads && hidden.requires_grad(), grads && weight.requires_grad());
 }
 
 std::int64_t default_chunk_rows(std::int64_t vocab, std::int64_t logit_bytes, std::int64_t budget_bytes) {

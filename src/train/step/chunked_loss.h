@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include <ATen/ATen.h>
 
@@ -32,6 +33,26 @@ at::Tensor chunked_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor&
 at::Tensor chunked_token_logps(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                std::int64_t chunk_rows = 0, at::ScalarType compute_dtype = at::ScalarType::Undefined,
                                double softcap = 0, at::Tensor* entropy = nullptr);
+
+// On-policy distillation's loss (TRL GKD's generalized Jensen-Shannon divergence, per row summed
+// over the vocabulary; docs/objectives.md#distillation), summed over rows. With s and t the
+// log-softmax of the student's logits cap(hidden · weightᵀ) and of the teacher's:
+//   beta 0        KL(teacher || student) = sum exp(t) (t - s)            (forward KL)
+//   beta 1        KL(student || teacher) = sum exp(s) (s - t)            (reverse KL)
+//   0 < beta < 1  beta KL(teacher || m) + (1 - beta) KL(student || m),  m = (1 - beta) exp(s) + beta exp(t)
+// `teacher_logits(start, rows)` gives rows [start, start + rows) of the teacher's (capped) logits,
+// [rows, V], without gradients: the teacher's logits exist a chunk at a time, as the student's.
+// The loss is a sum, so its gradient is taken while a chunk's logits exist (closed forms:
+// chunked_loss.cpp) and backward only scales it, as chunked_cross_entropy_sum's. fp32 softmax
+// (float64 for float64); `compute_dtype` as chunked_cross_entropy_sum's.
+using TeacherLogits = std::function<at::Tensor(std::int64_t start, std::int64_t rows)>;
+at::Tensor chunked_jsd_sum(const at::Tensor& hidden, const at::Tensor& weight, const TeacherLogits& teacher_logits, double beta,
+                           std::int64_t chunk_rows = 0, at::ScalarType compute_dtype = at::ScalarType::Undefined, double softcap = 0);
+
+// The generalized JSD of chunked_jsd_sum per row from both logits ([rows, V], any float dtype):
+// `loss` [rows] and, when asked, its gradient with respect to `student` ([rows, V], fp32 or
+// float64). Plain ATen; the closed forms are checked against autograd in tests.
+void jsd_rows(const at::Tensor& student, const at::Tensor& teacher, double beta, at::Tensor* loss, at::Tensor* grad);
 
 // The rows per chunk that keep one chunk's logits (`logit_bytes` each: the matmul dtype's size)
 // under `budget_bytes`: 32 MiB gives a 49k vocabulary 341 bf16 rows, where the head's matmuls
