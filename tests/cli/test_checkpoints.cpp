@@ -621,6 +621,66 @@ std::string grpo_recipe(const std::string& more, bool eval = false) {
   return text;
 }
 
+// The routers' losses (issue 67 item 4; docs/objectives.md#moe-router-losses) apply under every
+// objective, as TRL adds router_aux_loss_coef x aux_loss to DPO's, KTO's, GRPO's and RLOO's loss:
+// a mixture of experts (recipes/models/qwen3-moe-tiny.json) with LoRA trained two steps under
+// each records the aux loss, the z-loss and each sparse layer's expert load at every step, and
+// with the coefficients at 0 the first step's objective loss is the same number while its
+// gradient is not (the routers' losses reach the adapters through the routed hidden states).
+TEST_F(Checkpoints, MoeRouterLossesApplyUnderEveryObjective) {
+  const fs::path moe = kDir / "moe-objectives-model", teacher = kDir / "moe-objectives-teacher";
+  ASSERT_EQ(init_tiny("qwen3-moe-tiny.json", moe, "3").status, 0);
+  ASSERT_EQ(init_tiny("qwen3-moe-tiny.json", teacher, "4").status, 0);
+  const std::string instruct = "{train: " + (kDir / "train.jsonl").string() + ", format: instruct, instruct_template: chat, chat_format: plain, max_seq_len: 64}";
+  const std::vector<std::pair<std::string, std::string>> objectives = {
+      {"dpo", "data: " + write_preference_data() + "\nobjective: {name: dpo}\n"},
+      {"kto", "data: " + write_unpaired_data() + "\nobjective: {name: kto}\n"},
+      {"grpo", "data: " + write_prompt_data() + "\nobjective: {name: grpo, num_generations: 2, max_new_tokens: 4}\nreward: {contains: {field: answer}}\n"},
+      {"distill", "data: " + instruct + "\nobjective: {name: distill, teacher: {path: " + teacher.string() + "}, max_new_tokens: 4}\n"},
+  };
+  // The run's step records; every one with the routers' figures.
+  auto steps_of = [](const fs::path& run) {
+    std::vector<Json> out;
+    std::ifstream in(run / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      const Json j = Json::parse(line);
+      if (!j.contains("loss")) continue;
+      out.push_back(j);
+      EXPECT_GT(j["aux_loss"].get<double>(), 0.0) << run << " " << line;
+      EXPECT_EQ(j["expert_load"].size(), 3u) << run << " " << line;  // layers 1-3 are sparse
+    }
+    return out;
+  };
+  for (const auto& [name, more] : objectives) {
+    std::string text = recipe("lora", moe);
+    text.erase(text.find("data: {"), text.find("}\n", text.find("data: {")) + 2 - text.find("data: {"));  // the objective's data instead
+    write(kDir / ("moe-" + name + ".yaml"), text + more);
+  }
+  for (const auto& [name, more] : objectives) {
+    const std::string yaml = (kDir / ("moe-" + name + ".yaml")).string();
+    const fs::path on = kDir / ("moe-" + name + "-on"), off = kDir / ("moe-" + name + "-off");
+    const std::vector<std::string> common = {"training.max_steps=2", "scheduler.warmup_steps=1", "training.eval_every=0", "checkpoint.every_n_steps=0",
+                                             "data.shuffle=false"};
+    auto args = [&](const fs::path& run, const std::string& aux, const std::string& z) {
+      std::vector<std::string> a = {"train", yaml, "output_dir=" + run.string(), "moe.aux_loss_coef=" + aux, "moe.router_z_loss_coef=" + z};
+      a.insert(a.end(), common.begin(), common.end());
+      return a;
+    };
+    const auto r_on = ctune(args(on, "0.5", "0.1"));
+    ASSERT_EQ(r_on.status, 0) << name << ": " << r_on.err;
+    const auto r_off = ctune(args(off, "0", "0"));
+    ASSERT_EQ(r_off.status, 0) << name << ": " << r_off.err;
+    const auto with = steps_of(on), without = steps_of(off);
+    ASSERT_EQ(with.size(), 2u) << name;
+    ASSERT_EQ(without.size(), 2u) << name;
+    for (const auto& j : with) EXPECT_GT(j["z_loss"].get<double>(), 0.0) << name << " " << j.dump();
+    const Json& a = with.front();
+    const Json& b = without.front();
+    EXPECT_EQ(a["loss"].get<double>(), b["loss"].get<double>()) << name << ": the objective's own loss does not include the routers'";
+    EXPECT_NE(a["grad_norm"].get<double>(), b["grad_norm"].get<double>()) << name << ": the routers' losses reach the gradients";
+  }
+}
+
 // A Gated DeltaNet reads each row in order, so a completion cannot continue a shared prompt copy
 // (docs/families.md#gated-deltanet): "always" is refused alike by validate, estimate and train,
 // before anything is trained; "auto" plans separate rows.

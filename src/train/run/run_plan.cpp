@@ -665,7 +665,6 @@ LedgerInputs ledger_inputs(const RunPlan& p, std::int64_t runtime_bytes, const T
   in.reference = {};
   if (p.objective.needs_reference() && !in.method->freezes_base() && !p.objective.precomputes_reference())
     in.reference = frozen_copy_bytes(p.parameters, in.storage_dtype, p.reference_quantize);
-  if (p.teacher) in.teacher = frozen_copy_bytes(p.teacher->parameters, p.teacher->spec.storage_dtype, p.teacher->spec.quantize_base);
   return in;
 }
 
