@@ -228,6 +228,8 @@ std::vector<KeySpec> objective_keys() {
        "grpo: two-sided clipping, the unclipped importance weight capped at delta (INTELLECT-2; > 1 + epsilon_high; default: off)", {}, 1.0, 1e6, true}),
       owned_by({"grpo"}, {"objective.top_entropy_quantile", T::Float, "null",
        "grpo: train only the completion tokens whose entropy is in this top fraction of the micro-batch's (default 1: every token)", {}, 1e-6, 1.0, true}),
+      owned_by({"grpo"}, {"objective.entropy_coef", T::Float, "null",
+       "grpo: the entropy bonus, minus this times the mean entropy of the trained completion tokens (TRL's entropy_coef; default 0: off)", {}, -10.0, 10.0, true}),
       owned_by({"rloo"}, {"objective.normalize_advantages", T::Bool, "null",
        "rloo: the leave-one-out advantages standardised over the whole batch (mean, std + 1e-4; default false, as TRL's)", {}, {}, {}, true}),
       owned_by({"grpo"}, {"objective.multi_objective_aggregation", T::String, "null",

@@ -226,6 +226,8 @@ TEST_F(Recipes, BadRecipesAreRefusedWithOneLine) {
        "`objective.beta`: expected a number in [0, 1] for objective.name distill"},
       {"distill_packed", base, {"objective.name=distill", "objective.teacher.path=" + d + "/teacher", "data.packing=true"},
        "`data.packing`: objective.name distill scores each example on its own row"},
+      {"entropy_coef_on_rloo", base, {"objective.name=rloo", "objective.entropy_coef=0.01", "reward.exact={field: answer}"},
+       "`objective.entropy_coef`: belongs to objective.name: grpo; this recipe's objective is rloo"},
       {"distill_key_on_sft", base, {"objective.lmbda=0.3"}, "`objective.lmbda`: belongs to objective.name: distill; this recipe's objective is sft"},
       {"bad_truncation", base, {"data.truncation=middle"}, "`data.truncation` expected one of keep_start, keep_end, drop, error"},
       // The empty string is named, not "found a list" (an empty stop string would match before any token).

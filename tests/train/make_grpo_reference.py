@@ -18,7 +18,10 @@ under the reference (ref):
   per token   grpo, bnpo, dr_grpo, dapo: -min(min(w, delta) A, clamp(w, 1 - eps_low, 1 + eps_high) A)
               cispo: -clamp(w, max=eps_high).detach() A logp
               times the top-entropy mask (entropy >= its (1 - q) quantile over the completion
-              tokens) when top_entropy_quantile q < 1, plus beta (exp(ref - logp) - (ref - logp) - 1)
+              tokens) when top_entropy_quantile q < 1, plus beta (exp(ref - logp) - (ref - logp) - 1);
+              the loss less entropy_coef times the trained tokens' mean entropy (with its gradient:
+              over all completion tokens for dapo and cispo, each micro-batch's mean averaged
+              otherwise)
   loss        grpo: mean over rows of each row's token mean; dapo, cispo: sum / all completion
               tokens; dr_grpo: sum / (rows x max_completion_length); bnpo: each micro-batch's token
               mean, averaged over the micro-batches (one group each here: the only loss type
@@ -81,6 +84,11 @@ CASES = {
     "full_dapo_delta": ("full", "dapo", None, "group", 0.0, 0.2, 0.2, 1.0, True, {"delta": 1.25}),
     "full_dapo_top_entropy": ("full", "dapo", None, "group", 0.04, 0.2, 0.2, 0.9, True, {"top_entropy_quantile": 0.4}),
     "lora_cispo_top_entropy": ("lora", "cispo", None, "group", 0.0, 0.2, 1.1, 1.0, True, {"top_entropy_quantile": 0.25}),
+    # the entropy bonus (entropy_coef), with and without the top-entropy tokens
+    "full_dapo_entropy_coef": ("full", "dapo", None, "group", 0.0, 0.2, 0.2, 0.9, True, {"entropy_coef": 0.05}),
+    "full_grpo_entropy_coef_top": ("full", "grpo", None, "group", 0.04, 0.2, 0.2, 0.8, True, {"entropy_coef": 0.1, "top_entropy_quantile": 0.5}),
+    "full_bnpo_entropy_coef": ("full", "bnpo", None, "group", 0.0, 0.2, 0.2, 1.0, True, {"entropy_coef": 0.05}),
+    "lora_dapo_entropy_coef": ("lora", "dapo", None, "group", 0.0, 0.2, 0.2, 1.0, True, {"entropy_coef": -0.05}),
 }
 # RLOO (TRL's RLOOTrainer): name: (kind, beta, epsilon, epsilon_high, temperature, normalize_advantages)
 RLOO_CASES = {
@@ -159,9 +167,11 @@ def grpo_loss(logps, entropy, mask, old, ref, adv, loss_type, beta, eps_low, eps
         capped = torch.clamp(coef_1, max=extra["delta"]) if "delta" in extra else coef_1
         loss_t = -torch.min(capped * a, coef_2 * a)
     q = extra.get("top_entropy_quantile", 1.0)
+    trained = mask
     if q < 1.0:
         threshold = torch.quantile(entropy[mask.bool()], 1 - q)
-        loss_t = loss_t * ((entropy * mask >= threshold) & mask.bool()).to(mask.dtype)
+        trained = ((entropy * mask >= threshold) & mask.bool()).to(mask.dtype)
+        loss_t = loss_t * trained
     metrics = {}
     if beta != 0:
         kl = torch.exp(ref - logps) - (ref - logps) - 1
@@ -176,6 +186,16 @@ def grpo_loss(logps, entropy, mask, old, ref, adv, loss_type, beta, eps_low, eps
         loss = sum((loss_t[h] * mask[h]).sum() / mask[h].sum().clamp(min=1.0) for h in halves) / len(halves)
     else:
         loss = (loss_t * mask).sum() / (loss_t.size(0) * MAX_COMPLETION)
+    c = extra.get("entropy_coef", 0.0)
+    if c != 0:  # TRL's entropy bonus: the trained tokens' mean entropy, as each loss type normalises it
+        if loss_type in ("dapo", "cispo"):
+            bonus = (entropy * trained).sum() / mask.sum().clamp(min=1.0)
+        elif loss_type == "bnpo":
+            halves = [slice(g * G, (g + 1) * G) for g in range(mask.shape[0] // G)]
+            bonus = sum((entropy[h] * trained[h]).sum() / trained[h].sum().clamp(min=1.0) for h in halves) / len(halves)
+        else:
+            bonus = (entropy * trained).sum() / trained.sum().clamp(min=1.0)
+        loss = loss - c * bonus
 
     def clip_mean(flags):  # TRL's global_masked_mean: per completion when the weights are
         flags = flags.to(mask.dtype)

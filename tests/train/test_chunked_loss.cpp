@@ -103,3 +103,30 @@ TEST(ChunkedLoss, ChunkRowsKeepLogitsWithinBudget) {
 }
 
 }  // namespace
+
+// The chunked weighted entropy (GRPO's entropy bonus) against central finite differences and
+// against autograd over the whole logits (float64), at a temperature, capped and not: its
+// gradient -p (log p + H) w / T (times the cap's derivative) is taken in forward.
+TEST_P(ChunkedLossCap, EntropyGradientsMatchFiniteDifferencesAndAutograd) {
+  const double cap = GetParam(), temperature = 0.7;
+  at::manual_seed(9);
+  auto h = at::randn({7, 5}, at::kDouble).requires_grad_(true);
+  auto w = at::randn({11, 5}, at::kDouble).requires_grad_(true);
+  const auto weights = at::rand({7}, at::kDouble);
+  auto f = [&] {
+    return 1.3 * train::chunked_entropy_sum(h.detach(), w.detach(), weights, temperature, 3, at::ScalarType::Undefined, cap).item<double>();
+  };
+  auto sum = train::chunked_entropy_sum(h, w, weights, temperature, /*chunk_rows=*/3, at::ScalarType::Undefined, cap);
+  (sum * 1.3).backward();
+  // As above: eps 1e-6 in float64, rounding ~1e-8 here; a wrong term is O(0.1).
+  EXPECT_TRUE(within("entropy: max |finite difference - gradient|", worst_finite_difference(f, {h, w}), 1e-6));
+  auto h2 = h.detach().clone().requires_grad_(true), w2 = w.detach().clone().requires_grad_(true);
+  auto z = at::matmul(h2, w2.t());
+  if (cap > 0) z = at::tanh(z / cap) * cap;
+  const auto logp = at::log_softmax(z / temperature, -1);
+  const auto plain = (-(logp.exp() * logp).sum(-1) * weights).sum();
+  (plain * 1.3).backward();
+  EXPECT_TRUE(within("entropy: |chunked - autograd|", std::abs(sum.item<double>() - plain.item<double>()), 1e-12));
+  EXPECT_TRUE(within("entropy: |d hidden chunked - autograd|", (h.grad() - h2.grad()).abs().max().item<double>(), 1e-12));
+  EXPECT_TRUE(within("entropy: |d weight chunked - autograd|", (w.grad() - w2.grad()).abs().max().item<double>(), 1e-12));
+}

@@ -75,6 +75,7 @@ train::GrpoOptions options_of(const Json& expected) {
   o.importance_sampling_level = expected.value("importance_sampling_level", o.importance_sampling_level);
   o.delta = expected.value("delta", o.delta);
   o.top_entropy_quantile = expected.value("top_entropy_quantile", o.top_entropy_quantile);
+  o.entropy_coef = expected.value("entropy_coef", o.entropy_coef);
   o.scale_rewards = expected.at("scale_rewards").get<std::string>();
   o.beta = expected.at("beta").get<double>();
   o.epsilon = expected.at("epsilon").get<double>();
@@ -185,7 +186,8 @@ const char* const kCases[] = {"full_grpo_group_kl", "full_dapo_batch",     "full
                               "lora_grpo_group_kl", "lora_dapo_group",     "full_bnpo_token",      "full_cispo_token",
                               "full_grpo_sequence", "full_bnpo_sequence",  "full_drgrpo_sequence", "full_dapo_sequence",
                               "full_cispo_sequence", "lora_grpo_sequence", "full_dapo_delta",      "full_dapo_top_entropy",
-                              "lora_cispo_top_entropy"};
+                              "lora_cispo_top_entropy", "full_dapo_entropy_coef", "full_grpo_entropy_coef_top", "full_bnpo_entropy_coef",
+                              "lora_dapo_entropy_coef"};
 
 }  // namespace
 
@@ -214,6 +216,12 @@ TEST(GrpoReference, DeltaCapsTheUnclippedWeight) { grpo_case("full_dapo_delta");
 TEST(GrpoReference, OnlyTheTopEntropyTokensTrain) {
   grpo_case("full_dapo_top_entropy");
   grpo_case("lora_cispo_top_entropy");
+}
+TEST(GrpoReference, EntropyBonusWithItsGradient) {
+  grpo_case("full_dapo_entropy_coef");
+  grpo_case("full_grpo_entropy_coef_top");
+  grpo_case("full_bnpo_entropy_coef");
+  grpo_case("lora_dapo_entropy_coef");  // the head has an adapter: autograd over each chunk
 }
 TEST(RlooReference, LeaveOneOutWithTheKlInTheReward) {
   rloo_case("full_rloo_kl");

@@ -8,17 +8,6 @@
 #include "train/step/chunked_loss.h"
 
 namespace ctune::train {
-namespace {
-
-// The rows of `hidden` ([B, T, H]) at the positions that predict a target of `labels`, [N, H],
-// in row-major order (the order token_logps counts them).
-at::Tensor at_targets(const at::Tensor& hidden, const at::Tensor& keep) {
-  const auto B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
-  return hidden.narrow(1, 0, T - 1).reshape({B * (T - 1), H}).index_select(0, keep);
-}
-
-}  // namespace
-
 DistillObjective::DistillObjective(const DistillOptions& options, model::CausalLM teacher)
     : options_(options), teacher_(std::move(teacher)) {
   if (!teacher_) throw std::logic_error("distill: no teacher was built");
@@ -27,17 +16,14 @@ DistillObjective::DistillObjective(const DistillOptions& options, model::CausalL
 ObjectiveTerms DistillObjective::forward(model::CausalLM& lm, const TensorBatch& b) {
   const auto hidden = policy_hidden(lm, b);
   const auto acc = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  const auto T = b.labels.size(1);
-  const auto keep = T < 2 ? at::zeros({0}, b.labels.options())
-                          : (b.labels.narrow(1, 1, T - 1).reshape({-1}) != data::kIgnoreIndex).nonzero().squeeze(1);
-  if (keep.numel() == 0) return {(hidden.sum() * 0.0).to(acc), {}};  // keeps the graph connected (an idle batch)
+  const auto h = target_hidden(hidden, b.labels);
+  if (h.size(0) == 0) return {(hidden.sum() * 0.0).to(acc), {}};  // keeps the graph connected (an idle batch)
   RECORD_USER_SCOPE(ops::region::kLoss);
-  const auto h = at_targets(hidden, keep);
   at::Tensor teacher_hidden;
   {
     // The teacher's final hidden states at the same positions; its logits a chunk at a time.
     at::NoGradGuard no_grad;
-    teacher_hidden = at_targets(teacher_->hidden(forward_inputs(teacher_, b)), keep);
+    teacher_hidden = target_hidden(teacher_->hidden(forward_inputs(teacher_, b)), b.labels);
     teacher_->model->scopes->release_all();
   }
   const TeacherLogits teacher_logits = [&](std::int64_t start, std::int64_t rows) {

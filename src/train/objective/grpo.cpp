@@ -104,8 +104,8 @@ std::vector<std::pair<std::string, double>> GrpoObjective::means(const std::vect
 }
 
 ObjectiveTerms GrpoObjective::forward(model::CausalLM& policy, const TensorBatch& batch) {
-  const TokenLogps lp =
-      token_logps(policy, policy_hidden(policy, batch), batch.labels, options_.temperature, /*entropy=*/true, batch.sequence_ids);
+  const auto hidden = policy_hidden(policy, batch);
+  const TokenLogps lp = token_logps(policy, hidden, batch.labels, options_.temperature, /*entropy=*/true, batch.sequence_ids);
   if (options_.leave_one_out) return rloo_forward(lp, batch);
   const auto acc = lp.token.scalar_type();
   const auto rows = batch.advantages.size(0);  // sequences (a shared-prompt row holds a group)
@@ -125,7 +125,11 @@ ObjectiveTerms GrpoObjective::forward(model::CausalLM& policy, const TensorBatch
     const auto capped = options_.delta > 0 ? at::clamp_max(weight, options_.delta) : weight;
     per_token = -at::minimum(capped * adv, at::clamp(weight, lo, hi) * adv);
   }
-  if (options_.top_entropy_quantile < 1.0) per_token = per_token * high_entropy_mask(lp.entropy.detach(), options_.top_entropy_quantile);
+  at::Tensor trained;  // the top-entropy tokens (1 or 0 per target); undefined: every target
+  if (options_.top_entropy_quantile < 1.0) {
+    trained = high_entropy_mask(lp.entropy.detach(), options_.top_entropy_quantile);
+    per_token = per_token * trained;
+  }
   at::Tensor kl;
   if (options_.beta > 0) {
     const auto d = batch.ref_logps.to(acc) - lp.token;
@@ -143,7 +147,22 @@ ObjectiveTerms GrpoObjective::forward(model::CausalLM& policy, const TensorBatch
   } else {
     loss = per_token.sum();
   }
+  if (options_.entropy_coef != 0) loss = loss - options_.entropy_coef * entropy_bonus(policy, hidden, batch, trained);
   return {loss, metric_sums(weight.detach(), adv, kl, lp, tokens_per_row, lo, hi, eps_high)};
+}
+
+// TRL's entropy bonus before its coefficient, as the unit normalises it: the trained tokens'
+// entropies (at the sampling temperature, with their gradient) summed, the step's mean per token
+// after the trainer divides by the step's tokens (dapo, cispo); else this micro-batch's mean
+// times its rows (completions), each micro-batch's mean averaged over the step's after the
+// division by its rows.
+at::Tensor GrpoObjective::entropy_bonus(model::CausalLM& policy, const at::Tensor& hidden, const TensorBatch& batch, const at::Tensor& trained) const {
+  const auto h = target_hidden(hidden, batch.labels);
+  const auto weights = trained.defined() ? trained : at::ones({h.size(0)}, h.options().dtype(at::kFloat));
+  const auto sum = weighted_entropy_sum(policy, h, weights, options_.temperature);
+  if (per_token_units(options_.loss_type)) return sum;
+  const double rows = static_cast<double>(batch.advantages.size(0));
+  return sum * (rows / std::max(1.0, weights.sum().item<double>()));
 }
 
 // RLOO (TRL's RLOOTrainer._compute_loss): w = exp(sum over the completion of logp - old), the

@@ -8,7 +8,9 @@
 //   grpo family  loss_t = -min(min(w, delta) A, clip(w, 1 - epsilon, 1 + epsilon_high) A)
 //   cispo        loss_t = -sg(min(w, epsilon_high)) A logp
 // plus beta k3_t, k3_t = exp(ref - logp) - (ref - logp) - 1, and only on the tokens whose entropy
-// is in the top top_entropy_quantile of the micro-batch's, aggregated by loss_type as
+// is in the top top_entropy_quantile of the micro-batch's, minus entropy_coef times the mean
+// entropy of those tokens (TRL's entropy bonus: over the step's tokens for dapo and cispo, else
+// each micro-batch's mean), aggregated by loss_type as
 //   grpo     mean over rows of each row's mean over its tokens          units: rows
 //   bnpo     the micro-batch's token mean, per row                      units: rows
 //   dr_grpo  sum over tokens / (rows x max_new_tokens)                  units: rows
@@ -49,6 +51,7 @@ struct GrpoOptions : KindOptions {
   std::string importance_sampling_level = "token";  // token | sequence (GSPO)
   double delta = 0.0;                   // 0: off; else the unclipped weight's cap (two-sided clipping)
   double top_entropy_quantile = 1.0;    // train only the tokens in this top fraction of entropies
+  double entropy_coef = 0.0;            // the entropy bonus: minus this times the mean entropy of the trained tokens
   std::string multi_objective_aggregation = "sum_then_normalize";  // | normalize_then_sum
   std::int64_t num_iterations = 1;      // optimisation passes over one generation batch
   bool mask_truncated_completions = false;  // completions cut by max_new_tokens train nothing (DAPO)
@@ -93,6 +96,7 @@ class GrpoObjective : public Objective {
 
  private:
   ObjectiveTerms rloo_forward(const TokenLogps& lp, const TensorBatch& batch) const;
+  at::Tensor entropy_bonus(model::CausalLM& policy, const at::Tensor& hidden, const TensorBatch& batch, const at::Tensor& trained) const;
   std::vector<double> metric_sums(const at::Tensor& weight, const at::Tensor& adv, const at::Tensor& kl, const TokenLogps& lp,
                                   const at::Tensor& tokens_per_row, double lo, double hi, double eps_high) const;
 

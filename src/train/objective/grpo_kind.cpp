@@ -87,6 +87,7 @@ void read_loss_options(const Recipe& r, GrpoOptions& o) {
   o.importance_sampling_level = r.get_optional_string("objective.importance_sampling_level").value_or(o.importance_sampling_level);
   o.delta = r.get_optional_float("objective.delta").value_or(o.delta);
   o.top_entropy_quantile = r.get_optional_float("objective.top_entropy_quantile").value_or(o.top_entropy_quantile);
+  o.entropy_coef = r.get_optional_float("objective.entropy_coef").value_or(o.entropy_coef);
   o.multi_objective_aggregation = r.get_optional_string("objective.multi_objective_aggregation").value_or(o.multi_objective_aggregation);
   // TRL would cap cispo's weights at epsilon (0.2) when epsilon_high is unset: a weight of at most
   // 0.2 on every token, never what a user means; ctune asks for the cap.

@@ -69,6 +69,33 @@ TokenLogps token_logps(model::CausalLM& lm, const at::Tensor& hidden, const at::
   return out;
 }
 
+at::Tensor target_hidden(const at::Tensor& hidden, const at::Tensor& labels) {
+  const auto B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
+  if (T < 2) return hidden.new_zeros({0, H});
+  const auto keep = (labels.narrow(1, 1, T - 1).reshape({B * (T - 1)}) != data::kIgnoreIndex).nonzero().squeeze(1);
+  return hidden.narrow(1, 0, T - 1).reshape({B * (T - 1), H}).index_select(0, keep);
+}
+
+at::Tensor weighted_entropy_sum(model::CausalLM& lm, const at::Tensor& h, const at::Tensor& weights, double temperature) {
+  RECORD_USER_SCOPE(ops::region::kLoss);
+  const auto acc = h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  if (h.size(0) == 0) return (h.sum() * 0.0).to(acc);
+  const bool plain_head = !lm->lm_head || (!lm->lm_head->adapter && !lm->lm_head->bias.defined());
+  if (plain_head) {
+    const auto& weight = lm->lm_head ? lm->lm_head->weight : lm->model->embed_tokens->weight;
+    return chunked_entropy_sum(h, weight, weights, temperature, 0, lm->compute_dtype(), lm->config().arch.final_softcap).to(acc);
+  }
+  const auto n = h.size(0), chunk = default_chunk_rows(lm->config().vocab_size, 12);
+  at::Tensor total;
+  for (std::int64_t i = 0; i < n; i += chunk) {
+    const auto rows = std::min(chunk, n - i);
+    const auto logp = at::log_softmax(lm->head(h.narrow(0, i, rows)).to(acc) / temperature, -1);
+    const auto part = (-(logp.exp() * logp).sum(-1) * weights.narrow(0, i, rows).to(acc)).sum();
+    total = total.defined() ? total + part : part;
+  }
+  return total;
+}
+
 SequenceLogps row_logps(model::CausalLM& lm, const at::Tensor& hidden, const at::Tensor& labels) {
   const auto B = hidden.size(0);
   const auto acc = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;

@@ -53,6 +53,16 @@ struct TokenLogps {
 TokenLogps token_logps(model::CausalLM& model, const at::Tensor& hidden, const at::Tensor& labels, double temperature = 1.0,
                        bool entropy = false, const at::Tensor& sequences = {});
 
+// The rows of `hidden` ([B, T, H]) at the positions that predict a target of `labels` ([B, T]),
+// [N, H], in token_logps' order.
+at::Tensor target_hidden(const at::Tensor& hidden, const at::Tensor& labels);
+
+// Sum over target rows `h` ([N, H], target_hidden's) of `weights[r]` times the entropy of the
+// model's next-token distribution at `temperature`, differentiable (GRPO's entropy bonus): the
+// chunked head where it is plain (chunked_loss.h chunked_entropy_sum), else autograd a chunk of
+// rows at a time.
+at::Tensor weighted_entropy_sum(model::CausalLM& model, const at::Tensor& h, const at::Tensor& weights, double temperature);
+
 // Per row of `hidden`, the sum of log p(labels[t + 1] | ..t) over the targets of `labels`
 // ([B, T], kIgnoreIndex elsewhere) and their count.
 SequenceLogps row_logps(model::CausalLM& model, const at::Tensor& hidden, const at::Tensor& labels);

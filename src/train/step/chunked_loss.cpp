@@ -197,7 +197,42 @@ struct ChunkedJsd : public torch::autograd::Function<ChunkedJsd> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) { return scaled_gradients(ctx, grad_out, 9); }
 };
 
+// Weighted entropies per chunk (chunked_entropy_sum), taken with their logits.
+struct ChunkedEntropy : public torch::autograd::Function<ChunkedEntropy> {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor hidden, at::Tensor weight, at::Tensor row_weights, double temperature,
+                            std::int64_t chunk, std::int64_t compute, double softcap, bool need_hidden, bool need_weight) {
+    const bool grads = need_hidden || need_weight;
+    const auto acc = accumulate_type(hidden);
+    return sum_taking_gradients(ctx, hidden, weight, chunk, static_cast<at::ScalarType>(compute), need_hidden, need_weight,
+                                [&](std::int64_t start, std::int64_t rows, const at::Tensor& projected, at::Tensor& grad) {
+                                  auto capped = projected.to(acc);
+                                  if (softcap > 0) capped = at::tanh(capped / softcap) * softcap;
+                                  const auto logp = at::log_softmax(capped / temperature, -1);
+                                  const auto p = logp.exp();
+                                  const auto entropy = -(p * logp).sum(-1);
+                                  const auto w = row_weights.narrow(0, start, rows).to(acc);
+                                  if (grads) {
+                                    grad = -p * (logp + entropy.unsqueeze(1)) * (w / temperature).unsqueeze(1);
+                                    if (softcap > 0) grad.mul_(1 - (capped / softcap).square());  // d cap(z) / dz
+                                  }
+                                  return (w * entropy).sum().item<double>();
+                                });
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) { return scaled_gradients(ctx, grad_out, 9); }
+};
+
 }  // namespace
+
+at::Tensor chunked_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& row_weights, double temperature,
+                               std::int64_t chunk_rows, at::ScalarType compute_dtype, double softcap) {
+  const auto logit_type = compute_dtype != at::ScalarType::Undefined ? compute_dtype : weight.scalar_type();
+  // The chunk's logits, their log-softmax, softmax and gradient in fp32 at once.
+  const auto chunk = chunk_rows > 0 ? chunk_rows : default_chunk_rows(weight.size(0), 3 * std::max<std::int64_t>(4, at::elementSize(logit_type)));
+  const bool grads = at::GradMode::is_enabled();
+  return ChunkedEntropy::apply(hidden, weight, row_weights, temperature, chunk, static_cast<std::int64_t>(compute_dtype), softcap,
+                               grads && hidden.requires_grad(), grads && weight.requires_grad());
+}
 
 at::Tensor chunked_token_logps(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, std::int64_t chunk_rows,
                                at::ScalarType compute_dtype, double softcap, at::Tensor* entropy) {

@@ -49,6 +49,13 @@ using TeacherLogits = std::function<at::Tensor(std::int64_t start, std::int64_t 
 at::Tensor chunked_jsd_sum(const at::Tensor& hidden, const at::Tensor& weight, const TeacherLogits& teacher_logits, double beta,
                            std::int64_t chunk_rows = 0, at::ScalarType compute_dtype = at::ScalarType::Undefined, double softcap = 0);
 
+// Sum over rows of weights[r] times the entropy of softmax(cap(hidden · weightᵀ) / temperature),
+// differentiable (GRPO's entropy bonus, objective.entropy_coef): with z the scaled logits and
+// p = softmax(z), dH/dz = -p (log p + H). weights: [N] (fp32 or float64), no gradient. Chunked
+// and taken in forward as chunked_cross_entropy_sum.
+at::Tensor chunked_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& row_weights, double temperature,
+                               std::int64_t chunk_rows = 0, at::ScalarType compute_dtype = at::ScalarType::Undefined, double softcap = 0);
+
 // The generalized JSD of chunked_jsd_sum per row from both logits ([rows, V], any float dtype):
 // `loss` [rows] and, when asked, its gradient with respect to `student` ([rows, V], fp32 or
 // float64). Plain ATen; the closed forms are checked against autograd in tests.
