@@ -454,6 +454,38 @@ TEST_F(Distributed, RlooRanksFollowOneProcess) {
   EXPECT_GT(std::abs(last_kl(one)), 1e-3) << "the penalty has something to move";
 }
 
+// KTO on 2 ranks (docs/objectives.md#kto): each rank's reference point z is its own block of
+// records' (TRL averages the devices'), so 2 ranks of 2 records with accumulation 2 compute what
+// one process computes with accumulation 4: the same blocks of neighbours in the file's order,
+// the same z each, the same losses, rewards and gradients; under full_shard as well.
+TEST_F(Distributed, KtoRanksFollowOneProcessWithAccumulation) {
+  std::string records;
+  for (int i = 0; i < 40; ++i)
+    records += R"({"prompt": "Add )" + std::to_string(i) + R"( and 3 = ", "completion": ")" + std::to_string(i % 3 ? i + 3 : i + 5) +
+               R"(", "label": )" + (i % 3 ? "true" : "false") + "}\n";
+  write(kDir / "unpaired.jsonl", records);
+  std::string text = recipe("lora");
+  const auto data = text.find("data: {"), end = text.find("}\n", data);
+  text.replace(data, end + 2 - data, "data: {train: " + (kDir / "unpaired.jsonl").string() +
+                                         ", format: unpaired_preference, chat_format: plain, max_seq_len: 64, shuffle: false}\n");
+  text.replace(text.find(", eval_every: 4"), std::string(", eval_every: 4").size(), "");
+  const std::string yaml = (kDir / "kto.yaml").string();
+  write(yaml, text + "objective: {name: kto, beta: 0.5}\n");
+  auto rewards = [](const fs::path& run) { return step_figures(run, {"rewards/chosen", "kl"}); };
+  const fs::path one = kDir / "kto-one";
+  const auto single = ctune({"train", yaml, "output_dir=" + one.string(), "training.max_steps=4", "training.grad_accum=4"});
+  ASSERT_EQ(single.status, 0) << single.err;
+  ASSERT_EQ(trajectory(one).size(), 4u);
+  for (const std::string strategy : {"no_shard", "full_shard"}) {
+    const fs::path two = kDir / ("kto-two-" + strategy);
+    const auto ranks = ctune({"train", yaml, "output_dir=" + two.string(), "--nproc", "2", "training.max_steps=4", "distributed.strategy=" + strategy});
+    ASSERT_EQ(ranks.status, 0) << ranks.err;
+    EXPECT_TRUE(within("kto x2 " + strategy + " loss trajectory vs one process", max_difference(trajectory(two), trajectory(one)), kSameNumbers));
+    EXPECT_TRUE(within("kto x2 " + strategy + " gradient norms vs one process", max_difference(grad_norms(two), grad_norms(one)), kSameNumbers));
+    EXPECT_EQ(rewards(two).size(), 4u);
+  }
+}
+
 // On-policy distillation on 2 ranks computes what one process does, under no_shard and
 // full_shard (whose student is gathered whole for its generation): every micro-batch on-policy
 // (lmbda 1), each row's completion drawn from the stream of its row in the global batch, the
