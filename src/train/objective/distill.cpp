@@ -30,11 +30,9 @@ ObjectiveTerms DistillObjective::forward(model::CausalLM& lm, const TensorBatch&
     at::NoGradGuard no_grad;
     return teacher_->head(teacher_hidden.narrow(0, start, rows)).to(acc);
   };
-  const bool plain_head = !lm->lm_head || (!lm->lm_head->adapter && !lm->lm_head->bias.defined());
   at::Tensor loss;
-  if (plain_head) {
-    const auto& weight = lm->lm_head ? lm->lm_head->weight : lm->model->embed_tokens->weight;
-    loss = chunked_jsd_sum(h, weight, teacher_logits, options_.beta, 0, lm->compute_dtype(), lm->config().arch.final_softcap);
+  if (const at::Tensor* weight = plain_head_weight(lm)) {
+    loss = chunked_jsd_sum(h, *weight, teacher_logits, options_.beta, 0, lm->compute_dtype(), lm->config().arch.final_softcap);
   } else {
     // A head with an adapter or a bias: autograd over each chunk of its logits.
     const auto n = h.size(0), chunk = default_chunk_rows(lm->config().vocab_size, 8);

@@ -69,6 +69,11 @@ TokenLogps token_logps(model::CausalLM& lm, const at::Tensor& hidden, const at::
   return out;
 }
 
+const at::Tensor* plain_head_weight(model::CausalLM& lm) {
+  if (!lm->lm_head) return &lm->model->embed_tokens->weight;
+  return !lm->lm_head->adapter && !lm->lm_head->bias.defined() ? &lm->lm_head->weight : nullptr;
+}
+
 at::Tensor target_hidden(const at::Tensor& hidden, const at::Tensor& labels) {
   const auto B = hidden.size(0), T = hidden.size(1), H = hidden.size(2);
   if (T < 2) return hidden.new_zeros({0, H});
@@ -80,10 +85,8 @@ at::Tensor weighted_entropy_sum(model::CausalLM& lm, const at::Tensor& h, const 
   RECORD_USER_SCOPE(ops::region::kLoss);
   const auto acc = h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   if (h.size(0) == 0) return (h.sum() * 0.0).to(acc);
-  const bool plain_head = !lm->lm_head || (!lm->lm_head->adapter && !lm->lm_head->bias.defined());
-  if (plain_head) {
-    const auto& weight = lm->lm_head ? lm->lm_head->weight : lm->model->embed_tokens->weight;
-    return chunked_entropy_sum(h, weight, weights, temperature, 0, lm->compute_dtype(), lm->config().arch.final_softcap).to(acc);
+  if (const at::Tensor* weight = plain_head_weight(lm)) {
+    return chunked_entropy_sum(h, *weight, weights, temperature, 0, lm->compute_dtype(), lm->config().arch.final_softcap).to(acc);
   }
   const auto n = h.size(0), chunk = default_chunk_rows(lm->config().vocab_size, 12);
   at::Tensor total;

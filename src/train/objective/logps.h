@@ -53,6 +53,10 @@ struct TokenLogps {
 TokenLogps token_logps(model::CausalLM& model, const at::Tensor& hidden, const at::Tensor& labels, double temperature = 1.0,
                        bool entropy = false, const at::Tensor& sequences = {});
 
+// The output head as one matrix ([V, H]: lm_head's weight, or the tied embeddings) when it is
+// plain (no adapter, no bias), for the chunked losses of train/step/chunked_loss.h; null else.
+const at::Tensor* plain_head_weight(model::CausalLM& model);
+
 // The rows of `hidden` ([B, T, H]) at the positions that predict a target of `labels` ([B, T]),
 // [N, H], in token_logps' order.
 at::Tensor target_hidden(const at::Tensor& hidden, const at::Tensor& labels);
